@@ -1,0 +1,3 @@
+module github.com/idemgo/idem
+
+go 1.26

@@ -1,0 +1,348 @@
+package idem
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+)
+
+// Guard runs operations at most once per idempotency key, over a [Store].
+// It is safe for concurrent use. Create one with [New] and [Guard.Close] it
+// when done: it owns the heartbeat goroutine.
+type Guard struct {
+	store  Store
+	cfg    Config
+	prefix []byte // the namespace part of every store key
+	cache  *cache
+	hb     heartbeats
+}
+
+// Result is what [Guard.Do] returns on success.
+type Result struct {
+	// Value is the operation's value: fresh from fn, or replayed from the
+	// store or the local cache. It belongs to the caller.
+	Value []byte
+	// Replayed is true when fn did not run in this call: the value is the
+	// outcome of an earlier run.
+	Replayed bool
+}
+
+// New returns a Guard over store. It fails when store is nil or cfg has a
+// field out of range; the error names the field.
+func New(store Store, cfg Config) (*Guard, error) {
+	if store == nil {
+		return nil, errors.New("idem: New: store is nil")
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	g := &Guard{store: store, cfg: cfg, prefix: appendStoreKey(nil, cfg.Namespace, "")}
+	if cfg.CacheSize > 0 {
+		g.cache = newCache(cfg.CacheSize, cfg.CacheTTL)
+	}
+	g.hb.init(g)
+	return g, nil
+}
+
+// Close stops the Guard's heartbeat goroutine. Call it once no Do is
+// running; a Do still running after Close loses its heartbeat and is
+// cancelled at its local lease deadline. Close is idempotent.
+func (g *Guard) Close() error {
+	g.hb.close()
+	return nil
+}
+
+// Store returns the Guard's store.
+func (g *Guard) Store() Store { return g.store }
+
+// StoreKey returns the store key the Guard uses for key: its namespace and
+// key combined by [StoreKey].
+func (g *Guard) StoreKey(key string) string { return StoreKey(g.cfg.Namespace, key) }
+
+// Config returns the Guard's configuration with the defaults filled in.
+func (g *Guard) Config() Config { return g.cfg }
+
+type tokenKey struct{}
+
+// TokenFrom returns the lease token that fn's context carries in [Guard.Do],
+// so business writes can be fenced with it: a write that carries the token
+// and is refused for an older one cannot be made by a stale holder.
+func TokenFrom(ctx context.Context) (Token, bool) {
+	t, ok := ctx.Value(tokenKey{}).(Token)
+	return t, ok
+}
+
+// Do runs fn at most once to completion for key in the Guard's namespace and
+// returns its outcome:
+//
+//   - The first caller claims the key and runs fn under a context that
+//     carries the token ([TokenFrom]) and is cancelled, with a cause
+//     wrapping ErrLeaseLost, if the lease is lost or cannot be confirmed in
+//     time. fn's value is stored (Complete) and returned.
+//   - fn's error marked with [Permanent] is stored (Fail) and returned;
+//     duplicates get it back as a *PermanentError.
+//   - Any other error, or a panic, releases the key so a retry runs fn
+//     again; the error is returned as is and the panic re-raised.
+//   - A duplicate gets the stored value with Result.Replayed set, or the
+//     stored permanent error.
+//   - A call while another holder runs fn waits up to Config.Wait for its
+//     outcome, then returns ErrInProgress.
+//
+// payload is fingerprinted: the same key with another payload gets
+// ErrKeyReused. Other errors: ErrInvalidKey for a bad key, ErrStoreUnavailable
+// wrapping the store's error (unless Config.FailOpen), ErrLeaseLost when fn
+// finished but its lease had been taken over (Result.Value then holds fn's
+// value, which was not stored), and the context's error when ctx ends while
+// claiming or waiting.
+//
+// The outcome is written under a context detached from ctx: a caller that
+// gives up once fn has run does not leave the key in progress.
+func (g *Guard) Do(ctx context.Context, key string, payload []byte, fn func(ctx context.Context) ([]byte, error)) (Result, error) {
+	if fn == nil {
+		return Result{}, errNilFunc
+	}
+	if err := g.validKey(key); err != nil {
+		return Result{}, err
+	}
+	c := &call{g: g, key: key}
+	args := ClaimArgs{
+		Key:         g.storeKey(key),
+		Fingerprint: g.cfg.Fingerprint(c.fp[:0], payload),
+		Lease:       g.cfg.Lease,
+		Retention:   g.cfg.FailedRetention,
+		MaxAttempts: g.cfg.MaxAttempts,
+	}
+	c.storeKey, c.fingerprint = args.Key, args.Fingerprint
+	if g.cache != nil {
+		if res, err, ok := g.fromCache(ctx, key, args); ok {
+			return res, err
+		}
+	}
+
+	var waitUntil time.Time
+	backoff := 5 * time.Millisecond
+	for {
+		sent := time.Now()
+		cl, err := g.store.Claim(ctx, args)
+		g.observe(ctx, Event{Op: OpClaim, Key: key, Outcome: cl.Outcome, Attempt: cl.Record.Attempt, Duration: time.Since(sent), Err: err})
+		if err != nil {
+			switch {
+			case errors.Is(err, ErrKeyReused):
+				return Result{}, fmt.Errorf("%w (key %q)", ErrKeyReused, key)
+			case ctx.Err() != nil:
+				return Result{}, fmt.Errorf("idem: claim: %w", context.Cause(ctx))
+			case g.cfg.FailOpen:
+				return g.runOpen(ctx, key, err, fn)
+			}
+			return Result{}, fmt.Errorf("%w: claim: %w", ErrStoreUnavailable, err)
+		}
+		switch cl.Outcome {
+		case Acquired:
+			c.token = cl.Token
+			return c.run(ctx, sent, fn)
+		case Duplicate:
+			g.cacheRecord(cl.Record)
+			return replay(cl.Record)
+		case Busy:
+			if waitUntil.IsZero() {
+				waitUntil = sent.Add(g.cfg.Wait)
+			}
+			left := time.Until(waitUntil)
+			if left <= 0 {
+				return Result{}, fmt.Errorf("%w (key %q, attempt %d)", ErrInProgress, key, cl.Record.Attempt)
+			}
+			pause := min(backoff/2+rand.N(backoff/2+1), left)
+			backoff = min(2*backoff, 500*time.Millisecond)
+			if err := sleep(ctx, pause); err != nil {
+				return Result{}, fmt.Errorf("idem: waiting for the outcome: %w", err)
+			}
+		default:
+			return Result{}, fmt.Errorf("%w: claim answered an unknown outcome %v", ErrStoreUnavailable, cl.Outcome)
+		}
+	}
+}
+
+func (g *Guard) validKey(key string) error {
+	if len(key) == 0 {
+		return fmt.Errorf("%w: empty", ErrInvalidKey)
+	}
+	if len(key) > g.cfg.MaxKeyLen {
+		return fmt.Errorf("%w: %d bytes, longer than %d", ErrInvalidKey, len(key), g.cfg.MaxKeyLen)
+	}
+	if g.cfg.ValidateKey != nil {
+		if err := g.cfg.ValidateKey(key); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidKey, err)
+		}
+	}
+	return nil
+}
+
+func (g *Guard) storeKey(key string) string {
+	var buf [128]byte
+	return string(append(append(buf[:0], g.prefix...), key...))
+}
+
+// replay turns a stored outcome into Do's answer.
+func replay(r Record) (Result, error) {
+	if r.Status == StatusFailed {
+		return Result{Replayed: true}, DecodeFailure(r.Result)
+	}
+	return Result{Value: r.Result, Replayed: true}, nil
+}
+
+// runOpen runs fn without a claim after the store failed (Config.FailOpen).
+func (g *Guard) runOpen(ctx context.Context, key string, cause error, fn func(context.Context) ([]byte, error)) (Result, error) {
+	g.cfg.Logger.WarnContext(ctx, "idem: store unavailable, running without idempotency (fail open)",
+		slog.String("namespace", g.cfg.Namespace), slog.String("key", key), slog.Any("error", cause))
+	g.observe(ctx, Event{Op: OpFailOpen, Key: key, Err: cause})
+	v, err := fn(ctx)
+	return Result{Value: v}, err
+}
+
+func (g *Guard) observe(ctx context.Context, e Event) {
+	if g.cfg.Observer != nil {
+		e.Namespace = g.cfg.Namespace
+		g.cfg.Observer(ctx, e)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// call is one acquired run of fn. It is a single allocation holding
+// everything the run needs: the fingerprint buffer, fn's token context, the
+// detached context of the outcome write and the heartbeat's list links.
+type call struct {
+	g           *Guard
+	key         string
+	storeKey    string
+	token       Token
+	fp          [32]byte // room for the default fingerprint
+	fingerprint []byte
+	cancel      context.CancelCauseFunc
+
+	tctx tokenCtx   // fn's parent: the caller's context plus the token
+	octx outcomeCtx // the outcome write's context
+
+	// Guarded by g.hb.mu.
+	prev, next *call
+	queued     bool
+	finished   bool
+	due        time.Time // next heartbeat
+	deadline   time.Time // local lease deadline: cancel fn when passed unconfirmed
+}
+
+// run runs fn on the acquired key and stores its outcome. sent is when the
+// Claim was sent: the lease is known to last until sent+Lease at least.
+func (c *call) run(ctx context.Context, sent time.Time, fn func(context.Context) ([]byte, error)) (res Result, err error) {
+	g := c.g
+	c.tctx = tokenCtx{Context: ctx, token: c.token}
+	fnCtx, cancel := context.WithCancelCause(&c.tctx)
+	c.cancel = cancel
+	if err := g.hb.start(c, sent); err != nil {
+		cancel(err)
+		c.release(ctx)
+		return Result{}, err
+	}
+
+	started := time.Now()
+	panicked := true
+	defer func() {
+		if panicked {
+			// fn panicked: give the key back so a retry may run, then let
+			// the panic go on.
+			g.hb.stop(c)
+			cancel(context.Canceled)
+			c.release(ctx)
+		}
+	}()
+	value, ferr := fn(fnCtx)
+	panicked = false
+	g.hb.stop(c)
+	cancel(context.Canceled)
+	g.observe(ctx, Event{Op: OpRun, Key: c.key, Duration: time.Since(started), Err: ferr})
+
+	switch {
+	case ferr == nil:
+		err := c.outcome(ctx, OpComplete, func(octx context.Context) error {
+			return g.store.Complete(octx, c.storeKey, c.token, value, g.cfg.Retention)
+		})
+		if err != nil {
+			return Result{Value: value}, err
+		}
+		if g.cache != nil {
+			g.cache.put(c.storeKey, StatusCompleted, c.fingerprint, bytes.Clone(value), time.Now().Add(g.cfg.Retention))
+		}
+		return Result{Value: value}, nil
+	case IsPermanent(ferr):
+		cause := EncodeFailure(ferr)
+		err := c.outcome(ctx, OpFail, func(octx context.Context) error {
+			return g.store.Fail(octx, c.storeKey, c.token, cause, g.cfg.FailedRetention)
+		})
+		if err != nil {
+			return Result{}, errors.Join(ferr, err)
+		}
+		if g.cache != nil {
+			g.cache.put(c.storeKey, StatusFailed, c.fingerprint, cause, time.Now().Add(g.cfg.FailedRetention))
+		}
+		return Result{}, ferr
+	default:
+		c.release(ctx)
+		return Result{}, ferr
+	}
+}
+
+func (c *call) release(ctx context.Context) {
+	_ = c.outcome(ctx, OpRelease, func(octx context.Context) error {
+		return c.g.store.Release(octx, c.storeKey, c.token)
+	})
+}
+
+// outcome runs one outcome write under the detached context and maps its
+// error: ErrLeaseLost stays (wrapped), anything else is the store's failure.
+func (c *call) outcome(ctx context.Context, op Op, write func(context.Context) error) error {
+	g := c.g
+	c.octx.reset(ctx, time.Now().Add(g.cfg.StoreTimeout))
+	start := time.Now()
+	err := write(&c.octx)
+	c.octx.stop()
+	g.observe(ctx, Event{Op: op, Key: c.key, Duration: time.Since(start), Err: err})
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, ErrLeaseLost) {
+		g.cfg.Logger.WarnContext(ctx, "idem: lease lost before the outcome was stored",
+			slog.String("namespace", g.cfg.Namespace), slog.String("key", c.key), slog.String("op", op.String()))
+		return fmt.Errorf("idem: %s (key %q): %w", op, c.key, err)
+	}
+	g.cfg.Logger.WarnContext(ctx, "idem: store failed to take the outcome",
+		slog.String("namespace", g.cfg.Namespace), slog.String("key", c.key), slog.String("op", op.String()), slog.Any("error", err))
+	return fmt.Errorf("%w: %s (key %q): %w", ErrStoreUnavailable, op, c.key, err)
+}
+
+// tokenCtx adds the lease token to the caller's context without an
+// allocation of its own (it lives inside the call).
+type tokenCtx struct {
+	context.Context
+	token Token
+}
+
+func (t *tokenCtx) Value(key any) any {
+	if _, ok := key.(tokenKey); ok {
+		return t.token
+	}
+	return t.Context.Value(key)
+}

@@ -1,0 +1,232 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// heartbeats extends the leases of the running calls of one Guard.
+//
+// Every call is due for a heartbeat Lease/3 after it was claimed or last
+// extended. All calls of a Guard share one lease, so the due times are
+// ordered as the calls were queued: a FIFO list and one goroutine that
+// sleeps until its head is due suffice, with no timer or goroutine per call.
+// A call that finishes first (the common case) costs a list insert and
+// remove. The goroutine starts with the first call and exits after a lease
+// without calls, or at Close.
+//
+// When a call is due, a goroutine of its own extends the lease, retrying
+// store errors, until the local deadline: the lease end last confirmed by
+// the store minus a safety margin. If the deadline passes unconfirmed, or
+// the store says the token is no longer current, fn's context is cancelled,
+// so a holder cut off from the store stops before the store lets another
+// holder take over.
+type heartbeats struct {
+	g        *Guard
+	interval time.Duration // Lease/3
+	margin   time.Duration // safety margin before the lease end
+	retry    time.Duration // pause between failed extends
+
+	mu         sync.Mutex
+	head, tail *call
+	running    bool
+	closed     bool
+	wake       chan struct{}
+	quit       chan struct{}
+	wg         sync.WaitGroup
+}
+
+func (h *heartbeats) init(g *Guard) {
+	h.g = g
+	h.interval = g.cfg.Lease / 3
+	h.margin = g.cfg.Lease / 10
+	h.retry = max(g.cfg.Lease/30, time.Millisecond)
+	h.wake = make(chan struct{}, 1)
+	h.quit = make(chan struct{})
+}
+
+// start queues c, claimed at sent, for its first heartbeat.
+func (h *heartbeats) start(c *call, sent time.Time) error {
+	h.mu.Lock()
+	c.deadline = sent.Add(h.g.cfg.Lease - h.margin)
+	if h.closed {
+		h.mu.Unlock()
+		return errGuardClosed
+	}
+	h.pushLocked(c, time.Now())
+	if !h.running {
+		h.running = true
+		h.wg.Add(1)
+		go h.loop()
+	}
+	h.mu.Unlock()
+	return nil
+}
+
+// stop takes c off the heartbeat for good: fn returned.
+func (h *heartbeats) stop(c *call) {
+	h.mu.Lock()
+	c.finished = true
+	if c.queued {
+		h.removeLocked(c)
+	}
+	h.mu.Unlock()
+}
+
+func (h *heartbeats) pushLocked(c *call, now time.Time) {
+	c.due = now.Add(h.interval)
+	c.queued = true
+	c.prev, c.next = h.tail, nil
+	if h.tail != nil {
+		h.tail.next = c
+	} else {
+		h.head = c
+		select {
+		case h.wake <- struct{}{}:
+		default:
+		}
+	}
+	h.tail = c
+}
+
+func (h *heartbeats) removeLocked(c *call) {
+	if c.prev != nil {
+		c.prev.next = c.next
+	} else {
+		h.head = c.next
+	}
+	if c.next != nil {
+		c.next.prev = c.prev
+	} else {
+		h.tail = c.prev
+	}
+	c.prev, c.next, c.queued = nil, nil, false
+}
+
+func (h *heartbeats) close() {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
+	h.closed = true
+	close(h.quit)
+	h.mu.Unlock()
+	// The loop and every extender see quit: extenders cancel their calls,
+	// which no longer have a heartbeat.
+	h.wg.Wait()
+}
+
+func (h *heartbeats) loop() {
+	defer h.wg.Done()
+	timer := time.NewTimer(h.g.cfg.Lease)
+	defer timer.Stop()
+	for {
+		h.mu.Lock()
+		now := time.Now()
+		for h.head != nil && !h.head.due.After(now) {
+			c := h.head
+			h.removeLocked(c)
+			h.wg.Add(1)
+			go h.extend(c)
+		}
+		wait := h.g.cfg.Lease // idle: exit if nothing comes in a lease
+		if h.head != nil {
+			wait = h.head.due.Sub(now)
+		}
+		idle := h.head == nil
+		h.mu.Unlock()
+
+		timer.Reset(wait)
+		select {
+		case <-timer.C:
+			if idle {
+				h.mu.Lock()
+				if h.head == nil {
+					h.running = false
+					h.mu.Unlock()
+					return
+				}
+				h.mu.Unlock()
+			}
+		case <-h.wake:
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+		case <-h.quit:
+			h.mu.Lock()
+			h.running = false
+			h.mu.Unlock()
+			return
+		}
+	}
+}
+
+// extend renews c's lease until the store confirms it, the store says it is
+// lost, the local deadline passes, or fn returns.
+func (h *heartbeats) extend(c *call) {
+	defer h.wg.Done()
+	g := h.g
+	for {
+		h.mu.Lock()
+		finished, deadline := c.finished, c.deadline
+		h.mu.Unlock()
+		if finished {
+			return
+		}
+		if !time.Now().Before(deadline) {
+			h.lose(c, errLocalDeadline)
+			return
+		}
+		sent := time.Now()
+		until := deadline
+		if limit := sent.Add(g.cfg.StoreTimeout); limit.Before(until) {
+			until = limit
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), until)
+		err := g.store.Extend(ctx, c.storeKey, c.token, g.cfg.Lease)
+		cancel()
+		g.observe(&c.tctx, Event{Op: OpExtend, Key: c.key, Duration: time.Since(sent), Err: err})
+		switch {
+		case err == nil:
+			h.mu.Lock()
+			c.deadline = sent.Add(g.cfg.Lease - h.margin)
+			if !c.finished {
+				h.pushLocked(c, time.Now())
+			}
+			h.mu.Unlock()
+			return
+		case errors.Is(err, ErrLeaseLost):
+			h.lose(c, errDisplaced)
+			return
+		}
+		g.cfg.Logger.Warn("idem: heartbeat could not extend the lease",
+			slog.String("namespace", g.cfg.Namespace), slog.String("key", c.key), slog.Any("error", err))
+		select {
+		case <-time.After(min(h.retry, time.Until(deadline))):
+		case <-h.quit:
+			h.lose(c, errGuardClosed)
+			return
+		}
+	}
+}
+
+func (h *heartbeats) lose(c *call, cause error) {
+	h.mu.Lock()
+	finished := c.finished
+	h.mu.Unlock()
+	if finished {
+		return
+	}
+	g := h.g
+	g.cfg.Logger.Warn("idem: lease lost, cancelling the operation",
+		slog.String("namespace", g.cfg.Namespace), slog.String("key", c.key), slog.Any("cause", cause))
+	g.observe(&c.tctx, Event{Op: OpLeaseLost, Key: c.key, Err: cause})
+	c.cancel(cause)
+}

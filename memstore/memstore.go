@@ -1,0 +1,411 @@
+package memstore
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemgo/idem"
+)
+
+// ErrFull is returned by Claim for a new key when the store holds
+// Config.MaxEntries live records. The Guard reports it as
+// idem.ErrStoreUnavailable (fail closed).
+var ErrFull = errors.New("memstore: full")
+
+// Config configures a [Store]. The zero value means every default.
+type Config struct {
+	// MaxEntries caps the records held, expired ones not counted once swept.
+	// A claim of a new key beyond it fails with ErrFull. Default 1,000,000.
+	MaxEntries int
+
+	// SweepInterval is how often expired records are removed in the
+	// background; they are also removed when their key is next touched.
+	// Default 1m.
+	SweepInterval time.Duration
+
+	// Now is the store's clock. Default time.Now; tests inject their own.
+	Now func() time.Time
+}
+
+// Defaults of [Config].
+const (
+	DefaultMaxEntries    = 1_000_000
+	DefaultSweepInterval = time.Minute
+)
+
+const shardCount = 64 // a power of two
+
+// Store is the in-process [idem.Store]: records live in this process's
+// memory, in sharded maps, and die with it. Every transition runs under its
+// shard's mutex, so it is atomic. Tokens come from a store-wide counter, so
+// no token repeats for a key while the Store lives.
+//
+// A Store runs one sweeper goroutine; [Store.Close] stops it (and so does
+// the garbage collector once the Store is unreachable).
+type Store struct {
+	*store // the sweeper holds *store, never *Store, so a lost Store is collected
+}
+
+type store struct {
+	cfg     Config
+	seed    maphash.Seed
+	shards  [shardCount]shard
+	count   atomic.Int64
+	tokens  atomic.Uint64
+	quit    chan struct{}
+	stopped chan struct{}
+	once    sync.Once
+}
+
+type shard struct {
+	mu sync.Mutex
+	m  map[string]*entry
+	_  [40]byte // keep shards on separate cache lines
+}
+
+// entry is one record. Times are store-clock Unix nanoseconds.
+type entry struct {
+	status      idem.Status
+	token       idem.Token
+	attempt     int
+	leaseUntil  int64
+	expires     int64
+	retention   time.Duration // the claim's, for Extend to move expires
+	fingerprint []byte
+	fpBuf       [32]byte // holds fingerprints up to 32 bytes without an allocation
+	result      []byte
+}
+
+var (
+	_ idem.Store          = (*Store)(nil)
+	_ idem.BatchClaimer   = (*Store)(nil)
+	_ idem.BatchCompleter = (*Store)(nil)
+)
+
+// New returns a Store. It fails when a Config field is out of range; the
+// error names it.
+func New(cfg Config) (*Store, error) {
+	switch {
+	case cfg.MaxEntries < 0:
+		return nil, fmt.Errorf("memstore: Config.MaxEntries %d: must not be negative", cfg.MaxEntries)
+	case cfg.SweepInterval < 0:
+		return nil, fmt.Errorf("memstore: Config.SweepInterval %v: must not be negative", cfg.SweepInterval)
+	}
+	cfg.MaxEntries = cmp.Or(cfg.MaxEntries, DefaultMaxEntries)
+	cfg.SweepInterval = cmp.Or(cfg.SweepInterval, DefaultSweepInterval)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &store{cfg: cfg, seed: maphash.MakeSeed(), quit: make(chan struct{}), stopped: make(chan struct{})}
+	for i := range s.shards {
+		s.shards[i].m = make(map[string]*entry)
+	}
+	go s.sweeper()
+	h := &Store{s}
+	runtime.AddCleanup(h, func(s *store) { s.close() }, s)
+	return h, nil
+}
+
+// Close stops the sweeper and waits for it. The records stay readable.
+// Close is idempotent.
+func (s *Store) Close() error {
+	s.close()
+	return nil
+}
+
+func (s *store) close() {
+	s.once.Do(func() { close(s.quit) })
+	<-s.stopped
+}
+
+// Len returns how many records the store holds, expired ones included until
+// they are swept.
+func (s *Store) Len() int { return int(s.count.Load()) }
+
+func (s *store) sweeper() {
+	defer close(s.stopped)
+	t := time.NewTicker(s.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			s.sweep()
+		case <-s.quit:
+			return
+		}
+	}
+}
+
+// sweep removes the expired records, one shard at a time.
+func (s *store) sweep() {
+	now := s.cfg.Now().UnixNano()
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.m {
+			if e.expires <= now {
+				delete(sh.m, k)
+				s.count.Add(-1)
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// Sweep removes the expired records now, as the background sweeper does
+// every SweepInterval.
+func (s *Store) Sweep() { s.sweep() }
+
+func (s *store) shard(key string) *shard {
+	return &s.shards[maphash.String(s.seed, key)&(shardCount-1)]
+}
+
+// live returns the key's unexpired entry, removing an expired one. The
+// shard is locked.
+func (s *store) live(sh *shard, key string, now int64) *entry {
+	e := sh.m[key]
+	if e != nil && e.expires <= now {
+		delete(sh.m, key)
+		s.count.Add(-1)
+		return nil
+	}
+	return e
+}
+
+func validClaim(a idem.ClaimArgs) error {
+	switch {
+	case a.Lease <= 0:
+		return fmt.Errorf("memstore: Claim: lease %v must be positive", a.Lease)
+	case a.Retention <= 0:
+		return fmt.Errorf("memstore: Claim: retention %v must be positive", a.Retention)
+	}
+	return nil
+}
+
+// Claim implements [idem.Store.Claim]; it returns ErrFull for a new key when
+// the store is full.
+func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+	if err := ctx.Err(); err != nil {
+		return idem.Claim{}, err
+	}
+	if err := validClaim(a); err != nil {
+		return idem.Claim{}, err
+	}
+	sh := s.shard(a.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return s.claimLocked(sh, a, s.cfg.Now())
+}
+
+func (s *store) claimLocked(sh *shard, a idem.ClaimArgs, clock time.Time) (idem.Claim, error) {
+	now := clock.UnixNano()
+	e := s.live(sh, a.Key, now)
+	if e == nil {
+		if s.count.Load() >= int64(s.cfg.MaxEntries) {
+			return idem.Claim{}, fmt.Errorf("%w: %d records", ErrFull, s.cfg.MaxEntries)
+		}
+		e = &entry{status: idem.StatusInProgress, attempt: 1, retention: a.Retention}
+		e.fingerprint = append(e.fpBuf[:0], a.Fingerprint...)
+		s.acquire(e, a, now)
+		sh.m[a.Key] = e
+		s.count.Add(1)
+		return idem.Claim{Outcome: idem.Acquired, Token: e.token, Record: e.record(a.Key, a.Fingerprint, nil)}, nil
+	}
+	if !bytes.Equal(e.fingerprint, a.Fingerprint) {
+		return idem.Claim{}, idem.ErrKeyReused
+	}
+	switch {
+	case e.status.Done():
+		return idem.Claim{Outcome: idem.Duplicate, Record: e.record(a.Key, a.Fingerprint, bytes.Clone(e.result))}, nil
+	case e.leaseUntil > now:
+		return idem.Claim{Outcome: idem.Busy, Record: e.record(a.Key, a.Fingerprint, nil)}, nil
+	case a.MaxAttempts > 0 && e.attempt >= a.MaxAttempts:
+		e.status, e.token, e.leaseUntil = idem.StatusFailed, 0, 0
+		e.result = idem.TooManyAttemptsCause()
+		e.expires = now + int64(a.Retention)
+		return idem.Claim{Outcome: idem.Duplicate, Record: e.record(a.Key, a.Fingerprint, bytes.Clone(e.result))}, nil
+	}
+	e.attempt++
+	e.retention = a.Retention
+	s.acquire(e, a, now)
+	return idem.Claim{Outcome: idem.Acquired, Token: e.token, Record: e.record(a.Key, a.Fingerprint, nil)}, nil
+}
+
+func (s *store) acquire(e *entry, a idem.ClaimArgs, now int64) {
+	e.token = idem.Token(s.tokens.Add(1))
+	e.leaseUntil = now + int64(a.Lease)
+	e.expires = e.leaseUntil + int64(a.Retention)
+}
+
+// record returns the entry as an idem.Record with the given fingerprint and
+// result slices (the caller's own, or copies).
+func (e *entry) record(key string, fingerprint, result []byte) idem.Record {
+	r := idem.Record{
+		Key:         key,
+		Status:      e.status,
+		Token:       e.token,
+		Attempt:     e.attempt,
+		Fingerprint: fingerprint,
+		Result:      result,
+		ExpiresAt:   time.Unix(0, e.expires),
+	}
+	if e.status == idem.StatusInProgress {
+		r.LeaseUntil = time.Unix(0, e.leaseUntil)
+	}
+	return r
+}
+
+// holder returns the key's entry if t is its current token, else
+// ErrLeaseLost. The shard is locked.
+func (s *store) holder(sh *shard, key string, t idem.Token, now int64) (*entry, error) {
+	e := s.live(sh, key, now)
+	if e == nil || e.status != idem.StatusInProgress || t == 0 || e.token != t {
+		return nil, idem.ErrLeaseLost
+	}
+	return e, nil
+}
+
+// finish is Complete and Fail: the outcome of claim t.
+func (s *store) finish(ctx context.Context, op string, key string, t idem.Token, status idem.Status, result []byte, retention time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if retention <= 0 {
+		return fmt.Errorf("memstore: %s: retention %v must be positive", op, retention)
+	}
+	result = bytes.Clone(result)
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	now := s.cfg.Now().UnixNano()
+	e, err := s.holder(sh, key, t, now)
+	if err != nil {
+		return err
+	}
+	e.status, e.result, e.leaseUntil = status, result, 0
+	e.expires = now + int64(retention)
+	return nil
+}
+
+// Complete implements [idem.Store.Complete]. The value is copied.
+func (s *Store) Complete(ctx context.Context, key string, t idem.Token, value []byte, retention time.Duration) error {
+	return s.finish(ctx, "Complete", key, t, idem.StatusCompleted, value, retention)
+}
+
+// Fail implements [idem.Store.Fail]. The cause is copied.
+func (s *Store) Fail(ctx context.Context, key string, t idem.Token, cause []byte, retention time.Duration) error {
+	return s.finish(ctx, "Fail", key, t, idem.StatusFailed, cause, retention)
+}
+
+// Release implements [idem.Store.Release].
+func (s *Store) Release(ctx context.Context, key string, t idem.Token) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, err := s.holder(sh, key, t, s.cfg.Now().UnixNano())
+	if err != nil {
+		return err
+	}
+	e.token, e.leaseUntil = 0, 0
+	return nil
+}
+
+// Extend implements [idem.Store.Extend]. The record's expiry moves with the
+// lease, so it stays retained for the claim's retention after the lease.
+func (s *Store) Extend(ctx context.Context, key string, t idem.Token, lease time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if lease <= 0 {
+		return fmt.Errorf("memstore: Extend: lease %v must be positive", lease)
+	}
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	now := s.cfg.Now().UnixNano()
+	e, err := s.holder(sh, key, t, now)
+	if err != nil {
+		return err
+	}
+	e.leaseUntil = now + int64(lease)
+	e.expires = max(e.expires, e.leaseUntil+int64(e.retention))
+	return nil
+}
+
+// Get implements [idem.Store.Get]; the record's slices are copies.
+func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return idem.Record{}, err
+	}
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := s.live(sh, key, s.cfg.Now().UnixNano())
+	if e == nil {
+		return idem.Record{}, idem.ErrNotFound
+	}
+	return e.record(key, bytes.Clone(e.fingerprint), bytes.Clone(e.result)), nil
+}
+
+// Delete implements [idem.Store.Delete].
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if _, ok := sh.m[key]; ok {
+		delete(sh.m, key)
+		s.count.Add(-1)
+	}
+	return nil
+}
+
+// ClaimBatch implements [idem.BatchClaimer]: each claim as Claim would,
+// in order.
+func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.Claim, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]idem.Claim, len(args))
+	for i, a := range args {
+		if err := validClaim(a); err != nil {
+			return nil, err
+		}
+		sh := s.shard(a.Key)
+		sh.mu.Lock()
+		c, err := s.claimLocked(sh, a, s.cfg.Now())
+		sh.mu.Unlock()
+		if err != nil && !errors.Is(err, idem.ErrKeyReused) {
+			return nil, err
+		}
+		c.Err = err
+		out[i] = c
+	}
+	return out, nil
+}
+
+// CompleteBatch implements [idem.BatchCompleter].
+func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]error, error) {
+	errs := make([]error, len(cs))
+	for i, c := range cs {
+		err := s.Complete(ctx, c.Key, c.Token, c.Value, c.Retention)
+		if err != nil && !errors.Is(err, idem.ErrLeaseLost) {
+			return nil, err
+		}
+		errs[i] = err
+	}
+	return errs, nil
+}

@@ -1,0 +1,95 @@
+package idem
+
+import (
+	"context"
+	"encoding/binary"
+	"time"
+)
+
+// Store keeps idempotency records. Every method is one atomic transition of
+// the state machine in the package documentation, safe for concurrent use by
+// any number of goroutines and processes sharing the store. Time is the
+// store's own clock (the server's for a remote store), never the caller's.
+//
+// Keys are opaque: any bytes, compared byte for byte. A store returns the
+// sentinels named below, wrapped or not, and reports any other failure (an
+// unreachable server, a timeout) as an error the Guard treats as
+// [ErrStoreUnavailable]. Values and results handed to a store belong to it:
+// the caller must not modify them afterwards; slices a store returns belong
+// to the caller.
+type Store interface {
+	// Claim claims the key for a.Lease:
+	//   - absent or expired: a new InProgress record, attempt 1 → Acquired;
+	//   - fingerprint differs from the record's, in any status → ErrKeyReused;
+	//   - InProgress with a live lease → Busy, record unchanged;
+	//   - InProgress with its lease over (or released) → Acquired with a new
+	//     token and attempt+1, or, when that would exceed a.MaxAttempts,
+	//     Failed(ErrTooManyAttempts) returned as a Duplicate;
+	//   - Completed or Failed → Duplicate with the stored outcome.
+	// Of any number of concurrent claims of an absent key exactly one is
+	// Acquired.
+	Claim(ctx context.Context, a ClaimArgs) (Claim, error)
+
+	// Complete stores value as the outcome of the claim t: the record becomes
+	// Completed and expires after retention. It returns ErrLeaseLost, and
+	// changes nothing, when t is not the key's current token (another claim
+	// took over, t was released, the record has an outcome, expired or is
+	// absent). A token whose lease ran out is still current until someone
+	// takes over.
+	Complete(ctx context.Context, key string, t Token, value []byte, retention time.Duration) error
+
+	// Fail stores the encoded permanent error cause (see [EncodeFailure]) as
+	// the outcome of the claim t: the record becomes Failed and expires after
+	// retention. ErrLeaseLost as for Complete.
+	Fail(ctx context.Context, key string, t Token, cause []byte, retention time.Duration) error
+
+	// Release gives up the lease t without an outcome: the next Claim takes
+	// over at once (attempt counted), and t is never accepted again.
+	// ErrLeaseLost as for Complete.
+	Release(ctx context.Context, key string, t Token) error
+
+	// Extend sets the lease of claim t to end lease from now (store clock).
+	// ErrLeaseLost as for Complete.
+	Extend(ctx context.Context, key string, t Token, lease time.Duration) error
+
+	// Get returns the key's record, or ErrNotFound when there is none (never
+	// claimed, expired or deleted). For inspection; the Guard never needs it.
+	Get(ctx context.Context, key string) (Record, error)
+
+	// Delete forgets the key's record, whatever its status; a missing key is
+	// not an error. The current holder's next call gets ErrLeaseLost.
+	Delete(ctx context.Context, key string) error
+}
+
+// BatchClaimer is implemented by stores that can claim many keys in one
+// round trip, for consumers that fetch messages in batches.
+type BatchClaimer interface {
+	// ClaimBatch does what Claim does for each of args, in one round trip,
+	// and returns one Claim per argument in the same order. An error of one
+	// key (ErrKeyReused) is in that Claim's Err; the error returned is for
+	// the batch as a whole (the store could not be reached). Two entries for
+	// the same key are claimed in order, the second seeing the first.
+	ClaimBatch(ctx context.Context, args []ClaimArgs) ([]Claim, error)
+}
+
+// BatchCompleter is implemented by stores that can complete many claims in
+// one round trip.
+type BatchCompleter interface {
+	// CompleteBatch does what Complete does for each of cs and returns one
+	// error per entry (nil, or ErrLeaseLost), in the same order; the error
+	// returned is for the batch as a whole.
+	CompleteBatch(ctx context.Context, cs []Completion) ([]error, error)
+}
+
+// StoreKey returns the store key of key in namespace: the namespace's length
+// as a uvarint, the namespace, then the key. No two (namespace, key) pairs
+// share a store key, whatever bytes they hold: namespace "a:b" with key "c"
+// and namespace "a" with key "b:c" are different records.
+func StoreKey(namespace, key string) string {
+	return string(appendStoreKey(make([]byte, 0, binary.MaxVarintLen64+len(namespace)+len(key)), namespace, key))
+}
+
+func appendStoreKey(b []byte, namespace, key string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(namespace)))
+	return append(append(b, namespace...), key...)
+}

@@ -1,0 +1,676 @@
+// Package idemtest holds the conformance suite every [idem.Store] runs from
+// its own tests, like testing/slogtest for slog handlers:
+//
+//	func TestConformance(t *testing.T) {
+//		idemtest.Run(t, func(t *testing.T) idem.Store { return newStore(t) })
+//	}
+//
+// Each case is a parallel subtest under a namespace of its own, so newStore
+// may return one shared store. The suite uses the real clock with leases of
+// about 50ms: no case waits longer than a few leases.
+package idemtest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+)
+
+// Lease is the lease the suite claims with; expiry cases wait a few of them.
+const Lease = 50 * time.Millisecond
+
+// Run runs the conformance suite against the stores newStore returns.
+func Run(t *testing.T, newStore func(t *testing.T) idem.Store) {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.run(t, newEnv(t, newStore(t)))
+		})
+	}
+}
+
+var cases = []struct {
+	name string
+	run  func(t *testing.T, e *env)
+}{
+	{"ConcurrentClaimsOneWinner", concurrentClaims},
+	{"GuardRunsOnceUnderConcurrency", guardRunsOnce},
+	{"DuplicateGetsValueByteIdentical", duplicateGetsValue},
+	{"FailStoresCause", failStoresCause},
+	{"BusyWhileLeaseLive", busyWhileLeaseLive},
+	{"TakeoverAfterLeaseExpiry", takeoverAfterExpiry},
+	{"StaleTokenIsFenced", staleTokenFenced},
+	{"LateHolderNotDisplacedMayFinish", lateHolderMayFinish},
+	{"OutcomeIsFinal", outcomeIsFinal},
+	{"ReleaseLetsNextClaimAcquire", releaseLetsNextAcquire},
+	{"ExtendKeepsLeaseAlive", extendKeepsLease},
+	{"MaxAttemptsFails", maxAttemptsFails},
+	{"RetentionExpiryFreesKey", retentionFreesKey},
+	{"RecreatedRecordRefusesOldTokens", recreatedRefusesOldTokens},
+	{"FingerprintMismatchInEveryStatus", fingerprintMismatch},
+	{"AnyKeyBytesNeverCollide", keysNeverCollide},
+	{"LargeValueRoundTrips", largeValue},
+	{"GetAndDelete", getAndDelete},
+	{"ClaimBatchAgreesWithClaim", claimBatchAgrees},
+	{"CompleteBatchAgreesWithComplete", completeBatchAgrees},
+}
+
+// env is one case's view of the store: its own namespace and helpers.
+type env struct {
+	t  *testing.T
+	s  idem.Store
+	ns string
+}
+
+func newEnv(t *testing.T, s idem.Store) *env {
+	var b [8]byte
+	rand.Read(b[:])
+	return &env{t: t, s: s, ns: "idemtest-" + hex.EncodeToString(b[:])}
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// key returns the store key of k in the case's namespace.
+func (e *env) key(k string) string { return idem.StoreKey(e.ns, k) }
+
+func (e *env) args(k, fingerprint string) idem.ClaimArgs {
+	return idem.ClaimArgs{Key: e.key(k), Fingerprint: []byte(fingerprint), Lease: Lease, Retention: time.Minute}
+}
+
+func (e *env) claim(a idem.ClaimArgs) (idem.Claim, error) { return e.s.Claim(ctx(e.t), a) }
+
+func (e *env) mustClaim(a idem.ClaimArgs, want idem.Outcome) idem.Claim {
+	e.t.Helper()
+	c, err := e.claim(a)
+	if err != nil {
+		e.t.Fatalf("Claim(%q): %v", a.Key, err)
+	}
+	if c.Outcome != want {
+		e.t.Fatalf("Claim(%q) = %v (record %+v), want %v", a.Key, c.Outcome, c.Record, want)
+	}
+	if want == idem.Acquired && c.Token == 0 {
+		e.t.Fatalf("Claim(%q) acquired with the zero token", a.Key)
+	}
+	return c
+}
+
+// awaitAcquire claims until Acquired: the lease or the record has to expire
+// first. It fails after 40 leases. Errors in tolerate may answer while it
+// waits.
+func (e *env) awaitAcquire(a idem.ClaimArgs, tolerate ...error) idem.Claim {
+	e.t.Helper()
+	deadline := time.Now().Add(40 * Lease)
+	for {
+		c, err := e.claim(a)
+		for _, ok := range tolerate {
+			if errors.Is(err, ok) {
+				c, err = idem.Claim{Outcome: idem.Busy}, nil
+			}
+		}
+		if err != nil {
+			e.t.Fatalf("Claim(%q): %v", a.Key, err)
+		}
+		if c.Outcome == idem.Acquired {
+			return c
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("Claim(%q) still %v after %v: the lease or record never expired", a.Key, c.Outcome, 40*Lease)
+		}
+		time.Sleep(Lease / 5)
+	}
+}
+
+func (e *env) get(k string) idem.Record {
+	e.t.Helper()
+	r, err := e.s.Get(ctx(e.t), e.key(k))
+	if err != nil {
+		e.t.Fatalf("Get(%q): %v", k, err)
+	}
+	return r
+}
+
+// sameRecord reports a difference of two reads of one record, ignoring
+// nothing the state machine defines.
+func sameRecord(a, b idem.Record) bool {
+	return a.Key == b.Key && a.Status == b.Status && a.Token == b.Token && a.Attempt == b.Attempt &&
+		bytes.Equal(a.Fingerprint, b.Fingerprint) && bytes.Equal(a.Result, b.Result) &&
+		a.LeaseUntil.Equal(b.LeaseUntil) && a.ExpiresAt.Equal(b.ExpiresAt)
+}
+
+func wantErr(t *testing.T, what string, err, want error) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Fatalf("%s: error %v, want %v", what, err, want)
+	}
+}
+
+func concurrentClaims(t *testing.T, e *env) {
+	const n = 64
+	a := e.args("k", "fp")
+	a.Lease = time.Minute // no takeover during the race
+	var acquired, busy atomic.Int32
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range n {
+		wg.Go(func() {
+			<-start
+			c, err := e.s.Claim(context.Background(), a)
+			switch {
+			case err != nil:
+				t.Errorf("Claim: %v", err)
+			case c.Outcome == idem.Acquired:
+				acquired.Add(1)
+			case c.Outcome == idem.Busy:
+				busy.Add(1)
+			default:
+				t.Errorf("Claim = %v, want Acquired or Busy", c.Outcome)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if acquired.Load() != 1 || busy.Load() != n-1 {
+		t.Fatalf("%d concurrent claims: %d Acquired, %d Busy; want 1 and %d", n, acquired.Load(), busy.Load(), n-1)
+	}
+}
+
+func guardRunsOnce(t *testing.T, e *env) {
+	const n = 64
+	g, err := idem.New(e.s, idem.Config{Namespace: e.ns, Lease: time.Second, Wait: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	var runs atomic.Int32
+	var fresh atomic.Int32
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range n {
+		wg.Go(func() {
+			<-start
+			res, err := g.Do(context.Background(), "order-1", []byte("charge 10"), func(ctx context.Context) ([]byte, error) {
+				runs.Add(1)
+				time.Sleep(Lease / 2) // hold the key while the others arrive
+				return []byte("charged"), nil
+			})
+			if err != nil {
+				t.Errorf("Do: %v", err)
+				return
+			}
+			if string(res.Value) != "charged" {
+				t.Errorf("Do = %q, want %q", res.Value, "charged")
+			}
+			if !res.Replayed {
+				fresh.Add(1)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if runs.Load() != 1 || fresh.Load() != 1 {
+		t.Fatalf("%d concurrent Do: fn ran %d times, %d fresh results; want 1 and 1", n, runs.Load(), fresh.Load())
+	}
+}
+
+func duplicateGetsValue(t *testing.T, e *env) {
+	a := e.args("k", "fp")
+	c := e.mustClaim(a, idem.Acquired)
+	if c.Record.Attempt != 1 || c.Record.Status != idem.StatusInProgress {
+		t.Fatalf("first claim: record %+v, want InProgress attempt 1", c.Record)
+	}
+	value := []byte{0, 1, 2, 0xff, 0xfe, 'o', 'k', 0}
+	if err := e.s.Complete(ctx(t), a.Key, c.Token, value, time.Minute); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	for range 3 {
+		d := e.mustClaim(a, idem.Duplicate)
+		if d.Record.Status != idem.StatusCompleted || !bytes.Equal(d.Record.Result, value) {
+			t.Fatalf("duplicate: %v %q, want Completed %q", d.Record.Status, d.Record.Result, value)
+		}
+		d.Record.Result[0] = 'X' // the caller owns what it got
+	}
+	if r := e.get("k"); !bytes.Equal(r.Result, value) {
+		t.Fatalf("Get after duplicates = %q, want %q", r.Result, value)
+	}
+}
+
+func failStoresCause(t *testing.T, e *env) {
+	a := e.args("k", "fp")
+	c := e.mustClaim(a, idem.Acquired)
+	cause := idem.EncodeFailure(errors.New("card declined"))
+	if err := e.s.Fail(ctx(t), a.Key, c.Token, cause, time.Minute); err != nil {
+		t.Fatalf("Fail: %v", err)
+	}
+	d := e.mustClaim(a, idem.Duplicate)
+	if d.Record.Status != idem.StatusFailed || !bytes.Equal(d.Record.Result, cause) {
+		t.Fatalf("duplicate: %v %q, want Failed %q", d.Record.Status, d.Record.Result, cause)
+	}
+	if err := idem.DecodeFailure(d.Record.Result); err.Error() != "card declined" || !idem.IsPermanent(err) {
+		t.Fatalf("decoded failure %v, want the permanent error %q", err, "card declined")
+	}
+}
+
+func busyWhileLeaseLive(t *testing.T, e *env) {
+	a := e.args("k", "fp")
+	a.Lease = time.Minute
+	c := e.mustClaim(a, idem.Acquired)
+	b := e.mustClaim(a, idem.Busy)
+	if b.Record.Token != c.Token || b.Record.Attempt != 1 || b.Record.Status != idem.StatusInProgress {
+		t.Fatalf("busy record %+v, want the holder's (token %d, attempt 1)", b.Record, c.Token)
+	}
+	if b.Token != 0 {
+		t.Fatalf("a Busy claim got token %d, want none", b.Token)
+	}
+}
+
+func takeoverAfterExpiry(t *testing.T, e *env) {
+	a := e.args("k", "fp")
+	first := e.mustClaim(a, idem.Acquired)
+	second := e.awaitAcquire(a)
+	if second.Token == first.Token {
+		t.Fatalf("takeover reused token %d", first.Token)
+	}
+	if second.Record.Attempt != 2 {
+		t.Fatalf("takeover attempt %d, want 2", second.Record.Attempt)
+	}
+	if err := e.s.Complete(ctx(t), a.Key, second.Token, []byte("v2"), time.Minute); err != nil {
+		t.Fatalf("new holder's Complete: %v", err)
+	}
+}
+
+func staleTokenFenced(t *testing.T, e *env) {
+	a := e.args("k", "fp")
+	old := e.mustClaim(a, idem.Acquired)
+	cur := e.awaitAcquire(a)
+	before := e.get("k")
+	c := ctx(t)
+	wantErr(t, "stale Complete", e.s.Complete(c, a.Key, old.Token, []byte("stale"), time.Minute), idem.ErrLeaseLost)
+	wantErr(t, "stale Fail", e.s.Fail(c, a.Key, old.Token, idem.EncodeFailure(errors.New("x")), time.Minute), idem.ErrLeaseLost)
+	wantErr(t, "stale Release", e.s.Release(c, a.Key, old.Token), idem.ErrLeaseLost)
+	wantErr(t, "stale Extend", e.s.Extend(c, a.Key, old.Token, time.Minute), idem.ErrLeaseLost)
+	wantErr(t, "zero-token Complete", e.s.Complete(c, a.Key, 0, []byte("zero"), time.Minute), idem.ErrLeaseLost)
+	if after := e.get("k"); !sameRecord(before, after) {
+		t.Fatalf("stale calls changed the record:\nbefore %+v\nafter  %+v", before, after)
+	}
+	if err := e.s.Complete(c, a.Key, cur.Token, []byte("current"), time.Minute); err != nil {
+		t.Fatalf("current holder's Complete: %v", err)
+	}
+	if d := e.mustClaim(a, idem.Duplicate); string(d.Record.Result) != "current" {
+		t.Fatalf("outcome %q, want the current holder's %q", d.Record.Result, "current")
+	}
+}
+
+func lateHolderMayFinish(t *testing.T, e *env) {
+	a := e.args("k", "fp")
+	c := e.mustClaim(a, idem.Acquired)
+	time.Sleep(2 * Lease) // the lease ends; nobody claims
+	if err := e.s.Complete(ctx(t), a.Key, c.Token, []byte("late"), time.Minute); err != nil {
+		t.Fatalf("Complete by a late holder nobody displaced: %v", err)
+	}
+	if d := e.mustClaim(a, idem.Duplicate); string(d.Record.Result) != "late" {
+		t.Fatalf("outcome %q, want %q", d.Record.Result, "late")
+	}
+}
+
+func outcomeIsFinal(t *testing.T, e *env) {
+	for _, fail := range []bool{false, true} {
+		k := "completed"
+		if fail {
+			k = "failed"
+		}
+		a := e.args(k, "fp")
+		c := e.mustClaim(a, idem.Acquired)
+		cx := ctx(t)
+		var err error
+		if fail {
+			err = e.s.Fail(cx, a.Key, c.Token, idem.EncodeFailure(errors.New("no")), time.Minute)
+		} else {
+			err = e.s.Complete(cx, a.Key, c.Token, []byte("yes"), time.Minute)
+		}
+		if err != nil {
+			t.Fatalf("%s: first outcome: %v", k, err)
+		}
+		before := e.get(k)
+		wantErr(t, k+": Complete again", e.s.Complete(cx, a.Key, c.Token, []byte("again"), time.Minute), idem.ErrLeaseLost)
+		wantErr(t, k+": Fail again", e.s.Fail(cx, a.Key, c.Token, []byte("again"), time.Minute), idem.ErrLeaseLost)
+		wantErr(t, k+": Release", e.s.Release(cx, a.Key, c.Token), idem.ErrLeaseLost)
+		wantErr(t, k+": Extend", e.s.Extend(cx, a.Key, c.Token, time.Minute), idem.ErrLeaseLost)
+		if after := e.get(k); !sameRecord(before, after) {
+			t.Fatalf("%s: calls on an outcome changed it:\nbefore %+v\nafter  %+v", k, before, after)
+		}
+		time.Sleep(2 * Lease) // an outcome has no lease to expire
+		e.mustClaim(a, idem.Duplicate)
+	}
+}
+
+func releaseLetsNextAcquire(t *testing.T, e *env) {
+	a := e.args("k", "fp")
+	a.Lease = time.Minute
+	first := e.mustClaim(a, idem.Acquired)
+	if err := e.s.Release(ctx(t), a.Key, first.Token); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	wantErr(t, "Complete with the released token", e.s.Complete(ctx(t), a.Key, first.Token, []byte("x"), time.Minute), idem.ErrLeaseLost)
+	wantErr(t, "Extend with the released token", e.s.Extend(ctx(t), a.Key, first.Token, time.Minute), idem.ErrLeaseLost)
+	wantErr(t, "Release again", e.s.Release(ctx(t), a.Key, first.Token), idem.ErrLeaseLost)
+	next := e.mustClaim(a, idem.Acquired) // at once, not after the minute's lease
+	if next.Token == first.Token || next.Record.Attempt != 2 {
+		t.Fatalf("claim after Release: token %d attempt %d, want a new token and attempt 2", next.Token, next.Record.Attempt)
+	}
+	wantErr(t, "Complete with the released token after takeover", e.s.Complete(ctx(t), a.Key, first.Token, []byte("x"), time.Minute), idem.ErrLeaseLost)
+}
+
+func extendKeepsLease(t *testing.T, e *env) {
+	a := e.args("k", "fp")
+	c := e.mustClaim(a, idem.Acquired)
+	end := time.Now().Add(3 * Lease)
+	for time.Now().Before(end) {
+		if err := e.s.Extend(ctx(t), a.Key, c.Token, Lease); err != nil {
+			t.Fatalf("Extend: %v", err)
+		}
+		e.mustClaim(a, idem.Busy)
+		time.Sleep(Lease / 4)
+	}
+	// Three leases later the holder still holds it, and may finish.
+	if err := e.s.Extend(ctx(t), a.Key, c.Token, time.Minute); err != nil {
+		t.Fatalf("Extend: %v", err)
+	}
+	time.Sleep(2 * Lease)
+	e.mustClaim(a, idem.Busy)
+	if err := e.s.Complete(ctx(t), a.Key, c.Token, []byte("done"), time.Minute); err != nil {
+		t.Fatalf("Complete after extending: %v", err)
+	}
+}
+
+func maxAttemptsFails(t *testing.T, e *env) {
+	a := e.args("k", "fp")
+	a.MaxAttempts = 3
+	a.Lease = time.Minute
+	for i := 1; i <= 3; i++ {
+		c := e.mustClaim(a, idem.Acquired)
+		if c.Record.Attempt != i {
+			t.Fatalf("claim %d: attempt %d", i, c.Record.Attempt)
+		}
+		if err := e.s.Release(ctx(t), a.Key, c.Token); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+	}
+	d := e.mustClaim(a, idem.Duplicate)
+	if d.Record.Status != idem.StatusFailed {
+		t.Fatalf("claim 4 with MaxAttempts 3: %v, want Failed", d.Record.Status)
+	}
+	if err := idem.DecodeFailure(d.Record.Result); !errors.Is(err, idem.ErrTooManyAttempts) {
+		t.Fatalf("stored failure %v, want ErrTooManyAttempts", err)
+	}
+	if r := e.get("k"); r.Status != idem.StatusFailed {
+		t.Fatalf("record %v after the cap, want Failed", r.Status)
+	}
+	e.mustClaim(a, idem.Duplicate)
+}
+
+func retentionFreesKey(t *testing.T, e *env) {
+	a := e.args("k", "fp")
+	c := e.mustClaim(a, idem.Acquired)
+	if err := e.s.Complete(ctx(t), a.Key, c.Token, []byte("v"), 2*Lease); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	e.mustClaim(a, idem.Duplicate)
+	again := e.awaitAcquire(a)
+	if again.Record.Attempt != 1 {
+		t.Fatalf("claim after retention: attempt %d, want 1 (a new record)", again.Record.Attempt)
+	}
+	// A record that expired is forgotten: a new payload may use the key.
+	b := e.args("other", "fp")
+	c = e.mustClaim(b, idem.Acquired)
+	if err := e.s.Complete(ctx(t), b.Key, c.Token, []byte("v"), 2*Lease); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	b.Fingerprint = []byte("another payload")
+	e.awaitAcquire(b, idem.ErrKeyReused)
+}
+
+func recreatedRefusesOldTokens(t *testing.T, e *env) {
+	a := e.args("k", "fp")
+	seen := map[idem.Token]bool{}
+	var old []idem.Token
+	for range 4 {
+		c := e.awaitAcquire(a)
+		if seen[c.Token] {
+			t.Fatalf("token %d issued twice for one key", c.Token)
+		}
+		seen[c.Token] = true
+		for _, o := range old {
+			wantErr(t, "Complete with a token from before the record expired",
+				e.s.Complete(ctx(t), a.Key, o, []byte("old"), time.Minute), idem.ErrLeaseLost)
+			wantErr(t, "Extend with a token from before", e.s.Extend(ctx(t), a.Key, o, time.Minute), idem.ErrLeaseLost)
+		}
+		old = append(old, c.Token)
+		// Let the record expire entirely: complete with a short retention.
+		if err := e.s.Complete(ctx(t), a.Key, c.Token, []byte("v"), Lease); err != nil {
+			t.Fatalf("Complete: %v", err)
+		}
+	}
+}
+
+func fingerprintMismatch(t *testing.T, e *env) {
+	a := e.args("k", "fp")
+	a.Lease = time.Minute
+	other := a
+	other.Fingerprint = []byte("fp2")
+	c := e.mustClaim(a, idem.Acquired)
+	check := func(status string) {
+		t.Helper()
+		before := e.get("k")
+		_, err := e.claim(other)
+		wantErr(t, "claim with another fingerprint ("+status+")", err, idem.ErrKeyReused)
+		if after := e.get("k"); !sameRecord(before, after) {
+			t.Fatalf("%s: a mismatched claim changed the record", status)
+		}
+	}
+	check("in progress")
+	if err := e.s.Release(ctx(t), a.Key, c.Token); err != nil {
+		t.Fatal(err)
+	}
+	check("released, lease over") // before takeover is considered
+	c = e.mustClaim(a, idem.Acquired)
+	if err := e.s.Complete(ctx(t), a.Key, c.Token, []byte("v"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	check("completed")
+
+	f := e.args("f", "fp")
+	c = e.mustClaim(f, idem.Acquired)
+	if err := e.s.Fail(ctx(t), f.Key, c.Token, idem.EncodeFailure(errors.New("no")), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	f.Fingerprint = []byte("fp2")
+	_, err := e.claim(f)
+	wantErr(t, "claim with another fingerprint (failed)", err, idem.ErrKeyReused)
+
+	// Fingerprints compare byte for byte: a prefix is another fingerprint.
+	p := e.args("p", "abc")
+	e.mustClaim(p, idem.Acquired)
+	p.Fingerprint = []byte("ab")
+	_, err = e.claim(p)
+	wantErr(t, "claim with a prefix of the fingerprint", err, idem.ErrKeyReused)
+}
+
+func keysNeverCollide(t *testing.T, e *env) {
+	long := string(bytes.Repeat([]byte{0xfe}, 255))
+	keys := []struct{ ns, key string }{
+		{"a:b", "c"}, {"a", "b:c"}, {"a", "b"}, {"", "ab"}, {"ab", ""},
+		{e.ns, "{tag}"}, {e.ns, "{tag"}, {e.ns, "tag}"}, {e.ns, "\x00"}, {e.ns, "\x00\x00"},
+		{e.ns, "\xff\xfe\xfd"}, {e.ns, "k\x00v"}, {e.ns, "k"}, {e.ns, "K"}, {e.ns, long},
+		{e.ns, long[:254]}, {e.ns, "ключ"}, {e.ns, " k"}, {e.ns, "k "}, {e.ns, "*"}, {e.ns, "?"}, {e.ns, "%s"},
+	}
+	c := ctx(t)
+	tokens := map[string]idem.Token{}
+	for i, k := range keys {
+		// Scope even the literal namespaces to this run.
+		sk := idem.StoreKey(e.ns+"/"+k.ns, k.key)
+		if _, dup := tokens[sk]; dup {
+			t.Fatalf("StoreKey collision for %q/%q", k.ns, k.key)
+		}
+		cl, err := e.s.Claim(c, idem.ClaimArgs{Key: sk, Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Minute})
+		if err != nil || cl.Outcome != idem.Acquired {
+			t.Fatalf("key %d (%q/%q): %v %v, want Acquired: another key's record answered", i, k.ns, k.key, cl.Outcome, err)
+		}
+		tokens[sk] = cl.Token
+	}
+	for i, k := range keys {
+		sk := idem.StoreKey(e.ns+"/"+k.ns, k.key)
+		v := []byte{byte(i)}
+		if err := e.s.Complete(c, sk, tokens[sk], v, time.Minute); err != nil {
+			t.Fatalf("Complete key %d: %v", i, err)
+		}
+	}
+	for i, k := range keys {
+		sk := idem.StoreKey(e.ns+"/"+k.ns, k.key)
+		r, err := e.s.Get(c, sk)
+		if err != nil || r.Key != sk || !bytes.Equal(r.Result, []byte{byte(i)}) {
+			t.Fatalf("key %d (%q/%q): record %q %q %v, want its own value %d", i, k.ns, k.key, r.Key, r.Result, err, i)
+		}
+	}
+}
+
+func largeValue(t *testing.T, e *env) {
+	value := make([]byte, 1<<20)
+	rand.Read(value)
+	a := e.args("k", "fp")
+	c := e.mustClaim(a, idem.Acquired)
+	if err := e.s.Complete(ctx(t), a.Key, c.Token, value, time.Minute); err != nil {
+		t.Fatalf("Complete with 1 MiB: %v", err)
+	}
+	d := e.mustClaim(a, idem.Duplicate)
+	if !bytes.Equal(d.Record.Result, value) {
+		t.Fatalf("1 MiB value came back as %d different bytes", len(d.Record.Result))
+	}
+}
+
+func getAndDelete(t *testing.T, e *env) {
+	c := ctx(t)
+	if _, err := e.s.Get(c, e.key("missing")); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("Get of a missing key: %v, want ErrNotFound", err)
+	}
+	if err := e.s.Delete(c, e.key("missing")); err != nil {
+		t.Fatalf("Delete of a missing key: %v", err)
+	}
+	a := e.args("k", "fp")
+	a.Lease = time.Minute
+	cl := e.mustClaim(a, idem.Acquired)
+	r := e.get("k")
+	if r.Key != a.Key || r.Status != idem.StatusInProgress || r.Token != cl.Token || r.Attempt != 1 ||
+		!bytes.Equal(r.Fingerprint, a.Fingerprint) || !r.LeaseUntil.After(time.Now().Add(-time.Minute)) ||
+		!r.ExpiresAt.After(r.LeaseUntil.Add(-time.Second)) {
+		t.Fatalf("Get = %+v, want the claim's InProgress record", r)
+	}
+	if err := e.s.Delete(c, a.Key); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if _, err := e.s.Get(c, a.Key); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("Get after Delete: %v, want ErrNotFound", err)
+	}
+	wantErr(t, "Complete after Delete", e.s.Complete(c, a.Key, cl.Token, []byte("v"), time.Minute), idem.ErrLeaseLost)
+	next := e.mustClaim(a, idem.Acquired)
+	if next.Token == cl.Token || next.Record.Attempt != 1 {
+		t.Fatalf("claim after Delete: token %d attempt %d, want a new token, attempt 1", next.Token, next.Record.Attempt)
+	}
+}
+
+func claimBatchAgrees(t *testing.T, e *env) {
+	bc, ok := e.s.(idem.BatchClaimer)
+	if !ok {
+		t.Skip("the store does not implement idem.BatchClaimer")
+	}
+	c := ctx(t)
+	// Set up: "done" completed, "busy" in progress, "reused" completed with another fingerprint.
+	done := e.args("done", "fp")
+	cl := e.mustClaim(done, idem.Acquired)
+	if err := e.s.Complete(c, done.Key, cl.Token, []byte("done-value"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	busy := e.args("busy", "fp")
+	busy.Lease = time.Minute
+	holder := e.mustClaim(busy, idem.Acquired)
+	reused := e.args("reused", "other")
+	cl = e.mustClaim(reused, idem.Acquired)
+	if err := e.s.Complete(c, reused.Key, cl.Token, []byte("r"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	reused.Fingerprint = []byte("fp")
+	fresh := e.args("fresh", "fp")
+	fresh.Lease = time.Minute
+	args := []idem.ClaimArgs{fresh, done, busy, reused, fresh}
+	got, err := bc.ClaimBatch(c, args)
+	if err != nil {
+		t.Fatalf("ClaimBatch: %v", err)
+	}
+	if len(got) != len(args) {
+		t.Fatalf("ClaimBatch returned %d claims for %d args", len(got), len(args))
+	}
+	if got[0].Outcome != idem.Acquired || got[0].Token == 0 || got[0].Err != nil {
+		t.Fatalf("fresh key: %+v, want Acquired", got[0])
+	}
+	if got[1].Outcome != idem.Duplicate || string(got[1].Record.Result) != "done-value" {
+		t.Fatalf("completed key: %v %q, want Duplicate %q", got[1].Outcome, got[1].Record.Result, "done-value")
+	}
+	if got[2].Outcome != idem.Busy || got[2].Record.Token != holder.Token {
+		t.Fatalf("busy key: %+v, want Busy with the holder's token", got[2])
+	}
+	if !errors.Is(got[3].Err, idem.ErrKeyReused) {
+		t.Fatalf("reused key: Err %v, want ErrKeyReused", got[3].Err)
+	}
+	if got[4].Outcome != idem.Busy || got[4].Record.Token != got[0].Token {
+		t.Fatalf("second entry of the fresh key: %+v, want Busy behind the first", got[4])
+	}
+	// The batch's claim is a real claim.
+	if err := e.s.Complete(c, fresh.Key, got[0].Token, []byte("f"), time.Minute); err != nil {
+		t.Fatalf("Complete of a batch claim: %v", err)
+	}
+	if d := e.mustClaim(fresh, idem.Duplicate); string(d.Record.Result) != "f" {
+		t.Fatalf("after batch: %q", d.Record.Result)
+	}
+	if got, err := bc.ClaimBatch(c, nil); err != nil || len(got) != 0 {
+		t.Fatalf("empty ClaimBatch: %v, %v", got, err)
+	}
+}
+
+func completeBatchAgrees(t *testing.T, e *env) {
+	bc, ok := e.s.(idem.BatchCompleter)
+	if !ok {
+		t.Skip("the store does not implement idem.BatchCompleter")
+	}
+	c := ctx(t)
+	x, y := e.args("x", "fp"), e.args("y", "fp")
+	x.Lease, y.Lease = time.Minute, time.Minute
+	cx, cy := e.mustClaim(x, idem.Acquired), e.mustClaim(y, idem.Acquired)
+	errs, err := bc.CompleteBatch(c, []idem.Completion{
+		{Key: x.Key, Token: cx.Token, Value: []byte("vx"), Retention: time.Minute},
+		{Key: y.Key, Token: cy.Token + 1, Value: []byte("wrong"), Retention: time.Minute},
+		{Key: e.key("absent"), Token: 7, Value: []byte("v"), Retention: time.Minute},
+	})
+	if err != nil || len(errs) != 3 {
+		t.Fatalf("CompleteBatch: %v, %d errors", err, len(errs))
+	}
+	if errs[0] != nil || !errors.Is(errs[1], idem.ErrLeaseLost) || !errors.Is(errs[2], idem.ErrLeaseLost) {
+		t.Fatalf("CompleteBatch errors %v, want [nil ErrLeaseLost ErrLeaseLost]", errs)
+	}
+	if d := e.mustClaim(x, idem.Duplicate); string(d.Record.Result) != "vx" {
+		t.Fatalf("x: %q, want vx", d.Record.Result)
+	}
+	if r := e.get("y"); r.Status != idem.StatusInProgress || r.Token != cy.Token {
+		t.Fatalf("y after a wrong token: %+v, want unchanged InProgress", r)
+	}
+}

@@ -1,0 +1,592 @@
+package idem_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/memstore"
+)
+
+func newMem(t testing.TB) *memstore.Store {
+	t.Helper()
+	s, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func newGuard(t testing.TB, s idem.Store, cfg idem.Config) *idem.Guard {
+	t.Helper()
+	g, err := idem.New(s, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return g
+}
+
+func value(v string) func(context.Context) ([]byte, error) {
+	return func(context.Context) ([]byte, error) { return []byte(v), nil }
+}
+
+// hookStore wraps a store so a test can intercept calls.
+type hookStore struct {
+	idem.Store
+	claims   atomic.Int32
+	claim    func(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
+	extend   func(ctx context.Context, key string, t idem.Token, d time.Duration) error
+	complete func(ctx context.Context, key string, t idem.Token, v []byte, r time.Duration) error
+}
+
+func (h *hookStore) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+	h.claims.Add(1)
+	if h.claim != nil {
+		return h.claim(ctx, a)
+	}
+	return h.Store.Claim(ctx, a)
+}
+
+func (h *hookStore) Extend(ctx context.Context, key string, t idem.Token, d time.Duration) error {
+	if h.extend != nil {
+		return h.extend(ctx, key, t, d)
+	}
+	return h.Store.Extend(ctx, key, t, d)
+}
+
+func (h *hookStore) Complete(ctx context.Context, key string, t idem.Token, v []byte, r time.Duration) error {
+	if h.complete != nil {
+		return h.complete(ctx, key, t, v, r)
+	}
+	return h.Store.Complete(ctx, key, t, v, r)
+}
+
+func TestDoRunsOnceFor64Goroutines(t *testing.T) {
+	g := newGuard(t, newMem(t), idem.Config{Wait: 10 * time.Second})
+	var runs atomic.Int32
+	var wg sync.WaitGroup
+	results := make([]idem.Result, 64)
+	start := make(chan struct{})
+	for i := range results {
+		wg.Go(func() {
+			<-start
+			res, err := g.Do(context.Background(), "order-42", []byte("charge 100"), func(ctx context.Context) ([]byte, error) {
+				runs.Add(1)
+				time.Sleep(20 * time.Millisecond) // the others arrive while it runs
+				return []byte("receipt-1"), nil
+			})
+			if err != nil {
+				t.Errorf("Do: %v", err)
+			}
+			results[i] = res
+		})
+	}
+	close(start)
+	wg.Wait()
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("fn ran %d times for one key, want 1", n)
+	}
+	fresh := 0
+	for _, r := range results {
+		if string(r.Value) != "receipt-1" {
+			t.Fatalf("a caller got %q, want receipt-1", r.Value)
+		}
+		if !r.Replayed {
+			fresh++
+		}
+	}
+	if fresh != 1 {
+		t.Fatalf("%d callers saw a fresh run, want 1", fresh)
+	}
+}
+
+func TestStalledHolderIsFenced(t *testing.T) {
+	mem := newMem(t)
+	// The stalled holder's heartbeats never reach the store, as when its
+	// process is paused or cut off.
+	stalled := &hookStore{Store: mem, extend: func(context.Context, string, idem.Token, time.Duration) error {
+		return errors.New("network unreachable")
+	}}
+	lease := 60 * time.Millisecond
+	gA := newGuard(t, stalled, idem.Config{Lease: lease})
+	gB := newGuard(t, mem, idem.Config{Lease: lease, Wait: 5 * time.Second})
+
+	started, resume := make(chan struct{}), make(chan struct{})
+	var aErr error
+	var aRes idem.Result
+	var aCause error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		aRes, aErr = gA.Do(context.Background(), "k", nil, func(ctx context.Context) ([]byte, error) {
+			close(started)
+			<-resume // stalls, ignoring its context
+			aCause = context.Cause(ctx)
+			return []byte("from A"), nil
+		})
+	}()
+	<-started
+	res, err := gB.Do(context.Background(), "k", nil, value("from B"))
+	if err != nil || res.Replayed || string(res.Value) != "from B" {
+		t.Fatalf("B after A's lease ended: %q replayed=%v err=%v, want a fresh run", res.Value, res.Replayed, err)
+	}
+	close(resume)
+	<-done
+	if !errors.Is(aErr, idem.ErrLeaseLost) {
+		t.Fatalf("stalled holder's Do: %v, want ErrLeaseLost", aErr)
+	}
+	if string(aRes.Value) != "from A" {
+		t.Fatalf("stalled holder's Result.Value = %q, want its fn's value", aRes.Value)
+	}
+	if !errors.Is(aCause, idem.ErrLeaseLost) {
+		t.Fatalf("stalled holder's context cause %v, want ErrLeaseLost", aCause)
+	}
+	r, err := mem.Get(context.Background(), idem.StoreKey("", "k"))
+	if err != nil || r.Status != idem.StatusCompleted || string(r.Result) != "from B" || r.Attempt != 2 {
+		t.Fatalf("record %+v (%v), want B's outcome at attempt 2", r, err)
+	}
+	// Every later duplicate gets B's outcome.
+	res, err = gA.Do(context.Background(), "k", nil, value("again"))
+	if err != nil || !res.Replayed || string(res.Value) != "from B" {
+		t.Fatalf("duplicate: %q %v", res.Value, err)
+	}
+}
+
+func TestHolderCutOffFromStoreStopsBeforeLeaseEnd(t *testing.T) {
+	mem := newMem(t)
+	var leaseUntil time.Time // the lease end the store granted
+	// The store stops answering once the key is claimed: every Extend hangs
+	// until its context ends.
+	hung := &hookStore{Store: mem,
+		claim: func(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+			c, err := mem.Claim(ctx, a)
+			leaseUntil = c.Record.LeaseUntil
+			return c, err
+		},
+		extend: func(ctx context.Context, _ string, _ idem.Token, _ time.Duration) error {
+			<-ctx.Done()
+			return ctx.Err()
+		},
+	}
+	g := newGuard(t, hung, idem.Config{Lease: 300 * time.Millisecond})
+	var cancelledAt time.Time
+	var cause error
+	_, err := g.Do(context.Background(), "k", nil, func(ctx context.Context) ([]byte, error) {
+		<-ctx.Done()
+		cancelledAt, cause = time.Now(), context.Cause(ctx)
+		return nil, ctx.Err()
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Do: %v, want fn's context error", err)
+	}
+	if !errors.Is(cause, idem.ErrLeaseLost) {
+		t.Fatalf("cause %v, want ErrLeaseLost", cause)
+	}
+	// memstore's clock is this process's: compare directly.
+	if !cancelledAt.Before(leaseUntil) {
+		t.Fatalf("fn cancelled %v after the store's lease end; it must stop before anyone can take over", cancelledAt.Sub(leaseUntil))
+	}
+}
+
+func TestHeartbeatKeepsLongRunAlive(t *testing.T) {
+	mem := newMem(t)
+	lease := 60 * time.Millisecond
+	g := newGuard(t, mem, idem.Config{Lease: lease})
+	running := make(chan struct{})
+	finish := make(chan struct{})
+	done := make(chan error)
+	go func() {
+		_, err := g.Do(context.Background(), "long", nil, func(ctx context.Context) ([]byte, error) {
+			close(running)
+			select {
+			case <-finish:
+				return []byte("ok"), nil
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
+		})
+		done <- err
+	}()
+	<-running
+	// For five leases, every duplicate finds the key busy: the heartbeat
+	// keeps extending the lease.
+	other := newGuard(t, mem, idem.Config{Lease: lease})
+	for end := time.Now().Add(5 * lease); time.Now().Before(end); time.Sleep(lease / 4) {
+		if _, err := other.Do(context.Background(), "long", nil, value("dup")); !errors.Is(err, idem.ErrInProgress) {
+			t.Fatalf("duplicate during the run: %v, want ErrInProgress", err)
+		}
+	}
+	close(finish)
+	if err := <-done; err != nil {
+		t.Fatalf("long run: %v", err)
+	}
+	r, _ := mem.Get(context.Background(), idem.StoreKey("", "long"))
+	if r.Status != idem.StatusCompleted || r.Attempt != 1 {
+		t.Fatalf("record %+v, want Completed at attempt 1", r)
+	}
+}
+
+func TestTokenInContextMatchesRecord(t *testing.T) {
+	mem := newMem(t)
+	g := newGuard(t, mem, idem.Config{})
+	var tok idem.Token
+	_, err := g.Do(context.Background(), "k", nil, func(ctx context.Context) ([]byte, error) {
+		var ok bool
+		tok, ok = idem.TokenFrom(ctx)
+		if !ok {
+			return nil, errors.New("no token in context")
+		}
+		r, err := mem.Get(ctx, idem.StoreKey("", "k"))
+		if err != nil || r.Token != tok {
+			return nil, fmt.Errorf("record token %d, context token %d (%v)", r.Token, tok, err)
+		}
+		return nil, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := idem.TokenFrom(context.Background()); ok {
+		t.Fatal("TokenFrom found a token in a plain context")
+	}
+}
+
+func TestPermanentErrorIsStoredAndReplayed(t *testing.T) {
+	g := newGuard(t, newMem(t), idem.Config{})
+	var runs int
+	declined := errors.New("card declined")
+	fn := func(context.Context) ([]byte, error) {
+		runs++
+		return nil, idem.Permanent(fmt.Errorf("charge: %w", declined))
+	}
+	_, err := g.Do(context.Background(), "k", nil, fn)
+	if !errors.Is(err, declined) || !idem.IsPermanent(err) {
+		t.Fatalf("first Do: %v, want the permanent error itself", err)
+	}
+	for range 2 {
+		_, err = g.Do(context.Background(), "k", nil, fn)
+		var pe *idem.PermanentError
+		if !errors.As(err, &pe) || !pe.Replayed || err.Error() != "charge: card declined" {
+			t.Fatalf("duplicate: %v, want the replayed permanent error", err)
+		}
+	}
+	if runs != 1 {
+		t.Fatalf("fn ran %d times, want 1", runs)
+	}
+}
+
+func TestRetryableErrorReleases(t *testing.T) {
+	g := newGuard(t, newMem(t), idem.Config{})
+	flaky := errors.New("timeout talking to the bank")
+	_, err := g.Do(context.Background(), "k", nil, func(context.Context) ([]byte, error) { return nil, flaky })
+	if err != flaky {
+		t.Fatalf("Do: %v, want fn's error as is", err)
+	}
+	res, err := g.Do(context.Background(), "k", nil, value("second try"))
+	if err != nil || res.Replayed || string(res.Value) != "second try" {
+		t.Fatalf("retry: %q replayed=%v %v, want fn to run again", res.Value, res.Replayed, err)
+	}
+}
+
+func TestPanicReleasesAndRepanics(t *testing.T) {
+	mem := newMem(t)
+	g := newGuard(t, mem, idem.Config{})
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Fatalf("recovered %v, want the fn's panic value", r)
+			}
+		}()
+		g.Do(context.Background(), "k", nil, func(context.Context) ([]byte, error) { panic("boom") })
+		t.Fatal("Do returned after fn panicked")
+	}()
+	res, err := g.Do(context.Background(), "k", nil, value("after panic"))
+	if err != nil || res.Replayed || string(res.Value) != "after panic" {
+		t.Fatalf("retry after panic: %q %v, want a fresh run", res.Value, err)
+	}
+	if r, _ := mem.Get(context.Background(), idem.StoreKey("", "k")); r.Attempt != 2 {
+		t.Fatalf("attempt %d, want 2", r.Attempt)
+	}
+}
+
+func TestBusyWithoutWaitIsErrInProgress(t *testing.T) {
+	g := newGuard(t, newMem(t), idem.Config{})
+	inside, release := make(chan struct{}), make(chan struct{})
+	go g.Do(context.Background(), "k", nil, func(context.Context) ([]byte, error) {
+		close(inside)
+		<-release
+		return nil, nil
+	})
+	<-inside
+	defer close(release)
+	if _, err := g.Do(context.Background(), "k", nil, value("dup")); !errors.Is(err, idem.ErrInProgress) {
+		t.Fatalf("Do while in progress: %v, want ErrInProgress", err)
+	}
+}
+
+func TestWaitGetsTheOutcome(t *testing.T) {
+	g := newGuard(t, newMem(t), idem.Config{Wait: 5 * time.Second})
+	inside, release := make(chan struct{}), make(chan struct{})
+	go g.Do(context.Background(), "k", nil, func(context.Context) ([]byte, error) {
+		close(inside)
+		<-release
+		return []byte("first"), nil
+	})
+	<-inside
+	time.AfterFunc(30*time.Millisecond, func() { close(release) })
+	res, err := g.Do(context.Background(), "k", nil, value("second"))
+	if err != nil || !res.Replayed || string(res.Value) != "first" {
+		t.Fatalf("waiting duplicate: %q replayed=%v %v, want the first outcome", res.Value, res.Replayed, err)
+	}
+}
+
+func TestWaitRespectsContext(t *testing.T) {
+	g := newGuard(t, newMem(t), idem.Config{Wait: time.Minute})
+	inside, release := make(chan struct{}), make(chan struct{})
+	go g.Do(context.Background(), "k", nil, func(context.Context) ([]byte, error) {
+		close(inside)
+		<-release
+		return nil, nil
+	})
+	<-inside
+	defer close(release)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := g.Do(ctx, "k", nil, value("dup")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Do with an expiring context: %v, want DeadlineExceeded", err)
+	}
+}
+
+func TestOutcomeStoredWhenCallerGivesUp(t *testing.T) {
+	mem := newMem(t)
+	g := newGuard(t, mem, idem.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	res, err := g.Do(ctx, "k", nil, func(context.Context) ([]byte, error) {
+		cancel() // the caller gives up while fn finishes its work
+		return []byte("charged"), nil
+	})
+	if err != nil || string(res.Value) != "charged" {
+		t.Fatalf("Do: %q %v", res.Value, err)
+	}
+	r, err := mem.Get(context.Background(), idem.StoreKey("", "k"))
+	if err != nil || r.Status != idem.StatusCompleted || string(r.Result) != "charged" {
+		t.Fatalf("record %+v %v: the outcome must be stored though the caller's context ended", r, err)
+	}
+}
+
+func TestOutcomeWriteHasItsOwnTimeout(t *testing.T) {
+	hang := &hookStore{Store: newMem(t), complete: func(ctx context.Context, _ string, _ idem.Token, _ []byte, _ time.Duration) error {
+		<-ctx.Done()
+		return ctx.Err()
+	}}
+	g := newGuard(t, hang, idem.Config{StoreTimeout: 30 * time.Millisecond})
+	_, err := g.Do(context.Background(), "k", nil, value("v"))
+	if !errors.Is(err, idem.ErrStoreUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Do with a hanging Complete: %v, want ErrStoreUnavailable wrapping DeadlineExceeded", err)
+	}
+}
+
+var errDown = errors.New("connection refused")
+
+func downStore(t *testing.T) *hookStore {
+	return &hookStore{Store: newMem(t), claim: func(context.Context, idem.ClaimArgs) (idem.Claim, error) {
+		return idem.Claim{}, errDown
+	}}
+}
+
+func TestStoreDownFailsClosed(t *testing.T) {
+	g := newGuard(t, downStore(t), idem.Config{})
+	ran := false
+	_, err := g.Do(context.Background(), "k", nil, func(context.Context) ([]byte, error) { ran = true; return nil, nil })
+	if !errors.Is(err, idem.ErrStoreUnavailable) || !errors.Is(err, errDown) {
+		t.Fatalf("Do with the store down: %v, want ErrStoreUnavailable wrapping the cause", err)
+	}
+	if ran {
+		t.Fatal("fn ran although the store could not be claimed (fail closed)")
+	}
+}
+
+func TestStoreDownFailOpenRuns(t *testing.T) {
+	var events []idem.Op
+	g := newGuard(t, downStore(t), idem.Config{FailOpen: true, Observer: func(_ context.Context, e idem.Event) { events = append(events, e.Op) }})
+	res, err := g.Do(context.Background(), "k", nil, value("unguarded"))
+	if err != nil || string(res.Value) != "unguarded" {
+		t.Fatalf("fail-open Do: %q %v", res.Value, err)
+	}
+	if len(events) != 2 || events[1] != idem.OpFailOpen {
+		t.Fatalf("events %v, want a claim then fail_open", events)
+	}
+}
+
+func TestMaxAttemptsStopsAPoisonMessage(t *testing.T) {
+	g := newGuard(t, newMem(t), idem.Config{MaxAttempts: 3})
+	runs := 0
+	poison := func(context.Context) ([]byte, error) { runs++; return nil, errors.New("cannot parse") }
+	for range 3 {
+		g.Do(context.Background(), "k", nil, poison)
+	}
+	for range 2 {
+		_, err := g.Do(context.Background(), "k", nil, poison)
+		if !errors.Is(err, idem.ErrTooManyAttempts) || !idem.IsPermanent(err) {
+			t.Fatalf("Do after 3 failed attempts: %v, want a permanent ErrTooManyAttempts", err)
+		}
+	}
+	if runs != 3 {
+		t.Fatalf("fn ran %d times, want 3", runs)
+	}
+}
+
+func TestKeyReuseWithAnotherPayload(t *testing.T) {
+	g := newGuard(t, newMem(t), idem.Config{})
+	if _, err := g.Do(context.Background(), "k", []byte("amount=10"), value("v")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Do(context.Background(), "k", []byte("amount=99"), value("v")); !errors.Is(err, idem.ErrKeyReused) {
+		t.Fatalf("Do with another payload: %v, want ErrKeyReused", err)
+	}
+}
+
+func TestNamespacesSeparateKeys(t *testing.T) {
+	mem := newMem(t)
+	a := newGuard(t, mem, idem.Config{Namespace: "a:b"})
+	b := newGuard(t, mem, idem.Config{Namespace: "a"})
+	ra, err := a.Do(context.Background(), "c", nil, value("from a:b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := b.Do(context.Background(), "b:c", nil, value("from a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ra.Replayed || rb.Replayed || string(rb.Value) != "from a" {
+		t.Fatalf("namespace a:b key c and namespace a key b:c shared a record: %q %q", ra.Value, rb.Value)
+	}
+}
+
+func TestInvalidKeys(t *testing.T) {
+	noSpaces := func(k string) error {
+		if strings.ContainsRune(k, ' ') {
+			return errors.New("contains a space")
+		}
+		return nil
+	}
+	g := newGuard(t, newMem(t), idem.Config{MaxKeyLen: 8, ValidateKey: noSpaces})
+	for _, k := range []string{"", "123456789", "a b"} {
+		ran := false
+		_, err := g.Do(context.Background(), k, nil, func(context.Context) ([]byte, error) { ran = true; return nil, nil })
+		if !errors.Is(err, idem.ErrInvalidKey) || ran {
+			t.Errorf("key %q: %v (ran=%v), want ErrInvalidKey without running", k, err, ran)
+		}
+	}
+	if _, err := g.Do(context.Background(), "\x00\xff{}:", nil, value("v")); err != nil {
+		t.Errorf("a key of odd bytes: %v, want accepted", err)
+	}
+}
+
+func TestCacheAnswersDuplicatesLocally(t *testing.T) {
+	h := &hookStore{Store: newMem(t)}
+	g := newGuard(t, h, idem.Config{CacheSize: 2})
+	for _, k := range []string{"a", "b"} {
+		if _, err := g.Do(context.Background(), k, []byte(k), value("v-"+k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := h.claims.Load()
+	res, err := g.Do(context.Background(), "a", []byte("a"), value("again"))
+	if err != nil || !res.Replayed || string(res.Value) != "v-a" {
+		t.Fatalf("cached duplicate: %q %v", res.Value, err)
+	}
+	res.Value[0] = 'X' // the caller owns its copy
+	if _, err := g.Do(context.Background(), "a", []byte("changed"), value("x")); !errors.Is(err, idem.ErrKeyReused) {
+		t.Fatalf("cached key with another payload: %v, want ErrKeyReused", err)
+	}
+	if h.claims.Load() != before {
+		t.Fatalf("cached duplicates reached the store (%d claims)", h.claims.Load()-before)
+	}
+	res, _ = g.Do(context.Background(), "a", []byte("a"), value("again"))
+	if string(res.Value) != "v-a" {
+		t.Fatalf("cache entry corrupted by a caller: %q", res.Value)
+	}
+	// A third key evicts the least recently used ("b").
+	g.Do(context.Background(), "c", []byte("c"), value("v-c"))
+	g.Do(context.Background(), "b", []byte("b"), value("again"))
+	if h.claims.Load() != before+2 {
+		t.Fatalf("%d claims, want 2: c, then b after its eviction", h.claims.Load()-before)
+	}
+}
+
+func TestObserverSeesTheSteps(t *testing.T) {
+	var mu sync.Mutex
+	var ops []string
+	g := newGuard(t, newMem(t), idem.Config{Namespace: "n", Observer: func(_ context.Context, e idem.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		if e.Namespace != "n" || e.Key != "k" {
+			t.Errorf("event %+v: wrong namespace or key", e)
+		}
+		ops = append(ops, e.Op.String()+":"+e.Outcome.String())
+	}})
+	g.Do(context.Background(), "k", nil, value("v"))
+	g.Do(context.Background(), "k", nil, value("v"))
+	want := "claim:Acquired run:Outcome(0) complete:Outcome(0) claim:Duplicate"
+	if got := strings.Join(ops, " "); got != want {
+		t.Fatalf("events %s\nwant   %s", got, want)
+	}
+}
+
+func TestConfigErrorsNameTheField(t *testing.T) {
+	mem := newMem(t)
+	for _, c := range []struct {
+		cfg   idem.Config
+		field string
+	}{
+		{idem.Config{Lease: time.Millisecond}, "Lease"},
+		{idem.Config{Retention: -1}, "Retention"},
+		{idem.Config{Wait: -1}, "Wait"},
+		{idem.Config{MaxAttempts: -1}, "MaxAttempts"},
+		{idem.Config{CacheSize: -1}, "CacheSize"},
+	} {
+		_, err := idem.New(mem, c.cfg)
+		if err == nil || !strings.Contains(err.Error(), "Config."+c.field) {
+			t.Errorf("New(%+v) = %v, want an error naming Config.%s", c.cfg, err, c.field)
+		}
+	}
+	if _, err := idem.New(nil, idem.Config{}); err == nil {
+		t.Error("New(nil store) succeeded")
+	}
+}
+
+func TestDoAfterClose(t *testing.T) {
+	g, err := idem.New(newMem(t), idem.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Close()
+	g.Close()
+	ran := false
+	if _, err := g.Do(context.Background(), "k", nil, func(context.Context) ([]byte, error) { ran = true; return nil, nil }); err == nil || ran {
+		t.Fatalf("Do after Close: %v ran=%v, want an error without running", err, ran)
+	}
+}
+
+func TestStoreKeyIsUnambiguous(t *testing.T) {
+	seen := map[string]string{}
+	for _, p := range [][2]string{{"a:b", "c"}, {"a", "b:c"}, {"", "ab"}, {"a", "b"}, {"ab", ""}, {"\x01", "a"}, {"", "\x01a"}} {
+		k := idem.StoreKey(p[0], p[1])
+		if prev, ok := seen[k]; ok {
+			t.Fatalf("StoreKey(%q, %q) = StoreKey of %s", p[0], p[1], prev)
+		}
+		seen[k] = fmt.Sprintf("%q", p)
+	}
+	if !bytes.HasSuffix([]byte(idem.StoreKey("ns", "key")), []byte("key")) {
+		t.Fatal("StoreKey does not end with the key")
+	}
+}

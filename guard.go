@@ -129,7 +129,9 @@ func (g *Guard) Do(ctx context.Context, key string, payload []byte, fn func(ctx 
 	for {
 		sent := time.Now()
 		cl, err := g.store.Claim(ctx, args)
-		g.observe(ctx, Event{Op: OpClaim, Key: key, Outcome: cl.Outcome, Attempt: cl.Record.Attempt, Duration: time.Since(sent), Err: err})
+		if g.cfg.Observer != nil {
+			g.observe(ctx, Event{Op: OpClaim, Key: key, Outcome: cl.Outcome, Attempt: cl.Record.Attempt, Duration: time.Since(sent), Err: err})
+		}
 		if err != nil {
 			switch {
 			case errors.Is(err, ErrKeyReused):
@@ -258,7 +260,10 @@ func (c *call) run(ctx context.Context, sent time.Time, fn func(context.Context)
 		return Result{}, err
 	}
 
-	started := time.Now()
+	var started time.Time
+	if g.cfg.Observer != nil {
+		started = time.Now()
+	}
 	panicked := true
 	defer func() {
 		if panicked {
@@ -273,7 +278,9 @@ func (c *call) run(ctx context.Context, sent time.Time, fn func(context.Context)
 	panicked = false
 	g.hb.stop(c)
 	cancel(context.Canceled)
-	g.observe(ctx, Event{Op: OpRun, Key: c.key, Duration: time.Since(started), Err: ferr})
+	if g.cfg.Observer != nil {
+		g.observe(ctx, Event{Op: OpRun, Key: c.key, Duration: time.Since(started), Err: ferr})
+	}
 
 	switch {
 	case ferr == nil:
@@ -315,11 +322,13 @@ func (c *call) release(ctx context.Context) {
 // error: ErrLeaseLost stays (wrapped), anything else is the store's failure.
 func (c *call) outcome(ctx context.Context, op Op, write func(context.Context) error) error {
 	g := c.g
-	c.octx.reset(ctx, time.Now().Add(g.cfg.StoreTimeout))
 	start := time.Now()
+	c.octx.reset(ctx, start.Add(g.cfg.StoreTimeout))
 	err := write(&c.octx)
 	c.octx.stop()
-	g.observe(ctx, Event{Op: op, Key: c.key, Duration: time.Since(start), Err: err})
+	if g.cfg.Observer != nil {
+		g.observe(ctx, Event{Op: op, Key: c.key, Duration: time.Since(start), Err: err})
+	}
 	if err == nil {
 		return nil
 	}

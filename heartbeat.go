@@ -56,7 +56,7 @@ func (h *heartbeats) start(c *call, sent time.Time) error {
 		h.mu.Unlock()
 		return errGuardClosed
 	}
-	h.pushLocked(c, time.Now())
+	h.pushLocked(c, sent)
 	if !h.running {
 		h.running = true
 		h.wg.Add(1)

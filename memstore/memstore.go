@@ -67,21 +67,39 @@ type store struct {
 
 type shard struct {
 	mu sync.Mutex
-	m  map[string]*entry
+	m  map[string]entry
 	_  [40]byte // keep shards on separate cache lines
 }
 
-// entry is one record. Times are store-clock Unix nanoseconds.
+// entry is one record, held by value in its shard's map so a new record
+// costs no allocation of its own (Go maps keep values of up to 128 bytes
+// inline). Times are store-clock Unix nanoseconds.
 type entry struct {
-	status      idem.Status
-	token       idem.Token
-	attempt     int
-	leaseUntil  int64
-	expires     int64
-	retention   time.Duration // the claim's, for Extend to move expires
-	fingerprint []byte
-	fpBuf       [32]byte // holds fingerprints up to 32 bytes without an allocation
-	result      []byte
+	token      idem.Token
+	leaseUntil int64
+	expires    int64
+	retention  time.Duration // the claim's, for Extend to move expires
+	result     []byte
+	fpLong     []byte   // a fingerprint longer than fpShort
+	fpShort    [32]byte // a fingerprint of up to 32 bytes (SHA-256's), inline
+	attempt    uint32
+	status     idem.Status
+	fpLen      uint8 // length of the fingerprint in fpShort
+}
+
+func (e *entry) fingerprint() []byte {
+	if e.fpLong != nil {
+		return e.fpLong
+	}
+	return e.fpShort[:e.fpLen]
+}
+
+func (e *entry) setFingerprint(fp []byte) {
+	if len(fp) <= len(e.fpShort) {
+		e.fpLen = uint8(copy(e.fpShort[:], fp))
+		return
+	}
+	e.fpLong = bytes.Clone(fp)
 }
 
 var (
@@ -106,7 +124,7 @@ func New(cfg Config) (*Store, error) {
 	}
 	s := &store{cfg: cfg, seed: maphash.MakeSeed(), quit: make(chan struct{}), stopped: make(chan struct{})}
 	for i := range s.shards {
-		s.shards[i].m = make(map[string]*entry)
+		s.shards[i].m = make(map[string]entry)
 	}
 	go s.sweeper()
 	h := &Store{s}
@@ -170,14 +188,14 @@ func (s *store) shard(key string) *shard {
 
 // live returns the key's unexpired entry, removing an expired one. The
 // shard is locked.
-func (s *store) live(sh *shard, key string, now int64) *entry {
-	e := sh.m[key]
-	if e != nil && e.expires <= now {
+func (s *store) live(sh *shard, key string, now int64) (entry, bool) {
+	e, ok := sh.m[key]
+	if ok && e.expires <= now {
 		delete(sh.m, key)
 		s.count.Add(-1)
-		return nil
+		return entry{}, false
 	}
-	return e
+	return e, ok
 }
 
 func validClaim(a idem.ClaimArgs) error {
@@ -207,19 +225,19 @@ func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 
 func (s *store) claimLocked(sh *shard, a idem.ClaimArgs, clock time.Time) (idem.Claim, error) {
 	now := clock.UnixNano()
-	e := s.live(sh, a.Key, now)
-	if e == nil {
+	e, ok := s.live(sh, a.Key, now)
+	if !ok {
 		if s.count.Load() >= int64(s.cfg.MaxEntries) {
 			return idem.Claim{}, fmt.Errorf("%w: %d records", ErrFull, s.cfg.MaxEntries)
 		}
-		e = &entry{status: idem.StatusInProgress, attempt: 1, retention: a.Retention}
-		e.fingerprint = append(e.fpBuf[:0], a.Fingerprint...)
-		s.acquire(e, a, now)
+		e = entry{status: idem.StatusInProgress, attempt: 1, retention: a.Retention}
+		e.setFingerprint(a.Fingerprint)
+		s.acquire(&e, a, now)
 		sh.m[a.Key] = e
 		s.count.Add(1)
 		return idem.Claim{Outcome: idem.Acquired, Token: e.token, Record: e.record(a.Key, a.Fingerprint, nil)}, nil
 	}
-	if !bytes.Equal(e.fingerprint, a.Fingerprint) {
+	if !bytes.Equal(e.fingerprint(), a.Fingerprint) {
 		return idem.Claim{}, idem.ErrKeyReused
 	}
 	switch {
@@ -227,15 +245,17 @@ func (s *store) claimLocked(sh *shard, a idem.ClaimArgs, clock time.Time) (idem.
 		return idem.Claim{Outcome: idem.Duplicate, Record: e.record(a.Key, a.Fingerprint, bytes.Clone(e.result))}, nil
 	case e.leaseUntil > now:
 		return idem.Claim{Outcome: idem.Busy, Record: e.record(a.Key, a.Fingerprint, nil)}, nil
-	case a.MaxAttempts > 0 && e.attempt >= a.MaxAttempts:
+	case a.MaxAttempts > 0 && int(e.attempt) >= a.MaxAttempts:
 		e.status, e.token, e.leaseUntil = idem.StatusFailed, 0, 0
 		e.result = idem.TooManyAttemptsCause()
 		e.expires = now + int64(a.Retention)
+		sh.m[a.Key] = e
 		return idem.Claim{Outcome: idem.Duplicate, Record: e.record(a.Key, a.Fingerprint, bytes.Clone(e.result))}, nil
 	}
 	e.attempt++
 	e.retention = a.Retention
-	s.acquire(e, a, now)
+	s.acquire(&e, a, now)
+	sh.m[a.Key] = e
 	return idem.Claim{Outcome: idem.Acquired, Token: e.token, Record: e.record(a.Key, a.Fingerprint, nil)}, nil
 }
 
@@ -252,7 +272,7 @@ func (e *entry) record(key string, fingerprint, result []byte) idem.Record {
 		Key:         key,
 		Status:      e.status,
 		Token:       e.token,
-		Attempt:     e.attempt,
+		Attempt:     int(e.attempt),
 		Fingerprint: fingerprint,
 		Result:      result,
 		ExpiresAt:   time.Unix(0, e.expires),
@@ -264,11 +284,11 @@ func (e *entry) record(key string, fingerprint, result []byte) idem.Record {
 }
 
 // holder returns the key's entry if t is its current token, else
-// ErrLeaseLost. The shard is locked.
-func (s *store) holder(sh *shard, key string, t idem.Token, now int64) (*entry, error) {
-	e := s.live(sh, key, now)
-	if e == nil || e.status != idem.StatusInProgress || t == 0 || e.token != t {
-		return nil, idem.ErrLeaseLost
+// ErrLeaseLost. The shard is locked; the caller stores the entry back.
+func (s *store) holder(sh *shard, key string, t idem.Token, now int64) (entry, error) {
+	e, ok := s.live(sh, key, now)
+	if !ok || e.status != idem.StatusInProgress || t == 0 || e.token != t {
+		return entry{}, idem.ErrLeaseLost
 	}
 	return e, nil
 }
@@ -292,6 +312,7 @@ func (s *store) finish(ctx context.Context, op string, key string, t idem.Token,
 	}
 	e.status, e.result, e.leaseUntil = status, result, 0
 	e.expires = now + int64(retention)
+	sh.m[key] = e
 	return nil
 }
 
@@ -318,6 +339,7 @@ func (s *Store) Release(ctx context.Context, key string, t idem.Token) error {
 		return err
 	}
 	e.token, e.leaseUntil = 0, 0
+	sh.m[key] = e
 	return nil
 }
 
@@ -340,6 +362,7 @@ func (s *Store) Extend(ctx context.Context, key string, t idem.Token, lease time
 	}
 	e.leaseUntil = now + int64(lease)
 	e.expires = max(e.expires, e.leaseUntil+int64(e.retention))
+	sh.m[key] = e
 	return nil
 }
 
@@ -351,11 +374,11 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 	sh := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := s.live(sh, key, s.cfg.Now().UnixNano())
-	if e == nil {
+	e, ok := s.live(sh, key, s.cfg.Now().UnixNano())
+	if !ok {
 		return idem.Record{}, idem.ErrNotFound
 	}
-	return e.record(key, bytes.Clone(e.fingerprint), bytes.Clone(e.result)), nil
+	return e.record(key, bytes.Clone(e.fingerprint()), bytes.Clone(e.result)), nil
 }
 
 // Delete implements [idem.Store.Delete].

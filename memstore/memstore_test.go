@@ -1,7 +1,12 @@
 package memstore_test
 
 import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
@@ -21,4 +26,85 @@ func newStore(t *testing.T, cfg memstore.Config) *memstore.Store {
 func TestConformance(t *testing.T) {
 	shared := newStore(t, memstore.Config{})
 	idemtest.Run(t, func(t *testing.T) idem.Store { return shared })
+}
+
+func TestFullStoreRefusesNewKeys(t *testing.T) {
+	now := time.Unix(1000, 0)
+	s := newStore(t, memstore.Config{MaxEntries: 2, Now: func() time.Time { return now }})
+	ctx := context.Background()
+	a := func(k string) idem.ClaimArgs {
+		return idem.ClaimArgs{Key: k, Fingerprint: nil, Lease: time.Second, Retention: time.Minute}
+	}
+	for _, k := range []string{"a", "b"} {
+		if _, err := s.Claim(ctx, a(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Claim(ctx, a("c")); !errors.Is(err, memstore.ErrFull) {
+		t.Fatalf("third key in a store of 2: %v, want ErrFull", err)
+	}
+	if c, err := s.Claim(ctx, a("a")); err != nil || c.Outcome != idem.Busy {
+		t.Fatalf("an existing key in a full store: %v %v, want Busy", c.Outcome, err)
+	}
+	// The Guard fails closed on a full store.
+	g, _ := idem.New(s, idem.Config{})
+	defer g.Close()
+	if _, err := g.Do(ctx, "new", nil, func(context.Context) ([]byte, error) { return nil, nil }); !errors.Is(err, idem.ErrStoreUnavailable) || !errors.Is(err, memstore.ErrFull) {
+		t.Fatalf("Guard on a full store: %v, want ErrStoreUnavailable wrapping ErrFull", err)
+	}
+	// Once the records expire, the sweep frees room.
+	now = now.Add(time.Hour)
+	s.Sweep()
+	if s.Len() != 0 {
+		t.Fatalf("Len after sweeping expired records = %d, want 0", s.Len())
+	}
+	if _, err := s.Claim(ctx, a("c")); err != nil {
+		t.Fatalf("claim after the sweep: %v", err)
+	}
+}
+
+func TestExpiryFollowsTheInjectedClock(t *testing.T) {
+	now := time.Unix(1000, 0)
+	s := newStore(t, memstore.Config{Now: func() time.Time { return now }})
+	ctx := context.Background()
+	a := idem.ClaimArgs{Key: "k", Fingerprint: []byte("fp"), Lease: time.Second, Retention: time.Minute}
+	c, _ := s.Claim(ctx, a)
+	if err := s.Complete(ctx, "k", c.Token, []byte("v"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(time.Hour - time.Nanosecond)
+	if d, _ := s.Claim(ctx, a); d.Outcome != idem.Duplicate {
+		t.Fatalf("just before retention ends: %v, want Duplicate", d.Outcome)
+	}
+	now = now.Add(time.Nanosecond)
+	if d, _ := s.Claim(ctx, a); d.Outcome != idem.Acquired || d.Record.Attempt != 1 {
+		t.Fatalf("when retention ends: %v attempt %d, want a new record", d.Outcome, d.Record.Attempt)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	if _, err := memstore.New(memstore.Config{MaxEntries: -1}); err == nil || !strings.Contains(err.Error(), "MaxEntries") {
+		t.Fatalf("negative MaxEntries: %v", err)
+	}
+	if _, err := memstore.New(memstore.Config{SweepInterval: -1}); err == nil || !strings.Contains(err.Error(), "SweepInterval") {
+		t.Fatalf("negative SweepInterval: %v", err)
+	}
+}
+
+func TestCloseIsIdempotent(t *testing.T) {
+	s, _ := memstore.New(memstore.Config{})
+	s.Close()
+	s.Close()
+}
+
+func TestUnreachableStoreStopsItsSweeper(t *testing.T) {
+	func() { memstore.New(memstore.Config{}) }() // never closed
+	deadline := time.Now().Add(5 * time.Second)
+	for idemtest.Leaked("memstore.(*store).sweeper", 0) != "" {
+		if time.Now().After(deadline) {
+			t.Fatal("the sweeper of an unreachable, unclosed Store is still running")
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
 }

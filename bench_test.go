@@ -1,0 +1,148 @@
+package idem_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idemgo/idem"
+)
+
+var (
+	benchPayload = []byte(`{"order":"o-123456","amount":1200,"currency":"EUR","customer":"c-98"}`)
+	benchValue   = []byte("receipt-0001")
+	benchKeys    atomic.Int64
+)
+
+// keys returns n distinct keys, made before the timer starts so that key
+// formatting is not measured.
+func keys(n int) []string {
+	base := benchKeys.Add(int64(n)) - int64(n)
+	ks := make([]string, n)
+	for i := range ks {
+		ks[i] = "order-" + strconv.FormatInt(base+int64(i), 10)
+	}
+	return ks
+}
+
+func charge(context.Context) ([]byte, error) { return benchValue, nil }
+
+// BenchmarkDo measures Guard.Do on memstore: a first delivery (claim, run,
+// complete) and a duplicate (one claim answered with the stored value), on
+// one goroutine and on GOMAXPROCS goroutines.
+func BenchmarkDo(b *testing.B) {
+	ctx := context.Background()
+	b.Run("new-key", func(b *testing.B) {
+		g := newGuard(b, newMem(b), idem.Config{})
+		ks := keys(b.N)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := range b.N {
+			if _, err := g.Do(ctx, ks[i], benchPayload, charge); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("duplicate", func(b *testing.B) {
+		g := newGuard(b, newMem(b), idem.Config{})
+		g.Do(ctx, "order-dup", benchPayload, charge)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for range b.N {
+			if res, err := g.Do(ctx, "order-dup", benchPayload, charge); err != nil || !res.Replayed {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("new-key-parallel", func(b *testing.B) {
+		g := newGuard(b, newMem(b), idem.Config{})
+		ks := keys(b.N)
+		var next atomic.Int64
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if _, err := g.Do(ctx, ks[next.Add(1)-1], benchPayload, charge); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	})
+	b.Run("duplicate-parallel", func(b *testing.B) {
+		g := newGuard(b, newMem(b), idem.Config{})
+		ks := keys(1024)
+		for _, k := range ks {
+			g.Do(ctx, k, benchPayload, charge)
+		}
+		var next atomic.Int64
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if res, err := g.Do(ctx, ks[next.Add(1)%1024], benchPayload, charge); err != nil || !res.Replayed {
+					b.Fatal(err)
+				}
+			}
+		})
+	})
+}
+
+// BenchmarkSyncMap is the in-process ceiling BenchmarkDo is compared with:
+// the least a first delivery can cost, a LoadOrStore that claims the key and
+// a Store of the outcome, with no fingerprint, lease or context.
+func BenchmarkSyncMap(b *testing.B) {
+	b.Run("new-key", func(b *testing.B) {
+		var m sync.Map
+		ks := keys(b.N)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := range b.N {
+			if _, loaded := m.LoadOrStore(ks[i], nil); !loaded {
+				m.Store(ks[i], benchValue)
+			}
+		}
+	})
+	b.Run("duplicate", func(b *testing.B) {
+		var m sync.Map
+		m.Store("order-dup", benchValue)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for range b.N {
+			if _, loaded := m.LoadOrStore("order-dup", nil); !loaded {
+				b.Fatal("not loaded")
+			}
+		}
+	})
+	b.Run("new-key-parallel", func(b *testing.B) {
+		var m sync.Map
+		ks := keys(b.N)
+		var next atomic.Int64
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				k := ks[next.Add(1)-1]
+				if _, loaded := m.LoadOrStore(k, nil); !loaded {
+					m.Store(k, benchValue)
+				}
+			}
+		})
+	})
+	b.Run("duplicate-parallel", func(b *testing.B) {
+		var m sync.Map
+		ks := keys(1024)
+		for _, k := range ks {
+			m.Store(k, benchValue)
+		}
+		var next atomic.Int64
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				m.LoadOrStore(ks[next.Add(1)%1024], nil)
+			}
+		})
+	})
+}

@@ -1,0 +1,32 @@
+# make test: what CI runs (.ci/run). Every module of the workspace: gofmt,
+# go vet, go test -race against the real servers, and a build with the
+# workspace off (each module must build on its own, as users get it).
+
+SHELL   := /bin/bash
+MODULES := $(shell go list -m -f '{{.Dir}}')
+# Integration tests fail, not skip, when a server is missing.
+export IDEM_REQUIRE_SERVICES := 1
+
+.PHONY: test services fmt vet unit gowork-off bench
+
+test: services fmt vet unit gowork-off
+
+services:
+	@scripts/services.sh
+
+fmt:
+	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+vet:
+	@set -e; for m in $(MODULES); do echo "go vet $$m"; (cd $$m && go vet ./...); done
+
+unit:
+	@set -e; for m in $(MODULES); do (cd $$m && go test -race -count=1 -timeout 8m ./...); done
+
+gowork-off:
+	@set -e; for m in $(MODULES); do echo "GOWORK=off go build $$m"; (cd $$m && GOWORK=off go build ./... && GOWORK=off go vet ./...); done
+
+# make bench: the core benchmarks beside their in-process ceiling; each
+# store's script in scripts/ measures it beside its server's own limit.
+bench:
+	go test -run '^$$' -bench . -benchmem -count 5 . | tee /tmp/idem-bench.txt

@@ -1,0 +1,95 @@
+package idemtest_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/memstore"
+)
+
+func TestMain(m *testing.M) { idemtest.Main(m, "github.com/idemgo/idem") }
+
+// broken wraps memstore with one of the bugs the suite exists to catch.
+type broken struct {
+	*memstore.Store
+	bug string
+}
+
+func (b broken) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+	switch b.bug {
+	case "ignores-fingerprint":
+		a.Fingerprint = nil
+	case "check-then-act":
+		// Looks first, then claims: two callers that both saw no record
+		// both think they won.
+		_, err := b.Get(ctx, a.Key)
+		time.Sleep(time.Millisecond) // a network round trip between check and act
+		c, cerr := b.Store.Claim(ctx, a)
+		if errors.Is(err, idem.ErrNotFound) && c.Outcome == idem.Busy {
+			return idem.Claim{Outcome: idem.Acquired, Token: c.Record.Token, Record: c.Record}, cerr
+		}
+		return c, cerr
+	}
+	return b.Store.Claim(ctx, a)
+}
+
+func (b broken) Complete(ctx context.Context, key string, t idem.Token, v []byte, r time.Duration) error {
+	if b.bug == "no-fencing" {
+		if rec, err := b.Get(ctx, key); err == nil && rec.Status == idem.StatusInProgress {
+			t = rec.Token // whoever asks may finish
+		}
+	}
+	return b.Store.Complete(ctx, key, t, v, r)
+}
+
+// TestBrokenStore runs the suite against one broken store when the parent
+// test asks for it.
+func TestBrokenStore(t *testing.T) {
+	bug := os.Getenv("IDEMTEST_BUG")
+	if bug == "" {
+		t.Skip("run by TestSuiteCatchesBrokenStores")
+	}
+	s, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	idemtest.Run(t, func(*testing.T) idem.Store { return broken{s, bug} })
+}
+
+func TestSuiteCatchesBrokenStores(t *testing.T) {
+	for bug, failing := range map[string]string{
+		"ignores-fingerprint": "FingerprintMismatchInEveryStatus",
+		"check-then-act":      "ConcurrentClaimsOneWinner",
+		"no-fencing":          "StaleTokenIsFenced",
+	} {
+		t.Run(bug, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenStore$", "-test.count=1")
+			cmd.Env = append(os.Environ(), "IDEMTEST_BUG="+bug)
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Fatalf("the suite passed a store with bug %q", bug)
+			}
+			if !strings.Contains(string(out), "--- FAIL: TestBrokenStore/"+failing) {
+				t.Fatalf("bug %q: the suite did not fail %s:\n%s", bug, failing, out)
+			}
+		})
+	}
+}
+
+func TestMemstorePasses(t *testing.T) {
+	s, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	idemtest.Run(t, func(*testing.T) idem.Store { return s })
+}

@@ -7,9 +7,9 @@ MODULES := $(shell go list -m -f '{{.Dir}}')
 # Integration tests fail, not skip, when a server is missing.
 export IDEM_REQUIRE_SERVICES := 1
 
-.PHONY: test services fmt vet unit gowork-off bench
+.PHONY: test services fmt vet stdlib-only unit gowork-off bench
 
-test: services fmt vet unit gowork-off
+test: services fmt vet stdlib-only unit gowork-off
 
 services:
 	@scripts/services.sh
@@ -19,6 +19,11 @@ fmt:
 
 vet:
 	@set -e; for m in $(MODULES); do echo "go vet $$m"; (cd $$m && go vet ./...); done
+
+# The root package imports the standard library only (DESIGN §2).
+stdlib-only:
+	@deps=$$(go list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' . | grep -v '^github.com/idemgo/idem$$'); \
+	if [ -n "$$deps" ]; then echo "package idem imports non-standard packages:"; echo "$$deps"; exit 1; fi
 
 unit:
 	@set -e; for m in $(MODULES); do (cd $$m && go test -race -count=1 -timeout 8m ./...); done

@@ -29,9 +29,13 @@ func keys(n int) []string {
 
 func charge(context.Context) ([]byte, error) { return benchValue, nil }
 
+// parallelism makes RunParallel use 16 goroutines on a 2-core machine
+// (8 per GOMAXPROCS), the concurrency of a busy consumer.
+const parallelism = 8
+
 // BenchmarkDo measures Guard.Do on memstore: a first delivery (claim, run,
 // complete) and a duplicate (one claim answered with the stored value), on
-// one goroutine and on GOMAXPROCS goroutines.
+// one goroutine and on 8×GOMAXPROCS goroutines.
 func BenchmarkDo(b *testing.B) {
 	ctx := context.Background()
 	b.Run("new-key", func(b *testing.B) {
@@ -61,6 +65,7 @@ func BenchmarkDo(b *testing.B) {
 		ks := keys(b.N)
 		var next atomic.Int64
 		b.ReportAllocs()
+		b.SetParallelism(parallelism)
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
@@ -78,6 +83,7 @@ func BenchmarkDo(b *testing.B) {
 		}
 		var next atomic.Int64
 		b.ReportAllocs()
+		b.SetParallelism(parallelism)
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
@@ -120,6 +126,7 @@ func BenchmarkSyncMap(b *testing.B) {
 		ks := keys(b.N)
 		var next atomic.Int64
 		b.ReportAllocs()
+		b.SetParallelism(parallelism)
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
@@ -138,6 +145,7 @@ func BenchmarkSyncMap(b *testing.B) {
 		}
 		var next atomic.Int64
 		b.ReportAllocs()
+		b.SetParallelism(parallelism)
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {

@@ -189,8 +189,4 @@ var errLocalDeadline = fmt.Errorf("%w: the store did not confirm the lease befor
 // errDisplaced cancels an operation whose lease the store says is gone.
 var errDisplaced = fmt.Errorf("%w: the store no longer holds this lease", ErrLeaseLost)
 
-// errGuardClosed is returned by Do after Close, and cancels the operations
-// still running when the Guard closes.
-var errGuardClosed = errors.New("idem: Guard is closed")
-
 var errNilFunc = errors.New("idem: Do: fn is nil")

@@ -29,6 +29,9 @@ var (
 	ErrInvalidKey = errors.New("idem: invalid idempotency key")
 	// ErrNotFound: no record for the key (never claimed, expired or deleted).
 	ErrNotFound = errors.New("idem: record not found")
+	// ErrClosed: Do was called after Guard.Close, or the operation's context
+	// was cancelled by Close.
+	ErrClosed = errors.New("idem: Guard closed")
 )
 
 // PermanentError marks an operation's error as permanent: the Guard stores

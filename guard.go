@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,6 +20,7 @@ type Guard struct {
 	prefix []byte // the namespace part of every store key
 	cache  *cache
 	hb     heartbeats
+	closed atomic.Bool
 }
 
 // Result is what [Guard.Do] returns on success.
@@ -49,10 +51,13 @@ func New(store Store, cfg Config) (*Guard, error) {
 	return g, nil
 }
 
-// Close stops the Guard's heartbeat goroutine. Call it once no Do is
-// running; a Do still running after Close loses its heartbeat and is
-// cancelled at its local lease deadline. Close is idempotent.
+// Close stops the Guard's heartbeat goroutine and waits for it. Call it
+// once no Do is running: an operation still running would lose its
+// heartbeat, so Close cancels its context with the cause ErrClosed, and its
+// Do releases the key unless fn returns a value anyway. Do after Close
+// returns ErrClosed. Close is idempotent.
 func (g *Guard) Close() error {
+	g.closed.Store(true)
 	g.hb.close()
 	return nil
 }
@@ -105,6 +110,9 @@ func TokenFrom(ctx context.Context) (Token, bool) {
 func (g *Guard) Do(ctx context.Context, key string, payload []byte, fn func(ctx context.Context) ([]byte, error)) (Result, error) {
 	if fn == nil {
 		return Result{}, errNilFunc
+	}
+	if g.closed.Load() {
+		return Result{}, ErrClosed
 	}
 	if err := g.validKey(key); err != nil {
 		return Result{}, err

@@ -572,8 +572,46 @@ func TestDoAfterClose(t *testing.T) {
 	g.Close()
 	g.Close()
 	ran := false
-	if _, err := g.Do(context.Background(), "k", nil, func(context.Context) ([]byte, error) { ran = true; return nil, nil }); err == nil || ran {
-		t.Fatalf("Do after Close: %v ran=%v, want an error without running", err, ran)
+	if _, err := g.Do(context.Background(), "k", nil, func(context.Context) ([]byte, error) { ran = true; return nil, nil }); !errors.Is(err, idem.ErrClosed) || ran {
+		t.Fatalf("Do after Close: %v ran=%v, want ErrClosed without running", err, ran)
+	}
+}
+
+func TestCloseCancelsRunningOperations(t *testing.T) {
+	mem := newMem(t)
+	g, err := idem.New(mem, idem.Config{Lease: 90 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	running := make(chan struct{}, 2)
+	causes := make([]error, 2)
+	for i := range causes {
+		wg.Go(func() {
+			g.Do(context.Background(), fmt.Sprint("k", i), nil, func(ctx context.Context) ([]byte, error) {
+				running <- struct{}{}
+				if i == 1 {
+					// Let this one's heartbeat run once before Close.
+					time.Sleep(50 * time.Millisecond)
+				}
+				<-ctx.Done()
+				causes[i] = context.Cause(ctx)
+				return nil, ctx.Err()
+			})
+		})
+	}
+	<-running
+	<-running
+	time.Sleep(60 * time.Millisecond)
+	g.Close()
+	wg.Wait()
+	for i, c := range causes {
+		if !errors.Is(c, idem.ErrClosed) {
+			t.Errorf("operation %d: cause %v, want ErrClosed", i, c)
+		}
+		if r, err := mem.Get(context.Background(), idem.StoreKey("", fmt.Sprint("k", i))); err != nil || r.Token != 0 {
+			t.Errorf("operation %d: record %+v %v, want released", i, r, err)
+		}
 	}
 }
 

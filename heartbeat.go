@@ -54,14 +54,9 @@ func (h *heartbeats) start(c *call, sent time.Time) error {
 	c.deadline = sent.Add(h.g.cfg.Lease - h.margin)
 	if h.closed {
 		h.mu.Unlock()
-		return errGuardClosed
+		return ErrClosed
 	}
 	h.pushLocked(c, sent)
-	if !h.running {
-		h.running = true
-		h.wg.Add(1)
-		go h.loop()
-	}
 	h.mu.Unlock()
 	return nil
 }
@@ -76,6 +71,8 @@ func (h *heartbeats) stop(c *call) {
 	h.mu.Unlock()
 }
 
+// pushLocked queues c for a heartbeat an interval after now, and makes sure
+// the loop runs. h is locked and not closed.
 func (h *heartbeats) pushLocked(c *call, now time.Time) {
 	c.due = now.Add(h.interval)
 	c.queued = true
@@ -90,6 +87,11 @@ func (h *heartbeats) pushLocked(c *call, now time.Time) {
 		}
 	}
 	h.tail = c
+	if !h.running {
+		h.running = true
+		h.wg.Add(1)
+		go h.loop()
+	}
 }
 
 func (h *heartbeats) removeLocked(c *call) {
@@ -114,9 +116,17 @@ func (h *heartbeats) close() {
 	}
 	h.closed = true
 	close(h.quit)
+	var queued []*call
+	for c := h.head; c != nil; c = c.next {
+		queued = append(queued, c)
+	}
 	h.mu.Unlock()
-	// The loop and every extender see quit: extenders cancel their calls,
-	// which no longer have a heartbeat.
+	// Calls still running lose their heartbeat: cancel them rather than
+	// let them run past a lease nobody extends. Extenders in flight see
+	// quit or closed and do the same for theirs.
+	for _, c := range queued {
+		h.lose(c, ErrClosed)
+	}
 	h.wg.Wait()
 }
 
@@ -140,7 +150,7 @@ func (h *heartbeats) loop() {
 		idle := h.head == nil
 		h.mu.Unlock()
 
-		timer.Reset(wait)
+		timer.Reset(wait) // since Go 1.23 no stale tick survives a Reset
 		select {
 		case <-timer.C:
 			if idle {
@@ -153,12 +163,6 @@ func (h *heartbeats) loop() {
 				h.mu.Unlock()
 			}
 		case <-h.wake:
-			if !timer.Stop() {
-				select {
-				case <-timer.C:
-				default:
-				}
-			}
 		case <-h.quit:
 			h.mu.Lock()
 			h.running = false
@@ -197,10 +201,14 @@ func (h *heartbeats) extend(c *call) {
 		case err == nil:
 			h.mu.Lock()
 			c.deadline = sent.Add(g.cfg.Lease - h.margin)
-			if !c.finished {
+			closed := h.closed
+			if !c.finished && !closed {
 				h.pushLocked(c, time.Now())
 			}
 			h.mu.Unlock()
+			if closed {
+				h.lose(c, ErrClosed)
+			}
 			return
 		case errors.Is(err, ErrLeaseLost):
 			h.lose(c, errDisplaced)
@@ -211,7 +219,7 @@ func (h *heartbeats) extend(c *call) {
 		select {
 		case <-time.After(min(h.retry, time.Until(deadline))):
 		case <-h.quit:
-			h.lose(c, errGuardClosed)
+			h.lose(c, ErrClosed)
 			return
 		}
 	}

@@ -4,17 +4,23 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"hash/maphash"
 	"sync"
 	"time"
 )
 
 // cache keeps recent outcomes (Completed or Failed only) in process memory,
-// least recently used first out. An entry expires at its record's expiry or
-// after the cache TTL, whichever comes first.
+// least recently used first out, in shards so that concurrent duplicates do
+// not queue on one lock. An entry expires at its record's expiry or after
+// the cache TTL, whichever comes first.
 type cache struct {
-	max int
-	ttl time.Duration
+	ttl    time.Duration
+	seed   maphash.Seed
+	shards []cacheShard
+}
 
+type cacheShard struct {
+	max        int
 	mu         sync.Mutex
 	m          map[string]*centry
 	head, tail *centry // most recently used first
@@ -29,12 +35,40 @@ type centry struct {
 	prev, next  *centry
 }
 
-func newCache(max int, ttl time.Duration) *cache {
-	return &cache{max: max, ttl: ttl, m: make(map[string]*centry)}
+// newCache returns a cache of size entries at most. A small cache has one
+// shard, so its LRU order is exact; a large one splits it over 16.
+func newCache(size int, ttl time.Duration) *cache {
+	n := 1
+	if size >= 1024 {
+		n = 16
+	}
+	c := &cache{ttl: ttl, seed: maphash.MakeSeed(), shards: make([]cacheShard, n)}
+	for i := range c.shards {
+		c.shards[i] = cacheShard{max: size / n, m: make(map[string]*centry)}
+	}
+	return c
+}
+
+func (c *cache) shard(key string) *cacheShard {
+	if len(c.shards) == 1 {
+		return &c.shards[0]
+	}
+	return &c.shards[maphash.String(c.seed, key)%uint64(len(c.shards))]
 }
 
 // get returns a copy of the entry's status, fingerprint and result.
 func (c *cache) get(key string, now time.Time) (status Status, fingerprint, result []byte, ok bool) {
+	return c.shard(key).get(key, now)
+}
+
+func (c *cache) put(key string, status Status, fingerprint, result []byte, expires time.Time) {
+	if limit := time.Now().Add(c.ttl); expires.After(limit) {
+		expires = limit
+	}
+	c.shard(key).put(key, status, fingerprint, result, expires)
+}
+
+func (c *cacheShard) get(key string, now time.Time) (status Status, fingerprint, result []byte, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.m[key]
@@ -51,10 +85,7 @@ func (c *cache) get(key string, now time.Time) (status Status, fingerprint, resu
 	return e.status, e.fingerprint, bytes.Clone(e.result), true
 }
 
-func (c *cache) put(key string, status Status, fingerprint, result []byte, expires time.Time) {
-	if limit := time.Now().Add(c.ttl); expires.After(limit) {
-		expires = limit
-	}
+func (c *cacheShard) put(key string, status Status, fingerprint, result []byte, expires time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.m[key]; e != nil {
@@ -71,7 +102,7 @@ func (c *cache) put(key string, status Status, fingerprint, result []byte, expir
 	c.pushFront(e)
 }
 
-func (c *cache) unlink(e *centry) {
+func (c *cacheShard) unlink(e *centry) {
 	if e.prev != nil {
 		e.prev.next = e.next
 	} else {
@@ -85,7 +116,7 @@ func (c *cache) unlink(e *centry) {
 	e.prev, e.next = nil, nil
 }
 
-func (c *cache) pushFront(e *centry) {
+func (c *cacheShard) pushFront(e *centry) {
 	e.next = c.head
 	if c.head != nil {
 		c.head.prev = e

@@ -1,0 +1,9 @@
+package lincheck_test
+
+import (
+	"testing"
+
+	"github.com/idemgo/idem/idemtest"
+)
+
+func TestMain(m *testing.M) { idemtest.Main(m, "github.com/idemgo/idem") }

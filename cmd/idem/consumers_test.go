@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/memstore"
+)
+
+// A crash inside fn is a process death: the key stays held by the dead
+// claim, as if nobody could tell the store. Returning an error or panicking
+// from fn would release it instead.
+func TestCrashInsideDoLeavesTheKeyHeld(t *testing.T) {
+	ctx := context.Background()
+	s, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var stats runStats
+	cfg := idem.Config{Lease: time.Minute}
+	dying := &process{stats: &stats}
+	g, err := idem.New(processStore{store: s, p: dying}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		g.Do(ctx, "order-1", []byte("pay"), func(context.Context) ([]byte, error) {
+			dying.crash(crashBeforeCharge)
+			t.Error("crash returned")
+			return nil, nil
+		})
+		t.Error("Do returned in a crashed process")
+	}()
+	<-done
+
+	r, err := s.Get(ctx, g.StoreKey("order-1"))
+	if err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	if r.Status != idem.StatusInProgress || r.Token == 0 || r.Attempt != 1 {
+		t.Errorf("record after the crash: %v, token %d, attempt %d; want InProgress, held by the dead claim", r.Status, r.Token, r.Attempt)
+	}
+	if got := stats.crashes[crashBeforeCharge].Load(); got != 1 {
+		t.Errorf("%d crashes counted, want 1", got)
+	}
+	if _, err := (processStore{store: s, p: dying}).Claim(ctx, idem.ClaimArgs{Key: "k", Lease: time.Second, Retention: time.Second}); !errors.Is(err, errProcessDead) {
+		t.Errorf("Claim through the dead process: %v, want errProcessDead", err)
+	}
+
+	// A fresh process finds the order in progress, not free.
+	g2, err := idem.New(processStore{store: s, p: &process{stats: &stats}}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g2.Close()
+	_, err = g2.Do(ctx, "order-1", []byte("pay"), func(context.Context) ([]byte, error) {
+		t.Error("ran while the crashed claim's lease lives")
+		return nil, nil
+	})
+	if !errors.Is(err, idem.ErrInProgress) {
+		t.Errorf("Do after the crash: %v, want ErrInProgress", err)
+	}
+	if stats.busy.Load() != 1 {
+		t.Errorf("%d busy claims counted, want 1", stats.busy.Load())
+	}
+}
+
+func TestCrashPlan(t *testing.T) {
+	d := func(id, attempt int) *delivery { return &delivery{id: id, attempt: attempt} }
+	if got := (crashPlan{seed: 1, rate: 0}).at(d(3, 1)); got != noCrash {
+		t.Errorf("rate 0: %v, want no crash", got)
+	}
+	p := crashPlan{seed: 1, rate: 0.5}
+	var counts [3]int
+	for id := range 5000 {
+		for attempt := 1; attempt <= 2; attempt++ {
+			point := p.at(d(id, attempt))
+			if again := p.at(d(id, attempt)); again != point {
+				t.Fatalf("message %d attempt %d: %v, then %v", id, attempt, point, again)
+			}
+			counts[point]++
+		}
+	}
+	// 10000 draws at 0.5: each count is far from 0 and from all.
+	if counts[noCrash] < 4500 || counts[noCrash] > 5500 || counts[crashBeforeCharge] < 2000 || counts[crashAfterCharge] < 2000 {
+		t.Errorf("rate 0.5, 10000 deliveries: %d without crash, %d before the charge, %d after", counts[0], counts[1], counts[2])
+	}
+}

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/idemgo/idem"
+)
+
+func init() {
+	register(command{
+		name:    "demo",
+		summary: "a payment stream with duplicates and crashes: a naive consumer against an idem-guarded one",
+		run:     runDemo,
+	})
+}
+
+// The demo's timings, short so that takeovers after crashes happen within
+// the run. A crashed consumer's message comes back after the visibility
+// timeout, by when the lease it left behind has mostly ended.
+const (
+	demoLease      = 200 * time.Millisecond
+	demoVisibility = 250 * time.Millisecond
+)
+
+// demoOptions are the flags of idem demo.
+type demoOptions struct {
+	messages  int
+	consumers int
+	dupRate   float64
+	crashRate float64
+	seed      uint64
+	store     string
+	timeout   time.Duration // per run
+}
+
+func parseDemoFlags(args []string, stderr io.Writer) (demoOptions, error) {
+	var o demoOptions
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&o.messages, "messages", 1000, "orders to publish, one OrderCreated message each")
+	fs.IntVar(&o.consumers, "consumers", 8, "concurrent consumers")
+	fs.Float64Var(&o.dupRate, "dup-rate", 0.2, "chance that a message is delivered an extra time, in [0, 1)")
+	fs.Float64Var(&o.crashRate, "crash-rate", 0.02, "chance that a consumer crashes while handling a delivery, in [0, 1)")
+	fs.Uint64Var(&o.seed, "seed", 0, "seed of the messages, duplicates and crash points (default: from the clock, printed)")
+	fs.StringVar(&o.store, "store", "mem://", "the idem store's URL")
+	fs.DurationVar(&o.timeout, "timeout", time.Minute, "how long each run may take; orders not acked by then count as lost")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: idem demo [flags]
+
+Sends one stream of OrderCreated events, with duplicate deliveries and
+consumer crashes, through a naive consumer that charges for every delivery
+and through one that charges inside idem's Guard.Do, and shows what each
+charged. Fails (status 1) if the idem consumer charges an order twice or
+leaves one uncharged.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return o, err
+	}
+	seeded := false
+	fs.Visit(func(f *flag.Flag) { seeded = seeded || f.Name == "seed" })
+	if !seeded {
+		o.seed = uint64(time.Now().UnixNano())
+	}
+	switch {
+	case o.messages < 1:
+		return o, usageErrorf("idem: --messages %d: must be at least 1", o.messages)
+	case o.consumers < 1:
+		return o, usageErrorf("idem: --consumers %d: must be at least 1", o.consumers)
+	case !(o.dupRate >= 0 && o.dupRate < 1):
+		return o, usageErrorf("idem: --dup-rate %v: must be at least 0 and below 1", o.dupRate)
+	case !(o.crashRate >= 0 && o.crashRate < 1):
+		return o, usageErrorf("idem: --crash-rate %v: must be at least 0 and below 1", o.crashRate)
+	case o.timeout <= 0:
+		return o, usageErrorf("idem: --timeout %v: must be positive", o.timeout)
+	}
+	return o, nil
+}
+
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseDemoFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	_, _, err = demo(ctx, o, stdout, stderr)
+	return err
+}
+
+// demo runs the stream of o through the naive consumer, then through the
+// guarded one, and writes the table to stdout and a progress bar to stderr
+// (if a terminal). It returns the two rows, and an error when the store
+// cannot be opened, ctx ends, or the guarded consumer charged an order
+// twice or lost one.
+func demo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (naive, guarded runReport, err error) {
+	store, closeStore, err := openStore(ctx, o.store)
+	if err != nil {
+		return naive, guarded, err
+	}
+	defer func() { err = errors.Join(err, closeStore()) }()
+
+	stream := newStream(o.seed, o.messages, o.dupRate)
+	plan := crashPlan{seed: o.seed, rate: o.crashRate}
+	fmt.Fprintf(stdout, "idem demo: %d orders, %d consumers, dup rate %v, crash rate %v, store %s\n",
+		o.messages, o.consumers, o.dupRate, o.crashRate, o.store)
+	fmt.Fprintf(stdout, "seed %d (repeat this run with --seed %d)\n", o.seed, o.seed)
+
+	naive, err = runStream(ctx, o, "naive", stream, plan, stderr, func(_ *process, l *ledger) (handler, func(), error) {
+		return naiveHandler{ledger: l}, func() {}, nil
+	})
+	if err != nil {
+		return naive, guarded, err
+	}
+
+	// Each consumer process has a Guard of its own, as separate processes
+	// would, over its own connection to the shared store; a fresh namespace
+	// keeps the records of earlier runs in a shared store out of the way.
+	cfg := idem.Config{
+		Namespace: fmt.Sprintf("idem-demo/%d/%d", o.seed, time.Now().UnixNano()),
+		Lease:     demoLease,
+		Retention: time.Hour,
+	}
+	guarded, err = runStream(ctx, o, "idem", stream, plan, stderr, func(p *process, l *ledger) (handler, func(), error) {
+		g, err := idem.New(processStore{store: store, p: p}, cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		return guardedHandler{guard: g, ledger: l}, func() { g.Close() }, nil
+	})
+	if err != nil {
+		return naive, guarded, err
+	}
+
+	fmt.Fprintln(stdout)
+	writeTable(stdout, naive, guarded)
+	fmt.Fprintf(stdout, "\ncrashes before the charge / after it: naive %d / %d, idem %d / %d. A crashed consumer acks nothing:\n"+
+		"its message comes back after the %v visibility timeout. idem's consumer crashes before the charge\n"+
+		"inside Do, holding the order: %d orders were taken over once the %v lease ended, and %d deliveries\n"+
+		"found their order in progress and were nacked for later.\n",
+		naive.crashes[crashBeforeCharge], naive.crashes[crashAfterCharge],
+		guarded.crashes[crashBeforeCharge], guarded.crashes[crashAfterCharge],
+		demoVisibility, guarded.takeovers, demoLease, guarded.busy)
+
+	if guarded.doubleCharges > 0 || guarded.lost > 0 {
+		why := ""
+		if guarded.timedOut {
+			why = fmt.Sprintf("; its run timed out after %v (--timeout)", o.timeout)
+		}
+		return naive, guarded, fmt.Errorf("idem: demo failed: the idem consumer made %d double charges and lost %d orders%s (seed %d)",
+			guarded.doubleCharges, guarded.lost, why, o.seed)
+	}
+	fmt.Fprintf(stdout, "\nOK: idem charged every order exactly once; the naive consumer made %d double charges.\n", naive.doubleCharges)
+	return naive, guarded, nil
+}
+
+// runStream delivers stream to o.consumers consumer slots, each running one
+// process after another (a crashed process is replaced), whose handlers
+// newHandler makes, until every message is acked or o.timeout passes.
+func runStream(ctx context.Context, o demoOptions, name string, stream []message, plan crashPlan, stderr io.Writer,
+	newHandler func(p *process, l *ledger) (handler, func(), error)) (runReport, error) {
+	b := newBroker(stream, demoVisibility)
+	l := newLedger(o.messages)
+	var stats runStats
+	runCtx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+
+	stopProgress := startProgress(stderr, name, len(stream), b.acked.Load)
+	start := time.Now()
+	errs := make([]error, o.consumers)
+	var wg sync.WaitGroup
+	for i := range o.consumers {
+		wg.Go(func() {
+			errs[i] = consume(runCtx, b, plan, &stats, func(p *process) (handler, func(), error) { return newHandler(p, l) })
+			if errs[i] != nil {
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	stopProgress()
+
+	if err := errors.Join(errs...); err != nil {
+		return runReport{}, err
+	}
+	if ctx.Err() != nil {
+		return runReport{}, fmt.Errorf("idem: demo interrupted: %w", context.Cause(ctx))
+	}
+	timedOut := errors.Is(runCtx.Err(), context.DeadlineExceeded)
+	return tally(name, l, b.stats(o.messages), &stats, elapsed, timedOut), nil
+}

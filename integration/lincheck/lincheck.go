@@ -25,8 +25,9 @@ import (
 	"github.com/idemgo/idem"
 )
 
-// Options size a check. The zero value checks 6 clients doing 40 calls
-// each on 3 keys.
+// Options size a check. The zero value checks 6 clients doing 60 calls
+// each on 8 keys: keys reach an outcome quickly, after which every call is
+// a duplicate, so enough keys keep the interesting in-progress phase busy.
 type Options struct {
 	Clients, Calls, Keys int
 	Seed                 uint64 // 0: random
@@ -164,10 +165,10 @@ func Check(t testing.TB, s idem.Store, o Options) {
 		clients = 6
 	}
 	if o.Calls == 0 {
-		calls = 40
+		calls = 60
 	}
 	if o.Keys == 0 {
-		nkeys = 3
+		nkeys = 8
 	}
 	seed := o.Seed
 	if seed == 0 {

@@ -1,0 +1,61 @@
+// Package idemgrpc is a gRPC unary server interceptor that makes calls
+// idempotent with an [idem.Guard]. A client sends a unique key in the
+// "idempotency-key" metadata with a call and the same key with every retry
+// of it; the first call runs the handler and its outcome is stored, a retry
+// gets that outcome back, with the trailer "idempotent-replayed: true", and
+// the handler does not run again:
+//
+//	g, _ := idem.New(store, idem.Config{Namespace: "payments", Wait: 10 * time.Second})
+//	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
+//		recovery,                                  // outside: sees the handler's panics
+//		auth,                                      // before: WithScope reads its principal
+//		idemgrpc.UnaryServerInterceptor(g, idemgrpc.WithScope(principal)),
+//	))
+//
+// # What the interceptor answers
+//
+//	call                                          code                    handler
+//	method excluded by WithMethods                the handler's           runs
+//	no key                                        the handler's           runs
+//	no key, WithRequired                          InvalidArgument         no
+//	key empty, repeated, too long, or refused     InvalidArgument         no
+//	request not fingerprintable (not proto)       Internal                no
+//	new key                                       the handler's           runs once
+//	  success                                     OK                      stored
+//	  error with a permanent code*                the handler's           stored
+//	  error with another code, or a panic         the handler's           key released
+//	  response not a proto.Message                OK                      key released
+//	key done before                               the stored outcome**    no
+//	key used before with another request          InvalidArgument         no
+//	key in progress (after the Guard's Wait)      Aborted                 no
+//	key claimed over the Guard's MaxAttempts      FailedPrecondition      no
+//	store unavailable                             Unavailable             no
+//	store unavailable, WithFailOpen               the handler's           runs, unguarded
+//	stored response not replayable                Internal                no
+//	context ended while claiming or waiting       Canceled or DeadlineExceeded
+//
+//	*  DefaultPermanentCodes: InvalidArgument, NotFound, AlreadyExists,
+//	   PermissionDenied, FailedPrecondition, OutOfRange, Unimplemented
+//	   (WithPermanentCodes), and any error the handler marks idem.Permanent
+//	** the response message, or the error's code, message and details, with
+//	   the trailer idempotent-replayed: true
+//
+// The fingerprint of a call is its full method and its request's
+// deterministic protobuf encoding ([DefaultFingerprint], [WithFingerprint]).
+// A response is stored as its message name and encoding
+// ([EncodeResponse]): a replay finds the type by name in
+// protoregistry.GlobalTypes ([WithTypes]), so it needs no earlier run in the
+// process. Header and trailer metadata the handler set are not stored; a
+// replay carries only the replayed trailer.
+//
+// A permanent error is stored as an idem.Permanent failure whose text is
+// the whole status, so the replay has the same code, message and details.
+//
+// # No stream interceptor
+//
+// A streaming call has no single request to fingerprint before the handler
+// runs, nor a single response to store: a client stream would have to be
+// read whole first, and a server stream stored whole, however long. Make a
+// mutation that needs idempotency a unary method, and stream its results
+// separately.
+package idemgrpc

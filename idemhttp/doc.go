@@ -1,0 +1,88 @@
+// Package idemhttp is net/http middleware that makes POST and PATCH
+// requests idempotent with an [idem.Guard], following the IETF draft "The
+// Idempotency-Key HTTP Header Field" and Stripe's behaviour.
+//
+// A client sends a unique key with a request and the same key with every
+// retry of it:
+//
+//	Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"
+//
+// The first request runs the handler; its response goes to the client as
+// the handler writes it and is stored. A retry gets the stored response
+// back, status, header fields and body byte for byte, with
+// "Idempotent-Replayed: true", and the handler does not run again:
+//
+//	g, _ := idem.New(store, idem.Config{Namespace: "payments", Wait: 10 * time.Second})
+//	mw, err := idemhttp.New(g, idemhttp.WithScope(accountID), idemhttp.WithRequired())
+//	http.Handle("POST /charges", mw(chargeHandler))
+//
+// # What the middleware answers
+//
+//	request                                               status                  handler
+//	method not covered (default: other than POST, PATCH)  the handler's           runs
+//	no key                                                the handler's           runs
+//	no key, WithRequired                                  400                     no
+//	key empty, repeated, malformed or too long            400                     no
+//	key refused by WithKeyValidator                       400                     no
+//	body longer than WithMaxBodyBytes                     413                     no
+//	body unreadable                                       400                     no
+//	new key                                               the handler's           runs once
+//	  handler answers 2xx, 3xx or 4xx                     the handler's           stored
+//	  handler answers 408, 425 or 429                     the handler's           key released
+//	  handler answers 5xx                                 the handler's           key released*
+//	  body longer than WithMaxCachedBytes                 the handler's, in full  key released
+//	  connection hijacked, or 101                         the handler's           key released
+//	  handler panics                                      (the panic goes on)     key released
+//	key done before                                       the stored one**        no
+//	key used before with another request                  422                     no
+//	key in progress (after the Guard's Wait)              409 + Retry-After       no
+//	key claimed over the Guard's MaxAttempts              422                     no
+//	store unavailable                                     503 + Retry-After       no
+//	store unavailable, WithFailOpen                       the handler's           runs, unguarded
+//	stored response undecodable                           500                     no
+//	request ended while claiming or waiting               503 + Retry-After       no
+//
+//	*  stored and replayed with WithCacheServerErrors
+//	** with Idempotent-Replayed: true; the handler's status, fields and body
+//
+// Every refusal is an application/problem+json body (RFC 9457) written by
+// [DefaultErrorHandler] from an *[Error]; [WithErrorHandler] replaces it.
+// 4xx responses of the handler are stored and replayed, as Stripe does: a
+// request that was refused for its content is refused again the same way,
+// and a client that fixes it sends a new key. The exceptions are 408, 425
+// and 429, which ask the client to retry: they release the key.
+//
+// # The key
+//
+// The draft sends the key as an RFC 8941 String, quoted. Stripe-style
+// clients send it bare; the [Lenient] syntax, the default, accepts both, and
+// [Strict] only the quoted form (see [ParseKey]). A key is at most 255 bytes
+// ([WithMaxKeyLen]); a request may carry one key header only.
+//
+// The request's fingerprint is its method, path, query and body
+// ([DefaultFingerprint], [WithFingerprint]): a retry with the same key and a
+// different request gets 422. The body is read, up to [WithMaxBodyBytes],
+// before the handler runs, and given back to it unchanged.
+//
+// With [WithScope] keys belong to a principal: two clients sending the same
+// key get different records, and one can never be sent the other's
+// response. [GuardKey] is the key the Guard sees, for inspection.
+//
+// # Concurrency, waiting and failures
+//
+// A request whose key is being processed gets 409 with Retry-After, or,
+// when the Guard's Config.Wait is set, waits that long for the outcome and
+// replays it. The Guard writes the outcome under a context detached from the
+// request's, so a client that disconnects once the handler ran still finds
+// its response on retry. While the handler runs its request context carries
+// the lease token ([idem.TokenFrom]) and is cancelled if the lease is lost.
+//
+// The response is written through to the client as the handler writes it;
+// [http.Flusher] and [http.ResponseController] (flush, deadlines, hijack)
+// work through the middleware's writer. Trailers are not stored. Hop-by-hop
+// fields and Date are neither stored nor replayed; a replay gets a fresh
+// Date from net/http.
+//
+// The stored value is a small versioned binary encoding of the response
+// ([EncodeResponse], [DecodeResponse]).
+package idemhttp

@@ -1,0 +1,211 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemgo/idem"
+)
+
+// ClaimBatch implements [idem.BatchClaimer]: the claim scripts of all args
+// in one pipeline, so n keys cost one round trip on a standalone server
+// (on Cluster, go-redis sends one pipeline to each primary concerned, in
+// parallel). Entries for the same key run in order on the same node, the
+// second seeing the first.
+//
+// A Claim's Err holds idem.ErrKeyReused or ErrUnknownFormat for its key.
+// The returned error is ErrInvalidArgs when an entry is out of range
+// (nothing is sent), or wraps idem.ErrStoreUnavailable when no entry got an
+// answer. When only some got one (on Cluster, a primary is down), the
+// others carry that error in their Err: their claims may or may not have
+// been made, and such a key answers Busy until its lease ends.
+func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.Claim, error) {
+	for _, a := range args {
+		if err := checkClaim("ClaimBatch", a); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]idem.Claim, len(args))
+	if len(args) == 0 {
+		return out, nil
+	}
+	cmds := make([]*redis.Cmd, len(args))
+	for i, a := range args {
+		cmds[i] = s.cmd(ctx, claimScript, a.Key, s.claimArgs(a, newToken())...)
+	}
+	s.pipeline(ctx, s.client, cmds, false, false)
+	var failed int
+	var first error
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil {
+			failed++
+			out[i].Err = unavailable("ClaimBatch", err)
+			if first == nil {
+				first = out[i].Err
+			}
+			continue
+		}
+		c, err := claimReply(args[i].Key, cmd.Val())
+		c.Err = err
+		out[i] = c
+	}
+	if failed == len(cmds) {
+		return nil, first
+	}
+	return out, nil
+}
+
+// CompleteBatch implements [idem.BatchCompleter]: the Complete scripts of
+// all cs in one pipeline (with Config.WaitReplicas, one pipeline and one
+// WAIT per primary concerned). Each entry's error is nil, idem.ErrLeaseLost
+// or ErrUnknownFormat, or ErrNotReplicated when its primary's WAIT fell
+// short. The returned error is *ValueTooLargeError or ErrInvalidArgs when
+// an entry is out of range (nothing is written), or wraps
+// idem.ErrStoreUnavailable when no entry got an answer; when only some got
+// one, the others carry that error: their outcomes may or may not be
+// stored. The client never resends the pipeline, as for Complete.
+func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]error, error) {
+	for _, c := range cs {
+		if err := s.checkOutcome("CompleteBatch", c.Value, c.Retention); err != nil {
+			return nil, err
+		}
+	}
+	errs := make([]error, len(cs))
+	cmds := make([]*redis.Cmd, 0, len(cs))
+	idx := make([]int, 0, len(cs)) // cmds[j] completes cs[idx[j]]
+	for i, c := range cs {
+		if c.Token == 0 {
+			errs[i] = idem.ErrLeaseLost
+			continue
+		}
+		cmds = append(cmds, s.outcomeCmd(ctx, c.Key, c.Token, idem.StatusCompleted, c.Value, c.Retention))
+		idx = append(idx, i)
+	}
+	if len(cmds) == 0 {
+		return errs, nil
+	}
+	var waitErrs []error // per cmds[j]: the WAIT's verdict on its primary
+	if s.cfg.WaitReplicas == 0 {
+		s.pipeline(ctx, s.client, cmds, true, false)
+	} else {
+		var err error
+		if waitErrs, err = s.completeAndWait(ctx, cmds, idx, cs); err != nil {
+			return nil, err
+		}
+	}
+	var failed int
+	var first error
+	for j, cmd := range cmds {
+		i := idx[j]
+		if err := cmd.Err(); err != nil {
+			failed++
+			errs[i] = unavailable("CompleteBatch", err)
+			if first == nil {
+				first = errs[i]
+			}
+			continue
+		}
+		errs[i] = holderReply("CompleteBatch", cmd.Val())
+		if errs[i] == nil && waitErrs != nil {
+			errs[i] = waitErrs[j]
+		}
+	}
+	if failed == len(cmds) {
+		return nil, first
+	}
+	return errs, nil
+}
+
+// completeAndWait runs cmds grouped by primary, each group in one pipeline
+// that ends with WAIT, and returns the WAIT's verdict for each command.
+func (s *Store) completeAndWait(ctx context.Context, cmds []*redis.Cmd, idx []int, cs []idem.Completion) ([]error, error) {
+	type group struct {
+		node *redis.Client
+		js   []int
+	}
+	var groups []*group
+	byNode := map[*redis.Client]*group{}
+	for j := range cmds {
+		node, err := s.primary(ctx, cs[idx[j]].Key)
+		if err != nil {
+			return nil, unavailable("CompleteBatch", err)
+		}
+		g := byNode[node]
+		if g == nil {
+			g = &group{node: node}
+			byNode[node] = g
+			groups = append(groups, g)
+		}
+		g.js = append(g.js, j)
+	}
+	verdicts := make([]error, len(cmds))
+	for _, g := range groups {
+		part := make([]*redis.Cmd, len(g.js))
+		for k, j := range g.js {
+			part[k] = cmds[j]
+		}
+		acked, err := s.pipeline(ctx, g.node, part, true, true)
+		verdict := s.replicated("CompleteBatch", acked, err)
+		for k, j := range g.js {
+			cmds[j] = part[k] // an EVAL re-run replaces its EVALSHA
+			verdicts[j] = verdict
+		}
+	}
+	return verdicts, nil
+}
+
+// primary returns the client of the primary that holds key's record, for
+// a WAIT on the connection that wrote it. New admits only the two client
+// types handled here when WaitReplicas is set.
+func (s *Store) primary(ctx context.Context, key string) (*redis.Client, error) {
+	switch c := s.client.(type) {
+	case *redis.Client:
+		return c, nil
+	case *redis.ClusterClient:
+		return c.MasterForKey(ctx, s.RedisKey(key))
+	}
+	return nil, fmt.Errorf("redisstore: WAIT needs a *redis.Client or *redis.ClusterClient, not %T", s.client)
+}
+
+// pipeline sends cmds in one pipeline on c, with WAIT last when wait is
+// set, then sends again as EVAL, in order, those that met NOSCRIPT (they
+// did not run), replacing them in cmds. Each command keeps its own error.
+// It returns WAIT's count of replicas and error (when wait is set).
+func (s *Store) pipeline(ctx context.Context, c redis.Cmdable, cmds []*redis.Cmd, once, wait bool) (int64, error) {
+	send := func(cmds []*redis.Cmd) *redis.IntCmd {
+		p := c.Pipeline()
+		for _, cmd := range cmds {
+			_ = p.Process(ctx, wrap(cmd, once))
+		}
+		var w *redis.IntCmd
+		if wait {
+			w = redis.NewIntCmd(ctx, "wait", s.cfg.WaitReplicas, s.cfg.WaitTimeout.Milliseconds())
+			_ = p.Process(ctx, w)
+		}
+		_, _ = p.Exec(ctx) // every command carries its own error
+		return w
+	}
+	w := send(cmds)
+	var again []int
+	for i, cmd := range cmds {
+		if isNoScript(cmd.Err()) {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		evals := make([]*redis.Cmd, len(again))
+		for k, i := range again {
+			evals[k] = asEval(ctx, cmds[i])
+			cmds[i] = evals[k]
+		}
+		if ww := send(evals); ww != nil {
+			w = ww
+		}
+	}
+	if w == nil {
+		return 0, nil
+	}
+	return w.Result()
+}

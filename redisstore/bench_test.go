@@ -1,0 +1,228 @@
+package redisstore_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/redisstore"
+)
+
+// The benchmarks compare the store with a bare go-redis client running the
+// least a Redis idempotency check can do: a claim script (SET NX with an
+// expiry) and a complete script (compare the token, SET the value), with
+// the same client options and goroutines, against the same server. Keys
+// expire after benchRetention instead of being deleted. scripts/bench-redis.sh
+// runs them next to redis-benchmark.
+
+const benchRetention = 30 * time.Second
+
+var (
+	bareClaim = redis.NewScript(`if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+return 0`)
+	bareComplete = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+end
+return 0`)
+)
+
+// benchClient returns a client of the shared server whose pool lets 64
+// goroutines each have a connection.
+func benchClient(b *testing.B) *redis.Client {
+	sharedClient(b) // skips when there is no server
+	c := redis.NewClient(&redis.Options{Addr: redisAddr(), PoolSize: 64})
+	b.Cleanup(func() { c.Close() })
+	for _, s := range []*redis.Script{bareClaim, bareComplete} {
+		if err := s.Load(context.Background(), c).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return c
+}
+
+func benchStore(b *testing.B, c redis.UniversalClient) *redisstore.Store {
+	s, err := redisstore.New(c, redisstore.Config{Prefix: randomPrefix(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// parallel runs op(0) … op(b.N-1) on exactly goroutines goroutines and
+// reports keys/s, perOp keys per op.
+func parallel(b *testing.B, goroutines, perOp int, op func(n int) error) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for range goroutines {
+		wg.Go(func() {
+			for {
+				n := int(next.Add(1) - 1)
+				if n >= b.N {
+					return
+				}
+				if err := op(n); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N*perOp)/elapsed.Seconds(), "keys/s")
+}
+
+// A payment-like key: a 32-byte SHA-256 fingerprint and a 16-byte result.
+var (
+	benchFP     = sha256.Sum256([]byte("charge 10 EUR to card 4242"))
+	benchResult = []byte("charge_0123456789")[:16]
+)
+
+func BenchmarkClaimComplete(b *testing.B) {
+	ctx := context.Background()
+	c := benchClient(b)
+	for _, g := range []int{1, 16, 64} {
+		b.Run(fmt.Sprintf("store/goroutines=%d", g), func(b *testing.B) {
+			s := benchStore(b, c)
+			parallel(b, g, 1, func(n int) error {
+				a := idem.ClaimArgs{Key: idem.StoreKey("orders", "order-"+strconv.Itoa(n)), Fingerprint: benchFP[:], Lease: 30 * time.Second, Retention: benchRetention}
+				cl, err := s.Claim(ctx, a)
+				if err != nil {
+					return err
+				}
+				if cl.Outcome != idem.Acquired {
+					return fmt.Errorf("claim %d: %v", n, cl.Outcome)
+				}
+				return s.Complete(ctx, a.Key, cl.Token, benchResult, benchRetention)
+			})
+		})
+		b.Run(fmt.Sprintf("bare/goroutines=%d", g), func(b *testing.B) {
+			prefix := randomPrefix(b) + "bare:"
+			ms := benchRetention.Milliseconds()
+			parallel(b, g, 1, func(n int) error {
+				key := prefix + "order-" + strconv.Itoa(n)
+				token := strconv.Itoa(n)
+				ok, err := bareClaim.Run(ctx, c, []string{key}, token, ms).Int()
+				if err != nil || ok != 1 {
+					return fmt.Errorf("bare claim %d: %d %v", n, ok, err)
+				}
+				return bareComplete.Run(ctx, c, []string{key}, token, benchResult, ms).Err()
+			})
+		})
+	}
+}
+
+// BenchmarkGuardDo is Claim+Complete through the Guard, for its overhead.
+func BenchmarkGuardDo(b *testing.B) {
+	c := benchClient(b)
+	for _, g := range []int{1, 16, 64} {
+		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
+			guard, err := idem.New(benchStore(b, c), idem.Config{Namespace: "orders", Retention: benchRetention})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer guard.Close()
+			fn := func(context.Context) ([]byte, error) { return benchResult, nil }
+			parallel(b, g, 1, func(n int) error {
+				_, err := guard.Do(context.Background(), "order-"+strconv.Itoa(n), benchFP[:], fn)
+				return err
+			})
+		})
+	}
+}
+
+func BenchmarkClaimBatch100(b *testing.B) {
+	const size = 100
+	ctx := context.Background()
+	c := benchClient(b)
+	for _, g := range []int{1, 16} {
+		b.Run(fmt.Sprintf("store/goroutines=%d", g), func(b *testing.B) {
+			s := benchStore(b, c)
+			parallel(b, g, size, func(n int) error {
+				args := make([]idem.ClaimArgs, size)
+				for i := range args {
+					args[i] = idem.ClaimArgs{Key: idem.StoreKey("orders", "order-"+strconv.Itoa(n*size+i)), Fingerprint: benchFP[:], Lease: 30 * time.Second, Retention: benchRetention}
+				}
+				got, err := s.ClaimBatch(ctx, args)
+				if err == nil && got[size-1].Outcome != idem.Acquired {
+					err = fmt.Errorf("batch %d: %v", n, got[size-1].Outcome)
+				}
+				return err
+			})
+		})
+		b.Run(fmt.Sprintf("bare/goroutines=%d", g), func(b *testing.B) {
+			prefix := randomPrefix(b) + "bare:"
+			ms := benchRetention.Milliseconds()
+			parallel(b, g, size, func(n int) error {
+				p := c.Pipeline()
+				cmds := make([]*redis.Cmd, size)
+				for i := range cmds {
+					id := strconv.Itoa(n*size + i)
+					cmds[i] = bareClaim.EvalSha(ctx, p, []string{prefix + "order-" + id}, id, ms)
+				}
+				if _, err := p.Exec(ctx); err != nil {
+					return err
+				}
+				if ok, _ := cmds[size-1].Int(); ok != 1 {
+					return fmt.Errorf("bare batch %d: %d", n, ok)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// BenchmarkMemoryPerRecord reports what Redis's MEMORY USAGE says one
+// completed record takes with the default prefix: a Guard-style store key
+// (namespace "orders", a 16-byte key), a SHA-256 fingerprint and a 16-byte
+// result. bare is the bare scripts' record of the same key and result.
+func BenchmarkMemoryPerRecord(b *testing.B) {
+	ctx := context.Background()
+	c := benchClient(b)
+	s, err := redisstore.New(c, redisstore.Config{}) // "idem:"
+	if err != nil {
+		b.Fatal(err)
+	}
+	const n = 100
+	run := randomPrefix(b)[9:21] // 12 hex digits: no clash with another run
+	var store, bare int64
+	for i := range n {
+		key := idem.StoreKey("orders", fmt.Sprintf("%s%04d", run, i))
+		cl, err := s.Claim(ctx, idem.ClaimArgs{Key: key, Fingerprint: benchFP[:], Lease: time.Minute, Retention: time.Minute})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Complete(ctx, key, cl.Token, benchResult, time.Minute); err != nil {
+			b.Fatal(err)
+		}
+		m, err := c.MemoryUsage(ctx, s.RedisKey(key), 0).Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		store += m
+		s.Delete(ctx, key)
+
+		bareKey := "bare:" + key
+		bareClaim.Run(ctx, c, []string{bareKey}, "1", 60000)
+		bareComplete.Run(ctx, c, []string{bareKey}, "1", benchResult, 60000)
+		if m, err = c.MemoryUsage(ctx, bareKey, 0).Result(); err != nil {
+			b.Fatal(err)
+		}
+		bare += m
+		c.Del(ctx, bareKey)
+	}
+	b.ReportMetric(0, "ns/op") // a measure of space, not time
+	b.ReportMetric(float64(store)/n, "bytes/record")
+	b.ReportMetric(float64(bare)/n, "bare-bytes/record")
+}

@@ -1,0 +1,91 @@
+// Package redisstore keeps idem's records in Redis, for services whose
+// replicas share one store: a [Store] over any go-redis
+// redis.UniversalClient, so one constructor serves a standalone server,
+// Sentinel and Cluster.
+//
+//	client := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{"127.0.0.1:6379"}})
+//	store, err := redisstore.New(client, redisstore.Config{})
+//	g, err := idem.New(store, idem.Config{Namespace: "payments"})
+//
+// It needs Redis 7.0 or later (script flags, SET … NX GET, PEXPIRETIME).
+//
+// # One key per record
+//
+// A record lives in one Redis string key: Config.Prefix, then the store key
+// in unpadded base64url between braces ("idem:{BnBheW1…}"). The store key
+// may hold any bytes; base64url is injective and never contains a brace, so
+// no key can address another's record, and the braces make the encoded key
+// the Cluster hash tag: each record is a single-slot key. (Hex would do the
+// same at 1.5 times the length; a length-prefixed raw key could contain
+// '}' and move the hash tag.)
+//
+// The value is a compact binary record, not JSON: a 32-byte header (format
+// version, status, token, attempt, lease end in microseconds, retention),
+// the fingerprint and the result, packed and unpacked in Lua with
+// struct.pack. A value of another version, or one another program wrote,
+// is refused with [ErrUnknownFormat] and never changed. The key's TTL is
+// the record's retention; the lease lives inside the value.
+//
+// # One script per transition
+//
+// Claim, Complete, Fail, Release, Extend and Get are each one EVALSHA of a
+// Lua script that touches only the record's key, so every transition is
+// atomic on the server and each call is one round trip; a duplicate's
+// Claim returns the stored outcome in that same round trip. The scripts
+// read the time with TIME: leases and expiries follow the Redis server's
+// clock, never the callers'. The scripts are cached by the server; after a
+// restart or SCRIPT FLUSH, the first call that meets NOSCRIPT sends the
+// script itself with EVAL (a NOSCRIPT reply means nothing ran).
+//
+// Tokens are 64 random bits drawn in the calling process (never zero), so
+// they owe nothing to state Redis could lose: a token does not come back
+// for a key after its record expired or was lost (the odds that two claims
+// draw the same one are 2^-64).
+//
+// go-redis resends a command whose reply was lost to a network error. A
+// resent Claim is harmless: finding its own token it answers Acquired
+// again. Complete, Fail and Release are never resent (a second run would
+// answer ErrLeaseLost for the outcome the first stored): the caller gets
+// idem.ErrStoreUnavailable, and a later Claim tells whether the outcome
+// was stored.
+//
+// [Store.ClaimBatch] and [Store.CompleteBatch] send their scripts in one
+// pipeline: n keys in one round trip on a standalone server; on Cluster,
+// go-redis sends one pipeline per primary, in parallel.
+//
+// Errors from the client or the server are returned wrapping
+// idem.ErrStoreUnavailable, with standard-library causes (context,
+// network) kept for errors.Is; no go-redis type leaks through.
+//
+// # What Redis can lose
+//
+// Redis acknowledges a write once it is in the primary's memory. Two
+// things can then lose a record that a caller was told is stored:
+//
+//   - A crash or restart of the primary loses whatever the disk does not
+//     hold. With RDB snapshots only (the default), that is every record
+//     since the last snapshot; with appendonly yes and appendfsync
+//     everysec, about the last second; only appendfsync always (an fsync
+//     per write, much slower) loses nothing the server acknowledged.
+//   - Replication is asynchronous: a failover (Sentinel or Cluster)
+//     promotes a replica that may not have received the last writes, and
+//     they are gone.
+//
+// A lost InProgress record lets a duplicate run the operation while its
+// first holder still runs it; a lost outcome lets a later duplicate run it
+// again. If that is not acceptable, fence the side effect with the token
+// (idem.TokenFrom) or keep the records in PostgreSQL with the side effects.
+//
+// To narrow the window: run the primary with appendonly yes and
+// appendfsync always, and set Config.WaitReplicas so that every outcome
+// write is followed, on the same connection and in the same round trip, by
+// WAIT: the call returns [ErrNotReplicated] (the outcome is stored on the
+// primary, not yet on enough replicas) when fewer replicas acknowledged it
+// in Config.WaitTimeout, and the Guard then fails the call rather than
+// report an outcome a failover may lose. WAIT makes a failover less likely
+// to lose the write, not impossible (a replica that acknowledged can still
+// lose the election), and it costs a replication round trip on every
+// outcome. Claims are not followed by WAIT: a claim lost in a failover
+// lets one duplicate in, which fencing the side effect with the token
+// turns away.
+package redisstore

@@ -1,0 +1,66 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemgo/idem"
+)
+
+var (
+	// ErrUnknownFormat: the value stored under a record's Redis key is not a
+	// record this package wrote (another format version, or another program
+	// wrote the key). The record is left as it is.
+	ErrUnknownFormat = errors.New("redisstore: stored value has an unknown format")
+
+	// ErrInvalidArgs: a store method was called with arguments out of range
+	// (a lease or retention that is not positive or longer than 100 years, a
+	// fingerprint over 65535 bytes). Nothing was sent to Redis.
+	ErrInvalidArgs = errors.New("redisstore: invalid arguments")
+
+	// ErrNotReplicated: with Config.WaitReplicas set, the outcome was written
+	// on the primary but fewer replicas than asked acknowledged it within
+	// Config.WaitTimeout. The record is Completed (or Failed) on the
+	// primary; a failover before the replicas catch up may lose it.
+	ErrNotReplicated = errors.New("redisstore: outcome not acknowledged by enough replicas")
+)
+
+// ValueTooLargeError is returned by Complete, Fail and CompleteBatch for a
+// value (or cause) longer than Config.MaxValueSize. Nothing was written.
+type ValueTooLargeError struct {
+	Size int // the value's length in bytes
+	Max  int // Config.MaxValueSize
+}
+
+func (e *ValueTooLargeError) Error() string {
+	return fmt.Sprintf("redisstore: value of %d bytes is larger than Config.MaxValueSize (%d)", e.Size, e.Max)
+}
+
+// unavailable translates an error of the Redis client into one wrapping
+// idem.ErrStoreUnavailable. Standard-library causes (context, network, EOF)
+// stay in the chain for errors.Is; go-redis's own error values and the
+// server's error replies keep only their text, so no go-redis type leaks
+// through the idem API.
+func unavailable(op string, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("redisstore: %s: %w: %w", op, idem.ErrStoreUnavailable, err)
+	}
+	if _, ok := errors.AsType[redis.Error](err); !ok {
+		if _, ok := errors.AsType[net.Error](err); ok {
+			return fmt.Errorf("redisstore: %s: %w: %w", op, idem.ErrStoreUnavailable, err)
+		}
+	}
+	return fmt.Errorf("redisstore: %s: %w: %s", op, idem.ErrStoreUnavailable, err.Error())
+}
+
+// isNoScript reports whether err is the server's NOSCRIPT reply: the script
+// is not in the server's cache, so it did not run.
+func isNoScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
+}

@@ -1,0 +1,136 @@
+package redisstore_test
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/redisstore"
+)
+
+// TestRecordRoundTrip holds the Lua encoder and the Go decoder to one
+// format: every value the scripts write, read raw from Redis, decodes to
+// the record Get returns and encodes back, in Go, to the same bytes.
+func TestRecordRoundTrip(t *testing.T) {
+	c := sharedClient(t)
+	s := newStore(t, c, redisstore.Config{})
+	ctx := ctxT(t)
+	check := func(what, key string, retention time.Duration, want func(r idem.Record) bool) {
+		t.Helper()
+		raw, err := c.Get(ctx, s.RedisKey(key)).Bytes()
+		if err != nil {
+			t.Fatalf("%s: GET: %v", what, err)
+		}
+		dec, err := redisstore.DecodeRecord(key, raw)
+		if err != nil {
+			t.Fatalf("%s: decoding %x: %v", what, raw, err)
+		}
+		got, err := s.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.ExpiresAt = time.Time{} // the decoder of a bare value knows no expiry
+		if !sameRecord(dec, got) {
+			t.Fatalf("%s: decoded %+v, Get says %+v", what, dec, got)
+		}
+		if !want(dec) {
+			t.Fatalf("%s: decoded an unexpected record %+v", what, dec)
+		}
+		if enc := redisstore.EncodeRecord(dec, retention); !bytes.Equal(enc, raw) {
+			t.Fatalf("%s: Lua wrote\n%x\nGo encodes\n%x", what, raw, enc)
+		}
+	}
+	fps := [][]byte{nil, []byte("f"), bytes.Repeat([]byte{0, 0xff, '{'}, 100), make([]byte, 32)}
+	results := [][]byte{nil, {0}, []byte("ok\x00\xff}"), bytes.Repeat([]byte("result"), 1000)}
+	for i, fp := range fps {
+		key := string([]byte{byte(i), '{', 0})
+		a := idem.ClaimArgs{Key: key, Fingerprint: fp, Lease: time.Minute + time.Microsecond, Retention: 3 * time.Hour, MaxAttempts: 2}
+		cl, err := s.Claim(ctx, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("claimed", key, a.Retention, func(r idem.Record) bool {
+			return r.Status == idem.StatusInProgress && r.Token == cl.Token && r.Attempt == 1 && bytes.Equal(r.Fingerprint, fp) &&
+				r.LeaseUntil.Equal(cl.Record.LeaseUntil) && r.Result == nil
+		})
+		if err := s.Extend(ctx, key, cl.Token, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		check("extended", key, a.Retention, func(r idem.Record) bool { return r.LeaseUntil.After(cl.Record.LeaseUntil) })
+		if err := s.Release(ctx, key, cl.Token); err != nil {
+			t.Fatal(err)
+		}
+		check("released", key, a.Retention, func(r idem.Record) bool { return r.Token == 0 && r.LeaseUntil.IsZero() && r.Attempt == 1 })
+		cl, _ = s.Claim(ctx, a)
+		check("taken over", key, a.Retention, func(r idem.Record) bool { return r.Token == cl.Token && r.Attempt == 2 })
+		result := results[i]
+		if i%2 == 0 {
+			err = s.Complete(ctx, key, cl.Token, result, 5*time.Hour)
+		} else {
+			err = s.Fail(ctx, key, cl.Token, result, 5*time.Hour)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("outcome", key, 5*time.Hour, func(r idem.Record) bool {
+			return r.Status.Done() && r.Token == cl.Token && r.Attempt == 2 && bytes.Equal(r.Result, result) && r.LeaseUntil.IsZero()
+		})
+
+		capped := a
+		capped.Key += "capped"
+		capped.MaxAttempts = 1
+		cl, _ = s.Claim(ctx, capped)
+		s.Release(ctx, capped.Key, cl.Token)
+		if d, _ := s.Claim(ctx, capped); d.Outcome != idem.Duplicate {
+			t.Fatalf("claim over MaxAttempts: %v", d.Outcome)
+		}
+		check("over MaxAttempts", capped.Key, capped.Retention, func(r idem.Record) bool {
+			return r.Status == idem.StatusFailed && r.Token == 0 && errors.Is(idem.DecodeFailure(r.Result), idem.ErrTooManyAttempts)
+		})
+	}
+}
+
+func sameRecord(a, b idem.Record) bool {
+	return a.Key == b.Key && a.Status == b.Status && a.Token == b.Token && a.Attempt == b.Attempt &&
+		bytes.Equal(a.Fingerprint, b.Fingerprint) && bytes.Equal(a.Result, b.Result) &&
+		a.LeaseUntil.Equal(b.LeaseUntil) && a.ExpiresAt.Equal(b.ExpiresAt)
+}
+
+// FuzzDecodeRecord feeds the decoder arbitrary bytes: it never panics, it
+// refuses what is not a record with ErrUnknownFormat, and what it accepts
+// encodes and decodes back to the same record.
+func FuzzDecodeRecord(f *testing.F) {
+	lease := time.UnixMicro(1795340671542358)
+	for _, r := range []idem.Record{
+		{Status: idem.StatusInProgress, Token: 1<<64 - 1, Attempt: 1, Fingerprint: []byte("fp"), LeaseUntil: lease},
+		{Status: idem.StatusCompleted, Token: 7, Attempt: 3, Fingerprint: make([]byte, 32), Result: []byte("value\x00")},
+		{Status: idem.StatusFailed, Attempt: 9, Result: idem.TooManyAttemptsCause()},
+	} {
+		f.Add(redisstore.EncodeRecord(r, time.Hour))
+	}
+	f.Add([]byte{})
+	f.Add([]byte{2, 1})
+	f.Add(append([]byte{1, 1}, make([]byte, 28)...))
+	f.Fuzz(func(t *testing.T, v []byte) {
+		r, err := redisstore.DecodeRecord("k", v)
+		if err != nil {
+			if !errors.Is(err, redisstore.ErrUnknownFormat) {
+				t.Fatalf("error %v does not wrap ErrUnknownFormat", err)
+			}
+			return
+		}
+		enc := redisstore.EncodeRecord(r, time.Hour)
+		for i := range v {
+			v[i] ^= 0xff // the record must not alias the input
+		}
+		if !bytes.Equal(redisstore.EncodeRecord(r, time.Hour), enc) {
+			t.Fatalf("the decoded record %+v shares memory with its input", r)
+		}
+		again, err := redisstore.DecodeRecord("k", enc)
+		if err != nil || !sameRecord(r, again) {
+			t.Fatalf("decoded %+v; re-encoded it decodes to %+v, %v", r, again, err)
+		}
+	})
+}

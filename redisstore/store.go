@@ -1,0 +1,428 @@
+package redisstore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemgo/idem"
+)
+
+// Config configures a [Store]. The zero value means every default.
+type Config struct {
+	// Prefix starts the Redis key of every record, so the store can share a
+	// database with other data and several stores can share one Redis.
+	// Default "idem:". It must not contain '{' or '}': the record's hash tag
+	// follows it.
+	Prefix string
+
+	// MaxValueSize is the longest value (Complete) or encoded cause (Fail)
+	// accepted, in bytes; a longer one gets a *ValueTooLargeError and
+	// nothing is written. Default 1 MiB; at most 256 MiB. Redis holds the
+	// whole value in memory and sends it to every duplicate: keep outcomes
+	// small and store large payloads elsewhere.
+	MaxValueSize int
+
+	// WaitReplicas, when positive, makes every outcome write (Complete,
+	// Fail, CompleteBatch) issue WAIT WaitReplicas WaitTimeout on the same
+	// connection, right after the script in the same round trip, and
+	// return ErrNotReplicated when fewer replicas acknowledged it. It
+	// narrows, not closes, the window in which a failover loses an outcome
+	// (see the package documentation). It needs a *redis.Client
+	// (standalone or Sentinel) or a *redis.ClusterClient. Default 0: no
+	// WAIT.
+	WaitReplicas int
+
+	// WaitTimeout bounds each WAIT. Default 1s; at least 1ms, and shorter
+	// than the client's ReadTimeout, which bounds the reply of the round
+	// trip that carries the WAIT.
+	WaitTimeout time.Duration
+}
+
+// Defaults and limits of [Config].
+const (
+	DefaultPrefix       = "idem:"
+	DefaultMaxValueSize = 1 << 20
+	DefaultWaitTimeout  = time.Second
+	MaxValueSizeLimit   = 256 << 20
+)
+
+// maxDuration bounds leases and retentions: times are microseconds held in
+// Lua doubles, exact below 2^53.
+const maxDuration = 100 * 365 * 24 * time.Hour
+
+// Store is an [idem.Store] over Redis: one string key per record, every
+// transition one EVALSHA of a Lua script that touches only that key, the
+// Redis server's clock for every time. It works with any
+// redis.UniversalClient: standalone, Sentinel or Cluster.
+//
+// A Store holds no goroutine and no connection of its own; the client
+// belongs to the caller, who closes it. It is safe for concurrent use.
+type Store struct {
+	client redis.UniversalClient
+	cfg    Config
+	cause  []byte // the cause stored by a claim over MaxAttempts
+}
+
+var (
+	_ idem.Store          = (*Store)(nil)
+	_ idem.BatchClaimer   = (*Store)(nil)
+	_ idem.BatchCompleter = (*Store)(nil)
+)
+
+// New returns a Store over client. It fails when client is nil or a Config
+// field is out of range; the error names the field. It does not contact
+// Redis: an unreachable server shows in the first call, as
+// idem.ErrStoreUnavailable.
+func New(client redis.UniversalClient, cfg Config) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("redisstore: New: client is nil")
+	}
+	switch {
+	case strings.ContainsAny(cfg.Prefix, "{}"):
+		return nil, fmt.Errorf("redisstore: Config.Prefix %q: must not contain '{' or '}'", cfg.Prefix)
+	case cfg.MaxValueSize < 0 || cfg.MaxValueSize > MaxValueSizeLimit:
+		return nil, fmt.Errorf("redisstore: Config.MaxValueSize %d: must be between 1 and %d", cfg.MaxValueSize, MaxValueSizeLimit)
+	case cfg.WaitReplicas < 0:
+		return nil, fmt.Errorf("redisstore: Config.WaitReplicas %d: must not be negative", cfg.WaitReplicas)
+	case cfg.WaitTimeout < 0 || (cfg.WaitTimeout > 0 && cfg.WaitTimeout < time.Millisecond):
+		return nil, fmt.Errorf("redisstore: Config.WaitTimeout %v: must be at least 1ms (WAIT counts milliseconds)", cfg.WaitTimeout)
+	}
+	cfg.Prefix = cmp.Or(cfg.Prefix, DefaultPrefix)
+	cfg.MaxValueSize = cmp.Or(cfg.MaxValueSize, DefaultMaxValueSize)
+	cfg.WaitTimeout = cmp.Or(cfg.WaitTimeout, DefaultWaitTimeout)
+	if cfg.WaitReplicas > 0 {
+		var readTimeout time.Duration
+		switch c := client.(type) {
+		case *redis.Client:
+			readTimeout = c.Options().ReadTimeout
+		case *redis.ClusterClient:
+			readTimeout = c.Options().ReadTimeout
+		default:
+			return nil, fmt.Errorf("redisstore: Config.WaitReplicas %d: needs a *redis.Client or *redis.ClusterClient, not %T", cfg.WaitReplicas, client)
+		}
+		if readTimeout > 0 && cfg.WaitTimeout >= readTimeout {
+			return nil, fmt.Errorf("redisstore: Config.WaitTimeout %v: must be shorter than the client's ReadTimeout %v", cfg.WaitTimeout, readTimeout)
+		}
+	}
+	return &Store{client: client, cfg: cfg, cause: idem.TooManyAttemptsCause()}, nil
+}
+
+// Config returns the Store's configuration with the defaults filled in.
+func (s *Store) Config() Config { return s.cfg }
+
+// RedisKey returns the Redis key that holds the record of the store key:
+// Config.Prefix, then the key in unpadded base64url between braces. The
+// braces make the encoded key the Redis Cluster hash tag, so each record is
+// one single-slot key; base64url is injective and has no braces, so no key,
+// whatever its bytes, can address another's record. For operators and
+// tests (TTL, MEMORY USAGE, SCAN with MATCH Prefix*).
+func (s *Store) RedisKey(key string) string {
+	var buf [128]byte
+	return string(appendRedisKey(buf[:0], s.cfg.Prefix, key))
+}
+
+// Claim implements [idem.Store.Claim] with one EVALSHA. The token is 64
+// random bits, never zero, drawn in this process from math/rand/v2's
+// ChaCha8 generator, which the runtime seeds from the operating system's
+// entropy: tokens owe nothing to Redis's state, so a key's record that
+// expired or that Redis lost does not make one repeat (two claims of a key
+// draw the same token with odds of 2^-64). The client may resend a claim
+// whose reply was lost: the claim that finds its own token answers
+// Acquired again.
+//
+// Errors: idem.ErrKeyReused; ErrInvalidArgs for a lease or retention that
+// is not positive or longer than 100 years or a fingerprint over 65535
+// bytes; ErrUnknownFormat when the key holds a value this package did not
+// write; any other failure wraps idem.ErrStoreUnavailable.
+func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+	if err := checkClaim("Claim", a); err != nil {
+		return idem.Claim{}, err
+	}
+	reply, err := s.run(ctx, s.cmd(ctx, claimScript, a.Key, s.claimArgs(a, newToken())...), false)
+	if err != nil {
+		return idem.Claim{}, unavailable("Claim", err)
+	}
+	return claimReply(a.Key, reply)
+}
+
+func checkClaim(op string, a idem.ClaimArgs) error {
+	if err := checkDuration(op, "lease", a.Lease); err != nil {
+		return err
+	}
+	if err := checkDuration(op, "retention", a.Retention); err != nil {
+		return err
+	}
+	if len(a.Fingerprint) > maxFingerprint {
+		return fmt.Errorf("%w: %s: fingerprint of %d bytes, longer than %d", ErrInvalidArgs, op, len(a.Fingerprint), maxFingerprint)
+	}
+	return nil
+}
+
+func checkDuration(op, name string, d time.Duration) error {
+	if d <= 0 || d > maxDuration {
+		return fmt.Errorf("%w: %s: %s %v must be positive and at most 100 years", ErrInvalidArgs, op, name, d)
+	}
+	return nil
+}
+
+// newToken returns a random nonzero token (see Claim).
+func newToken() idem.Token {
+	for {
+		if t := rand.Uint64(); t != 0 {
+			return idem.Token(t)
+		}
+	}
+}
+
+func (s *Store) claimArgs(a idem.ClaimArgs, t idem.Token) []any {
+	return []any{a.Fingerprint, appendToken(make([]byte, 0, 8), t),
+		micros(a.Lease), micros(a.Retention), max(a.MaxAttempts, 0), s.cause}
+}
+
+// claimReply turns the claim script's reply into a Claim.
+func claimReply(key string, reply any) (idem.Claim, error) {
+	r, _ := reply.([]any)
+	if len(r) == 0 {
+		return idem.Claim{}, badReply("Claim", reply)
+	}
+	code, _ := r[0].(int64)
+	if code == 4 {
+		return idem.Claim{}, idem.ErrKeyReused
+	}
+	if len(r) < 2 || code < 0 || code > 3 {
+		return idem.Claim{}, badReply("Claim", reply)
+	}
+	v, _ := r[1].(string)
+	var expires int64
+	if len(r) > 2 {
+		expires, _ = r[2].(int64)
+	}
+	rec, err := decodeRecord(key, v, expires)
+	if err != nil {
+		return idem.Claim{}, err
+	}
+	if code == 0 { // the script refused a value the decoder accepts: a bug on one side
+		return idem.Claim{}, fmt.Errorf("%w: refused by the claim script", ErrUnknownFormat)
+	}
+	c := idem.Claim{Outcome: idem.Outcome(code), Record: rec}
+	if c.Outcome == idem.Acquired {
+		c.Token = rec.Token
+	}
+	return c, nil
+}
+
+func badReply(op string, reply any) error {
+	return fmt.Errorf("redisstore: %s: %w: unexpected reply of type %T", op, idem.ErrStoreUnavailable, reply)
+}
+
+// Complete implements [idem.Store.Complete] with one EVALSHA (followed by
+// WAIT in the same round trip when Config.WaitReplicas is set). The client
+// never resends it after a network error: had the first run stored the
+// value, the second would answer ErrLeaseLost.
+//
+// Errors: idem.ErrLeaseLost; *ValueTooLargeError; ErrInvalidArgs for a
+// retention that is not positive or longer than 100 years;
+// ErrUnknownFormat; ErrNotReplicated; any other failure wraps
+// idem.ErrStoreUnavailable.
+func (s *Store) Complete(ctx context.Context, key string, t idem.Token, value []byte, retention time.Duration) error {
+	return s.finish(ctx, "Complete", key, t, idem.StatusCompleted, value, retention)
+}
+
+// Fail implements [idem.Store.Fail] as Complete does, storing cause.
+func (s *Store) Fail(ctx context.Context, key string, t idem.Token, cause []byte, retention time.Duration) error {
+	return s.finish(ctx, "Fail", key, t, idem.StatusFailed, cause, retention)
+}
+
+func (s *Store) checkOutcome(op string, value []byte, retention time.Duration) error {
+	if len(value) > s.cfg.MaxValueSize {
+		return &ValueTooLargeError{Size: len(value), Max: s.cfg.MaxValueSize}
+	}
+	return checkDuration(op, "retention", retention)
+}
+
+func (s *Store) outcomeCmd(ctx context.Context, key string, t idem.Token, status idem.Status, value []byte, retention time.Duration) *redis.Cmd {
+	return s.cmd(ctx, outcomeScript, key, appendToken(make([]byte, 0, 8), t), int(status), value, micros(retention))
+}
+
+func (s *Store) finish(ctx context.Context, op, key string, t idem.Token, status idem.Status, value []byte, retention time.Duration) error {
+	if err := s.checkOutcome(op, value, retention); err != nil {
+		return err
+	}
+	if t == 0 { // never issued: no record can hold it
+		return idem.ErrLeaseLost
+	}
+	cmd := s.outcomeCmd(ctx, key, t, status, value, retention)
+	if s.cfg.WaitReplicas == 0 {
+		reply, err := s.run(ctx, cmd, true)
+		if err != nil {
+			return unavailable(op, err)
+		}
+		return holderReply(op, reply)
+	}
+	node, err := s.primary(ctx, key)
+	if err != nil {
+		return unavailable(op, err)
+	}
+	cmds := []*redis.Cmd{cmd}
+	acked, werr := s.pipeline(ctx, node, cmds, true, true)
+	if err := cmds[0].Err(); err != nil {
+		return unavailable(op, err)
+	}
+	if err := holderReply(op, cmds[0].Val()); err != nil {
+		return err
+	}
+	return s.replicated(op, acked, werr)
+}
+
+// replicated checks the WAIT that followed an outcome write.
+func (s *Store) replicated(op string, acked int64, err error) error {
+	if err != nil {
+		return fmt.Errorf("%w (WAIT failed: %w)", ErrNotReplicated, unavailable(op, err))
+	}
+	if acked < int64(s.cfg.WaitReplicas) {
+		return fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, acked, s.cfg.WaitReplicas, s.cfg.WaitTimeout)
+	}
+	return nil
+}
+
+// Release implements [idem.Store.Release] with one EVALSHA: the token is
+// zeroed, so neither it nor any other is current, and the lease ends, so
+// the next Claim takes over at once; the expiry stays. Not resent by the
+// client, as Complete. Errors: idem.ErrLeaseLost; ErrUnknownFormat; any
+// other failure wraps idem.ErrStoreUnavailable.
+func (s *Store) Release(ctx context.Context, key string, t idem.Token) error {
+	if t == 0 {
+		return idem.ErrLeaseLost
+	}
+	reply, err := s.run(ctx, s.cmd(ctx, releaseScript, key, appendToken(make([]byte, 0, 8), t)), true)
+	if err != nil {
+		return unavailable("Release", err)
+	}
+	return holderReply("Release", reply)
+}
+
+// Extend implements [idem.Store.Extend] with one EVALSHA: the lease ends
+// lease from now on the Redis clock, and the key's expiry moves out to at
+// least the new lease end plus the claim's retention. Errors:
+// idem.ErrLeaseLost; ErrInvalidArgs; ErrUnknownFormat; any other failure
+// wraps idem.ErrStoreUnavailable.
+func (s *Store) Extend(ctx context.Context, key string, t idem.Token, lease time.Duration) error {
+	if err := checkDuration("Extend", "lease", lease); err != nil {
+		return err
+	}
+	if t == 0 {
+		return idem.ErrLeaseLost
+	}
+	reply, err := s.run(ctx, s.cmd(ctx, extendScript, key, appendToken(make([]byte, 0, 8), t), micros(lease)), false)
+	if err != nil {
+		return unavailable("Extend", err)
+	}
+	return holderReply("Extend", reply)
+}
+
+// holderReply turns the reply of a script that needs the current token
+// into an error.
+func holderReply(op string, reply any) error {
+	switch n, _ := reply.(int64); n {
+	case 1:
+		return nil
+	case 0:
+		return idem.ErrLeaseLost
+	case -1:
+		return fmt.Errorf("%w (%s)", ErrUnknownFormat, op)
+	}
+	return badReply(op, reply)
+}
+
+// Get implements [idem.Store.Get] with one EVALSHA, which reads the value
+// and its expiry together. Errors: idem.ErrNotFound; ErrUnknownFormat; any
+// other failure wraps idem.ErrStoreUnavailable.
+func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
+	reply, err := s.run(ctx, s.cmd(ctx, getScript, key), false)
+	if err != nil {
+		if errors.Is(err, redis.Nil) {
+			return idem.Record{}, idem.ErrNotFound
+		}
+		return idem.Record{}, unavailable("Get", err)
+	}
+	r, ok := reply.([]any)
+	if !ok {
+		return idem.Record{}, badReply("Get", reply)
+	}
+	if len(r) == 0 {
+		return idem.Record{}, idem.ErrNotFound
+	}
+	v, _ := r[0].(string)
+	var expires int64
+	if len(r) > 1 {
+		expires, _ = r[1].(int64)
+	}
+	return decodeRecord(key, v, expires)
+}
+
+// Delete implements [idem.Store.Delete] with one DEL. Errors: any failure
+// wraps idem.ErrStoreUnavailable.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := s.client.Del(ctx, s.RedisKey(key)).Err(); err != nil {
+		return unavailable("Delete", err)
+	}
+	return nil
+}
+
+// cmd returns the EVALSHA of sc on key's record with args.
+func (s *Store) cmd(ctx context.Context, sc *script, key string, args ...any) *redis.Cmd {
+	a := make([]any, 0, 4+len(args))
+	a = append(a, "evalsha", sc.sha, 1, s.RedisKey(key))
+	cmd := redis.NewCmd(ctx, append(a, args...)...)
+	cmd.SetFirstKeyPos(3)
+	return cmd
+}
+
+// asEval returns cmd, an EVALSHA that met NOSCRIPT (so did not run), as
+// the EVAL of its script, which also loads the script into the server's
+// cache for the next EVALSHA.
+func asEval(ctx context.Context, cmd *redis.Cmd) *redis.Cmd {
+	a := append([]any{}, cmd.Args()...)
+	sha, _ := a[1].(string)
+	for _, sc := range []*script{claimScript, outcomeScript, releaseScript, extendScript, getScript} {
+		if sc.sha == sha {
+			a[0], a[1] = "eval", sc.src
+		}
+	}
+	e := redis.NewCmd(ctx, a...)
+	e.SetFirstKeyPos(3)
+	return e
+}
+
+// onceCmd is a command the client must not resend after a network error:
+// its script may have run, and a second run would answer ErrLeaseLost for
+// an outcome that was stored.
+type onceCmd struct{ *redis.Cmd }
+
+// NoRetry tells go-redis not to resend the command.
+func (onceCmd) NoRetry() bool { return true }
+
+func wrap(cmd *redis.Cmd, once bool) redis.Cmder {
+	if once {
+		return onceCmd{cmd}
+	}
+	return cmd
+}
+
+// run sends cmd, and its EVAL when the server answers NOSCRIPT, and
+// returns the reply.
+func (s *Store) run(ctx context.Context, cmd *redis.Cmd, once bool) (any, error) {
+	err := s.client.Process(ctx, wrap(cmd, once))
+	if isNoScript(err) {
+		cmd = asEval(ctx, cmd)
+		err = s.client.Process(ctx, wrap(cmd, once))
+	}
+	return cmd.Val(), err
+}

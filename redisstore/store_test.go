@@ -1,0 +1,493 @@
+package redisstore_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/redisstore"
+)
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestConformance(t *testing.T) {
+	s := newStore(t, sharedClient(t), redisstore.Config{})
+	idemtest.Run(t, func(t *testing.T) idem.Store { return s })
+}
+
+// counter is a go-redis hook that counts what reaches the server: single
+// commands and pipelines.
+type counter struct {
+	mu    sync.Mutex
+	cmds  []string // names of single commands
+	pipes []int    // lengths of pipelines
+}
+
+func (h *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.mu.Lock()
+		h.cmds = append(h.cmds, cmd.Name())
+		h.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+func (h *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.mu.Lock()
+		h.pipes = append(h.pipes, len(cmds))
+		h.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+func (h *counter) reset() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cmds, h.pipes = nil, nil
+}
+
+func (h *counter) seen() ([]string, []int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string{}, h.cmds...), append([]int{}, h.pipes...)
+}
+
+func claimArgs(key string) idem.ClaimArgs {
+	return idem.ClaimArgs{Key: key, Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Minute}
+}
+
+func TestDuplicateIsOneRoundTrip(t *testing.T) {
+	h := &counter{}
+	s := newStore(t, sharedClient(t, h), redisstore.Config{})
+	ctx := ctxT(t)
+	a := claimArgs(idem.StoreKey("orders", "order-1"))
+	c, err := s.Claim(ctx, a)
+	if err != nil || c.Outcome != idem.Acquired {
+		t.Fatalf("Claim: %v %v", c.Outcome, err)
+	}
+	if err := s.Complete(ctx, a.Key, c.Token, []byte("charged"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	h.reset()
+	d, err := s.Claim(ctx, a)
+	if err != nil || d.Outcome != idem.Duplicate || string(d.Record.Result) != "charged" {
+		t.Fatalf("duplicate Claim: %v %q %v", d.Outcome, d.Record.Result, err)
+	}
+	cmds, pipes := h.seen()
+	if len(cmds) != 1 || cmds[0] != "evalsha" || len(pipes) != 0 {
+		t.Fatalf("a duplicate check sent commands %v and pipelines %v; want one EVALSHA", cmds, pipes)
+	}
+}
+
+func TestClaimBatchIsOneRoundTrip(t *testing.T) {
+	h := &counter{}
+	s := newStore(t, sharedClient(t, h), redisstore.Config{})
+	ctx := ctxT(t)
+	args := make([]idem.ClaimArgs, 100)
+	for i := range args {
+		args[i] = claimArgs(fmt.Sprintf("key-%d", i))
+	}
+	if _, err := s.ClaimBatch(ctx, args[:1]); err != nil { // the script is cached from here on
+		t.Fatal(err)
+	}
+	h.reset()
+	got, err := s.ClaimBatch(ctx, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range got {
+		want := idem.Acquired
+		if i == 0 {
+			want = idem.Busy
+		}
+		if c.Err != nil || c.Outcome != want {
+			t.Fatalf("entry %d: %v %v, want %v", i, c.Outcome, c.Err, want)
+		}
+	}
+	cmds, pipes := h.seen()
+	if len(cmds) != 0 || len(pipes) != 1 || pipes[0] != 100 {
+		t.Fatalf("ClaimBatch of 100 keys sent commands %v and pipelines of %v; want one pipeline of 100", cmds, pipes)
+	}
+	comps := make([]idem.Completion, 0, 99)
+	for _, c := range got[1:] {
+		comps = append(comps, idem.Completion{Key: c.Record.Key, Token: c.Token, Value: []byte("v"), Retention: time.Minute})
+	}
+	h.reset()
+	errs, err := s.CompleteBatch(ctx, comps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("CompleteBatch entry %d: %v", i, err)
+		}
+	}
+	if cmds, pipes := h.seen(); len(cmds) != 0 || len(pipes) != 1 || pipes[0] != 99 {
+		t.Fatalf("CompleteBatch of 99 sent commands %v and pipelines of %v; want one pipeline of 99", cmds, pipes)
+	}
+}
+
+// TestBatchAgreesWithSingle sets up the same keys in every state under two
+// namespaces, then claims them with ClaimBatch in one and with Claim one by
+// one in the other: the answers must agree.
+func TestBatchAgreesWithSingle(t *testing.T) {
+	s := newStore(t, sharedClient(t), redisstore.Config{})
+	ctx := ctxT(t)
+	setup := func(ns string) []idem.ClaimArgs {
+		t.Helper()
+		a := func(k, fp string, max int) idem.ClaimArgs {
+			return idem.ClaimArgs{Key: idem.StoreKey(ns, k), Fingerprint: []byte(fp), Lease: time.Minute, Retention: time.Minute, MaxAttempts: max}
+		}
+		claim := func(a idem.ClaimArgs) idem.Token {
+			t.Helper()
+			c, err := s.Claim(ctx, a)
+			if err != nil || c.Outcome != idem.Acquired {
+				t.Fatalf("setup claim %q: %v %v", a.Key, c.Outcome, err)
+			}
+			return c.Token
+		}
+		completed, failed, busy, released, capped, reused := a("completed", "fp", 0), a("failed", "fp", 0), a("busy", "fp", 0), a("released", "fp", 0), a("capped", "fp", 1), a("reused", "fp", 0)
+		if err := s.Complete(ctx, completed.Key, claim(completed), []byte("done"), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Fail(ctx, failed.Key, claim(failed), idem.EncodeFailure(errors.New("declined")), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		claim(busy)
+		if err := s.Release(ctx, released.Key, claim(released)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(ctx, capped.Key, claim(capped)); err != nil {
+			t.Fatal(err)
+		}
+		claim(reused)
+		reused.Fingerprint = []byte("other")
+		fresh := a("fresh", "fp", 0)
+		return []idem.ClaimArgs{fresh, completed, failed, busy, released, capped, reused, fresh, released, a("fresh2", "", 0)}
+	}
+	batchArgs, singleArgs := setup("batch"), setup("single")
+	batch, err := s.ClaimBatch(ctx, batchArgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range singleArgs {
+		single, err := s.Claim(ctx, a)
+		single.Err = err
+		b := batch[i]
+		if !errors.Is(b.Err, single.Err) || (single.Err == nil) != (b.Err == nil) ||
+			b.Outcome != single.Outcome || (b.Token == 0) != (single.Token == 0) ||
+			b.Record.Status != single.Record.Status || b.Record.Attempt != single.Record.Attempt ||
+			!bytes.Equal(b.Record.Result, single.Record.Result) || !bytes.Equal(b.Record.Fingerprint, single.Record.Fingerprint) {
+			t.Errorf("entry %d (%s):\nbatch  %v %v %+v\nsingle %v %v %+v", i, a.Key, b.Outcome, b.Err, b.Record, single.Outcome, single.Err, single.Record)
+		}
+	}
+	// CompleteBatch against Complete: the current token, a wrong one, the
+	// zero token, an absent key and a completed record.
+	comps := func(got []idem.Claim, args []idem.ClaimArgs) []idem.Completion {
+		return []idem.Completion{
+			{Key: args[0].Key, Token: got[0].Token, Value: []byte("f"), Retention: time.Minute},
+			{Key: args[3].Key, Token: got[3].Record.Token + 1, Value: []byte("x"), Retention: time.Minute},
+			{Key: args[4].Key, Token: 0, Value: []byte("x"), Retention: time.Minute},
+			{Key: args[0].Key + "absent", Token: 7, Value: []byte("x"), Retention: time.Minute},
+			{Key: args[1].Key, Token: got[1].Record.Token, Value: []byte("x"), Retention: time.Minute},
+			{Key: args[4].Key, Token: got[4].Token, Value: []byte("r"), Retention: time.Minute},
+		}
+	}
+	var singles []idem.Claim
+	for _, a := range singleArgs {
+		r, err := s.Get(ctx, a.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		singles = append(singles, idem.Claim{Token: r.Token, Record: r})
+	}
+	batchErrs, err := s.CompleteBatch(ctx, comps(batch, batchArgs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range comps(singles, singleArgs) {
+		single := s.Complete(ctx, c.Key, c.Token, c.Value, c.Retention)
+		if (single == nil) != (batchErrs[i] == nil) || !errors.Is(batchErrs[i], single) {
+			t.Errorf("completion %d: batch %v, single %v", i, batchErrs[i], single)
+		}
+	}
+	if batchErrs[0] != nil || batchErrs[5] != nil {
+		t.Fatalf("completions with the current tokens failed: %v", batchErrs)
+	}
+}
+
+func TestValueTooLarge(t *testing.T) {
+	s := newStore(t, sharedClient(t), redisstore.Config{MaxValueSize: 16})
+	ctx := ctxT(t)
+	a := claimArgs("k")
+	c, err := s.Claim(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Complete(ctx, a.Key, c.Token, make([]byte, 17), time.Minute)
+	if tooLarge, ok := errors.AsType[*redisstore.ValueTooLargeError](err); !ok || tooLarge.Size != 17 || tooLarge.Max != 16 {
+		t.Fatalf("Complete with 17 bytes: %v, want a *ValueTooLargeError{17, 16}", err)
+	}
+	_, err = s.CompleteBatch(ctx, []idem.Completion{
+		{Key: a.Key, Token: c.Token, Value: []byte("ok"), Retention: time.Minute},
+		{Key: "other", Token: 1, Value: make([]byte, 17), Retention: time.Minute},
+	})
+	if _, ok := errors.AsType[*redisstore.ValueTooLargeError](err); !ok {
+		t.Fatalf("CompleteBatch with a 17-byte value: %v, want a *ValueTooLargeError", err)
+	}
+	if r, err := s.Get(ctx, a.Key); err != nil || r.Status != idem.StatusInProgress {
+		t.Fatalf("after refused values: %v %v, want the record untouched (InProgress)", r.Status, err)
+	}
+	if err := s.Fail(ctx, a.Key, c.Token, make([]byte, 16), time.Minute); err != nil {
+		t.Fatalf("Fail with 16 bytes (the maximum): %v", err)
+	}
+}
+
+func TestInvalidArgs(t *testing.T) {
+	s := newStore(t, sharedClient(t), redisstore.Config{})
+	ctx := ctxT(t)
+	bad := []idem.ClaimArgs{
+		{Key: "k", Lease: 0, Retention: time.Minute},
+		{Key: "k", Lease: time.Minute, Retention: -time.Second},
+		{Key: "k", Lease: 200 * 365 * 24 * time.Hour, Retention: time.Minute},
+		{Key: "k", Lease: time.Minute, Retention: time.Minute, Fingerprint: make([]byte, 1<<16)},
+	}
+	for _, a := range bad {
+		if _, err := s.Claim(ctx, a); !errors.Is(err, redisstore.ErrInvalidArgs) {
+			t.Errorf("Claim(%v, %v, %d-byte fingerprint): %v, want ErrInvalidArgs", a.Lease, a.Retention, len(a.Fingerprint), err)
+		}
+		if _, err := s.ClaimBatch(ctx, []idem.ClaimArgs{claimArgs("ok"), a}); !errors.Is(err, redisstore.ErrInvalidArgs) {
+			t.Errorf("ClaimBatch with a bad entry: %v, want ErrInvalidArgs", err)
+		}
+	}
+	if _, err := s.Get(ctx, "ok"); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("a batch with a bad entry claimed its good one: %v", err)
+	}
+	if err := s.Extend(ctx, "k", 1, -time.Second); !errors.Is(err, redisstore.ErrInvalidArgs) {
+		t.Errorf("Extend with a negative lease: %v, want ErrInvalidArgs", err)
+	}
+	if err := s.Complete(ctx, "k", 1, nil, 0); !errors.Is(err, redisstore.ErrInvalidArgs) {
+		t.Errorf("Complete with zero retention: %v, want ErrInvalidArgs", err)
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer c.Close()
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": redisAddr()}})
+	defer ring.Close()
+	for _, tc := range []struct {
+		client redis.UniversalClient
+		cfg    redisstore.Config
+		field  string
+	}{
+		{nil, redisstore.Config{}, "client"},
+		{c, redisstore.Config{Prefix: "app:{x}:"}, "Config.Prefix"},
+		{c, redisstore.Config{MaxValueSize: -1}, "Config.MaxValueSize"},
+		{c, redisstore.Config{MaxValueSize: 1 << 30}, "Config.MaxValueSize"},
+		{c, redisstore.Config{WaitReplicas: -1}, "Config.WaitReplicas"},
+		{c, redisstore.Config{WaitReplicas: 1, WaitTimeout: time.Microsecond}, "Config.WaitTimeout"},
+		{c, redisstore.Config{WaitReplicas: 1, WaitTimeout: time.Minute}, "Config.WaitTimeout"}, // ≥ ReadTimeout (3s)
+		{ring, redisstore.Config{WaitReplicas: 1}, "Config.WaitReplicas"},
+	} {
+		var err error
+		if tc.client == nil {
+			_, err = redisstore.New(nil, tc.cfg)
+		} else {
+			_, err = redisstore.New(tc.client, tc.cfg)
+		}
+		if err == nil || !strings.HasPrefix(err.Error(), "redisstore: ") || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("New(%T, %+v) = %v, want an error naming %s", tc.client, tc.cfg, err, tc.field)
+		}
+	}
+	s, err := redisstore.New(c, redisstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Config(); got.Prefix != redisstore.DefaultPrefix || got.MaxValueSize != redisstore.DefaultMaxValueSize {
+		t.Fatalf("defaults: %+v", got)
+	}
+}
+
+func TestRedisKey(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer c.Close()
+	s, err := redisstore.New(c, redisstore.Config{Prefix: "p:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"", "{", "}", "{}", "a}b{c", "\x00", "\x00\x00", "\xff\xfe", "k", "K", "p:{k}", strings.Repeat("\xfe", 300)}
+	seen := map[string]string{}
+	for _, k := range keys {
+		rk := s.RedisKey(k)
+		if other, dup := seen[rk]; dup {
+			t.Fatalf("keys %q and %q share the Redis key %q", k, other, rk)
+		}
+		seen[rk] = k
+		// Exactly one hash tag: "{" + the encoded key + "}" after the prefix.
+		tag, ok := strings.CutPrefix(rk, "p:{")
+		if !ok || strings.Count(rk, "{") != 1 || strings.Count(rk, "}") != 1 || !strings.HasSuffix(tag, "}") {
+			t.Fatalf("RedisKey(%q) = %q, want p:{<base64url>}", k, rk)
+		}
+		if dec, err := base64.RawURLEncoding.DecodeString(strings.TrimSuffix(tag, "}")); err != nil || string(dec) != k {
+			t.Fatalf("RedisKey(%q) = %q: the hash tag does not decode to the key (%q, %v)", k, rk, dec, err)
+		}
+	}
+}
+
+// TestUnknownFormat plants values this package did not write: every call
+// answers with an error (never a panic) and leaves them as they were.
+func TestUnknownFormat(t *testing.T) {
+	c := sharedClient(t)
+	s := newStore(t, c, redisstore.Config{})
+	ctx := ctxT(t)
+	v2 := append([]byte{2}, make([]byte, 40)...)
+	for name, v := range map[string][]byte{
+		"version 2":   v2,
+		"short":       {1, 1, 0},
+		"empty":       {},
+		"bad status":  append([]byte{1, 9}, make([]byte, 30)...),
+		"fingerprint": append(append([]byte{1, 1}, make([]byte, 28)...), 0xff, 0xff),
+		"json":        []byte(`{"status":"completed"}`),
+	} {
+		key := "planted " + name
+		if err := c.Set(ctx, s.RedisKey(key), v, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := s.Claim(ctx, claimArgs(key))
+		if !errors.Is(err, redisstore.ErrUnknownFormat) {
+			t.Errorf("%s: Claim: %v, want ErrUnknownFormat", name, err)
+		}
+		if _, err := s.Get(ctx, key); !errors.Is(err, redisstore.ErrUnknownFormat) {
+			t.Errorf("%s: Get: %v, want ErrUnknownFormat", name, err)
+		}
+		for op, err := range map[string]error{
+			"Complete": s.Complete(ctx, key, 1, []byte("v"), time.Minute),
+			"Fail":     s.Fail(ctx, key, 1, []byte("v"), time.Minute),
+			"Release":  s.Release(ctx, key, 1),
+			"Extend":   s.Extend(ctx, key, 1, time.Minute),
+		} {
+			if !errors.Is(err, redisstore.ErrUnknownFormat) {
+				t.Errorf("%s: %s: %v, want ErrUnknownFormat", name, op, err)
+			}
+		}
+		got, err := s.ClaimBatch(ctx, []idem.ClaimArgs{claimArgs(key)})
+		if err != nil || !errors.Is(got[0].Err, redisstore.ErrUnknownFormat) {
+			t.Errorf("%s: ClaimBatch: %v %v, want the entry's ErrUnknownFormat", name, got, err)
+		}
+		if after, _ := c.Get(ctx, s.RedisKey(key)).Bytes(); !bytes.Equal(after, v) {
+			t.Errorf("%s: the value changed to %q", name, after)
+		}
+	}
+	// Another type of key under a record's name is the server's error.
+	key := "planted hash"
+	if err := c.HSet(ctx, s.RedisKey(key), "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, claimArgs(key)); !errors.Is(err, idem.ErrStoreUnavailable) || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Errorf("Claim of a hash: %v, want ErrStoreUnavailable with WRONGTYPE", err)
+	}
+}
+
+// TestExpiryAndClock checks the key's TTL against the retention and the
+// record's times against the Redis server's clock.
+func TestExpiryAndClock(t *testing.T) {
+	c := sharedClient(t)
+	s := newStore(t, c, redisstore.Config{})
+	ctx := ctxT(t)
+	pexpiretime := func(key string) time.Time {
+		t.Helper()
+		ms, err := c.Do(ctx, "PEXPIRETIME", s.RedisKey(key)).Int64()
+		if err != nil || ms <= 0 {
+			t.Fatalf("PEXPIRETIME: %d %v", ms, err)
+		}
+		return time.UnixMilli(ms)
+	}
+	near := func(what string, got, want time.Time) {
+		t.Helper()
+		if d := got.Sub(want); d < -50*time.Millisecond || d > 50*time.Millisecond {
+			t.Fatalf("%s = %v, want %v (off by %v)", what, got, want, d)
+		}
+	}
+	before, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := idem.ClaimArgs{Key: "k", Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Hour}
+	cl, err := s.Claim(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	near("LeaseUntil", cl.Record.LeaseUntil, before.Add(time.Minute))
+	near("ExpiresAt", cl.Record.ExpiresAt, cl.Record.LeaseUntil.Add(time.Hour))
+	if !pexpiretime("k").Equal(cl.Record.ExpiresAt) {
+		t.Fatalf("key expires at %v, record says %v", pexpiretime("k"), cl.Record.ExpiresAt)
+	}
+
+	if err := s.Extend(ctx, "k", cl.Token, 2*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := s.Get(ctx, "k")
+	near("extended LeaseUntil", r.LeaseUntil, before.Add(2*time.Hour))
+	near("expiry after Extend", pexpiretime("k"), r.LeaseUntil.Add(time.Hour))
+	if err := s.Extend(ctx, "k", cl.Token, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r2, _ := s.Get(ctx, "k")
+	if !r2.ExpiresAt.Equal(r.ExpiresAt) {
+		t.Fatalf("a shorter Extend moved the expiry in: %v → %v", r.ExpiresAt, r2.ExpiresAt)
+	}
+	if err := s.Release(ctx, "k", cl.Token); err != nil {
+		t.Fatal(err)
+	}
+	r3, _ := s.Get(ctx, "k")
+	if !r3.ExpiresAt.Equal(r.ExpiresAt) || r3.Token != 0 || !r3.LeaseUntil.IsZero() || r3.Status != idem.StatusInProgress {
+		t.Fatalf("after Release: %+v, want InProgress, no token, no lease, expiry kept", r3)
+	}
+
+	cl, _ = s.Claim(ctx, a)
+	if cl.Outcome != idem.Acquired || cl.Record.Attempt != 2 {
+		t.Fatalf("claim after Release: %v attempt %d", cl.Outcome, cl.Record.Attempt)
+	}
+	now, _ := c.Time(ctx).Result()
+	if err := s.Complete(ctx, "k", cl.Token, []byte("v"), 3*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	near("expiry after Complete", pexpiretime("k"), now.Add(3*time.Hour))
+}
+
+// TestClaimResentByTheClient: a claim the client resends after a lost reply
+// finds its own token and answers Acquired again, attempt unchanged.
+func TestClaimResentByTheClient(t *testing.T) {
+	s := newStore(t, sharedClient(t), redisstore.Config{})
+	ctx := ctxT(t)
+	a := claimArgs("k")
+	first, err := s.ClaimWithToken(ctx, a, 42)
+	if err != nil || first.Outcome != idem.Acquired {
+		t.Fatal(first.Outcome, err)
+	}
+	again, err := s.ClaimWithToken(ctx, a, 42)
+	if err != nil || again.Outcome != idem.Acquired || again.Token != 42 || again.Record.Attempt != 1 {
+		t.Fatalf("resent claim: %v token %d attempt %d %v, want Acquired 42 attempt 1", again.Outcome, again.Token, again.Record.Attempt, err)
+	}
+	if other, _ := s.Claim(ctx, a); other.Outcome != idem.Busy {
+		t.Fatalf("another claim: %v, want Busy", other.Outcome)
+	}
+}

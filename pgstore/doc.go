@@ -1,0 +1,34 @@
+// Package pgstore keeps idem's idempotency records in PostgreSQL, with pgx
+// v5, in two modes.
+//
+// The plain mode is an [idem.Store] for the Guard: [New] over a pool, a
+// connection or a transaction ([DB]). Each transition of the state machine
+// is one SQL statement: Claim is a single INSERT … ON CONFLICT (key) DO
+// UPDATE … RETURNING that answers Acquired, Busy, Duplicate, ErrKeyReused
+// or the MaxAttempts cap in one round trip; Complete, Fail, Release and
+// Extend are single UPDATEs fenced by the claim's token. Time is the
+// server's, tokens come from a sequence and are never reused. The plain
+// mode guards side effects outside the database by lease and token, as
+// every idem store does: a holder that crashes after its side effect and
+// before Complete is taken over when its lease ends, and the effect may
+// happen again unless it is fenced with the token.
+//
+// The transactional mode, [TxGuard], closes that window for effects in the
+// same database: the claim, the operation's writes and its outcome commit
+// in one transaction, or nothing does. A duplicate waits on the record's
+// row lock and then reads the committed outcome. [TxGuard.DoTx] does the
+// same inside a transaction of the caller's, so a consumer's offset or an
+// outbox message commits along.
+//
+// [Migrate] creates the table (keys are bytea: any bytes, NUL included),
+// its expiry index and token sequence; [Store.Reap] and [Reaper] delete
+// expired records. Errors are translated at the edge: an unreachable
+// server, a lost connection, an exhausted pool or a timeout wrap
+// idem.ErrStoreUnavailable.
+//
+//	pool, _ := pgxpool.New(ctx, url)
+//	_ = pgstore.Migrate(ctx, pool, "idem_records")
+//	store, _ := pgstore.New(pool, pgstore.Config{})
+//	guard, _ := idem.New(store, idem.Config{Namespace: "charges"})
+//	res, err := guard.Do(ctx, key, payload, charge)
+package pgstore

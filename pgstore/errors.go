@@ -1,0 +1,71 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/idemgo/idem"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// translate turns an error of pgx into the error an operation returns,
+// prefixed "pgstore: op: ":
+//
+//   - the server unreachable, the connection lost, the pool closed or
+//     exhausted until the context's deadline, a timeout, a server shutting
+//     down or out of connections, a lock or statement timeout, a standby
+//     refusing writes: wrapped with idem.ErrStoreUnavailable, and the cause;
+//   - the caller's context cancelled: its error, wrapped;
+//   - any other SQL error (a missing table, a permission): wrapped as is,
+//     naming the operation (and Migrate for a missing table).
+//
+// The cause stays in the chain, so errors.As finds a *pgconn.PgError.
+func translate(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var pgErr *pgconn.PgError
+	var scanErr pgx.ScanArgError
+	switch {
+	case errors.As(err, &pgErr):
+		switch {
+		case unavailableState(pgErr.Code):
+			return fmt.Errorf("pgstore: %s: %w: %w", op, idem.ErrStoreUnavailable, err)
+		case pgErr.Code == "42P01": // undefined_table
+			return fmt.Errorf("pgstore: %s: the records table is missing (run pgstore.Migrate): %w", op, err)
+		}
+		return fmt.Errorf("pgstore: %s: %w", op, err)
+	case errors.As(err, &scanErr):
+		return fmt.Errorf("pgstore: %s: the records table does not have the expected columns (run pgstore.Migrate): %w", op, err)
+	case errors.Is(err, context.Canceled):
+		return fmt.Errorf("pgstore: %s: %w", op, err)
+	}
+	// Everything else failed before or while talking to the server: dial
+	// and TLS errors, a closed connection or pool, I/O errors, deadlines.
+	return fmt.Errorf("pgstore: %s: %w: %w", op, idem.ErrStoreUnavailable, err)
+}
+
+// unavailableState reports whether a SQLSTATE says the server cannot serve
+// the request now, rather than that the request is wrong.
+func unavailableState(code string) bool {
+	switch code {
+	case "57P01", // admin_shutdown
+		"57P02", // crash_shutdown
+		"57P03", // cannot_connect_now
+		"57014", // query_canceled (statement_timeout)
+		"55P03", // lock_not_available (lock_timeout)
+		"40001", // serialization_failure
+		"40P01", // deadlock_detected
+		"25006": // read_only_sql_transaction (a standby after failover)
+		return true
+	}
+	switch code[:min(2, len(code))] {
+	case "08", // connection exception
+		"53", // insufficient resources: too many connections, disk full
+		"58": // system error: I/O
+		return true
+	}
+	return false
+}

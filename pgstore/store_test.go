@@ -1,0 +1,329 @@
+package pgstore_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/pgstore"
+)
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 16)
+	idemtest.Run(t, func(t *testing.T) idem.Store { return e.store })
+}
+
+func TestNewValidatesTable(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"a b", "t;drop table x", `"t"`, "s.t.u", "T", "1t", ".t", "t.", "s..t", strings.Repeat("t", 49), "idem-records", "tä"} {
+		if _, err := pgstore.New(dummyDB{}, pgstore.Config{Table: name}); err == nil || !strings.HasPrefix(err.Error(), "pgstore: Config.Table") {
+			t.Errorf("New with table %q: %v, want an error naming Config.Table", name, err)
+		}
+		if err := pgstore.Migrate(context.Background(), dummyDB{}, name); err == nil {
+			t.Errorf("Migrate with table %q: no error", name)
+		}
+	}
+	for _, name := range []string{"", "idem_records", "billing.idem_records", "user", "public.select", "_t9", strings.Repeat("t", 48)} {
+		if _, err := pgstore.New(dummyDB{}, pgstore.Config{Table: name}); err != nil {
+			t.Errorf("New with table %q: %v", name, err)
+		}
+	}
+	if _, err := pgstore.New(nil, pgstore.Config{}); err == nil {
+		t.Error("New(nil): no error")
+	}
+}
+
+// dummyDB is a DB that is never called.
+type dummyDB struct{ pgstore.DB }
+
+func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, 8)
+	schema := newSchema(t, pool)
+	table := schema + ".user" // a reserved word: the name is quoted
+	var wg sync.WaitGroup
+	errs := make(chan error, 6)
+	for range 6 {
+		wg.Go(func() { errs <- pgstore.Migrate(testCtx(t), pool, table) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent Migrate: %v", err)
+		}
+	}
+	if err := pgstore.Migrate(testCtx(t), pool, table); err != nil {
+		t.Fatalf("Migrate again: %v", err)
+	}
+	s, err := pgstore.New(pool, pgstore.Config{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := s.Claim(testCtx(t), claimArgs("k", "fp")); err != nil || c.Outcome != idem.Acquired {
+		t.Fatalf("Claim on the migrated table: %v %v", c.Outcome, err)
+	}
+}
+
+func TestMissingTableNamesMigrate(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, 2)
+	schema := newSchema(t, pool)
+	s, err := pgstore.New(pool, pgstore.Config{Table: schema + ".never_migrated"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Claim(testCtx(t), claimArgs("k", "fp"))
+	if err == nil || !strings.Contains(err.Error(), "pgstore.Migrate") || errors.Is(err, idem.ErrStoreUnavailable) {
+		t.Fatalf("Claim on a missing table: %v, want an error that names Migrate and is not ErrStoreUnavailable", err)
+	}
+}
+
+func claimArgs(key, fp string) idem.ClaimArgs {
+	return idem.ClaimArgs{Key: key, Fingerprint: []byte(fp), Lease: time.Minute, Retention: time.Hour}
+}
+
+func TestClaimBatchRepeatedKeysInOrder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 4)
+	ctx := testCtx(t)
+	s := e.store
+
+	// "released" has fingerprint A and a released lease: an entry with
+	// fingerprint B is refused, the next entry with A takes over, and a
+	// third one is Busy behind it.
+	c, err := s.Claim(ctx, claimArgs("released", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, "released", c.Token); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ClaimBatch(ctx, []idem.ClaimArgs{
+		claimArgs("fresh", "F"), claimArgs("released", "B"), claimArgs("fresh", "F"),
+		claimArgs("released", "A"), claimArgs("fresh", "G"), claimArgs("released", "A"),
+	})
+	if err != nil {
+		t.Fatalf("ClaimBatch: %v", err)
+	}
+	want := []struct {
+		outcome idem.Outcome
+		err     error
+		attempt int
+	}{
+		{idem.Acquired, nil, 1}, {0, idem.ErrKeyReused, 0}, {idem.Busy, nil, 1},
+		{idem.Acquired, nil, 2}, {0, idem.ErrKeyReused, 0}, {idem.Busy, nil, 2},
+	}
+	for i, w := range want {
+		g := got[i]
+		if g.Outcome != w.outcome || !errors.Is(g.Err, w.err) || g.Record.Attempt != w.attempt {
+			t.Errorf("entry %d: %v err %v attempt %d; want %v err %v attempt %d", i, g.Outcome, g.Err, g.Record.Attempt, w.outcome, w.err, w.attempt)
+		}
+	}
+	if got[2].Record.Token != got[0].Token || got[5].Record.Token != got[3].Token || got[3].Token == c.Token {
+		t.Errorf("tokens: busy entries see %d and %d, holders %d and %d (released %d)",
+			got[2].Record.Token, got[5].Record.Token, got[0].Token, got[3].Token, c.Token)
+	}
+}
+
+func TestClaimBatchMaxAttemptsPerEntry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 4)
+	ctx := testCtx(t)
+	for _, k := range []string{"capped", "uncapped"} {
+		for range 2 {
+			c, err := e.store.Claim(ctx, claimArgs(k, "fp"))
+			if err != nil || c.Outcome != idem.Acquired {
+				t.Fatalf("Claim: %v %v", c.Outcome, err)
+			}
+			if err := e.store.Release(ctx, k, c.Token); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	capped, uncapped := claimArgs("capped", "fp"), claimArgs("uncapped", "fp")
+	capped.MaxAttempts, uncapped.MaxAttempts = 2, 3
+	got, err := e.store.ClaimBatch(ctx, []idem.ClaimArgs{uncapped, capped})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0].Outcome != idem.Acquired || got[0].Record.Attempt != 3 {
+		t.Errorf("uncapped: %v attempt %d, want Acquired attempt 3", got[0].Outcome, got[0].Record.Attempt)
+	}
+	if got[1].Outcome != idem.Duplicate || got[1].Record.Status != idem.StatusFailed ||
+		!errors.Is(idem.DecodeFailure(got[1].Record.Result), idem.ErrTooManyAttempts) {
+		t.Errorf("capped: %v %v %q, want Duplicate Failed(ErrTooManyAttempts)", got[1].Outcome, got[1].Record.Status, got[1].Record.Result)
+	}
+}
+
+// Batches over the same keys in opposite orders, with completions, lock
+// rows in key order: PostgreSQL never finds a deadlock (it would abort a
+// statement with SQLSTATE 40P01 after a second).
+func TestConcurrentBatchesDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 8)
+	const n = 40
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for round := range 10 {
+				args := make([]idem.ClaimArgs, n)
+				for i := range args {
+					args[i] = claimArgs(fmt.Sprintf("r%d-k%02d", round, i), "fp")
+					args[i].Lease = 5 * time.Millisecond
+				}
+				if w%2 == 1 {
+					slices.Reverse(args)
+				}
+				got, err := e.store.ClaimBatch(context.Background(), args)
+				if err != nil {
+					t.Errorf("worker %d: ClaimBatch: %v", w, err)
+					return
+				}
+				var cs []idem.Completion
+				for i, c := range got {
+					if c.Outcome == idem.Acquired {
+						cs = append(cs, idem.Completion{Key: args[i].Key, Token: c.Token, Value: []byte("v"), Retention: time.Hour})
+					}
+				}
+				if w%2 == 0 {
+					slices.Reverse(cs)
+				}
+				if _, err := e.store.CompleteBatch(context.Background(), cs); err != nil {
+					t.Errorf("worker %d: CompleteBatch: %v", w, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func TestCompleteBatchRepeatedEntries(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 4)
+	ctx := testCtx(t)
+	c, err := e.store.Claim(ctx, claimArgs("k", "fp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs, err := e.store.CompleteBatch(ctx, []idem.Completion{
+		{Key: "k", Token: c.Token + 1, Value: []byte("wrong token"), Retention: time.Hour},
+		{Key: "k", Token: c.Token, Value: []byte("first"), Retention: time.Hour},
+		{Key: "k", Token: c.Token, Value: []byte("second"), Retention: time.Hour},
+		{Key: "k", Token: 0, Value: []byte("zero"), Retention: time.Hour},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(errs[0], idem.ErrLeaseLost) || errs[1] != nil || !errors.Is(errs[2], idem.ErrLeaseLost) || !errors.Is(errs[3], idem.ErrLeaseLost) {
+		t.Fatalf("errors %v, want [ErrLeaseLost nil ErrLeaseLost ErrLeaseLost]", errs)
+	}
+	if r, err := e.store.Get(ctx, "k"); err != nil || string(r.Result) != "first" {
+		t.Fatalf("record %q %v, want the first completion", r.Result, err)
+	}
+}
+
+// An expired record of any status is replaced as if absent: attempt 1, the
+// new fingerprint, a new token.
+func TestExpiredRecordIsReplaced(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 4)
+	ctx := testCtx(t)
+	a := claimArgs("k", "old")
+	a.Lease, a.Retention, a.MaxAttempts = time.Millisecond, time.Millisecond, 1
+	first, err := e.store.Claim(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the server to see the record expired.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if _, err := e.store.Get(ctx, "k"); errors.Is(err, idem.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the record never expired")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	b := claimArgs("k", "new")
+	b.MaxAttempts = 1 // attempt 1 again, so not capped
+	c, err := e.store.Claim(ctx, b)
+	if err != nil || c.Outcome != idem.Acquired || c.Record.Attempt != 1 || c.Token == first.Token {
+		t.Fatalf("claim of the expired key: %v %+v %v, want Acquired attempt 1 with a new token", c.Outcome, c.Record, err)
+	}
+	r, err := e.store.Get(ctx, "k")
+	if err != nil || !bytes.Equal(r.Fingerprint, []byte("new")) || r.Status != idem.StatusInProgress {
+		t.Fatalf("record %+v %v, want the new claim's", r, err)
+	}
+}
+
+// With a pgx.Tx as its DB, a Store's writes commit or roll back with the
+// caller's transaction.
+func TestStoreInsideCallerTransaction(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 4)
+	ctx := testCtx(t)
+	for _, commit := range []bool{false, true} {
+		tx, err := e.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := pgstore.New(tx, pgstore.Config{Table: e.table})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := s.Claim(ctx, claimArgs("k", "fp"))
+		if err != nil || c.Outcome != idem.Acquired {
+			t.Fatalf("Claim in tx: %v %v", c.Outcome, err)
+		}
+		if err := s.Complete(ctx, "k", c.Token, []byte("v"), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if commit {
+			err = tx.Commit(ctx)
+		} else {
+			err = tx.Rollback(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = e.store.Get(ctx, "k")
+		if commit && err != nil || !commit && !errors.Is(err, idem.ErrNotFound) {
+			t.Fatalf("commit=%v: Get after the transaction: %v", commit, err)
+		}
+	}
+}
+
+// The Guard over a pgstore.Store, end to end.
+func TestGuardOverStore(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 4)
+	g, err := idem.New(e.store, idem.Config{Namespace: "orders"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	runs := 0
+	for i := range 3 {
+		res, err := g.Do(testCtx(t), "order-1", []byte("pay 10"), func(ctx context.Context) ([]byte, error) {
+			runs++
+			return []byte("paid"), nil
+		})
+		if err != nil || string(res.Value) != "paid" || res.Replayed != (i > 0) {
+			t.Fatalf("Do %d: %q replayed=%v %v", i, res.Value, res.Replayed, err)
+		}
+	}
+	if runs != 1 {
+		t.Fatalf("fn ran %d times", runs)
+	}
+}

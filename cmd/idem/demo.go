@@ -48,7 +48,7 @@ func parseDemoFlags(args []string, stderr io.Writer) (demoOptions, error) {
 	fs.Float64Var(&o.dupRate, "dup-rate", 0.2, "chance that a message is delivered an extra time, in [0, 1)")
 	fs.Float64Var(&o.crashRate, "crash-rate", 0.02, "chance that a consumer crashes while handling a delivery, in [0, 1)")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed of the messages, duplicates and crash points (default: from the clock, printed)")
-	fs.StringVar(&o.store, "store", "mem://", "the idem store's URL")
+	fs.StringVar(&o.store, "store", "mem://", storeUsage)
 	fs.DurationVar(&o.timeout, "timeout", time.Minute, "how long each run may take; orders not acked by then count as lost")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: idem demo [flags]
@@ -101,7 +101,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // cannot be opened, ctx ends, or the guarded consumer charged an order
 // twice or lost one.
 func demo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (naive, guarded runReport, err error) {
-	store, closeStore, err := openStore(ctx, o.store)
+	store, closeStore, err := openStore(ctx, o.store, true)
 	if err != nil {
 		return naive, guarded, err
 	}

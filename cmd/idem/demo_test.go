@@ -96,7 +96,7 @@ func TestTally(t *testing.T) {
 }
 
 func TestOpenStore(t *testing.T) {
-	s, closeStore, err := openStore(context.Background(), "mem://")
+	s, closeStore, err := openStore(context.Background(), "mem://", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,8 +106,8 @@ func TestOpenStore(t *testing.T) {
 	if err := closeStore(); err != nil {
 		t.Errorf("close: %v", err)
 	}
-	for _, url := range []string{"", "redis://127.0.0.1:6379", "postgres://postgres@127.0.0.1/test", "mem://x", "%zz"} {
-		if _, _, err := openStore(context.Background(), url); err == nil || !strings.HasPrefix(err.Error(), "idem: --store") {
+	for _, url := range []string{"", "mysql://127.0.0.1:3306", "mem://x", "%zz", "redis://h/0?x=1", "postgres://h/d?table=A-B"} {
+		if _, _, err := openStore(context.Background(), url, false); err == nil || !strings.HasPrefix(err.Error(), "idem: --store") {
 			t.Errorf("openStore(%q): error %v, want one starting with \"idem: --store\"", url, err)
 		}
 	}

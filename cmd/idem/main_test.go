@@ -29,7 +29,7 @@ func TestCommandLineUsage(t *testing.T) {
 		stderr string // a part of it, or "" for nothing at all
 	}{
 		{args: nil, code: 2, stderr: "idem <command> [flags]"},
-		{args: []string{"help"}, code: 0, stdout: "demo   a payment stream"},
+		{args: []string{"help"}, code: 0, stdout: "reap      delete pgstore's expired records"},
 		{args: []string{"-h"}, code: 0, stdout: "Commands:"},
 		{args: []string{"refund"}, code: 2, stderr: `idem: unknown command "refund"`},
 		{args: []string{"demo", "-h"}, code: 0, stderr: "Usage: idem demo [flags]"},
@@ -44,7 +44,14 @@ func TestCommandLineUsage(t *testing.T) {
 		{args: []string{"demo", "--messages", "many"}, code: 2, stderr: `invalid value "many" for flag -messages`},
 		{args: []string{"demo", "--bogus"}, code: 2, stderr: "flag provided but not defined: -bogus"},
 		{args: []string{"demo", "now"}, code: 2, stderr: `idem: demo: unexpected argument "now"`},
-		{args: []string{"demo", "--store", "redis://127.0.0.1:6379"}, code: 2, stderr: `idem: --store: unsupported scheme "redis"`},
+		{args: []string{"demo", "--store", "mysql://127.0.0.1:3306"}, code: 2, stderr: `idem: --store: unsupported scheme "mysql"`},
+		{args: []string{"demo", "--store", "redis://127.0.0.1:6379/0?bogus=1"}, code: 2, stderr: `idem: --store redis://127.0.0.1:6379/0?bogus=1: redis: unexpected option: bogus`},
+		{args: []string{"demo", "--store", "redis://127.0.0.1:6379/0?prefix={x}"}, code: 2, stderr: `Config.Prefix "{x}": must not contain`},
+		{args: []string{"demo", "--store", "postgres://u:secret@127.0.0.1/test?table=Orders"}, code: 2, stderr: `idem: --store postgres://u:xxxxx@127.0.0.1/test?table=Orders: pgstore: Config.Table`},
+		{args: []string{"migrate"}, code: 2, stderr: "idem: migrate: --store is required"},
+		{args: []string{"migrate", "--store", "redis://127.0.0.1:6379"}, code: 2, stderr: "want a postgres:// URL"},
+		{args: []string{"reap", "--store", "mem://"}, code: 2, stderr: "want a postgres:// URL"},
+		{args: []string{"reap", "--store", "postgres://127.0.0.1/test", "--batch", "0"}, code: 2, stderr: "idem: reap: --batch 0: must be at least 1"},
 		{args: []string{"demo", "--store", "127.0.0.1:6379"}, code: 2, stderr: `idem: --store`},
 		{args: []string{"demo", "--store", "mem://elsewhere"}, code: 2, stderr: "mem:// takes no host, path or options"},
 	}

@@ -2,21 +2,39 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/url"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/memstore"
+	"github.com/idemgo/idem/pgstore"
+	"github.com/idemgo/idem/redisstore"
 )
 
-// openStore opens the store named by rawURL (the --store flag) and returns
-// it with the function that closes it. A URL this build cannot open is a
-// usageError.
-//
-//	mem://   an in-process memstore: records live as long as the command
-func openStore(ctx context.Context, rawURL string) (idem.Store, func() error, error) {
+// storeUsage documents the --store URLs, for the flags' help.
+const storeUsage = `the idem store's URL:
+  mem://                                    in-process memstore (records live as long as the command)
+  redis://[user:password@]host:port[/db]    Redis (rediss:// for TLS); ?prefix= sets the key prefix (default idem:);
+                                            other options are go-redis's (dial_timeout=, pool_size=, …)
+  postgres://user@host:port/db              PostgreSQL (postgresql:// too); ?table=[schema.]name sets the records
+                                            table (default idem_records); other options are pgx's (sslmode=, …)`
+
+// connectTimeout bounds opening a store: dialling and the first ping.
+const connectTimeout = 10 * time.Second
+
+// openStore opens the store named by rawURL (a --store flag) and returns
+// it with the function that closes it. A URL this build cannot parse is a
+// usageError; a server that cannot be reached is an error naming the URL
+// without its password. With migrate set, a PostgreSQL store creates or
+// upgrades its table first (pgstore.Migrate is idempotent).
+func openStore(ctx context.Context, rawURL string, migrate bool) (idem.Store, func() error, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme == "" {
-		return nil, nil, usageErrorf("idem: --store %q: not a store URL (want mem://)", rawURL)
+		return nil, nil, usageErrorf("idem: --store %q: not a store URL (want mem://, redis://… or postgres://…)", rawURL)
 	}
 	switch u.Scheme {
 	case "mem":
@@ -28,6 +46,103 @@ func openStore(ctx context.Context, rawURL string) (idem.Store, func() error, er
 			return nil, nil, err
 		}
 		return s, s.Close, nil
+	case "redis", "rediss":
+		return openRedis(ctx, u)
+	case "postgres", "postgresql":
+		s, pool, table, err := openPostgres(ctx, u)
+		if err != nil {
+			return nil, nil, err
+		}
+		if migrate {
+			if err := migratePostgres(ctx, pool, table); err != nil {
+				pool.Close()
+				return nil, nil, err
+			}
+		}
+		return s, func() error { pool.Close(); return nil }, nil
 	}
-	return nil, nil, usageErrorf("idem: --store: unsupported scheme %q in %q (supported: mem://)", u.Scheme, rawURL)
+	return nil, nil, usageErrorf("idem: --store: unsupported scheme %q in %q (supported: mem://, redis://, rediss://, postgres://, postgresql://)",
+		u.Scheme, u.Redacted())
 }
+
+// takeParam removes the query parameter name from u and returns its value.
+// The store packages' URL parsers refuse (go-redis) or pass to the server
+// (pgx) parameters they do not know, so ours must go before they parse.
+func takeParam(u *url.URL, name string) (string, bool) {
+	q := u.Query()
+	v, ok := q[name]
+	if !ok {
+		return "", false
+	}
+	q.Del(name)
+	u.RawQuery = q.Encode()
+	return v[len(v)-1], true
+}
+
+func openRedis(ctx context.Context, u *url.URL) (idem.Store, func() error, error) {
+	shown := u.Redacted()
+	prefix, _ := takeParam(u, "prefix")
+	opts, err := redis.ParseURL(u.String())
+	if err != nil {
+		return nil, nil, usageErrorf("idem: --store %s: %v", shown, err)
+	}
+	client := redis.NewClient(opts)
+	s, err := redisstore.New(client, redisstore.Config{Prefix: prefix})
+	if err != nil {
+		client.Close()
+		return nil, nil, usageErrorf("idem: --store %s: %v", shown, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	if err := client.Ping(pctx).Err(); err != nil {
+		client.Close()
+		return nil, nil, fmt.Errorf("idem: --store %s: cannot reach Redis: %w: %w", shown, idem.ErrStoreUnavailable, err)
+	}
+	return s, client.Close, nil
+}
+
+// openPostgres connects a pool to the database of u and returns the store
+// over it and the records table's name as given ("" for the default);
+// closing the pool is the caller's.
+func openPostgres(ctx context.Context, u *url.URL) (s *pgstore.Store, pool *pgxpool.Pool, table string, err error) {
+	shown := u.Redacted()
+	table, _ = takeParam(u, "table")
+	cfg, err := pgxpool.ParseConfig(u.String())
+	if err != nil {
+		return nil, nil, "", usageErrorf("idem: --store %s: %v", shown, err)
+	}
+	pool, err = pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("idem: --store %s: %w", shown, err)
+	}
+	s, err = pgstore.New(pool, pgstore.Config{Table: table})
+	if err != nil {
+		pool.Close()
+		return nil, nil, "", usageErrorf("idem: --store %s: %v", shown, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, nil, "", fmt.Errorf("idem: --store %s: cannot reach PostgreSQL: %w: %w", shown, idem.ErrStoreUnavailable, err)
+	}
+	return s, pool, table, nil
+}
+
+// migratePostgres creates or upgrades the records table.
+func migratePostgres(ctx context.Context, pool *pgxpool.Pool, table string) error {
+	mctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := pgstore.Migrate(mctx, pool, table); err != nil {
+		return fmt.Errorf("idem: migrate: %w", err)
+	}
+	return nil
+}
+
+// go-redis logs every failed dial by itself, to stderr; the command reports
+// the error the call returns instead, once, with the store's URL.
+func init() { redis.SetLogger(discardRedisLog{}) }
+
+type discardRedisLog struct{}
+
+func (discardRedisLog) Printf(context.Context, string, ...any) {}

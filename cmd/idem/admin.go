@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"time"
+
+	"github.com/idemgo/idem/pgstore"
+)
+
+func init() {
+	register(command{
+		name:    "migrate",
+		summary: "create or upgrade pgstore's records table (idempotent; safe to run from several processes)",
+		run:     runMigrate,
+	})
+	register(command{
+		name:    "reap",
+		summary: "delete pgstore's expired records in small batches, for cron",
+		run:     runReap,
+	})
+}
+
+// postgresFlag parses the --store of migrate and reap: a postgres:// URL
+// only, since neither verb means anything for memstore or Redis (Redis
+// expires its keys by itself).
+func postgresFlag(fs *flag.FlagSet, raw string) (*url.URL, error) {
+	if raw == "" {
+		return nil, usageErrorf("idem: %s: --store is required (postgres://…)", fs.Name())
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return nil, usageErrorf("idem: %s: --store %q: want a postgres:// URL (Redis and memstore need neither migrations nor reaping)", fs.Name(), raw)
+	}
+	return u, nil
+}
+
+func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	store := fs.String("store", "", "the PostgreSQL store's URL: postgres://user@host:port/db[?table=[schema.]name]")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: idem migrate --store postgres://…
+
+Creates pgstore's records table, its expiry index and its token sequence,
+or upgrades them to this version's schema. It runs every migration in one
+transaction under an advisory lock, so it is idempotent and several
+processes may run it at once. The schema of a schema-qualified table must
+exist.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	u, err := postgresFlag(fs, *store)
+	if err != nil {
+		return err
+	}
+	s, pool, table, err := openPostgres(ctx, u)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := migratePostgres(ctx, pool, table); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "idem migrate: %s is up to date\n", s.Table())
+	return nil
+}
+
+func runReap(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("reap", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	store := fs.String("store", "", "the PostgreSQL store's URL: postgres://user@host:port/db[?table=[schema.]name]")
+	batch := fs.Int("batch", pgstore.DefaultReapBatch, "the most rows one DELETE removes")
+	timeout := fs.Duration("timeout", 10*time.Minute, "how long the whole reap may take; what is left waits for the next run")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: idem reap --store postgres://… [flags]
+
+Deletes the expired records of pgstore's table, --batch rows per statement,
+until none is left or --timeout passes, and prints how many it deleted.
+Expired records are already invisible to idem; reaping gives their space
+back. Each DELETE is short and skips rows other transactions hold, so it
+is safe beside live traffic and beside other reapers. Run it from cron, or
+use pgstore.NewReaper in a long-running process instead.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	switch {
+	case *batch < 1:
+		return usageErrorf("idem: reap: --batch %d: must be at least 1", *batch)
+	case *timeout <= 0:
+		return usageErrorf("idem: reap: --timeout %v: must be positive", *timeout)
+	}
+	u, err := postgresFlag(fs, *store)
+	if err != nil {
+		return err
+	}
+	s, pool, _, err := openPostgres(ctx, u)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	rctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	n, err := s.Reap(rctx, *batch)
+	fmt.Fprintf(stdout, "idem reap: deleted %d expired records from %s\n", n, s.Table())
+	if err != nil {
+		return fmt.Errorf("idem: reap: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgo/idem"
+)
+
+// serverURL returns the --store URL of the shared Redis ("redis") or
+// PostgreSQL ("postgres") from the environment, with their defaults, after
+// checking the server answers. An unreachable server skips the test, or
+// fails it under IDEM_REQUIRE_SERVICES=1 (make test).
+func serverURL(t *testing.T, kind string) string {
+	t.Helper()
+	var raw, env string
+	switch kind {
+	case "redis":
+		env = "IDEM_REDIS_ADDR"
+		raw = "redis://" + envOr(env, "127.0.0.1:6379") + "/0"
+	case "postgres":
+		env = "IDEM_POSTGRES_URL"
+		raw = envOr(env, "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+	}
+	_, closeStore, err := openStore(context.Background(), raw, false)
+	if err != nil {
+		msg := fmt.Sprintf("no %s at %s (%s): %v", kind, raw, env, err)
+		if os.Getenv("IDEM_REQUIRE_SERVICES") == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg + " (set IDEM_REQUIRE_SERVICES=1 to fail instead)")
+	}
+	closeStore()
+	return raw
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// withParam returns raw with the query parameter name=value added.
+func withParam(t *testing.T, raw, name, value string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set(name, value)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func randomName(prefix string) string {
+	var b [6]byte
+	rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// freshSchema creates a schema of the test's own, dropped when it ends.
+func freshSchema(t *testing.T, pgURL string) string {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := randomName("idemcli_")
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			t.Logf("dropping schema %s: %v", schema, err)
+		}
+		conn.Close(ctx)
+	})
+	return schema
+}
+
+// TestDemoOnServers runs the demo on the real stores: --store is all it
+// takes, PostgreSQL's table is created on the way.
+func TestDemoOnServers(t *testing.T) {
+	for _, kind := range []string{"redis", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			raw := serverURL(t, kind)
+			if kind == "redis" {
+				raw = withParam(t, raw, "prefix", randomName("idemtest:")+":")
+			} else {
+				raw = withParam(t, raw, "table", freshSchema(t, raw)+".records")
+			}
+			code, stdout, stderr := runArgs(t, "demo", "--messages", "400", "--dup-rate", "0.3", "--crash-rate", "0.05", "--seed", "7", "--store", raw)
+			if code != 0 || !strings.Contains(stdout, "OK: idem charged every order exactly once") {
+				t.Fatalf("demo --store %s: exit status %d, want 0\nstdout:\n%s\nstderr:\n%s", raw, code, stdout, stderr)
+			}
+		})
+	}
+}
+
+// TestMigrateThenReap: migrate creates the table (twice is fine), reap
+// deletes the expired records and leaves the live ones.
+func TestMigrateThenReap(t *testing.T) {
+	raw := serverURL(t, "postgres")
+	raw = withParam(t, raw, "table", freshSchema(t, raw)+".records")
+	for range 2 {
+		code, stdout, stderr := runArgs(t, "migrate", "--store", raw)
+		if code != 0 || !strings.Contains(stdout, "is up to date") {
+			t.Fatalf("migrate: exit status %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		}
+	}
+
+	ctx := context.Background()
+	s, closeStore, err := openStore(ctx, raw, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeStore()
+	claim := func(key string, retention time.Duration) {
+		t.Helper()
+		c, err := s.Claim(ctx, idem.ClaimArgs{Key: key, Lease: time.Minute, Retention: time.Hour})
+		if err != nil || c.Outcome != idem.Acquired {
+			t.Fatalf("claim %s: %+v %v", key, c, err)
+		}
+		if err := s.Complete(ctx, key, c.Token, []byte("v"), retention); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const expired = 25
+	for i := range expired {
+		claim(fmt.Sprint("old-", i), time.Millisecond)
+	}
+	claim("live", time.Hour)
+	// The server's clock decides expiry: wait until it says the last of
+	// the short-lived records is gone.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		_, err := s.Get(ctx, fmt.Sprint("old-", expired-1))
+		if errors.Is(err, idem.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the record did not expire on the server's clock: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	code, stdout, stderr := runArgs(t, "reap", "--store", raw, "--batch", "10")
+	if want := fmt.Sprintf("deleted %d expired records", expired); code != 0 || !strings.Contains(stdout, want) {
+		t.Fatalf("reap: exit status %d, want 0 and %q\nstdout:\n%s\nstderr:\n%s", code, want, stdout, stderr)
+	}
+	if _, err := s.Get(ctx, "live"); err != nil {
+		t.Fatalf("the live record after reap: %v", err)
+	}
+	if code, stdout, _ := runArgs(t, "reap", "--store", raw); code != 0 || !strings.Contains(stdout, "deleted 0 expired records") {
+		t.Errorf("a second reap: exit status %d, stdout %q; want nothing left to delete", code, stdout)
+	}
+}
+
+// TestUnreachableServer: a server that does not answer is exit status 1
+// with ErrStoreUnavailable's message, and never a hang or a pass.
+func TestUnreachableServer(t *testing.T) {
+	for _, raw := range []string{
+		"redis://127.0.0.1:1/0?dial_timeout=200ms",
+		"postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=1",
+	} {
+		code, _, stderr := runArgs(t, "demo", "--messages", "10", "--store", raw)
+		if code != 1 || !strings.Contains(stderr, "cannot reach") || !strings.Contains(stderr, idem.ErrStoreUnavailable.Error()) {
+			t.Errorf("demo --store %s: exit status %d, stderr %q; want 1 and the store named unavailable", raw, code, stderr)
+		}
+	}
+}

@@ -1,6 +1,6 @@
 module github.com/idemgo/idem/pgstore
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/idemgo/idem v0.0.0

@@ -40,11 +40,11 @@ func parseTable(name string) (table, error) {
 	}
 	parts := strings.Split(name, ".")
 	if len(parts) > 2 {
-		return table{}, fmt.Errorf("pgstore: table %q: at most one dot (schema.table)", name)
+		return table{}, fmt.Errorf("table %q: at most one dot (schema.table)", name)
 	}
 	for _, p := range parts {
 		if err := validName(p); err != nil {
-			return table{}, fmt.Errorf("pgstore: table %q: %w", name, err)
+			return table{}, fmt.Errorf("table %q: %w", name, err)
 		}
 	}
 	base := parts[len(parts)-1]
@@ -97,7 +97,7 @@ func (t table) lockKey() int64 {
 func Migrate(ctx context.Context, db DB, table string) error {
 	t, err := parseTable(table)
 	if err != nil {
-		return err
+		return fmt.Errorf("pgstore: Migrate: %w", err)
 	}
 	// One simple-protocol message (Exec without arguments): PostgreSQL runs
 	// its statements as one implicit transaction, so the lock is held until

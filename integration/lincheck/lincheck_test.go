@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemgo/idem"
 
+	"github.com/idemgo/idem/integration/internal/servers"
 	"github.com/idemgo/idem/integration/lincheck"
 	"github.com/idemgo/idem/memstore"
 )
@@ -18,6 +19,22 @@ func TestMemstoreIsLinearizable(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
+	for range 5 {
+		lincheck.Check(t, s, lincheck.Options{})
+	}
+}
+
+func TestRedisIsLinearizable(t *testing.T) {
+	t.Parallel()
+	s := servers.Redis(t)
+	for range 5 {
+		lincheck.Check(t, s, lincheck.Options{})
+	}
+}
+
+func TestPostgresIsLinearizable(t *testing.T) {
+	t.Parallel()
+	s := servers.Postgres(t)
 	for range 5 {
 		lincheck.Check(t, s, lincheck.Options{})
 	}

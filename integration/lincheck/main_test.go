@@ -3,7 +3,7 @@ package lincheck_test
 import (
 	"testing"
 
-	"github.com/idemgo/idem/idemtest"
+	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { idemtest.Main(m, "github.com/idemgo/idem") }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -1,0 +1,29 @@
+module github.com/idemgo/idem/examples
+
+go 1.26.0
+
+require (
+	github.com/idemgo/idem v0.0.0
+	github.com/idemgo/idem/pgstore v0.0.0
+	github.com/idemgo/idem/redisstore v0.0.0
+	github.com/jackc/pgx/v5 v5.12.0
+	github.com/redis/go-redis/v9 v9.23.0
+	go.uber.org/goleak v1.3.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sync v0.22.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.41.0 // indirect
+)
+
+replace (
+	github.com/idemgo/idem => ../
+	github.com/idemgo/idem/pgstore => ../pgstore
+	github.com/idemgo/idem/redisstore => ../redisstore
+)

@@ -1,0 +1,209 @@
+// Command orders is a small order API made idempotent with idemhttp: a
+// client that retries POST /orders with the same Idempotency-Key gets the
+// first response back, byte for byte, instead of a second order.
+//
+//	go run ./orders                                  # records in memory
+//	go run ./orders -store redis://127.0.0.1:6379/0  # records in Redis
+//	go run ./orders -store 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
+//
+// It shows the middleware's setup: keys required on POST, scoped by the
+// authenticated account so that two accounts' keys never meet, a wait for
+// a concurrent duplicate's outcome, and the store chosen at start-up. See
+// README.md for a session with curl.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemhttp"
+	"github.com/idemgo/idem/memstore"
+	"github.com/idemgo/idem/pgstore"
+	"github.com/idemgo/idem/redisstore"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:8080", "listen address")
+	store := flag.String("store", "mem://", "where idempotency records live: mem://, redis://host:port/db or postgres://user@host:port/db")
+	flag.Parse()
+	if flag.NArg() > 0 {
+		fmt.Fprintf(flag.CommandLine.Output(), "orders: unexpected arguments %q\n", flag.Args())
+		flag.Usage()
+		os.Exit(2)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	// After the first signal, a second one kills at once.
+	context.AfterFunc(ctx, stop)
+	if err := run(ctx, *addr, *store, log); err != nil {
+		log.Error("orders: " + err.Error())
+		os.Exit(1)
+	}
+}
+
+// run serves the API on addr with its records in the store at storeURL
+// until ctx is cancelled, then shuts down gracefully.
+func run(ctx context.Context, addr, storeURL string, log *slog.Logger) error {
+	store, closeStore, err := openStore(ctx, storeURL)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	h, _, closeAPI, err := newAPI(store, log)
+	if err != nil {
+		return err
+	}
+	defer closeAPI()
+
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	log.Info("orders: listening", "url", "http://"+l.Addr().String(), "store", redacted(storeURL))
+
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("orders: shutting down")
+	// In-flight requests finish, and their outcomes are stored, before the
+	// store closes.
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// newAPI returns the order API over store, its POST behind the idempotency
+// middleware, with the orders it keeps and the function that stops its
+// Guard.
+func newAPI(store idem.Store, log *slog.Logger) (http.Handler, *orders, func(), error) {
+	g, err := idem.New(store, idem.Config{
+		Namespace: "orders",
+		// A retry that arrives while the first request still runs waits up
+		// to 10s for its response, and gets 409 with Retry-After only then.
+		Wait:   10 * time.Second,
+		Logger: log,
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	mw, err := idemhttp.New(g,
+		// POST /orders without a key is refused with 400: every client
+		// must be able to retry safely.
+		idemhttp.WithRequired(),
+		// Keys belong to the account: Alice's key "1" and Bob's key "1"
+		// are two records, and neither is ever replayed the other's order.
+		idemhttp.WithScope(func(r *http.Request) string { return accountFrom(r.Context()) }),
+		idemhttp.WithMaxBodyBytes(64<<10),
+	)
+	if err != nil {
+		g.Close()
+		return nil, nil, nil, err
+	}
+	o := newOrders()
+	return o.routes(mw), o, func() { g.Close() }, nil
+}
+
+// connectTimeout bounds reaching a store at start-up.
+const connectTimeout = 10 * time.Second
+
+// openStore opens the store named by rawURL and returns it with the
+// function that releases it. A PostgreSQL store's table is created or
+// upgraded first (pgstore.Migrate is idempotent), and a reaper deletes its
+// expired records; Redis and memstore expire records themselves.
+func openStore(ctx context.Context, rawURL string) (idem.Store, func(), error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Scheme == "" {
+		return nil, nil, fmt.Errorf("-store %q: not a URL with a supported scheme (%s)", redacted(rawURL), schemes)
+	}
+	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	switch u.Scheme {
+	case "mem":
+		s, err := memstore.New(memstore.Config{})
+		if err != nil {
+			return nil, nil, err
+		}
+		return s, func() { s.Close() }, nil
+
+	case "redis", "rediss":
+		opts, err := redis.ParseURL(rawURL)
+		if err != nil {
+			return nil, nil, fmt.Errorf("-store %s: %w", redacted(rawURL), err)
+		}
+		client := redis.NewClient(opts)
+		if err := client.Ping(ctx).Err(); err != nil {
+			client.Close()
+			return nil, nil, fmt.Errorf("-store %s: cannot reach Redis: %w", redacted(rawURL), err)
+		}
+		s, err := redisstore.New(client, redisstore.Config{})
+		if err != nil {
+			client.Close()
+			return nil, nil, err
+		}
+		return s, func() { client.Close() }, nil
+
+	case "postgres", "postgresql":
+		pool, err := pgxpool.New(ctx, rawURL)
+		if err != nil {
+			return nil, nil, fmt.Errorf("-store %s: %w", redacted(rawURL), err)
+		}
+		if err := pgstore.Migrate(ctx, pool, pgstore.DefaultTable); err != nil {
+			pool.Close()
+			return nil, nil, fmt.Errorf("-store %s: %w", redacted(rawURL), err)
+		}
+		s, err := pgstore.New(pool, pgstore.Config{})
+		if err != nil {
+			pool.Close()
+			return nil, nil, err
+		}
+		reaper, err := pgstore.NewReaper(s, pgstore.ReaperConfig{})
+		if err != nil {
+			pool.Close()
+			return nil, nil, err
+		}
+		return s, func() { reaper.Close(); pool.Close() }, nil
+	}
+	return nil, nil, fmt.Errorf("-store %q: not a URL with a supported scheme (%s)", redacted(rawURL), schemes)
+}
+
+// schemes lists the -store URL forms, for error messages.
+const schemes = "mem://, redis://host:port/db, rediss://…, postgres://user@host:port/db or postgresql://…"
+
+// redacted returns rawURL with its password, if any, replaced by "xxxxx".
+func redacted(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	switch {
+	case err != nil:
+		return "(not a URL)"
+	case u.User == nil:
+		return rawURL
+	}
+	return u.Redacted()
+}

@@ -21,13 +21,40 @@ func runArgs(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	return code, out.String(), errOut.String()
 }
 
+// usageCase is a command line and what it must answer.
+type usageCase struct {
+	args   []string
+	code   int
+	stdout string // a part of it, or "" for nothing at all
+	stderr string // a part of it, or "" for nothing at all
+}
+
+// checkUsage runs each case as a subtest.
+func checkUsage(t *testing.T, tests []usageCase) {
+	for _, tt := range tests {
+		name := strings.Join(tt.args, " ")
+		if name == "" {
+			name = "no arguments"
+		}
+		t.Run(name, func(t *testing.T) {
+			code, stdout, stderr := runArgs(t, tt.args...)
+			if code != tt.code {
+				t.Errorf("exit status %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tt.code, stdout, stderr)
+			}
+			for _, c := range []struct{ name, got, want string }{{"stdout", stdout, tt.stdout}, {"stderr", stderr, tt.stderr}} {
+				if c.want == "" && c.got != "" {
+					t.Errorf("%s = %q, want nothing", c.name, c.got)
+				}
+				if !strings.Contains(c.got, c.want) {
+					t.Errorf("%s = %q, want it to contain %q", c.name, c.got, c.want)
+				}
+			}
+		})
+	}
+}
+
 func TestCommandLineUsage(t *testing.T) {
-	tests := []struct {
-		args   []string
-		code   int
-		stdout string // a part of it, or "" for nothing at all
-		stderr string // a part of it, or "" for nothing at all
-	}{
+	checkUsage(t, []usageCase{
 		{args: nil, code: 2, stderr: "idem <command> [flags]"},
 		{args: []string{"help"}, code: 0, stdout: "reap      delete pgstore's expired records"},
 		{args: []string{"-h"}, code: 0, stdout: "Commands:"},
@@ -54,27 +81,7 @@ func TestCommandLineUsage(t *testing.T) {
 		{args: []string{"reap", "--store", "postgres://127.0.0.1/test", "--batch", "0"}, code: 2, stderr: "idem: reap: --batch 0: must be at least 1"},
 		{args: []string{"demo", "--store", "127.0.0.1:6379"}, code: 2, stderr: `idem: --store`},
 		{args: []string{"demo", "--store", "mem://elsewhere"}, code: 2, stderr: "mem:// takes no host, path or options"},
-	}
-	for _, tt := range tests {
-		name := strings.Join(tt.args, " ")
-		if name == "" {
-			name = "no arguments"
-		}
-		t.Run(name, func(t *testing.T) {
-			code, stdout, stderr := runArgs(t, tt.args...)
-			if code != tt.code {
-				t.Errorf("exit status %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tt.code, stdout, stderr)
-			}
-			for _, c := range []struct{ name, got, want string }{{"stdout", stdout, tt.stdout}, {"stderr", stderr, tt.stderr}} {
-				if c.want == "" && c.got != "" {
-					t.Errorf("%s = %q, want nothing", c.name, c.got)
-				}
-				if !strings.Contains(c.got, c.want) {
-					t.Errorf("%s = %q, want it to contain %q", c.name, c.got, c.want)
-				}
-			}
-		})
-	}
+	})
 }
 
 func TestCommandLineExitStatus(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgo/idem"
 )
@@ -92,6 +93,27 @@ func freshSchema(t *testing.T, pgURL string) string {
 	return schema
 }
 
+// deleteRedisKeys deletes the keys under prefix in the Redis of rawURL.
+func deleteRedisKeys(t *testing.T, rawURL, prefix string) {
+	u, _ := url.Parse(rawURL)
+	u.RawQuery = ""
+	opts, err := redis.ParseURL(u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(opts)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		c.Unlink(ctx, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		t.Logf("deleting the demo's keys %s*: %v", prefix, err)
+	}
+}
+
 // TestDemoOnServers runs the demo on the real stores: --store is all it
 // takes, PostgreSQL's table is created on the way.
 func TestDemoOnServers(t *testing.T) {
@@ -99,7 +121,9 @@ func TestDemoOnServers(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			raw := serverURL(t, kind)
 			if kind == "redis" {
-				raw = withParam(t, raw, "prefix", randomName("idemtest:")+":")
+				prefix := randomName("idemtest:") + ":"
+				raw = withParam(t, raw, "prefix", prefix)
+				t.Cleanup(func() { deleteRedisKeys(t, raw, prefix) })
 			} else {
 				raw = withParam(t, raw, "table", freshSchema(t, raw)+".records")
 			}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func TestBenchUsage(t *testing.T) {
+	checkUsage(t, []usageCase{
+		{args: []string{"help"}, code: 0, stdout: "bench     measure idem's cost"},
+		{args: []string{"bench"}, code: 2, stderr: "idem: bench: name a benchmark: http\nrun 'idem bench -h' for its flags"},
+		{args: []string{"bench", "-h"}, code: 0, stderr: "http   a handler that sleeps"},
+		{args: []string{"help", "bench"}, code: 0, stderr: "Usage: idem bench <benchmark> [flags]"},
+		{args: []string{"bench", "ftp"}, code: 2, stderr: `idem: bench: unknown benchmark "ftp" (benchmarks: http)`},
+		{args: []string{"bench", "--clients", "3", "http"}, code: 2, stderr: "flag provided but not defined: -clients"},
+		{args: []string{"bench", "http", "-h"}, code: 0, stderr: "Usage: idem bench http [flags]"},
+		{args: []string{"bench", "http", "--repeat", "1"}, code: 2, stderr: "idem: --repeat 1: must be at least 0 and below 1\nrun 'idem bench http -h' for its flags"},
+		{args: []string{"bench", "http", "--repeat", "-0.3"}, code: 2, stderr: "idem: --repeat -0.3: must be at least 0 and below 1"},
+		{args: []string{"bench", "http", "--repeat", "NaN"}, code: 2, stderr: "idem: --repeat NaN: must be at least 0 and below 1"},
+		{args: []string{"bench", "http", "--repeat", "often"}, code: 2, stderr: `invalid value "often" for flag -repeat`},
+		{args: []string{"bench", "http", "--clients", "0"}, code: 2, stderr: "idem: --clients 0: must be at least 1"},
+		{args: []string{"bench", "http", "--duration", "0s"}, code: 2, stderr: "idem: --duration 0s: must be positive"},
+		{args: []string{"bench", "http", "--duration", "-1s"}, code: 2, stderr: "idem: --duration -1s: must be positive"},
+		{args: []string{"bench", "http", "--duration", "10"}, code: 2, stderr: `invalid value "10" for flag -duration`},
+		{args: []string{"bench", "http", "--sleep", "-5ms"}, code: 2, stderr: "idem: --sleep -5ms: must not be negative"},
+		{args: []string{"bench", "http", "--stores", "mem://,,mem://"}, code: 2, stderr: `idem: --stores "mem://,,mem://": an empty entry`},
+		{args: []string{"bench", "http", "--stores", "mem://,ftp://x"}, code: 2, stderr: `unsupported scheme "ftp"`},
+		{args: []string{"bench", "http", "now"}, code: 2, stderr: `idem: bench http: unexpected argument "now"`},
+	})
+}
+
+func TestBenchHTTPUnreachableStore(t *testing.T) {
+	// Nothing listens on port 1: the store fails before any load runs.
+	code, stdout, stderr := runArgs(t, "bench", "http", "--duration", "100ms", "--stores", "mem://,redis://127.0.0.1:1/0")
+	if code != 1 || stdout != "" || !strings.Contains(stderr, "redis://127.0.0.1:1/0?pool_size=50: cannot reach Redis") {
+		t.Errorf("exit status %d, want 1 with an error naming the store and no table\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+}
+
+func TestBenchHTTPMem(t *testing.T) {
+	code, stdout, stderr := runArgs(t, "bench", "http", "--duration", "300ms", "--clients", "4", "--sleep", "5ms", "--stores", "mem://", "--json")
+	if code != 0 {
+		t.Fatalf("exit status %d, want 0\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	t.Logf("\n%s", stdout)
+
+	for _, row := range []string{"baseline +fresh", "mem +fresh", "baseline +repeat", "mem +repeat"} {
+		if !regexp.MustCompile(`(?m)^ *` + row + ` +\d+ `).MatchString(stdout) {
+			t.Errorf("the table has no row %q", row)
+		}
+	}
+
+	i := strings.Index(stdout, "\n{")
+	if i < 0 {
+		t.Fatal("no JSON after the table")
+	}
+	var report struct{ Rows []benchRow }
+	if err := json.Unmarshal([]byte(stdout[i:]), &report); err != nil {
+		t.Fatalf("the JSON: %v", err)
+	}
+	want := []struct{ store, pass string }{{"baseline", "fresh"}, {"mem", "fresh"}, {"baseline", "repeat"}, {"mem", "repeat"}}
+	if len(report.Rows) != len(want) {
+		t.Fatalf("%d rows, want %d: %+v", len(report.Rows), len(want), report.Rows)
+	}
+	for i, r := range report.Rows {
+		if r.Store != want[i].store || r.Pass != want[i].pass {
+			t.Errorf("row %d is %s/%s, want %s/%s", i, r.Store, r.Pass, want[i].store, want[i].pass)
+		}
+		if r.Requests == 0 || r.Errors != 0 || r.ReqPerSec <= 0 || r.P99MS < 5 {
+			t.Errorf("%s/%s: %d requests, %d errors, %.1f req/s, p99 %.2fms; want requests, no error, and a p99 of the handler's 5ms at least",
+				r.Store, r.Pass, r.Requests, r.Errors, r.ReqPerSec, r.P99MS)
+		}
+	}
+	fresh, repeat := report.Rows[1], report.Rows[3]
+	if fresh.Repeats != 0 || fresh.Replays != 0 {
+		t.Errorf("mem/fresh: %d repeats, %d replays; want none", fresh.Repeats, fresh.Replays)
+	}
+	// Every repeat resends a completed key, so every one is replayed.
+	if repeat.Replays == 0 || repeat.Replays != repeat.Repeats {
+		t.Errorf("mem/repeat: %d replays of %d repeats; want some, all replayed", repeat.Replays, repeat.Repeats)
+	}
+	if base := report.Rows[2]; base.Repeats == 0 || base.Replays != 0 {
+		t.Errorf("baseline/repeat: %d repeats, %d replays; want repeats run again, not replayed", base.Repeats, base.Replays)
+	}
+	if !strings.Contains(stderr, "idem bench http: mem, repeat pass, 300ms") {
+		t.Errorf("stderr = %q, want the rows' progress", stderr)
+	}
+}
+
+func TestKeyPool(t *testing.T) {
+	var p keyPool
+	if k, ok := p.pick(); ok {
+		t.Errorf("an empty pool picked %q", k)
+	}
+	p.add("")
+	p.add("a")
+	p.add("a")
+	if len(p.keys) != 1 {
+		t.Errorf("after adding a twice and \"\": keys %q, want [a]", p.keys)
+	}
+	if k, ok := p.pick(); !ok || k != "a" {
+		t.Errorf("pick = %q, %v; want a", k, ok)
+	}
+}
+
+func TestWithPoolSize(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"postgres://u@h/db?sslmode=disable", "postgres://u@h/db?pool_max_conns=50&sslmode=disable"},
+		{"postgres://u@h/db?pool_max_conns=8", "postgres://u@h/db?pool_max_conns=8"},
+		{"redis://h:6379/0", "redis://h:6379/0?pool_size=50"},
+		{"redis://h:6379/0?pool_size=3", "redis://h:6379/0?pool_size=3"},
+		{"mem://", "mem://"},
+	} {
+		if got := withPoolSize(tt.in, 50); got != tt.want {
+			t.Errorf("withPoolSize(%q, 50) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}

@@ -198,40 +198,59 @@ func TestHolderCutOffFromStoreStopsBeforeLeaseEnd(t *testing.T) {
 }
 
 func TestHeartbeatKeepsLongRunAlive(t *testing.T) {
-	mem := newMem(t)
 	lease := 60 * time.Millisecond
-	g := newGuard(t, mem, idem.Config{Lease: lease})
-	running := make(chan struct{})
-	finish := make(chan struct{})
-	done := make(chan error)
-	go func() {
-		_, err := g.Do(context.Background(), "long", nil, func(ctx context.Context) ([]byte, error) {
-			close(running)
-			select {
-			case <-finish:
-				return []byte("ok"), nil
-			case <-ctx.Done():
-				return nil, context.Cause(ctx)
+	for _, tc := range []struct {
+		name string
+		idle time.Duration // a short Do, then this long without calls, before the long run
+	}{
+		{"first call", 0},
+		// The heartbeat loop sleeps an interval at a time when idle: a call
+		// that starts mid-sleep is due after the loop wakes, not before.
+		{"after a pause mid-interval", lease / 6},
+		{"after the loop exited", 2 * lease},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := newMem(t)
+			g := newGuard(t, mem, idem.Config{Lease: lease})
+			if tc.idle > 0 {
+				if _, err := g.Do(context.Background(), "short", nil, value("v")); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(tc.idle)
+			}
+			running := make(chan struct{})
+			finish := make(chan struct{})
+			done := make(chan error)
+			go func() {
+				_, err := g.Do(context.Background(), "long", nil, func(ctx context.Context) ([]byte, error) {
+					close(running)
+					select {
+					case <-finish:
+						return []byte("ok"), nil
+					case <-ctx.Done():
+						return nil, context.Cause(ctx)
+					}
+				})
+				done <- err
+			}()
+			<-running
+			// For five leases, every duplicate finds the key busy: the
+			// heartbeat keeps extending the lease.
+			other := newGuard(t, mem, idem.Config{Lease: lease})
+			for end := time.Now().Add(5 * lease); time.Now().Before(end); time.Sleep(lease / 4) {
+				if _, err := other.Do(context.Background(), "long", nil, value("dup")); !errors.Is(err, idem.ErrInProgress) {
+					t.Fatalf("duplicate during the run: %v, want ErrInProgress", err)
+				}
+			}
+			close(finish)
+			if err := <-done; err != nil {
+				t.Fatalf("long run: %v", err)
+			}
+			r, _ := mem.Get(context.Background(), idem.StoreKey("", "long"))
+			if r.Status != idem.StatusCompleted || r.Attempt != 1 {
+				t.Fatalf("record %+v, want Completed at attempt 1", r)
 			}
 		})
-		done <- err
-	}()
-	<-running
-	// For five leases, every duplicate finds the key busy: the heartbeat
-	// keeps extending the lease.
-	other := newGuard(t, mem, idem.Config{Lease: lease})
-	for end := time.Now().Add(5 * lease); time.Now().Before(end); time.Sleep(lease / 4) {
-		if _, err := other.Do(context.Background(), "long", nil, value("dup")); !errors.Is(err, idem.ErrInProgress) {
-			t.Fatalf("duplicate during the run: %v, want ErrInProgress", err)
-		}
-	}
-	close(finish)
-	if err := <-done; err != nil {
-		t.Fatalf("long run: %v", err)
-	}
-	r, _ := mem.Get(context.Background(), idem.StoreKey("", "long"))
-	if r.Status != idem.StatusCompleted || r.Attempt != 1 {
-		t.Fatalf("record %+v, want Completed at attempt 1", r)
 	}
 }
 

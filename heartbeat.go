@@ -34,6 +34,7 @@ type heartbeats struct {
 	head, tail *call
 	running    bool
 	closed     bool
+	sleepUntil time.Time // when the loop's timer fires next
 	wake       chan struct{}
 	quit       chan struct{}
 	wg         sync.WaitGroup
@@ -81,9 +82,16 @@ func (h *heartbeats) pushLocked(c *call, now time.Time) {
 		h.tail.next = c
 	} else {
 		h.head = c
-		select {
-		case h.wake <- struct{}{}:
-		default:
+		// The loop never sleeps longer than an interval, so a call queued
+		// after it went to sleep is due after it wakes: waking it is only
+		// needed when it sleeps until later, which a Close or a slow start
+		// could make happen. Not waking it on every call of an otherwise
+		// idle Guard saves a goroutine switch per Do.
+		if h.sleepUntil.After(c.due) {
+			select {
+			case h.wake <- struct{}{}:
+			default:
+			}
 		}
 	}
 	h.tail = c
@@ -130,10 +138,14 @@ func (h *heartbeats) close() {
 	h.wg.Wait()
 }
 
+// loop runs the heartbeats that fall due. It sleeps until the head of the
+// list is due, or an interval when the list is empty, and exits after a
+// lease without calls.
 func (h *heartbeats) loop() {
 	defer h.wg.Done()
-	timer := time.NewTimer(h.g.cfg.Lease)
+	timer := time.NewTimer(h.interval)
 	defer timer.Stop()
+	idleSince := time.Now()
 	for {
 		h.mu.Lock()
 		now := time.Now()
@@ -143,25 +155,25 @@ func (h *heartbeats) loop() {
 			h.wg.Add(1)
 			go h.extend(c)
 		}
-		wait := h.g.cfg.Lease // idle: exit if nothing comes in a lease
-		if h.head != nil {
+		wait := h.interval
+		switch {
+		case h.head != nil:
 			wait = h.head.due.Sub(now)
+			idleSince = time.Time{}
+		case idleSince.IsZero():
+			idleSince = now
+		case now.Sub(idleSince) >= h.g.cfg.Lease:
+			h.running = false
+			h.sleepUntil = time.Time{}
+			h.mu.Unlock()
+			return
 		}
-		idle := h.head == nil
+		h.sleepUntil = now.Add(wait)
 		h.mu.Unlock()
 
 		timer.Reset(wait) // since Go 1.23 no stale tick survives a Reset
 		select {
 		case <-timer.C:
-			if idle {
-				h.mu.Lock()
-				if h.head == nil {
-					h.running = false
-					h.mu.Unlock()
-					return
-				}
-				h.mu.Unlock()
-			}
 		case <-h.wake:
 		case <-h.quit:
 			h.mu.Lock()

@@ -16,6 +16,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -146,13 +147,15 @@ var model = porcupine.Model{
 		}
 		return parts
 	},
-	Init: func() any { return state{} },
-	Step: step,
-	DescribeOperation: func(in, out any) string {
-		i, o := in.(input), out.(output)
-		return fmt.Sprintf("%s(t%d %q) → %v t%d a%d %v %q %s", kindNames[i.kind], i.token, i.value, o.outcome, o.token, o.attempt, o.status, o.result, o.err)
-	},
-	DescribeState: func(st any) string { return fmt.Sprintf("%+v", st.(state)) },
+	Init:              func() any { return state{} },
+	Step:              step,
+	DescribeOperation: func(in, out any) string { return describe(in.(input), out.(output)) },
+	DescribeState:     func(st any) string { return fmt.Sprintf("%+v", st.(state)) },
+}
+
+// describe shows one call and its answer.
+func describe(i input, o output) string {
+	return fmt.Sprintf("%s(t%d %q) → %v t%d a%d %v %q %s", kindNames[i.kind], i.token, i.value, o.outcome, o.token, o.attempt, o.status, o.result, o.err)
 }
 
 // Check runs a random concurrent history on s and fails t if it is not
@@ -224,6 +227,14 @@ func Check(t testing.TB, s idem.Store, o Options) {
 	var ops []porcupine.Operation
 	for _, h := range history {
 		ops = append(ops, h...)
+	}
+	// A call that failed (a timeout, a lost connection) says nothing about
+	// linearizability: report the store's failure as such, not as a
+	// history the model refuses.
+	for _, op := range ops {
+		if out := op.Output.(output); strings.HasPrefix(out.err, "error: ") {
+			t.Fatalf("lincheck: the store failed a call, so the history cannot be judged: %s", describe(op.Input.(input), out))
+		}
 	}
 	res, info := porcupine.CheckOperationsVerbose(model, ops, 30*time.Second)
 	switch res {

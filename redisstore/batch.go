@@ -9,18 +9,27 @@ import (
 	"github.com/idemgo/idem"
 )
 
-// ClaimBatch implements [idem.BatchClaimer]: the claim scripts of all args
-// in one pipeline, so n keys cost one round trip on a standalone server
-// (on Cluster, go-redis sends one pipeline to each primary concerned, in
-// parallel). Entries for the same key run in order on the same node, the
-// second seeing the first.
+// maxScriptBatch is the most keys one claim batch script claims: Redis
+// runs nothing else while a script runs, so a large batch is split into
+// scripts of this many keys (well under a millisecond each), sent in one
+// pipeline.
+const maxScriptBatch = 128
+
+// ClaimBatch implements [idem.BatchClaimer] in one round trip. On a client
+// of one server (*redis.Client: standalone or Sentinel), every
+// maxScriptBatch keys are claimed by one script, in order, at one time of
+// the server's clock, the scripts in one pipeline; Redis then pays one
+// script call per chunk instead of one per key. On any other client
+// (Cluster) each key's claim script goes in the pipeline, and go-redis
+// sends one pipeline to each primary concerned, in parallel. Either way,
+// entries for the same key run in order, the second seeing the first.
 //
 // A Claim's Err holds idem.ErrKeyReused or ErrUnknownFormat for its key.
 // The returned error is ErrInvalidArgs when an entry is out of range
 // (nothing is sent), or wraps idem.ErrStoreUnavailable when no entry got an
-// answer. When only some got one (on Cluster, a primary is down), the
-// others carry that error in their Err: their claims may or may not have
-// been made, and such a key answers Busy until its lease ends.
+// answer. When only some got one (a primary or a chunk failed), the others
+// carry that error in their Err: their claims may or may not have been
+// made, and such a key answers Busy until its lease ends.
 func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.Claim, error) {
 	for _, a := range args {
 		if err := checkClaim("ClaimBatch", a); err != nil {
@@ -31,15 +40,17 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 	if len(args) == 0 {
 		return out, nil
 	}
-	cmds := make([]*redis.Cmd, len(args))
-	for i, a := range args {
-		cmds[i] = s.cmd(ctx, claimScript, a.Key, s.claimArgs(a, newToken())...)
+	var replies []any // one claim reply per entry, or nil where errs has the error
+	errs := make([]error, len(args))
+	if c, ok := s.client.(*redis.Client); ok {
+		replies = s.claimChunks(ctx, c, args, errs)
+	} else {
+		replies = s.claimEach(ctx, args, errs)
 	}
-	s.pipeline(ctx, s.client, cmds, false, false)
 	var failed int
 	var first error
-	for i, cmd := range cmds {
-		if err := cmd.Err(); err != nil {
+	for i, err := range errs {
+		if err != nil {
 			failed++
 			out[i].Err = unavailable("ClaimBatch", err)
 			if first == nil {
@@ -47,14 +58,67 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 			}
 			continue
 		}
-		c, err := claimReply(args[i].Key, cmd.Val())
+		c, err := claimReply(args[i].Key, replies[i])
 		c.Err = err
 		out[i] = c
 	}
-	if failed == len(cmds) {
+	if failed == len(args) {
 		return nil, first
 	}
 	return out, nil
+}
+
+// claimEach pipelines one claim script per entry.
+func (s *Store) claimEach(ctx context.Context, args []idem.ClaimArgs, errs []error) []any {
+	cmds := make([]*redis.Cmd, len(args))
+	for i, a := range args {
+		cmds[i] = s.cmd(ctx, claimScript, a.Key, s.claimArgs(a, newToken())...)
+	}
+	s.pipeline(ctx, s.client, cmds, false, false)
+	replies := make([]any, len(args))
+	for i, cmd := range cmds {
+		replies[i], errs[i] = cmd.Val(), cmd.Err()
+	}
+	return replies
+}
+
+// claimChunks pipelines one claim batch script per maxScriptBatch entries.
+func (s *Store) claimChunks(ctx context.Context, c *redis.Client, args []idem.ClaimArgs, errs []error) []any {
+	var cmds []*redis.Cmd
+	for lo := 0; lo < len(args); lo += maxScriptBatch {
+		chunk := args[lo:min(lo+maxScriptBatch, len(args))]
+		a := make([]any, 0, 4+len(chunk)*6)
+		a = append(a, "evalsha", claimBatchScript.sha, len(chunk))
+		for _, ca := range chunk {
+			a = append(a, s.RedisKey(ca.Key))
+		}
+		a = append(a, s.cause)
+		for _, ca := range chunk {
+			a = append(a, s.claimArgs(ca, newToken())[:5]...)
+		}
+		cmd := redis.NewCmd(ctx, a...)
+		cmd.SetFirstKeyPos(3)
+		cmds = append(cmds, cmd)
+	}
+	s.pipeline(ctx, c, cmds, false, false)
+	replies := make([]any, len(args))
+	for k, cmd := range cmds {
+		lo := k * maxScriptBatch
+		n := min(maxScriptBatch, len(args)-lo)
+		r, _ := cmd.Val().([]any)
+		err := cmd.Err()
+		if err == nil && len(r) != n {
+			err = badReply("ClaimBatch", cmd.Val())
+		}
+		for j := range n {
+			if err != nil {
+				errs[lo+j] = err
+				continue
+			}
+			replies[lo+j] = r[j]
+		}
+	}
+	return replies
 }
 
 // CompleteBatch implements [idem.BatchCompleter]: the Complete scripts of

@@ -51,7 +51,11 @@
 //
 // [Store.ClaimBatch] and [Store.CompleteBatch] send their scripts in one
 // pipeline: n keys in one round trip on a standalone server; on Cluster,
-// go-redis sends one pipeline per primary, in parallel.
+// go-redis sends one pipeline per primary, in parallel. On a client of one
+// server (standalone or Sentinel), ClaimBatch claims up to 128 keys per
+// script, in order, which spares Redis a script call per key; on Cluster,
+// where keys live in different slots, it pipelines one claim script per
+// key.
 //
 // Errors from the client or the server are returned wrapping
 // idem.ErrStoreUnavailable, with standard-library causes (context,

@@ -55,4 +55,14 @@ func TestServerRestart(t *testing.T) {
 	if err != nil || !res.Replayed || string(res.Value) != "charged" || runs != 2 {
 		t.Fatalf("duplicate after the restart: %+v %v (runs %d), want the replayed value", res, err, runs)
 	}
+
+	// The restarted server has forgotten every script: a batch meets
+	// NOSCRIPT, and the store sends the script itself.
+	batch, err := s.ClaimBatch(ctx, []idem.ClaimArgs{
+		{Key: "b1", Lease: time.Minute, Retention: time.Minute},
+		{Key: "b2", Lease: time.Minute, Retention: time.Minute},
+	})
+	if err != nil || batch[0].Outcome != idem.Acquired || batch[1].Outcome != idem.Acquired {
+		t.Fatalf("ClaimBatch after the restart: %+v %v, want both acquired", batch, err)
+	}
 }

@@ -21,38 +21,62 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 `
 
-// claimScript: ARGV fingerprint, token (8 bytes), lease µs, retention µs,
-// max attempts (0: no cap), the too-many-attempts cause. It replies
-// {code, value, expiry ms} with code 1 Acquired, 2 Busy, 3 Duplicate,
-// {4} when the fingerprint differs and {0, value} for a value it does not
-// know. The common case, a new key, is one SET NX … GET: it writes the new
-// record and, when there is one already, answers the old one instead. A
-// claim that finds its own token is this very claim resent by the client
-// after a lost reply: it answers Acquired again.
-var claimScript = newScript(`#!lua
-local fp, tok = ARGV[1], ARGV[2]
-local lease, ret, cap = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])` + clock + `
-local lu = now + lease
-local exp = math.ceil((lu + ret) / 1000)
-local nv = struct.pack(` + header + `, 1, 1, tok, 1, lu, ret, #fp) .. fp
-local v = redis.call('SET', KEYS[1], nv, 'NX', 'PXAT', exp, 'GET')
-if not v then return {1, nv, exp} end
-if #v < 32 or string.byte(v, 1) ~= 1 then return {0, v} end
-local _, st, cur, att, old, _, fl = struct.unpack(` + header + `, v)
-if st < 1 or st > 3 or #v < 32 + fl then return {0, v} end
-if string.sub(v, 33, 32 + fl) ~= fp then return {4} end
-if st ~= 1 then return {3, v, redis.call('PEXPIRETIME', KEYS[1])} end
-if cur == tok then return {1, v, redis.call('PEXPIRETIME', KEYS[1])} end
-if old > now then return {2, v, redis.call('PEXPIRETIME', KEYS[1])} end
-if cap > 0 and att >= cap then
-  nv = struct.pack(` + header + `, 1, 3, string.rep('\0', 8), att, 0, ret, fl) .. fp .. ARGV[6]
-  exp = math.ceil((now + ret) / 1000)
-  redis.call('SET', KEYS[1], nv, 'PXAT', exp)
-  return {3, nv, exp}
+// claimFn is the claim of one key, a Lua function over the key, the
+// fingerprint, the token (8 bytes), lease µs, retention µs, max attempts
+// (0: no cap), the too-many-attempts cause and the time now (µs). It
+// returns {code, value, expiry ms} with code 1 Acquired, 2 Busy, 3
+// Duplicate, {4} when the fingerprint differs and {0, value} for a value
+// it does not know. The common case, a new key, is one SET NX … GET: it
+// writes the new record and, when there is one already, answers the old
+// one instead. A claim that finds its own token is this very claim resent
+// by the client after a lost reply: it answers Acquired again.
+const claimFn = `
+local function claim(key, fp, tok, lease, ret, cap, cause, now)
+  local lu = now + lease
+  local exp = math.ceil((lu + ret) / 1000)
+  local nv = struct.pack(` + header + `, 1, 1, tok, 1, lu, ret, #fp) .. fp
+  local v = redis.call('SET', key, nv, 'NX', 'PXAT', exp, 'GET')
+  if not v then return {1, nv, exp} end
+  if #v < 32 or string.byte(v, 1) ~= 1 then return {0, v} end
+  local _, st, cur, att, old, _, fl = struct.unpack(` + header + `, v)
+  if st < 1 or st > 3 or #v < 32 + fl then return {0, v} end
+  if string.sub(v, 33, 32 + fl) ~= fp then return {4} end
+  if st ~= 1 then return {3, v, redis.call('PEXPIRETIME', key)} end
+  if cur == tok then return {1, v, redis.call('PEXPIRETIME', key)} end
+  if old > now then return {2, v, redis.call('PEXPIRETIME', key)} end
+  if cap > 0 and att >= cap then
+    nv = struct.pack(` + header + `, 1, 3, string.rep('\0', 8), att, 0, ret, fl) .. fp .. cause
+    exp = math.ceil((now + ret) / 1000)
+    redis.call('SET', key, nv, 'PXAT', exp)
+    return {3, nv, exp}
+  end
+  nv = struct.pack(` + header + `, 1, 1, tok, att + 1, lu, ret, fl) .. fp
+  redis.call('SET', key, nv, 'PXAT', exp)
+  return {1, nv, exp}
 end
-nv = struct.pack(` + header + `, 1, 1, tok, att + 1, lu, ret, fl) .. fp
-redis.call('SET', KEYS[1], nv, 'PXAT', exp)
-return {1, nv, exp}
+`
+
+// claimScript claims KEYS[1] (see claimFn). ARGV: fingerprint, token,
+// lease µs, retention µs, max attempts, the too-many-attempts cause.
+var claimScript = newScript(`#!lua` + claimFn + clock + `
+return claim(KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], now)
+`)
+
+// claimBatchScript claims every key of KEYS in order, at one time now, and
+// replies with the list of their claimFn replies. ARGV: the
+// too-many-attempts cause, then for each key its fingerprint, token, lease
+// µs, retention µs and max attempts. It touches several keys, so it serves
+// a client of one server only (standalone or Sentinel); on Cluster, where
+// the keys live in different slots, ClaimBatch pipelines claimScript.
+// Running n claims in one script spares Redis n script calls, most of what
+// a claim costs it.
+var claimBatchScript = newScript(`#!lua` + claimFn + clock + `
+local out = {}
+for i = 1, #KEYS do
+  local a = 1 + (i - 1) * 5
+  out[i] = claim(KEYS[i], ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), ARGV[1], now)
+end
+return out
 `)
 
 // holder starts the scripts that need the current token (ARGV[1]) on an

@@ -391,7 +391,7 @@ func (s *Store) cmd(ctx context.Context, sc *script, key string, args ...any) *r
 func asEval(ctx context.Context, cmd *redis.Cmd) *redis.Cmd {
 	a := append([]any{}, cmd.Args()...)
 	sha, _ := a[1].(string)
-	for _, sc := range []*script{claimScript, outcomeScript, releaseScript, extendScript, getScript} {
+	for _, sc := range []*script{claimScript, claimBatchScript, outcomeScript, releaseScript, extendScript, getScript} {
 		if sc.sha == sha {
 			a[0], a[1] = "eval", sc.src
 		}

@@ -96,18 +96,26 @@ func TestDuplicateIsOneRoundTrip(t *testing.T) {
 	}
 }
 
-func TestClaimBatchIsOneRoundTrip(t *testing.T) {
+// batchFixture returns a store over a counting client, n claim arguments
+// for keys key-0 … key-n-1 of which key-0 is already claimed (so the
+// scripts are in the server's cache), and the counter reset.
+func batchFixture(t *testing.T, n int) (*redisstore.Store, *counter, []idem.ClaimArgs) {
 	h := &counter{}
 	s := newStore(t, sharedClient(t, h), redisstore.Config{})
-	ctx := ctxT(t)
-	args := make([]idem.ClaimArgs, 100)
+	args := make([]idem.ClaimArgs, n)
 	for i := range args {
 		args[i] = claimArgs(fmt.Sprintf("key-%d", i))
 	}
-	if _, err := s.ClaimBatch(ctx, args[:1]); err != nil { // the script is cached from here on
+	if _, err := s.ClaimBatch(ctxT(t), args[:1]); err != nil {
 		t.Fatal(err)
 	}
 	h.reset()
+	return s, h, args
+}
+
+func TestClaimBatchIsOneRoundTrip(t *testing.T) {
+	s, h, args := batchFixture(t, 100)
+	ctx := ctxT(t)
 	got, err := s.ClaimBatch(ctx, args)
 	if err != nil {
 		t.Fatal(err)
@@ -122,8 +130,8 @@ func TestClaimBatchIsOneRoundTrip(t *testing.T) {
 		}
 	}
 	cmds, pipes := h.seen()
-	if len(cmds) != 0 || len(pipes) != 1 || pipes[0] != 100 {
-		t.Fatalf("ClaimBatch of 100 keys sent commands %v and pipelines of %v; want one pipeline of 100", cmds, pipes)
+	if len(cmds) != 0 || len(pipes) != 1 || pipes[0] != 1 {
+		t.Fatalf("ClaimBatch of 100 keys sent commands %v and pipelines of %v; want one pipeline of one script", cmds, pipes)
 	}
 	comps := make([]idem.Completion, 0, 99)
 	for _, c := range got[1:] {
@@ -147,6 +155,35 @@ func TestClaimBatchIsOneRoundTrip(t *testing.T) {
 // TestBatchAgreesWithSingle sets up the same keys in every state under two
 // namespaces, then claims them with ClaimBatch in one and with Claim one by
 // one in the other: the answers must agree.
+// TestClaimBatchAcrossScripts: a batch larger than one script's share is
+// still one round trip, every key is claimed once, and an entry repeating
+// a key of an earlier script sees that claim.
+func TestClaimBatchAcrossScripts(t *testing.T) {
+	const n = 300 // three scripts of at most 128 keys
+	s, h, args := batchFixture(t, n)
+	ctx := ctxT(t)
+	args[n-1] = claimArgs("key-5") // in the third script, a key of the first
+	got, err := s.ClaimBatch(ctx, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range got {
+		want := idem.Acquired
+		if i == 0 || i == n-1 {
+			want = idem.Busy // claimed by the first batch; by entry 5
+		}
+		if c.Err != nil || c.Outcome != want {
+			t.Fatalf("entry %d (%s): %v %v, want %v", i, args[i].Key, c.Outcome, c.Err, want)
+		}
+	}
+	if got[n-1].Record.Token != got[5].Token {
+		t.Errorf("the repeated key is held by token %d, want entry 5's %d", got[n-1].Record.Token, got[5].Token)
+	}
+	if cmds, pipes := h.seen(); len(cmds) != 0 || len(pipes) != 1 || pipes[0] != 3 {
+		t.Fatalf("ClaimBatch of %d keys sent commands %v and pipelines of %v; want one pipeline of three scripts", n, cmds, pipes)
+	}
+}
+
 func TestBatchAgreesWithSingle(t *testing.T) {
 	s := newStore(t, sharedClient(t), redisstore.Config{})
 	ctx := ctxT(t)

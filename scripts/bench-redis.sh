@@ -73,7 +73,7 @@ function median(key,   i, j, k, t, a) {
 function add(key, val) { n[key]++; v[key, n[key]] = val }
 FNR == NR && /^Benchmark/ {
 	name = $1; sub(/-[0-9]+$/, "", name)
-	for (i = 4; i < NF; i++) {
+	for (i = 2; i < NF; i++) {
 		if ($(i + 1) == "keys/s") add(name, $i)
 		if ($(i + 1) == "bytes/record") add("mem", $i)
 		if ($(i + 1) == "bare-bytes/record") add("baremem", $i)

@@ -121,13 +121,27 @@ const claimUpdate = `ON CONFLICT (key) DO UPDATE SET
 
 // queries are the statements of a Store, with the table's names in.
 type queries struct {
-	claim, claimBatch                    string
+	claimNew, claim, claimBatch          string
 	finish, release, extend, get, delete string
+	txClaimNew, txClaim                  string
+	txComplete, txFail                   string
 	completeBatch, reap                  string
 }
 
 func newQueries(t table) queries {
-	return queries{
+	q := queries{
+		// TxGuard's claim of a key without a record, the usual case: the
+		// plain INSERT, cheaper for the server than the full claim. It
+		// returns no row when the key has a record (or a concurrent
+		// claim's insert committed first), and the full claim runs then.
+		// Its parameters are the full claim's first four.
+		claimNew: t.expand(`INSERT INTO {table} AS r
+			(key, status, token, attempt, fingerprint, lease_until, retention, result, expires_at)
+		VALUES ($1::bytea, 1, nextval('{seq}'), 1, $2::bytea, statement_timestamp() + $3::interval, $4::interval, NULL,
+			statement_timestamp() + $3::interval + $4::interval)
+		ON CONFLICT (key) DO NOTHING
+		RETURNING r.token, r.lease_until, r.expires_at`),
+
 		// $1 key, $2 fingerprint, $3 lease, $4 retention, $5 max attempts
 		// (0: no cap), $6 the cause stored when capped. The new token is
 		// drawn once, for the proposed row; currval reads it back, so
@@ -167,6 +181,18 @@ func newQueries(t table) queries {
 		finish: t.expand(`UPDATE {table} SET status = $3::smallint, result = $4::bytea, lease_until = NULL,
 			expires_at = statement_timestamp() + $5::interval
 		WHERE key = $1::bytea AND token = $2::bigint AND status = 1 AND expires_at > statement_timestamp()`),
+		// TxGuard's outcomes, $1 key, $2 token, $3 value or cause, $4
+		// retention: the fenced UPDATE, which raises an error when it
+		// matches no row, so that the transaction aborts and the COMMIT
+		// pipelined after it rolls back: fn's writes never commit without
+		// their outcome. count(*) is not a constant, so the cast is not
+		// folded at planning: it fails only when it runs, on no row. The
+		// row has been locked by this transaction since its claim, so
+		// whether it expired since does not matter. A complete keeps
+		// expires_at when it is late enough already (see txLease).
+		txComplete: txOutcome(t, "2", "greatest(expires_at, statement_timestamp() + $4::interval)"),
+		txFail:     txOutcome(t, "3", "statement_timestamp() + $4::interval"),
+
 		// The lease ends now and no token is current: the next claim takes
 		// over at once.
 		release: t.expand(`UPDATE {table} SET token = 0, lease_until = statement_timestamp()
@@ -196,7 +222,23 @@ func newQueries(t table) queries {
 			ORDER BY expires_at LIMIT $1::int FOR UPDATE SKIP LOCKED)
 		AND expires_at <= statement_timestamp()`),
 	}
+	q.txClaimNew, q.txClaim = q.claimNew+restoreLockTimeout, q.claim+restoreLockTimeout
+	return q
 }
+
+// txOutcome is the statement storing a TxGuard outcome of status, and
+// expires_at.
+func txOutcome(t table, status, expiresAt string) string {
+	return t.expand(`WITH u AS (
+			UPDATE {table} SET status = ` + status + `, result = $3::bytea, lease_until = NULL, expires_at = ` + expiresAt + `
+			WHERE key = $1::bytea AND token = $2::bigint AND status = 1
+			RETURNING 1)
+		SELECT CASE count(*) WHEN 1 THEN 1 ELSE ('` + noOutcomeRow + ` ' || count(*))::int END FROM u`)
+}
+
+// restoreLockTimeout is appended to TxGuard's claims: see TxGuard.
+const restoreLockTimeout = `,
+			set_config('lock_timeout', current_setting('pgstore.lock_timeout'), true)`
 
 func replaceMax(sql, maxAttempts string) string {
 	return strings.Replace(sql, "{max_attempts}", maxAttempts, 1)
@@ -239,8 +281,10 @@ func fingerprint(a idem.ClaimArgs) []byte {
 var tooManyAttempts = idem.TooManyAttemptsCause()
 
 // Claim implements [idem.Store.Claim] in one INSERT … ON CONFLICT DO UPDATE
-// statement. Of concurrent claims of a key, PostgreSQL's unique index lets
-// one insert and makes the others wait for it and then see its row.
+// statement, whatever the key's state: a new key, a duplicate, a busy key
+// and a takeover after a crash all cost one round trip. Of concurrent
+// claims of a key, PostgreSQL's unique index lets one insert and makes the
+// others wait for it and then see its row.
 // It returns idem.ErrKeyReused for a fingerprint mismatch and an error
 // wrapping idem.ErrStoreUnavailable when the server cannot be reached.
 func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
@@ -267,6 +311,11 @@ type claimRow struct {
 	result          []byte
 	expiresAt       time.Time
 	acquired        bool
+}
+
+// inserted completes the row of claimNew, which inserted the record.
+func (r *claimRow) inserted() {
+	r.status, r.attempt, r.sameFingerprint, r.result, r.acquired = statusInProgress, 1, true, nil, true
 }
 
 func (r *claimRow) claim(a idem.ClaimArgs) (idem.Claim, error) {

@@ -5,14 +5,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Beginner starts transactions: *pgxpool.Pool and *pgx.Conn satisfy it.
+// Over those two, [TxGuard.Do] pipelines BEGIN with its first statements
+// (pgx's Batch.BeginTx) instead of calling BeginTx.
 type Beginner interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
@@ -60,7 +65,12 @@ const DefaultLockTimeout = 5 * time.Second
 
 // txLease is the lease of a transactional claim. No one else ever sees that
 // claim in progress: its row commits Completed or Failed, or not at all.
-const txLease = time.Hour
+// The claim sets expires_at to its time + txLease + Retention, and the
+// complete to the later of that and its own time + Retention: for an fn
+// shorter than txLease the complete leaves expires_at as it is, which
+// makes it a HOT update (no new index entries). A completed record is so
+// kept at least Retention after its commit, at most txLease more.
+const txLease = time.Second
 
 // TxGuard runs operations whose effects are writes to the same PostgreSQL
 // database exactly once per key: the claim of the key, the operation's
@@ -71,12 +81,15 @@ type TxGuard struct {
 	db  Beginner
 	cfg TxConfig
 	q   queries
-	// The claim waits at most LockTimeout: the statements before it save
-	// the transaction's lock_timeout in a placeholder setting and set the
-	// guard's, the one after it restores the saved value, so fn's
-	// statements wait as the caller configured. Do's BEGIN carries the
-	// first two (one message, simple protocol), DoTx pipelines them.
-	begin, saveLockTimeout, setLockTimeout, restoreLockTimeout string
+	// The claim waits at most LockTimeout: the statement before it saves
+	// the transaction's lock_timeout in a placeholder setting and sets the
+	// guard's; the claim's RETURNING list, computed once the claim has its
+	// row (and so after any wait), restores the saved value, so fn's
+	// statements wait as the caller configured. A claim that fails aborts
+	// the transaction (or, in DoTx, is rolled back to a savepoint, which
+	// undoes the settings too). begin carries the first (one message,
+	// simple protocol) for a Beginner that is neither a pool nor a conn.
+	begin, setLockTimeout string
 }
 
 // NewTxGuard returns a TxGuard that begins its transactions on db (which
@@ -105,15 +118,17 @@ func NewTxGuard(db Beginner, cfg TxConfig) (*TxGuard, error) {
 		cfg.Fingerprint = idem.SHA256Fingerprint
 	}
 	g := &TxGuard{
-		db:              db,
-		cfg:             cfg,
-		q:               newQueries(t),
-		saveLockTimeout: `SELECT set_config('pgstore.lock_timeout', current_setting('lock_timeout'), true)`,
-		// An integer literal: nothing of the caller's enters the text.
-		setLockTimeout:     fmt.Sprintf("SET LOCAL lock_timeout = %d", cfg.LockTimeout.Milliseconds()),
-		restoreLockTimeout: `SELECT set_config('lock_timeout', current_setting('pgstore.lock_timeout'), true)`,
+		db:  db,
+		cfg: cfg,
+		q:   newQueries(t),
+		// The subquery (kept by OFFSET 0 and its volatile function) runs
+		// first: the saved value is the transaction's. An integer literal:
+		// nothing of the caller's enters the text.
+		setLockTimeout: fmt.Sprintf(`SELECT set_config('lock_timeout', '%d', true)
+			FROM (SELECT set_config('pgstore.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) saved`,
+			cfg.LockTimeout.Milliseconds()),
 	}
-	g.begin = "BEGIN ISOLATION LEVEL READ COMMITTED; " + g.saveLockTimeout + "; " + g.setLockTimeout
+	g.begin = "BEGIN ISOLATION LEVEL READ COMMITTED; " + g.setLockTimeout
 	return g, nil
 }
 
@@ -144,6 +159,13 @@ func NewTxGuard(db Beginner, cfg TxConfig) (*TxGuard, error) {
 // the database fails. An error from the final commit leaves the outcome
 // unknown to this caller (it committed or not): a retry finds out.
 //
+// fn must not commit or roll back tx (both return an error), and tx is
+// closed once fn returned. Over a *pgxpool.Pool or a *pgx.Conn, Do costs
+// three round trips besides fn's: BEGIN pipelined with the claim, and the
+// outcome with COMMIT (a key that has a record costs one more, for the
+// full claim). A completed record is kept at least Retention after its
+// commit (see txLease).
+//
 // fn may run more than once over time (retryable errors, crashes), but its
 // writes commit once. Attempts are not counted in this mode (a rolled back
 // claim leaves nothing to count): return a permanent error to stop a
@@ -155,6 +177,65 @@ func (g *TxGuard) Do(ctx context.Context, key string, payload []byte, fn TxFunc)
 	if err := g.check(key, fn); err != nil {
 		return idem.Result{}, err
 	}
+	switch db := g.db.(type) {
+	case *pgxpool.Pool:
+		c, err := db.Acquire(ctx)
+		if err != nil {
+			return idem.Result{}, translate("begin", err)
+		}
+		defer c.Release() // a connection left in a transaction is closed, not reused
+		return g.doPipelined(ctx, c.Conn(), key, payload, fn)
+	case *pgx.Conn:
+		return g.doPipelined(ctx, db, key, payload, fn)
+	}
+	return g.doBegun(ctx, key, payload, fn)
+}
+
+// doPipelined is Do on a connection of its own, in three round trips
+// besides fn's: BEGIN is pipelined with the claim (pgx's Batch.BeginTx),
+// and the outcome with COMMIT. The outcome statement raises an error when
+// it matches no row, so the COMMIT behind it never commits fn's writes
+// without their outcome: the server skips the rest of a pipeline after an
+// error, and the transaction rolls back.
+func (g *TxGuard) doPipelined(ctx context.Context, conn *pgx.Conn, key string, payload []byte, fn TxFunc) (idem.Result, error) {
+	a := g.claimArgs(key, payload)
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	claimAt := g.queueClaim(b, a, false)
+	br := conn.SendBatch(ctx, b)
+	tx := br.Tx()
+	open := true // tx is to be rolled back when Do returns
+	defer func() {
+		if open { // an error, or fn panicked
+			rollback(ctx, tx)
+		}
+	}()
+	cl, err := g.readClaim(ctx, tx, br, b.Len(), claimAt, key, a)
+	if err != nil {
+		return idem.Result{}, err
+	}
+	if res, err, done := g.claimed(cl, key); done {
+		return res, err
+	}
+
+	value, ferr := callFn(ctx, tx, fn)
+	if ferr != nil && !idem.IsPermanent(ferr) {
+		return idem.Result{}, ferr
+	}
+	b = &pgx.Batch{}
+	g.queueOutcome(b, a, cl.Token, value, ferr)
+	commitAt := b.Len()
+	b.Queue("COMMIT")
+	err = g.readOutcome(tx.SendBatch(ctx, b), b.Len(), commitAt, key, ferr)
+	// After a failed COMMIT (or a connection lost under it) the
+	// transaction may be over: nothing to roll back then.
+	open = err != nil && conn.PgConn().TxStatus() != 'I'
+	return outcome(value, ferr, err)
+}
+
+// doBegun is Do over any other Beginner: BEGIN is a round trip of its own,
+// and so is COMMIT, after the outcome's statement.
+func (g *TxGuard) doBegun(ctx context.Context, key string, payload []byte, fn TxFunc) (idem.Result, error) {
 	tx, err := g.db.BeginTx(ctx, pgx.TxOptions{BeginQuery: g.begin})
 	if err != nil {
 		return idem.Result{}, translate("begin", err)
@@ -165,15 +246,30 @@ func (g *TxGuard) Do(ctx context.Context, key string, payload []byte, fn TxFunc)
 			rollback(ctx, tx)
 		}
 	}()
-	res, commit, err := g.run(ctx, tx, key, payload, fn, false)
-	if !commit {
+	a := g.claimArgs(key, payload)
+	b := &pgx.Batch{}
+	claimAt := g.queueClaim(b, a, false)
+	cl, err := g.readClaim(ctx, tx, tx.SendBatch(ctx, b), b.Len(), claimAt, key, a)
+	if err != nil {
+		return idem.Result{}, err
+	}
+	if res, err, done := g.claimed(cl, key); done {
 		return res, err
 	}
-	done = true
-	if cerr := tx.Commit(ctx); cerr != nil {
-		return idem.Result{}, errors.Join(err, translate("commit", cerr))
+	value, ferr := callFn(ctx, tx, fn)
+	if ferr != nil && !idem.IsPermanent(ferr) {
+		return idem.Result{}, ferr
 	}
-	return res, err
+	b = &pgx.Batch{}
+	g.queueOutcome(b, a, cl.Token, value, ferr)
+	if err := g.readOutcome(tx.SendBatch(ctx, b), b.Len(), -1, key, ferr); err != nil {
+		return outcome(value, ferr, err)
+	}
+	done = true
+	if err := tx.Commit(ctx); err != nil {
+		return outcome(value, ferr, translate("commit", err))
+	}
+	return outcome(value, ferr, nil)
 }
 
 // DoTx is Do inside the caller's transaction tx, which the caller commits:
@@ -196,22 +292,32 @@ func (g *TxGuard) DoTx(ctx context.Context, tx pgx.Tx, key string, payload []byt
 	if err := g.check(key, fn); err != nil {
 		return idem.Result{}, err
 	}
-	done := false
+	kept := false
 	defer func() {
-		if !done { // fn panicked
+		if !kept { // an error, or fn panicked
 			rollbackTo(ctx, tx)
 		}
 	}()
-	res, keep, err := g.run(ctx, tx, key, payload, fn, true)
-	done = true
-	if !keep {
-		rollbackTo(ctx, tx)
+	a := g.claimArgs(key, payload)
+	b := &pgx.Batch{}
+	claimAt := g.queueClaim(b, a, true)
+	cl, err := g.readClaim(ctx, tx, tx.SendBatch(ctx, b), b.Len(), claimAt, key, a)
+	if err != nil {
+		return idem.Result{}, err
+	}
+	if res, err, done := g.claimed(cl, key); done {
 		return res, err
 	}
-	if _, rerr := tx.Exec(ctx, "RELEASE SAVEPOINT pgstore_claim"); rerr != nil {
-		return idem.Result{}, errors.Join(err, translate("release savepoint", rerr))
+	value, ferr := fn(ctx, tx)
+	if ferr != nil && !idem.IsPermanent(ferr) {
+		return idem.Result{}, ferr
 	}
-	return res, err
+	b = &pgx.Batch{}
+	g.queueOutcome(b, a, cl.Token, value, ferr)
+	b.Queue("RELEASE SAVEPOINT pgstore_claim")
+	err = g.readOutcome(tx.SendBatch(ctx, b), b.Len(), -1, key, ferr)
+	kept = err == nil
+	return outcome(value, ferr, err)
 }
 
 func (g *TxGuard) check(key string, fn TxFunc) error {
@@ -226,93 +332,79 @@ func (g *TxGuard) check(key string, fn TxFunc) error {
 	return nil
 }
 
-// run claims key in tx and runs fn if the claim acquired it. keep reports
-// whether tx holds an outcome to commit (fn's value or its permanent
-// error); if not, the caller rolls back (all of tx in Do, to the savepoint
-// pgstore_claim in DoTx). nested is true for DoTx, whose claim starts with
-// that savepoint.
-func (g *TxGuard) run(ctx context.Context, tx pgx.Tx, key string, payload []byte, fn TxFunc, nested bool) (res idem.Result, keep bool, err error) {
-	a := idem.ClaimArgs{
+func (g *TxGuard) claimArgs(key string, payload []byte) idem.ClaimArgs {
+	return idem.ClaimArgs{
 		Key:         idem.StoreKey(g.cfg.Namespace, key),
 		Fingerprint: g.cfg.Fingerprint(nil, payload),
 		Lease:       txLease,
-		Retention:   g.cfg.FailedRetention,
+		Retention:   g.cfg.Retention,
 	}
-	cl, err := g.claim(ctx, tx, key, a, nested)
-	if err != nil {
-		return idem.Result{}, false, err
-	}
+}
+
+// claimed answers a claim that did not acquire the key: done is false
+// when it did, and fn is to run.
+func (g *TxGuard) claimed(cl idem.Claim, key string) (res idem.Result, err error, done bool) {
 	switch cl.Outcome {
 	case idem.Duplicate:
 		if cl.Record.Status == idem.StatusFailed {
-			return idem.Result{Replayed: true}, false, idem.DecodeFailure(cl.Record.Result)
+			return idem.Result{Replayed: true}, idem.DecodeFailure(cl.Record.Result), true
 		}
-		return idem.Result{Value: cl.Record.Result, Replayed: true}, false, nil
+		return idem.Result{Value: cl.Record.Result, Replayed: true}, nil, true
 	case idem.Busy:
-		return idem.Result{}, false, fmt.Errorf("%w (key %q, attempt %d): held by a lease", idem.ErrInProgress, key, cl.Record.Attempt)
+		return idem.Result{}, fmt.Errorf("%w (key %q, attempt %d): held by a lease", idem.ErrInProgress, key, cl.Record.Attempt), true
 	}
-
-	value, ferr := fn(ctx, tx)
-	switch {
-	case ferr == nil:
-		tag, err := tx.Exec(ctx, g.q.finish, []byte(a.Key), int64(cl.Token), statusCompleted, value, micros(g.cfg.Retention))
-		if err != nil {
-			return idem.Result{}, false, translate("complete", err)
-		}
-		if tag.RowsAffected() != 1 {
-			return idem.Result{}, false, fmt.Errorf("pgstore: complete (key %q): %w: fn changed the record", key, idem.ErrLeaseLost)
-		}
-		return idem.Result{Value: value}, true, nil
-	case idem.IsPermanent(ferr):
-		b := &pgx.Batch{}
-		b.Queue("ROLLBACK TO SAVEPOINT pgstore_fn")
-		b.Queue(g.q.finish, []byte(a.Key), int64(cl.Token), statusFailed, idem.EncodeFailure(ferr), micros(g.cfg.FailedRetention))
-		br := tx.SendBatch(ctx, b)
-		_, err := br.Exec()
-		var tag pgconn.CommandTag
-		if err == nil {
-			tag, err = br.Exec()
-		}
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return idem.Result{}, false, errors.Join(ferr, translate("fail", err))
-		}
-		if tag.RowsAffected() != 1 {
-			return idem.Result{}, false, errors.Join(ferr, fmt.Errorf("pgstore: fail (key %q): %w: fn changed the record", key, idem.ErrLeaseLost))
-		}
-		return idem.Result{}, true, ferr
-	}
-	return idem.Result{}, false, ferr
+	return idem.Result{}, nil, false
 }
 
-// claim claims a (for the caller's key) in tx, in one round trip: the
-// statements are pipelined. After it the transaction holds the savepoint
-// pgstore_fn, and in DoTx pgstore_claim before it.
-func (g *TxGuard) claim(ctx context.Context, tx pgx.Tx, key string, a idem.ClaimArgs, nested bool) (idem.Claim, error) {
-	b := &pgx.Batch{}
+// callFn runs fn with Do's transaction, which fn can neither commit nor
+// roll back, and which is closed to fn once it returned.
+func callFn(ctx context.Context, tx pgx.Tx, fn TxFunc) ([]byte, error) {
+	ftx := &fnTx{Tx: tx}
+	defer ftx.closed.Store(true)
+	return fn(ctx, ftx)
+}
+
+// outcome is Do's answer once fn ran and returned value and ferr (nil or
+// permanent), and storing the outcome returned err.
+func outcome(value []byte, ferr, err error) (idem.Result, error) {
+	switch {
+	case err != nil:
+		return idem.Result{}, errors.Join(ferr, err)
+	case ferr != nil:
+		return idem.Result{}, ferr
+	}
+	return idem.Result{Value: value}, nil
+}
+
+// queueClaim queues the claim of a (for the caller's key) in b and returns
+// the claim statement's index. After it the transaction holds the savepoint
+// pgstore_fn, and in DoTx (nested) pgstore_claim before it.
+func (g *TxGuard) queueClaim(b *pgx.Batch, a idem.ClaimArgs, nested bool) (claimAt int) {
 	if nested {
 		b.Queue("SAVEPOINT pgstore_claim")
-		b.Queue(g.saveLockTimeout)
+	}
+	if nested || b.Len() > 0 { // else the transaction began with g.begin, which sets it
 		b.Queue(g.setLockTimeout)
 	}
-	claimAt := b.Len()
-	b.Queue(g.q.claim, []byte(a.Key), fingerprint(a), micros(a.Lease), micros(a.Retention), int32(0), tooManyAttempts)
-	b.Queue(g.restoreLockTimeout)
+	claimAt = b.Len()
+	b.Queue(g.q.txClaimNew, []byte(a.Key), fingerprint(a), micros(a.Lease), micros(a.Retention))
 	b.Queue("SAVEPOINT pgstore_fn")
-	br := tx.SendBatch(ctx, b)
-	var r claimRow
-	var err error
-	for i := 0; i < b.Len() && err == nil; i++ {
-		if i == claimAt {
-			err = br.QueryRow().Scan(&r.status, &r.token, &r.attempt, &r.sameFingerprint, &r.leaseUntil, &r.result, &r.expiresAt, &r.acquired)
-		} else {
-			_, err = br.Exec()
-		}
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
+	return claimAt
+}
+
+// readClaim reads the n results of a batch of queueClaim (the claim at
+// claimAt being claimNew), closing br, and when the key has a record
+// claims it with the full claim, in a second round trip.
+func (g *TxGuard) readClaim(ctx context.Context, tx pgx.Tx, br pgx.BatchResults, n, claimAt int, key string, a idem.ClaimArgs) (idem.Claim, error) {
+	r, found, err := readClaimRow(br, n, claimAt, true)
+	if err == nil && found {
+		// claimNew restored no lock_timeout: it returned no row, and the
+		// guard's is still set.
+		b := &pgx.Batch{}
+		b.Queue(g.q.txClaim, []byte(a.Key), fingerprint(a), micros(a.Lease), micros(a.Retention), int32(0), tooManyAttempts)
+		b.Queue("SAVEPOINT pgstore_fn") // again: after this claim's write
+		claimAt = 0
+		r, _, err = readClaimRow(tx.SendBatch(ctx, b), b.Len(), claimAt, false)
 	}
 	if err != nil {
 		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "55P03" {
@@ -326,6 +418,158 @@ func (g *TxGuard) claim(ctx context.Context, tx pgx.Tx, key string, a idem.Claim
 	}
 	return cl, err
 }
+
+// readClaimRow reads the n results of br, whose claim at claimAt is
+// claimNew if isNew, and closes br. found reports that claimNew found a
+// record and inserted nothing.
+func readClaimRow(br pgx.BatchResults, n, claimAt int, isNew bool) (r claimRow, found bool, err error) {
+	for i := 0; i < n && err == nil; i++ {
+		switch {
+		case i != claimAt:
+			_, err = br.Exec()
+		case isNew:
+			err = br.QueryRow().Scan(&r.token, &r.leaseUntil, &r.expiresAt, nil)
+			if errors.Is(err, pgx.ErrNoRows) {
+				found, err = true, nil
+			} else if err == nil {
+				r.inserted()
+			}
+		default:
+			err = br.QueryRow().Scan(&r.status, &r.token, &r.attempt, &r.sameFingerprint, &r.leaseUntil, &r.result, &r.expiresAt, &r.acquired, nil)
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return r, found, err
+}
+
+// queueOutcome queues the statements storing fn's outcome: its value, or
+// its permanent error ferr after rolling fn's writes back.
+func (g *TxGuard) queueOutcome(b *pgx.Batch, a idem.ClaimArgs, t idem.Token, value []byte, ferr error) {
+	if ferr == nil {
+		b.Queue(g.q.txComplete, []byte(a.Key), int64(t), value, micros(g.cfg.Retention))
+		return
+	}
+	b.Queue("ROLLBACK TO SAVEPOINT pgstore_fn")
+	b.Queue(g.q.txFail, []byte(a.Key), int64(t), idem.EncodeFailure(ferr), micros(g.cfg.FailedRetention))
+}
+
+// readOutcome reads the n results of a batch of queueOutcome and whatever
+// was queued after it, commitAt being the index of a COMMIT (-1 if none),
+// and closes br.
+func (g *TxGuard) readOutcome(br pgx.BatchResults, n, commitAt int, key string, ferr error) error {
+	op := "complete"
+	if ferr != nil {
+		op = "fail"
+	}
+	var err error
+	for i := 0; i < n && err == nil; i++ {
+		var tag pgconn.CommandTag
+		tag, err = br.Exec()
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "22P02" && strings.Contains(pgErr.Message, noOutcomeRow) {
+			err = fmt.Errorf("pgstore: %s (key %q): %w: fn changed the record", op, key, idem.ErrLeaseLost)
+			op = ""
+		}
+		if i == commitAt {
+			op = "commit"
+			if err == nil && tag.String() == "ROLLBACK" {
+				err = pgx.ErrTxCommitRollback
+			}
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil || op == "" {
+		return err
+	}
+	if _, ok := errors.AsType[*pgconn.PgError](err); !ok && commitAt >= 0 {
+		op = "commit" // the COMMIT was sent: whether it ran is unknown
+	}
+	return translate(op, err)
+}
+
+// noOutcomeRow starts the error of the outcome statement that matched no
+// row (see queries.txFinish).
+const noOutcomeRow = "pgstore: the outcome matched no record"
+
+// fnTx is the transaction fn gets from Do: Do's, except that fn cannot
+// commit or roll it back (the claim would commit without the outcome, or
+// the outcome fail), and that it is closed once fn returned.
+type fnTx struct {
+	pgx.Tx
+	closed atomic.Bool
+}
+
+var errFnEndsTx = errors.New("pgstore: fn must not commit or roll back the transaction of TxGuard.Do")
+
+func (t *fnTx) Commit(context.Context) error {
+	if t.closed.Load() {
+		return pgx.ErrTxClosed
+	}
+	return errFnEndsTx
+}
+
+func (t *fnTx) Rollback(context.Context) error {
+	if t.closed.Load() {
+		return pgx.ErrTxClosed
+	}
+	return errFnEndsTx
+}
+
+func (t *fnTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if t.closed.Load() {
+		return nil, pgx.ErrTxClosed
+	}
+	return t.Tx.Begin(ctx)
+}
+
+func (t *fnTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if t.closed.Load() {
+		return pgconn.CommandTag{}, pgx.ErrTxClosed
+	}
+	return t.Tx.Exec(ctx, sql, args...)
+}
+
+func (t *fnTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if t.closed.Load() {
+		return nil, pgx.ErrTxClosed
+	}
+	return t.Tx.Query(ctx, sql, args...)
+}
+
+func (t *fnTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if t.closed.Load() {
+		return errRow{pgx.ErrTxClosed}
+	}
+	return t.Tx.QueryRow(ctx, sql, args...)
+}
+
+func (t *fnTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if t.closed.Load() {
+		return pgx.FailedBatchResults(b, pgx.ErrTxClosed)
+	}
+	return t.Tx.SendBatch(ctx, b)
+}
+
+func (t *fnTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	if t.closed.Load() {
+		return 0, pgx.ErrTxClosed
+	}
+	return t.Tx.CopyFrom(ctx, table, columns, src)
+}
+
+func (t *fnTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if t.closed.Load() {
+		return nil, pgx.ErrTxClosed
+	}
+	return t.Tx.Prepare(ctx, name, sql)
+}
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
 
 // cleanupTimeout bounds a rollback, which runs detached from the caller's
 // cancellation: a caller that gave up must not leave a transaction open.

@@ -42,10 +42,14 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 	}
 	var replies []any // one claim reply per entry, or nil where errs has the error
 	errs := make([]error, len(args))
+	tokens := make([]idem.Token, len(args))
+	for i := range tokens {
+		tokens[i] = newToken()
+	}
 	if c, ok := s.client.(*redis.Client); ok {
-		replies = s.claimChunks(ctx, c, args, errs)
+		replies = s.claimChunks(ctx, c, args, tokens, errs)
 	} else {
-		replies = s.claimEach(ctx, args, errs)
+		replies = s.claimEach(ctx, args, tokens, errs)
 	}
 	var failed int
 	var first error
@@ -58,7 +62,7 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 			}
 			continue
 		}
-		c, err := claimReply(args[i].Key, replies[i])
+		c, err := claimReply(args[i], tokens[i], replies[i])
 		c.Err = err
 		out[i] = c
 	}
@@ -69,10 +73,10 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 }
 
 // claimEach pipelines one claim script per entry.
-func (s *Store) claimEach(ctx context.Context, args []idem.ClaimArgs, errs []error) []any {
+func (s *Store) claimEach(ctx context.Context, args []idem.ClaimArgs, tokens []idem.Token, errs []error) []any {
 	cmds := make([]*redis.Cmd, len(args))
 	for i, a := range args {
-		cmds[i] = s.cmd(ctx, claimScript, a.Key, s.claimArgs(a, newToken())...)
+		cmds[i] = s.cmd(ctx, claimScript, a.Key, s.claimArgs(a, tokens[i])...)
 	}
 	s.pipeline(ctx, s.client, cmds, false, false)
 	replies := make([]any, len(args))
@@ -83,7 +87,7 @@ func (s *Store) claimEach(ctx context.Context, args []idem.ClaimArgs, errs []err
 }
 
 // claimChunks pipelines one claim batch script per maxScriptBatch entries.
-func (s *Store) claimChunks(ctx context.Context, c *redis.Client, args []idem.ClaimArgs, errs []error) []any {
+func (s *Store) claimChunks(ctx context.Context, c *redis.Client, args []idem.ClaimArgs, tokens []idem.Token, errs []error) []any {
 	var cmds []*redis.Cmd
 	for lo := 0; lo < len(args); lo += maxScriptBatch {
 		chunk := args[lo:min(lo+maxScriptBatch, len(args))]
@@ -93,8 +97,8 @@ func (s *Store) claimChunks(ctx context.Context, c *redis.Client, args []idem.Cl
 			a = append(a, s.RedisKey(ca.Key))
 		}
 		a = append(a, s.cause)
-		for _, ca := range chunk {
-			a = append(a, s.claimArgs(ca, newToken())[:5]...)
+		for j, ca := range chunk {
+			a = append(a, s.claimArgs(ca, tokens[lo+j])[:5]...)
 		}
 		cmd := redis.NewCmd(ctx, a...)
 		cmd.SetFirstKeyPos(3)

@@ -34,5 +34,5 @@ func (s *Store) ClaimWithToken(ctx context.Context, a idem.ClaimArgs, t idem.Tok
 	if err != nil {
 		return idem.Claim{}, unavailable("Claim", err)
 	}
-	return claimReply(a.Key, reply)
+	return claimReply(a, t, reply)
 }

@@ -1,8 +1,10 @@
 package redisstore
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -145,11 +147,12 @@ func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 	if err := checkClaim("Claim", a); err != nil {
 		return idem.Claim{}, err
 	}
-	reply, err := s.run(ctx, s.cmd(ctx, claimScript, a.Key, s.claimArgs(a, newToken())...), false)
+	t := newToken()
+	reply, err := s.run(ctx, s.cmd(ctx, claimScript, a.Key, s.claimArgs(a, t)...), false)
 	if err != nil {
 		return idem.Claim{}, unavailable("Claim", err)
 	}
-	return claimReply(a.Key, reply)
+	return claimReply(a, t, reply)
 }
 
 func checkClaim(op string, a idem.ClaimArgs) error {
@@ -181,13 +184,25 @@ func newToken() idem.Token {
 	}
 }
 
+// claimArgs returns the claim script's arguments for a and the token t:
+// the new record's head (version, status, token, attempt 1) and tail
+// (retention, fingerprint length, fingerprint), packed here so the script
+// only packs the lease end between them; lease and retention µs; the cap;
+// the cause a capped claim stores.
 func (s *Store) claimArgs(a idem.ClaimArgs, t idem.Token) []any {
-	return []any{a.Fingerprint, appendToken(make([]byte, 0, 8), t),
-		micros(a.Lease), micros(a.Retention), max(a.MaxAttempts, 0), s.cause}
+	ret := micros(a.Retention)
+	head := make([]byte, 0, 14)
+	head = append(head, formatV1, byte(idem.StatusInProgress))
+	head = binary.BigEndian.AppendUint32(appendToken(head, t), 1)
+	tail := make([]byte, 0, 10+len(a.Fingerprint))
+	tail = binary.BigEndian.AppendUint64(tail, uint64(ret))
+	tail = binary.BigEndian.AppendUint16(tail, uint16(len(a.Fingerprint)))
+	tail = append(tail, a.Fingerprint...)
+	return []any{head, tail, micros(a.Lease), ret, max(a.MaxAttempts, 0), s.cause}
 }
 
-// claimReply turns the claim script's reply into a Claim.
-func claimReply(key string, reply any) (idem.Claim, error) {
+// claimReply turns the reply of the claim of a with token t into a Claim.
+func claimReply(a idem.ClaimArgs, t idem.Token, reply any) (idem.Claim, error) {
 	r, _ := reply.([]any)
 	if len(r) == 0 {
 		return idem.Claim{}, badReply("Claim", reply)
@@ -199,12 +214,29 @@ func claimReply(key string, reply any) (idem.Claim, error) {
 	if len(r) < 2 || code < 0 || code > 3 {
 		return idem.Claim{}, badReply("Claim", reply)
 	}
+	if lu, ok := r[1].(int64); ok && code == 1 {
+		// The script created the record from the claim's own arguments
+		// and says only when its lease ends (microseconds of the Redis
+		// clock); the key expires the retention after that, in whole
+		// milliseconds rounded up, as the script set it.
+		ret := micros(a.Retention)
+		rec := idem.Record{
+			Key:         a.Key,
+			Status:      idem.StatusInProgress,
+			Token:       t,
+			Attempt:     1,
+			Fingerprint: bytes.Clone(a.Fingerprint),
+			LeaseUntil:  time.UnixMicro(lu),
+			ExpiresAt:   time.UnixMilli((lu + ret + 999) / 1000),
+		}
+		return idem.Claim{Outcome: idem.Acquired, Token: t, Record: rec}, nil
+	}
 	v, _ := r[1].(string)
 	var expires int64
 	if len(r) > 2 {
 		expires, _ = r[2].(int64)
 	}
-	rec, err := decodeRecord(key, v, expires)
+	rec, err := decodeRecord(a.Key, v, expires)
 	if err != nil {
 		return idem.Claim{}, err
 	}
@@ -248,7 +280,9 @@ func (s *Store) checkOutcome(op string, value []byte, retention time.Duration) e
 }
 
 func (s *Store) outcomeCmd(ctx context.Context, key string, t idem.Token, status idem.Status, value []byte, retention time.Duration) *redis.Cmd {
-	return s.cmd(ctx, outcomeScript, key, appendToken(make([]byte, 0, 8), t), int(status), value, micros(retention))
+	ret := micros(retention)
+	return s.cmd(ctx, outcomeScript, key, appendToken(make([]byte, 0, 8), t), []byte{byte(status)}, value,
+		binary.BigEndian.AppendUint64(make([]byte, 0, 8), uint64(ret)), (ret+999)/1000)
 }
 
 func (s *Store) finish(ctx context.Context, op, key string, t idem.Token, status idem.Status, value []byte, retention time.Duration) error {

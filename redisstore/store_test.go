@@ -474,6 +474,13 @@ func TestExpiryAndClock(t *testing.T) {
 	}
 	near("LeaseUntil", cl.Record.LeaseUntil, before.Add(time.Minute))
 	near("ExpiresAt", cl.Record.ExpiresAt, cl.Record.LeaseUntil.Add(time.Hour))
+	// The claim of a new key answers with the lease end only and the
+	// client fills in the rest: it must be the record Redis holds.
+	if got, err := s.Get(ctx, "k"); err != nil || got.Status != cl.Record.Status || got.Token != cl.Token ||
+		got.Attempt != 1 || !bytes.Equal(got.Fingerprint, a.Fingerprint) ||
+		!got.LeaseUntil.Equal(cl.Record.LeaseUntil) || !got.ExpiresAt.Equal(cl.Record.ExpiresAt) {
+		t.Fatalf("stored record %+v (%v), the claim answered %+v", got, err, cl.Record)
+	}
 	if !pexpiretime("k").Equal(cl.Record.ExpiresAt) {
 		t.Fatalf("key expires at %v, record says %v", pexpiretime("k"), cl.Record.ExpiresAt)
 	}

@@ -32,6 +32,7 @@ type benchHTTPOptions struct {
 	clients  int
 	sleep    time.Duration
 	repeat   float64
+	rounds   int
 	stores   []string
 	json     bool
 }
@@ -60,7 +61,8 @@ func parseBenchHTTPFlags(args []string, stderr io.Writer) (benchHTTPOptions, err
 	)
 	fs := flag.NewFlagSet("bench http", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long each row's load runs")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long each row's load runs, in all its rounds")
+	fs.IntVar(&o.rounds, "rounds", 5, "rounds each row's load is split into; every round runs each row of a pass once, in turn")
 	fs.IntVar(&o.clients, "clients", 50, "concurrent clients; each sends its next request when the last is answered")
 	fs.DurationVar(&o.sleep, "sleep", 50*time.Millisecond, "how long the handler works (sleeps) per request")
 	fs.Float64Var(&o.repeat, "repeat", 0.3, "share of the repeat pass's requests that resend an answered request's key, in [0, 1); 0 skips that pass")
@@ -72,8 +74,10 @@ func parseBenchHTTPFlags(args []string, stderr io.Writer) (benchHTTPOptions, err
 Serves a POST handler that sleeps --sleep and answers a small JSON body on
 a loopback port and drives it with --clients concurrent clients (vegeta, in
 a closed loop) for --duration per row: first bare (the baseline), then
-behind idemhttp over each of --stores, each in a fresh namespace. Every row
-runs in two passes: "fresh" sends a new Idempotency-Key with each request;
+behind idemhttp over each of --stores, each in a fresh namespace. Each
+row's load is split into --rounds rounds, and every round runs each row of
+the pass once, in turn, so that a machine whose speed drifts weighs on
+every row alike. Every row runs in two passes: "fresh" sends a new Idempotency-Key with each request;
 "repeat" resends, with a share --repeat of its requests, the key of a
 request already answered, which the middleware replays.
 
@@ -103,6 +107,10 @@ Flags:
 		return o, usageErrorf("idem: --duration %v: must be positive", o.duration)
 	case o.clients < 1:
 		return o, usageErrorf("idem: --clients %d: must be at least 1", o.clients)
+	case o.rounds < 1:
+		return o, usageErrorf("idem: --rounds %d: must be at least 1", o.rounds)
+	case o.duration/time.Duration(o.rounds) < 10*time.Millisecond:
+		return o, usageErrorf("idem: --duration %v: too short for %d rounds (at least 10ms a round)", o.duration, o.rounds)
 	case o.sleep < 0:
 		return o, usageErrorf("idem: --sleep %v: must not be negative", o.sleep)
 	case !(o.repeat >= 0 && o.repeat < 1):
@@ -221,15 +229,24 @@ func benchHTTP(ctx context.Context, o benchHTTPOptions, stdout, stderr io.Writer
 		fmt.Fprintf(stdout, "%s: idemhttp over %s\n", t.name, t.url)
 	}
 
+	// Each row's load runs in rounds, and every round runs each row of the
+	// pass once, in turn: on a shared machine whose speed drifts, the drift
+	// then falls on every row alike instead of on whichever ran last.
 	runID := time.Now().UnixNano()
+	round := o.duration / time.Duration(o.rounds)
 	for _, p := range passes {
-		for _, t := range targets {
-			fmt.Fprintf(stderr, "idem bench http: %s, %s pass, %v\n", t.name, p.name, o.duration)
-			row, err := benchHTTPRow(ctx, o, t, p, fmt.Sprintf("idem-bench-http/%d/%s/%s", runID, t.name, p.name))
-			if err != nil {
-				return rows, err
+		accs := make([]rowAcc, len(targets))
+		for r := range o.rounds {
+			fmt.Fprintf(stderr, "idem bench http: %s pass, round %d of %d, %v per row\n", p.name, r+1, o.rounds, round)
+			for i, t := range targets {
+				ns := fmt.Sprintf("idem-bench-http/%d/%s/%s/%d", runID, t.name, p.name, r)
+				if err := benchHTTPRound(ctx, o, t, p, ns, round, &accs[i]); err != nil {
+					return rows, err
+				}
 			}
-			rows = append(rows, row)
+		}
+		for i, t := range targets {
+			rows = append(rows, accs[i].row(t, p))
 		}
 	}
 	compareToBaseline(rows)
@@ -269,10 +286,32 @@ func benchHTTP(ctx context.Context, o benchHTTPOptions, stdout, stderr io.Writer
 	return rows, nil
 }
 
-// benchHTTPRow serves t's handler, drives it for o.duration and returns the
-// row, without its comparison to the baseline.
-func benchHTTPRow(ctx context.Context, o benchHTTPOptions, t benchTarget, p benchPass, namespace string) (benchRow, error) {
-	row := benchRow{Store: t.name, URL: t.url, Pass: p.name, baseline: t.baseline}
+// rowAcc adds up a row's rounds.
+type rowAcc struct {
+	m                        vegeta.Metrics // latencies and status codes of every round
+	errors, repeats, replays uint64
+	wall                     time.Duration // the rounds' wall time, without the pauses between them
+}
+
+// row returns the row of t under p, without its comparison to the
+// baseline.
+func (a *rowAcc) row(t benchTarget, p benchPass) benchRow {
+	a.m.Close()
+	r := benchRow{Store: t.name, URL: t.url, Pass: p.name, baseline: t.baseline,
+		Requests: a.m.Requests, Errors: a.errors, Repeats: a.repeats, Replays: a.replays}
+	if w := a.wall.Seconds(); w > 0 {
+		r.ReqPerSec = float64(a.m.Requests-a.errors) / w
+	}
+	r.MeanMS, r.P50MS, r.P95MS, r.P99MS, r.MaxMS = ms(a.m.Latencies.Mean), ms(a.m.Latencies.P50),
+		ms(a.m.Latencies.P95), ms(a.m.Latencies.P99), ms(a.m.Latencies.Max)
+	r.StatusCodes = a.m.StatusCodes
+	r.ErrorSample = a.m.Errors[:min(len(a.m.Errors), 3)]
+	return r
+}
+
+// benchHTTPRound serves t's handler in a fresh namespace, drives it for d
+// and adds what it measured to acc.
+func benchHTTPRound(ctx context.Context, o benchHTTPOptions, t benchTarget, p benchPass, namespace string, d time.Duration, acc *rowAcc) error {
 	h := benchHandler(o.sleep)
 	if !t.baseline {
 		// Wait stays 0: a request whose key is in progress gets 409 at
@@ -281,18 +320,18 @@ func benchHTTPRow(ctx context.Context, o benchHTTPOptions, t benchTarget, p benc
 		// which waiting would hide as latency.
 		g, err := idem.New(t.store, idem.Config{Namespace: namespace, Retention: benchRetention})
 		if err != nil {
-			return row, err
+			return err
 		}
 		defer g.Close()
 		mw, err := idemhttp.New(g)
 		if err != nil {
-			return row, err
+			return err
 		}
 		h = mw(h)
 	}
 	target, stopServer, err := serveBench(h)
 	if err != nil {
-		return row, err
+		return err
 	}
 	defer stopServer()
 
@@ -338,32 +377,25 @@ func benchHTTPRow(ctx context.Context, o benchHTTPOptions, t benchTarget, p benc
 	// Freq 0 with as many workers as clients is vegeta's closed loop: each
 	// worker sends its next request as soon as its last is answered.
 	var m vegeta.Metrics
-	for res := range atk.Attack(targeter, vegeta.Rate{Freq: 0}, o.duration, t.name+"/"+p.name) {
+	for res := range atk.Attack(targeter, vegeta.Rate{Freq: 0}, d, t.name+"/"+p.name) {
 		m.Add(res)
+		acc.m.Add(res)
 		if res.Code < 200 || res.Code > 299 {
-			row.Errors++
+			acc.errors++
 			continue
 		}
 		if res.Headers.Get(idemhttp.ReplayedHeader) == "true" {
-			row.Replays++
+			acc.replays++
 		}
 		pool.add(res.Headers.Get(idemhttp.DefaultHeader))
 	}
 	m.Close()
 	if ctx.Err() != nil {
-		return row, fmt.Errorf("idem: bench http interrupted: %w", context.Cause(ctx))
+		return fmt.Errorf("idem: bench http interrupted: %w", context.Cause(ctx))
 	}
-
-	row.Requests = m.Requests
-	row.Repeats = repeats.Load()
-	if wall := (m.Duration + m.Wait).Seconds(); wall > 0 {
-		row.ReqPerSec = float64(m.Requests-row.Errors) / wall
-	}
-	row.MeanMS, row.P50MS, row.P95MS, row.P99MS, row.MaxMS = ms(m.Latencies.Mean), ms(m.Latencies.P50),
-		ms(m.Latencies.P95), ms(m.Latencies.P99), ms(m.Latencies.Max)
-	row.StatusCodes = m.StatusCodes
-	row.ErrorSample = m.Errors[:min(len(m.Errors), 3)]
-	return row, nil
+	acc.repeats += repeats.Load()
+	acc.wall += m.Duration + m.Wait
+	return nil
 }
 
 // withPoolSize returns the store URL raw with its connection pool sized to

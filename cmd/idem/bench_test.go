@@ -21,6 +21,8 @@ func TestBenchUsage(t *testing.T) {
 		{args: []string{"bench", "http", "--repeat", "NaN"}, code: 2, stderr: "idem: --repeat NaN: must be at least 0 and below 1"},
 		{args: []string{"bench", "http", "--repeat", "often"}, code: 2, stderr: `invalid value "often" for flag -repeat`},
 		{args: []string{"bench", "http", "--clients", "0"}, code: 2, stderr: "idem: --clients 0: must be at least 1"},
+		{args: []string{"bench", "http", "--rounds", "0"}, code: 2, stderr: "idem: --rounds 0: must be at least 1"},
+		{args: []string{"bench", "http", "--duration", "40ms", "--rounds", "5"}, code: 2, stderr: "idem: --duration 40ms: too short for 5 rounds"},
 		{args: []string{"bench", "http", "--duration", "0s"}, code: 2, stderr: "idem: --duration 0s: must be positive"},
 		{args: []string{"bench", "http", "--duration", "-1s"}, code: 2, stderr: "idem: --duration -1s: must be positive"},
 		{args: []string{"bench", "http", "--duration", "10"}, code: 2, stderr: `invalid value "10" for flag -duration`},
@@ -84,7 +86,7 @@ func TestBenchHTTPMem(t *testing.T) {
 	if base := report.Rows[2]; base.Repeats == 0 || base.Replays != 0 {
 		t.Errorf("baseline/repeat: %d repeats, %d replays; want repeats run again, not replayed", base.Repeats, base.Replays)
 	}
-	if !strings.Contains(stderr, "idem bench http: mem, repeat pass, 300ms") {
+	if !strings.Contains(stderr, "idem bench http: repeat pass, round 5 of 5, 60ms per row") {
 		t.Errorf("stderr = %q, want the rows' progress", stderr)
 	}
 }

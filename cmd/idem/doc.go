@@ -45,7 +45,10 @@
 // in a closed loop, with vegeta, for --duration (10s) per row: bare first,
 // the baseline, then behind [idemhttp] over each store of --stores (by
 // default memstore, the Redis at IDEM_REDIS_ADDR and the PostgreSQL at
-// IDEM_POSTGRES_URL), each row in a fresh namespace. Every row runs twice:
+// IDEM_POSTGRES_URL), each row in a fresh namespace. Each row's load is
+// split into --rounds (5) rounds, and every round runs each row once, in
+// turn, so that a machine whose speed drifts weighs on every row alike.
+// Every row runs twice:
 // the fresh pass sends a new Idempotency-Key with each request, the repeat
 // pass resends with --repeat (30%) of its requests the key of a request
 // already answered, which the middleware replays without running the

@@ -210,27 +210,17 @@ func (g *TxGuard) doPipelined(ctx context.Context, conn *pgx.Conn, key string, p
 			rollback(ctx, tx)
 		}
 	}()
-	cl, err := g.readClaim(ctx, tx, br, b.Len(), claimAt, key, a)
-	if err != nil {
-		return idem.Result{}, err
-	}
-	if res, err, done := g.claimed(cl, key); done {
+	r, res, err, done := g.claimAndRun(ctx, tx, br, b.Len(), claimAt, key, a, func() ([]byte, error) { return callFn(ctx, tx, fn) })
+	if done {
 		return res, err
 	}
-
-	value, ferr := callFn(ctx, tx, fn)
-	if ferr != nil && !idem.IsPermanent(ferr) {
-		return idem.Result{}, ferr
-	}
-	b = &pgx.Batch{}
-	g.queueOutcome(b, a, cl.Token, value, ferr)
-	commitAt := b.Len()
-	b.Queue("COMMIT")
-	err = g.readOutcome(tx.SendBatch(ctx, b), b.Len(), commitAt, key, ferr)
+	commitAt := r.store.Len()
+	r.store.Queue("COMMIT")
+	err = g.readOutcome(tx.SendBatch(ctx, r.store), r.store.Len(), commitAt, key, r.ferr)
 	// After a failed COMMIT (or a connection lost under it) the
 	// transaction may be over: nothing to roll back then.
 	open = err != nil && conn.PgConn().TxStatus() != 'I'
-	return outcome(value, ferr, err)
+	return outcome(r.value, r.ferr, err)
 }
 
 // doBegun is Do over any other Beginner: BEGIN is a round trip of its own,
@@ -249,27 +239,18 @@ func (g *TxGuard) doBegun(ctx context.Context, key string, payload []byte, fn Tx
 	a := g.claimArgs(key, payload)
 	b := &pgx.Batch{}
 	claimAt := g.queueClaim(b, a, false)
-	cl, err := g.readClaim(ctx, tx, tx.SendBatch(ctx, b), b.Len(), claimAt, key, a)
-	if err != nil {
-		return idem.Result{}, err
-	}
-	if res, err, done := g.claimed(cl, key); done {
+	r, res, err, answered := g.claimAndRun(ctx, tx, tx.SendBatch(ctx, b), b.Len(), claimAt, key, a, func() ([]byte, error) { return callFn(ctx, tx, fn) })
+	if answered {
 		return res, err
 	}
-	value, ferr := callFn(ctx, tx, fn)
-	if ferr != nil && !idem.IsPermanent(ferr) {
-		return idem.Result{}, ferr
-	}
-	b = &pgx.Batch{}
-	g.queueOutcome(b, a, cl.Token, value, ferr)
-	if err := g.readOutcome(tx.SendBatch(ctx, b), b.Len(), -1, key, ferr); err != nil {
-		return outcome(value, ferr, err)
+	if err := g.readOutcome(tx.SendBatch(ctx, r.store), r.store.Len(), -1, key, r.ferr); err != nil {
+		return outcome(r.value, r.ferr, err)
 	}
 	done = true
 	if err := tx.Commit(ctx); err != nil {
-		return outcome(value, ferr, translate("commit", err))
+		return outcome(r.value, r.ferr, translate("commit", err))
 	}
-	return outcome(value, ferr, nil)
+	return outcome(r.value, r.ferr, nil)
 }
 
 // DoTx is Do inside the caller's transaction tx, which the caller commits:
@@ -301,23 +282,14 @@ func (g *TxGuard) DoTx(ctx context.Context, tx pgx.Tx, key string, payload []byt
 	a := g.claimArgs(key, payload)
 	b := &pgx.Batch{}
 	claimAt := g.queueClaim(b, a, true)
-	cl, err := g.readClaim(ctx, tx, tx.SendBatch(ctx, b), b.Len(), claimAt, key, a)
-	if err != nil {
-		return idem.Result{}, err
-	}
-	if res, err, done := g.claimed(cl, key); done {
+	r, res, err, done := g.claimAndRun(ctx, tx, tx.SendBatch(ctx, b), b.Len(), claimAt, key, a, func() ([]byte, error) { return fn(ctx, tx) })
+	if done {
 		return res, err
 	}
-	value, ferr := fn(ctx, tx)
-	if ferr != nil && !idem.IsPermanent(ferr) {
-		return idem.Result{}, ferr
-	}
-	b = &pgx.Batch{}
-	g.queueOutcome(b, a, cl.Token, value, ferr)
-	b.Queue("RELEASE SAVEPOINT pgstore_claim")
-	err = g.readOutcome(tx.SendBatch(ctx, b), b.Len(), -1, key, ferr)
+	r.store.Queue("RELEASE SAVEPOINT pgstore_claim")
+	err = g.readOutcome(tx.SendBatch(ctx, r.store), r.store.Len(), -1, key, r.ferr)
 	kept = err == nil
-	return outcome(value, ferr, err)
+	return outcome(r.value, r.ferr, err)
 }
 
 func (g *TxGuard) check(key string, fn TxFunc) error {
@@ -339,6 +311,36 @@ func (g *TxGuard) claimArgs(key string, payload []byte) idem.ClaimArgs {
 		Lease:       txLease,
 		Retention:   g.cfg.Retention,
 	}
+}
+
+// ran is what fn returned once the claim acquired the key, and the batch
+// that stores it.
+type ran struct {
+	value []byte
+	ferr  error      // nil or permanent
+	store *pgx.Batch // the statements storing fn's outcome
+}
+
+// claimAndRun reads the claim that br carries (see readClaim) and, when it
+// acquired the key, runs fn and returns the batch that stores fn's
+// outcome. When there is nothing to store (a duplicate, a busy key, an
+// error, fn's retryable error), done is set and res, err are the answer.
+func (g *TxGuard) claimAndRun(ctx context.Context, tx pgx.Tx, br pgx.BatchResults, n, claimAt int, key string, a idem.ClaimArgs,
+	fn func() ([]byte, error)) (r ran, res idem.Result, err error, done bool) {
+	cl, err := g.readClaim(ctx, tx, br, n, claimAt, key, a)
+	if err != nil {
+		return r, idem.Result{}, err, true
+	}
+	if res, err, done := g.claimed(cl, key); done {
+		return r, res, err, true
+	}
+	r.value, r.ferr = fn()
+	if r.ferr != nil && !idem.IsPermanent(r.ferr) {
+		return r, idem.Result{}, r.ferr, true
+	}
+	r.store = &pgx.Batch{}
+	g.queueOutcome(r.store, a, cl.Token, r.value, r.ferr)
+	return r, idem.Result{}, nil, false
 }
 
 // claimed answers a claim that did not acquire the key: done is false

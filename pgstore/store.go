@@ -206,12 +206,22 @@ func newQueries(t table) queries {
 		FROM {table} WHERE key = $1::bytea AND expires_at > statement_timestamp()`),
 		delete: t.expand(`DELETE FROM {table} WHERE key = $1::bytea`),
 
-		// Keys sorted by the caller, so the rows are locked in key order.
-		completeBatch: t.expand(`UPDATE {table} AS r SET status = 2, result = c.value, lease_until = NULL,
+		// The rows are locked in key order first, by a SELECT … ORDER BY
+		// … FOR UPDATE (which locks the rows as the sort hands them out),
+		// so two batches that share rows lock them in the same order and
+		// never deadlock; the UPDATE's own join may visit the rows in any
+		// order the planner likes. Key and token pairs are distinct.
+		completeBatch: t.expand(`WITH c AS (
+		SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bytea[], $4::interval[])
+			WITH ORDINALITY AS c(key, token, value, retention, i)),
+	locked AS MATERIALIZED (
+		SELECT r.key FROM {table} AS r JOIN c ON r.key = c.key AND r.token = c.token
+		ORDER BY r.key FOR UPDATE OF r)
+	UPDATE {table} AS r SET status = 2, result = c.value, lease_until = NULL,
 			expires_at = statement_timestamp() + c.retention
-		FROM unnest($1::bytea[], $2::bigint[], $3::bytea[], $4::interval[])
-			WITH ORDINALITY AS c(key, token, value, retention, i)
-		WHERE r.key = c.key AND r.token = c.token AND r.status = 1 AND r.expires_at > statement_timestamp()
+		FROM c
+		WHERE r.key = c.key AND r.token = c.token AND r.key IN (SELECT key FROM locked)
+			AND r.status = 1 AND r.expires_at > statement_timestamp()
 		RETURNING c.i`),
 
 		// Rows locked by a claim or a holder's call in flight are skipped:

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -17,9 +18,9 @@ const maxScriptBatch = 128
 
 // ClaimBatch implements [idem.BatchClaimer] in one round trip. On a client
 // of one server (*redis.Client: standalone or Sentinel), every
-// maxScriptBatch keys are claimed by one script, in order, at one time of
-// the server's clock, the scripts in one pipeline; Redis then pays one
-// script call per chunk instead of one per key. On any other client
+// maxScriptBatch keys are claimed by one script, in order, the scripts in
+// one pipeline; Redis then pays one script call per chunk instead of one
+// per key. On any other client
 // (Cluster) each key's claim script goes in the pipeline, and go-redis
 // sends one pipeline to each primary concerned, in parallel. Either way,
 // entries for the same key run in order, the second seeing the first.
@@ -46,6 +47,7 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 	for i := range tokens {
 		tokens[i] = newToken()
 	}
+	sent := time.Now()
 	if c, ok := s.client.(*redis.Client); ok {
 		replies = s.claimChunks(ctx, c, args, tokens, errs)
 	} else {
@@ -62,7 +64,7 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 			}
 			continue
 		}
-		c, err := claimReply(args[i], tokens[i], replies[i])
+		c, err := claimReply(args[i], tokens[i], sent, replies[i])
 		c.Err = err
 		out[i] = c
 	}
@@ -91,14 +93,13 @@ func (s *Store) claimChunks(ctx context.Context, c *redis.Client, args []idem.Cl
 	var cmds []*redis.Cmd
 	for lo := 0; lo < len(args); lo += maxScriptBatch {
 		chunk := args[lo:min(lo+maxScriptBatch, len(args))]
-		a := make([]any, 0, 4+len(chunk)*6)
+		a := make([]any, 0, 4+len(chunk)*4)
 		a = append(a, "evalsha", claimBatchScript.sha, len(chunk))
 		for _, ca := range chunk {
 			a = append(a, s.RedisKey(ca.Key))
 		}
-		a = append(a, s.cause)
 		for j, ca := range chunk {
-			a = append(a, s.claimArgs(ca, tokens[lo+j])[:5]...)
+			a = append(a, s.claimArgs(ca, tokens[lo+j])...)
 		}
 		cmd := redis.NewCmd(ctx, a...)
 		cmd.SetFirstKeyPos(3)

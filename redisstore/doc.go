@@ -19,12 +19,34 @@
 // same at 1.5 times the length; a length-prefixed raw key could contain
 // '}' and move the hash tag.)
 //
-// The value is a compact binary record, not JSON: a 32-byte header (format
-// version, status, token, attempt, lease end in microseconds, retention),
-// the fingerprint and the result, packed and unpacked in Lua with
-// struct.pack. A value of another version, or one another program wrote,
-// is refused with [ErrUnknownFormat] and never changed. The key's TTL is
-// the record's retention; the lease lives inside the value.
+// The value is a compact binary record, not JSON: a 24-byte header (format
+// version, status, token, attempt, the claim's retention in milliseconds),
+// the fingerprint and the result, packed by the client. A value of another
+// version, or one another program wrote, is refused with [ErrUnknownFormat]
+// and never changed. A finished record's key expires its retention after
+// the outcome was stored.
+//
+// # The lease is the key's expiry
+//
+// An InProgress record's key expires the claim's retention after its
+// lease ends, so the lease end needs no field of its own: it is the expiry
+// less the retention, and the lease is live while the key has more than
+// the retention left to live. Claim sets the expiry with PX (lease plus
+// retention from now), Extend with PEXPIRE, Release ends the lease by
+// setting it to the retention from now, and a takeover compares PTTL with
+// the retention. Every one of them is the Redis server's clock, never the
+// caller's, as with TIME — but no script needs TIME or any arithmetic on
+// the common path, and the claim of a new key is the one command a bare
+// Redis lock would send, SET NX PX (with GET, which answers a duplicate in
+// the same step). A claim and its complete cost the Redis server a third
+// fewer instructions than they did with the lease end in the value
+// (BENCHMARKS.md). Leases and retentions are whole milliseconds, rounded
+// up.
+//
+// The claim of a new key answers only that it succeeded; the Claim's
+// record then reports the lease end and the expiry as the client reckons
+// them, from the moment it sent the claim, on its own clock. Get reads
+// both from the server.
 //
 // # One script per transition
 //
@@ -32,10 +54,9 @@
 // Lua script that touches only the record's key, so every transition is
 // atomic on the server and each call is one round trip; a duplicate's
 // Claim returns the stored outcome in that same round trip. The scripts
-// read the time with TIME: leases and expiries follow the Redis server's
-// clock, never the callers'. The scripts are cached by the server; after a
-// restart or SCRIPT FLUSH, the first call that meets NOSCRIPT sends the
-// script itself with EVAL (a NOSCRIPT reply means nothing ran).
+// are cached by the server; after a restart or SCRIPT FLUSH, the first
+// call that meets NOSCRIPT sends the script itself with EVAL (a NOSCRIPT
+// reply means nothing ran).
 //
 // Tokens are 64 random bits drawn in the calling process (never zero), so
 // they owe nothing to state Redis could lose: a token does not come back

@@ -8,21 +8,20 @@ import (
 	"github.com/idemgo/idem"
 )
 
-// DecodeRecord exposes the decoder to the black-box tests.
-func DecodeRecord(key string, v []byte) (idem.Record, error) { return decodeRecord(key, string(v), 0) }
+// DecodeRecord exposes the decoder to the black-box tests; expiresMs is
+// the key's PEXPIRETIME, 0 for none.
+func DecodeRecord(key string, v []byte, expiresMs int64) (idem.Record, error) {
+	return decodeRecord(key, string(v), expiresMs)
+}
 
-// EncodeRecord is the Go mirror of the scripts' struct.pack, so the tests
-// can hold the Lua encoder and the Go decoder to one format.
+// EncodeRecord is the Go mirror of the values the client packs and the
+// scripts rewrite, so the tests can hold the Lua code and the Go decoder
+// to one format. retention is the claim's.
 func EncodeRecord(r idem.Record, retention time.Duration) []byte {
-	b := []byte{formatV1, byte(r.Status)}
+	b := []byte{formatV2, byte(r.Status)}
 	b = appendToken(b, r.Token)
 	b = binary.BigEndian.AppendUint32(b, uint32(r.Attempt))
-	var lease int64
-	if !r.LeaseUntil.IsZero() {
-		lease = r.LeaseUntil.UnixMicro()
-	}
-	b = binary.BigEndian.AppendUint64(b, uint64(lease))
-	b = binary.BigEndian.AppendUint64(b, uint64(micros(retention)))
+	b = binary.BigEndian.AppendUint64(b, uint64(millis(retention)))
 	b = binary.BigEndian.AppendUint16(b, uint16(len(r.Fingerprint)))
 	return append(append(b, r.Fingerprint...), r.Result...)
 }
@@ -30,9 +29,5 @@ func EncodeRecord(r idem.Record, retention time.Duration) []byte {
 // ClaimWithToken claims with the token t, as the client does when it
 // resends a claim whose reply it lost.
 func (s *Store) ClaimWithToken(ctx context.Context, a idem.ClaimArgs, t idem.Token) (idem.Claim, error) {
-	reply, err := s.run(ctx, s.cmd(ctx, claimScript, a.Key, s.claimArgs(a, t)...), false)
-	if err != nil {
-		return idem.Claim{}, unavailable("Claim", err)
-	}
-	return claimReply(a, t, reply)
+	return s.claim(ctx, a, t)
 }

@@ -9,27 +9,30 @@ import (
 	"github.com/idemgo/idem"
 )
 
-// The stored value of a record, big-endian, written by the Lua scripts with
-// struct.pack('>BBc8I4i8i8I2') and read here:
+// The stored value of a record, big-endian, packed by the client and read
+// here and by the Lua scripts:
 //
 //	off len field
-//	  0   1 format version (formatV1)
+//	  0   1 format version (formatV2)
 //	  1   1 status (idem.Status)
 //	  2   8 token (uint64; zero once released or failed by the attempt cap)
 //	 10   4 attempt (uint32)
-//	 14   8 lease end, Unix microseconds of the Redis clock (0: no lease)
-//	 22   8 retention in microseconds (the claim's, then the outcome's)
-//	 30   2 fingerprint length n
-//	 32   n fingerprint
-//	32+n  … result (Completed: the value; Failed: the encoded cause)
+//	 14   8 the claim's retention in milliseconds
+//	 22   2 fingerprint length n
+//	 24   n fingerprint
+//	24+n  … result (Completed: the value; Failed: the encoded cause)
 //
-// The expiry is not in the value: it is the key's own (PEXPIREAT), read
-// back with PEXPIRETIME. Microseconds keep every time below 2^53, the
-// largest integer Lua's doubles hold exactly, until the year 2255; that is
-// also why the token travels as 8 raw bytes and never as a Lua number.
+// The expiry is not in the value: it is the key's own, set with PX or
+// PEXPIRE on the Redis clock and read back with PEXPIRETIME. Neither is the
+// lease end: while a record is InProgress its key expires the claim's
+// retention after its lease ends, so the lease end is the expiry less the
+// retention, and the lease is live while the key has more than the
+// retention to live (PTTL). Times are whole milliseconds, as Redis keeps
+// them. Format 1, which held the lease end in the value, was never
+// released; its values are refused like any other unknown one.
 const (
-	formatV1  = 1
-	headerLen = 32
+	formatV2  = 2
+	headerLen = 24
 
 	// maxFingerprint is the longest fingerprint the 16-bit length holds.
 	maxFingerprint = 1<<16 - 1
@@ -51,11 +54,11 @@ func appendRedisKey(dst []byte, prefix, key string) []byte {
 }
 
 // decodeRecord parses the stored value v of key. expiresMs is the key's
-// PEXPIRETIME (≤ 0: none known). It never panics: a value it does not know
-// gives an error wrapping ErrUnknownFormat. The record's slices are fresh
-// copies.
+// PEXPIRETIME (≤ 0: none known, and then neither is the lease end). It
+// never panics: a value it does not know gives an error wrapping
+// ErrUnknownFormat. The record's slices are fresh copies.
 func decodeRecord(key, v string, expiresMs int64) (idem.Record, error) {
-	if len(v) > 0 && v[0] != formatV1 {
+	if len(v) > 0 && v[0] != formatV2 {
 		return idem.Record{}, fmt.Errorf("%w: version %d", ErrUnknownFormat, v[0])
 	}
 	if len(v) < headerLen {
@@ -67,7 +70,10 @@ func decodeRecord(key, v string, expiresMs int64) (idem.Record, error) {
 	if status != idem.StatusInProgress && !status.Done() {
 		return idem.Record{}, fmt.Errorf("%w: status %d", ErrUnknownFormat, h[1])
 	}
-	fpEnd := headerLen + int(binary.BigEndian.Uint16(h[30:32]))
+	if ret := binary.BigEndian.Uint64(h[14:22]); ret == 0 || ret > uint64(maxDuration/time.Millisecond) {
+		return idem.Record{}, fmt.Errorf("%w: retention %d ms", ErrUnknownFormat, ret)
+	}
+	fpEnd := headerLen + int(binary.BigEndian.Uint16(h[22:24]))
 	if fpEnd > len(v) {
 		return idem.Record{}, fmt.Errorf("%w: the fingerprint runs past the value's end", ErrUnknownFormat)
 	}
@@ -78,14 +84,14 @@ func decodeRecord(key, v string, expiresMs int64) (idem.Record, error) {
 		Attempt:     int(binary.BigEndian.Uint32(h[10:14])),
 		Fingerprint: []byte(v[headerLen:fpEnd]),
 	}
-	if lease := int64(binary.BigEndian.Uint64(h[14:22])); lease > 0 {
-		r.LeaseUntil = time.UnixMicro(lease)
-	}
 	if fpEnd < len(v) {
 		r.Result = []byte(v[fpEnd:])
 	}
 	if expiresMs > 0 {
 		r.ExpiresAt = time.UnixMilli(expiresMs)
+		if status == idem.StatusInProgress && r.Token != 0 {
+			r.LeaseUntil = time.UnixMilli(expiresMs - int64(binary.BigEndian.Uint64(h[14:22])))
+		}
 	}
 	return r, nil
 }
@@ -95,8 +101,14 @@ func appendToken(dst []byte, t idem.Token) []byte {
 	return binary.BigEndian.AppendUint64(dst, uint64(t))
 }
 
-// micros converts d to whole microseconds, rounding up so that no positive
-// duration becomes zero.
-func micros(d time.Duration) int64 {
-	return int64((d + time.Microsecond - 1) / time.Microsecond)
+// holderPrefix returns the first 10 bytes of the InProgress record whose
+// current token is t, which the holder scripts compare.
+func holderPrefix(t idem.Token) []byte {
+	return appendToken(append(make([]byte, 0, 10), formatV2, byte(idem.StatusInProgress)), t)
+}
+
+// millis converts d to whole milliseconds, rounding up so that no
+// positive duration becomes zero.
+func millis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }

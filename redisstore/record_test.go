@@ -23,7 +23,11 @@ func TestRecordRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: GET: %v", what, err)
 		}
-		dec, err := redisstore.DecodeRecord(key, raw)
+		expires, err := c.PExpireTime(ctx, s.RedisKey(key)).Result()
+		if err != nil {
+			t.Fatalf("%s: PEXPIRETIME: %v", what, err)
+		}
+		dec, err := redisstore.DecodeRecord(key, raw, expires.Milliseconds())
 		if err != nil {
 			t.Fatalf("%s: decoding %x: %v", what, raw, err)
 		}
@@ -31,7 +35,6 @@ func TestRecordRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got.ExpiresAt = time.Time{} // the decoder of a bare value knows no expiry
 		if !sameRecord(dec, got) {
 			t.Fatalf("%s: decoded %+v, Get says %+v", what, dec, got)
 		}
@@ -46,14 +49,16 @@ func TestRecordRoundTrip(t *testing.T) {
 	results := [][]byte{nil, {0}, []byte("ok\x00\xff}"), bytes.Repeat([]byte("result"), 1000)}
 	for i, fp := range fps {
 		key := string([]byte{byte(i), '{', 0})
-		a := idem.ClaimArgs{Key: key, Fingerprint: fp, Lease: time.Minute + time.Microsecond, Retention: 3 * time.Hour, MaxAttempts: 2}
+		a := idem.ClaimArgs{Key: key, Fingerprint: fp, Lease: time.Minute + time.Microsecond, Retention: 3*time.Hour + time.Microsecond, MaxAttempts: 2}
 		cl, err := s.Claim(ctx, a)
 		if err != nil {
 			t.Fatal(err)
 		}
 		check("claimed", key, a.Retention, func(r idem.Record) bool {
+			// The lease is whole milliseconds, rounded up, and the
+			// retention too: the lease ends as long before the expiry.
 			return r.Status == idem.StatusInProgress && r.Token == cl.Token && r.Attempt == 1 && bytes.Equal(r.Fingerprint, fp) &&
-				r.LeaseUntil.Equal(cl.Record.LeaseUntil) && r.Result == nil
+				r.ExpiresAt.Sub(r.LeaseUntil) == 3*time.Hour+time.Millisecond && r.Result == nil
 		})
 		if err := s.Extend(ctx, key, cl.Token, time.Hour); err != nil {
 			t.Fatal(err)
@@ -74,7 +79,8 @@ func TestRecordRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		check("outcome", key, 5*time.Hour, func(r idem.Record) bool {
+		// The value keeps the claim's retention.
+		check("outcome", key, a.Retention, func(r idem.Record) bool {
 			return r.Status.Done() && r.Token == cl.Token && r.Attempt == 2 && bytes.Equal(r.Result, result) && r.LeaseUntil.IsZero()
 		})
 
@@ -98,37 +104,45 @@ func sameRecord(a, b idem.Record) bool {
 		a.LeaseUntil.Equal(b.LeaseUntil) && a.ExpiresAt.Equal(b.ExpiresAt)
 }
 
-// FuzzDecodeRecord feeds the decoder arbitrary bytes: it never panics, it
-// refuses what is not a record with ErrUnknownFormat, and what it accepts
-// encodes and decodes back to the same record.
+// FuzzDecodeRecord feeds the decoder arbitrary bytes and expiries: it never
+// panics, it refuses what is not a record with ErrUnknownFormat, a lease
+// it derives ends before the key expires, and what it accepts encodes and
+// decodes back to the same record.
 func FuzzDecodeRecord(f *testing.F) {
-	lease := time.UnixMicro(1795340671542358)
+	const expires = 1795340671542
 	for _, r := range []idem.Record{
-		{Status: idem.StatusInProgress, Token: 1<<64 - 1, Attempt: 1, Fingerprint: []byte("fp"), LeaseUntil: lease},
+		{Status: idem.StatusInProgress, Token: 1<<64 - 1, Attempt: 1, Fingerprint: []byte("fp")},
 		{Status: idem.StatusCompleted, Token: 7, Attempt: 3, Fingerprint: make([]byte, 32), Result: []byte("value\x00")},
 		{Status: idem.StatusFailed, Attempt: 9, Result: idem.TooManyAttemptsCause()},
 	} {
-		f.Add(redisstore.EncodeRecord(r, time.Hour))
+		f.Add(redisstore.EncodeRecord(r, time.Hour), int64(expires))
 	}
-	f.Add([]byte{})
-	f.Add([]byte{2, 1})
-	f.Add(append([]byte{1, 1}, make([]byte, 28)...))
-	f.Fuzz(func(t *testing.T, v []byte) {
-		r, err := redisstore.DecodeRecord("k", v)
+	f.Add([]byte{}, int64(0))
+	f.Add([]byte{1, 1}, int64(expires))
+	f.Add(append([]byte{2, 1}, make([]byte, 22)...), int64(-1))
+	f.Fuzz(func(t *testing.T, v []byte, expiresMs int64) {
+		r, err := redisstore.DecodeRecord("k", v, expiresMs)
 		if err != nil {
 			if !errors.Is(err, redisstore.ErrUnknownFormat) {
 				t.Fatalf("error %v does not wrap ErrUnknownFormat", err)
 			}
 			return
 		}
-		enc := redisstore.EncodeRecord(r, time.Hour)
+		if !r.LeaseUntil.IsZero() && !r.LeaseUntil.Before(r.ExpiresAt) {
+			t.Fatalf("lease ends %v, not before the expiry %v", r.LeaseUntil, r.ExpiresAt)
+		}
+		ret := time.Hour
+		if !r.LeaseUntil.IsZero() {
+			ret = r.ExpiresAt.Sub(r.LeaseUntil)
+		}
+		enc := redisstore.EncodeRecord(r, ret)
 		for i := range v {
 			v[i] ^= 0xff // the record must not alias the input
 		}
-		if !bytes.Equal(redisstore.EncodeRecord(r, time.Hour), enc) {
+		if !bytes.Equal(redisstore.EncodeRecord(r, ret), enc) {
 			t.Fatalf("the decoded record %+v shares memory with its input", r)
 		}
-		again, err := redisstore.DecodeRecord("k", enc)
+		again, err := redisstore.DecodeRecord("k", enc, expiresMs)
 		if err != nil || !sameRecord(r, again) {
 			t.Fatalf("decoded %+v; re-encoded it decodes to %+v, %v", r, again, err)
 		}

@@ -55,8 +55,8 @@ const (
 	MaxValueSizeLimit   = 256 << 20
 )
 
-// maxDuration bounds leases and retentions: times are microseconds held in
-// Lua doubles, exact below 2^53.
+// maxDuration bounds leases and retentions: times are milliseconds that
+// pass through Lua doubles, exact below 2^53.
 const maxDuration = 100 * 365 * 24 * time.Hour
 
 // Store is an [idem.Store] over Redis: one string key per record, every
@@ -69,7 +69,6 @@ const maxDuration = 100 * 365 * 24 * time.Hour
 type Store struct {
 	client redis.UniversalClient
 	cfg    Config
-	cause  []byte // the cause stored by a claim over MaxAttempts
 }
 
 var (
@@ -113,7 +112,7 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("redisstore: Config.WaitTimeout %v: must be shorter than the client's ReadTimeout %v", cfg.WaitTimeout, readTimeout)
 		}
 	}
-	return &Store{client: client, cfg: cfg, cause: idem.TooManyAttemptsCause()}, nil
+	return &Store{client: client, cfg: cfg}, nil
 }
 
 // Config returns the Store's configuration with the defaults filled in.
@@ -137,7 +136,8 @@ func (s *Store) RedisKey(key string) string {
 // expired or that Redis lost does not make one repeat (two claims of a key
 // draw the same token with odds of 2^-64). The client may resend a claim
 // whose reply was lost: the claim that finds its own token answers
-// Acquired again.
+// Acquired again. The record of a key the claim created reports the lease
+// end and expiry as the client reckons them (see the package doc).
 //
 // Errors: idem.ErrKeyReused; ErrInvalidArgs for a lease or retention that
 // is not positive or longer than 100 years or a fingerprint over 65535
@@ -147,12 +147,17 @@ func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 	if err := checkClaim("Claim", a); err != nil {
 		return idem.Claim{}, err
 	}
-	t := newToken()
+	return s.claim(ctx, a, newToken())
+}
+
+// claim claims a with the token t.
+func (s *Store) claim(ctx context.Context, a idem.ClaimArgs, t idem.Token) (idem.Claim, error) {
+	sent := time.Now()
 	reply, err := s.run(ctx, s.cmd(ctx, claimScript, a.Key, s.claimArgs(a, t)...), false)
 	if err != nil {
 		return idem.Claim{}, unavailable("Claim", err)
 	}
-	return claimReply(a, t, reply)
+	return claimReply(a, t, sent, reply)
 }
 
 func checkClaim(op string, a idem.ClaimArgs) error {
@@ -185,24 +190,41 @@ func newToken() idem.Token {
 }
 
 // claimArgs returns the claim script's arguments for a and the token t:
-// the new record's head (version, status, token, attempt 1) and tail
-// (retention, fingerprint length, fingerprint), packed here so the script
-// only packs the lease end between them; lease and retention µs; the cap;
-// the cause a capped claim stores.
+// the new record (version, InProgress, t, attempt 1, retention, the
+// fingerprint), packed here so that the script of a new key only writes
+// it; the key's expiry from now in ms, lease plus retention; the cap.
 func (s *Store) claimArgs(a idem.ClaimArgs, t idem.Token) []any {
-	ret := micros(a.Retention)
-	head := make([]byte, 0, 14)
-	head = append(head, formatV1, byte(idem.StatusInProgress))
-	head = binary.BigEndian.AppendUint32(appendToken(head, t), 1)
-	tail := make([]byte, 0, 10+len(a.Fingerprint))
-	tail = binary.BigEndian.AppendUint64(tail, uint64(ret))
-	tail = binary.BigEndian.AppendUint16(tail, uint16(len(a.Fingerprint)))
-	tail = append(tail, a.Fingerprint...)
-	return []any{head, tail, micros(a.Lease), ret, max(a.MaxAttempts, 0), s.cause}
+	nv := make([]byte, 0, headerLen+len(a.Fingerprint))
+	nv = append(nv, formatV2, byte(idem.StatusInProgress))
+	nv = binary.BigEndian.AppendUint32(appendToken(nv, t), 1)
+	nv = binary.BigEndian.AppendUint64(nv, uint64(millis(a.Retention)))
+	nv = binary.BigEndian.AppendUint16(nv, uint16(len(a.Fingerprint)))
+	nv = append(nv, a.Fingerprint...)
+	return []any{nv, millis(a.Lease) + millis(a.Retention), max(a.MaxAttempts, 0)}
 }
 
-// claimReply turns the reply of the claim of a with token t into a Claim.
-func claimReply(a idem.ClaimArgs, t idem.Token, reply any) (idem.Claim, error) {
+// claimReply turns the reply of the claim of a with token t, sent at
+// sent, into a Claim.
+func claimReply(a idem.ClaimArgs, t idem.Token, sent time.Time, reply any) (idem.Claim, error) {
+	if n, ok := reply.(int64); ok && n == 1 {
+		// The script created the record from the claim's own arguments
+		// and said no more. The lease started when Redis ran it, between
+		// sent and now; the record reports the earliest lease end on the
+		// client's clock, the key's expiry in PX milliseconds after it.
+		// Get reads both off the server.
+		sent = sent.Round(0)
+		lease := time.Duration(millis(a.Lease)) * time.Millisecond
+		rec := idem.Record{
+			Key:         a.Key,
+			Status:      idem.StatusInProgress,
+			Token:       t,
+			Attempt:     1,
+			Fingerprint: bytes.Clone(a.Fingerprint),
+			LeaseUntil:  sent.Add(lease),
+			ExpiresAt:   sent.Add(lease + time.Duration(millis(a.Retention))*time.Millisecond),
+		}
+		return idem.Claim{Outcome: idem.Acquired, Token: t, Record: rec}, nil
+	}
 	r, _ := reply.([]any)
 	if len(r) == 0 {
 		return idem.Claim{}, badReply("Claim", reply)
@@ -213,23 +235,6 @@ func claimReply(a idem.ClaimArgs, t idem.Token, reply any) (idem.Claim, error) {
 	}
 	if len(r) < 2 || code < 0 || code > 3 {
 		return idem.Claim{}, badReply("Claim", reply)
-	}
-	if lu, ok := r[1].(int64); ok && code == 1 {
-		// The script created the record from the claim's own arguments
-		// and says only when its lease ends (microseconds of the Redis
-		// clock); the key expires the retention after that, in whole
-		// milliseconds rounded up, as the script set it.
-		ret := micros(a.Retention)
-		rec := idem.Record{
-			Key:         a.Key,
-			Status:      idem.StatusInProgress,
-			Token:       t,
-			Attempt:     1,
-			Fingerprint: bytes.Clone(a.Fingerprint),
-			LeaseUntil:  time.UnixMicro(lu),
-			ExpiresAt:   time.UnixMilli((lu + ret + 999) / 1000),
-		}
-		return idem.Claim{Outcome: idem.Acquired, Token: t, Record: rec}, nil
 	}
 	v, _ := r[1].(string)
 	var expires int64
@@ -280,9 +285,7 @@ func (s *Store) checkOutcome(op string, value []byte, retention time.Duration) e
 }
 
 func (s *Store) outcomeCmd(ctx context.Context, key string, t idem.Token, status idem.Status, value []byte, retention time.Duration) *redis.Cmd {
-	ret := micros(retention)
-	return s.cmd(ctx, outcomeScript, key, appendToken(make([]byte, 0, 8), t), []byte{byte(status)}, value,
-		binary.BigEndian.AppendUint64(make([]byte, 0, 8), uint64(ret)), (ret+999)/1000)
+	return s.cmd(ctx, outcomeScript, key, holderPrefix(t), []byte{formatV2, byte(status)}, value, millis(retention))
 }
 
 func (s *Store) finish(ctx context.Context, op, key string, t idem.Token, status idem.Status, value []byte, retention time.Duration) error {
@@ -328,14 +331,14 @@ func (s *Store) replicated(op string, acked int64, err error) error {
 
 // Release implements [idem.Store.Release] with one EVALSHA: the token is
 // zeroed, so neither it nor any other is current, and the lease ends, so
-// the next Claim takes over at once; the expiry stays. Not resent by the
-// client, as Complete. Errors: idem.ErrLeaseLost; ErrUnknownFormat; any
+// the next Claim takes over at once: the key now expires the claim's
+// retention from now. Not resent by the client, as Complete. Errors: idem.ErrLeaseLost; ErrUnknownFormat; any
 // other failure wraps idem.ErrStoreUnavailable.
 func (s *Store) Release(ctx context.Context, key string, t idem.Token) error {
 	if t == 0 {
 		return idem.ErrLeaseLost
 	}
-	reply, err := s.run(ctx, s.cmd(ctx, releaseScript, key, appendToken(make([]byte, 0, 8), t)), true)
+	reply, err := s.run(ctx, s.cmd(ctx, releaseScript, key, holderPrefix(t)), true)
 	if err != nil {
 		return unavailable("Release", err)
 	}
@@ -343,8 +346,8 @@ func (s *Store) Release(ctx context.Context, key string, t idem.Token) error {
 }
 
 // Extend implements [idem.Store.Extend] with one EVALSHA: the lease ends
-// lease from now on the Redis clock, and the key's expiry moves out to at
-// least the new lease end plus the claim's retention. Errors:
+// lease from now on the Redis clock (later or sooner than it did), and the
+// key expires the claim's retention after that. Errors:
 // idem.ErrLeaseLost; ErrInvalidArgs; ErrUnknownFormat; any other failure
 // wraps idem.ErrStoreUnavailable.
 func (s *Store) Extend(ctx context.Context, key string, t idem.Token, lease time.Duration) error {
@@ -354,7 +357,7 @@ func (s *Store) Extend(ctx context.Context, key string, t idem.Token, lease time
 	if t == 0 {
 		return idem.ErrLeaseLost
 	}
-	reply, err := s.run(ctx, s.cmd(ctx, extendScript, key, appendToken(make([]byte, 0, 8), t), micros(lease)), false)
+	reply, err := s.run(ctx, s.cmd(ctx, extendScript, key, holderPrefix(t), millis(lease)), false)
 	if err != nil {
 		return unavailable("Extend", err)
 	}

@@ -463,54 +463,66 @@ func TestExpiryAndClock(t *testing.T) {
 			t.Fatalf("%s = %v, want %v (off by %v)", what, got, want, d)
 		}
 	}
-	before, err := c.Time(ctx).Result()
-	if err != nil {
-		t.Fatal(err)
+	serverNow := func() time.Time {
+		t.Helper()
+		now, err := c.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return now
 	}
+	before := serverNow()
 	a := idem.ClaimArgs{Key: "k", Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Hour}
 	cl, err := s.Claim(ctx, a)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The claim of a new key answers with nothing but its success, and
+	// the client fills in the record, times on its own clock (the same as
+	// the server's here): it must be the record Redis holds.
 	near("LeaseUntil", cl.Record.LeaseUntil, before.Add(time.Minute))
-	near("ExpiresAt", cl.Record.ExpiresAt, cl.Record.LeaseUntil.Add(time.Hour))
-	// The claim of a new key answers with the lease end only and the
-	// client fills in the rest: it must be the record Redis holds.
-	if got, err := s.Get(ctx, "k"); err != nil || got.Status != cl.Record.Status || got.Token != cl.Token ||
-		got.Attempt != 1 || !bytes.Equal(got.Fingerprint, a.Fingerprint) ||
-		!got.LeaseUntil.Equal(cl.Record.LeaseUntil) || !got.ExpiresAt.Equal(cl.Record.ExpiresAt) {
+	if d := cl.Record.ExpiresAt.Sub(cl.Record.LeaseUntil); d != time.Hour {
+		t.Fatalf("the claim's record expires %v after its lease, want the retention", d)
+	}
+	got, err := s.Get(ctx, "k")
+	if err != nil || got.Status != cl.Record.Status || got.Token != cl.Token ||
+		got.Attempt != 1 || !bytes.Equal(got.Fingerprint, a.Fingerprint) {
 		t.Fatalf("stored record %+v (%v), the claim answered %+v", got, err, cl.Record)
 	}
-	if !pexpiretime("k").Equal(cl.Record.ExpiresAt) {
-		t.Fatalf("key expires at %v, record says %v", pexpiretime("k"), cl.Record.ExpiresAt)
+	near("stored LeaseUntil", got.LeaseUntil, cl.Record.LeaseUntil)
+	near("key expiry", pexpiretime("k"), before.Add(time.Minute+time.Hour))
+	if !got.ExpiresAt.Equal(pexpiretime("k")) || got.ExpiresAt.Sub(got.LeaseUntil) != time.Hour {
+		t.Fatalf("Get: lease %v, expiry %v; the key expires at %v", got.LeaseUntil, got.ExpiresAt, pexpiretime("k"))
 	}
 
-	if err := s.Extend(ctx, "k", cl.Token, 2*time.Hour); err != nil {
-		t.Fatal(err)
+	// Extend sets the lease end lease from now, out or in, and the key
+	// expires the retention after it.
+	for _, lease := range []time.Duration{2 * time.Hour, time.Second} {
+		now := serverNow()
+		if err := s.Extend(ctx, "k", cl.Token, lease); err != nil {
+			t.Fatal(err)
+		}
+		r, _ := s.Get(ctx, "k")
+		near(fmt.Sprintf("LeaseUntil after Extend(%v)", lease), r.LeaseUntil, now.Add(lease))
+		near(fmt.Sprintf("expiry after Extend(%v)", lease), pexpiretime("k"), r.LeaseUntil.Add(time.Hour))
 	}
-	r, _ := s.Get(ctx, "k")
-	near("extended LeaseUntil", r.LeaseUntil, before.Add(2*time.Hour))
-	near("expiry after Extend", pexpiretime("k"), r.LeaseUntil.Add(time.Hour))
-	if err := s.Extend(ctx, "k", cl.Token, time.Second); err != nil {
-		t.Fatal(err)
-	}
-	r2, _ := s.Get(ctx, "k")
-	if !r2.ExpiresAt.Equal(r.ExpiresAt) {
-		t.Fatalf("a shorter Extend moved the expiry in: %v → %v", r.ExpiresAt, r2.ExpiresAt)
-	}
+	// Release ends the lease now: the key expires the retention from now.
+	now := serverNow()
 	if err := s.Release(ctx, "k", cl.Token); err != nil {
 		t.Fatal(err)
 	}
 	r3, _ := s.Get(ctx, "k")
-	if !r3.ExpiresAt.Equal(r.ExpiresAt) || r3.Token != 0 || !r3.LeaseUntil.IsZero() || r3.Status != idem.StatusInProgress {
-		t.Fatalf("after Release: %+v, want InProgress, no token, no lease, expiry kept", r3)
+	if r3.Token != 0 || !r3.LeaseUntil.IsZero() || r3.Status != idem.StatusInProgress {
+		t.Fatalf("after Release: %+v, want InProgress, no token, no lease", r3)
 	}
+	near("expiry after Release", r3.ExpiresAt, now.Add(time.Hour))
 
 	cl, _ = s.Claim(ctx, a)
 	if cl.Outcome != idem.Acquired || cl.Record.Attempt != 2 {
 		t.Fatalf("claim after Release: %v attempt %d", cl.Outcome, cl.Record.Attempt)
 	}
-	now, _ := c.Time(ctx).Result()
+	near("LeaseUntil of the takeover", cl.Record.LeaseUntil, serverNow().Add(time.Minute))
+	now = serverNow()
 	if err := s.Complete(ctx, "k", cl.Token, []byte("v"), 3*time.Hour); err != nil {
 		t.Fatal(err)
 	}

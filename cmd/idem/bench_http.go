@@ -34,6 +34,7 @@ type benchHTTPOptions struct {
 	repeat   float64
 	rounds   int
 	stores   []string
+	bare     bool
 	json     bool
 }
 
@@ -65,6 +66,7 @@ func parseBenchHTTPFlags(args []string, stderr io.Writer) (benchHTTPOptions, err
 	fs.IntVar(&o.rounds, "rounds", 5, "rounds each row's load is split into; every round runs each row of a pass once, in turn")
 	fs.IntVar(&o.clients, "clients", 50, "concurrent clients; each sends its next request when the last is answered")
 	fs.DurationVar(&o.sleep, "sleep", 50*time.Millisecond, "how long the handler works (sleeps) per request")
+	fs.BoolVar(&o.bare, "bare", true, "after each Redis or PostgreSQL row, a bare row: its server's two writes per request without idem (fresh pass only)")
 	fs.Float64Var(&o.repeat, "repeat", 0.3, "share of the repeat pass's requests that resend an answered request's key, in [0, 1); 0 skips that pass")
 	fs.StringVar(&stores, "stores", defaultBenchStores(), "comma-separated URLs of the stores to measure; \"\" for the baseline alone")
 	fs.BoolVar(&o.json, "json", false, "also print the results as JSON, after the table")
@@ -143,6 +145,7 @@ type benchTarget struct {
 	name     string // the row's label
 	url      string // the store's URL without its password
 	store    idem.Store
+	bare     bareStore // a bare row: the store's writes without idem
 	baseline bool
 }
 
@@ -188,6 +191,7 @@ func benchHTTP(ctx context.Context, o benchHTTPOptions, stdout, stderr io.Writer
 	// reached fails the command at once rather than minutes in.
 	targets := []benchTarget{{name: "baseline", baseline: true}}
 	taken := map[string]bool{"baseline": true}
+	runID := time.Now().UnixNano()
 	for _, raw := range o.stores {
 		s, closeStore, openErr := openStore(ctx, withPoolSize(raw, o.clients), true)
 		if openErr != nil {
@@ -212,6 +216,17 @@ func benchHTTP(ctx context.Context, o benchHTTPOptions, stdout, stderr io.Writer
 		}
 		taken[t.name] = true
 		targets = append(targets, t)
+		if !o.bare {
+			continue
+		}
+		bare, err := openBare(ctx, withPoolSize(raw, o.clients), runID)
+		if err != nil {
+			return nil, err
+		}
+		if bare != nil {
+			defer func() { err = errors.Join(err, bare.close()) }()
+			targets = append(targets, benchTarget{name: t.name + ", bare", url: t.url, bare: bare})
+		}
 	}
 
 	passes := []benchPass{{name: "fresh"}}
@@ -226,19 +241,25 @@ func benchHTTP(ctx context.Context, o benchHTTPOptions, stdout, stderr io.Writer
 	}
 	fmt.Fprintln(stdout)
 	for _, t := range targets[1:] {
+		if t.bare != nil {
+			fmt.Fprintf(stdout, "%s: the same server's bare writes per request, a claim before the handler and the outcome after it, without idem\n", t.name)
+			continue
+		}
 		fmt.Fprintf(stdout, "%s: idemhttp over %s\n", t.name, t.url)
 	}
 
 	// Each row's load runs in rounds, and every round runs each row of the
 	// pass once, in turn: on a shared machine whose speed drifts, the drift
 	// then falls on every row alike instead of on whichever ran last.
-	runID := time.Now().UnixNano()
 	round := o.duration / time.Duration(o.rounds)
 	for _, p := range passes {
 		accs := make([]rowAcc, len(targets))
 		for r := range o.rounds {
 			fmt.Fprintf(stderr, "idem bench http: %s pass, round %d of %d, %v per row\n", p.name, r+1, o.rounds, round)
 			for i, t := range targets {
+				if t.bare != nil && p.repeat > 0 {
+					continue // a bare row replays nothing: it has no repeat pass
+				}
 				ns := fmt.Sprintf("idem-bench-http/%d/%s/%s/%d", runID, t.name, p.name, r)
 				if err := benchHTTPRound(ctx, o, t, p, ns, round, &accs[i]); err != nil {
 					return rows, err
@@ -246,6 +267,9 @@ func benchHTTP(ctx context.Context, o benchHTTPOptions, stdout, stderr io.Writer
 			}
 		}
 		for i, t := range targets {
+			if t.bare != nil && p.repeat > 0 {
+				continue
+			}
 			rows = append(rows, accs[i].row(t, p))
 		}
 	}
@@ -313,7 +337,10 @@ func (a *rowAcc) row(t benchTarget, p benchPass) benchRow {
 // and adds what it measured to acc.
 func benchHTTPRound(ctx context.Context, o benchHTTPOptions, t benchTarget, p benchPass, namespace string, d time.Duration, acc *rowAcc) error {
 	h := benchHandler(o.sleep)
-	if !t.baseline {
+	switch {
+	case t.bare != nil:
+		h = bareMiddleware(t.bare, namespace, h)
+	case !t.baseline:
 		// Wait stays 0: a request whose key is in progress gets 409 at
 		// once, and shows in the errors column. The repeat pass never sends
 		// one (see keyPool), so a 409 would be a fault of the benchmark,
@@ -564,7 +591,8 @@ func writeBenchTable(w io.Writer, rows []benchRow) {
 req/s: 2xx responses per second; latency: each request's, as its client saw it; errors: responses other
 than 2xx and failed requests; repeats: requests that resent an answered request's key (the baseline runs
 them again); replays: responses with Idempotent-Replayed: true; vs baseline: the same pass without idemhttp
-(a replay skips the handler's work, so a repeat row may answer faster than its baseline)
+(a replay skips the handler's work, so a repeat row may answer faster than its baseline); a bare row: the
+same server's two writes per request, a claim and the outcome, without idem: the limit of the row above it
 `)
 }
 

@@ -1,10 +1,15 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestBenchUsage(t *testing.T) {
@@ -54,14 +59,7 @@ func TestBenchHTTPMem(t *testing.T) {
 		}
 	}
 
-	i := strings.Index(stdout, "\n{")
-	if i < 0 {
-		t.Fatal("no JSON after the table")
-	}
-	var report struct{ Rows []benchRow }
-	if err := json.Unmarshal([]byte(stdout[i:]), &report); err != nil {
-		t.Fatalf("the JSON: %v", err)
-	}
+	report := jsonReport(t, stdout)
 	want := []struct{ store, pass string }{{"baseline", "fresh"}, {"mem", "fresh"}, {"baseline", "repeat"}, {"mem", "repeat"}}
 	if len(report.Rows) != len(want) {
 		t.Fatalf("%d rows, want %d: %+v", len(report.Rows), len(want), report.Rows)
@@ -89,6 +87,82 @@ func TestBenchHTTPMem(t *testing.T) {
 	if !strings.Contains(stderr, "idem bench http: repeat pass, round 5 of 5, 60ms per row") {
 		t.Errorf("stderr = %q, want the rows' progress", stderr)
 	}
+}
+
+// TestBenchHTTPBareRows: each Redis and PostgreSQL row is followed, in the
+// fresh pass only, by its bare row, whose writes reach the server and are
+// cleaned up after the run.
+func TestBenchHTTPBareRows(t *testing.T) {
+	redisURL, pgURL := serverURL(t, "redis"), serverURL(t, "postgres")
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	opts, err := redis.ParseURL(redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := redis.NewClient(opts)
+	defer rc.Close()
+	// Counted before and after, so that what other runs left does not
+	// count.
+	counts := func() (tables, keys int) {
+		t.Helper()
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE tablename LIKE 'idem_bench_bare_%'`).Scan(&tables); err != nil {
+			t.Fatal(err)
+		}
+		ks, err := rc.Keys(ctx, "idem-bench-bare:*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tables, len(ks)
+	}
+	tablesBefore, keysBefore := counts()
+
+	code, stdout, stderr := runArgs(t, "bench", "http", "--duration", "200ms", "--rounds", "2", "--clients", "4",
+		"--sleep", "2ms", "--stores", redisURL+","+pgURL, "--json")
+	if code != 0 {
+		t.Fatalf("exit status %d, want 0\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	report := jsonReport(t, stdout)
+	var got []string
+	for _, r := range report.Rows {
+		got = append(got, r.Store+"/"+r.Pass)
+		if r.Requests == 0 || r.Errors != 0 {
+			t.Errorf("%s/%s: %d requests, %d errors (%v); want requests and no error", r.Store, r.Pass, r.Requests, r.Errors, r.ErrorSample)
+		}
+	}
+	want := []string{"baseline/fresh", "redis/fresh", "redis, bare/fresh", "postgres/fresh", "postgres, bare/fresh",
+		"baseline/repeat", "redis/repeat", "postgres/repeat"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("rows %q, want %q", got, want)
+	}
+
+	// The bare writes went to the servers: Redis keeps the keys until
+	// they expire, the PostgreSQL table is dropped with the run.
+	tables, keys := counts()
+	if tables != tablesBefore {
+		t.Errorf("%d bare tables before the run, %d after; want the run's dropped", tablesBefore, tables)
+	}
+	if keys <= keysBefore {
+		t.Errorf("%d bare Redis keys before the run, %d after; want the run's written", keysBefore, keys)
+	}
+}
+
+// jsonReport returns the rows of the JSON that --json prints after the
+// table.
+func jsonReport(t *testing.T, stdout string) (report struct{ Rows []benchRow }) {
+	t.Helper()
+	i := strings.Index(stdout, "\n{")
+	if i < 0 {
+		t.Fatal("no JSON after the table")
+	}
+	if err := json.Unmarshal([]byte(stdout[i:]), &report); err != nil {
+		t.Fatalf("the JSON: %v", err)
+	}
+	return report
 }
 
 func TestKeyPool(t *testing.T) {

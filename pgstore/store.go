@@ -179,7 +179,7 @@ func newQueries(t table) queries {
 		//
 		// $1 key, $2 token, $3 status, $4 result, $5 retention.
 		finish: t.expand(`UPDATE {table} SET status = $3::smallint, result = $4::bytea, lease_until = NULL,
-			expires_at = statement_timestamp() + $5::interval
+			expires_at = ` + keptExpiry("$5::interval") + `
 		WHERE key = $1::bytea AND token = $2::bigint AND status = 1 AND expires_at > statement_timestamp()`),
 		// TxGuard's outcomes, $1 key, $2 token, $3 value or cause, $4
 		// retention: the fenced UPDATE, which raises an error when it
@@ -218,7 +218,7 @@ func newQueries(t table) queries {
 		SELECT r.key FROM {table} AS r JOIN c ON r.key = c.key AND r.token = c.token
 		ORDER BY r.key FOR UPDATE OF r)
 	UPDATE {table} AS r SET status = 2, result = c.value, lease_until = NULL,
-			expires_at = statement_timestamp() + c.retention
+			expires_at = ` + keptExpiry("c.retention") + `
 		FROM c
 		WHERE r.key = c.key AND r.token = c.token AND r.key IN (SELECT key FROM locked)
 			AND r.status = 1 AND r.expires_at > statement_timestamp()
@@ -356,7 +356,10 @@ func (r *claimRow) claim(a idem.ClaimArgs) (idem.Claim, error) {
 }
 
 // Complete implements [idem.Store.Complete] with one fenced UPDATE: no row
-// matched means the token is not current, idem.ErrLeaseLost.
+// matched means the token is not current, idem.ErrLeaseLost. The record
+// expires retention from now, or keeps the expiry its claim set when that
+// is no earlier and at most the rest of the lease later, so that the
+// UPDATE touches no indexed column (see keptExpiry).
 func (s *Store) Complete(ctx context.Context, key string, t idem.Token, value []byte, retention time.Duration) error {
 	return s.finish(ctx, "complete", key, t, statusCompleted, value, retention)
 }
@@ -432,4 +435,17 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 func (s *Store) Delete(ctx context.Context, key string) error {
 	_, err := s.db.Exec(ctx, s.q.delete, []byte(key))
 	return translate("delete", err)
+}
+
+// keptExpiry is the expires_at an outcome of retention ret writes: the
+// retention from now, or the row's expires_at as it is when that is no
+// earlier and no later than the lease end plus ret. A claim sets
+// expires_at to its lease end plus its retention, so an outcome stored
+// within the lease with the claim's retention keeps it: the UPDATE then
+// changes no indexed column and can be HOT (heap-only: no new entry in
+// the key or expiry index, much less to write). The record is then kept
+// its retention plus at most the rest of the lease.
+func keptExpiry(ret string) string {
+	now := "statement_timestamp() + " + ret
+	return `CASE WHEN expires_at >= ` + now + ` AND expires_at <= lease_until + ` + ret + ` THEN expires_at ELSE ` + now + ` END`
 }

@@ -327,3 +327,81 @@ func TestGuardOverStore(t *testing.T) {
 		t.Fatalf("fn ran %d times", runs)
 	}
 }
+
+// TestOutcomeKeepsTheClaimsExpiry: an outcome stored within the lease with
+// the claim's retention keeps the expiry the claim set, so that its UPDATE
+// changes no indexed column and is HOT; with another retention the record
+// expires that retention from now. The counts come from
+// pg_stat_xact_user_tables, which shows the current transaction's own
+// updates at once, so the store runs inside one.
+func TestOutcomeKeepsTheClaimsExpiry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2)
+	ctx := testCtx(t)
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	s, err := pgstore.New(tx, pgstore.Config{Table: e.table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	updates := func() (all, hot int) {
+		t.Helper()
+		if err := tx.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables WHERE relid = $1::regclass`,
+			e.store.Table()).Scan(&all, &hot); err != nil {
+			t.Fatal(err)
+		}
+		return all, hot
+	}
+	var now time.Time
+	for _, tc := range []struct {
+		name                 string
+		claimRet, outcomeRet time.Duration
+		batch                bool
+		kept                 bool
+	}{
+		{"Complete, the claim's retention", time.Hour, time.Hour, false, true},
+		{"CompleteBatch, the claim's retention", time.Hour, time.Hour, true, true},
+		{"Complete, a shorter retention", time.Hour, time.Minute, false, false},
+		{"Complete, a longer retention", time.Minute, 2 * time.Hour, false, false},
+	} {
+		a := idem.ClaimArgs{Key: "k " + tc.name, Fingerprint: []byte("fp"), Lease: time.Minute, Retention: tc.claimRet}
+		cl, err := s.Claim(ctx, a)
+		if err != nil || cl.Outcome != idem.Acquired {
+			t.Fatalf("%s: claim: %v %v", tc.name, cl.Outcome, err)
+		}
+		allBefore, hotBefore := updates()
+		if tc.batch {
+			var errs []error
+			if errs, err = s.CompleteBatch(ctx, []idem.Completion{{Key: a.Key, Token: cl.Token, Value: []byte("v"), Retention: tc.outcomeRet}}); err == nil {
+				err = errs[0]
+			}
+		} else {
+			err = s.Complete(ctx, a.Key, cl.Token, []byte("v"), tc.outcomeRet)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if err := tx.QueryRow(ctx, "SELECT statement_timestamp()").Scan(&now); err != nil {
+			t.Fatal(err)
+		}
+		r, err := s.Get(ctx, a.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all, hot := updates()
+		switch {
+		case tc.kept && (!r.ExpiresAt.Equal(cl.Record.ExpiresAt) || all-allBefore != 1 || hot-hotBefore != 1):
+			t.Errorf("%s: expires %v (claim: %v), %d updates, %d HOT; want the claim's expiry kept, one HOT update",
+				tc.name, r.ExpiresAt, cl.Record.ExpiresAt, all-allBefore, hot-hotBefore)
+		case !tc.kept && !r.ExpiresAt.Equal(now.Add(tc.outcomeRet)):
+			// One transaction: statement_timestamp() moves per statement,
+			// so the outcome's "now" is a few µs before ours.
+			if d := now.Add(tc.outcomeRet).Sub(r.ExpiresAt); d < 0 || d > time.Second {
+				t.Errorf("%s: expires %v, want the retention %v from now (%v)", tc.name, r.ExpiresAt, tc.outcomeRet, now)
+			}
+		}
+	}
+}

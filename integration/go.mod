@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/idemgo/idem v0.0.0
+	github.com/idemgo/idem/idemgrpc v0.0.0
 	github.com/idemgo/idem/pgstore v0.0.0
 	github.com/idemgo/idem/redisstore v0.0.0
 	github.com/jackc/pgx/v5 v5.12.0
@@ -18,13 +19,18 @@ require (
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
-	golang.org/x/sync v0.22.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/sync v0.23.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
-	golang.org/x/text v0.41.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+	google.golang.org/grpc v1.85.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace (
 	github.com/idemgo/idem => ../
+	github.com/idemgo/idem/idemgrpc => ../idemgrpc
 	github.com/idemgo/idem/pgstore => ../pgstore
 	github.com/idemgo/idem/redisstore => ../redisstore
 )

@@ -25,15 +25,15 @@ import (
 // fingerprint length, fingerprint; packed by the client), the key's expiry
 // from now in ms (lease plus retention) and the max attempts (0: no cap).
 // A claim over the cap stores idem's too-many-attempts cause, a constant
-// of the script. It returns 1 when it created the record
-// (the client knows it), {code, value, expiry ms} with code 1 Acquired, 2
-// Busy, 3 Duplicate for a record that was there, {4} when the fingerprint
-// differs and {0, value} for a value it does not know. The common case, a
-// new key, is the first line: it writes the new record and, when there is
-// one already, answers the old one instead. A claim that finds its own
-// token is this very claim resent by the client after a lost reply: it
-// answers Acquired again. The lease of an InProgress record is live while
-// the key has more than its retention to live.
+// of the script. It returns 1 when it created the record (the client knows
+// it), {code, value, expiry ms} with code 1 Acquired, 2 Busy, 3 Duplicate
+// for a record that was there, {4} when the fingerprint differs and {0,
+// value} for a value it does not know. The common case, a new key, is the
+// first line: it writes the new record and, when there is one already,
+// answers the old one instead. A claim that finds its own token is this
+// very claim resent by the client after a lost reply: it answers Acquired
+// again. The lease of an InProgress record is live while the key has more
+// than its retention to live.
 var claimFn = `
 local function claim(key, nv, px, cap)
   local v = redis.call('SET', key, nv, 'NX', 'PX', px, 'GET')
@@ -69,11 +69,11 @@ return claim(KEYS[1], ARGV[1], ARGV[2], ARGV[3])
 
 // claimBatchScript claims every key of KEYS in order and replies with the
 // list of their claimFn replies. ARGV: for each key its new record,
-// expiry ms and max attempts. It touches
-// several keys, so it serves a client of one server only (standalone or
-// Sentinel); on Cluster, where the keys live in different slots,
-// ClaimBatch pipelines claimScript. Running n claims in one script spares
-// Redis n script calls, most of what a claim costs it.
+// expiry ms and max attempts. It touches several keys, so it serves a
+// client of one server only (standalone or Sentinel); on Cluster, where
+// the keys live in different slots, ClaimBatch pipelines claimScript.
+// Running n claims in one script spares Redis n script calls, most of what
+// a claim costs it.
 var claimBatchScript = newScript(`#!lua` + claimFn + `
 local out = {}
 for i = 1, #KEYS do

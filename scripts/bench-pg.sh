@@ -79,7 +79,7 @@ for c in 1 16; do pgb tx tx.sql "$c"; done
 echo
 echo "date: $(date -u +%Y-%m-%dT%H:%MZ)  cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)  cores: $(nproc)  $(go version | cut -d' ' -f3)"
 echo "server: $(psql "$url" -Atc 'SHOW server_version')  synchronous_commit=$(psql "$url" -Atc 'SHOW synchronous_commit')  fsync=$(psql "$url" -Atc 'SHOW fsync')"
-echo "medians of $count Go runs; keys/s (ops/s for Do) per second of wall time; pgbench: one run of 10 s"
+echo "medians of $count Go runs; keys/s (ops/s for Do) per second of wall time; ratio: the median of the runs' own store/bare ratios; pgbench: one run of 10 s"
 echo
 awk '
 function median(key,   i, j, k, t, a) {
@@ -90,6 +90,15 @@ function median(key,   i, j, k, t, a) {
 	return (k % 2) ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2
 }
 function add(key, val) { n[key]++; v[key, n[key]] = val }
+function pratio(skey, bkey,   i, k, key) {
+	# The median of the ratios of the runs: store and bare ran seconds apart
+	# in the same run, so drift between runs cancels out of it.
+	k = (n[skey] < n[bkey]) ? n[skey] : n[bkey]
+	key = "ratio " skey
+	delete n[key]
+	for (i = 1; i <= k; i++) if (v[bkey, i] > 0) add(key, v[skey, i] / v[bkey, i])
+	return median(key)
+}
 FNR == NR && /^Benchmark/ {
 	name = $1; sub(/-[0-9]+$/, "", name)
 	for (i = 4; i < NF; i++) if ($(i + 1) == "keys/s" || $(i + 1) == "ops/s") add(name, $i)
@@ -98,7 +107,7 @@ FNR == NR && /^Benchmark/ {
 FNR != NR { add("pgbench/" $1, $2) }
 function row(title, bench, g, pgbench, mult,   s, b) {
 	s = median(bench "/store/g=" g); b = median(bench "/bare/g=" g)
-	printf "%-32s %12.0f %12.0f %7.0f%% %12.0f\n", title, s, b, (b > 0 ? 100 * s / b : 0), mult * median("pgbench/" pgbench "/c=" g)
+	printf "%-32s %12.0f %12.0f %7.0f%% %12.0f\n", title, s, b, 100 * pratio(bench "/store/g=" g, bench "/bare/g=" g), mult * median("pgbench/" pgbench "/c=" g)
 }
 END {
 	printf "%-32s %12s %12s %8s %12s\n", "Claim+Complete, goroutines", "store keys/s", "bare keys/s", "ratio", "pgbench"

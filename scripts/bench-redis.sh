@@ -67,7 +67,8 @@ done
 
 echo
 echo "date: $(date -u +%Y-%m-%dT%H:%MZ)  cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)  cores: $(nproc)  $(go version | cut -d' ' -f3)  $(rcli INFO server | grep -m1 redis_version | tr -d '\r')"
-echo "medians of $count runs; keys/s = keys claimed and completed (or claimed, for batches) per second"
+echo "medians of $count runs; keys/s = keys claimed and completed (or claimed, for batches) per second;"
+echo "ratio = the median of the runs' own store/bare ratios (store and bare run seconds apart in each run)"
 echo
 awk '
 function median(key,   i, j, k, t, a) {
@@ -77,6 +78,15 @@ function median(key,   i, j, k, t, a) {
 	return (k % 2) ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2
 }
 function add(key, val) { n[key]++; v[key, n[key]] = val }
+function pratio(skey, bkey,   i, k, key) {
+	# The median of the ratios of the runs: store and bare ran seconds apart
+	# in the same run, so drift between runs cancels out of it.
+	k = (n[skey] < n[bkey]) ? n[skey] : n[bkey]
+	key = "ratio " skey
+	delete n[key]
+	for (i = 1; i <= k; i++) if (v[bkey, i] > 0) add(key, v[skey, i] / v[bkey, i])
+	return median(key)
+}
 FNR == NR && /^Benchmark/ {
 	name = $1; sub(/-[0-9]+$/, "", name)
 	for (i = 2; i < NF; i++) {
@@ -94,14 +104,14 @@ END {
 		g = gs[i]
 		s = median("BenchmarkClaimComplete/store/goroutines=" g); b = median("BenchmarkClaimComplete/bare/goroutines=" g)
 		cl = median("rb/claim/c=" g); co = median("rb/complete/c=" g)
-		printf "%-34s %12.0f %12.0f %7.0f%% %14.0f\n", g, s, b, 100 * s / b, (cl > 0 && co > 0) ? 1 / (1 / cl + 1 / co) : 0
+		printf "%-34s %12.0f %12.0f %7.0f%% %14.0f\n", g, s, b, 100 * pratio("BenchmarkClaimComplete/store/goroutines=" g, "BenchmarkClaimComplete/bare/goroutines=" g), (cl > 0 && co > 0) ? 1 / (1 / cl + 1 / co) : 0
 	}
 	printf "\n%-34s %12s %12s %8s %14s\n", "ClaimBatch of 100, goroutines", "store keys/s", "bare keys/s", "ratio", "redis-bench"
 	split("1 16", gs, " ")
 	for (i = 1; i <= 2; i++) {
 		g = gs[i]
 		s = median("BenchmarkClaimBatch100/store/goroutines=" g); b = median("BenchmarkClaimBatch100/bare/goroutines=" g)
-		printf "%-34s %12.0f %12.0f %7.0f%% %14.0f\n", g, s, b, 100 * s / b, median("rb/pipeline100/c=" g)
+		printf "%-34s %12.0f %12.0f %7.0f%% %14.0f\n", g, s, b, 100 * pratio("BenchmarkClaimBatch100/store/goroutines=" g, "BenchmarkClaimBatch100/bare/goroutines=" g), median("rb/pipeline100/c=" g)
 	}
 	printf "\n%-34s %12s\n", "Guard.Do (Claim+Complete), goroutines", "keys/s"
 	split("1 16 64", gs, " ")

@@ -38,10 +38,9 @@
 // caller's, as with TIME — but no script needs TIME or any arithmetic on
 // the common path, and the claim of a new key is the one command a bare
 // Redis lock would send, SET NX PX (with GET, which answers a duplicate in
-// the same step). A claim and its complete cost the Redis server a third
-// fewer instructions than they did with the lease end in the value
-// (BENCHMARKS.md). Leases and retentions are whole milliseconds, rounded
-// up.
+// the same step). Leases and retentions are whole milliseconds, rounded
+// up. An operator who changes a record key's TTL by hand (EXPIRE, PERSIST)
+// moves its lease with it.
 //
 // The claim of a new key answers only that it succeeded; the Claim's
 // record then reports the lease end and the expiry as the client reckons

@@ -3,9 +3,11 @@
 //
 // The plain mode is an [idem.Store] for the Guard: [New] over a pool, a
 // connection or a transaction ([DB]). Each transition of the state machine
-// is one SQL statement: Claim is a single INSERT … ON CONFLICT (key) DO
-// UPDATE … RETURNING that answers Acquired, Busy, Duplicate, ErrKeyReused
-// or the MaxAttempts cap in one round trip; Complete, Fail, Release and
+// is one SQL statement: Claim of a new key, and the takeover of a record
+// whose lease ended, is a single INSERT … ON CONFLICT (key) DO UPDATE …
+// WHERE … RETURNING, one round trip; a claim that finds the key taken (Busy,
+// Duplicate, ErrKeyReused, the MaxAttempts cap) is answered by a second
+// statement that reads it under its row lock. Complete, Fail, Release and
 // Extend are single UPDATEs fenced by the claim's token. Time is the
 // server's, tokens come from a sequence and are never reused. The plain
 // mode guards side effects outside the database by lease and token, as

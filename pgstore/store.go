@@ -121,11 +121,11 @@ const claimUpdate = `ON CONFLICT (key) DO UPDATE SET
 
 // queries are the statements of a Store, with the table's names in.
 type queries struct {
-	claimNew, claim, claimBatch          string
-	finish, release, extend, get, delete string
-	txClaimNew, txClaim                  string
-	txComplete, txFail                   string
-	completeBatch, reap                  string
+	claimNew, claimTake, claim, claimBatch string
+	finish, release, extend, get, delete   string
+	txClaimNew, txClaim                    string
+	txComplete, txFail                     string
+	completeBatch, reap                    string
 }
 
 func newQueries(t table) queries {
@@ -141,6 +141,30 @@ func newQueries(t table) queries {
 			statement_timestamp() + $3::interval + $4::interval)
 		ON CONFLICT (key) DO NOTHING
 		RETURNING r.token, r.lease_until, r.expires_at`),
+
+		// Store.Claim's statement: the insert of a new key, or the takeover
+		// of an expired record, a released one or one whose lease ran out
+		// (under the attempt cap), as the full claim below would decide,
+		// with a DO UPDATE that is only that takeover. It returns the row
+		// when it acquired the key, and no row when the key is someone
+		// else's (a duplicate, a busy key, another fingerprint, the cap):
+		// the full claim runs then. PostgreSQL sets up a DO UPDATE's
+		// expressions on every execution, taken or not, and the full
+		// claim's CASEs cost more than the insert itself; this one's are
+		// few. Its parameters are the full claim's first five.
+		claimTake: t.expand(`INSERT INTO {table} AS r
+			(key, status, token, attempt, fingerprint, lease_until, retention, result, expires_at)
+		VALUES ($1::bytea, 1, nextval('{seq}'), 1, $2::bytea, statement_timestamp() + $3::interval, $4::interval, NULL,
+			statement_timestamp() + $3::interval + $4::interval)
+		ON CONFLICT (key) DO UPDATE SET status = 1, token = excluded.token,
+			attempt = CASE WHEN r.expires_at <= statement_timestamp() THEN 1 ELSE r.attempt + 1 END,
+			fingerprint = excluded.fingerprint, lease_until = excluded.lease_until, retention = excluded.retention,
+			result = NULL, expires_at = excluded.expires_at
+		WHERE r.expires_at <= statement_timestamp()
+			OR (r.status = 1 AND r.fingerprint = excluded.fingerprint
+				AND (r.token = 0 OR r.lease_until <= statement_timestamp())
+				AND (NULLIF($5::int, 0) IS NULL OR r.attempt < $5::int))
+		RETURNING r.token, r.attempt, r.lease_until, r.expires_at`),
 
 		// $1 key, $2 fingerprint, $3 lease, $4 retention, $5 max attempts
 		// (0: no cap), $6 the cause stored when capped. The new token is
@@ -290,11 +314,14 @@ func fingerprint(a idem.ClaimArgs) []byte {
 // tooManyAttempts is the cause a capped claim stores.
 var tooManyAttempts = idem.TooManyAttemptsCause()
 
-// Claim implements [idem.Store.Claim] in one INSERT … ON CONFLICT DO UPDATE
-// statement, whatever the key's state: a new key, a duplicate, a busy key
-// and a takeover after a crash all cost one round trip. Of concurrent
-// claims of a key, PostgreSQL's unique index lets one insert and makes the
-// others wait for it and then see its row.
+// Claim implements [idem.Store.Claim]. A new key and a takeover after a
+// crash (an expired record, a released one, a lease that ran out) are one
+// INSERT … ON CONFLICT DO UPDATE … WHERE that takes the key, one round
+// trip. A key it does not take (a duplicate, a busy key, another
+// fingerprint, the attempt cap) gets a second statement, the full claim,
+// which answers every outcome from the row it locks. Of concurrent claims
+// of a key, PostgreSQL's unique index lets one insert and makes the others
+// wait for it and then see its row.
 // It returns idem.ErrKeyReused for a fingerprint mismatch and an error
 // wrapping idem.ErrStoreUnavailable when the server cannot be reached.
 func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
@@ -302,7 +329,16 @@ func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 		return idem.Claim{}, err
 	}
 	var r claimRow
-	err := s.db.QueryRow(ctx, s.q.claim, []byte(a.Key), fingerprint(a), micros(a.Lease), micros(a.Retention),
+	err := s.db.QueryRow(ctx, s.q.claimTake, []byte(a.Key), fingerprint(a), micros(a.Lease), micros(a.Retention),
+		maxAttempts(a.MaxAttempts)).Scan(&r.token, &r.attempt, &r.leaseUntil, &r.expiresAt)
+	if err == nil {
+		r.taken()
+		return r.claim(a)
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return idem.Claim{}, translate("claim", err)
+	}
+	err = s.db.QueryRow(ctx, s.q.claim, []byte(a.Key), fingerprint(a), micros(a.Lease), micros(a.Retention),
 		maxAttempts(a.MaxAttempts), tooManyAttempts).
 		Scan(&r.status, &r.token, &r.attempt, &r.sameFingerprint, &r.leaseUntil, &r.result, &r.expiresAt, &r.acquired)
 	if err != nil {
@@ -323,9 +359,17 @@ type claimRow struct {
 	acquired        bool
 }
 
+// taken completes the row of a statement that returns the record only
+// when it acquired the key: InProgress, with the caller's fingerprint and
+// no result.
+func (r *claimRow) taken() {
+	r.status, r.sameFingerprint, r.result, r.acquired = statusInProgress, true, nil, true
+}
+
 // inserted completes the row of claimNew, which inserted the record.
 func (r *claimRow) inserted() {
-	r.status, r.attempt, r.sameFingerprint, r.result, r.acquired = statusInProgress, 1, true, nil, true
+	r.taken()
+	r.attempt = 1
 }
 
 func (r *claimRow) claim(a idem.ClaimArgs) (idem.Claim, error) {

@@ -78,7 +78,7 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 func (s *Store) claimEach(ctx context.Context, args []idem.ClaimArgs, tokens []idem.Token, errs []error) []any {
 	cmds := make([]*redis.Cmd, len(args))
 	for i, a := range args {
-		cmds[i] = s.cmd(ctx, claimScript, a.Key, s.claimArgs(a, tokens[i])...)
+		cmds[i] = s.cmd(ctx, claimScript, a.Key, claimArgs(a, tokens[i])...)
 	}
 	s.pipeline(ctx, s.client, cmds, false, false)
 	replies := make([]any, len(args))
@@ -99,7 +99,7 @@ func (s *Store) claimChunks(ctx context.Context, c *redis.Client, args []idem.Cl
 			a = append(a, s.RedisKey(ca.Key))
 		}
 		for j, ca := range chunk {
-			a = append(a, s.claimArgs(ca, tokens[lo+j])...)
+			a = append(a, claimArgs(ca, tokens[lo+j])...)
 		}
 		cmd := redis.NewCmd(ctx, a...)
 		cmd.SetFirstKeyPos(3)

@@ -153,7 +153,7 @@ func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 // claim claims a with the token t.
 func (s *Store) claim(ctx context.Context, a idem.ClaimArgs, t idem.Token) (idem.Claim, error) {
 	sent := time.Now()
-	reply, err := s.run(ctx, s.cmd(ctx, claimScript, a.Key, s.claimArgs(a, t)...), false)
+	reply, err := s.run(ctx, s.cmd(ctx, claimScript, a.Key, claimArgs(a, t)...), false)
 	if err != nil {
 		return idem.Claim{}, unavailable("Claim", err)
 	}
@@ -193,7 +193,7 @@ func newToken() idem.Token {
 // the new record (version, InProgress, t, attempt 1, retention, the
 // fingerprint), packed here so that the script of a new key only writes
 // it; the key's expiry from now in ms, lease plus retention; the cap.
-func (s *Store) claimArgs(a idem.ClaimArgs, t idem.Token) []any {
+func claimArgs(a idem.ClaimArgs, t idem.Token) []any {
 	nv := make([]byte, 0, headerLen+len(a.Fingerprint))
 	nv = append(nv, formatV2, byte(idem.StatusInProgress))
 	nv = binary.BigEndian.AppendUint32(appendToken(nv, t), 1)

@@ -14,6 +14,7 @@
 # The Go benchmarks work in idemtest_* schemas they drop; pgbench in an
 # idembench_* schema this script drops.
 set -euo pipefail
+stats=$(cat "$(dirname "$0")/stats.awk") # median, pratio: see the file
 cd "$(dirname "$0")/../pgstore"
 count=${1:-3}
 url=${IDEM_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable}
@@ -81,24 +82,7 @@ echo "date: $(date -u +%Y-%m-%dT%H:%MZ)  cpu: $(grep -m1 'model name' /proc/cpui
 echo "server: $(psql "$url" -Atc 'SHOW server_version')  synchronous_commit=$(psql "$url" -Atc 'SHOW synchronous_commit')  fsync=$(psql "$url" -Atc 'SHOW fsync')"
 echo "medians of $count Go runs; keys/s (ops/s for Do) per second of wall time; ratio: the median of the runs' own store/bare ratios; pgbench: one run of 10 s"
 echo
-awk '
-function median(key,   i, j, k, t, a) {
-	k = n[key]
-	if (k == 0) return 0
-	for (i = 1; i <= k; i++) a[i] = v[key, i]
-	for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-	return (k % 2) ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2
-}
-function add(key, val) { n[key]++; v[key, n[key]] = val }
-function pratio(skey, bkey,   i, k, key) {
-	# The median of the ratios of the runs: store and bare ran seconds apart
-	# in the same run, so drift between runs cancels out of it.
-	k = (n[skey] < n[bkey]) ? n[skey] : n[bkey]
-	key = "ratio " skey
-	delete n[key]
-	for (i = 1; i <= k; i++) if (v[bkey, i] > 0) add(key, v[skey, i] / v[bkey, i])
-	return median(key)
-}
+awk "$stats"'
 FNR == NR && /^Benchmark/ {
 	name = $1; sub(/-[0-9]+$/, "", name)
 	for (i = 4; i < NF; i++) if ($(i + 1) == "keys/s" || $(i + 1) == "ops/s") add(name, $i)

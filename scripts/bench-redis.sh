@@ -11,6 +11,7 @@
 # Redis: IDEM_REDIS_ADDR (default 127.0.0.1:6379). Keys are written under
 # idemtest:/idembench: prefixes and expire within a minute.
 set -euo pipefail
+stats=$(cat "$(dirname "$0")/stats.awk") # median, pratio: see the file
 cd "$(dirname "$0")/../redisstore"
 count=${1:-5}
 addr=${IDEM_REDIS_ADDR:-127.0.0.1:6379}
@@ -70,23 +71,7 @@ echo "date: $(date -u +%Y-%m-%dT%H:%MZ)  cpu: $(grep -m1 'model name' /proc/cpui
 echo "medians of $count runs; keys/s = keys claimed and completed (or claimed, for batches) per second;"
 echo "ratio = the median of the runs' own store/bare ratios (store and bare run seconds apart in each run)"
 echo
-awk '
-function median(key,   i, j, k, t, a) {
-	k = n[key]
-	for (i = 1; i <= k; i++) a[i] = v[key, i]
-	for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-	return (k % 2) ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2
-}
-function add(key, val) { n[key]++; v[key, n[key]] = val }
-function pratio(skey, bkey,   i, k, key) {
-	# The median of the ratios of the runs: store and bare ran seconds apart
-	# in the same run, so drift between runs cancels out of it.
-	k = (n[skey] < n[bkey]) ? n[skey] : n[bkey]
-	key = "ratio " skey
-	delete n[key]
-	for (i = 1; i <= k; i++) if (v[bkey, i] > 0) add(key, v[skey, i] / v[bkey, i])
-	return median(key)
-}
+awk "$stats"'
 FNR == NR && /^Benchmark/ {
 	name = $1; sub(/-[0-9]+$/, "", name)
 	for (i = 2; i < NF; i++) {

@@ -1,12 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"time"
 
@@ -129,28 +130,14 @@ func bareMiddleware(s bareStore, namespace string, h http.Handler) http.Handler 
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		rec := &bufferedResponse{header: http.Header{}, status: http.StatusOK}
+		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, r)
-		if err := s.complete(context.WithoutCancel(r.Context()), key, token, rec.body.Bytes()); err != nil {
+		if err := s.complete(context.WithoutCancel(r.Context()), key, token, rec.Body.Bytes()); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		for k, v := range rec.header {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(rec.status)
-		w.Write(rec.body.Bytes())
+		maps.Copy(w.Header(), rec.Header())
+		w.WriteHeader(rec.Code)
+		w.Write(rec.Body.Bytes())
 	})
 }
-
-// bufferedResponse is the least http.ResponseWriter that keeps a response
-// for later.
-type bufferedResponse struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-}
-
-func (b *bufferedResponse) Header() http.Header         { return b.header }
-func (b *bufferedResponse) WriteHeader(code int)        { b.status = code }
-func (b *bufferedResponse) Write(p []byte) (int, error) { return b.body.Write(p) }

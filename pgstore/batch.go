@@ -4,24 +4,34 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // ClaimBatch implements [idem.BatchClaimer]: each entry is claimed as Claim
 // would, in one round trip.
 //
-// Distinct keys are claimed by one statement over unnest(…) arrays, which
-// inserts (and so locks) the rows in key order: concurrent batches sharing
-// keys never deadlock. A key that appears again in the batch is claimed in
-// order, the later entry seeing the earlier one's result (usually Busy
-// behind an Acquired): the n-th entries of repeated keys form the n-th
-// statement, and the statements are pipelined in one round trip and one
-// implicit transaction.
+// Distinct keys are claimed by one statement over unnest(…) arrays sorted
+// by key, which inserts (and so locks) the rows in key order: concurrent
+// batches sharing keys never deadlock. A key that appears again in the
+// batch is claimed in order, the later entry seeing the earlier one's
+// result (usually Busy behind an Acquired): the n-th entries of repeated
+// keys form the n-th statement, and the statements are pipelined in one
+// round trip and one implicit transaction.
+//
+// ClaimBatch draws its tokens at random (64 bits from crypto/rand, never
+// 0), where Claim takes them from the table's sequence: the client knows
+// the token it proposed, and tells the keys it acquired without a join on
+// the server. Either kind is unique for a key with overwhelming
+// probability.
 //
 // A fingerprint mismatch is that entry's Err (idem.ErrKeyReused); the error
 // returned is for the whole batch, which then claimed nothing.
@@ -37,24 +47,27 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 	}
 	rounds := claimRounds(args)
 	if len(rounds) == 1 {
-		rows, err := s.db.Query(ctx, s.q.claimBatch, claimArrays(args, rounds[0])...)
+		r := newClaimRound(args, rounds[0])
+		rows, err := s.db.Query(ctx, s.q.claimBatch, r.params...)
 		if err != nil {
 			return nil, translate("claim batch", err)
 		}
-		if err := scanClaims(rows, args, rounds[0], out); err != nil {
+		if err := r.scan(rows, args, out); err != nil {
 			return nil, translate("claim batch", err)
 		}
 		return out, nil
 	}
 	b := &pgx.Batch{}
-	for _, r := range rounds {
-		b.Queue(s.q.claimBatch, claimArrays(args, r)...)
+	rs := make([]claimRound, len(rounds))
+	for i, idx := range rounds {
+		rs[i] = newClaimRound(args, idx)
+		b.Queue(s.q.claimBatch, rs[i].params...)
 	}
 	br := s.db.SendBatch(ctx, b)
-	for _, r := range rounds {
+	for _, r := range rs {
 		rows, err := br.Query()
 		if err == nil {
-			err = scanClaims(rows, args, r, out)
+			err = r.scan(rows, args, out)
 		}
 		if err != nil {
 			br.Close()
@@ -68,7 +81,7 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 }
 
 // claimRounds splits the indexes of args so that no key repeats within a
-// round: round n holds the n-th entry of every key.
+// round: round n holds the n-th entry of every key, in key order.
 func claimRounds(args []idem.ClaimArgs) [][]int {
 	seen := make(map[string]int, len(args))
 	var rounds [][]int
@@ -80,52 +93,112 @@ func claimRounds(args []idem.ClaimArgs) [][]int {
 		}
 		rounds[n] = append(rounds[n], i)
 	}
+	for _, r := range rounds {
+		// Byte order, as PostgreSQL orders bytea.
+		slices.SortFunc(r, func(i, j int) int { return strings.Compare(args[i].Key, args[j].Key) })
+	}
 	return rounds
 }
 
-// claimArrays returns the statement's parameters for the entries idx of args.
-func claimArrays(args []idem.ClaimArgs, idx []int) []any {
-	keys := make([][]byte, len(idx))
-	fps := make([][]byte, len(idx))
-	leases := make([]time.Duration, len(idx))
-	retentions := make([]time.Duration, len(idx))
-	caps := make([]int32, len(idx))
-	for n, i := range idx {
-		a := args[i]
-		keys[n], fps[n] = []byte(a.Key), fingerprint(a)
-		leases[n], retentions[n] = micros(a.Lease), micros(a.Retention)
-		caps[n] = maxAttempts(a.MaxAttempts)
-	}
-	return []any{keys, fps, leases, retentions, caps, tooManyAttempts}
+// claimRound is one statement of ClaimBatch: the entries idx of args, in
+// key order, and the tokens drawn for them.
+type claimRound struct {
+	idx    []int
+	tokens []int64
+	params []any
 }
 
-// scanClaims reads one round's rows into out and closes rows.
-func scanClaims(rows pgx.Rows, args []idem.ClaimArgs, idx []int, out []idem.Claim) error {
+func newClaimRound(args []idem.ClaimArgs, idx []int) claimRound {
+	n := len(idx)
+	keys, fps := make(refArray[bytesRef], n), make(refArray[bytesRef], n)
+	leases, retentions := make(refArray[intervalRef], n), make(refArray[intervalRef], n)
+	caps := make([]int32, n)
+	for j, i := range idx {
+		a := args[i]
+		keys[j], fps[j] = bytesRef(a.Key), bytesRef(fingerprint(a))
+		leases[j], retentions[j] = intervalRef(micros(a.Lease)), intervalRef(micros(a.Retention))
+		caps[j] = maxAttempts(a.MaxAttempts)
+	}
+	tokens := randomTokens(n)
+	return claimRound{idx: idx, tokens: tokens, params: []any{keys, fps, leases, retentions, tokens, caps, tooManyAttempts}}
+}
+
+// refArray is an array parameter that pgx encodes without reflection and
+// without an allocation per element: its elements are handed to pgx as
+// pointers, which fit in an interface, where pgx boxes each element of a
+// [][]byte or a []time.Duration into a new one.
+type refArray[T any] []T
+
+func (a refArray[T]) Dimensions() []pgtype.ArrayDimension {
+	return []pgtype.ArrayDimension{{Length: int32(len(a)), LowerBound: 1}}
+}
+
+func (a refArray[T]) Index(i int) any { return &a[i] }
+func (a refArray[T]) IndexType() any  { return (*T)(nil) }
+
+// bytesRef is a bytea element of a refArray.
+type bytesRef []byte
+
+func (b *bytesRef) BytesValue() ([]byte, error) { return *b, nil }
+
+// intervalRef is an interval element of a refArray, whole microseconds.
+type intervalRef time.Duration
+
+func (d *intervalRef) IntervalValue() (pgtype.Interval, error) {
+	return pgtype.Interval{Microseconds: time.Duration(*d).Microseconds(), Valid: true}, nil
+}
+
+// randomTokens returns n random tokens, none of them 0.
+func randomTokens(n int) []int64 {
+	b := make([]byte, 8*n)
+	rand.Read(b) // never fails (crypto/rand)
+	tokens := make([]int64, n)
+	for j := range tokens {
+		for tokens[j] = int64(binary.LittleEndian.Uint64(b[8*j:])); tokens[j] == 0; {
+			rand.Read(b[8*j : 8*j+8])
+			tokens[j] = int64(binary.LittleEndian.Uint64(b[8*j:]))
+		}
+	}
+	return tokens
+}
+
+// scan reads the round's rows into out and closes rows. The statement
+// returns one row per entry, in the arrays' order.
+func (r claimRound) scan(rows pgx.Rows, args []idem.ClaimArgs, out []idem.Claim) error {
 	defer rows.Close()
-	got := 0
+	n := 0
+	// One row and one destination list for all rows: a row per entry
+	// would be an allocation per key. key and fp are the driver's bytes,
+	// valid until the next row: they are compared only.
+	var key, fp pgtype.DriverBytes
+	var row claimRow
+	dest := []any{&key, &row.status, &row.token, &row.attempt, &fp, &row.leaseUntil, &row.result, &row.expiresAt}
 	for rows.Next() {
-		var i int64
-		var r claimRow
-		if err := rows.Scan(&i, &r.status, &r.token, &r.attempt, &r.sameFingerprint, &r.leaseUntil,
-			&r.result, &r.expiresAt, &r.acquired); err != nil {
+		if n == len(r.idx) {
+			return errors.New("claim batch answered more entries than asked")
+		}
+		row = claimRow{}
+		if err := rows.Scan(dest...); err != nil {
 			return err
 		}
-		if i < 1 || int(i) > len(idx) {
-			return errors.New("claim batch answered an entry it was not asked")
+		a := args[r.idx[n]]
+		if string(key) != a.Key {
+			return errors.New("claim batch answered its entries out of order")
 		}
-		k := idx[i-1]
-		c, err := r.claim(args[k])
+		row.acquired = row.token == r.tokens[n]
+		row.sameFingerprint = bytes.Equal(fp, fingerprint(a))
+		c, err := row.claim(a)
 		if err != nil && !errors.Is(err, idem.ErrKeyReused) {
 			return err
 		}
 		c.Err = err
-		out[k] = c
-		got++
+		out[r.idx[n]] = c
+		n++
 	}
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	if got != len(idx) {
+	if n != len(r.idx) {
 		return errors.New("claim batch answered fewer entries than asked")
 	}
 	return nil

@@ -165,6 +165,49 @@ func TestClaimBatchMaxAttemptsPerEntry(t *testing.T) {
 	}
 }
 
+// Each entry of a batch gets its own lease and retention, on the server's
+// clock: its lease ends lease after the statement's time, and its record
+// expires retention after that. A sub-microsecond lease rounds up.
+func TestClaimBatchLeasesAndRetentions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 4)
+	ctx := testCtx(t)
+	args := []idem.ClaimArgs{claimArgs("b", "fp"), claimArgs("a", "fp"), claimArgs("c", "fp")}
+	args[0].Lease, args[0].Retention = 90*time.Second, 2*time.Hour
+	args[1].Lease, args[1].Retention = 7*time.Second, 30*time.Minute+time.Microsecond
+	args[2].Lease, args[2].Retention = 1500*time.Nanosecond, time.Minute
+	serverNow := func() time.Time {
+		var now time.Time
+		if err := e.pool.QueryRow(ctx, "SELECT statement_timestamp()").Scan(&now); err != nil {
+			t.Fatal(err)
+		}
+		return now
+	}
+	before := serverNow()
+	got, err := e.store.ClaimBatch(ctx, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := serverNow()
+	for i, a := range args {
+		c := got[i]
+		if c.Outcome != idem.Acquired {
+			t.Fatalf("%s: %v, want Acquired", a.Key, c.Outcome)
+		}
+		lease := (a.Lease + time.Microsecond - 1).Truncate(time.Microsecond) // rounded up
+		if c.Record.LeaseUntil.Before(before.Add(lease)) || c.Record.LeaseUntil.After(after.Add(lease)) {
+			t.Errorf("%s: lease until %v, want %v after a time within [%v, %v]", a.Key, c.Record.LeaseUntil, lease, before, after)
+		}
+		if d := c.Record.ExpiresAt.Sub(c.Record.LeaseUntil); d != a.Retention {
+			t.Errorf("%s: expires %v after its lease ends, want the retention %v", a.Key, d, a.Retention)
+		}
+		r, err := e.store.Get(ctx, a.Key)
+		if err != nil || !r.LeaseUntil.Equal(c.Record.LeaseUntil) || !r.ExpiresAt.Equal(c.Record.ExpiresAt) {
+			t.Errorf("%s: Get %v, %v; ClaimBatch said lease until %v, expires %v", a.Key, r, err, c.Record.LeaseUntil, c.Record.ExpiresAt)
+		}
+	}
+}
+
 // Batches over the same keys in opposite orders, with completions, lock
 // rows in key order: PostgreSQL never finds a deadlock (it would abort a
 // statement with SQLSTATE 40P01 after a second).

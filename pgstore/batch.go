@@ -124,9 +124,10 @@ func newClaimRound(args []idem.ClaimArgs, idx []int) claimRound {
 }
 
 // refArray is an array parameter that pgx encodes without reflection and
-// without an allocation per element: its elements are handed to pgx as
-// pointers, which fit in an interface, where pgx boxes each element of a
-// [][]byte or a []time.Duration into a new one.
+// without an allocation per element. pgx boxes each element of a [][]byte
+// or a []time.Duration into a new interface value, an allocation; a
+// refArray hands pgx pointers to its elements, which an interface holds
+// as they are.
 type refArray[T any] []T
 
 func (a refArray[T]) Dimensions() []pgtype.ArrayDimension {
@@ -154,7 +155,8 @@ func randomTokens(n int) []int64 {
 	rand.Read(b) // never fails (crypto/rand)
 	tokens := make([]int64, n)
 	for j := range tokens {
-		for tokens[j] = int64(binary.LittleEndian.Uint64(b[8*j:])); tokens[j] == 0; {
+		tokens[j] = int64(binary.LittleEndian.Uint64(b[8*j:]))
+		for tokens[j] == 0 { // once in 2⁶⁴ draws
 			rand.Read(b[8*j : 8*j+8])
 			tokens[j] = int64(binary.LittleEndian.Uint64(b[8*j:]))
 		}

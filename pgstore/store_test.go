@@ -165,6 +165,43 @@ func TestClaimBatchMaxAttemptsPerEntry(t *testing.T) {
 	}
 }
 
+// A batch replaces a record that expired as if it were absent: attempt 1,
+// the new fingerprint, a new token that its Complete is fenced by.
+func TestClaimBatchReplacesAnExpiredRecord(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 4)
+	ctx := testCtx(t)
+	old, err := e.store.Claim(ctx, claimArgs("old", "A"))
+	if err != nil || old.Outcome != idem.Acquired {
+		t.Fatalf("Claim: %v %v", old.Outcome, err)
+	}
+	if err := e.store.Complete(ctx, "old", old.Token, []byte("v"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	// Expired a second ago, on the server's clock; the reaper has not run.
+	if _, err := e.pool.Exec(ctx, "UPDATE "+e.store.Table()+" SET expires_at = statement_timestamp() - interval '1 second'"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.store.ClaimBatch(ctx, []idem.ClaimArgs{claimArgs("new", "N"), claimArgs("old", "B")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := got[1]
+	if c.Outcome != idem.Acquired || c.Err != nil || c.Record.Attempt != 1 || c.Token == old.Token || c.Token == got[0].Token {
+		t.Fatalf("expired key: %v err %v attempt %d token %d (old %d); want Acquired, attempt 1, a new token", c.Outcome, c.Err, c.Record.Attempt, c.Token, old.Token)
+	}
+	if err := e.store.Complete(ctx, "old", old.Token, []byte("stale"), time.Hour); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Errorf("Complete with the expired record's token: %v, want ErrLeaseLost", err)
+	}
+	if err := e.store.Complete(ctx, "old", c.Token, []byte("w"), time.Hour); err != nil {
+		t.Fatalf("Complete with the batch's token: %v", err)
+	}
+	d, err := e.store.Claim(ctx, claimArgs("old", "B"))
+	if err != nil || d.Outcome != idem.Duplicate || string(d.Record.Result) != "w" {
+		t.Errorf("after: %v %q %v, want Duplicate %q", d.Outcome, d.Record.Result, err, "w")
+	}
+}
+
 // Each entry of a batch gets its own lease and retention, on the server's
 // clock: its lease ends lease after the statement's time, and its record
 // expires retention after that. A sub-microsecond lease rounds up.

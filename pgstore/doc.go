@@ -9,8 +9,8 @@
 // Duplicate, ErrKeyReused, the MaxAttempts cap) is answered by a second
 // statement that reads it under its row lock. Complete, Fail, Release and
 // Extend are single UPDATEs fenced by the claim's token. Time is the
-// server's; tokens come from a sequence (ClaimBatch draws 64 random bits)
-// and are never reused. The plain
+// server's; tokens come from a sequence and are never reused (ClaimBatch
+// draws 64 random bits instead: unique but for a 2⁻⁶⁴ chance). The plain
 // mode guards side effects outside the database by lease and token, as
 // every idem store does: a holder that crashes after its side effect and
 // before Complete is taken over when its lease ends, and the effect may

@@ -3,8 +3,8 @@
 -- Every migration is idempotent: Migrate runs them all, in order, each time.
 -- The columns have no CHECK constraints: PostgreSQL reads a table's CHECK
 -- expressions back from their stored text and plans them in every
--- statement that writes a row, a fifth of the server's work for a claim
--- and its outcome (pgstore/README.md). Only pgstore's statements write
+-- statement that writes a row, a fifth to a quarter of the server's work
+-- for a claim and its outcome (pgstore/README.md). Only pgstore's statements write
 -- here, with literal statuses and attempts counted from 1.
 
 CREATE TABLE IF NOT EXISTS {table} (
@@ -13,7 +13,8 @@ CREATE TABLE IF NOT EXISTS {table} (
     key          bytea       PRIMARY KEY,
     -- 1 InProgress, 2 Completed, 3 Failed (idem.Status).
     status       smallint    NOT NULL,
-    -- The current claim's fencing token, from {seq}; 0 once released.
+    -- The current claim's fencing token, from {seq} (ClaimBatch: random);
+    -- 0 once released.
     token        bigint      NOT NULL,
     attempt      integer     NOT NULL,   -- from 1
     fingerprint  bytea       NOT NULL,

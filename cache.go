@@ -128,12 +128,12 @@ func (c *cacheShard) pushFront(e *centry) {
 }
 
 // fromCache answers a duplicate from the local cache, when it has the key.
-func (g *Guard) fromCache(ctx context.Context, key string, a ClaimArgs) (Result, error, bool) {
+func (g *Guard) fromCache(ctx context.Context, scope, key string, a ClaimArgs) (Result, error, bool) {
 	status, fp, result, ok := g.cache.get(a.Key, time.Now())
 	if !ok {
 		return Result{}, nil, false
 	}
-	g.observe(ctx, Event{Op: OpCacheHit, Key: key})
+	g.observe(ctx, Event{Op: OpCacheHit, Scope: scope, Key: key})
 	if !bytes.Equal(fp, a.Fingerprint) {
 		return Result{}, fmt.Errorf("%w (key %q)", ErrKeyReused, key), true
 	}

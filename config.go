@@ -90,9 +90,11 @@ type Config struct {
 
 // Defaults of [Config].
 const (
-	DefaultLease        = 30 * time.Second
-	DefaultRetention    = 24 * time.Hour
-	DefaultMaxKeyLen    = 255
+	DefaultLease     = 30 * time.Second
+	DefaultRetention = 24 * time.Hour
+	DefaultMaxKeyLen = 255
+	// MaxScopeLen is the longest scope [Guard.DoScoped] accepts, in bytes.
+	MaxScopeLen         = 255
 	DefaultCacheTTL     = time.Minute
 	DefaultStoreTimeout = 5 * time.Second
 	minLease            = 3 * time.Millisecond
@@ -173,6 +175,7 @@ func (o Op) String() string {
 type Event struct {
 	Op        Op
 	Namespace string
+	Scope     string        // the scope given to DoScoped; "" for Do
 	Key       string        // the caller's key, not the store key
 	Outcome   Outcome       // OpClaim
 	Attempt   int           // OpClaim when Acquired

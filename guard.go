@@ -43,7 +43,7 @@ func New(store Store, cfg Config) (*Guard, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &Guard{store: store, cfg: cfg, prefix: appendStoreKey(nil, cfg.Namespace, "")}
+	g := &Guard{store: store, cfg: cfg, prefix: appendNamespace(nil, cfg.Namespace)}
 	if cfg.CacheSize > 0 {
 		g.cache = newCache(cfg.CacheSize, cfg.CacheTTL)
 	}
@@ -65,9 +65,16 @@ func (g *Guard) Close() error {
 // Store returns the Guard's store.
 func (g *Guard) Store() Store { return g.store }
 
-// StoreKey returns the store key the Guard uses for key: its namespace and
-// key combined by [StoreKey].
+// StoreKey returns the store key the Guard uses for an unscoped key: its
+// namespace and key combined by [StoreKey].
 func (g *Guard) StoreKey(key string) string { return StoreKey(g.cfg.Namespace, key) }
+
+// ScopedStoreKey returns the store key the Guard uses for key in scope: its
+// namespace, scope and key combined by [ScopedStoreKey]. Use it to inspect or
+// delete a record that [Guard.DoScoped] wrote.
+func (g *Guard) ScopedStoreKey(scope, key string) string {
+	return ScopedStoreKey(g.cfg.Namespace, scope, key)
+}
 
 // Config returns the Guard's configuration with the defaults filled in.
 func (g *Guard) Config() Config { return g.cfg }
@@ -108,18 +115,29 @@ func TokenFrom(ctx context.Context) (Token, bool) {
 // The outcome is written under a context detached from ctx: a caller that
 // gives up once fn has run does not leave the key in progress.
 func (g *Guard) Do(ctx context.Context, key string, payload []byte, fn func(ctx context.Context) ([]byte, error)) (Result, error) {
+	return g.DoScoped(ctx, "", key, payload, fn)
+}
+
+// DoScoped is [Guard.Do] for key within scope: a tenant, an authenticated
+// principal, a route. The same key in two scopes names two operations, so a
+// client of one scope can never receive the outcome another scope stored.
+// The Guard composes namespace, scope and key without ambiguity
+// ([ScopedStoreKey]); Config.MaxKeyLen and Config.ValidateKey apply to key
+// alone, and scope may be up to [MaxScopeLen] bytes (ErrInvalidKey beyond).
+// The empty scope is the one Do uses.
+func (g *Guard) DoScoped(ctx context.Context, scope, key string, payload []byte, fn func(ctx context.Context) ([]byte, error)) (Result, error) {
 	if fn == nil {
 		return Result{}, errNilFunc
 	}
 	if g.closed.Load() {
 		return Result{}, ErrClosed
 	}
-	if err := g.validKey(key); err != nil {
+	if err := g.validKey(scope, key); err != nil {
 		return Result{}, err
 	}
-	c := &call{g: g, key: key}
+	c := &call{g: g, scope: scope, key: key}
 	args := ClaimArgs{
-		Key:         g.storeKey(key),
+		Key:         g.storeKey(scope, key),
 		Fingerprint: g.cfg.Fingerprint(c.fp[:0], payload),
 		Lease:       g.cfg.Lease,
 		Retention:   g.cfg.FailedRetention,
@@ -127,7 +145,7 @@ func (g *Guard) Do(ctx context.Context, key string, payload []byte, fn func(ctx 
 	}
 	c.storeKey, c.fingerprint = args.Key, args.Fingerprint
 	if g.cache != nil {
-		if res, err, ok := g.fromCache(ctx, key, args); ok {
+		if res, err, ok := g.fromCache(ctx, scope, key, args); ok {
 			return res, err
 		}
 	}
@@ -138,7 +156,7 @@ func (g *Guard) Do(ctx context.Context, key string, payload []byte, fn func(ctx 
 		sent := time.Now()
 		cl, err := g.store.Claim(ctx, args)
 		if g.cfg.Observer != nil {
-			g.observe(ctx, Event{Op: OpClaim, Key: key, Outcome: cl.Outcome, Attempt: cl.Record.Attempt, Duration: time.Since(sent), Err: err})
+			g.observe(ctx, Event{Op: OpClaim, Scope: scope, Key: key, Outcome: cl.Outcome, Attempt: cl.Record.Attempt, Duration: time.Since(sent), Err: err})
 		}
 		if err != nil {
 			switch {
@@ -147,7 +165,7 @@ func (g *Guard) Do(ctx context.Context, key string, payload []byte, fn func(ctx 
 			case ctx.Err() != nil:
 				return Result{}, fmt.Errorf("idem: claim: %w", context.Cause(ctx))
 			case g.cfg.FailOpen:
-				return g.runOpen(ctx, key, err, fn)
+				return g.runOpen(ctx, scope, key, err, fn)
 			}
 			return Result{}, fmt.Errorf("%w: claim: %w", ErrStoreUnavailable, err)
 		}
@@ -177,7 +195,10 @@ func (g *Guard) Do(ctx context.Context, key string, payload []byte, fn func(ctx 
 	}
 }
 
-func (g *Guard) validKey(key string) error {
+func (g *Guard) validKey(scope, key string) error {
+	if len(scope) > MaxScopeLen {
+		return fmt.Errorf("%w: scope of %d bytes, longer than %d", ErrInvalidKey, len(scope), MaxScopeLen)
+	}
 	if len(key) == 0 {
 		return fmt.Errorf("%w: empty", ErrInvalidKey)
 	}
@@ -192,9 +213,9 @@ func (g *Guard) validKey(key string) error {
 	return nil
 }
 
-func (g *Guard) storeKey(key string) string {
+func (g *Guard) storeKey(scope, key string) string {
 	var buf [128]byte
-	return string(append(append(buf[:0], g.prefix...), key...))
+	return string(appendScoped(append(buf[:0], g.prefix...), scope, key))
 }
 
 // replay turns a stored outcome into Do's answer.
@@ -206,10 +227,10 @@ func replay(r Record) (Result, error) {
 }
 
 // runOpen runs fn without a claim after the store failed (Config.FailOpen).
-func (g *Guard) runOpen(ctx context.Context, key string, cause error, fn func(context.Context) ([]byte, error)) (Result, error) {
+func (g *Guard) runOpen(ctx context.Context, scope, key string, cause error, fn func(context.Context) ([]byte, error)) (Result, error) {
 	g.cfg.Logger.WarnContext(ctx, "idem: store unavailable, running without idempotency (fail open)",
-		slog.String("namespace", g.cfg.Namespace), slog.String("key", key), slog.Any("error", cause))
-	g.observe(ctx, Event{Op: OpFailOpen, Key: key, Err: cause})
+		slog.String("namespace", g.cfg.Namespace), slog.String("scope", scope), slog.String("key", key), slog.Any("error", cause))
+	g.observe(ctx, Event{Op: OpFailOpen, Scope: scope, Key: key, Err: cause})
 	v, err := fn(ctx)
 	return Result{Value: v}, err
 }
@@ -237,6 +258,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 // detached context of the outcome write and the heartbeat's list links.
 type call struct {
 	g           *Guard
+	scope       string
 	key         string
 	storeKey    string
 	token       Token
@@ -287,7 +309,7 @@ func (c *call) run(ctx context.Context, sent time.Time, fn func(context.Context)
 	g.hb.stop(c)
 	cancel(context.Canceled)
 	if g.cfg.Observer != nil {
-		g.observe(ctx, Event{Op: OpRun, Key: c.key, Duration: time.Since(started), Err: ferr})
+		g.observe(ctx, Event{Op: OpRun, Scope: c.scope, Key: c.key, Duration: time.Since(started), Err: ferr})
 	}
 
 	switch {
@@ -335,18 +357,18 @@ func (c *call) outcome(ctx context.Context, op Op, write func(context.Context) e
 	err := write(&c.octx)
 	c.octx.stop()
 	if g.cfg.Observer != nil {
-		g.observe(ctx, Event{Op: op, Key: c.key, Duration: time.Since(start), Err: err})
+		g.observe(ctx, Event{Op: op, Scope: c.scope, Key: c.key, Duration: time.Since(start), Err: err})
 	}
 	if err == nil {
 		return nil
 	}
 	if errors.Is(err, ErrLeaseLost) {
 		g.cfg.Logger.WarnContext(ctx, "idem: lease lost before the outcome was stored",
-			slog.String("namespace", g.cfg.Namespace), slog.String("key", c.key), slog.String("op", op.String()))
+			slog.String("namespace", g.cfg.Namespace), slog.String("scope", c.scope), slog.String("key", c.key), slog.String("op", op.String()))
 		return fmt.Errorf("idem: %s (key %q): %w", op, c.key, err)
 	}
 	g.cfg.Logger.WarnContext(ctx, "idem: store failed to take the outcome",
-		slog.String("namespace", g.cfg.Namespace), slog.String("key", c.key), slog.String("op", op.String()), slog.Any("error", err))
+		slog.String("namespace", g.cfg.Namespace), slog.String("scope", c.scope), slog.String("key", c.key), slog.String("op", op.String()), slog.Any("error", err))
 	return fmt.Errorf("%w: %s (key %q): %w", ErrStoreUnavailable, op, c.key, err)
 }
 

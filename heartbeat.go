@@ -208,7 +208,7 @@ func (h *heartbeats) extend(c *call) {
 		ctx, cancel := context.WithDeadline(context.Background(), until)
 		err := g.store.Extend(ctx, c.storeKey, c.token, g.cfg.Lease)
 		cancel()
-		g.observe(&c.tctx, Event{Op: OpExtend, Key: c.key, Duration: time.Since(sent), Err: err})
+		g.observe(&c.tctx, Event{Op: OpExtend, Scope: c.scope, Key: c.key, Duration: time.Since(sent), Err: err})
 		switch {
 		case err == nil:
 			h.mu.Lock()
@@ -227,7 +227,7 @@ func (h *heartbeats) extend(c *call) {
 			return
 		}
 		g.cfg.Logger.Warn("idem: heartbeat could not extend the lease",
-			slog.String("namespace", g.cfg.Namespace), slog.String("key", c.key), slog.Any("error", err))
+			slog.String("namespace", g.cfg.Namespace), slog.String("scope", c.scope), slog.String("key", c.key), slog.Any("error", err))
 		select {
 		case <-time.After(min(h.retry, time.Until(deadline))):
 		case <-h.quit:
@@ -246,7 +246,7 @@ func (h *heartbeats) lose(c *call, cause error) {
 	}
 	g := h.g
 	g.cfg.Logger.Warn("idem: lease lost, cancelling the operation",
-		slog.String("namespace", g.cfg.Namespace), slog.String("key", c.key), slog.Any("cause", cause))
-	g.observe(&c.tctx, Event{Op: OpLeaseLost, Key: c.key, Err: cause})
+		slog.String("namespace", g.cfg.Namespace), slog.String("scope", c.scope), slog.String("key", c.key), slog.Any("cause", cause))
+	g.observe(&c.tctx, Event{Op: OpLeaseLost, Scope: c.scope, Key: c.key, Err: cause})
 	c.cancel(cause)
 }

@@ -81,15 +81,28 @@ type BatchCompleter interface {
 	CompleteBatch(ctx context.Context, cs []Completion) ([]error, error)
 }
 
-// StoreKey returns the store key of key in namespace: the namespace's length
-// as a uvarint, the namespace, then the key. No two (namespace, key) pairs
-// share a store key, whatever bytes they hold: namespace "a:b" with key "c"
-// and namespace "a" with key "b:c" are different records.
-func StoreKey(namespace, key string) string {
-	return string(appendStoreKey(make([]byte, 0, binary.MaxVarintLen64+len(namespace)+len(key)), namespace, key))
+// StoreKey returns the store key of an unscoped key in namespace: what
+// [ScopedStoreKey] returns for the empty scope.
+func StoreKey(namespace, key string) string { return ScopedStoreKey(namespace, "", key) }
+
+// ScopedStoreKey returns the store key of key in scope (a tenant, a
+// principal) in namespace: the namespace's length as a uvarint, the
+// namespace, the scope's length as a uvarint, the scope, then the key. No two
+// (namespace, scope, key) triples share a store key, whatever bytes they
+// hold: namespace "a:b" with key "c" and namespace "a" with key "b:c" are
+// different records, and so are scope "a:b" with key "c" and scope "a" with
+// key "b:c".
+func ScopedStoreKey(namespace, scope, key string) string {
+	b := make([]byte, 0, 2*binary.MaxVarintLen64+len(namespace)+len(scope)+len(key))
+	return string(appendScoped(appendNamespace(b, namespace), scope, key))
 }
 
-func appendStoreKey(b []byte, namespace, key string) []byte {
+func appendNamespace(b []byte, namespace string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(namespace)))
-	return append(append(b, namespace...), key...)
+	return append(b, namespace...)
+}
+
+func appendScoped(b []byte, scope, key string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(scope)))
+	return append(append(b, scope...), key...)
 }

@@ -1,15 +1,16 @@
 # make test: what CI runs (.ci/run). Every module of the workspace: gofmt,
-# go vet, go test -race against the real servers, and a build with the
-# workspace off (each module must build on its own, as users get it).
+# go vet, go test -race against the real servers, and the release check:
+# every module, served from a module proxy built from this tree, fetched
+# with `go get` and built outside the workspace, as users get it.
 
 SHELL   := /bin/bash
 MODULES := $(shell go list -m -f '{{.Dir}}')
 # Integration tests fail, not skip, when a server is missing.
 export IDEM_REQUIRE_SERVICES := 1
 
-.PHONY: test services fmt vet stdlib-only unit gowork-off bench
+.PHONY: test services fmt vet stdlib-only unit release-check tidy bench
 
-test: services fmt vet stdlib-only unit gowork-off
+test: services fmt vet stdlib-only unit release-check
 
 services:
 	@scripts/services.sh
@@ -28,8 +29,16 @@ stdlib-only:
 unit:
 	@set -e; for m in $(MODULES); do (cd $$m && go test -race -count=1 -timeout 8m ./...); done
 
-gowork-off:
-	@set -e; for m in $(MODULES); do echo "GOWORK=off go build $$m"; (cd $$m && GOWORK=off go build ./... && GOWORK=off go vet ./...); done
+# No replace in any go.mod, one version across the modules, and each
+# module compiles the same dependency versions alone as in the workspace.
+release-check:
+	@go run ./internal/release check
+
+# go mod tidy for every module. The modules require each other at the
+# version being released, which is not published yet: a plain go mod tidy
+# outside the workspace cannot fetch it, this serves it from the tree.
+tidy:
+	@go run ./internal/release tidy
 
 # make bench: the core benchmarks beside their in-process ceiling; each
 # store's script in scripts/ measures it beside its server's own limit.

@@ -3,7 +3,7 @@ module github.com/idemgo/idem/idemgrpc
 go 1.26.0
 
 require (
-	github.com/idemgo/idem v0.0.0
+	github.com/idemgo/idem v0.1.0
 	go.uber.org/goleak v1.3.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1
 	google.golang.org/grpc v1.85.0
@@ -15,5 +15,3 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 )
-
-replace github.com/idemgo/idem => ../

@@ -4,10 +4,10 @@ go 1.26.0
 
 require (
 	github.com/anishathalye/porcupine v1.3.1
-	github.com/idemgo/idem v0.0.0
-	github.com/idemgo/idem/idemgrpc v0.0.0
-	github.com/idemgo/idem/pgstore v0.0.0
-	github.com/idemgo/idem/redisstore v0.0.0
+	github.com/idemgo/idem v0.1.0
+	github.com/idemgo/idem/idemgrpc v0.1.0
+	github.com/idemgo/idem/pgstore v0.1.0
+	github.com/idemgo/idem/redisstore v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/goleak v1.3.0
@@ -26,11 +26,4 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	google.golang.org/grpc v1.85.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
-)
-
-replace (
-	github.com/idemgo/idem => ../
-	github.com/idemgo/idem/idemgrpc => ../idemgrpc
-	github.com/idemgo/idem/pgstore => ../pgstore
-	github.com/idemgo/idem/redisstore => ../redisstore
 )

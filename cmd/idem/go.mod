@@ -3,9 +3,9 @@ module github.com/idemgo/idem/cmd/idem
 go 1.26.0
 
 require (
-	github.com/idemgo/idem v0.0.0
-	github.com/idemgo/idem/pgstore v0.0.0
-	github.com/idemgo/idem/redisstore v0.0.0
+	github.com/idemgo/idem v0.1.0
+	github.com/idemgo/idem/pgstore v0.1.0
+	github.com/idemgo/idem/redisstore v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/tsenart/vegeta/v12 v12.13.0
@@ -21,14 +21,8 @@ require (
 	github.com/mailru/easyjson v0.7.7 // indirect
 	github.com/rs/dnscache v0.0.0-20230804202142-fc85eb664529 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
-	golang.org/x/net v0.27.0 // indirect
-	golang.org/x/sync v0.22.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/sync v0.23.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
-	golang.org/x/text v0.41.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
 )
-
-replace github.com/idemgo/idem => ../..
-
-replace github.com/idemgo/idem/redisstore => ../../redisstore
-
-replace github.com/idemgo/idem/pgstore => ../../pgstore

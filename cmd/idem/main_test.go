@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -96,5 +97,18 @@ func TestCommandLineExitStatus(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, "idem: demo failed: the idem consumer made 0 double charges and lost") ||
 		!strings.Contains(stderr, "timed out after 1ms") {
 		t.Errorf("a run out of time: exit status %d, want 1 with the reason\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	code, out, stderr := runArgs(t, "version")
+	if code != exitOK {
+		t.Fatalf("idem version: exit %d, stderr %q", code, stderr)
+	}
+	if !strings.HasPrefix(out, "idem ") || !strings.Contains(out, runtime.Version()) || !strings.Contains(out, "github.com/idemgo/idem ") {
+		t.Fatalf("idem version printed %q: want the tool's version, the Go version and the core module's version", out)
+	}
+	if code, _, _ := runArgs(t, "version", "extra"); code != exitUsage {
+		t.Fatalf("idem version extra: exit %d, want %d", code, exitUsage)
 	}
 }

@@ -27,7 +27,7 @@ func keys(n int) []string {
 	return ks
 }
 
-func charge(context.Context) ([]byte, error) { return benchValue, nil }
+func benchCharge(context.Context) ([]byte, error) { return benchValue, nil }
 
 // parallelism makes RunParallel use 16 goroutines on a 2-core machine
 // (8 per GOMAXPROCS), the concurrency of a busy consumer.
@@ -44,18 +44,18 @@ func BenchmarkDo(b *testing.B) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := range b.N {
-			if _, err := g.Do(ctx, ks[i], benchPayload, charge); err != nil {
+			if _, err := g.Do(ctx, ks[i], benchPayload, benchCharge); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("duplicate", func(b *testing.B) {
 		g := newGuard(b, newMem(b), idem.Config{})
-		g.Do(ctx, "order-dup", benchPayload, charge)
+		g.Do(ctx, "order-dup", benchPayload, benchCharge)
 		b.ReportAllocs()
 		b.ResetTimer()
 		for range b.N {
-			if res, err := g.Do(ctx, "order-dup", benchPayload, charge); err != nil || !res.Replayed {
+			if res, err := g.Do(ctx, "order-dup", benchPayload, benchCharge); err != nil || !res.Replayed {
 				b.Fatal(err)
 			}
 		}
@@ -69,7 +69,7 @@ func BenchmarkDo(b *testing.B) {
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				if _, err := g.Do(ctx, ks[next.Add(1)-1], benchPayload, charge); err != nil {
+				if _, err := g.Do(ctx, ks[next.Add(1)-1], benchPayload, benchCharge); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -79,7 +79,7 @@ func BenchmarkDo(b *testing.B) {
 		g := newGuard(b, newMem(b), idem.Config{})
 		ks := keys(1024)
 		for _, k := range ks {
-			g.Do(ctx, k, benchPayload, charge)
+			g.Do(ctx, k, benchPayload, benchCharge)
 		}
 		var next atomic.Int64
 		b.ReportAllocs()
@@ -87,7 +87,7 @@ func BenchmarkDo(b *testing.B) {
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				if res, err := g.Do(ctx, ks[next.Add(1)%1024], benchPayload, charge); err != nil || !res.Replayed {
+				if res, err := g.Do(ctx, ks[next.Add(1)%1024], benchPayload, benchCharge); err != nil || !res.Replayed {
 					b.Fatal(err)
 				}
 			}

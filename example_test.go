@@ -10,27 +10,32 @@ import (
 	"github.com/idemgo/idem/memstore"
 )
 
-// A payment consumer charges once per order, however often the broker
-// delivers the message.
+// The README's Quick start: a payment consumer charges once per order,
+// however often the broker delivers the message. README_test.go keeps the
+// README's code identical to this function's body.
 func Example() {
-	store, err := memstore.New(memstore.Config{})
+	ctx := context.Background()
+	store, err := memstore.New(memstore.Config{}) // or redisstore.New, pgstore.New: modules of their own
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer store.Close()
+
 	g, err := idem.New(store, idem.Config{Namespace: "payments"})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer g.Close()
 
-	charges := 0
-	charge := func(ctx context.Context) ([]byte, error) {
-		charges++
-		return []byte("receipt-7"), nil
-	}
-	for range 3 { // the same message, delivered three times
-		res, err := g.Do(context.Background(), "order-7", []byte(`{"amount":1200}`), charge)
+	msg := Message{OrderID: "order-7", Body: []byte(`{"amount_cents":1200}`)}
+	for range 3 { // the broker delivers the same message three times
+		res, err := g.Do(ctx, msg.OrderID, msg.Body, func(ctx context.Context) ([]byte, error) {
+			receipt, err := charge(ctx, msg)
+			if errors.Is(err, errDeclined) {
+				return nil, idem.Permanent(err) // stored: duplicates get the same answer
+			}
+			return receipt, err // any other error releases the key: a retry runs again
+		})
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -38,10 +43,27 @@ func Example() {
 	}
 	fmt.Println("charges:", charges)
 	// Output:
-	// receipt-7 replayed=false
-	// receipt-7 replayed=true
-	// receipt-7 replayed=true
+	// receipt-order-7 replayed=false
+	// receipt-order-7 replayed=true
+	// receipt-order-7 replayed=true
 	// charges: 1
+}
+
+// Message is the Quick start's delivery from a broker.
+type Message struct {
+	OrderID string
+	Body    []byte
+}
+
+var (
+	charges     int
+	errDeclined = errors.New("card declined")
+)
+
+// charge stands for the side effect: a call to the payment provider.
+func charge(_ context.Context, msg Message) ([]byte, error) {
+	charges++
+	return []byte("receipt-" + msg.OrderID), nil
 }
 
 // A permanent error is stored like a value: every duplicate gets it back

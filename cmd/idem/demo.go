@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,6 +38,7 @@ type demoOptions struct {
 	crashRate float64
 	seed      uint64
 	store     string
+	keep      bool          // keep the records in the store after the run
 	timeout   time.Duration // per run
 }
 
@@ -50,6 +53,7 @@ func parseDemoFlags(args []string, stderr io.Writer) (demoOptions, error) {
 	fs.Uint64Var(&o.seed, "seed", 0, "seed of the messages, duplicates and crash points (default: from the clock, printed)")
 	fs.StringVar(&o.store, "store", "mem://", storeUsage)
 	fs.DurationVar(&o.timeout, "timeout", time.Minute, "how long each run may take; orders not acked by then count as lost")
+	fs.BoolVar(&o.keep, "keep", false, "keep the run's records in the store (they expire after an hour) instead of deleting them at the end")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: idem demo [flags]
 
@@ -110,7 +114,7 @@ func demo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (naive, 
 	stream := newStream(o.seed, o.messages, o.dupRate)
 	plan := crashPlan{seed: o.seed, rate: o.crashRate}
 	fmt.Fprintf(stdout, "idem demo: %d orders, %d consumers, dup rate %v, crash rate %v, store %s\n",
-		o.messages, o.consumers, o.dupRate, o.crashRate, o.store)
+		o.messages, o.consumers, o.dupRate, o.crashRate, redactURL(o.store))
 	fmt.Fprintf(stdout, "seed %d (repeat this run with --seed %d)\n", o.seed, o.seed)
 
 	naive, err = runStream(ctx, o, "naive", stream, plan, stderr, func(_ *process, l *ledger) (handler, func(), error) {
@@ -135,6 +139,7 @@ func demo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (naive, 
 		}
 		return guardedHandler{guard: g, ledger: l}, func() { g.Close() }, nil
 	})
+	defer func() { err = errors.Join(err, cleanUpDemo(ctx, o, store, cfg, stream, stdout)) }()
 	if err != nil {
 		return naive, guarded, err
 	}
@@ -196,4 +201,41 @@ func runStream(ctx context.Context, o demoOptions, name string, stream []message
 	}
 	timedOut := errors.Is(runCtx.Err(), context.DeadlineExceeded)
 	return tally(name, l, b.stats(o.messages), &stats, elapsed, timedOut), nil
+}
+
+// cleanUpDemo deletes the records the guarded run wrote, unless o.keep; in
+// a shared store it says where they are. An in-process store goes with the
+// process.
+func cleanUpDemo(ctx context.Context, o demoOptions, store idem.Store, cfg idem.Config, stream []message, stdout io.Writer) error {
+	if strings.HasPrefix(o.store, "mem:") {
+		return nil
+	}
+	if o.keep {
+		fmt.Fprintf(stdout, "\nThe run's %d records stay in %s under namespace %q; they expire after %v.\n",
+			o.messages, redactURL(o.store), cfg.Namespace, cfg.Retention)
+		return nil
+	}
+	ctx = context.WithoutCancel(ctx) // an interrupted run still cleans up
+	deleted := map[string]bool{}
+	for _, m := range stream {
+		if deleted[m.key] {
+			continue
+		}
+		deleted[m.key] = true
+		if err := store.Delete(ctx, idem.StoreKey(cfg.Namespace, m.key)); err != nil {
+			return fmt.Errorf("idem: demo: deleting its records from %s: %w", redactURL(o.store), err)
+		}
+	}
+	fmt.Fprintf(stdout, "\nDeleted the run's %d records from %s (namespace %q); --keep keeps them.\n",
+		len(deleted), redactURL(o.store), cfg.Namespace)
+	return nil
+}
+
+// redactURL is rawURL with its password replaced, for output.
+func redactURL(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "(a store URL that does not parse)"
+	}
+	return u.Redacted()
 }

@@ -127,9 +127,23 @@ func TestDemoOnServers(t *testing.T) {
 			} else {
 				raw = withParam(t, raw, "table", freshSchema(t, raw)+".records")
 			}
-			code, stdout, stderr := runArgs(t, "demo", "--messages", "400", "--dup-rate", "0.3", "--crash-rate", "0.05", "--seed", "7", "--store", raw)
-			if code != 0 || !strings.Contains(stdout, "OK: idem charged every order exactly once") {
-				t.Fatalf("demo --store %s: exit status %d, want 0\nstdout:\n%s\nstderr:\n%s", raw, code, stdout, stderr)
+			for _, keep := range []bool{false, true} {
+				args := []string{"demo", "--messages", "400", "--dup-rate", "0.3", "--crash-rate", "0.05", "--seed", "7", "--store", raw}
+				if keep {
+					args = append(args, "--keep")
+				}
+				code, stdout, stderr := runArgs(t, args...)
+				if code != 0 || !strings.Contains(stdout, "OK: idem charged every order exactly once") {
+					t.Fatalf("demo --store %s: exit status %d, want 0\nstdout:\n%s\nstderr:\n%s", raw, code, stdout, stderr)
+				}
+				// The demo leaves nothing behind in the user's store unless
+				// told to, and says which it did.
+				if n, want := demoRecords(t, kind, raw), map[bool]int{false: 0, true: 400}[keep]; n != want {
+					t.Fatalf("demo --keep=%v left %d records in the store, want %d\nstdout:\n%s", keep, n, want, stdout)
+				}
+				if said := map[bool]string{false: "Deleted the run's 400 records", true: "The run's 400 records stay in"}[keep]; !strings.Contains(stdout, said) {
+					t.Fatalf("demo --keep=%v does not say %q:\n%s", keep, said, stdout)
+				}
 			}
 		})
 	}
@@ -205,4 +219,45 @@ func TestUnreachableServer(t *testing.T) {
 			t.Errorf("demo --store %s: exit status %d, stderr %q; want 1 and the store named unavailable", raw, code, stderr)
 		}
 	}
+}
+
+// demoRecords counts the records in the store of a --store URL made by
+// TestDemoOnServers: the keys under its Redis prefix, or the rows of its
+// PostgreSQL table.
+func demoRecords(t *testing.T, kind, raw string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	u.RawQuery = ""
+	if kind == "redis" {
+		opts, err := redis.ParseURL(u.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := redis.NewClient(opts)
+		defer c.Close()
+		keys, err := c.Keys(ctx, q.Get("prefix")+"*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(keys)
+	}
+	table := q.Get("table")
+	q.Del("table")
+	u.RawQuery = q.Encode()
+	conn, err := pgx.Connect(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier(strings.Split(table, ".")).Sanitize()).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

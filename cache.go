@@ -137,7 +137,7 @@ func (g *Guard) fromCache(ctx context.Context, scope, key string, a ClaimArgs) (
 	if !bytes.Equal(fp, a.Fingerprint) {
 		return Result{}, fmt.Errorf("%w (key %q)", ErrKeyReused, key), true
 	}
-	res, err := replay(Record{Status: status, Result: result})
+	res, err := Replay(Record{Status: status, Result: result})
 	return res, err, true
 }
 

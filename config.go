@@ -100,9 +100,11 @@ const (
 	minLease            = 3 * time.Millisecond
 )
 
-// withDefaults returns c with every zero field set to its default, or an
-// error naming the first field that is out of range.
-func (c Config) withDefaults() (Config, error) {
+// WithDefaults returns c with every zero field set to its default, or an
+// error naming the first field that is out of range. [New] calls it; so
+// does any other executor that takes a Config (pgstore's TxGuard), so that
+// a Config means the same wherever it is used.
+func (c Config) WithDefaults() (Config, error) {
 	switch {
 	case c.Lease < 0 || (c.Lease > 0 && c.Lease < minLease):
 		return c, fmt.Errorf("idem: Config.Lease %v: must be at least %v", c.Lease, minLease)
@@ -136,6 +138,28 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c, nil
+}
+
+// CheckKey returns nil when the Guard accepts key within scope, and else
+// an error wrapping ErrInvalidKey that says why: the key is empty or longer
+// than MaxKeyLen (the default when unset), ValidateKey refused it, or the
+// scope is longer than [MaxScopeLen]. MaxKeyLen and ValidateKey see the key
+// alone, never the scope. [Guard.DoScoped] checks every key with it;
+// adapters call it to refuse a bad key before they read a request body.
+func (c Config) CheckKey(scope, key string) error {
+	switch maxLen := cmp.Or(c.MaxKeyLen, DefaultMaxKeyLen); {
+	case len(scope) > MaxScopeLen:
+		return fmt.Errorf("%w: the scope is %d bytes long, longer than %d", ErrInvalidKey, len(scope), MaxScopeLen)
+	case key == "":
+		return fmt.Errorf("%w: the key is empty", ErrInvalidKey)
+	case len(key) > maxLen:
+		return fmt.Errorf("%w: the key is %d bytes long, longer than %d", ErrInvalidKey, len(key), maxLen)
+	case c.ValidateKey != nil:
+		if err := c.ValidateKey(key); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidKey, err)
+		}
+	}
+	return nil
 }
 
 // SHA256Fingerprint is the default [Config.Fingerprint]: it appends the

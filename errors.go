@@ -32,6 +32,10 @@ var (
 	// ErrClosed: Do was called after Guard.Close, or the operation's context
 	// was cancelled by Close.
 	ErrClosed = errors.New("idem: Guard closed")
+	// ErrValueTooLarge: an outcome is longer than the store keeps (see
+	// [ValueLimiter]). Stores wrap it in the error of a Complete or Fail
+	// they refuse for its size.
+	ErrValueTooLarge = errors.New("idem: outcome too large to store")
 )
 
 // PermanentError marks an operation's error as permanent: the Guard stores

@@ -39,7 +39,7 @@ func New(store Store, cfg Config) (*Guard, error) {
 	if store == nil {
 		return nil, errors.New("idem: New: store is nil")
 	}
-	cfg, err := cfg.withDefaults()
+	cfg, err := cfg.WithDefaults()
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +132,7 @@ func (g *Guard) DoScoped(ctx context.Context, scope, key string, payload []byte,
 	if g.closed.Load() {
 		return Result{}, ErrClosed
 	}
-	if err := g.validKey(scope, key); err != nil {
+	if err := g.cfg.CheckKey(scope, key); err != nil {
 		return Result{}, err
 	}
 	c := &call{g: g, scope: scope, key: key}
@@ -175,7 +175,7 @@ func (g *Guard) DoScoped(ctx context.Context, scope, key string, payload []byte,
 			return c.run(ctx, sent, fn)
 		case Duplicate:
 			g.cacheRecord(cl.Record)
-			return replay(cl.Record)
+			return Replay(cl.Record)
 		case Busy:
 			if waitUntil.IsZero() {
 				waitUntil = sent.Add(g.cfg.Wait)
@@ -195,31 +195,16 @@ func (g *Guard) DoScoped(ctx context.Context, scope, key string, payload []byte,
 	}
 }
 
-func (g *Guard) validKey(scope, key string) error {
-	if len(scope) > MaxScopeLen {
-		return fmt.Errorf("%w: scope of %d bytes, longer than %d", ErrInvalidKey, len(scope), MaxScopeLen)
-	}
-	if len(key) == 0 {
-		return fmt.Errorf("%w: empty", ErrInvalidKey)
-	}
-	if len(key) > g.cfg.MaxKeyLen {
-		return fmt.Errorf("%w: %d bytes, longer than %d", ErrInvalidKey, len(key), g.cfg.MaxKeyLen)
-	}
-	if g.cfg.ValidateKey != nil {
-		if err := g.cfg.ValidateKey(key); err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalidKey, err)
-		}
-	}
-	return nil
-}
-
 func (g *Guard) storeKey(scope, key string) string {
 	var buf [128]byte
 	return string(appendScoped(append(buf[:0], g.prefix...), scope, key))
 }
 
-// replay turns a stored outcome into Do's answer.
-func replay(r Record) (Result, error) {
+// Replay returns what Do answers a duplicate whose claim found r, a
+// Completed or Failed record: r's value with Replayed set, or its stored
+// permanent error ([DecodeFailure]). Executors other than Guard (pgstore's
+// TxGuard) answer duplicates with it, so that every executor replays alike.
+func Replay(r Record) (Result, error) {
 	if r.Status == StatusFailed {
 		return Result{Replayed: true}, DecodeFailure(r.Result)
 	}

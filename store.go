@@ -72,6 +72,16 @@ type BatchClaimer interface {
 	ClaimBatch(ctx context.Context, args []ClaimArgs) ([]Claim, error)
 }
 
+// ValueLimiter is implemented by stores that cap the size of a stored value
+// (the value of Complete, the encoded cause of Fail). The Guard and the
+// adapters ask it, so that an outcome too large to keep is never handed to
+// Complete. MaxValueSize must not change once the store is built.
+type ValueLimiter interface {
+	// MaxValueSize returns the longest value the store keeps, in bytes; a
+	// longer one is refused with an error wrapping ErrValueTooLarge.
+	MaxValueSize() int
+}
+
 // BatchCompleter is implemented by stores that can complete many claims in
 // one round trip.
 type BatchCompleter interface {

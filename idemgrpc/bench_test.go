@@ -29,7 +29,7 @@ func BenchmarkInterceptor(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { g.Close() })
-	i, err := idemgrpc.New(g)
+	i, err := idemgrpc.New(g, idemgrpc.WithSharedScope())
 	if err != nil {
 		b.Fatal(err)
 	}

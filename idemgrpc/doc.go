@@ -9,8 +9,20 @@
 //	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
 //		recovery,                                  // outside: sees the handler's panics
 //		auth,                                      // before: WithScope reads its principal
-//		idemgrpc.UnaryServerInterceptor(g, idemgrpc.WithScope(principal)),
+//		idemgrpc.UnaryServerInterceptor(g, idemgrpc.WithScope(principal), idemgrpc.WithMethods(mutations)),
 //	))
+//
+// # Scope keys by the caller
+//
+// A stored outcome belongs to whoever sent the key first. Without a scope,
+// any client that sends the same key and request gets that outcome; and a
+// client that sends a guessable key first makes its victim receive the
+// attacker's response (the IETF Idempotency-Key draft's Security
+// Considerations; Stripe scopes keys by account). [New] therefore refuses
+// to build the interceptor without a decision: [WithScope] names the
+// authenticated principal of each call, so two principals never share a
+// record, or [WithSharedScope] says deliberately that all clients share one
+// key space. Chain the interceptor after authentication.
 //
 // # What the interceptor answers
 //
@@ -18,7 +30,7 @@
 //	method excluded by WithMethods                the handler's           runs
 //	no key                                        the handler's           runs
 //	no key, WithRequired                          InvalidArgument         no
-//	key empty, repeated, too long, or refused     InvalidArgument         no
+//	key empty, repeated, too long, or refused**** InvalidArgument         no
 //	request not fingerprintable (not proto)       Internal                no
 //	new key                                       the handler's           runs once
 //	  success                                     OK                      stored
@@ -30,7 +42,7 @@
 //	key in progress (after the Guard's Wait)      Aborted                 no
 //	key claimed over the Guard's MaxAttempts      FailedPrecondition      no
 //	store unavailable                             Unavailable             no
-//	store unavailable, WithFailOpen               the handler's           runs, unguarded
+//	store unavailable, the Guard's FailOpen       the handler's           runs, unguarded
 //	stored response not replayable                Internal                no
 //	context ended while claiming or waiting       Canceled or DeadlineExceeded
 //
@@ -39,6 +51,8 @@
 //	   (WithPermanentCodes), and any error the handler marks idem.Permanent
 //	** the response message, or the error's code, message and details, with
 //	   the trailer idempotent-replayed: true
+//	**** by the Guard's Config.MaxKeyLen (255 bytes by default) and
+//	   Config.ValidateKey; a scope longer than idem.MaxScopeLen too
 //
 // The fingerprint of a call is its full method and its request's
 // deterministic protobuf encoding ([DefaultFingerprint], [WithFingerprint]).

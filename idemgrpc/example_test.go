@@ -58,7 +58,7 @@ func ExampleNew() {
 	defer store.Close()
 	g, _ := idem.New(store, idem.Config{})
 	defer g.Close()
-	i, err := idemgrpc.New(g)
+	i, err := idemgrpc.New(g, idemgrpc.WithSharedScope()) // one trusted caller
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -2,11 +2,11 @@ package idemgrpc
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -15,43 +15,27 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/adapter"
 )
 
 // Interceptor makes unary RPCs idempotent with an [idem.Guard]. Create one
 // with [New]; [UnaryServerInterceptor] does both steps.
 type Interceptor struct {
-	g              *idem.Guard
-	o              options
-	guardMaxKeyLen int
+	o options
 }
 
 // New returns an Interceptor over g. It fails when g is nil, an option is
-// invalid, or g cannot hold the interceptor's keys: g's Config.MaxKeyLen
-// must be at least 33 (the length of a hashed scoped key) and its
-// Config.ValidateKey unset, since it would see scoped keys rather than the
-// client's.
+// invalid, or neither [WithScope] nor [WithSharedScope] is given.
 //
 // Waiting for a concurrent call's outcome is the Guard's: with Config.Wait
 // set, a call whose key is in progress waits up to that long and gets the
-// replay, else codes.Aborted at once.
+// replay, else codes.Aborted at once. So are the key's length and format
+// (Config.MaxKeyLen, Config.ValidateKey) and fail-open (Config.FailOpen:
+// the handler runs unguarded when the store cannot be reached).
 func New(g *idem.Guard, opts ...Option) (*Interceptor, error) {
-	if g == nil {
-		return nil, errors.New("idemgrpc: New: Guard is nil")
-	}
-	i := &Interceptor{g: g}
-	if err := i.o.build(opts); err != nil {
+	i := &Interceptor{}
+	if err := i.o.build(g, opts); err != nil {
 		return nil, err
-	}
-	cfg := g.Config()
-	if cfg.MaxKeyLen < minGuardKeyLen {
-		return nil, fmt.Errorf("idemgrpc: New: the Guard's Config.MaxKeyLen %d is below %d, the length of a hashed key", cfg.MaxKeyLen, minGuardKeyLen)
-	}
-	if cfg.ValidateKey != nil {
-		return nil, errors.New("idemgrpc: New: the Guard's Config.ValidateKey is set, but it would see scoped keys, not the client's: use WithKeyValidator")
-	}
-	i.guardMaxKeyLen = cfg.MaxKeyLen
-	if i.o.logger == nil {
-		i.o.logger = cfg.Logger
 	}
 	return i, nil
 }
@@ -92,36 +76,21 @@ func DefaultFingerprint(fullMethod string, req any) ([]byte, error) {
 	return proto.MarshalOptions{Deterministic: true}.MarshalAppend(b, m)
 }
 
-// errNotStored is the Guard fn's error for a successful response that
-// cannot be stored: the Guard releases the key.
-type errNotStored struct{ err error }
-
-func (e *errNotStored) Error() string { return "idemgrpc: response not stored: " + e.err.Error() }
-func (e *errNotStored) Unwrap() error { return e.err }
-
 func (i *Interceptor) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if i.o.methods != nil && !i.o.methods(info.FullMethod) {
 		return handler(ctx, req)
 	}
-	values := metadata.ValueFromIncomingContext(ctx, i.o.key)
-	if len(values) == 0 {
-		if i.o.required {
-			return nil, status.Errorf(codes.InvalidArgument, "idemgrpc: this method requires the %s metadata", i.o.key)
-		}
+	key, err := i.o.Key(metadata.ValueFromIncomingContext(ctx, i.o.key), nil)
+	switch {
+	case err != nil:
+		return nil, status.Error(codes.InvalidArgument, "idemgrpc: "+err.Error())
+	case key == "":
 		return handler(ctx, req)
-	}
-	key, err := i.checkKey(values)
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	payload, err := i.o.fingerprint(info.FullMethod, req)
 	if err != nil {
-		i.o.logger.ErrorContext(ctx, "idemgrpc: fingerprint failed", slog.String("method", info.FullMethod), slog.Any("error", err))
+		i.o.Logger().ErrorContext(ctx, "idemgrpc: fingerprint failed", slog.String("method", info.FullMethod), slog.Any("error", err))
 		return nil, status.Error(codes.Internal, "idemgrpc: the request cannot be fingerprinted")
-	}
-	scope := ""
-	if i.o.scope != nil {
-		scope = i.o.scope(ctx)
 	}
 
 	var (
@@ -129,19 +98,13 @@ func (i *Interceptor) intercept(ctx context.Context, req any, info *grpc.UnarySe
 		resp any
 		herr error
 	)
-	res, err := i.g.Do(ctx, guardKey(i.guardMaxKeyLen, scope, key), payload, func(ctx context.Context) ([]byte, error) {
+	res, err := i.o.Do(ctx, ctx, key, payload, func(ctx context.Context) ([]byte, error) {
 		ran = true
 		resp, herr = handler(ctx, req)
 		return i.outcome(resp, herr)
 	})
 	if ran {
-		if _, ok := errors.AsType[*errNotStored](err); ok {
-			i.o.logger.WarnContext(ctx, "idemgrpc: response served but not stored: a retry runs the handler again",
-				slog.String("method", info.FullMethod), slog.Any("error", err))
-		} else if errors.Is(err, idem.ErrStoreUnavailable) || errors.Is(err, idem.ErrLeaseLost) {
-			i.o.logger.WarnContext(ctx, "idemgrpc: outcome not stored: a retry may run the handler again",
-				slog.String("method", info.FullMethod), slog.Any("error", err))
-		}
+		i.o.Ran(ctx, err, slog.String("method", info.FullMethod))
 		if pe, ok := errors.AsType[*idem.PermanentError](herr); ok {
 			herr = pe.Err // the handler marked it: the client gets the error itself
 		}
@@ -150,30 +113,14 @@ func (i *Interceptor) intercept(ctx context.Context, req any, info *grpc.UnarySe
 	if err == nil {
 		m, derr := DecodeResponse(res.Value, i.o.types)
 		if derr != nil {
-			i.o.logger.ErrorContext(ctx, "idemgrpc: stored response cannot be replayed",
+			i.o.Logger().ErrorContext(ctx, "idemgrpc: stored response cannot be replayed",
 				slog.String("method", info.FullMethod), slog.Any("error", derr))
 			return nil, status.Error(codes.Internal, "idemgrpc: the stored response cannot be replayed")
 		}
 		setReplayed(ctx)
 		return m, nil
 	}
-	return i.failed(ctx, err, req, handler)
-}
-
-func (i *Interceptor) checkKey(values []string) (string, error) {
-	switch key := values[0]; {
-	case len(values) > 1:
-		return "", fmt.Errorf("idemgrpc: the %s metadata is sent %d times; send it once", i.o.key, len(values))
-	case key == "":
-		return "", fmt.Errorf("idemgrpc: the %s metadata is empty", i.o.key)
-	case len(key) > i.o.maxKeyLen:
-		return "", fmt.Errorf("idemgrpc: the %s is %d bytes long, longer than %d", i.o.key, len(key), i.o.maxKeyLen)
-	case i.o.validateKey != nil:
-		if err := i.o.validateKey(key); err != nil {
-			return "", fmt.Errorf("idemgrpc: invalid %s: %w", i.o.key, err)
-		}
-	}
-	return values[0], nil
+	return nil, i.failed(ctx, err)
 }
 
 // outcome is what the Guard stores for the handler's answer: the encoded
@@ -183,11 +130,11 @@ func (i *Interceptor) outcome(resp any, herr error) ([]byte, error) {
 	if herr == nil {
 		m, ok := resp.(proto.Message)
 		if !ok {
-			return nil, &errNotStored{fmt.Errorf("the response is a %T, not a proto.Message", resp)}
+			return nil, &adapter.NotStored{Reason: fmt.Sprintf("the response is a %T, not a proto.Message", resp)}
 		}
 		v, err := EncodeResponse(m)
 		if err != nil {
-			return nil, &errNotStored{err}
+			return nil, &adapter.NotStored{Reason: "the response cannot be encoded", Err: err}
 		}
 		return v, nil
 	}
@@ -203,65 +150,45 @@ func (i *Interceptor) outcome(resp any, herr error) ([]byte, error) {
 	return nil, herr
 }
 
-// failed answers a call the Guard did not run the handler for.
-func (i *Interceptor) failed(ctx context.Context, err error, req any, handler grpc.UnaryHandler) (any, error) {
-	if pe, ok := errors.AsType[*idem.PermanentError](err); ok && pe.Replayed {
-		setReplayed(ctx)
-		return nil, replayedStatus(pe).Err()
-	}
+// refusals answer a call the Guard did not run the handler for, by the
+// class of the Guard's error; the key's name replaces %s.
+var refusals = map[adapter.Class]*status.Status{
+	adapter.KeyReused:       status.New(codes.InvalidArgument, "idemgrpc: the %s was used with a different request; use a new key for a new request"),
+	adapter.InProgress:      status.New(codes.Aborted, "idemgrpc: a call with the same %s is in progress; retry later with the same key"),
+	adapter.InvalidKey:      status.New(codes.InvalidArgument, "idemgrpc: the %s, or the caller's scope, is not accepted"),
+	adapter.TooManyAttempts: status.New(codes.FailedPrecondition, "idemgrpc: calls with this %s failed too many times; it will not be processed again"),
+	adapter.TooLarge:        status.New(codes.AlreadyExists, "idemgrpc: the first call with this %s succeeded, but its response was too large to keep; it will not be processed again"),
+	adapter.Unavailable:     status.New(codes.Unavailable, "idemgrpc: idempotency cannot be ensured right now; retry later with the same key"),
+	adapter.Retryable:       status.New(codes.Internal, "idemgrpc: internal error"),
+}
+
+// failed returns the status of a call the Guard did not run the handler
+// for.
+func (i *Interceptor) failed(ctx context.Context, err error) error {
+	c := adapter.Classify(err)
 	switch {
-	case errors.Is(err, idem.ErrKeyReused):
-		return nil, status.Errorf(codes.InvalidArgument, "idemgrpc: the %s was used with a different request; use a new key for a new request", i.o.key)
-	case errors.Is(err, idem.ErrInProgress):
-		return nil, status.Errorf(codes.Aborted, "idemgrpc: a call with the same %s is in progress; retry later with the same key", i.o.key)
-	case errors.Is(err, idem.ErrInvalidKey):
-		return nil, status.Errorf(codes.InvalidArgument, "idemgrpc: the %s is not accepted", i.o.key)
-	case errors.Is(err, idem.ErrStoreUnavailable) && i.o.failOpen:
-		i.o.logger.WarnContext(ctx, "idemgrpc: store unavailable, running the handler without idempotency (fail open)", slog.Any("error", err))
-		return handler(ctx, req)
-	case errors.Is(err, idem.ErrStoreUnavailable):
-		i.o.logger.WarnContext(ctx, "idemgrpc: store unavailable", slog.Any("error", err))
-		return nil, status.Error(codes.Unavailable, "idemgrpc: idempotency cannot be ensured right now; retry later with the same key")
-	case ctx.Err() != nil:
-		return nil, status.FromContextError(ctx.Err()).Err()
+	case c == adapter.StoredFailure:
+		setReplayed(ctx)
+		pe, _ := errors.AsType[*idem.PermanentError](err)
+		return replayedStatus(pe).Err()
+	case c == adapter.TooManyAttempts || c == adapter.TooLarge:
+		setReplayed(ctx)
+	case c == adapter.Unavailable:
+		i.o.Logger().WarnContext(ctx, "idemgrpc: store unavailable", slog.Any("error", err))
+	case ctx.Err() != nil && (c == adapter.Ended || c == adapter.Retryable):
+		return status.FromContextError(ctx.Err()).Err()
+	case c == adapter.Retryable:
+		i.o.Logger().ErrorContext(ctx, "idemgrpc: unexpected error", slog.Any("error", err))
 	}
-	i.o.logger.ErrorContext(ctx, "idemgrpc: unexpected error", slog.Any("error", err))
-	return nil, status.Error(codes.Internal, "idemgrpc: internal error")
+	st, ok := refusals[c]
+	if !ok {
+		st = refusals[adapter.Retryable]
+	}
+	return status.Error(st.Code(), strings.Replace(st.Message(), "%s", i.o.key, 1))
 }
 
 func setReplayed(ctx context.Context) {
 	// Fails only outside a gRPC server (a direct call in a test): nothing
 	// to tell then.
 	_ = grpc.SetTrailer(ctx, metadata.Pairs(ReplayedTrailer, "true"))
-}
-
-// Guard keys: the same two forms as package idemhttp's (adapters do not
-// import each other), told apart by their first byte:
-//
-//	0x00 uvarint(len(scope)) scope key     when that fits the Guard's MaxKeyLen
-//	0x01 SHA-256(uvarint(len(scope)) scope key)   otherwise (33 bytes)
-const minGuardKeyLen = 1 + sha256.Size
-
-// GuardKey returns the key the interceptor passes to g.Do for the
-// idempotency key key sent by a client of scope ("" without [WithScope]).
-// Use it with g.StoreKey to inspect or delete a client's record.
-func GuardKey(g *idem.Guard, scope, key string) string {
-	return guardKey(g.Config().MaxKeyLen, scope, key)
-}
-
-func guardKey(maxLen int, scope, key string) string {
-	var n [binary.MaxVarintLen64]byte
-	prefix := binary.PutUvarint(n[:], uint64(len(scope)))
-	if size := 1 + prefix + len(scope) + len(key); size <= maxLen {
-		b := make([]byte, 0, size)
-		b = append(b, 0x00)
-		b = append(b, n[:prefix]...)
-		b = append(b, scope...)
-		return string(append(b, key...))
-	}
-	h := sha256.New()
-	h.Write(n[:prefix])
-	h.Write([]byte(scope))
-	h.Write([]byte(key))
-	return string(h.Sum([]byte{0x01}))
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemgrpc"
 	"github.com/idemgo/idem/idemgrpc/idemgrpctest"
+	"github.com/idemgo/idem/internal/adaptertest"
 	"github.com/idemgo/idem/memstore"
 )
 
@@ -70,7 +71,7 @@ func (downStore) Claim(context.Context, idem.ClaimArgs) (idem.Claim, error) {
 func TestStoreUnavailable(t *testing.T) {
 	g := newGuard(t, downStore{newStore(t)}, idem.Config{})
 	var runs atomic.Int32
-	i, err := idemgrpc.New(g)
+	i, err := idemgrpc.New(g, idemgrpc.WithSharedScope())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func TestStoreUnavailable(t *testing.T) {
 	if strings.Contains(err.Error(), "connection refused") {
 		t.Errorf("the store's error reaches the client: %v", err)
 	}
-	open, err := idemgrpc.New(g, idemgrpc.WithFailOpen())
+	open, err := idemgrpc.New(newGuard(t, downStore{newStore(t)}, idem.Config{FailOpen: true}), idemgrpc.WithSharedScope())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,22 +95,24 @@ func TestStoreUnavailable(t *testing.T) {
 func TestNewRefusesBadConfiguration(t *testing.T) {
 	s := newStore(t)
 	g := newGuard(t, s, idem.Config{})
+	shared := idemgrpc.WithSharedScope()
 	for _, tc := range []struct {
 		name string
 		g    *idem.Guard
 		opts []idemgrpc.Option
 		want string
 	}{
-		{"nil guard", nil, nil, "Guard is nil"},
-		{"empty key", g, []idemgrpc.Option{idemgrpc.WithMetadataKey("")}, "WithMetadataKey"},
-		{"reserved key", g, []idemgrpc.Option{idemgrpc.WithMetadataKey("grpc-timeout")}, "WithMetadataKey"},
-		{"bad key", g, []idemgrpc.Option{idemgrpc.WithMetadataKey("a key")}, "WithMetadataKey"},
-		{"key length", g, []idemgrpc.Option{idemgrpc.WithMaxKeyLen(0)}, "WithMaxKeyLen"},
-		{"OK permanent", g, []idemgrpc.Option{idemgrpc.WithPermanentCodes(codes.OK)}, "WithPermanentCodes"},
+		{"nil guard", nil, []idemgrpc.Option{shared}, "Guard is nil"},
+		{"no scope decision", g, nil, "WithSharedScope"},
+		{"both scopes", g, []idemgrpc.Option{shared, idemgrpc.WithScope(func(context.Context) string { return "" })}, "both"},
+		{"empty key", g, []idemgrpc.Option{shared, idemgrpc.WithMetadataKey("")}, "WithMetadataKey"},
+		{"reserved key", g, []idemgrpc.Option{shared, idemgrpc.WithMetadataKey("grpc-timeout")}, "WithMetadataKey"},
+		{"bad key", g, []idemgrpc.Option{shared, idemgrpc.WithMetadataKey("a key")}, "WithMetadataKey"},
+		{"OK permanent", g, []idemgrpc.Option{shared, idemgrpc.WithPermanentCodes(codes.OK)}, "WithPermanentCodes"},
 		{"nil scope", g, []idemgrpc.Option{idemgrpc.WithScope(nil)}, "WithScope"},
-		{"nil types", g, []idemgrpc.Option{idemgrpc.WithTypes(nil)}, "WithTypes"},
-		{"nil option", g, []idemgrpc.Option{nil}, "nil Option"},
-		{"guard keys too short", newGuard(t, s, idem.Config{MaxKeyLen: 32}), nil, "MaxKeyLen"},
+		{"nil types", g, []idemgrpc.Option{shared, idemgrpc.WithTypes(nil)}, "WithTypes"},
+		{"nil logger", g, []idemgrpc.Option{shared, idemgrpc.WithLogger(nil)}, "WithLogger"},
+		{"nil option", g, []idemgrpc.Option{shared, nil}, "nil Option"},
 	} {
 		i, err := idemgrpc.New(tc.g, tc.opts...)
 		if err == nil || i != nil || !strings.HasPrefix(err.Error(), "idemgrpc: ") || !strings.Contains(err.Error(), tc.want) {
@@ -118,22 +121,23 @@ func TestNewRefusesBadConfiguration(t *testing.T) {
 	}
 	// The one-step constructor refuses every call instead.
 	var runs atomic.Int32
-	_, err := charge(idemgrpc.UnaryServerInterceptor(g, idemgrpc.WithMaxKeyLen(-1)), "k", &runs)
-	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "WithMaxKeyLen") || runs.Load() != 0 {
+	_, err := charge(idemgrpc.UnaryServerInterceptor(g, shared, idemgrpc.WithTypes(nil)), "k", &runs)
+	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "WithTypes") || runs.Load() != 0 {
 		t.Errorf("misconfigured: %v, %d runs; want Internal naming the bad option, and no run", err, runs.Load())
 	}
 }
 
-func TestGuardKeyNeverCollides(t *testing.T) {
-	g := newGuard(t, newStore(t), idem.Config{MaxKeyLen: 40})
-	seen := map[string]bool{}
-	for _, sk := range [][2]string{
-		{"", "abc"}, {"a", "bc"}, {"ab", "c"}, {"abc", ""}, {strings.Repeat("s", 40), "k"}, {strings.Repeat("s", 39), "sk"},
-	} {
-		k := idemgrpc.GuardKey(g, sk[0], sk[1])
-		if len(k) > 40 || seen[k] {
-			t.Errorf("GuardKey(%q, %q) = %q: too long or shared", sk[0], sk[1], k)
-		}
-		seen[k] = true
+// Without a scope decision New refuses to build the interceptor, and says
+// why: with no scope, one client gets another's stored response.
+func TestScopeIsADecision(t *testing.T) {
+	g := newGuard(t, newStore(t), idem.Config{})
+	i, err := idemgrpc.New(g)
+	adaptertest.CheckNoScope(t, err, "idemgrpc", "context.Context")
+	if i != nil {
+		t.Error("New returned an interceptor with its error")
+	}
+	var runs atomic.Int32
+	if _, err := charge(idemgrpc.UnaryServerInterceptor(g), "k", &runs); status.Code(err) != codes.Internal || runs.Load() != 0 {
+		t.Errorf("UnaryServerInterceptor without a scope decision: %v, %d runs; want Internal and no run", err, runs.Load())
 	}
 }

@@ -2,21 +2,20 @@ package idemgrpc
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/adapter"
 )
 
 // Defaults of the options.
 const (
 	// DefaultMetadataKey is the metadata key that carries the idempotency key.
 	DefaultMetadataKey = "idempotency-key"
-	// DefaultMaxKeyLen is the longest key accepted, in bytes.
-	DefaultMaxKeyLen = 255
 )
 
 // DefaultPermanentCodes are the status codes stored as the key's permanent
@@ -40,23 +39,33 @@ var DefaultPermanentCodes = []codes.Code{
 type Option func(*options)
 
 type options struct {
+	adapter.Policy[context.Context]
 	key         string
-	required    bool
-	maxKeyLen   int
-	validateKey func(key string) error
 	methods     func(fullMethod string) bool
 	permanent   map[codes.Code]bool
-	scope       func(ctx context.Context) string
 	fingerprint func(fullMethod string, req any) ([]byte, error)
 	types       protoregistry.MessageTypeResolver
-	failOpen    bool
-	logger      *slog.Logger
-	errs        []error
 }
 
-func (o *options) fail(format string, args ...any) {
-	o.errs = append(o.errs, fmt.Errorf("idemgrpc: "+format, args...))
-}
+// WithScope sets the function that names the principal a call acts for,
+// from the call's context (the peer's certificate, a token an
+// authentication interceptor checked). Keys are scoped by it: two
+// principals that send the same key get two records, so one can never be
+// sent the other's response. Return the same string for every call of a
+// principal, up to idem.MaxScopeLen bytes (longer: codes.InvalidArgument).
+// Chain this interceptor after authentication. [New] requires WithScope or
+// [WithSharedScope].
+func WithScope(f func(ctx context.Context) string) Option { return func(o *options) { o.SetScope(f) } }
+
+// WithSharedScope is the decision that all clients share one key space:
+// a client that sends another's key with the same request gets the other's
+// response. Only for a server whose clients trust each other (one internal
+// caller) or whose keys are unguessable and private to each client.
+func WithSharedScope() Option { return func(o *options) { o.SetSharedScope() } }
+
+// WithLogger sets the logger of warnings. Default: the Guard's
+// Config.Logger.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.SetLogger(l) } }
 
 // WithMetadataKey sets the metadata key that carries the idempotency key.
 // Default [DefaultMetadataKey]. It must be a valid, non-reserved metadata
@@ -68,41 +77,19 @@ func WithMetadataKey(key string) Option {
 			strings.IndexFunc(k, func(r rune) bool {
 				return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.')
 			}) >= 0 {
-			o.fail("WithMetadataKey(%q): not a valid application metadata key", key)
+			o.Fail("WithMetadataKey(%q): not a valid application metadata key", key)
 			return
 		}
 		o.key = k
+		o.SetKeyName("the " + k + " metadata")
 	}
 }
 
 // WithRequired refuses calls without a key with codes.InvalidArgument.
-// Default: they pass through to the handler without idempotency.
-func WithRequired() Option { return func(o *options) { o.required = true } }
-
-// WithMaxKeyLen sets the longest key accepted, in bytes. Default
-// [DefaultMaxKeyLen]; at least 1.
-func WithMaxKeyLen(n int) Option {
-	return func(o *options) {
-		if n < 1 {
-			o.fail("WithMaxKeyLen(%d): must be at least 1", n)
-			return
-		}
-		o.maxKeyLen = n
-	}
-}
-
-// WithKeyValidator sets a check of the key's format (say, that it is a
-// UUID); a key it refuses gets codes.InvalidArgument with its message.
-// Default: none.
-func WithKeyValidator(f func(key string) error) Option {
-	return func(o *options) {
-		if f == nil {
-			o.fail("WithKeyValidator(nil)")
-			return
-		}
-		o.validateKey = f
-	}
-}
+// Default: they pass through to the handler without idempotency. The key's
+// length and format are the Guard's: its Config.MaxKeyLen (255 bytes by
+// default) and Config.ValidateKey.
+func WithRequired() Option { return func(o *options) { o.SetRequired() } }
 
 // WithMethods sets which methods the interceptor applies to, by full method
 // name ("/package.Service/Method"); the others pass through untouched.
@@ -110,11 +97,9 @@ func WithKeyValidator(f func(key string) error) Option {
 // gets its semantics.
 func WithMethods(f func(fullMethod string) bool) Option {
 	return func(o *options) {
-		if f == nil {
-			o.fail("WithMethods(nil)")
-			return
+		if o.Check(f != nil, "WithMethods(nil)") {
+			o.methods = f
 		}
-		o.methods = f
 	}
 }
 
@@ -126,7 +111,7 @@ func WithPermanentCodes(cs ...codes.Code) Option {
 		m := make(map[codes.Code]bool, len(cs))
 		for _, c := range cs {
 			if c == codes.OK {
-				o.fail("WithPermanentCodes: OK is not an error code")
+				o.Fail("WithPermanentCodes: OK is not an error code")
 				return
 			}
 			m[c] = true
@@ -135,30 +120,14 @@ func WithPermanentCodes(cs ...codes.Code) Option {
 	}
 }
 
-// WithScope sets the function that names the principal a call acts for.
-// Keys are scoped by it: two principals that send the same key get two
-// records, so one can never be sent the other's response. Default: no
-// scope, all clients share one key space.
-func WithScope(f func(ctx context.Context) string) Option {
-	return func(o *options) {
-		if f == nil {
-			o.fail("WithScope(nil)")
-			return
-		}
-		o.scope = f
-	}
-}
-
 // WithFingerprint sets the function that turns a call into the payload the
 // Guard fingerprints: the same key with another payload gets
 // codes.InvalidArgument. Default [DefaultFingerprint] (method and request).
 func WithFingerprint(f func(fullMethod string, req any) ([]byte, error)) Option {
 	return func(o *options) {
-		if f == nil {
-			o.fail("WithFingerprint(nil)")
-			return
+		if o.Check(f != nil, "WithFingerprint(nil)") {
+			o.fingerprint = f
 		}
-		o.fingerprint = f
 	}
 }
 
@@ -167,49 +136,24 @@ func WithFingerprint(f func(fullMethod string, req any) ([]byte, error)) Option 
 // message; dynamic messages need their own (dynamicpb.NewTypes).
 func WithTypes(r protoregistry.MessageTypeResolver) Option {
 	return func(o *options) {
-		if r == nil {
-			o.fail("WithTypes(nil)")
-			return
+		if o.Check(r != nil, "WithTypes(nil)") {
+			o.types = r
 		}
-		o.types = r
 	}
 }
 
-// WithFailOpen runs the handler without idempotency when the store cannot
-// be reached to claim the key. Default: codes.Unavailable.
-func WithFailOpen() Option { return func(o *options) { o.failOpen = true } }
-
-// WithLogger sets the logger of warnings. Default: the Guard's
-// Config.Logger.
-func WithLogger(l *slog.Logger) Option {
-	return func(o *options) {
-		if l == nil {
-			o.fail("WithLogger(nil)")
-			return
-		}
-		o.logger = l
-	}
-}
-
-func (o *options) build(opts []Option) error {
+func (o *options) build(g *idem.Guard, opts []Option) error {
 	*o = options{
 		key:         DefaultMetadataKey,
-		maxKeyLen:   DefaultMaxKeyLen,
 		fingerprint: DefaultFingerprint,
 		types:       protoregistry.GlobalTypes,
 	}
-	for _, opt := range opts {
-		if opt == nil {
-			o.fail("New: nil Option")
-			continue
-		}
-		opt(o)
-	}
+	err := adapter.Build(o, &o.Policy, adapter.Names{Pkg: "idemgrpc", Request: "context.Context", Key: "the " + DefaultMetadataKey + " metadata"}, g, opts)
 	if o.permanent == nil {
 		o.permanent = make(map[codes.Code]bool, len(DefaultPermanentCodes))
 		for _, c := range DefaultPermanentCodes {
 			o.permanent[c] = true
 		}
 	}
-	return errors.Join(o.errs...)
+	return err
 }

@@ -99,9 +99,6 @@ func (e *permanentStatus) Error() string {
 // the handler returned first. It never fails: text it does not know
 // becomes codes.Unknown with that text.
 func replayedStatus(pe *idem.PermanentError) *status.Status {
-	if errors.Is(pe, idem.ErrTooManyAttempts) {
-		return status.New(codes.FailedPrecondition, "idemgrpc: the idempotency key failed too many times; it will not be processed again")
-	}
 	msg := ""
 	if pe.Err != nil {
 		msg = pe.Err.Error()

@@ -38,7 +38,7 @@ func BenchmarkMiddleware(b *testing.B) {
 	}
 	b.Cleanup(func() { store.Close() })
 	g := newGuard(b, store, idem.Config{})
-	mw, err := idemhttp.New(g)
+	mw, err := idemhttp.New(g, idemhttp.WithSharedScope())
 	if err != nil {
 		b.Fatal(err)
 	}

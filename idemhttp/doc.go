@@ -14,7 +14,19 @@
 //
 //	g, _ := idem.New(store, idem.Config{Namespace: "payments", Wait: 10 * time.Second})
 //	mw, err := idemhttp.New(g, idemhttp.WithScope(accountID), idemhttp.WithRequired())
-//	http.Handle("POST /charges", mw(chargeHandler))
+//	http.Handle("POST /charges", authenticate(mw(chargeHandler)))
+//
+// # Scope keys by the caller
+//
+// A stored response belongs to whoever sent the key first. Without a
+// scope, any client that sends the same key and request gets that response,
+// with its headers; and a client that sends a guessable key first makes its
+// victim receive the attacker's response (the IETF draft's Security
+// Considerations; Stripe scopes keys by account). [New] therefore refuses
+// to build the middleware without a decision: [WithScope] names the
+// authenticated principal of each request, so that two principals never
+// share a record, or [WithSharedScope] says deliberately that all clients
+// share one key space. Run the middleware after authentication.
 //
 // # What the middleware answers
 //
@@ -23,7 +35,8 @@
 //	no key                                                the handler's           runs
 //	no key, WithRequired                                  400                     no
 //	key empty, repeated, malformed or too long            400                     no
-//	key refused by WithKeyValidator                       400                     no
+//	key refused by the Guard's Config.ValidateKey         400                     no
+//	scope longer than idem.MaxScopeLen                    400                     no
 //	body longer than WithMaxBodyBytes                     413                     no
 //	body unreadable                                       400                     no
 //	new key                                               the handler's           runs once
@@ -37,13 +50,16 @@
 //	key used before with another request                  422                     no
 //	key in progress (after the Guard's Wait)              409 + Retry-After       no
 //	key claimed over the Guard's MaxAttempts              422                     no
+//	key's first request failed permanently*** (stored)    422                     no
 //	store unavailable                                     503 + Retry-After       no
-//	store unavailable, WithFailOpen                       the handler's           runs, unguarded
+//	store unavailable, the Guard's Config.FailOpen        the handler's           runs, unguarded
 //	stored response undecodable                           500                     no
 //	request ended while claiming or waiting               503 + Retry-After       no
 //
-//	*  stored and replayed with WithCacheServerErrors
-//	** with Idempotent-Replayed: true; the handler's status, fields and body
+//	*   stored and replayed with WithCacheServerErrors
+//	**  with Idempotent-Replayed: true; the handler's status, fields and body
+//	*** an idem.Permanent failure stored under the key by other code sharing
+//	    the Guard's namespace: problem type [TypeStoredFailure]
 //
 // Every refusal is an application/problem+json body (RFC 9457) written by
 // [DefaultErrorHandler] from an *[Error]; [WithErrorHandler] replaces it.
@@ -56,17 +72,19 @@
 //
 // The draft sends the key as an RFC 8941 String, quoted. Stripe-style
 // clients send it bare; the [Lenient] syntax, the default, accepts both, and
-// [Strict] only the quoted form (see [ParseKey]). A key is at most 255 bytes
-// ([WithMaxKeyLen]); a request may carry one key header only.
+// [Strict] only the quoted form (see [ParseKey]). A request may carry one
+// key header only. The key's length and format are the Guard's: at most its
+// Config.MaxKeyLen bytes (255 by default), and accepted by its
+// Config.ValidateKey if set (say, a UUID check, as the draft suggests).
 //
 // The request's fingerprint is its method, path, query and body
 // ([DefaultFingerprint], [WithFingerprint]): a retry with the same key and a
 // different request gets 422. The body is read, up to [WithMaxBodyBytes],
 // before the handler runs, and given back to it unchanged.
 //
-// With [WithScope] keys belong to a principal: two clients sending the same
-// key get different records, and one can never be sent the other's
-// response. [GuardKey] is the key the Guard sees, for inspection.
+// The Guard composes its namespace, the scope and the key into the store
+// key ([idem.ScopedStoreKey]); g.ScopedStoreKey(scope, key) finds a
+// client's record for inspection.
 //
 // # Concurrency, waiting and failures
 //

@@ -36,7 +36,9 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer g.Close()
-	mw, err := idemhttp.New(g)
+	// One trusted caller: all requests share one key space. A server with
+	// several clients scopes keys by the caller instead (see WithScope).
+	mw, err := idemhttp.New(g, idemhttp.WithSharedScope())
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -91,7 +93,7 @@ func ExampleWithErrorHandler() {
 	defer store.Close()
 	g, _ := idem.New(store, idem.Config{})
 	defer g.Close()
-	mw, err := idemhttp.New(g, idemhttp.WithRequired(), idemhttp.WithErrorHandler(
+	mw, err := idemhttp.New(g, idemhttp.WithSharedScope(), idemhttp.WithRequired(), idemhttp.WithErrorHandler(
 		func(w http.ResponseWriter, r *http.Request, err error) {
 			w.Header().Set("Link", `<https://developer.example.com/idempotency>; rel="describedby"`)
 			idemhttp.DefaultErrorHandler(w, r, err)

@@ -9,6 +9,7 @@ import (
 	"github.com/idemgo/idem/idemhttp"
 	"github.com/idemgo/idem/idemhttp/idemhttptest"
 	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/internal/adaptertest"
 	"github.com/idemgo/idem/memstore"
 )
 
@@ -40,29 +41,28 @@ func TestMiddleware(t *testing.T) {
 func TestNewRefusesBadConfiguration(t *testing.T) {
 	s := newStore(t)
 	g := newGuard(t, s, idem.Config{})
+	shared := idemhttp.WithSharedScope()
 	for _, tc := range []struct {
 		name string
 		g    *idem.Guard
 		opts []idemhttp.Option
 		want string
 	}{
-		{"nil guard", nil, nil, "Guard is nil"},
-		{"header", g, []idemhttp.Option{idemhttp.WithHeader("Bad Header")}, "WithHeader"},
-		{"no methods", g, []idemhttp.Option{idemhttp.WithMethods()}, "WithMethods"},
-		{"bad method", g, []idemhttp.Option{idemhttp.WithMethods("PO ST")}, "WithMethods"},
-		{"key length", g, []idemhttp.Option{idemhttp.WithMaxKeyLen(0)}, "WithMaxKeyLen"},
-		{"body cap", g, []idemhttp.Option{idemhttp.WithMaxBodyBytes(-1)}, "WithMaxBodyBytes"},
-		{"cache cap", g, []idemhttp.Option{idemhttp.WithMaxCachedBytes(0)}, "WithMaxCachedBytes"},
-		{"retry after", g, []idemhttp.Option{idemhttp.WithRetryAfter(0)}, "WithRetryAfter"},
-		{"syntax", g, []idemhttp.Option{idemhttp.WithSyntax(7)}, "WithSyntax"},
-		{"nil fingerprint", g, []idemhttp.Option{idemhttp.WithFingerprint(nil)}, "WithFingerprint"},
-		{"nil scope", g, []idemhttp.Option{idemhttp.WithScope(nil)}, "WithScope"},
-		{"nil error handler", g, []idemhttp.Option{idemhttp.WithErrorHandler(nil)}, "WithErrorHandler"},
-		{"nil validator", g, []idemhttp.Option{idemhttp.WithKeyValidator(nil)}, "WithKeyValidator"},
-		{"nil logger", g, []idemhttp.Option{idemhttp.WithLogger(nil)}, "WithLogger"},
-		{"nil option", g, []idemhttp.Option{nil}, "nil Option"},
-		{"guard keys too short", newGuard(t, s, idem.Config{MaxKeyLen: 32}), nil, "MaxKeyLen"},
-		{"guard validates keys", newGuard(t, s, idem.Config{ValidateKey: func(string) error { return nil }}), nil, "ValidateKey"},
+		{"nil guard", nil, []idemhttp.Option{shared}, "Guard is nil"},
+		{"no scope decision", g, nil, "WithSharedScope"},
+		{"both scopes", g, []idemhttp.Option{shared, idemhttp.WithScope(func(*http.Request) string { return "" })}, "both"},
+		{"header", g, []idemhttp.Option{shared, idemhttp.WithHeader("Bad Header")}, "WithHeader"},
+		{"no methods", g, []idemhttp.Option{shared, idemhttp.WithMethods()}, "WithMethods"},
+		{"bad method", g, []idemhttp.Option{shared, idemhttp.WithMethods("PO ST")}, "WithMethods"},
+		{"body cap", g, []idemhttp.Option{shared, idemhttp.WithMaxBodyBytes(-1)}, "WithMaxBodyBytes"},
+		{"cache cap", g, []idemhttp.Option{shared, idemhttp.WithMaxCachedBytes(0)}, "WithMaxCachedBytes"},
+		{"retry after", g, []idemhttp.Option{shared, idemhttp.WithRetryAfter(0)}, "WithRetryAfter"},
+		{"syntax", g, []idemhttp.Option{shared, idemhttp.WithSyntax(7)}, "WithSyntax"},
+		{"nil fingerprint", g, []idemhttp.Option{shared, idemhttp.WithFingerprint(nil)}, "WithFingerprint"},
+		{"nil scope", g, []idemhttp.Option{shared, idemhttp.WithScope(nil)}, "WithScope"},
+		{"nil error handler", g, []idemhttp.Option{shared, idemhttp.WithErrorHandler(nil)}, "WithErrorHandler"},
+		{"nil logger", g, []idemhttp.Option{shared, idemhttp.WithLogger(nil)}, "WithLogger"},
+		{"nil option", g, []idemhttp.Option{shared, nil}, "nil Option"},
 	} {
 		mw, err := idemhttp.New(tc.g, tc.opts...)
 		if err == nil || mw != nil {
@@ -155,23 +155,17 @@ func FuzzParseKey(f *testing.F) {
 	})
 }
 
-func TestGuardKeyNeverCollides(t *testing.T) {
-	s := newStore(t)
-	g := newGuard(t, s, idem.Config{MaxKeyLen: 40})
-	seen := map[string]string{}
-	for _, sk := range [][2]string{
-		{"", "abc"}, {"a", "bc"}, {"ab", "c"}, {"abc", ""}, {"a:b", "c"}, {"a", "b:c"},
-		{"\x01", "x"}, {"", "\x01x"}, {"\x00", ""}, {"", "\x00"},
-		{strings.Repeat("s", 40), "k"}, {strings.Repeat("s", 39), "sk"}, {"", strings.Repeat("k", 60)},
-	} {
-		k := idemhttp.GuardKey(g, sk[0], sk[1])
-		if len(k) > 40 {
-			t.Errorf("GuardKey(%q, %q) is %d bytes, longer than the Guard's MaxKeyLen 40", sk[0], sk[1], len(k))
-		}
-		if prev, dup := seen[k]; dup {
-			t.Errorf("GuardKey(%q, %q) = GuardKey of %s", sk[0], sk[1], prev)
-		}
-		seen[k] = sk[0] + "/" + sk[1]
+// Without a scope decision New refuses to build the middleware, and says
+// why: with no scope, one client gets another's stored response.
+func TestScopeIsADecision(t *testing.T) {
+	g := newGuard(t, newStore(t), idem.Config{})
+	mw, err := idemhttp.New(g)
+	adaptertest.CheckNoScope(t, err, "idemhttp", "*http.Request")
+	if mw != nil {
+		t.Error("New returned a middleware with its error")
+	}
+	if _, err := idemhttp.New(g, idemhttp.WithSharedScope()); err != nil {
+		t.Errorf("New(WithSharedScope()): %v", err)
 	}
 }
 

@@ -1,12 +1,6 @@
 package idemhttp
 
-import (
-	"crypto/sha256"
-	"encoding/binary"
-	"fmt"
-
-	"github.com/idemgo/idem"
-)
+import "fmt"
 
 // Syntax says which forms of the idempotency key header [ParseKey] and the
 // middleware accept.
@@ -239,47 +233,4 @@ func isToken[T string | []byte](s T) bool {
 		}
 	}
 	return true
-}
-
-// Guard keys are one of two forms, told apart by their first byte, so no
-// two (scope, key) pairs share one:
-//
-//	0x00 uvarint(len(scope)) scope key     when that fits the Guard's MaxKeyLen
-//	0x01 SHA-256(uvarint(len(scope)) scope key)   otherwise (33 bytes)
-const (
-	keyPlain  = 0x00
-	keyHashed = 0x01
-	// minGuardKeyLen is the length of a hashed key: the shortest
-	// Config.MaxKeyLen a Guard used by the middleware may have.
-	minGuardKeyLen = 1 + sha256.Size
-)
-
-// GuardKey returns the key the middleware passes to g.Do for the
-// idempotency key key sent by a client of scope (see [WithScope]; "" when
-// no scope is configured). Scope and key are combined without ambiguity:
-// scope "a:b" with key "c" and scope "a" with key "b:c" are different. When
-// the combination is longer than g's Config.MaxKeyLen it is replaced by its
-// SHA-256. Use it with g.StoreKey to inspect or delete a client's record in
-// the store.
-func GuardKey(g *idem.Guard, scope, key string) string {
-	return guardKey(g.Config().MaxKeyLen, scope, key)
-}
-
-func guardKey(maxLen int, scope, key string) string {
-	var n [binary.MaxVarintLen64]byte
-	prefix := binary.PutUvarint(n[:], uint64(len(scope)))
-	size := 1 + prefix + len(scope) + len(key)
-	if size <= maxLen {
-		b := make([]byte, 0, size)
-		b = append(b, keyPlain)
-		b = append(b, n[:prefix]...)
-		b = append(b, scope...)
-		return string(append(b, key...))
-	}
-	h := sha256.New()
-	h.Write(n[:prefix])
-	h.Write([]byte(scope))
-	h.Write([]byte(key))
-	b := make([]byte, 0, minGuardKeyLen)
-	return string(h.Sum(append(b, keyHashed)))
 }

@@ -14,40 +14,28 @@ import (
 	"strings"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/adapter"
 )
 
 // New returns the middleware that makes the covered requests (POST and
-// PATCH by default) idempotent with g, keyed by the Idempotency-Key header.
-// See the package documentation for what it answers in every case.
+// PATCH by default) idempotent with g, keyed by the Idempotency-Key header
+// and scoped by [WithScope]. See the package documentation for what it
+// answers in every case.
 //
 // Waiting for a concurrent request's outcome is the Guard's: with
 // Config.Wait set, a request whose key is in progress waits up to that long
 // for the outcome and replays it, else it gets 409 at once. The Guard keeps
-// its other settings too (lease, retention, MaxAttempts, local cache).
+// its other settings too: lease, retention, MaxAttempts, the local cache,
+// the key's length and format (Config.MaxKeyLen, Config.ValidateKey) and
+// fail-open (Config.FailOpen: the handler runs unguarded when the store
+// cannot be reached).
 //
-// New fails when g is nil, an option is invalid, or g cannot hold the
-// middleware's keys: g's Config.MaxKeyLen must be at least 33 (the length
-// of a hashed scoped key, see [GuardKey]) and its Config.ValidateKey unset,
-// since it would see scoped keys rather than the client's (use
-// [WithKeyValidator]).
+// New fails when g is nil, an option is invalid, or neither [WithScope]
+// nor [WithSharedScope] is given.
 func New(g *idem.Guard, opts ...Option) (func(http.Handler) http.Handler, error) {
-	if g == nil {
-		return nil, errors.New("idemhttp: New: Guard is nil")
-	}
-	m := &middleware{g: g}
-	if err := m.o.build(opts); err != nil {
+	m := &middleware{}
+	if err := m.o.build(g, opts); err != nil {
 		return nil, err
-	}
-	cfg := g.Config()
-	if cfg.MaxKeyLen < minGuardKeyLen {
-		return nil, fmt.Errorf("idemhttp: New: the Guard's Config.MaxKeyLen %d is below %d, the length of a hashed key", cfg.MaxKeyLen, minGuardKeyLen)
-	}
-	if cfg.ValidateKey != nil {
-		return nil, errors.New("idemhttp: New: the Guard's Config.ValidateKey is set, but it would see scoped keys, not the client's: use WithKeyValidator")
-	}
-	m.guardMaxKeyLen = cfg.MaxKeyLen
-	if m.o.logger == nil {
-		m.o.logger = cfg.Logger
 	}
 	return func(next http.Handler) http.Handler {
 		if next == nil {
@@ -58,9 +46,7 @@ func New(g *idem.Guard, opts ...Option) (func(http.Handler) http.Handler, error)
 }
 
 type middleware struct {
-	g              *idem.Guard
-	o              options
-	guardMaxKeyLen int
+	o options
 }
 
 type handler struct {
@@ -89,19 +75,20 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.next.ServeHTTP(w, r)
 		return
 	}
-	values := r.Header[m.o.header]
-	if len(values) == 0 {
-		if m.o.required {
-			m.refuse(w, r, http.StatusBadRequest, TypeKeyMissing, m.o.header+" is missing",
-				"This operation requires an "+m.o.header+" header.", fmt.Errorf("%w (%s)", ErrKeyMissing, m.o.header))
-			return
-		}
-		h.next.ServeHTTP(w, r)
+	key, err := m.o.Key(r.Header[m.o.header], m.parseKey)
+	switch {
+	case errors.Is(err, adapter.ErrKeyMissing):
+		m.refuse(w, r, http.StatusBadRequest, TypeKeyMissing, m.o.header+" is missing",
+			"This operation requires an "+m.o.header+" header.", fmt.Errorf("%w (%s)", ErrKeyMissing, m.o.header))
 		return
-	}
-	key, err := m.parseKey(values)
-	if err != nil {
+	case err != nil:
+		if !errors.Is(err, ErrKeyInvalid) {
+			err = fmt.Errorf("%w: %w", ErrKeyInvalid, err)
+		}
 		m.refuse(w, r, http.StatusBadRequest, TypeKeyInvalid, m.o.header+" is invalid", detail(err), err)
+		return
+	case key == "":
+		h.next.ServeHTTP(w, r)
 		return
 	}
 	body, err := m.readBody(r)
@@ -114,16 +101,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = newBody(body)
-	scope := ""
-	if m.o.scope != nil {
-		scope = m.o.scope(r)
-	}
 
 	var (
 		ran bool
 		rec recorder
 	)
-	res, err := m.g.Do(r.Context(), guardKey(m.guardMaxKeyLen, scope, key), m.o.fingerprint(r, body), func(ctx context.Context) ([]byte, error) {
+	res, err := m.o.Do(r.Context(), r, key, m.o.fingerprint(r, body), func(ctx context.Context) ([]byte, error) {
 		ran = true
 		rec = recorder{rw: w, max: m.o.maxCachedBytes}
 		h.next.ServeHTTP(&rec, r.WithContext(ctx))
@@ -131,39 +114,17 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	})
 	switch {
 	case ran:
-		// The handler answered the client; only a store that did not take
-		// the outcome is worth a word.
-		if _, ok := errors.AsType[*errNotStored](err); err != nil && !ok {
-			m.o.logger.WarnContext(r.Context(), "idemhttp: response served, outcome not stored",
-				slog.String("key", key), slog.String("scope", scope), slog.Any("error", err))
-		}
+		// The handler answered the client; only an outcome the store did
+		// not take is worth a word.
+		m.o.Ran(r.Context(), err, slog.String("key", key))
 	case err == nil:
 		m.replay(w, r, key, res.Value)
 	default:
-		h.failed(w, r, err, body)
+		m.failed(w, r, err)
 	}
 }
 
-// parseKey returns the key of the header's values, or an error wrapping
-// ErrKeyInvalid.
-func (m *middleware) parseKey(values []string) (string, error) {
-	if len(values) > 1 {
-		return "", fmt.Errorf("%w: the %s header is sent %d times; send it once", ErrKeyInvalid, m.o.header, len(values))
-	}
-	key, err := ParseKey(values[0], m.o.syntax)
-	if err != nil {
-		return "", err
-	}
-	if len(key) > m.o.maxKeyLen {
-		return "", fmt.Errorf("%w: the key is %d bytes long, longer than %d", ErrKeyInvalid, len(key), m.o.maxKeyLen)
-	}
-	if m.o.validateKey != nil {
-		if err := m.o.validateKey(key); err != nil {
-			return "", fmt.Errorf("%w: %w", ErrKeyInvalid, err)
-		}
-	}
-	return key, nil
-}
+func (m *middleware) parseKey(v string) (string, error) { return ParseKey(v, m.o.syntax) }
 
 // readBody reads the whole request body, up to the cap.
 func (m *middleware) readBody(r *http.Request) ([]byte, error) {
@@ -216,7 +177,7 @@ func newBody(b []byte) *bodyReader {
 func (m *middleware) replay(w http.ResponseWriter, r *http.Request, key string, value []byte) {
 	status, body, err := decodeInto(value, w.Header())
 	if err != nil {
-		m.o.logger.ErrorContext(r.Context(), "idemhttp: stored response undecodable",
+		m.o.Logger().ErrorContext(r.Context(), "idemhttp: stored response undecodable",
 			slog.String("key", key), slog.Any("error", err))
 		m.refuse(w, r, http.StatusInternalServerError, TypeStoredResponse, "Stored response unavailable",
 			"The response stored for this key cannot be replayed.", err)
@@ -227,39 +188,66 @@ func (m *middleware) replay(w http.ResponseWriter, r *http.Request, key string, 
 	w.Write(body)
 }
 
+// refusal is the answer to a request the Guard did not run the handler
+// for, by the class of the Guard's error. Its title and detail name the
+// default header, replaced by the configured one.
+type refusal struct {
+	status             int
+	typ, title, detail string
+	retryAfter         bool
+	logLevel           slog.Level
+	log                bool
+}
+
+var refusals = map[adapter.Class]refusal{
+	adapter.KeyReused: {status: http.StatusUnprocessableEntity, typ: TypeKeyReused, title: "Idempotency-Key is already used",
+		detail: "This Idempotency-Key was used with a different request; use a new key for a new request."},
+	adapter.InProgress: {status: http.StatusConflict, typ: TypeInProgress, title: "A request is outstanding for this Idempotency-Key", retryAfter: true,
+		detail: "A request with the same Idempotency-Key is being processed; retry later with the same key."},
+	adapter.TooManyAttempts: {status: http.StatusUnprocessableEntity, typ: TypeTooManyAttempts, title: "Idempotency-Key is exhausted",
+		detail: "Requests with this Idempotency-Key failed too many times; it will not be processed again."},
+	adapter.StoredFailure: {status: http.StatusUnprocessableEntity, typ: TypeStoredFailure, title: "Request failed permanently",
+		detail: "The first request with this Idempotency-Key failed permanently; it will not be processed again. Use a new key for a new request."},
+	adapter.TooLarge: {status: http.StatusUnprocessableEntity, typ: TypeResponseNotKept, title: "Response not kept",
+		detail: "The first request with this Idempotency-Key was processed, but its response was too large to keep; it will not be processed again."},
+	adapter.InvalidKey: {status: http.StatusBadRequest, typ: TypeKeyInvalid, title: "Idempotency-Key is invalid",
+		detail: "The key, or the scope of the request, is not accepted."},
+	adapter.Unavailable: {status: http.StatusServiceUnavailable, typ: TypeStoreUnavailable, title: "Service Unavailable", retryAfter: true,
+		detail: "Idempotency cannot be ensured right now; retry later with the same key.", log: true, logLevel: slog.LevelWarn},
+	// The client is gone or the server gave up while the key was claimed
+	// or waited for; the answer is likely never read.
+	adapter.Ended: {status: http.StatusServiceUnavailable, title: "Service Unavailable", retryAfter: true,
+		detail: "The request ended before the key's outcome was known; retry with the same key."},
+	adapter.Retryable: {status: http.StatusInternalServerError, title: "Internal Server Error", log: true, logLevel: slog.LevelError},
+}
+
 // failed answers a request the Guard did not run the handler for.
-func (h *handler) failed(w http.ResponseWriter, r *http.Request, err error, body []byte) {
-	m := h.m
-	switch {
-	case errors.Is(err, idem.ErrKeyReused):
-		m.refuse(w, r, http.StatusUnprocessableEntity, TypeKeyReused, m.o.header+" is already used",
-			"This "+m.o.header+" was used with a different request; use a new key for a new request.", err)
-	case errors.Is(err, idem.ErrInProgress):
-		m.refuseRetry(w, r, http.StatusConflict, TypeInProgress, "A request is outstanding for this "+m.o.header,
-			"A request with the same "+m.o.header+" is being processed; retry later with the same key.", err)
-	case errors.Is(err, idem.ErrTooManyAttempts):
-		m.refuse(w, r, http.StatusUnprocessableEntity, TypeTooManyAttempts, m.o.header+" is exhausted",
-			"Requests with this "+m.o.header+" failed too many times; it will not be processed again.", err)
-	case errors.Is(err, idem.ErrInvalidKey):
-		m.refuse(w, r, http.StatusBadRequest, TypeKeyInvalid, m.o.header+" is invalid", "The key is not accepted.", err)
-	case errors.Is(err, idem.ErrStoreUnavailable) && m.o.failOpen:
-		m.o.logger.WarnContext(r.Context(), "idemhttp: store unavailable, running the handler without idempotency (fail open)",
-			slog.Any("error", err))
-		r.Body = newBody(body)
-		h.next.ServeHTTP(w, r)
-	case errors.Is(err, idem.ErrStoreUnavailable):
-		m.o.logger.WarnContext(r.Context(), "idemhttp: store unavailable", slog.Any("error", err))
-		m.refuseRetry(w, r, http.StatusServiceUnavailable, TypeStoreUnavailable, "Service Unavailable",
-			"Idempotency cannot be ensured right now; retry later with the same key.", err)
-	case r.Context().Err() != nil:
-		// The client is gone or the server gave up while the key was being
-		// claimed or waited for; the answer is likely never read.
-		m.refuseRetry(w, r, http.StatusServiceUnavailable, "", "Service Unavailable",
-			"The request ended before the key's outcome was known; retry with the same key.", err)
-	default:
-		m.o.logger.ErrorContext(r.Context(), "idemhttp: unexpected error", slog.Any("error", err))
-		m.refuse(w, r, http.StatusInternalServerError, "", "Internal Server Error", "", err)
+func (m *middleware) failed(w http.ResponseWriter, r *http.Request, err error) {
+	c := adapter.Classify(err)
+	if c == adapter.Retryable && r.Context().Err() != nil {
+		c = adapter.Ended
 	}
+	f, ok := refusals[c]
+	if !ok {
+		f = refusals[adapter.Retryable]
+	}
+	if f.log {
+		m.o.Logger().Log(r.Context(), f.logLevel, "idemhttp: "+c.String(), slog.Any("error", err))
+	}
+	e := &Error{Status: f.status, Type: f.typ, Title: m.named(f.title), Detail: m.named(f.detail), Err: err}
+	if f.retryAfter {
+		e.RetryAfter = m.o.retryAfter
+	}
+	m.o.errorHandler(w, r, e)
+}
+
+// named returns s with the default header's name replaced by the
+// configured one.
+func (m *middleware) named(s string) string {
+	if m.o.header == DefaultHeader {
+		return s
+	}
+	return strings.ReplaceAll(s, DefaultHeader, m.o.header)
 }
 
 // detail turns one of the middleware's errors into a problem's detail.
@@ -273,8 +261,4 @@ func detail(err error) string {
 
 func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, status int, typ, title, detail string, err error) {
 	m.o.errorHandler(w, r, &Error{Status: status, Type: typ, Title: title, Detail: detail, Err: err})
-}
-
-func (m *middleware) refuseRetry(w http.ResponseWriter, r *http.Request, status int, typ, title, detail string, err error) {
-	m.o.errorHandler(w, r, &Error{Status: status, Type: typ, Title: title, Detail: detail, RetryAfter: m.o.retryAfter, Err: err})
 }

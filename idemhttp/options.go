@@ -1,11 +1,12 @@
 package idemhttp
 
 import (
-	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/adapter"
 )
 
 // Defaults of the options.
@@ -14,8 +15,6 @@ const (
 	DefaultHeader = "Idempotency-Key"
 	// ReplayedHeader is set to "true" on every replayed response.
 	ReplayedHeader = "Idempotent-Replayed"
-	// DefaultMaxKeyLen is the longest key accepted, in bytes.
-	DefaultMaxKeyLen = 255
 	// DefaultMaxBodyBytes is the longest request body read to fingerprint it.
 	DefaultMaxBodyBytes = 1 << 20
 	// DefaultMaxCachedBytes is the longest response body stored for replay.
@@ -28,37 +27,43 @@ const (
 type Option func(*options)
 
 type options struct {
+	adapter.Policy[*http.Request]
 	header            string
 	methods           []string
-	required          bool
 	syntax            Syntax
-	maxKeyLen         int
-	validateKey       func(key string) error
 	maxBodyBytes      int64
 	maxCachedBytes    int
 	fingerprint       func(r *http.Request, body []byte) []byte
-	scope             func(r *http.Request) string
 	cacheServerErrors bool
-	failOpen          bool
 	retryAfter        time.Duration
 	errorHandler      ErrorHandler
-	logger            *slog.Logger
-	errs              []error
 }
 
-func (o *options) fail(format string, args ...any) {
-	o.errs = append(o.errs, fmt.Errorf("idemhttp: "+format, args...))
-}
+// WithScope sets the function that names the principal (an authenticated
+// user, an API key's account) a request acts for. Keys are scoped by it:
+// two principals that send the same key get two records, so one can never
+// be sent the other's response. Return the same string for every request
+// of a principal, up to idem.MaxScopeLen bytes (a longer one gets 400);
+// requests scoped "" share one scope. Run the middleware after
+// authentication, so the function can read the principal. [New] requires
+// WithScope or [WithSharedScope].
+func WithScope(f func(r *http.Request) string) Option { return func(o *options) { o.SetScope(f) } }
+
+// WithSharedScope is the decision that all clients share one key space:
+// a client that sends another's key with the same request gets the other's
+// response, headers included. Only for a server whose clients trust each
+// other (one internal caller) or whose keys are unguessable and private to
+// each client and whose responses hold nothing a client must not see.
+func WithSharedScope() Option { return func(o *options) { o.SetSharedScope() } }
 
 // WithHeader sets the request header that carries the key. Default
 // [DefaultHeader]; it must be a valid field name.
 func WithHeader(name string) Option {
 	return func(o *options) {
-		if !isToken(name) {
-			o.fail("WithHeader(%q): not a valid header field name", name)
-			return
+		if o.Check(isToken(name), "WithHeader(%q): not a valid header field name", name) {
+			o.header = http.CanonicalHeaderKey(name)
+			o.SetKeyName("the " + o.header + " header")
 		}
-		o.header = http.CanonicalHeaderKey(name)
 	}
 }
 
@@ -66,13 +71,11 @@ func WithHeader(name string) Option {
 // with any other method pass through untouched. Default POST and PATCH.
 func WithMethods(methods ...string) Option {
 	return func(o *options) {
-		if len(methods) == 0 {
-			o.fail("WithMethods(): no method given")
+		if !o.Check(len(methods) > 0, "WithMethods(): no method given") {
 			return
 		}
 		for _, m := range methods {
-			if !isToken(m) {
-				o.fail("WithMethods: %q is not a valid method", m)
+			if !o.Check(isToken(m), "WithMethods: %q is not a valid method", m) {
 				return
 			}
 		}
@@ -83,41 +86,17 @@ func WithMethods(methods ...string) Option {
 // WithRequired refuses requests of the covered methods that carry no key,
 // with 400 ([ErrKeyMissing]). Default: they pass through to the handler
 // without idempotency.
-func WithRequired() Option { return func(o *options) { o.required = true } }
+func WithRequired() Option { return func(o *options) { o.SetRequired() } }
 
 // WithSyntax sets which forms of the header are accepted. Default [Lenient].
+// The key's length and format are the Guard's: its Config.MaxKeyLen
+// (255 bytes by default) and Config.ValidateKey, which see the client's key
+// as sent, without the header's quotes.
 func WithSyntax(s Syntax) Option {
 	return func(o *options) {
-		if s != Lenient && s != Strict {
-			o.fail("WithSyntax(%v): unknown syntax", s)
-			return
+		if o.Check(s == Lenient || s == Strict, "WithSyntax(%v): unknown syntax", s) {
+			o.syntax = s
 		}
-		o.syntax = s
-	}
-}
-
-// WithMaxKeyLen sets the longest key accepted, in bytes (the key itself, not
-// the header's quotes). Default [DefaultMaxKeyLen]; at least 1.
-func WithMaxKeyLen(n int) Option {
-	return func(o *options) {
-		if n < 1 {
-			o.fail("WithMaxKeyLen(%d): must be at least 1", n)
-			return
-		}
-		o.maxKeyLen = n
-	}
-}
-
-// WithKeyValidator sets a check of the key's format (say, that it is a
-// UUID), as the IETF draft recommends; a key it refuses gets 400 with the
-// error's message as the detail. Default: none.
-func WithKeyValidator(f func(key string) error) Option {
-	return func(o *options) {
-		if f == nil {
-			o.fail("WithKeyValidator(nil)")
-			return
-		}
-		o.validateKey = f
 	}
 }
 
@@ -126,11 +105,9 @@ func WithKeyValidator(f func(key string) error) Option {
 // handler does not run. Default [DefaultMaxBodyBytes]; at least 1.
 func WithMaxBodyBytes(n int64) Option {
 	return func(o *options) {
-		if n < 1 {
-			o.fail("WithMaxBodyBytes(%d): must be at least 1", n)
-			return
+		if o.Check(n >= 1, "WithMaxBodyBytes(%d): must be at least 1", n) {
+			o.maxBodyBytes = n
 		}
-		o.maxBodyBytes = n
 	}
 }
 
@@ -140,11 +117,9 @@ func WithMaxBodyBytes(n int64) Option {
 // [DefaultMaxCachedBytes]; at least 1.
 func WithMaxCachedBytes(n int) Option {
 	return func(o *options) {
-		if n < 1 {
-			o.fail("WithMaxCachedBytes(%d): must be at least 1", n)
-			return
+		if o.Check(n >= 1, "WithMaxCachedBytes(%d): must be at least 1", n) {
+			o.maxCachedBytes = n
 		}
-		o.maxCachedBytes = n
 	}
 }
 
@@ -153,27 +128,9 @@ func WithMaxCachedBytes(n int) Option {
 // gets 422. Default [DefaultFingerprint] (method, path, query and body).
 func WithFingerprint(f func(r *http.Request, body []byte) []byte) Option {
 	return func(o *options) {
-		if f == nil {
-			o.fail("WithFingerprint(nil)")
-			return
+		if o.Check(f != nil, "WithFingerprint(nil)") {
+			o.fingerprint = f
 		}
-		o.fingerprint = f
-	}
-}
-
-// WithScope sets the function that names the principal (an authenticated
-// user, an API key's account) a request acts for. Keys are scoped by it:
-// two principals that send the same key get two records, so one can never
-// read the other's response. Return the same non-empty string for every
-// request of a principal; requests scoped "" share one scope. Default: no
-// scope, all clients share one key space.
-func WithScope(f func(r *http.Request) string) Option {
-	return func(o *options) {
-		if f == nil {
-			o.fail("WithScope(nil)")
-			return
-		}
-		o.scope = f
 	}
 }
 
@@ -182,21 +139,14 @@ func WithScope(f func(r *http.Request) string) Option {
 // retry runs the handler again.
 func WithCacheServerErrors() Option { return func(o *options) { o.cacheServerErrors = true } }
 
-// WithFailOpen runs the handler without idempotency when the store cannot
-// be reached to claim the key. Default: 503 ([idem.ErrStoreUnavailable]),
-// as duplicates of a payment are worse than a refusal.
-func WithFailOpen() Option { return func(o *options) { o.failOpen = true } }
-
 // WithRetryAfter sets the Retry-After sent with 409 (in progress) and 503
 // (store unavailable), rounded up to whole seconds. Default
 // [DefaultRetryAfter].
 func WithRetryAfter(d time.Duration) Option {
 	return func(o *options) {
-		if d <= 0 {
-			o.fail("WithRetryAfter(%v): must be positive", d)
-			return
+		if o.Check(d > 0, "WithRetryAfter(%v): must be positive", d) {
+			o.retryAfter = d
 		}
-		o.retryAfter = d
 	}
 }
 
@@ -204,43 +154,25 @@ func WithRetryAfter(d time.Duration) Option {
 // [DefaultErrorHandler]; wrap it to change one case and keep the others.
 func WithErrorHandler(h ErrorHandler) Option {
 	return func(o *options) {
-		if h == nil {
-			o.fail("WithErrorHandler(nil)")
-			return
+		if o.Check(h != nil, "WithErrorHandler(nil)") {
+			o.errorHandler = h
 		}
-		o.errorHandler = h
 	}
 }
 
 // WithLogger sets the logger of warnings: outcomes the store did not take,
 // undecodable stored responses. Default: the Guard's Config.Logger.
-func WithLogger(l *slog.Logger) Option {
-	return func(o *options) {
-		if l == nil {
-			o.fail("WithLogger(nil)")
-			return
-		}
-		o.logger = l
-	}
-}
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.SetLogger(l) } }
 
-func (o *options) build(opts []Option) error {
+func (o *options) build(g *idem.Guard, opts []Option) error {
 	*o = options{
 		header:         DefaultHeader,
 		methods:        []string{http.MethodPost, http.MethodPatch},
-		maxKeyLen:      DefaultMaxKeyLen,
 		maxBodyBytes:   DefaultMaxBodyBytes,
 		maxCachedBytes: DefaultMaxCachedBytes,
 		fingerprint:    DefaultFingerprint,
 		retryAfter:     DefaultRetryAfter,
 		errorHandler:   DefaultErrorHandler,
 	}
-	for _, opt := range opts {
-		if opt == nil {
-			o.fail("New: nil Option")
-			continue
-		}
-		opt(o)
-	}
-	return errors.Join(o.errs...)
+	return adapter.Build(o, &o.Policy, adapter.Names{Pkg: "idemhttp", Request: "*http.Request", Key: "the " + DefaultHeader + " header"}, g, opts)
 }

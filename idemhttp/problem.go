@@ -17,7 +17,7 @@ var (
 	// is set. 400.
 	ErrKeyMissing = errors.New("idemhttp: idempotency key missing")
 	// ErrKeyInvalid: the key header is empty, repeated, malformed, too long
-	// or refused by [WithKeyValidator]. 400.
+	// or refused by the Guard's Config.ValidateKey. 400.
 	ErrKeyInvalid = errors.New("idemhttp: invalid idempotency key")
 	// ErrBodyTooLarge: the request body is longer than [WithMaxBodyBytes]. 413.
 	ErrBodyTooLarge = errors.New("idemhttp: request body too large")
@@ -40,6 +40,13 @@ const (
 	TypeTooManyAttempts  = "https://pkg.go.dev/github.com/idemgo/idem#ErrTooManyAttempts"
 	TypeStoreUnavailable = "https://pkg.go.dev/github.com/idemgo/idem#ErrStoreUnavailable"
 	TypeStoredResponse   = "https://pkg.go.dev/github.com/idemgo/idem/idemhttp#ErrStoredResponse"
+	// TypeStoredFailure: the key's first request failed permanently (see
+	// idem.PermanentError) and the failure is what the store keeps. 422.
+	TypeStoredFailure = "https://pkg.go.dev/github.com/idemgo/idem#PermanentError"
+	// TypeResponseNotKept: the key's first request was processed, but its
+	// response was too large to keep. The replay has its status (422 when
+	// that is unknown).
+	TypeResponseNotKept = "https://pkg.go.dev/github.com/idemgo/idem#ErrValueTooLarge"
 )
 
 // Error is what the middleware hands to its [ErrorHandler] when it answers

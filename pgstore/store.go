@@ -217,7 +217,7 @@ func newQueries(t table) queries {
 		// folded at planning: it fails only when it runs, on no row. The
 		// row has been locked by this transaction since its claim, so
 		// whether it expired since does not matter. A complete keeps
-		// expires_at when it is late enough already (see txLease).
+		// expires_at when it is late enough already (see TxConfig.Lease).
 		txComplete: txOutcome(t, "2", "greatest(expires_at, statement_timestamp() + $4::interval)"),
 		txFail:     txOutcome(t, "3", "statement_timestamp() + $4::interval"),
 

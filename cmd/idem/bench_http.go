@@ -350,7 +350,7 @@ func benchHTTPRound(ctx context.Context, o benchHTTPOptions, t benchTarget, p be
 			return err
 		}
 		defer g.Close()
-		mw, err := idemhttp.New(g)
+		mw, err := idemhttp.New(g, idemhttp.WithSharedScope()) // one load generator: one caller
 		if err != nil {
 			return err
 		}

@@ -13,7 +13,6 @@ package idemgrpctest
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"net"
 	"strings"
@@ -36,22 +35,15 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemgrpc"
+	"github.com/idemgo/idem/internal/adaptertest"
 )
 
 // Run runs the suite against the stores newStore returns.
 func Run(t *testing.T, newStore func(t *testing.T) idem.Store) {
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			c.run(t, newStore(t))
-		})
-	}
+	adaptertest.Run(t, newStore, cases)
 }
 
-var cases = []struct {
-	name string
-	run  func(t *testing.T, s idem.Store)
-}{
+var cases = []adaptertest.Case{
 	{"RetryReplaysFirstResponse", retryReplays},
 	{"OtherMethodsPassThrough", otherMethodsPassThrough},
 	{"MissingKeyPassesThrough", missingKeyPassesThrough},
@@ -72,24 +64,19 @@ var cases = []struct {
 
 // newGuard returns a Guard over s in a namespace of its own, closed at the
 // end of the test.
-func newGuard(t *testing.T, s idem.Store, cfg idem.Config) *idem.Guard {
-	t.Helper()
-	cfg.Namespace = "idemgrpctest-" + rand.Text()
-	if cfg.Lease == 0 {
-		cfg.Lease = 10 * time.Second
-	}
-	g, err := idem.New(s, cfg)
-	if err != nil {
-		t.Fatalf("idem.New: %v", err)
-	}
-	t.Cleanup(func() { g.Close() })
-	return g
+var newGuard = adaptertest.NewGuard
+
+// account is the scope of a call in the suite: its "account" metadata, as
+// an authentication interceptor would establish it.
+func account(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	return strings.Join(md.Get("account"), "")
 }
 
-// interceptor returns the unary interceptor over g.
+// interceptor returns the unary interceptor over g, scoped by account.
 func interceptor(t *testing.T, g *idem.Guard, opts ...idemgrpc.Option) grpc.UnaryServerInterceptor {
 	t.Helper()
-	i, err := idemgrpc.New(g, opts...)
+	i, err := idemgrpc.New(g, append([]idemgrpc.Option{idemgrpc.WithScope(account)}, opts...)...)
 	if err != nil {
 		t.Fatalf("idemgrpc.New: %v", err)
 	}
@@ -237,13 +224,12 @@ func missingKeyRequired(t *testing.T, s idem.Store) {
 
 func invalidKeysRefused(t *testing.T, s idem.Store) {
 	p := &payments{}
-	conn := serve(t, p, interceptor(t, newGuard(t, s, idem.Config{}), idemgrpc.WithMaxKeyLen(36),
-		idemgrpc.WithKeyValidator(func(k string) error {
-			if strings.HasPrefix(k, "bad") {
-				return errors.New("must not start with bad")
-			}
-			return nil
-		})))
+	conn := serve(t, p, interceptor(t, newGuard(t, s, idem.Config{MaxKeyLen: 36, ValidateKey: func(k string) error {
+		if strings.HasPrefix(k, "bad") {
+			return errors.New("must not start with bad")
+		}
+		return nil
+	}})))
 	for name, md := range map[string][]string{
 		"empty":     {"idempotency-key", ""},
 		"twice":     {"idempotency-key", "a", "idempotency-key", "b"},
@@ -422,10 +408,7 @@ func scopesNeverCross(t *testing.T, s idem.Store) {
 		md, _ := metadata.FromIncomingContext(ctx)
 		return wrapperspb.String(strings.Join(md.Get("account"), "") + ":" + in.GetValue()), nil
 	}}
-	conn := serve(t, p, interceptor(t, newGuard(t, s, idem.Config{}), idemgrpc.WithScope(func(ctx context.Context) string {
-		md, _ := metadata.FromIncomingContext(ctx)
-		return strings.Join(md.Get("account"), "")
-	})))
+	conn := serve(t, p, interceptor(t, newGuard(t, s, idem.Config{})))
 	as := func(account, in string) result {
 		return invoke(conn, chargeMethod, in, "idempotency-key", "k", "account", account)
 	}
@@ -462,7 +445,7 @@ func unreplayableStored(t *testing.T, s idem.Store) {
 	fixed := func(string, any) ([]byte, error) { return []byte("fixed"), nil }
 	conn := serve(t, p, interceptor(t, g, idemgrpc.WithFingerprint(fixed)))
 	store := func(key string, v []byte) {
-		if _, err := g.Do(context.Background(), idemgrpc.GuardKey(g, "", key), []byte("fixed"), func(context.Context) ([]byte, error) { return v, nil }); err != nil {
+		if _, err := g.DoScoped(context.Background(), "", key, []byte("fixed"), func(context.Context) ([]byte, error) { return v, nil }); err != nil {
 			t.Fatalf("storing a value under %q: %v", key, err)
 		}
 	}

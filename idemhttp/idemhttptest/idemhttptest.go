@@ -13,7 +13,6 @@ package idemhttptest
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,22 +30,15 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemhttp"
+	"github.com/idemgo/idem/internal/adaptertest"
 )
 
 // Run runs the suite against the stores newStore returns.
 func Run(t *testing.T, newStore func(t *testing.T) idem.Store) {
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			c.run(t, newStore(t))
-		})
-	}
+	adaptertest.Run(t, newStore, cases)
 }
 
-var cases = []struct {
-	name string
-	run  func(t *testing.T, s idem.Store)
-}{
+var cases = []adaptertest.Case{
 	{"RetryReplaysFirstResponse", retryReplays},
 	{"ReplayIsByteIdentical", replayByteIdentical},
 	{"OtherMethodsPassThrough", otherMethodsPassThrough},
@@ -82,24 +74,16 @@ var cases = []struct {
 
 // newGuard returns a Guard over s in a namespace of its own, closed at the
 // end of the test.
-func newGuard(t *testing.T, s idem.Store, cfg idem.Config) *idem.Guard {
-	t.Helper()
-	cfg.Namespace = "idemhttptest-" + rand.Text()
-	if cfg.Lease == 0 {
-		cfg.Lease = 10 * time.Second
-	}
-	g, err := idem.New(s, cfg)
-	if err != nil {
-		t.Fatalf("idem.New: %v", err)
-	}
-	t.Cleanup(func() { g.Close() })
-	return g
-}
+var newGuard = adaptertest.NewGuard
 
-// wrap returns next behind the middleware over g.
+// account is the scope of a request in the suite: its X-Account header,
+// as an authentication middleware would set it.
+func account(r *http.Request) string { return r.Header.Get("X-Account") }
+
+// wrap returns next behind the middleware over g, scoped by account.
 func wrap(t *testing.T, g *idem.Guard, next http.Handler, opts ...idemhttp.Option) http.Handler {
 	t.Helper()
-	mw, err := idemhttp.New(g, opts...)
+	mw, err := idemhttp.New(g, append([]idemhttp.Option{idemhttp.WithScope(account)}, opts...)...)
 	if err != nil {
 		t.Fatalf("idemhttp.New: %v", err)
 	}
@@ -393,12 +377,12 @@ func keyFormsAreOneKey(t *testing.T, s idem.Store) {
 func keyValidatorAndLength(t *testing.T, s idem.Store) {
 	c := &counter{}
 	errNotUUID := errors.New("the key must be a UUID")
-	h := wrap(t, newGuard(t, s, idem.Config{}), c, idemhttp.WithMaxKeyLen(36), idemhttp.WithKeyValidator(func(key string) error {
+	h := wrap(t, newGuard(t, s, idem.Config{MaxKeyLen: 36, ValidateKey: func(key string) error {
 		if len(key) != 36 {
 			return errNotUUID
 		}
 		return nil
-	}))
+	}}), c)
 	p := wantProblem(t, "refused by the validator", serve(h, post(quoted("short"), "x")), http.StatusBadRequest, idemhttp.TypeKeyInvalid)
 	if !strings.Contains(p.Detail, errNotUUID.Error()) {
 		t.Errorf("detail %q does not give the validator's reason %q", p.Detail, errNotUUID)
@@ -696,7 +680,7 @@ func panicReleases(t *testing.T, s idem.Store) {
 
 func scopesNeverCross(t *testing.T, s idem.Store) {
 	c := &counter{}
-	h := wrap(t, newGuard(t, s, idem.Config{}), c, idemhttp.WithScope(func(r *http.Request) string { return r.Header.Get("X-Account") }))
+	h := wrap(t, newGuard(t, s, idem.Config{}), c)
 	as := func(account, key, body string) req {
 		r := post(key, body)
 		r.header = http.Header{"X-Account": {account}}
@@ -712,11 +696,14 @@ func scopesNeverCross(t *testing.T, s idem.Store) {
 	// Scope and key are combined without ambiguity.
 	want(t, "scope ab key c", serve(h, as("ab", "c", "x")), http.StatusCreated, false, `{"run":4,"body":"x"}`)
 	want(t, "scope a key bc", serve(h, as("a", "bc", "x")), http.StatusCreated, false, `{"run":5,"body":"x"}`)
-	// A scope so long the combination is hashed still keeps them apart.
-	long := strings.Repeat("s", 300)
+	// The longest scope and key still keep them apart.
+	long := strings.Repeat("s", idem.MaxScopeLen)
 	want(t, "long scope", serve(h, as(long, "k", "x")), http.StatusCreated, false, `{"run":6,"body":"x"}`)
 	want(t, "long scope again", serve(h, as(long, "k", "x")), http.StatusCreated, true, `{"run":6,"body":"x"}`)
-	want(t, "long scope, other key", serve(h, as(long, "k2", "x")), http.StatusCreated, false, `{"run":7,"body":"x"}`)
+	want(t, "long scope, long key", serve(h, as(long, strings.Repeat("k", idem.DefaultMaxKeyLen), "x")), http.StatusCreated, false, `{"run":7,"body":"x"}`)
+	// A scope longer than the Guard takes is refused, never cut short.
+	wantProblem(t, "scope too long", serve(h, as(long+"s", "k", "x")), http.StatusBadRequest, idemhttp.TypeKeyInvalid)
+	wantRuns(t, c, 7)
 }
 
 func largeResponseNotStored(t *testing.T, s idem.Store) {
@@ -764,7 +751,8 @@ func storeUnavailable(t *testing.T, s idem.Store) {
 		t.Errorf("the detail %q shows the store's error to the client", p.Detail)
 	}
 	wantRuns(t, c, 0)
-	resp := serve(wrap(t, g, c, idemhttp.WithFailOpen()), post(quoted("k"), "x"))
+	open := newGuard(t, downStore{s}, idem.Config{FailOpen: true})
+	resp := serve(wrap(t, open, c), post(quoted("k"), "x"))
 	want(t, "fail open", resp, http.StatusCreated, false, `{"run":1,"body":"x"}`)
 }
 
@@ -895,7 +883,7 @@ func undecodableStored(t *testing.T, s idem.Store) {
 	payload := []byte("fixed")
 	c := &counter{}
 	h := wrap(t, g, c, idemhttp.WithFingerprint(func(*http.Request, []byte) []byte { return payload }))
-	_, err := g.Do(context.Background(), idemhttp.GuardKey(g, "", "k"), payload, func(context.Context) ([]byte, error) {
+	_, err := g.DoScoped(context.Background(), "", "k", payload, func(context.Context) ([]byte, error) {
 		return []byte("not a stored response"), nil
 	})
 	if err != nil {

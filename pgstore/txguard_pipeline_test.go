@@ -228,12 +228,12 @@ func TestTxGuardClaimOfAKeyWithARecord(t *testing.T) {
 }
 
 // A completed record is kept at least Retention after its commit, and at
-// most a second more than that after its claim.
+// most Config.Lease (here a second) more than that after its claim.
 func TestTxGuardRetentionOfTheOutcome(t *testing.T) {
 	t.Parallel()
 	e := newTxEnv(t, 4, pgstore.TxConfig{})
 	ctx := testCtx(t)
-	for name, g := range txGuards(t, e, pgstore.TxConfig{Retention: time.Hour, FailedRetention: time.Minute}) {
+	for name, g := range txGuards(t, e, pgstore.TxConfig{Config: idem.Config{Lease: time.Second, Retention: time.Hour, FailedRetention: time.Minute}}) {
 		var now time.Time
 		for _, fail := range []bool{false, true} {
 			key := fmt.Sprintf("kept-%s-%v", name, fail)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -26,51 +27,48 @@ type Beginner interface {
 // returns the value to store. It must not commit or roll back tx.
 type TxFunc func(ctx context.Context, tx pgx.Tx) ([]byte, error)
 
-// TxConfig configures a [TxGuard]. The zero value means every default.
+// TxConfig configures a [TxGuard]: the same [idem.Config] a Guard takes,
+// plus the settings of PostgreSQL. The zero value means every default.
 type TxConfig struct {
+	// Config means what it means for an idem.Guard, and is checked and
+	// defaulted the same way (idem.Config.WithDefaults); keys are combined
+	// with idem.ScopedStoreKey, so a TxGuard and an idem.Guard with the
+	// same namespace and table share records. In detail:
+	//
+	//   - Namespace, Retention, FailedRetention, Fingerprint, MaxKeyLen,
+	//     ValidateKey: as for a Guard.
+	//   - Observer and Logger: the TxGuard reports its claims, runs and
+	//     outcomes (idem.OpClaim, OpRun, OpComplete, OpFail, OpRelease for
+	//     a rollback) and logs outcomes that did not commit.
+	//   - Wait: how long a claim that finds the key held by a plain
+	//     Guard's live lease polls for its outcome before it returns
+	//     idem.ErrInProgress. A key held by another TxGuard's open
+	//     transaction is waited for by LockTimeout instead.
+	//   - MaxAttempts: caps the takeovers of a record that plain Guards
+	//     left in progress. A rolled back transactional claim leaves
+	//     nothing to count.
+	//   - Lease: how much longer than Retention the claim's record may be
+	//     kept. The row lock, not the lease, keeps duplicates out while fn
+	//     runs; an fn that ends within the lease leaves the expiry the
+	//     claim set, so storing its outcome is a HOT update.
+	//   - StoreTimeout: bounds a rollback, which runs detached from the
+	//     caller's cancellation.
+	//   - CacheSize and CacheTTL are not used: duplicates read the
+	//     committed row. FailOpen is refused: fn's writes need the database.
+	idem.Config
+
 	// Table is the records table, as [Config.Table]. Default [DefaultTable].
 	Table string
-
-	// Namespace separates the keys of different operations, as
-	// idem.Config.Namespace; keys are combined with idem.StoreKey, so a
-	// TxGuard and an idem.Guard with the same namespace and table share
-	// records. Default "".
-	Namespace string
-
-	// Retention is how long a completed outcome is kept and replayed.
-	// Default idem.DefaultRetention (24h).
-	Retention time.Duration
-
-	// FailedRetention is how long a permanent failure is kept and replayed.
-	// Default: Retention.
-	FailedRetention time.Duration
 
 	// LockTimeout is how long a duplicate waits for the transaction that
 	// holds its key to end, before Do returns idem.ErrInProgress. It is
 	// PostgreSQL's lock_timeout, set for the claim statement only. Default
 	// 5s; at least 1ms.
 	LockTimeout time.Duration
-
-	// Fingerprint appends the fingerprint of payload to dst, as
-	// idem.Config.Fingerprint. Default idem.SHA256Fingerprint.
-	Fingerprint func(dst, payload []byte) []byte
-
-	// MaxKeyLen is the longest key accepted, in bytes. Default
-	// idem.DefaultMaxKeyLen (255).
-	MaxKeyLen int
 }
 
 // DefaultLockTimeout is the default [TxConfig.LockTimeout].
 const DefaultLockTimeout = 5 * time.Second
-
-// txLease is the lease of a transactional claim. No one else ever sees that
-// claim in progress: its row commits Completed or Failed, or not at all.
-// The claim sets expires_at to its time + txLease + Retention, and the
-// complete to the later of that and its own time + Retention: for an fn
-// shorter than txLease the complete leaves expires_at as it is, which
-// makes it a HOT update (no new index entries). A completed record is so
-// kept at least Retention after its commit, at most txLease more.
-const txLease = time.Second
 
 // TxGuard runs operations whose effects are writes to the same PostgreSQL
 // database exactly once per key: the claim of the key, the operation's
@@ -101,22 +99,15 @@ func NewTxGuard(db Beginner, cfg TxConfig) (*TxGuard, error) {
 		return nil, fmt.Errorf("pgstore: TxConfig.Table: %w", err)
 	}
 	switch {
-	case cfg.Retention < 0:
-		return nil, fmt.Errorf("pgstore: TxConfig.Retention %v: must not be negative", cfg.Retention)
-	case cfg.FailedRetention < 0:
-		return nil, fmt.Errorf("pgstore: TxConfig.FailedRetention %v: must not be negative", cfg.FailedRetention)
 	case cfg.LockTimeout < 0 || (cfg.LockTimeout > 0 && cfg.LockTimeout < time.Millisecond):
 		return nil, fmt.Errorf("pgstore: TxConfig.LockTimeout %v: must be at least 1ms", cfg.LockTimeout)
-	case cfg.MaxKeyLen < 0:
-		return nil, fmt.Errorf("pgstore: TxConfig.MaxKeyLen %d: must not be negative", cfg.MaxKeyLen)
+	case cfg.FailOpen:
+		return nil, errors.New("pgstore: TxConfig.FailOpen: a TxGuard cannot run without its database")
 	}
-	cfg.Retention = cmp.Or(cfg.Retention, idem.DefaultRetention)
-	cfg.FailedRetention = cmp.Or(cfg.FailedRetention, cfg.Retention)
+	if cfg.Config, err = cfg.Config.WithDefaults(); err != nil {
+		return nil, fmt.Errorf("pgstore: TxConfig: %w", err)
+	}
 	cfg.LockTimeout = cmp.Or(cfg.LockTimeout, DefaultLockTimeout)
-	cfg.MaxKeyLen = cmp.Or(cfg.MaxKeyLen, idem.DefaultMaxKeyLen)
-	if cfg.Fingerprint == nil {
-		cfg.Fingerprint = idem.SHA256Fingerprint
-	}
 	g := &TxGuard{
 		db:  db,
 		cfg: cfg,
@@ -131,6 +122,9 @@ func NewTxGuard(db Beginner, cfg TxConfig) (*TxGuard, error) {
 	g.begin = "BEGIN ISOLATION LEVEL READ COMMITTED; " + g.setLockTimeout
 	return g, nil
 }
+
+// Config returns the TxGuard's configuration with the defaults filled in.
+func (g *TxGuard) Config() TxConfig { return g.cfg }
 
 // Do runs fn at most once to completion for key, in a READ COMMITTED
 // transaction it begins on the TxGuard's db and commits:
@@ -153,42 +147,54 @@ func NewTxGuard(db Beginner, cfg TxConfig) (*TxGuard, error) {
 //     key itself.
 //
 // payload is fingerprinted: the same key with another payload gets
-// idem.ErrKeyReused. Other errors: idem.ErrInvalidKey for a key that is
-// empty or too long, idem.ErrInProgress when a plain idem.Guard holds the
-// key with a live lease, and errors wrapping idem.ErrStoreUnavailable when
-// the database fails. An error from the final commit leaves the outcome
-// unknown to this caller (it committed or not): a retry finds out.
+// idem.ErrKeyReused. Other errors: idem.ErrInvalidKey for a key the
+// Config refuses (idem.Config.CheckKey), idem.ErrInProgress when a plain
+// idem.Guard holds the key with a live lease past Config.Wait, and errors
+// wrapping idem.ErrStoreUnavailable when the database fails. An error from
+// the final commit leaves the outcome unknown to this caller (it committed
+// or not): a retry finds out.
 //
 // fn must not commit or roll back tx (both return an error), and tx is
 // closed once fn returned. Over a *pgxpool.Pool or a *pgx.Conn, Do costs
 // three round trips besides fn's: BEGIN pipelined with the claim, and the
 // outcome with COMMIT (a key that has a record costs one more, for the
 // full claim). A completed record is kept at least Retention after its
-// commit (see txLease).
+// commit, and at most Config.Lease longer.
 //
 // fn may run more than once over time (retryable errors, crashes), but its
 // writes commit once. Attempts are not counted in this mode (a rolled back
 // claim leaves nothing to count): return a permanent error to stop a
 // poison message.
 func (g *TxGuard) Do(ctx context.Context, key string, payload []byte, fn TxFunc) (idem.Result, error) {
+	return g.DoScoped(ctx, "", key, payload, fn)
+}
+
+// DoScoped is [TxGuard.Do] for key within scope (a tenant, a principal),
+// as idem.Guard.DoScoped: the same key in two scopes names two operations,
+// and the record is the one a Guard's DoScoped with the same namespace,
+// scope and key uses.
+func (g *TxGuard) DoScoped(ctx context.Context, scope, key string, payload []byte, fn TxFunc) (idem.Result, error) {
 	if g.db == nil {
 		return idem.Result{}, errors.New("pgstore: TxGuard.Do: the TxGuard has no db (use DoTx)")
 	}
-	if err := g.check(key, fn); err != nil {
+	c, err := g.newCall(scope, key, payload, fn)
+	if err != nil {
 		return idem.Result{}, err
 	}
-	switch db := g.db.(type) {
-	case *pgxpool.Pool:
-		c, err := db.Acquire(ctx)
-		if err != nil {
-			return idem.Result{}, translate("begin", err)
+	return g.waitLease(ctx, c, func() (idem.Result, error) {
+		switch db := g.db.(type) {
+		case *pgxpool.Pool:
+			conn, err := db.Acquire(ctx)
+			if err != nil {
+				return idem.Result{}, g.storeErr(ctx, c, idem.OpClaim, translate("begin", err))
+			}
+			defer conn.Release() // a connection left in a transaction is closed, not reused
+			return g.doPipelined(ctx, conn.Conn(), c, fn)
+		case *pgx.Conn:
+			return g.doPipelined(ctx, db, c, fn)
 		}
-		defer c.Release() // a connection left in a transaction is closed, not reused
-		return g.doPipelined(ctx, c.Conn(), key, payload, fn)
-	case *pgx.Conn:
-		return g.doPipelined(ctx, db, key, payload, fn)
-	}
-	return g.doBegun(ctx, key, payload, fn)
+		return g.doBegun(ctx, c, fn)
+	})
 }
 
 // doPipelined is Do on a connection of its own, in three round trips
@@ -197,26 +203,25 @@ func (g *TxGuard) Do(ctx context.Context, key string, payload []byte, fn TxFunc)
 // it matches no row, so the COMMIT behind it never commits fn's writes
 // without their outcome: the server skips the rest of a pipeline after an
 // error, and the transaction rolls back.
-func (g *TxGuard) doPipelined(ctx context.Context, conn *pgx.Conn, key string, payload []byte, fn TxFunc) (idem.Result, error) {
-	a := g.claimArgs(key, payload)
+func (g *TxGuard) doPipelined(ctx context.Context, conn *pgx.Conn, c *txCall, fn TxFunc) (idem.Result, error) {
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	claimAt := g.queueClaim(b, a, false)
+	claimAt := g.queueClaim(b, c.a, false)
 	br := conn.SendBatch(ctx, b)
 	tx := br.Tx()
 	open := true // tx is to be rolled back when Do returns
 	defer func() {
 		if open { // an error, or fn panicked
-			rollback(ctx, tx)
+			g.rollback(ctx, c, tx)
 		}
 	}()
-	r, res, err, done := g.claimAndRun(ctx, tx, br, b.Len(), claimAt, key, a, func() ([]byte, error) { return callFn(ctx, tx, fn) })
+	r, res, done, err := g.claimAndRun(ctx, tx, br, b.Len(), claimAt, c, func() ([]byte, error) { return callFn(ctx, tx, fn) })
 	if done {
 		return res, err
 	}
 	commitAt := r.store.Len()
 	r.store.Queue("COMMIT")
-	err = g.readOutcome(tx.SendBatch(ctx, r.store), r.store.Len(), commitAt, key, r.ferr)
+	err = g.finished(ctx, c, r, g.readOutcome(tx.SendBatch(ctx, r.store), r.store.Len(), commitAt, c, r.ferr))
 	// After a failed COMMIT (or a connection lost under it) the
 	// transaction may be over: nothing to roll back then.
 	open = err != nil && conn.PgConn().TxStatus() != 'I'
@@ -225,32 +230,31 @@ func (g *TxGuard) doPipelined(ctx context.Context, conn *pgx.Conn, key string, p
 
 // doBegun is Do over any other Beginner: BEGIN is a round trip of its own,
 // and so is COMMIT, after the outcome's statement.
-func (g *TxGuard) doBegun(ctx context.Context, key string, payload []byte, fn TxFunc) (idem.Result, error) {
+func (g *TxGuard) doBegun(ctx context.Context, c *txCall, fn TxFunc) (idem.Result, error) {
 	tx, err := g.db.BeginTx(ctx, pgx.TxOptions{BeginQuery: g.begin})
 	if err != nil {
-		return idem.Result{}, translate("begin", err)
+		return idem.Result{}, g.storeErr(ctx, c, idem.OpClaim, translate("begin", err))
 	}
 	done := false
 	defer func() {
 		if !done { // an error, or fn panicked
-			rollback(ctx, tx)
+			g.rollback(ctx, c, tx)
 		}
 	}()
-	a := g.claimArgs(key, payload)
 	b := &pgx.Batch{}
-	claimAt := g.queueClaim(b, a, false)
-	r, res, err, answered := g.claimAndRun(ctx, tx, tx.SendBatch(ctx, b), b.Len(), claimAt, key, a, func() ([]byte, error) { return callFn(ctx, tx, fn) })
+	claimAt := g.queueClaim(b, c.a, false)
+	r, res, answered, err := g.claimAndRun(ctx, tx, tx.SendBatch(ctx, b), b.Len(), claimAt, c, func() ([]byte, error) { return callFn(ctx, tx, fn) })
 	if answered {
 		return res, err
 	}
-	if err := g.readOutcome(tx.SendBatch(ctx, r.store), r.store.Len(), -1, key, r.ferr); err != nil {
-		return outcome(r.value, r.ferr, err)
+	if err := g.readOutcome(tx.SendBatch(ctx, r.store), r.store.Len(), -1, c, r.ferr); err != nil {
+		return outcome(r.value, r.ferr, g.finished(ctx, c, r, err))
 	}
 	done = true
 	if err := tx.Commit(ctx); err != nil {
-		return outcome(r.value, r.ferr, translate("commit", err))
+		return outcome(r.value, r.ferr, g.finished(ctx, c, r, translate("commit", err)))
 	}
-	return outcome(r.value, r.ferr, nil)
+	return outcome(r.value, r.ferr, g.finished(ctx, c, r, nil))
 }
 
 // DoTx is Do inside the caller's transaction tx, which the caller commits:
@@ -267,49 +271,90 @@ func (g *TxGuard) doBegun(ctx context.Context, key string, payload []byte, fn Tx
 // (wrapping idem.ErrStoreUnavailable) instead of replaying the outcome, and
 // the caller must retry its whole transaction.
 func (g *TxGuard) DoTx(ctx context.Context, tx pgx.Tx, key string, payload []byte, fn TxFunc) (idem.Result, error) {
+	return g.DoTxScoped(ctx, tx, "", key, payload, fn)
+}
+
+// DoTxScoped is [TxGuard.DoTx] for key within scope, as
+// [TxGuard.DoScoped].
+func (g *TxGuard) DoTxScoped(ctx context.Context, tx pgx.Tx, scope, key string, payload []byte, fn TxFunc) (idem.Result, error) {
 	if tx == nil {
 		return idem.Result{}, errors.New("pgstore: TxGuard.DoTx: tx is nil")
 	}
-	if err := g.check(key, fn); err != nil {
+	c, err := g.newCall(scope, key, payload, fn)
+	if err != nil {
 		return idem.Result{}, err
 	}
+	return g.waitLease(ctx, c, func() (idem.Result, error) { return g.doTx(ctx, tx, c, fn) })
+}
+
+func (g *TxGuard) doTx(ctx context.Context, tx pgx.Tx, c *txCall, fn TxFunc) (idem.Result, error) {
 	kept := false
 	defer func() {
 		if !kept { // an error, or fn panicked
-			rollbackTo(ctx, tx)
+			g.rollbackTo(ctx, c, tx)
 		}
 	}()
-	a := g.claimArgs(key, payload)
 	b := &pgx.Batch{}
-	claimAt := g.queueClaim(b, a, true)
-	r, res, err, done := g.claimAndRun(ctx, tx, tx.SendBatch(ctx, b), b.Len(), claimAt, key, a, func() ([]byte, error) { return fn(ctx, tx) })
+	claimAt := g.queueClaim(b, c.a, true)
+	r, res, done, err := g.claimAndRun(ctx, tx, tx.SendBatch(ctx, b), b.Len(), claimAt, c, func() ([]byte, error) { return fn(ctx, tx) })
 	if done {
 		return res, err
 	}
 	r.store.Queue("RELEASE SAVEPOINT pgstore_claim")
-	err = g.readOutcome(tx.SendBatch(ctx, r.store), r.store.Len(), -1, key, r.ferr)
+	err = g.finished(ctx, c, r, g.readOutcome(tx.SendBatch(ctx, r.store), r.store.Len(), -1, c, r.ferr))
 	kept = err == nil
 	return outcome(r.value, r.ferr, err)
 }
 
-func (g *TxGuard) check(key string, fn TxFunc) error {
-	switch {
-	case fn == nil:
-		return errors.New("pgstore: TxGuard: fn is nil")
-	case len(key) == 0:
-		return fmt.Errorf("%w: empty", idem.ErrInvalidKey)
-	case len(key) > g.cfg.MaxKeyLen:
-		return fmt.Errorf("%w: %d bytes, longer than %d", idem.ErrInvalidKey, len(key), g.cfg.MaxKeyLen)
-	}
-	return nil
+// txCall is one Do or DoTx: the caller's scope and key, and the claim's
+// arguments.
+type txCall struct {
+	scope, key string
+	a          idem.ClaimArgs
+	// releasing is set while fn runs and after it returned a retryable
+	// error (or panicked): the rollback then gives the key back.
+	releasing bool
 }
 
-func (g *TxGuard) claimArgs(key string, payload []byte) idem.ClaimArgs {
-	return idem.ClaimArgs{
-		Key:         idem.StoreKey(g.cfg.Namespace, key),
+// newCall checks the call's arguments as an idem.Guard does.
+func (g *TxGuard) newCall(scope, key string, payload []byte, fn TxFunc) (*txCall, error) {
+	if fn == nil {
+		return nil, errors.New("pgstore: TxGuard: fn is nil")
+	}
+	if err := g.cfg.CheckKey(scope, key); err != nil {
+		return nil, err
+	}
+	return &txCall{scope: scope, key: key, a: idem.ClaimArgs{
+		Key:         idem.ScopedStoreKey(g.cfg.Namespace, scope, key),
 		Fingerprint: g.cfg.Fingerprint(nil, payload),
-		Lease:       txLease,
+		Lease:       g.cfg.Lease,
 		Retention:   g.cfg.Retention,
+		MaxAttempts: g.cfg.MaxAttempts,
+	}}, nil
+}
+
+// errLeaseHeld is the answer of a claim that found the key held by a plain
+// Guard's live lease: waitLease polls while Config.Wait allows.
+var errLeaseHeld = errors.New("held by a lease")
+
+// waitLease runs do until it answers anything but a key held by a plain
+// Guard's live lease, or Config.Wait has passed, pausing between tries
+// from 5ms doubling to 500ms.
+func (g *TxGuard) waitLease(ctx context.Context, c *txCall, do func() (idem.Result, error)) (idem.Result, error) {
+	until := time.Now().Add(g.cfg.Wait)
+	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
+		res, err := do()
+		left := time.Until(until)
+		if !errors.Is(err, errLeaseHeld) || left <= 0 {
+			return res, err
+		}
+		t := time.NewTimer(min(pause, left))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return idem.Result{}, fmt.Errorf("pgstore: waiting for the outcome (key %q): %w", c.key, context.Cause(ctx))
+		}
 	}
 }
 
@@ -318,44 +363,53 @@ func (g *TxGuard) claimArgs(key string, payload []byte) idem.ClaimArgs {
 type ran struct {
 	value []byte
 	ferr  error      // nil or permanent
+	op    idem.Op    // OpComplete or OpFail
 	store *pgx.Batch // the statements storing fn's outcome
+	sent  time.Time  // when the outcome was sent
 }
 
 // claimAndRun reads the claim that br carries (see readClaim) and, when it
 // acquired the key, runs fn and returns the batch that stores fn's
 // outcome. When there is nothing to store (a duplicate, a busy key, an
 // error, fn's retryable error), done is set and res, err are the answer.
-func (g *TxGuard) claimAndRun(ctx context.Context, tx pgx.Tx, br pgx.BatchResults, n, claimAt int, key string, a idem.ClaimArgs,
-	fn func() ([]byte, error)) (r ran, res idem.Result, err error, done bool) {
-	cl, err := g.readClaim(ctx, tx, br, n, claimAt, key, a)
+func (g *TxGuard) claimAndRun(ctx context.Context, tx pgx.Tx, br pgx.BatchResults, n, claimAt int, c *txCall,
+	fn func() ([]byte, error)) (r ran, res idem.Result, done bool, err error) {
+	sent := time.Now()
+	cl, err := g.readClaim(ctx, tx, br, n, claimAt, c)
+	g.observe(ctx, c, idem.Event{Op: idem.OpClaim, Outcome: cl.Outcome, Attempt: cl.Record.Attempt, Duration: time.Since(sent), Err: err})
 	if err != nil {
-		return r, idem.Result{}, err, true
+		return r, idem.Result{}, true, err
 	}
-	if res, err, done := g.claimed(cl, key); done {
-		return r, res, err, true
+	if res, done, err := g.claimed(cl, c); done {
+		return r, res, true, err
 	}
+	started := time.Now()
+	c.releasing = true
 	r.value, r.ferr = fn()
+	g.observe(ctx, c, idem.Event{Op: idem.OpRun, Duration: time.Since(started), Err: r.ferr})
 	if r.ferr != nil && !idem.IsPermanent(r.ferr) {
-		return r, idem.Result{}, r.ferr, true
+		return r, idem.Result{}, true, r.ferr
 	}
-	r.store = &pgx.Batch{}
-	g.queueOutcome(r.store, a, cl.Token, r.value, r.ferr)
-	return r, idem.Result{}, nil, false
+	c.releasing = false
+	r.op, r.store, r.sent = idem.OpComplete, &pgx.Batch{}, time.Now()
+	if r.ferr != nil {
+		r.op = idem.OpFail
+	}
+	g.queueOutcome(r.store, c.a, cl.Token, r.value, r.ferr)
+	return r, idem.Result{}, false, nil
 }
 
 // claimed answers a claim that did not acquire the key: done is false
 // when it did, and fn is to run.
-func (g *TxGuard) claimed(cl idem.Claim, key string) (res idem.Result, err error, done bool) {
+func (g *TxGuard) claimed(cl idem.Claim, c *txCall) (res idem.Result, done bool, err error) {
 	switch cl.Outcome {
 	case idem.Duplicate:
-		if cl.Record.Status == idem.StatusFailed {
-			return idem.Result{Replayed: true}, idem.DecodeFailure(cl.Record.Result), true
-		}
-		return idem.Result{Value: cl.Record.Result, Replayed: true}, nil, true
+		res, err := idem.Replay(cl.Record)
+		return res, true, err
 	case idem.Busy:
-		return idem.Result{}, fmt.Errorf("%w (key %q, attempt %d): held by a lease", idem.ErrInProgress, key, cl.Record.Attempt), true
+		return idem.Result{}, true, fmt.Errorf("%w (key %q, attempt %d): %w", idem.ErrInProgress, c.key, cl.Record.Attempt, errLeaseHeld)
 	}
-	return idem.Result{}, nil, false
+	return idem.Result{}, false, nil
 }
 
 // callFn runs fn with Do's transaction, which fn can neither commit nor
@@ -378,6 +432,37 @@ func outcome(value []byte, ferr, err error) (idem.Result, error) {
 	return idem.Result{Value: value}, nil
 }
 
+// observe reports e, about c, to the Config's Observer.
+func (g *TxGuard) observe(ctx context.Context, c *txCall, e idem.Event) {
+	if g.cfg.Observer != nil {
+		e.Namespace, e.Scope, e.Key = g.cfg.Namespace, c.scope, c.key
+		g.cfg.Observer(ctx, e)
+	}
+}
+
+// finished observes the storing of fn's outcome r, which ended with err
+// (its commit included, in Do), logs a failure, and returns err.
+func (g *TxGuard) finished(ctx context.Context, c *txCall, r ran, err error) error {
+	g.observe(ctx, c, idem.Event{Op: r.op, Duration: time.Since(r.sent), Err: err})
+	if err != nil {
+		g.warn(ctx, c, "pgstore: TxGuard: the outcome was not stored", r.op, err)
+	}
+	return err
+}
+
+// storeErr observes and logs err, the database's failure in step op of c,
+// and returns it.
+func (g *TxGuard) storeErr(ctx context.Context, c *txCall, op idem.Op, err error) error {
+	g.observe(ctx, c, idem.Event{Op: op, Err: err})
+	g.warn(ctx, c, "pgstore: TxGuard: the database failed", op, err)
+	return err
+}
+
+func (g *TxGuard) warn(ctx context.Context, c *txCall, msg string, op idem.Op, err error) {
+	g.cfg.Logger.WarnContext(ctx, msg, slog.String("op", op.String()), slog.String("namespace", g.cfg.Namespace),
+		slog.String("scope", c.scope), slog.String("key", c.key), slog.Any("error", err))
+}
+
 // queueClaim queues the claim of a (for the caller's key) in b and returns
 // the claim statement's index. After it the transaction holds the savepoint
 // pgstore_fn, and in DoTx (nested) pgstore_claim before it.
@@ -397,26 +482,27 @@ func (g *TxGuard) queueClaim(b *pgx.Batch, a idem.ClaimArgs, nested bool) (claim
 // readClaim reads the n results of a batch of queueClaim (the claim at
 // claimAt being claimNew), closing br, and when the key has a record
 // claims it with the full claim, in a second round trip.
-func (g *TxGuard) readClaim(ctx context.Context, tx pgx.Tx, br pgx.BatchResults, n, claimAt int, key string, a idem.ClaimArgs) (idem.Claim, error) {
+func (g *TxGuard) readClaim(ctx context.Context, tx pgx.Tx, br pgx.BatchResults, n, claimAt int, c *txCall) (idem.Claim, error) {
+	a := c.a
 	r, found, err := readClaimRow(br, n, claimAt, true)
 	if err == nil && found {
 		// claimNew restored no lock_timeout: it returned no row, and the
 		// guard's is still set.
 		b := &pgx.Batch{}
-		b.Queue(g.q.txClaim, []byte(a.Key), fingerprint(a), micros(a.Lease), micros(a.Retention), int32(0), tooManyAttempts)
+		b.Queue(g.q.txClaim, []byte(a.Key), fingerprint(a), micros(a.Lease), micros(a.Retention), maxAttempts(a.MaxAttempts), tooManyAttempts)
 		b.Queue("SAVEPOINT pgstore_fn") // again: after this claim's write
 		claimAt = 0
 		r, _, err = readClaimRow(tx.SendBatch(ctx, b), b.Len(), claimAt, false)
 	}
 	if err != nil {
 		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "55P03" {
-			return idem.Claim{}, fmt.Errorf("%w (key %q): its transaction did not end within %v", idem.ErrInProgress, key, g.cfg.LockTimeout)
+			return idem.Claim{}, fmt.Errorf("%w (key %q): its transaction did not end within %v", idem.ErrInProgress, c.key, g.cfg.LockTimeout)
 		}
 		return idem.Claim{}, translate("claim", err)
 	}
 	cl, err := r.claim(a)
 	if errors.Is(err, idem.ErrKeyReused) {
-		err = fmt.Errorf("%w (key %q)", err, key)
+		err = fmt.Errorf("%w (key %q)", err, c.key)
 	}
 	return cl, err
 }
@@ -460,7 +546,8 @@ func (g *TxGuard) queueOutcome(b *pgx.Batch, a idem.ClaimArgs, t idem.Token, val
 // readOutcome reads the n results of a batch of queueOutcome and whatever
 // was queued after it, commitAt being the index of a COMMIT (-1 if none),
 // and closes br.
-func (g *TxGuard) readOutcome(br pgx.BatchResults, n, commitAt int, key string, ferr error) error {
+func (g *TxGuard) readOutcome(br pgx.BatchResults, n, commitAt int, c *txCall, ferr error) error {
+	key := c.key
 	op := "complete"
 	if ferr != nil {
 		op = "fail"
@@ -573,19 +660,29 @@ type errRow struct{ err error }
 
 func (r errRow) Scan(...any) error { return r.err }
 
-// cleanupTimeout bounds a rollback, which runs detached from the caller's
-// cancellation: a caller that gave up must not leave a transaction open.
-const cleanupTimeout = 5 * time.Second
-
-func rollback(ctx context.Context, tx pgx.Tx) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	_ = tx.Rollback(ctx) // on failure pgx closes the connection, which ends the transaction
+// rollback ends Do's transaction, detached from the caller's
+// cancellation (with its own timeout, Config.StoreTimeout): a caller that
+// gave up must not leave a transaction open.
+func (g *TxGuard) rollback(ctx context.Context, c *txCall, tx pgx.Tx) {
+	g.cleanup(ctx, c, func(ctx context.Context) error {
+		return tx.Rollback(ctx) // on failure pgx closes the connection, which ends the transaction
+	})
 }
 
 // rollbackTo undoes DoTx's claim and fn's writes, leaving tx usable.
-func rollbackTo(ctx context.Context, tx pgx.Tx) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+func (g *TxGuard) rollbackTo(ctx context.Context, c *txCall, tx pgx.Tx) {
+	g.cleanup(ctx, c, func(ctx context.Context) error {
+		_, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT pgstore_claim; RELEASE SAVEPOINT pgstore_claim")
+		return err
+	})
+}
+
+func (g *TxGuard) cleanup(ctx context.Context, c *txCall, undo func(context.Context) error) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.StoreTimeout)
 	defer cancel()
-	_, _ = tx.Exec(ctx, "ROLLBACK TO SAVEPOINT pgstore_claim; RELEASE SAVEPOINT pgstore_claim")
+	err := undo(ctx)
+	if c.releasing {
+		g.observe(ctx, c, idem.Event{Op: idem.OpRelease, Duration: time.Since(start), Err: err})
+	}
 }

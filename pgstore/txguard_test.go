@@ -335,7 +335,7 @@ func TestTxGuardDoTxInCallerTransaction(t *testing.T) {
 
 func TestTxGuardRefusals(t *testing.T) {
 	t.Parallel()
-	e := newTxEnv(t, 4, pgstore.TxConfig{MaxKeyLen: 8})
+	e := newTxEnv(t, 4, pgstore.TxConfig{Config: idem.Config{MaxKeyLen: 8}})
 	ctx := testCtx(t)
 	if _, err := e.g.Do(ctx, "k", []byte("A"), e.pay("k")); err != nil {
 		t.Fatal(err)
@@ -359,9 +359,16 @@ func TestTxGuardRefusals(t *testing.T) {
 	if rows := e.ledgerRows(t, "k") + e.ledgerRows(t, "held"); rows != 1 {
 		t.Fatalf("%d ledger rows, want 1", rows)
 	}
-	for _, cfg := range []pgstore.TxConfig{{Table: "a b"}, {LockTimeout: time.Microsecond}, {Retention: -1}, {MaxKeyLen: -1}} {
-		if _, err := pgstore.NewTxGuard(e.pool, cfg); err == nil || !strings.HasPrefix(err.Error(), "pgstore: TxConfig.") {
-			t.Errorf("NewTxGuard(%+v): %v, want an error naming the field", cfg, err)
+	for field, cfg := range map[string]pgstore.TxConfig{
+		"Table":            {Table: "a b"},
+		"LockTimeout":      {LockTimeout: time.Microsecond},
+		"Config.Retention": {Config: idem.Config{Retention: -1}},
+		"Config.MaxKeyLen": {Config: idem.Config{MaxKeyLen: -1}},
+		"Config.Lease":     {Config: idem.Config{Lease: time.Microsecond}},
+		"FailOpen":         {Config: idem.Config{FailOpen: true}},
+	} {
+		if _, err := pgstore.NewTxGuard(e.pool, cfg); err == nil || !strings.HasPrefix(err.Error(), "pgstore: TxConfig") || !strings.Contains(err.Error(), field) {
+			t.Errorf("NewTxGuard with a bad %s: %v, want an error starting pgstore: TxConfig and naming the field", field, err)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/idemgo/idem"
@@ -70,188 +71,195 @@ func (h *hookStore) Complete(ctx context.Context, key string, t idem.Token, v []
 	return h.Store.Complete(ctx, key, t, v, r)
 }
 
+// The tests of waits, leases and heartbeats run in synctest bubbles, with
+// leases as long as in production: the bubble's clock is fake and moves
+// only when every goroutine of the bubble waits, so none of them waits on
+// real time, and synctest.Wait tells when every goroutine has got as far
+// as it can.
+
 func TestDoRunsOnceFor64Goroutines(t *testing.T) {
-	g := newGuard(t, newMem(t), idem.Config{Wait: 10 * time.Second})
-	var runs atomic.Int32
-	var wg sync.WaitGroup
-	results := make([]idem.Result, 64)
-	start := make(chan struct{})
-	for i := range results {
-		wg.Go(func() {
-			<-start
-			res, err := g.Do(context.Background(), "order-42", []byte("charge 100"), func(ctx context.Context) ([]byte, error) {
-				runs.Add(1)
-				time.Sleep(20 * time.Millisecond) // the others arrive while it runs
-				return []byte("receipt-1"), nil
+	synctest.Test(t, func(t *testing.T) {
+		h := &hookStore{Store: newMem(t)}
+		g := newGuard(t, h, idem.Config{Wait: time.Minute})
+		var runs atomic.Int32
+		var wg sync.WaitGroup
+		results := make([]idem.Result, 64)
+		start, finish := make(chan struct{}), make(chan struct{})
+		for i := range results {
+			wg.Go(func() {
+				<-start
+				res, err := g.Do(context.Background(), "order-42", []byte("charge 100"), func(ctx context.Context) ([]byte, error) {
+					runs.Add(1)
+					<-finish
+					return []byte("receipt-1"), nil
+				})
+				if err != nil {
+					t.Errorf("Do: %v", err)
+				}
+				results[i] = res
 			})
-			if err != nil {
-				t.Errorf("Do: %v", err)
+		}
+		close(start)
+		// Every goroutine is blocked: one in fn, the others waiting for
+		// its outcome, each after a claim that found the key busy.
+		synctest.Wait()
+		if n := h.claims.Load(); n < int32(len(results)) {
+			t.Errorf("%d claims while fn runs, want every goroutine's", n)
+		}
+		close(finish)
+		wg.Wait()
+		if n := runs.Load(); n != 1 {
+			t.Fatalf("fn ran %d times for one key, want 1", n)
+		}
+		fresh := 0
+		for _, r := range results {
+			if string(r.Value) != "receipt-1" {
+				t.Fatalf("a caller got %q, want receipt-1", r.Value)
 			}
-			results[i] = res
-		})
-	}
-	close(start)
-	wg.Wait()
-	if n := runs.Load(); n != 1 {
-		t.Fatalf("fn ran %d times for one key, want 1", n)
-	}
-	fresh := 0
-	for _, r := range results {
-		if string(r.Value) != "receipt-1" {
-			t.Fatalf("a caller got %q, want receipt-1", r.Value)
+			if !r.Replayed {
+				fresh++
+			}
 		}
-		if !r.Replayed {
-			fresh++
+		if fresh != 1 {
+			t.Fatalf("%d callers saw a fresh run, want 1", fresh)
 		}
-	}
-	if fresh != 1 {
-		t.Fatalf("%d callers saw a fresh run, want 1", fresh)
-	}
+	})
 }
 
 func TestStalledHolderIsFenced(t *testing.T) {
-	mem := newMem(t)
-	// The stalled holder's heartbeats never reach the store, as when its
-	// process is paused or cut off.
-	stalled := &hookStore{Store: mem, extend: func(context.Context, string, idem.Token, time.Duration) error {
-		return errors.New("network unreachable")
-	}}
-	lease := 60 * time.Millisecond
-	gA := newGuard(t, stalled, idem.Config{Lease: lease})
-	gB := newGuard(t, mem, idem.Config{Lease: lease, Wait: 5 * time.Second})
+	synctest.Test(t, func(t *testing.T) {
+		mem := newMem(t)
+		// The stalled holder's heartbeats never reach the store, as when
+		// its process is paused or cut off.
+		stalled := &hookStore{Store: mem, extend: func(context.Context, string, idem.Token, time.Duration) error {
+			return errors.New("network unreachable")
+		}}
+		gA := newGuard(t, stalled, idem.Config{Lease: 30 * time.Second})
+		gB := newGuard(t, mem, idem.Config{Lease: 30 * time.Second, Wait: time.Minute})
 
-	started, resume := make(chan struct{}), make(chan struct{})
-	var aErr error
-	var aRes idem.Result
-	var aCause error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		aRes, aErr = gA.Do(context.Background(), "k", nil, func(ctx context.Context) ([]byte, error) {
-			close(started)
-			<-resume // stalls, ignoring its context
-			aCause = context.Cause(ctx)
-			return []byte("from A"), nil
+		started, resume := make(chan struct{}), make(chan struct{})
+		var aErr, aCause error
+		var aRes idem.Result
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			aRes, aErr = gA.Do(context.Background(), "k", nil, func(ctx context.Context) ([]byte, error) {
+				close(started)
+				<-resume // stalls, ignoring its context
+				aCause = context.Cause(ctx)
+				return []byte("from A"), nil
+			})
 		})
-	}()
-	<-started
-	res, err := gB.Do(context.Background(), "k", nil, value("from B"))
-	if err != nil || res.Replayed || string(res.Value) != "from B" {
-		t.Fatalf("B after A's lease ended: %q replayed=%v err=%v, want a fresh run", res.Value, res.Replayed, err)
-	}
-	close(resume)
-	<-done
-	if !errors.Is(aErr, idem.ErrLeaseLost) {
-		t.Fatalf("stalled holder's Do: %v, want ErrLeaseLost", aErr)
-	}
-	if string(aRes.Value) != "from A" {
-		t.Fatalf("stalled holder's Result.Value = %q, want its fn's value", aRes.Value)
-	}
-	if !errors.Is(aCause, idem.ErrLeaseLost) {
-		t.Fatalf("stalled holder's context cause %v, want ErrLeaseLost", aCause)
-	}
-	r, err := mem.Get(context.Background(), idem.StoreKey("", "k"))
-	if err != nil || r.Status != idem.StatusCompleted || string(r.Result) != "from B" || r.Attempt != 2 {
-		t.Fatalf("record %+v (%v), want B's outcome at attempt 2", r, err)
-	}
-	// Every later duplicate gets B's outcome.
-	res, err = gA.Do(context.Background(), "k", nil, value("again"))
-	if err != nil || !res.Replayed || string(res.Value) != "from B" {
-		t.Fatalf("duplicate: %q %v", res.Value, err)
-	}
+		<-started
+		res, err := gB.Do(context.Background(), "k", nil, value("from B"))
+		close(resume)
+		wg.Wait()
+		if err != nil || res.Replayed || string(res.Value) != "from B" {
+			t.Fatalf("B after A's lease ended: %q replayed=%v err=%v, want a fresh run", res.Value, res.Replayed, err)
+		}
+		if !errors.Is(aErr, idem.ErrLeaseLost) {
+			t.Fatalf("stalled holder's Do: %v, want ErrLeaseLost", aErr)
+		}
+		if string(aRes.Value) != "from A" {
+			t.Fatalf("stalled holder's Result.Value = %q, want its fn's value", aRes.Value)
+		}
+		if !errors.Is(aCause, idem.ErrLeaseLost) {
+			t.Fatalf("stalled holder's context cause %v, want ErrLeaseLost", aCause)
+		}
+		r, err := mem.Get(context.Background(), idem.StoreKey("", "k"))
+		if err != nil || r.Status != idem.StatusCompleted || string(r.Result) != "from B" || r.Attempt != 2 {
+			t.Fatalf("record %+v (%v), want B's outcome at attempt 2", r, err)
+		}
+		// Every later duplicate gets B's outcome.
+		res, err = gA.Do(context.Background(), "k", nil, value("again"))
+		if err != nil || !res.Replayed || string(res.Value) != "from B" {
+			t.Fatalf("duplicate: %q %v", res.Value, err)
+		}
+	})
 }
 
 func TestHolderCutOffFromStoreStopsBeforeLeaseEnd(t *testing.T) {
-	mem := newMem(t)
-	var leaseUntil time.Time // the lease end the store granted
-	// The store stops answering once the key is claimed: every Extend hangs
-	// until its context ends.
-	hung := &hookStore{Store: mem,
-		claim: func(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
-			c, err := mem.Claim(ctx, a)
-			leaseUntil = c.Record.LeaseUntil
-			return c, err
-		},
-		extend: func(ctx context.Context, _ string, _ idem.Token, _ time.Duration) error {
+	synctest.Test(t, func(t *testing.T) {
+		mem := newMem(t)
+		var leaseUntil time.Time // the lease end the store granted
+		// The store stops answering once the key is claimed: every Extend
+		// hangs until its context ends.
+		hung := &hookStore{Store: mem,
+			claim: func(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+				c, err := mem.Claim(ctx, a)
+				leaseUntil = c.Record.LeaseUntil
+				return c, err
+			},
+			extend: func(ctx context.Context, _ string, _ idem.Token, _ time.Duration) error {
+				<-ctx.Done()
+				return ctx.Err()
+			},
+		}
+		g := newGuard(t, hung, idem.Config{Lease: 30 * time.Second})
+		var cancelledAt time.Time
+		var cause error
+		_, err := g.Do(context.Background(), "k", nil, func(ctx context.Context) ([]byte, error) {
 			<-ctx.Done()
-			return ctx.Err()
-		},
-	}
-	g := newGuard(t, hung, idem.Config{Lease: 300 * time.Millisecond})
-	var cancelledAt time.Time
-	var cause error
-	_, err := g.Do(context.Background(), "k", nil, func(ctx context.Context) ([]byte, error) {
-		<-ctx.Done()
-		cancelledAt, cause = time.Now(), context.Cause(ctx)
-		return nil, ctx.Err()
+			cancelledAt, cause = time.Now(), context.Cause(ctx)
+			return nil, ctx.Err()
+		})
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Do: %v, want fn's context error", err)
+		}
+		if !errors.Is(cause, idem.ErrLeaseLost) {
+			t.Fatalf("cause %v, want ErrLeaseLost", cause)
+		}
+		// memstore's clock is the bubble's: compare directly.
+		if !cancelledAt.Before(leaseUntil) {
+			t.Fatalf("fn cancelled %v after the store's lease end; it must stop before anyone can take over", cancelledAt.Sub(leaseUntil))
+		}
 	})
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("Do: %v, want fn's context error", err)
-	}
-	if !errors.Is(cause, idem.ErrLeaseLost) {
-		t.Fatalf("cause %v, want ErrLeaseLost", cause)
-	}
-	// memstore's clock is this process's: compare directly.
-	if !cancelledAt.Before(leaseUntil) {
-		t.Fatalf("fn cancelled %v after the store's lease end; it must stop before anyone can take over", cancelledAt.Sub(leaseUntil))
-	}
 }
 
+// TestHeartbeatKeepsLongRunAlive: over the Guard and a store, a run five
+// leases long keeps its key; heartbeat_test.go tests the heartbeat alone.
 func TestHeartbeatKeepsLongRunAlive(t *testing.T) {
-	lease := 60 * time.Millisecond
-	for _, tc := range []struct {
-		name string
-		idle time.Duration // a short Do, then this long without calls, before the long run
-	}{
-		{"first call", 0},
-		// The heartbeat loop sleeps an interval at a time when idle: a call
-		// that starts mid-sleep is due after the loop wakes, not before.
-		{"after a pause mid-interval", lease / 6},
-		{"after the loop exited", 2 * lease},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			mem := newMem(t)
-			g := newGuard(t, mem, idem.Config{Lease: lease})
-			if tc.idle > 0 {
-				if _, err := g.Do(context.Background(), "short", nil, value("v")); err != nil {
-					t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		const lease = 30 * time.Second
+		mem := newMem(t)
+		g := newGuard(t, mem, idem.Config{Lease: lease})
+		running, finish := make(chan struct{}), make(chan struct{})
+		var runErr error
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			_, runErr = g.Do(context.Background(), "long", nil, func(ctx context.Context) ([]byte, error) {
+				close(running)
+				select {
+				case <-finish:
+					return []byte("ok"), nil
+				case <-ctx.Done():
+					return nil, context.Cause(ctx)
 				}
-				time.Sleep(tc.idle)
-			}
-			running := make(chan struct{})
-			finish := make(chan struct{})
-			done := make(chan error)
-			go func() {
-				_, err := g.Do(context.Background(), "long", nil, func(ctx context.Context) ([]byte, error) {
-					close(running)
-					select {
-					case <-finish:
-						return []byte("ok"), nil
-					case <-ctx.Done():
-						return nil, context.Cause(ctx)
-					}
-				})
-				done <- err
-			}()
-			<-running
-			// For five leases, every duplicate finds the key busy: the
-			// heartbeat keeps extending the lease.
-			other := newGuard(t, mem, idem.Config{Lease: lease})
-			for end := time.Now().Add(5 * lease); time.Now().Before(end); time.Sleep(lease / 4) {
-				if _, err := other.Do(context.Background(), "long", nil, value("dup")); !errors.Is(err, idem.ErrInProgress) {
-					t.Fatalf("duplicate during the run: %v, want ErrInProgress", err)
-				}
-			}
-			close(finish)
-			if err := <-done; err != nil {
-				t.Fatalf("long run: %v", err)
-			}
-			r, _ := mem.Get(context.Background(), idem.StoreKey("", "long"))
-			if r.Status != idem.StatusCompleted || r.Attempt != 1 {
-				t.Fatalf("record %+v, want Completed at attempt 1", r)
-			}
+			})
 		})
-	}
+		<-running
+		// For five leases, every duplicate finds the key busy: the
+		// heartbeat keeps extending the lease.
+		other := newGuard(t, mem, idem.Config{Lease: lease})
+		start := time.Now()
+		tick := time.NewTicker(lease / 4)
+		for range 20 {
+			<-tick.C
+			if _, err := other.Do(context.Background(), "long", nil, value("dup")); !errors.Is(err, idem.ErrInProgress) {
+				t.Errorf("duplicate %v into the run: %v, want ErrInProgress", time.Since(start), err)
+				break
+			}
+		}
+		tick.Stop()
+		close(finish)
+		wg.Wait()
+		if runErr != nil {
+			t.Fatalf("long run: %v", runErr)
+		}
+		r, _ := mem.Get(context.Background(), idem.StoreKey("", "long"))
+		if r.Status != idem.StatusCompleted || r.Attempt != 1 {
+			t.Fatalf("record %+v, want Completed at attempt 1", r)
+		}
+	})
 }
 
 func TestTokenInContextMatchesRecord(t *testing.T) {
@@ -336,52 +344,77 @@ func TestPanicReleasesAndRepanics(t *testing.T) {
 	}
 }
 
+// hold runs a Do on key in g whose fn blocks until the returned release is
+// called; hold returns once fn runs. release waits for that Do to return,
+// and is called at the test's end if the test has not called it.
+func hold(t *testing.T, g *idem.Guard, key string, value string) (release func()) {
+	t.Helper()
+	inside, done := make(chan struct{}), make(chan struct{})
+	proceed := make(chan struct{})
+	go func() {
+		defer close(done)
+		if _, err := g.Do(context.Background(), key, nil, func(context.Context) ([]byte, error) {
+			close(inside)
+			<-proceed
+			return []byte(value), nil
+		}); err != nil {
+			t.Errorf("the holder's Do: %v", err)
+		}
+	}()
+	<-inside
+	var once sync.Once
+	release = func() {
+		once.Do(func() { close(proceed) })
+		<-done
+	}
+	t.Cleanup(release)
+	return release
+}
+
 func TestBusyWithoutWaitIsErrInProgress(t *testing.T) {
 	g := newGuard(t, newMem(t), idem.Config{})
-	inside, release := make(chan struct{}), make(chan struct{})
-	go g.Do(context.Background(), "k", nil, func(context.Context) ([]byte, error) {
-		close(inside)
-		<-release
-		return nil, nil
-	})
-	<-inside
-	defer close(release)
+	hold(t, g, "k", "first")
 	if _, err := g.Do(context.Background(), "k", nil, value("dup")); !errors.Is(err, idem.ErrInProgress) {
 		t.Fatalf("Do while in progress: %v, want ErrInProgress", err)
 	}
 }
 
 func TestWaitGetsTheOutcome(t *testing.T) {
-	g := newGuard(t, newMem(t), idem.Config{Wait: 5 * time.Second})
-	inside, release := make(chan struct{}), make(chan struct{})
-	go g.Do(context.Background(), "k", nil, func(context.Context) ([]byte, error) {
-		close(inside)
-		<-release
-		return []byte("first"), nil
+	synctest.Test(t, func(t *testing.T) {
+		h := &hookStore{Store: newMem(t)}
+		g := newGuard(t, h, idem.Config{Wait: time.Minute})
+		release := hold(t, g, "k", "first")
+		var res idem.Result
+		var err error
+		var wg sync.WaitGroup
+		wg.Go(func() { res, err = g.Do(context.Background(), "k", nil, value("second")) })
+		synctest.Wait() // the duplicate waits, having found the key busy
+		release()
+		wg.Wait()
+		if err != nil || !res.Replayed || string(res.Value) != "first" {
+			t.Fatalf("waiting duplicate: %q replayed=%v %v, want the first outcome", res.Value, res.Replayed, err)
+		}
+		if n := h.claims.Load(); n < 3 {
+			t.Fatalf("%d claims, want the holder's and at least two of the duplicate's", n)
+		}
 	})
-	<-inside
-	time.AfterFunc(30*time.Millisecond, func() { close(release) })
-	res, err := g.Do(context.Background(), "k", nil, value("second"))
-	if err != nil || !res.Replayed || string(res.Value) != "first" {
-		t.Fatalf("waiting duplicate: %q replayed=%v %v, want the first outcome", res.Value, res.Replayed, err)
-	}
 }
 
 func TestWaitRespectsContext(t *testing.T) {
-	g := newGuard(t, newMem(t), idem.Config{Wait: time.Minute})
-	inside, release := make(chan struct{}), make(chan struct{})
-	go g.Do(context.Background(), "k", nil, func(context.Context) ([]byte, error) {
-		close(inside)
-		<-release
-		return nil, nil
+	synctest.Test(t, func(t *testing.T) {
+		g := newGuard(t, newMem(t), idem.Config{Wait: time.Minute})
+		hold(t, g, "k", "first")
+		const timeout = 2 * time.Second
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		start := time.Now()
+		if _, err := g.Do(ctx, "k", nil, value("dup")); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Do with an expiring context: %v, want DeadlineExceeded", err)
+		}
+		if waited := time.Since(start); waited != timeout {
+			t.Fatalf("Do returned after %v, want when its context ended (%v), not at Config.Wait", waited, timeout)
+		}
 	})
-	<-inside
-	defer close(release)
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	if _, err := g.Do(ctx, "k", nil, value("dup")); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Do with an expiring context: %v, want DeadlineExceeded", err)
-	}
 }
 
 func TestOutcomeStoredWhenCallerGivesUp(t *testing.T) {
@@ -402,15 +435,22 @@ func TestOutcomeStoredWhenCallerGivesUp(t *testing.T) {
 }
 
 func TestOutcomeWriteHasItsOwnTimeout(t *testing.T) {
-	hang := &hookStore{Store: newMem(t), complete: func(ctx context.Context, _ string, _ idem.Token, _ []byte, _ time.Duration) error {
-		<-ctx.Done()
-		return ctx.Err()
-	}}
-	g := newGuard(t, hang, idem.Config{StoreTimeout: 30 * time.Millisecond})
-	_, err := g.Do(context.Background(), "k", nil, value("v"))
-	if !errors.Is(err, idem.ErrStoreUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Do with a hanging Complete: %v, want ErrStoreUnavailable wrapping DeadlineExceeded", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		hang := &hookStore{Store: newMem(t), complete: func(ctx context.Context, _ string, _ idem.Token, _ []byte, _ time.Duration) error {
+			<-ctx.Done()
+			return ctx.Err()
+		}}
+		const timeout = 3 * time.Second
+		g := newGuard(t, hang, idem.Config{StoreTimeout: timeout})
+		start := time.Now()
+		_, err := g.Do(context.Background(), "k", nil, value("v"))
+		if !errors.Is(err, idem.ErrStoreUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Do with a hanging Complete: %v, want ErrStoreUnavailable wrapping DeadlineExceeded", err)
+		}
+		if took := time.Since(start); took != timeout {
+			t.Fatalf("Do took %v, want Config.StoreTimeout (%v)", took, timeout)
+		}
+	})
 }
 
 var errDown = errors.New("connection refused")
@@ -597,41 +637,49 @@ func TestDoAfterClose(t *testing.T) {
 }
 
 func TestCloseCancelsRunningOperations(t *testing.T) {
-	mem := newMem(t)
-	g, err := idem.New(mem, idem.Config{Lease: 90 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	running := make(chan struct{}, 2)
-	causes := make([]error, 2)
-	for i := range causes {
-		wg.Go(func() {
-			g.Do(context.Background(), fmt.Sprint("k", i), nil, func(ctx context.Context) ([]byte, error) {
-				running <- struct{}{}
-				if i == 1 {
-					// Let this one's heartbeat run once before Close.
-					time.Sleep(50 * time.Millisecond)
-				}
-				<-ctx.Done()
-				causes[i] = context.Cause(ctx)
-				return nil, ctx.Err()
+	synctest.Test(t, func(t *testing.T) {
+		mem := newMem(t)
+		extended := make(chan string, 10)
+		g, err := idem.New(mem, idem.Config{Lease: 30 * time.Second, Observer: func(_ context.Context, e idem.Event) {
+			if e.Op == idem.OpExtend && e.Err == nil {
+				extended <- e.Key
+			}
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		causes := make([]error, 2)
+		run := func(i int) {
+			running := make(chan struct{})
+			wg.Go(func() {
+				g.Do(context.Background(), fmt.Sprint("k", i), nil, func(ctx context.Context) ([]byte, error) {
+					close(running)
+					<-ctx.Done()
+					causes[i] = context.Cause(ctx)
+					return nil, ctx.Err()
+				})
 			})
-		})
-	}
-	<-running
-	<-running
-	time.Sleep(60 * time.Millisecond)
-	g.Close()
-	wg.Wait()
-	for i, c := range causes {
-		if !errors.Is(c, idem.ErrClosed) {
-			t.Errorf("operation %d: cause %v, want ErrClosed", i, c)
+			<-running
 		}
-		if r, err := mem.Get(context.Background(), idem.StoreKey("", fmt.Sprint("k", i))); err != nil || r.Token != 0 {
-			t.Errorf("operation %d: record %+v %v, want released", i, r, err)
+		// k0's lease has been extended once when Close comes; k1 waits for
+		// its first heartbeat.
+		run(0)
+		if k := <-extended; k != "k0" {
+			t.Fatalf("extended %s, want k0", k)
 		}
-	}
+		run(1)
+		g.Close()
+		wg.Wait()
+		for i, c := range causes {
+			if !errors.Is(c, idem.ErrClosed) {
+				t.Errorf("operation %d: cause %v, want ErrClosed", i, c)
+			}
+			if r, err := mem.Get(context.Background(), idem.StoreKey("", fmt.Sprint("k", i))); err != nil || r.Token != 0 {
+				t.Errorf("operation %d: record %+v %v, want released", i, r, err)
+			}
+		}
+	})
 }
 
 func TestStoreKeyIsUnambiguous(t *testing.T) {

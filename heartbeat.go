@@ -8,6 +8,20 @@ import (
 	"time"
 )
 
+// leaseKeeper is what the heartbeat needs of its owner: to extend a running
+// call's lease in the store, and to stop a call whose lease is lost. The
+// Guard is one (below); heartbeat_test.go drives the heartbeat alone with a
+// fake.
+type leaseKeeper interface {
+	// extendLease extends c's lease by another lease, as Store.Extend does:
+	// ErrLeaseLost when another holder has taken the key over; any other
+	// error is retried until c's local deadline.
+	extendLease(ctx context.Context, c *call) error
+	// loseLease cancels c's fn with cause: its lease was lost, could not be
+	// confirmed before the local deadline, or the Guard closed.
+	loseLease(c *call, cause error)
+}
+
 // heartbeats extends the leases of the running calls of one Guard.
 //
 // Every call is due for a heartbeat Lease/3 after it was claimed or last
@@ -25,10 +39,12 @@ import (
 // so a holder cut off from the store stops before the store lets another
 // holder take over.
 type heartbeats struct {
-	g        *Guard
-	interval time.Duration // Lease/3
-	margin   time.Duration // safety margin before the lease end
-	retry    time.Duration // pause between failed extends
+	keeper       leaseKeeper
+	lease        time.Duration
+	storeTimeout time.Duration // bounds each extend
+	interval     time.Duration // lease/3
+	margin       time.Duration // safety margin before the lease end
+	retry        time.Duration // pause between failed extends
 
 	mu         sync.Mutex
 	head, tail *call
@@ -40,11 +56,17 @@ type heartbeats struct {
 	wg         sync.WaitGroup
 }
 
-func (h *heartbeats) init(g *Guard) {
-	h.g = g
-	h.interval = g.cfg.Lease / 3
-	h.margin = g.cfg.Lease / 10
-	h.retry = max(g.cfg.Lease/30, time.Millisecond)
+func (h *heartbeats) init(g *Guard) { h.setup(g, g.cfg.Lease, g.cfg.StoreTimeout) }
+
+// setup readies h to keep leases of the given length through k, each
+// extend bounded by storeTimeout.
+func (h *heartbeats) setup(k leaseKeeper, lease, storeTimeout time.Duration) {
+	h.keeper = k
+	h.lease = lease
+	h.storeTimeout = storeTimeout
+	h.interval = lease / 3
+	h.margin = lease / 10
+	h.retry = max(lease/30, time.Millisecond)
 	h.wake = make(chan struct{}, 1)
 	h.quit = make(chan struct{})
 }
@@ -52,7 +74,7 @@ func (h *heartbeats) init(g *Guard) {
 // start queues c, claimed at sent, for its first heartbeat.
 func (h *heartbeats) start(c *call, sent time.Time) error {
 	h.mu.Lock()
-	c.deadline = sent.Add(h.g.cfg.Lease - h.margin)
+	c.deadline = sent.Add(h.lease - h.margin)
 	if h.closed {
 		h.mu.Unlock()
 		return ErrClosed
@@ -162,7 +184,7 @@ func (h *heartbeats) loop() {
 			idleSince = time.Time{}
 		case idleSince.IsZero():
 			idleSince = now
-		case now.Sub(idleSince) >= h.g.cfg.Lease:
+		case now.Sub(idleSince) >= h.lease:
 			h.running = false
 			h.sleepUntil = time.Time{}
 			h.mu.Unlock()
@@ -188,7 +210,6 @@ func (h *heartbeats) loop() {
 // lost, the local deadline passes, or fn returns.
 func (h *heartbeats) extend(c *call) {
 	defer h.wg.Done()
-	g := h.g
 	for {
 		h.mu.Lock()
 		finished, deadline := c.finished, c.deadline
@@ -202,17 +223,16 @@ func (h *heartbeats) extend(c *call) {
 		}
 		sent := time.Now()
 		until := deadline
-		if limit := sent.Add(g.cfg.StoreTimeout); limit.Before(until) {
+		if limit := sent.Add(h.storeTimeout); limit.Before(until) {
 			until = limit
 		}
 		ctx, cancel := context.WithDeadline(context.Background(), until)
-		err := g.store.Extend(ctx, c.storeKey, c.token, g.cfg.Lease)
+		err := h.keeper.extendLease(ctx, c)
 		cancel()
-		g.observe(&c.tctx, Event{Op: OpExtend, Scope: c.scope, Key: c.key, Duration: time.Since(sent), Err: err})
 		switch {
 		case err == nil:
 			h.mu.Lock()
-			c.deadline = sent.Add(g.cfg.Lease - h.margin)
+			c.deadline = sent.Add(h.lease - h.margin)
 			closed := h.closed
 			if !c.finished && !closed {
 				h.pushLocked(c, time.Now())
@@ -226,8 +246,6 @@ func (h *heartbeats) extend(c *call) {
 			h.lose(c, errDisplaced)
 			return
 		}
-		g.cfg.Logger.Warn("idem: heartbeat could not extend the lease",
-			slog.String("namespace", g.cfg.Namespace), slog.String("scope", c.scope), slog.String("key", c.key), slog.Any("error", err))
 		select {
 		case <-time.After(min(h.retry, time.Until(deadline))):
 		case <-h.quit:
@@ -237,14 +255,31 @@ func (h *heartbeats) extend(c *call) {
 	}
 }
 
+// lose has c's fn cancelled with cause, unless fn has returned.
 func (h *heartbeats) lose(c *call, cause error) {
 	h.mu.Lock()
 	finished := c.finished
 	h.mu.Unlock()
-	if finished {
-		return
+	if !finished {
+		h.keeper.loseLease(c, cause)
 	}
-	g := h.g
+}
+
+// extendLease is the Guard's side of a heartbeat: Store.Extend, observed,
+// and logged when it failed for a reason the heartbeat retries.
+func (g *Guard) extendLease(ctx context.Context, c *call) error {
+	sent := time.Now()
+	err := g.store.Extend(ctx, c.storeKey, c.token, g.cfg.Lease)
+	g.observe(&c.tctx, Event{Op: OpExtend, Scope: c.scope, Key: c.key, Duration: time.Since(sent), Err: err})
+	if err != nil && !errors.Is(err, ErrLeaseLost) {
+		g.cfg.Logger.Warn("idem: heartbeat could not extend the lease",
+			slog.String("namespace", g.cfg.Namespace), slog.String("scope", c.scope), slog.String("key", c.key), slog.Any("error", err))
+	}
+	return err
+}
+
+// loseLease cancels c's fn, saying why in the log and to the Observer.
+func (g *Guard) loseLease(c *call, cause error) {
 	g.cfg.Logger.Warn("idem: lease lost, cancelling the operation",
 		slog.String("namespace", g.cfg.Namespace), slog.String("scope", c.scope), slog.String("key", c.key), slog.Any("cause", cause))
 	g.observe(&c.tctx, Event{Op: OpLeaseLost, Scope: c.scope, Key: c.key, Err: cause})

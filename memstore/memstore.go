@@ -139,9 +139,14 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// close stops the sweeper; a second call, or one from the garbage
+// collector's cleanup after Close, touches no channel, so a Store made and
+// closed inside a testing/synctest bubble may be collected outside it.
 func (s *store) close() {
-	s.once.Do(func() { close(s.quit) })
-	<-s.stopped
+	s.once.Do(func() {
+		close(s.quit)
+		<-s.stopped
+	})
 }
 
 // Len returns how many records the store holds, expired ones included until

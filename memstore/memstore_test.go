@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/idemgo/idem"
@@ -91,10 +92,40 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
+// TestCloseIsIdempotent runs in a synctest bubble: a Close that blocked
+// for good would be reported as a deadlock of the bubble, not hang the
+// test, and the sweeper's schedule is the bubble's fake clock.
 func TestCloseIsIdempotent(t *testing.T) {
-	s, _ := memstore.New(memstore.Config{})
-	s.Close()
-	s.Close()
+	synctest.Test(t, func(t *testing.T) {
+		s, err := memstore.New(memstore.Config{SweepInterval: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		expiring := func(key string) {
+			t.Helper()
+			if _, err := s.Claim(ctx, idem.ClaimArgs{Key: key, Lease: time.Second, Retention: time.Second}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		expiring("swept")
+		time.Sleep(2 * time.Minute)
+		if n := s.Len(); n != 0 {
+			t.Fatalf("%d records two sweep intervals after they expired, want the sweeper to have removed them", n)
+		}
+		for i := range 2 {
+			if err := s.Close(); err != nil {
+				t.Fatalf("Close #%d: %v", i+1, err)
+			}
+		}
+		// Closed, the store no longer sweeps, and keeps serving.
+		expiring("kept")
+		time.Sleep(10 * time.Minute)
+		if n := s.Len(); n != 1 {
+			t.Fatalf("%d records after Close and 10 sweep intervals, want the expired one kept: no sweeper runs", n)
+		}
+	})
+	runtime.GC() // the Store's cleanup, outside the bubble, finds it closed
 }
 
 func TestUnreachableStoreStopsItsSweeper(t *testing.T) {

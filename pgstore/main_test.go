@@ -1,109 +1,26 @@
 package pgstore_test
 
 import (
-	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"fmt"
-	"os"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem/pgstore"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
+
+	"github.com/idemgo/idem/pgstore"
+	"github.com/idemgo/idem/pgstore/pgstoretest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// pgURL is the server the tests use.
-var pgURL = cmp.Or(os.Getenv("IDEM_POSTGRES_URL"), "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+// newPool and newSchema are the package's short names for the helpers
+// of pgstoretest: a pool to IDEM_POSTGRES_URL that skips (or fails under
+// IDEM_REQUIRE_SERVICES=1) without a server, and a schema of the test's own.
+func newPool(tb testing.TB, maxConns int32) *pgxpool.Pool { return pgstoretest.Pool(tb, maxConns) }
 
-// requireServices makes a missing server a failure instead of a skip.
-var requireServices = os.Getenv("IDEM_REQUIRE_SERVICES") == "1"
-
-const schemaPrefix = "idemtest_"
-
-var dropStale sync.Once
-
-// newPool connects to pgURL with at most maxConns connections, closed when
-// the test ends. It skips the test when the server is unreachable (fails
-// under IDEM_REQUIRE_SERVICES=1).
-func newPool(tb testing.TB, maxConns int32) *pgxpool.Pool {
-	tb.Helper()
-	cfg, err := pgxpool.ParseConfig(pgURL)
-	if err != nil {
-		tb.Fatalf("IDEM_POSTGRES_URL %q: %v", pgURL, err)
-	}
-	cfg.MaxConns = maxConns
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err == nil {
-		err = pool.Ping(ctx)
-	}
-	if err != nil {
-		if pool != nil {
-			pool.Close()
-		}
-		if requireServices {
-			tb.Fatalf("PostgreSQL at %s (IDEM_POSTGRES_URL) is unreachable and IDEM_REQUIRE_SERVICES=1: %v", pgURL, err)
-		}
-		tb.Skipf("PostgreSQL at %s (IDEM_POSTGRES_URL) is unreachable, skipping: %v", pgURL, err)
-	}
-	tb.Cleanup(pool.Close)
-	dropStale.Do(func() { dropStaleSchemas(tb, pool) })
-	return pool
-}
-
-// newSchema creates a schema of the test's own, named idemtest_<unix
-// seconds>_<random>, dropped when the test ends.
-func newSchema(tb testing.TB, pool *pgxpool.Pool) string {
-	tb.Helper()
-	var b [6]byte
-	rand.Read(b[:])
-	name := fmt.Sprintf("%s%d_%s", schemaPrefix, time.Now().Unix(), hex.EncodeToString(b[:]))
-	if _, err := pool.Exec(context.Background(), "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize()); err != nil {
-		tb.Fatalf("create schema: %v", err)
-	}
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
-			tb.Errorf("drop schema %s: %v", name, err)
-		}
-	})
-	return name
-}
-
-// dropStaleSchemas drops the test schemas left over by runs that died more
-// than an hour ago.
-func dropStaleSchemas(tb testing.TB, pool *pgxpool.Pool) {
-	ctx := context.Background()
-	rows, err := pool.Query(ctx, `SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)`, schemaPrefix)
-	if err != nil {
-		tb.Fatalf("list schemas: %v", err)
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		tb.Fatalf("list schemas: %v", err)
-	}
-	for _, n := range names {
-		stamp, _, _ := strings.Cut(strings.TrimPrefix(n, schemaPrefix), "_")
-		sec, err := strconv.ParseInt(stamp, 10, 64)
-		if err != nil || time.Since(time.Unix(sec, 0)) < time.Hour {
-			continue
-		}
-		if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{n}.Sanitize()+" CASCADE"); err != nil {
-			tb.Logf("drop stale schema %s: %v", n, err)
-		}
-	}
-}
+func newSchema(tb testing.TB, db pgstore.DB) string { return pgstoretest.Schema(tb, db) }
 
 // env is a test's pool, schema and migrated records table.
 type env struct {
@@ -115,12 +32,9 @@ type env struct {
 
 func newEnv(tb testing.TB, maxConns int32) *env {
 	tb.Helper()
-	pool := newPool(tb, maxConns)
-	schema := newSchema(tb, pool)
-	table := schema + ".idem_records"
-	if err := pgstore.Migrate(context.Background(), pool, table); err != nil {
-		tb.Fatalf("Migrate: %v", err)
-	}
+	pool := pgstoretest.Pool(tb, maxConns)
+	table := pgstoretest.Table(tb, pool)
+	schema, _, _ := strings.Cut(table, ".")
 	s, err := pgstore.New(pool, pgstore.Config{Table: table})
 	if err != nil {
 		tb.Fatalf("New: %v", err)

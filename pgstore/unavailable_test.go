@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/pgstore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -134,13 +135,14 @@ type server struct {
 }
 
 // startServer initdb's and starts a PostgreSQL server on a free loopback
-// port in a temporary directory, stopped when the test ends. It skips the
-// test when the server binaries are not installed.
+// port in a temporary directory, stopped when the test ends. Without the
+// server binaries it skips the test, or fails it under
+// IDEM_REQUIRE_SERVICES=1.
 func startServer(t *testing.T) *server {
 	t.Helper()
 	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
 	if len(bins) == 0 {
-		t.Skip("no /usr/lib/postgresql/*/bin/initdb: cannot start a throwaway server to stop")
+		testenv.Unavailable(t, "no /usr/lib/postgresql/*/bin/initdb: cannot start a throwaway server to stop")
 	}
 	slices.Sort(bins)
 	binDir := filepath.Dir(bins[len(bins)-1])
@@ -151,7 +153,7 @@ func startServer(t *testing.T) *server {
 		// who needs to reach and own the directory.
 		u, err := user.Lookup("postgres")
 		if err != nil {
-			t.Skipf("running as root and there is no postgres user to run a throwaway server: %v", err)
+			testenv.Unavailable(t, "running as root and there is no postgres user to run a throwaway server: %v", err)
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)

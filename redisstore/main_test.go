@@ -3,111 +3,59 @@ package redisstore_test
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/redisstore/redisstoretest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// redisAddr is the shared server the tests use; each test works under a
-// key prefix of its own.
-func redisAddr() string {
-	if a := os.Getenv("IDEM_REDIS_ADDR"); a != "" {
-		return a
-	}
-	return "127.0.0.1:6379"
-}
+// The package's short names for the helpers of redisstoretest: the shared
+// server of IDEM_REDIS_ADDR, skipped without (failed under
+// IDEM_REQUIRE_SERVICES=1), and a key prefix per test whose keys are
+// deleted when it ends.
 
-// unavailableService skips the test, or fails it under
-// IDEM_REQUIRE_SERVICES=1 (make test).
-func unavailableService(t testing.TB, format string, args ...any) {
-	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if os.Getenv("IDEM_REQUIRE_SERVICES") == "1" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg + " (set IDEM_REQUIRE_SERVICES=1 to fail instead)")
-}
+func redisAddr() string { return redisstoretest.Addr() }
 
-// sharedReachable pings the shared server once per test binary.
-var sharedReachable = sync.OnceValue(func() error {
-	c := redis.NewClient(&redis.Options{Addr: redisAddr(), MaxRetries: -1})
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	return c.Ping(ctx).Err()
-})
-
-// sharedClient returns a client of the shared server, closed when t ends.
+// sharedClient returns a client of the shared server with hooks added,
+// closed when t ends.
 func sharedClient(t testing.TB, hooks ...redis.Hook) *redis.Client {
 	t.Helper()
-	if err := sharedReachable(); err != nil {
-		unavailableService(t, "redisstore: no Redis at %s (IDEM_REDIS_ADDR): %v", redisAddr(), err)
-	}
-	c := redis.NewClient(&redis.Options{Addr: redisAddr()})
-	t.Cleanup(func() { c.Close() })
+	c := redisstoretest.Client(t)
 	for _, h := range hooks {
 		c.AddHook(h)
 	}
 	return c
 }
 
-// randomPrefix returns a key prefix no other test uses.
-func randomPrefix(t testing.TB) string {
-	var b [6]byte
-	rand.Read(b[:])
-	return "idemtest:" + hex.EncodeToString(b[:]) + ":"
-}
+// randomPrefix returns a key prefix no other test uses, for benchmarks
+// whose keys expire by themselves: deleting them would put load on the
+// server that a measurement must not see.
+func randomPrefix(testing.TB) string { return redisstoretest.PrefixBase + rand.Text()[:16] + ":" }
 
-// newStore returns a Store over c under a random prefix; its keys are
-// deleted when t ends.
+// newStore returns a Store over c under cfg.Prefix, or a random prefix;
+// its keys are deleted when t ends.
 func newStore(t testing.TB, c redis.UniversalClient, cfg redisstore.Config) *redisstore.Store {
 	t.Helper()
-	if cfg.Prefix == "" {
-		cfg.Prefix = randomPrefix(t)
-	}
-	s, err := redisstore.New(c, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { deletePrefix(t, c, cfg.Prefix) })
-	return s
+	return redisstoretest.Store(t, c, cfg)
 }
 
-// deletePrefix deletes the keys under prefix, on every primary.
-func deletePrefix(t testing.TB, c redis.UniversalClient, prefix string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	del := func(ctx context.Context, c *redis.Client) error {
-		iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			c.Unlink(ctx, iter.Val())
-		}
-		return iter.Err()
-	}
-	var err error
-	switch c := c.(type) {
-	case *redis.Client:
-		err = del(ctx, c)
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, del)
-	}
-	if err != nil {
-		t.Logf("cleaning up keys %s*: %v", prefix, err)
-	}
+// unavailableService skips the test, or fails it under
+// IDEM_REQUIRE_SERVICES=1 (make test).
+func unavailableService(t testing.TB, format string, args ...any) {
+	t.Helper()
+	testenv.Unavailable(t, format, args...)
 }
 
 // server is a redis-server of a test's own, on a loopback port, for the

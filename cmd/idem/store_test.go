@@ -2,54 +2,50 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/pgstore/pgstoretest"
+	"github.com/idemgo/idem/redisstore/redisstoretest"
 )
 
 // serverURL returns the --store URL of the shared Redis ("redis") or
-// PostgreSQL ("postgres") from the environment, with their defaults, after
-// checking the server answers. An unreachable server skips the test, or
-// fails it under IDEM_REQUIRE_SERVICES=1 (make test).
+// PostgreSQL ("postgres"), from the environment as pgstoretest and
+// redisstoretest read it, after checking the server answers. An
+// unreachable server skips the test, or fails it under
+// IDEM_REQUIRE_SERVICES=1 (make test).
 func serverURL(t *testing.T, kind string) string {
 	t.Helper()
-	var raw, env string
 	switch kind {
 	case "redis":
-		env = "IDEM_REDIS_ADDR"
-		raw = "redis://" + envOr(env, "127.0.0.1:6379") + "/0"
+		redisstoretest.Client(t)
+		return "redis://" + redisstoretest.Addr() + "/0"
 	case "postgres":
-		env = "IDEM_POSTGRES_URL"
-		raw = envOr(env, "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+		pgstoretest.Pool(t, 1)
+		return pgstoretest.URL()
 	}
-	_, closeStore, err := openStore(context.Background(), raw, false)
-	if err != nil {
-		msg := fmt.Sprintf("no %s at %s (%s): %v", kind, raw, env, err)
-		if os.Getenv("IDEM_REQUIRE_SERVICES") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg + " (set IDEM_REQUIRE_SERVICES=1 to fail instead)")
-	}
-	closeStore()
-	return raw
+	t.Fatalf("serverURL: unknown kind %q", kind)
+	return ""
 }
 
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
+// testStoreURL returns a --store URL of serverURL(t, kind) whose records
+// are the test's own: under a key prefix of its own for Redis, in a table
+// of a schema of its own for PostgreSQL (not yet migrated). Either is
+// deleted when the test ends.
+func testStoreURL(t *testing.T, kind string) string {
+	t.Helper()
+	raw := serverURL(t, kind)
+	if kind == "redis" {
+		return withParam(t, raw, "prefix", redisstoretest.Prefix(t, redisstoretest.Client(t)))
 	}
-	return def
+	return withParam(t, raw, "table", pgstoretest.Schema(t, pgstoretest.Pool(t, 1))+".records")
 }
 
 // withParam returns raw with the query parameter name=value added.
@@ -64,69 +60,12 @@ func withParam(t *testing.T, raw, name, value string) string {
 	return u.String()
 }
 
-func randomName(prefix string) string {
-	var b [6]byte
-	rand.Read(b[:])
-	return prefix + hex.EncodeToString(b[:])
-}
-
-// freshSchema creates a schema of the test's own, dropped when it ends.
-func freshSchema(t *testing.T, pgURL string) string {
-	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, pgURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	schema := randomName("idemcli_")
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if _, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Logf("dropping schema %s: %v", schema, err)
-		}
-		conn.Close(ctx)
-	})
-	return schema
-}
-
-// deleteRedisKeys deletes the keys under prefix in the Redis of rawURL.
-func deleteRedisKeys(t *testing.T, rawURL, prefix string) {
-	u, _ := url.Parse(rawURL)
-	u.RawQuery = ""
-	opts, err := redis.ParseURL(u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := redis.NewClient(opts)
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		c.Unlink(ctx, iter.Val())
-	}
-	if err := iter.Err(); err != nil {
-		t.Logf("deleting the demo's keys %s*: %v", prefix, err)
-	}
-}
-
 // TestDemoOnServers runs the demo on the real stores: --store is all it
 // takes, PostgreSQL's table is created on the way.
 func TestDemoOnServers(t *testing.T) {
 	for _, kind := range []string{"redis", "postgres"} {
 		t.Run(kind, func(t *testing.T) {
-			raw := serverURL(t, kind)
-			if kind == "redis" {
-				prefix := randomName("idemtest:") + ":"
-				raw = withParam(t, raw, "prefix", prefix)
-				t.Cleanup(func() { deleteRedisKeys(t, raw, prefix) })
-			} else {
-				raw = withParam(t, raw, "table", freshSchema(t, raw)+".records")
-			}
+			raw := testStoreURL(t, kind)
 			for _, keep := range []bool{false, true} {
 				args := []string{"demo", "--messages", "400", "--dup-rate", "0.3", "--crash-rate", "0.05", "--seed", "7", "--store", raw}
 				if keep {
@@ -152,8 +91,7 @@ func TestDemoOnServers(t *testing.T) {
 // TestMigrateThenReap: migrate creates the table (twice is fine), reap
 // deletes the expired records and leaves the live ones.
 func TestMigrateThenReap(t *testing.T) {
-	raw := serverURL(t, "postgres")
-	raw = withParam(t, raw, "table", freshSchema(t, raw)+".records")
+	raw := testStoreURL(t, "postgres")
 	for range 2 {
 		code, stdout, stderr := runArgs(t, "migrate", "--store", raw)
 		if code != 0 || !strings.Contains(stdout, "is up to date") {
@@ -221,9 +159,8 @@ func TestUnreachableServer(t *testing.T) {
 	}
 }
 
-// demoRecords counts the records in the store of a --store URL made by
-// TestDemoOnServers: the keys under its Redis prefix, or the rows of its
-// PostgreSQL table.
+// demoRecords counts the records in the store of a URL from testStoreURL:
+// the keys under its Redis prefix, or the rows of its PostgreSQL table.
 func demoRecords(t *testing.T, kind, raw string) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -232,31 +169,16 @@ func demoRecords(t *testing.T, kind, raw string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := u.Query()
-	u.RawQuery = ""
 	if kind == "redis" {
-		opts, err := redis.ParseURL(u.String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := redis.NewClient(opts)
-		defer c.Close()
-		keys, err := c.Keys(ctx, q.Get("prefix")+"*").Result()
+		keys, err := redisstoretest.Client(t).Keys(ctx, u.Query().Get("prefix")+"*").Result()
 		if err != nil {
 			t.Fatal(err)
 		}
 		return len(keys)
 	}
-	table := q.Get("table")
-	q.Del("table")
-	u.RawQuery = q.Encode()
-	conn, err := pgx.Connect(ctx, u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
 	var n int
-	if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier(strings.Split(table, ".")).Sanitize()).Scan(&n); err != nil {
+	table := pgx.Identifier(strings.Split(u.Query().Get("table"), ".")).Sanitize()
+	if err := pgstoretest.Pool(t, 1).QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n

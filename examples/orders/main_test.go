@@ -2,19 +2,16 @@ package main
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -22,15 +19,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemhttp"
 	"github.com/idemgo/idem/memstore"
 	"github.com/idemgo/idem/pgstore"
+	"github.com/idemgo/idem/pgstore/pgstoretest"
 	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/redisstore/redisstoretest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -46,13 +43,7 @@ func TestOrdersMemstore(t *testing.T) {
 }
 
 func TestOrdersRedis(t *testing.T) {
-	c := redisClient(t)
-	prefix := "idemtest:" + rand.Text() + ":"
-	s, err := redisstore.New(c, redisstore.Config{Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { deleteKeys(t, c, prefix) })
+	s := redisstoretest.Store(t, redisstoretest.Client(t), redisstore.Config{})
 	testOrders(t, s)
 	testConcurrentRetries(t, s)
 }
@@ -387,8 +378,8 @@ func wantWorking(t *testing.T, s idem.Store) {
 }
 
 func TestOpenRedis(t *testing.T) {
-	redisClient(t) // skips without a server
-	s, closeStore, err := openStore(context.Background(), "redis://"+redisAddr()+"/0")
+	redisstoretest.Client(t) // skips without a server
+	s, closeStore, err := openStore(context.Background(), "redis://"+redisstoretest.Addr()+"/0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,20 +392,11 @@ func TestOpenRedis(t *testing.T) {
 
 func TestOpenPostgres(t *testing.T) {
 	ctx := context.Background()
-	conn := postgresConn(t)
-	schema := strings.ToLower("idemtest_" + fmt.Sprint(time.Now().Unix()) + "_" + rand.Text()[:12])
-	quoted := pgx.Identifier{schema}.Sanitize()
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+quoted); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := conn.Exec(context.Background(), "DROP SCHEMA "+quoted+" CASCADE"); err != nil {
-			t.Errorf("dropping schema %s: %v", schema, err)
-		}
-	})
+	pool := pgstoretest.Pool(t, 1)
+	schema := pgstoretest.Schema(t, pool)
 	// The store's default table, created by Migrate in the first schema of
 	// the search path: the test's own.
-	u, err := url.Parse(postgresURL())
+	u, err := url.Parse(pgstoretest.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,68 +414,7 @@ func TestOpenPostgres(t *testing.T) {
 	}
 	wantWorking(t, s)
 	var table *string
-	if err := conn.QueryRow(ctx, "SELECT to_regclass($1)::text", schema+"."+pgstore.DefaultTable).Scan(&table); err != nil || table == nil {
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1)::text", schema+"."+pgstore.DefaultTable).Scan(&table); err != nil || table == nil {
 		t.Errorf("table %s.%s: %v, %v; want Migrate to have created it", schema, pgstore.DefaultTable, table, err)
 	}
-}
-
-// The servers the tests use, from the same environment variables as the
-// rest of idem's tests. Without a server a test skips, or fails under
-// IDEM_REQUIRE_SERVICES=1 (make test).
-
-func redisAddr() string { return cmp.Or(os.Getenv("IDEM_REDIS_ADDR"), "127.0.0.1:6379") }
-
-func postgresURL() string {
-	return cmp.Or(os.Getenv("IDEM_POSTGRES_URL"), "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
-}
-
-func unreachable(t *testing.T, what, env string, err error) {
-	t.Helper()
-	if os.Getenv("IDEM_REQUIRE_SERVICES") == "1" {
-		t.Fatalf("%s (%s) is unreachable and IDEM_REQUIRE_SERVICES=1: %v", what, env, err)
-	}
-	t.Skipf("%s (%s) is unreachable, skipping (IDEM_REQUIRE_SERVICES=1 fails instead): %v", what, env, err)
-}
-
-// redisClient returns a client of the Redis server, closed when t ends.
-func redisClient(t *testing.T) *redis.Client {
-	t.Helper()
-	probe := redis.NewClient(&redis.Options{Addr: redisAddr(), MaxRetries: -1})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err := probe.Ping(ctx).Err()
-	probe.Close()
-	if err != nil {
-		unreachable(t, "Redis at "+redisAddr(), "IDEM_REDIS_ADDR", err)
-	}
-	c := redis.NewClient(&redis.Options{Addr: redisAddr()})
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-// deleteKeys deletes the keys under prefix.
-func deleteKeys(t *testing.T, c *redis.Client, prefix string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	keys, err := c.Keys(ctx, prefix+"*").Result()
-	if err == nil && len(keys) > 0 {
-		err = c.Unlink(ctx, keys...).Err()
-	}
-	if err != nil {
-		t.Errorf("deleting the test's keys %s*: %v", prefix, err)
-	}
-}
-
-// postgresConn returns a connection to the PostgreSQL server, closed when
-// t ends.
-func postgresConn(t *testing.T) *pgx.Conn {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, postgresURL())
-	if err != nil {
-		unreachable(t, "PostgreSQL", "IDEM_POSTGRES_URL", err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	return conn
 }

@@ -7,7 +7,10 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemgrpc/idemgrpctest"
-	"github.com/idemgo/idem/integration/internal/servers"
+	"github.com/idemgo/idem/pgstore"
+	"github.com/idemgo/idem/pgstore/pgstoretest"
+	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/redisstore/redisstoretest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -16,11 +19,11 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // cases share one store.
 
 func TestGRPCRedis(t *testing.T) {
-	s := servers.Redis(t)
+	s := redisstoretest.Store(t, redisstoretest.Client(t), redisstore.Config{})
 	idemgrpctest.Run(t, func(t *testing.T) idem.Store { return s })
 }
 
 func TestGRPCPostgres(t *testing.T) {
-	s := servers.Postgres(t)
+	s := pgstoretest.Store(t, pgstoretest.Pool(t, 0), pgstore.Config{})
 	idemgrpctest.Run(t, func(t *testing.T) idem.Store { return s })
 }

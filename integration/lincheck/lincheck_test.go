@@ -7,10 +7,12 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-
-	"github.com/idemgo/idem/integration/internal/servers"
 	"github.com/idemgo/idem/integration/lincheck"
 	"github.com/idemgo/idem/memstore"
+	"github.com/idemgo/idem/pgstore"
+	"github.com/idemgo/idem/pgstore/pgstoretest"
+	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/redisstore/redisstoretest"
 )
 
 func TestMemstoreIsLinearizable(t *testing.T) {
@@ -26,7 +28,7 @@ func TestMemstoreIsLinearizable(t *testing.T) {
 
 func TestRedisIsLinearizable(t *testing.T) {
 	t.Parallel()
-	s := servers.Redis(t)
+	s := redisstoretest.Store(t, redisstoretest.Client(t), redisstore.Config{})
 	for range 5 {
 		lincheck.Check(t, s, lincheck.Options{})
 	}
@@ -34,7 +36,7 @@ func TestRedisIsLinearizable(t *testing.T) {
 
 func TestPostgresIsLinearizable(t *testing.T) {
 	t.Parallel()
-	s := servers.Postgres(t)
+	s := pgstoretest.Store(t, pgstoretest.Pool(t, 0), pgstore.Config{})
 	for range 5 {
 		lincheck.Check(t, s, lincheck.Options{})
 	}

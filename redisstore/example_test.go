@@ -102,5 +102,5 @@ func ExampleStore_RedisKey() {
 	store, _ := redisstore.New(client, redisstore.Config{})
 
 	fmt.Println(store.RedisKey(idem.StoreKey("charges", "order-1")))
-	// Output: idem:{B2NoYXJnZXNvcmRlci0x}
+	// Output: idem:{B2NoYXJnZXMAb3JkZXItMQ}
 }

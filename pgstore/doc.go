@@ -1,5 +1,21 @@
 // Package pgstore keeps idem's idempotency records in PostgreSQL, with pgx
-// v5, in two modes.
+// v5, in two modes: a [Store] for the Guard, and [TxGuard], which commits an
+// operation's writes and its record in one transaction.
+//
+//	pool, err := pgxpool.New(ctx, "postgres://…")
+//	err = pgstore.Migrate(ctx, pool, pgstore.DefaultTable) // once, or `idem migrate`
+//
+//	// Side effects elsewhere (a payment provider): lease and token.
+//	store, err := pgstore.New(pool, pgstore.Config{})
+//	guard, err := idem.New(store, idem.Config{Namespace: "charges"})
+//	res, err := guard.Do(ctx, key, payload, charge)
+//
+//	// Side effects in this database: exactly once, no window.
+//	txg, err := pgstore.NewTxGuard(pool, pgstore.TxConfig{Config: idem.Config{Namespace: "orders"}})
+//	res, err = txg.Do(ctx, key, payload, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+//		_, err := tx.Exec(ctx, "INSERT INTO orders (id, amount) VALUES ($1, $2)", id, amount)
+//		return []byte(id), err // committed with the record, or rolled back with it
+//	})
 //
 // The plain mode is an [idem.Store] for the Guard: [New] over a pool, a
 // connection or a transaction ([DB]). Each transition of the state machine
@@ -28,10 +44,4 @@
 // expired records. Errors are translated at the edge: an unreachable
 // server, a lost connection, an exhausted pool or a timeout wrap
 // idem.ErrStoreUnavailable.
-//
-//	pool, _ := pgxpool.New(ctx, url)
-//	_ = pgstore.Migrate(ctx, pool, "idem_records")
-//	store, _ := pgstore.New(pool, pgstore.Config{})
-//	guard, _ := idem.New(store, idem.Config{Namespace: "charges"})
-//	res, err := guard.Do(ctx, key, payload, charge)
 package pgstore

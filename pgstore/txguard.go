@@ -75,6 +75,15 @@ const DefaultLockTimeout = 5 * time.Second
 // writes and its outcome commit in one transaction, or none of them does.
 // Create one with [NewTxGuard]; it is safe for concurrent use and owns no
 // goroutine.
+//
+//	txg, err := pgstore.NewTxGuard(pool, pgstore.TxConfig{Config: idem.Config{Namespace: "orders"}})
+//	res, err := txg.Do(ctx, key, payload, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+//		_, err := tx.Exec(ctx, "INSERT INTO orders (id, amount) VALUES ($1, $2)", id, amount)
+//		return []byte(id), err
+//	})
+//
+// [TxGuard.DoTx] runs inside a transaction of the caller's instead, so that
+// more writes (a Kafka offset, an outbox message) commit with the record.
 type TxGuard struct {
 	db  Beginner
 	cfg TxConfig

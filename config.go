@@ -183,9 +183,10 @@ const (
 	OpExtend                  // a heartbeat's Extend answered
 	OpLeaseLost               // the operation's context was cancelled: lease lost or not confirmed in time
 	OpFailOpen                // the store failed and the operation ran without idempotency
+	OpTooLarge                // an outcome too large for the store was kept without it (Event.Err says how)
 )
 
-var opNames = [...]string{"", "claim", "cache_hit", "run", "complete", "fail", "release", "extend", "lease_lost", "fail_open"}
+var opNames = [...]string{"", "claim", "cache_hit", "run", "complete", "fail", "release", "extend", "lease_lost", "fail_open", "too_large"}
 
 // String returns the step's name in snake case, for metric labels.
 func (o Op) String() string {

@@ -3,6 +3,7 @@ package idem
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Sentinel errors. Check them with [errors.Is]: the Guard and the stores wrap
@@ -34,7 +35,10 @@ var (
 	ErrClosed = errors.New("idem: Guard closed")
 	// ErrValueTooLarge: an outcome is longer than the store keeps (see
 	// [ValueLimiter]). Stores wrap it in the error of a Complete or Fail
-	// they refuse for its size.
+	// they refuse for its size. The Guard then stores it as the key's
+	// outcome instead, so the operation, which ran, is not run again: Do
+	// returns the value with an error wrapping ErrValueTooLarge, and
+	// duplicates get a *PermanentError wrapping it.
 	ErrValueTooLarge = errors.New("idem: outcome too large to store")
 )
 
@@ -81,7 +85,18 @@ func IsPermanent(err error) bool {
 const (
 	failurePermanent       = 'P'
 	failureTooManyAttempts = 'A'
+	failureTooLarge        = 'L'
+	failureUnkept          = 'U' // a permanent failure whose message was too large to store
 )
+
+// shortFailure returns the shortest form of the encoded failure b: its
+// kind alone, for a store that cannot keep b.
+func shortFailure(b []byte) []byte {
+	if len(b) > 0 && (b[0] == failureTooLarge || b[0] == failureTooManyAttempts) {
+		return b[:1]
+	}
+	return []byte{failureUnkept}
+}
 
 // EncodeFailure encodes a permanent error as the result of a Failed record:
 // a kind byte and the error's message. Stores write it verbatim; stores that
@@ -91,12 +106,15 @@ func EncodeFailure(err error) []byte {
 	if errors.Is(err, ErrTooManyAttempts) {
 		return TooManyAttemptsCause()
 	}
-	msg := "idem: permanent failure"
+	kind, msg := byte(failurePermanent), "idem: permanent failure"
+	if errors.Is(err, ErrValueTooLarge) {
+		kind = failureTooLarge
+	}
 	if err != nil {
 		msg = err.Error()
 	}
 	b := make([]byte, 0, 1+len(msg))
-	return append(append(b, failurePermanent), msg...)
+	return append(append(b, kind), msg...)
 }
 
 // TooManyAttemptsCause returns the encoded failure a store writes when a
@@ -105,7 +123,8 @@ func TooManyAttemptsCause() []byte { return []byte{failureTooManyAttempts} }
 
 // DecodeFailure turns a Failed record's result back into an error: a
 // *PermanentError with Replayed set, wrapping ErrTooManyAttempts for a
-// record failed by the attempt cap. It never fails: bytes it does not know
+// record failed by the attempt cap and ErrValueTooLarge for an outcome
+// that was too large to store. It never fails: bytes it does not know
 // become a permanent error that says so.
 func DecodeFailure(b []byte) error {
 	if len(b) == 0 {
@@ -116,6 +135,11 @@ func DecodeFailure(b []byte) error {
 		return &PermanentError{Err: ErrTooManyAttempts, Replayed: true}
 	case failurePermanent:
 		return &PermanentError{Err: errors.New(string(b[1:])), Replayed: true}
+	case failureUnkept:
+		return &PermanentError{Err: errors.New("idem: permanent failure (its message was too large to store)"), Replayed: true}
+	case failureTooLarge:
+		msg, _ := strings.CutPrefix(string(b[1:]), ErrValueTooLarge.Error())
+		return &PermanentError{Err: fmt.Errorf("%w%s", ErrValueTooLarge, msg), Replayed: true}
 	}
 	return &PermanentError{Err: fmt.Errorf("idem: permanent failure (undecodable stored cause of %d bytes)", len(b)), Replayed: true}
 }

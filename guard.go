@@ -15,12 +15,13 @@ import (
 // It is safe for concurrent use. Create one with [New] and [Guard.Close] it
 // when done: it owns the heartbeat goroutine.
 type Guard struct {
-	store  Store
-	cfg    Config
-	prefix []byte // the namespace part of every store key
-	cache  *cache
-	hb     heartbeats
-	closed atomic.Bool
+	store    Store
+	maxValue int // the store's ValueLimiter, or 0
+	cfg      Config
+	prefix   []byte // the namespace part of every store key
+	cache    *cache
+	hb       heartbeats
+	closed   atomic.Bool
 }
 
 // Result is what [Guard.Do] returns on success.
@@ -44,6 +45,9 @@ func New(store Store, cfg Config) (*Guard, error) {
 		return nil, err
 	}
 	g := &Guard{store: store, cfg: cfg, prefix: appendNamespace(nil, cfg.Namespace)}
+	if vl, ok := store.(ValueLimiter); ok {
+		g.maxValue = max(0, vl.MaxValueSize())
+	}
 	if cfg.CacheSize > 0 {
 		g.cache = newCache(cfg.CacheSize, cfg.CacheTTL)
 	}
@@ -299,9 +303,15 @@ func (c *call) run(ctx context.Context, sent time.Time, fn func(context.Context)
 
 	switch {
 	case ferr == nil:
+		if g.maxValue > 0 && len(value) > g.maxValue {
+			return c.tooLarge(ctx, value, fmt.Errorf("%w: %d bytes, the store keeps %d", ErrValueTooLarge, len(value), g.maxValue))
+		}
 		err := c.outcome(ctx, OpComplete, func(octx context.Context) error {
 			return g.store.Complete(octx, c.storeKey, c.token, value, g.cfg.Retention)
 		})
+		if errors.Is(err, ErrValueTooLarge) {
+			return c.tooLarge(ctx, value, err)
+		}
 		if err != nil {
 			return Result{Value: value}, err
 		}
@@ -310,10 +320,7 @@ func (c *call) run(ctx context.Context, sent time.Time, fn func(context.Context)
 		}
 		return Result{Value: value}, nil
 	case IsPermanent(ferr):
-		cause := EncodeFailure(ferr)
-		err := c.outcome(ctx, OpFail, func(octx context.Context) error {
-			return g.store.Fail(octx, c.storeKey, c.token, cause, g.cfg.FailedRetention)
-		})
+		cause, err := c.fail(ctx, EncodeFailure(ferr), g.cfg.FailedRetention)
 		if err != nil {
 			return Result{}, errors.Join(ferr, err)
 		}
@@ -324,6 +331,46 @@ func (c *call) run(ctx context.Context, sent time.Time, fn func(context.Context)
 	default:
 		c.release(ctx)
 		return Result{}, ferr
+	}
+}
+
+// tooLarge stores cause, an error wrapping ErrValueTooLarge, as the key's
+// outcome in place of value, which the store cannot keep: fn ran, and a
+// duplicate must not run it again because of how its outcome is stored.
+// The marker is kept as long as a completed outcome.
+func (c *call) tooLarge(ctx context.Context, value []byte, cause error) (Result, error) {
+	g := c.g
+	g.cfg.Logger.WarnContext(ctx, "idem: outcome too large for the store, stored as ErrValueTooLarge: duplicates will not get the value",
+		slog.String("namespace", g.cfg.Namespace), slog.String("scope", c.scope), slog.String("key", c.key), slog.Int("size", len(value)), slog.Any("error", cause))
+	g.observe(ctx, Event{Op: OpTooLarge, Scope: c.scope, Key: c.key, Err: cause})
+	marker, err := c.fail(ctx, EncodeFailure(cause), g.cfg.Retention)
+	if err != nil {
+		return Result{Value: value}, errors.Join(cause, err)
+	}
+	if g.cache != nil {
+		g.cache.put(c.storeKey, StatusFailed, c.fingerprint, marker, time.Now().Add(g.cfg.Retention))
+	}
+	return Result{Value: value}, cause
+}
+
+// fail stores cause, an encoded failure, as the key's outcome and returns
+// what it stored. A cause the store cannot keep is stored without its
+// message (shortFailure): at once when the store tells its limit, else
+// after the store refused it for its size. The key never stays in progress
+// for the size of a message.
+func (c *call) fail(ctx context.Context, cause []byte, retention time.Duration) ([]byte, error) {
+	g := c.g
+	if g.maxValue > 0 && len(cause) > g.maxValue {
+		cause = shortFailure(cause)
+	}
+	for {
+		err := c.outcome(ctx, OpFail, func(octx context.Context) error {
+			return g.store.Fail(octx, c.storeKey, c.token, cause, retention)
+		})
+		if !errors.Is(err, ErrValueTooLarge) || len(cause) == 1 {
+			return cause, err
+		}
+		cause = shortFailure(cause)
 	}
 }
 
@@ -351,6 +398,9 @@ func (c *call) outcome(ctx context.Context, op Op, write func(context.Context) e
 		g.cfg.Logger.WarnContext(ctx, "idem: lease lost before the outcome was stored",
 			slog.String("namespace", g.cfg.Namespace), slog.String("scope", c.scope), slog.String("key", c.key), slog.String("op", op.String()))
 		return fmt.Errorf("idem: %s (key %q): %w", op, c.key, err)
+	}
+	if errors.Is(err, ErrValueTooLarge) {
+		return fmt.Errorf("idem: %s (key %q): %w", op, c.key, err) // the caller stores less
 	}
 	g.cfg.Logger.WarnContext(ctx, "idem: store failed to take the outcome",
 		slog.String("namespace", g.cfg.Namespace), slog.String("scope", c.scope), slog.String("key", c.key), slog.String("op", op.String()), slog.Any("error", err))

@@ -41,7 +41,9 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(idempotent.Unary()))
+	// Charge is guarded; reads (Get, List) pass through. A streaming call
+	// that carries a key is refused: streams cannot be made idempotent.
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(idempotent.Unary()), grpc.ChainStreamInterceptor(idempotent.Stream()))
 	// paymentspb.RegisterPaymentsServer(srv, &server{})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

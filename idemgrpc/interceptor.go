@@ -7,12 +7,16 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/adapter"
@@ -21,7 +25,8 @@ import (
 // Interceptor makes unary RPCs idempotent with an [idem.Guard]. Create one
 // with [New]; [UnaryServerInterceptor] does both steps.
 type Interceptor struct {
-	o options
+	o     options
+	reads sync.Map // full method name → bool: declared NO_SIDE_EFFECTS
 }
 
 // New returns an Interceptor over g. It fails when g is nil, an option is
@@ -77,7 +82,7 @@ func DefaultFingerprint(fullMethod string, req any) ([]byte, error) {
 }
 
 func (i *Interceptor) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if i.o.methods != nil && !i.o.methods(info.FullMethod) {
+	if !i.covers(info.FullMethod) {
 		return handler(ctx, req)
 	}
 	key, err := i.o.Key(metadata.ValueFromIncomingContext(ctx, i.o.key), nil)
@@ -121,6 +126,69 @@ func (i *Interceptor) intercept(ctx context.Context, req any, info *grpc.UnarySe
 		return m, nil
 	}
 	return nil, i.failed(ctx, err)
+}
+
+// covers reports whether the interceptor applies to the method: the
+// WithMethods function's answer, or by default every method whose proto
+// does not declare it a read (idempotency_level NO_SIDE_EFFECTS).
+func (i *Interceptor) covers(fullMethod string) bool {
+	if i.o.methods != nil {
+		return i.o.methods(fullMethod)
+	}
+	if read, ok := i.reads.Load(fullMethod); ok {
+		return !read.(bool)
+	}
+	read := declaredRead(fullMethod)
+	i.reads.Store(fullMethod, read)
+	return !read
+}
+
+// declaredRead reports whether the method "/pkg.Service/Method" is
+// registered in protoregistry.GlobalFiles with idempotency_level
+// NO_SIDE_EFFECTS.
+func declaredRead(fullMethod string) bool {
+	name := strings.Replace(strings.TrimPrefix(fullMethod, "/"), "/", ".", 1)
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(name))
+	if err != nil {
+		return false
+	}
+	m, ok := d.(protoreflect.MethodDescriptor)
+	if !ok {
+		return false
+	}
+	opts, ok := m.Options().(*descriptorpb.MethodOptions)
+	return ok && opts.GetIdempotencyLevel() == descriptorpb.MethodOptions_NO_SIDE_EFFECTS
+}
+
+// StreamServerInterceptor returns the stream interceptor of [New](g,
+// opts...): see [Interceptor.Stream]. If New fails, every streaming call
+// that carries a key fails with codes.Internal and New's error.
+func StreamServerInterceptor(g *idem.Guard, opts ...Option) grpc.StreamServerInterceptor {
+	i, err := New(g, opts...)
+	if err != nil {
+		st := status.New(codes.Internal, err.Error())
+		return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+			return st.Err()
+		}
+	}
+	return i.Stream()
+}
+
+// Stream returns the interceptor of streaming calls. A streaming call has
+// no single request to fingerprint before the handler runs, nor a single
+// response to store, so it cannot be made idempotent: a covered streaming
+// call that carries a key is refused with codes.Unimplemented, so that a
+// client that asks for idempotency never silently goes without it. Calls
+// without a key, and methods WithMethods leaves out, pass through.
+func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if len(metadata.ValueFromIncomingContext(ss.Context(), i.o.key)) == 0 || !i.covers(info.FullMethod) {
+			return handler(srv, ss)
+		}
+		return status.Errorf(codes.Unimplemented,
+			"idemgrpc: %s is a streaming method, which cannot be made idempotent: do not send the %s metadata with it (make the mutation a unary method)",
+			info.FullMethod, i.o.key)
+	}
 }
 
 // outcome is what the Guard stores for the handler's answer: the encoded

@@ -92,9 +92,12 @@ func WithMetadataKey(key string) Option {
 func WithRequired() Option { return func(o *options) { o.SetRequired() } }
 
 // WithMethods sets which methods the interceptor applies to, by full method
-// name ("/package.Service/Method"); the others pass through untouched.
-// Default: every unary method, so that a client that sends a key always
-// gets its semantics.
+// name ("/package.Service/Method"); the others pass through untouched, key
+// or not. Default: every method but those whose proto declares
+// "option idempotency_level = NO_SIDE_EFFECTS;" (reads, which need no
+// idempotency: their answer is not stored), found by name in
+// protoregistry.GlobalFiles. A read method that does not declare it is
+// guarded; name the mutations with WithMethods to leave reads alone.
 func WithMethods(f func(fullMethod string) bool) Option {
 	return func(o *options) {
 		if o.Check(f != nil, "WithMethods(nil)") {

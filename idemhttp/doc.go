@@ -1,6 +1,8 @@
 // Package idemhttp is net/http middleware that makes POST and PATCH
 // requests idempotent with an [idem.Guard], following the IETF draft "The
-// Idempotency-Key HTTP Header Field" and Stripe's behaviour.
+// Idempotency-Key HTTP Header Field" and Stripe's behaviour. Keys must be
+// scoped by the authenticated caller ([WithScope]): unscoped, one client
+// can be sent another's stored response (see "Scope keys by the caller").
 //
 // A client sends a unique key with a request and the same key with every
 // retry of it:
@@ -30,43 +32,64 @@
 //
 // # What the middleware answers
 //
-//	request                                               status                  handler
-//	method not covered (default: other than POST, PATCH)  the handler's           runs
-//	no key                                                the handler's           runs
-//	no key, WithRequired                                  400                     no
-//	key empty, repeated, malformed or too long            400                     no
-//	key refused by the Guard's Config.ValidateKey         400                     no
-//	scope longer than idem.MaxScopeLen                    400                     no
-//	body longer than WithMaxBodyBytes                     413                     no
-//	body unreadable                                       400                     no
-//	new key                                               the handler's           runs once
-//	  handler answers 2xx, 3xx or 4xx                     the handler's           stored
-//	  handler answers 408, 425 or 429                     the handler's           key released
-//	  handler answers 5xx                                 the handler's           key released*
-//	  body longer than WithMaxCachedBytes                 the handler's, in full  key released
-//	  connection hijacked, or 101                         the handler's           key released
-//	  handler panics                                      (the panic goes on)     key released
-//	key done before                                       the stored one**        no
-//	key used before with another request                  422                     no
-//	key in progress (after the Guard's Wait)              409 + Retry-After       no
-//	key claimed over the Guard's MaxAttempts              422                     no
-//	key's first request failed permanently*** (stored)    422                     no
-//	store unavailable                                     503 + Retry-After       no
-//	store unavailable, the Guard's Config.FailOpen        the handler's           runs, unguarded
-//	stored response undecodable                           500                     no
-//	request ended while claiming or waiting               503 + Retry-After       no
+// This table is the rule; the tests hold the middleware to it.
 //
-//	*   stored and replayed with WithCacheServerErrors
-//	**  with Idempotent-Replayed: true; the handler's status, fields and body
-//	*** an idem.Permanent failure stored under the key by other code sharing
-//	    the Guard's namespace: problem type [TypeStoredFailure]
+//	request                                               status                   handler
+//	method not covered (default: other than POST, PATCH)  the handler's            runs
+//	no key                                                the handler's            runs
+//	no key, WithRequired                                  400                      no
+//	key empty, repeated, malformed or too long            400                      no
+//	key refused by the Guard's Config.ValidateKey         400                      no
+//	scope longer than idem.MaxScopeLen                    400                      no
+//	body longer than WithMaxBodyBytes                     413                      no
+//	body unreadable, or not its Content-Length            400                      no
+//	new key                                               the handler's            runs once
+//	  handler answers 2xx, 3xx or 4xx                     the handler's            stored
+//	  handler answers 408, 425, 429 or 499 [1]            the handler's            key released
+//	  handler answers 5xx [2]                             the handler's            key released
+//	  request ended before the handler answered [3]       (none)                   key released
+//	  body longer than WithMaxCachedBytes, or the stored
+//	    form longer than the store keeps [4]              the handler's, in full   stored without body
+//	  connection hijacked, or 101                         the handler's            key released
+//	  handler panics                                      (the panic goes on)      key released
+//	key done before                                       the stored response [5]  no
+//	key done before, stored without its body [4]          its status, a problem    no
+//	key used before with another request                  422                      no
+//	key in progress (after the Guard's Wait)              409 + Retry-After        no
+//	key claimed over the Guard's MaxAttempts              422                      no
+//	key's first request failed permanently [6]            422                      no
+//	store unavailable                                     503 + Retry-After        no
+//	store unavailable, the Guard's Config.FailOpen        the handler's            runs, unguarded
+//	stored response undecodable                           500                      no
+//	request ended while claiming or waiting               503 + Retry-After        no
+//
+//	[1] they ask the client to retry (499: the client went away); storing
+//	    them would refuse the retry for as long as the record is kept
+//	[2] stored and replayed with WithCacheServerErrors
+//	[3] the handler wrote nothing and its context ended (client gone, lease
+//	    lost, Guard closed): nothing it did is an answer to keep
+//	[4] the store's limit comes from idem.ValueLimiter. The retry gets the
+//	    first status and kept fields, Idempotent-Replayed: true, and a
+//	    problem of type TypeResponseNotKept; a warning is logged and the
+//	    Guard's Observer sees idem.OpTooLarge
+//	[5] with Idempotent-Replayed: true; the handler's status, fields and body
+//	[6] an idem.Permanent failure stored under the key by other code sharing
+//	    the Guard's namespace: problem type TypeStoredFailure
 //
 // Every refusal is an application/problem+json body (RFC 9457) written by
 // [DefaultErrorHandler] from an *[Error]; [WithErrorHandler] replaces it.
 // 4xx responses of the handler are stored and replayed, as Stripe does: a
 // request that was refused for its content is refused again the same way,
-// and a client that fixes it sends a new key. The exceptions are 408, 425
-// and 429, which ask the client to retry: they release the key.
+// and a client that fixes it sends a new key.
+//
+// # What is stored of a response
+//
+// The status, the body and the end-to-end header fields the handler set,
+// except: fields already set on the ResponseWriter before the middleware
+// ran (an outer handler's request id, a rotated cookie), which belong to
+// that request and are neither stored nor overwritten on a replay; the
+// per-caller fields of [DefaultUnstoredHeaders] (Set-Cookie and the like,
+// see [WithUnstoredHeaders]); hop-by-hop fields, Date and trailers.
 //
 // # The key
 //
@@ -80,7 +103,10 @@
 // The request's fingerprint is its method, path, query and body
 // ([DefaultFingerprint], [WithFingerprint]): a retry with the same key and a
 // different request gets 422. The body is read, up to [WithMaxBodyBytes],
-// before the handler runs, and given back to it unchanged.
+// before the handler runs, and given back to it unchanged; its buffer grows
+// as bytes arrive. Set the server's ReadHeaderTimeout and ReadTimeout
+// (net/http.Server) so that a client that sends slowly, or never, cannot
+// hold a connection and its buffer for long.
 //
 // The Guard composes its namespace, the scope and the key into the store
 // key ([idem.ScopedStoreKey]); g.ScopedStoreKey(scope, key) finds a
@@ -97,9 +123,8 @@
 //
 // The response is written through to the client as the handler writes it;
 // [http.Flusher] and [http.ResponseController] (flush, deadlines, hijack)
-// work through the middleware's writer. Trailers are not stored. Hop-by-hop
-// fields and Date are neither stored nor replayed; a replay gets a fresh
-// Date from net/http.
+// work through the middleware's writer. A replay gets a fresh Date from
+// net/http.
 //
 // The stored value is a small versioned binary encoding of the response
 // ([EncodeResponse], [DecodeResponse]).

@@ -1,7 +1,12 @@
 package idemhttp_test
 
 import (
+	"bytes"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -185,5 +190,59 @@ func TestDefaultFingerprint(t *testing.T) {
 		if other == base {
 			t.Error("two different requests share a fingerprint")
 		}
+	}
+}
+
+// readSizes is a request body that records how much room each Read offers:
+// the buffer the middleware allocated for it.
+type readSizes struct {
+	data  []byte
+	sizes []int
+}
+
+func (r *readSizes) Read(p []byte) (int, error) {
+	r.sizes = append(r.sizes, len(p))
+	if len(r.data) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, r.data)
+	r.data = r.data[n:]
+	return n, nil
+}
+
+func (r *readSizes) Close() error { return nil }
+
+// The body buffer grows as bytes arrive: a request that announces 1 MiB and
+// sends ten bytes never gets a 1 MiB buffer.
+func TestBodyBufferGrowsAsBytesArrive(t *testing.T) {
+	mw, err := idemhttp.New(newGuard(t, newStore(t), idem.Config{}), idemhttp.WithSharedScope())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got, _ = io.ReadAll(r.Body) }))
+	send := func(announced int64, body []byte) (*readSizes, int) {
+		b := &readSizes{data: body}
+		r := httptest.NewRequest(http.MethodPost, "/orders", nil)
+		r.Body, r.ContentLength = b, announced
+		r.Header.Set("Idempotency-Key", `"k`+strconv.Itoa(len(body))+`"`)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return b, w.Code
+	}
+	short, code := send(1<<20, []byte("0123456789"))
+	if code != http.StatusBadRequest {
+		t.Errorf("a body shorter than its Content-Length: %d, want 400", code)
+	}
+	if m := slices.Max(short.sizes); m > 4<<10 {
+		t.Errorf("ten bytes of an announced MiB were read into a buffer of %d bytes", m)
+	}
+	full := bytes.Repeat([]byte("x"), 100_000)
+	b, code := send(int64(len(full)), full)
+	if code != http.StatusOK || !bytes.Equal(got, full) {
+		t.Errorf("a 100 kB body: %d, the handler read %d bytes", code, len(got))
+	}
+	if m := slices.Max(b.sizes); m > 2*len(full) {
+		t.Errorf("a 100 kB body was read into a buffer of %d bytes", m)
 	}
 }

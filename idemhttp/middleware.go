@@ -37,6 +37,11 @@ func New(g *idem.Guard, opts ...Option) (func(http.Handler) http.Handler, error)
 	if err := m.o.build(g, opts); err != nil {
 		return nil, err
 	}
+	m.limit = m.o.ValueLimit()
+	m.maxBody = m.o.maxCachedBytes
+	if m.limit > 0 {
+		m.maxBody = min(m.maxBody, m.limit)
+	}
 	return func(next http.Handler) http.Handler {
 		if next == nil {
 			next = http.NotFoundHandler()
@@ -46,8 +51,29 @@ func New(g *idem.Guard, opts ...Option) (func(http.Handler) http.Handler, error)
 }
 
 type middleware struct {
-	o options
+	o       options
+	limit   int // the longest value the store keeps, 0 if it does not say
+	maxBody int // the longest response body kept: WithMaxCachedBytes, at most limit
 }
+
+// storedStatus reports whether a response of status is an answer to
+// store: not a server error (unless WithCacheServerErrors), and not a
+// status that asks the client to retry or says it is gone (408, 425, 429,
+// 499). Storing those would refuse the retry for as long as the record is
+// kept.
+func (m *middleware) storedStatus(status int) bool {
+	switch {
+	case status >= 500:
+		return m.o.cacheServerErrors
+	case status == http.StatusRequestTimeout, status == http.StatusTooEarly, status == http.StatusTooManyRequests, status == statusClientClosed:
+		return false
+	}
+	return true
+}
+
+// statusClientClosed is nginx's 499 Client Closed Request, which handlers
+// write when the client went away.
+const statusClientClosed = 499
 
 type handler struct {
 	m    *middleware
@@ -101,22 +127,28 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = newBody(body)
+	scope := m.o.Scope(r)
 
 	var (
 		ran bool
 		rec recorder
 	)
-	res, err := m.o.Do(r.Context(), r, key, m.o.fingerprint(r, body), func(ctx context.Context) ([]byte, error) {
+	res, err := m.o.Guard().DoScoped(r.Context(), scope, key, m.o.fingerprint(r, body), func(ctx context.Context) ([]byte, error) {
 		ran = true
-		rec = recorder{rw: w, max: m.o.maxCachedBytes}
+		rec = recorder{rw: w, m: m, preset: presetFields(w.Header()), max: m.maxBody}
 		h.next.ServeHTTP(&rec, r.WithContext(ctx))
-		return rec.finish(m.o.cacheServerErrors)
+		v, omitted, err := rec.finish(ctx, m.limit)
+		if omitted {
+			m.o.TooLarge(ctx, scope, key, rec.size, fmt.Errorf("%w: the body of a %d response is %d bytes, more than the %d kept; stored without it",
+				idem.ErrValueTooLarge, rec.status, rec.size, m.maxBody))
+		}
+		return v, err
 	})
 	switch {
 	case ran:
 		// The handler answered the client; only an outcome the store did
 		// not take is worth a word.
-		m.o.Ran(r.Context(), err, slog.String("key", key))
+		m.o.Ran(r.Context(), err, slog.String("key", key), slog.String("scope", scope))
 	case err == nil:
 		m.replay(w, r, key, res.Value)
 	default:
@@ -124,40 +156,55 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// presetFields returns the names of the fields set on h before the
+// middleware ran: an outer handler's, for this request alone.
+func presetFields(h http.Header) []string {
+	if len(h) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(h))
+	for name := range h {
+		names = append(names, name)
+	}
+	return names
+}
+
 func (m *middleware) parseKey(v string) (string, error) { return ParseKey(v, m.o.syntax) }
 
-// readBody reads the whole request body, up to the cap.
+// readBody reads the whole request body, up to the cap. The buffer grows
+// as bytes arrive, doubling from at most 4 KiB, never ahead of them: a
+// client that announces a large Content-Length and sends slowly, or never,
+// holds no more memory than it sent.
 func (m *middleware) readBody(r *http.Request) ([]byte, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
-	max := m.o.maxBodyBytes
-	var (
-		body []byte
-		err  error
-	)
-	switch cl := r.ContentLength; {
-	case cl > max:
-		return nil, fmt.Errorf("%w: the body is longer than %d bytes", ErrBodyTooLarge, max)
-	case cl >= 0:
-		// net/http holds the body to its Content-Length: read it at once.
-		body = make([]byte, cl)
-		if _, err = io.ReadFull(r.Body, body); err == nil {
-			var one [1]byte
-			if n, _ := r.Body.Read(one[:]); n > 0 {
-				err = fmt.Errorf("longer than its Content-Length %d", cl)
-			}
+	limit, cl := m.o.maxBodyBytes, r.ContentLength
+	if cl > limit {
+		return nil, fmt.Errorf("%w: the body is longer than %d bytes", ErrBodyTooLarge, limit)
+	}
+	size := int64(512)
+	if cl >= 0 {
+		size = min(cl+1, 4<<10) // room to see the end without growing
+	}
+	body := make([]byte, 0, size)
+	for {
+		if len(body) == cap(body) {
+			body = append(make([]byte, 0, min(2*int64(cap(body)), limit+1)), body...)
 		}
-	default:
-		body, err = io.ReadAll(io.LimitReader(r.Body, max+1))
-		if err == nil && int64(len(body)) > max {
-			return nil, fmt.Errorf("%w: the body is longer than %d bytes", ErrBodyTooLarge, max)
+		n, err := r.Body.Read(body[len(body):cap(body)])
+		body = body[:len(body)+n]
+		switch {
+		case int64(len(body)) > limit:
+			return nil, fmt.Errorf("%w: the body is longer than %d bytes", ErrBodyTooLarge, limit)
+		case err == io.EOF && cl >= 0 && int64(len(body)) != cl:
+			return nil, fmt.Errorf("%w: %d bytes, not its Content-Length %d", ErrBodyUnreadable, len(body), cl)
+		case err == io.EOF:
+			return body, nil
+		case err != nil:
+			return nil, fmt.Errorf("%w: %w", ErrBodyUnreadable, err)
 		}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBodyUnreadable, err)
-	}
-	return body, nil
 }
 
 // bodyReader gives the body back to the handler, in one allocation.
@@ -172,10 +219,12 @@ func newBody(b []byte) *bodyReader {
 }
 
 // replay writes a stored response with Idempotent-Replayed: true. Fields
-// the handler's own middleware set on w are kept unless the stored
-// response has them too.
+// already set on w (by an outer handler, for this request) are kept: the
+// stored response never overwrites them. A response stored without its
+// body is replayed with its status, its kept fields and a problem saying
+// the body was too large to keep, through the error handler.
 func (m *middleware) replay(w http.ResponseWriter, r *http.Request, key string, value []byte) {
-	status, body, err := decodeInto(value, w.Header())
+	status, body, omitted, err := decodeInto(value, w.Header())
 	if err != nil {
 		m.o.Logger().ErrorContext(r.Context(), "idemhttp: stored response undecodable",
 			slog.String("key", key), slog.Any("error", err))
@@ -184,6 +233,13 @@ func (m *middleware) replay(w http.ResponseWriter, r *http.Request, key string, 
 		return
 	}
 	w.Header().Set(ReplayedHeader, "true")
+	if omitted {
+		m.o.errorHandler(w, r, &Error{Status: status, Type: TypeResponseNotKept, Title: "Response not kept",
+			Detail: m.named(fmt.Sprintf("The first request with this Idempotency-Key was processed and answered %d, "+
+				"but its response body was too large to keep; it is not processed again.", status)),
+			Err: fmt.Errorf("%w: the response was stored without its body", idem.ErrValueTooLarge)})
+		return
+	}
 	w.WriteHeader(status)
 	w.Write(body)
 }

@@ -3,6 +3,7 @@ package idemhttp
 import (
 	"log/slog"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/idemgo/idem"
@@ -23,6 +24,13 @@ const (
 	DefaultRetryAfter = time.Second
 )
 
+// DefaultUnstoredHeaders are the response header fields that are not
+// stored, and so not replayed, by default: they belong to the client that
+// received them (its session, its credentials), not to the operation. See
+// [WithUnstoredHeaders]. Fields that an outer handler set before the
+// middleware ran are never stored either.
+var DefaultUnstoredHeaders = []string{"Set-Cookie", "Authentication-Info", "Clear-Site-Data"}
+
 // Option configures the middleware; see [New].
 type Option func(*options)
 
@@ -35,6 +43,7 @@ type options struct {
 	maxCachedBytes    int
 	fingerprint       func(r *http.Request, body []byte) []byte
 	cacheServerErrors bool
+	unstored          []string
 	retryAfter        time.Duration
 	errorHandler      ErrorHandler
 }
@@ -112,8 +121,14 @@ func WithMaxBodyBytes(n int64) Option {
 }
 
 // WithMaxCachedBytes sets the longest response body stored for replay. A
-// longer response is still served in full to its client, but not stored:
-// the key is released and a retry runs the handler again. Default
+// longer response is served in full to its client and stored without its
+// body: a retry does not run the handler again, and gets the first
+// response's status and kept header fields, with a problem explaining that
+// the body was too large to keep (type [TypeResponseNotKept]) and
+// [ReplayedHeader]; a warning is logged and the Guard's Observer sees
+// idem.OpTooLarge. The cap never exceeds what the Guard's store keeps, when
+// the store tells it (idem.ValueLimiter): a response whose stored form
+// would not fit is stored without its body too. Default
 // [DefaultMaxCachedBytes]; at least 1.
 func WithMaxCachedBytes(n int) Option {
 	return func(o *options) {
@@ -138,6 +153,21 @@ func WithFingerprint(f func(r *http.Request, body []byte) []byte) Option {
 // other. Default: a 5xx is served and the key released, so the client's
 // retry runs the handler again.
 func WithCacheServerErrors() Option { return func(o *options) { o.cacheServerErrors = true } }
+
+// WithUnstoredHeaders replaces [DefaultUnstoredHeaders]: the response
+// header fields that are not stored, and so not replayed. With no names
+// every field is stored but those an outer handler set before the
+// middleware ran, and hop-by-hop fields and Date, which never are.
+func WithUnstoredHeaders(names ...string) Option {
+	return func(o *options) {
+		for _, n := range names {
+			if !o.Check(isToken(n), "WithUnstoredHeaders: %q is not a valid header field name", n) {
+				return
+			}
+		}
+		o.unstored = append([]string{}, names...)
+	}
+}
 
 // WithRetryAfter sets the Retry-After sent with 409 (in progress) and 503
 // (store unavailable), rounded up to whole seconds. Default
@@ -171,6 +201,7 @@ func (o *options) build(g *idem.Guard, opts []Option) error {
 		maxBodyBytes:   DefaultMaxBodyBytes,
 		maxCachedBytes: DefaultMaxCachedBytes,
 		fingerprint:    DefaultFingerprint,
+		unstored:       slices.Clone(DefaultUnstoredHeaders),
 		retryAfter:     DefaultRetryAfter,
 		errorHandler:   DefaultErrorHandler,
 	}

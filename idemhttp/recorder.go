@@ -2,37 +2,38 @@ package idemhttp
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
+
+	"github.com/idemgo/idem/internal/adapter"
 )
 
 // recorder passes a handler's response through to the client as the
 // handler writes it, and keeps a copy in the stored value's format (the
-// head, then the body) for as long as the body fits the cache cap.
+// head, then the body) for as long as the body fits the cap.
 //
 // Once a write to the client fails (the client went away), the recorder
-// keeps taking the handler's writes and reports them as successful while
-// it is still keeping a copy: the handler then finishes its response and
-// the whole response is stored, so the client's retry gets it. Past the
-// cap nothing is stored and the write error is reported as usual.
+// keeps taking the handler's writes and reports them as successful: the
+// handler then finishes its response and the response is stored, so the
+// client's retry gets it. Past the cap the body is no longer kept, and the
+// write error is reported as usual.
 type recorder struct {
 	rw         http.ResponseWriter
-	max        int    // body bytes kept at most
-	buf        []byte // the encoded head, then the body so far
-	head       int    // len of the head in buf
-	status     int    // the final status once written, else 0
-	overflow   bool   // the body outgrew max: buf was dropped
-	unstorable string // why the response cannot be replayed (hijacked)
-	clientErr  error  // the first failed write to the client
+	m          *middleware
+	preset     []string // fields set before the middleware ran: not stored
+	max        int      // body bytes kept at most
+	buf        []byte   // the encoded head, then the body so far
+	head       int      // len of the head in buf
+	status     int      // the final status once written, else 0
+	overflow   bool     // the body outgrew max: buf holds the head only
+	size       int      // the body's length, kept or not
+	unstorable string   // why the response cannot be replayed (hijacked)
+	clientErr  error    // the first failed write to the client
 }
-
-// errNotStored is returned by the Guard's fn for a response that is served
-// but not stored: the Guard then releases the key.
-type errNotStored struct{ reason string }
-
-func (e *errNotStored) Error() string { return "idemhttp: response not stored: " + e.reason }
 
 func (w *recorder) Header() http.Header { return w.rw.Header() }
 
@@ -53,8 +54,22 @@ func (w *recorder) WriteHeader(code int) {
 func (w *recorder) writeHead(code int) {
 	h := w.rw.Header()
 	w.status = code
-	w.buf = appendHead(make([]byte, 0, headSize(h)+min(w.max, 512)), code, h)
+	w.buf = appendHead(make([]byte, 0, headSize(h)+min(w.max, 512)), responseVersion, code, h, w.skip)
 	w.head = len(w.buf)
+}
+
+// skip reports whether the field name is left out of the stored response:
+// set before the middleware ran (an outer middleware's, for this request
+// only), or one of the unstored fields (per caller, like Set-Cookie).
+func (w *recorder) skip(name string) bool {
+	for _, list := range [2][]string{w.preset, w.m.o.unstored} {
+		for _, f := range list {
+			if strings.EqualFold(f, name) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // keeping reports whether the body is still being copied.
@@ -67,19 +82,21 @@ func (w *recorder) Write(p []byte) (int, error) {
 	kept := w.keeping()
 	if kept {
 		if len(w.buf)-w.head+len(p) > w.max {
-			w.overflow, w.buf = true, nil
+			w.overflow, w.buf = true, w.buf[:w.head:w.head]
 			kept = false
 		} else {
 			w.buf = append(w.buf, p...)
 		}
 	}
 	if w.clientErr != nil {
+		w.size += len(p)
 		if kept {
 			return len(p), nil
 		}
 		return 0, w.clientErr
 	}
 	n, err := w.rw.Write(p)
+	w.size += n
 	switch {
 	case err == nil:
 	case errors.Is(err, http.ErrBodyNotAllowed):
@@ -133,24 +150,48 @@ func (w *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // Unwrap returns the wrapped writer, for [http.ResponseController].
 func (w *recorder) Unwrap() http.ResponseWriter { return w.rw }
 
-// finish returns the stored value of the response once the handler has
-// returned, or an *errNotStored saying why there is none.
-func (w *recorder) finish(cacheServerErrors bool) ([]byte, error) {
+// finish returns the value to store for the response once the handler has
+// returned under ctx, or an *adapter.NotStored saying why there is none
+// (see the status table in the package documentation). omitted reports a
+// response stored without its body, which was too large to keep.
+func (w *recorder) finish(ctx context.Context, limit int) (value []byte, omitted bool, err error) {
 	if w.status == 0 {
-		// The handler wrote nothing: net/http sends 200 and the header.
-		w.writeHead(http.StatusOK)
+		if ctx.Err() != nil {
+			// The request ended (client gone, lease lost, Guard closed)
+			// and the handler answered nothing: not an answer to keep.
+			return nil, false, &adapter.NotStored{Reason: "the request ended before the handler answered", Err: context.Cause(ctx)}
+		}
+		w.writeHead(http.StatusOK) // net/http sends 200 and the header
 	}
 	switch {
 	case w.unstorable != "":
-		return nil, &errNotStored{w.unstorable}
-	case w.overflow:
-		return nil, &errNotStored{fmt.Sprintf("the body is longer than %d bytes", w.max)}
-	case w.status >= 500 && !cacheServerErrors:
-		return nil, &errNotStored{fmt.Sprintf("server error %d", w.status)}
-	case w.status == http.StatusRequestTimeout || w.status == http.StatusTooEarly || w.status == http.StatusTooManyRequests:
-		// These tell the client to retry: storing them would refuse the
-		// retry for as long as the record is kept.
-		return nil, &errNotStored{fmt.Sprintf("status %d asks for a retry", w.status)}
+		return nil, false, &adapter.NotStored{Reason: w.unstorable}
+	case !w.m.storedStatus(w.status):
+		return nil, false, &adapter.NotStored{Reason: fmt.Sprintf("status %d is not an answer to keep", w.status)}
+	case w.overflow || (limit > 0 && len(w.buf) > limit):
+		return w.headOnly(limit), true, nil
 	}
-	return w.buf, nil
+	return w.buf, false, nil
+}
+
+// headOnly returns the response stored without its body: the status and
+// the kept fields, less those that describe the body (Content-*, ETag,
+// Last-Modified), or the status alone when even they outgrow limit.
+func (w *recorder) headOnly(limit int) []byte {
+	h := make(http.Header)
+	if _, _, _, err := decodeInto(w.buf[:w.head], h); err != nil { // unreachable: the recorder wrote it
+		h = nil
+	}
+	b := appendHead(nil, responseVersionHead, w.status, h, describesBody)
+	if limit > 0 && len(b) > limit {
+		b = appendHead(b[:0], responseVersionHead, w.status, nil, nil)
+	}
+	return b
+}
+
+// describesBody reports whether the field describes a response's body,
+// which a replay of a response stored without it does not have.
+func describesBody(name string) bool {
+	return len(name) >= len("Content-") && strings.EqualFold(name[:len("Content-")], "Content-") ||
+		strings.EqualFold(name, "Etag") || strings.EqualFold(name, "Last-Modified")
 }

@@ -19,14 +19,24 @@ type Response struct {
 	Header http.Header
 	// Body is the response body.
 	Body []byte
+	// BodyOmitted marks a response stored without its body, which was too
+	// large to keep (see [WithMaxCachedBytes]); Body is empty then. A
+	// replay answers with Status, Header and a problem saying so.
+	BodyOmitted bool
 }
 
-// The stored value's format, version 1; integers are uvarints:
+// The stored value's format; integers are uvarints:
 //
 //	version(=1) status nfields { len(name) name nvalues { len(value) value } } body…
+//	version(=2) status nfields { len(name) name nvalues { len(value) value } }
 //
-// Field names are sorted; the body runs to the end of the value.
-const responseVersion = 1
+// Field names are sorted; in version 1 the body runs to the end of the
+// value. Version 2 is a response stored without its body: nothing follows
+// the fields.
+const (
+	responseVersion     = 1
+	responseVersionHead = 2
+)
 
 // EncodeResponse encodes r in the compact binary form the middleware stores
 // as the Guard's value. It leaves out the hop-by-hop fields (Connection and
@@ -34,7 +44,10 @@ const responseVersion = 1
 // Upgrade), trailers, Date, [ReplayedHeader] and fields whose name is not a
 // valid token; CR and LF in values become spaces, as net/http sends them.
 func EncodeResponse(r *Response) []byte {
-	b := appendHead(make([]byte, 0, headSize(r.Header)+len(r.Body)), r.Status, r.Header)
+	if r.BodyOmitted {
+		return appendHead(make([]byte, 0, headSize(r.Header)), responseVersionHead, r.Status, r.Header, nil)
+	}
+	b := appendHead(make([]byte, 0, headSize(r.Header)+len(r.Body)), responseVersion, r.Status, r.Header, nil)
 	return append(b, r.Body...)
 }
 
@@ -46,33 +59,38 @@ func EncodeResponse(r *Response) []byte {
 func DecodeResponse(b []byte) (*Response, error) {
 	r := &Response{Header: make(http.Header)}
 	var err error
-	r.Status, r.Body, err = decodeInto(b, r.Header)
+	r.Status, r.Body, r.BodyOmitted, err = decodeInto(b, r.Header)
 	if err != nil {
 		return nil, err
 	}
 	return r, nil
 }
 
-// decodeInto decodes b, adding its fields to h, and returns its status and
-// body. It checks everything before it changes h: on an error h is as it
-// was.
-func decodeInto(b []byte, h http.Header) (status int, body []byte, err error) {
+// decodeInto decodes b, adding to h the fields h does not have yet, and
+// returns its status and body, and whether the body was omitted. It checks
+// everything before it changes h: on an error h is as it was.
+func decodeInto(b []byte, h http.Header) (status int, body []byte, omitted bool, err error) {
 	// The first pass checks and allocates nothing; the second takes every
 	// name and value from one string and one slice.
 	d := decoder{b: b}
 	status, nvalues := d.head()
+	omitted = d.version == responseVersionHead
+	if d.err == nil && omitted && len(d.b) > 0 {
+		d.err = fmt.Errorf("%w: %d bytes after a response stored without its body", ErrStoredResponse, len(d.b))
+	}
 	if d.err != nil {
-		return 0, nil, d.err
+		return 0, nil, false, d.err
 	}
 	headLen := len(b) - len(d.b)
 	d = decoder{b: b[:headLen]}
 	d.fill(string(b[:headLen]), h, make([]string, nvalues))
-	return status, b[headLen:], nil
+	return status, b[headLen:], omitted, nil
 }
 
 type decoder struct {
-	b   []byte
-	err error
+	b       []byte
+	version byte
+	err     error
 }
 
 var errTruncated = fmt.Errorf("%w: truncated", ErrStoredResponse)
@@ -80,8 +98,8 @@ var errTruncated = fmt.Errorf("%w: truncated", ErrStoredResponse)
 // head checks the head of the value and returns its status and how many
 // values it holds; d.b is left at the body.
 func (d *decoder) head() (status, nvalues int) {
-	if v := d.byte(); d.err == nil && v != responseVersion {
-		d.err = fmt.Errorf("%w: unknown format version %d", ErrStoredResponse, v)
+	if d.version = d.byte(); d.err == nil && d.version != responseVersion && d.version != responseVersionHead {
+		d.err = fmt.Errorf("%w: unknown format version %d", ErrStoredResponse, d.version)
 	}
 	st := d.uvarint()
 	if d.err == nil && (st < 200 || st > 999) {
@@ -128,7 +146,9 @@ func (d *decoder) fill(s string, h http.Header, values []string) {
 			vs[j] = s[off() : off()+n]
 			d.b = d.b[n:]
 		}
-		h[name] = vs
+		if _, set := h[name]; !set {
+			h[name] = vs
+		}
 	}
 }
 
@@ -193,9 +213,11 @@ func headSize(h http.Header) int {
 	return n
 }
 
-// appendHead appends the version, status and stored fields of h to b.
-func appendHead(b []byte, status int, h http.Header) []byte {
-	b = append(b, responseVersion)
+// appendHead appends version, status and the stored fields of h to b:
+// the fields storedField accepts, less those that skip (when not nil)
+// reports.
+func appendHead(b []byte, version byte, status int, h http.Header, skip func(name string) bool) []byte {
+	b = append(b, version)
 	b = binary.AppendUvarint(b, uint64(status))
 	names := make([]string, 0, len(h))
 	var conn []string // fields named by Connection are hop-by-hop too
@@ -205,7 +227,7 @@ func appendHead(b []byte, status int, h http.Header) []byte {
 		}
 	}
 	for name := range h {
-		if storedField(name) && !slices.Contains(conn, http.CanonicalHeaderKey(name)) {
+		if storedField(name) && !slices.Contains(conn, http.CanonicalHeaderKey(name)) && (skip == nil || !skip(name)) {
 			names = append(names, name)
 		}
 	}

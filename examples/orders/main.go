@@ -75,7 +75,7 @@ func run(ctx context.Context, addr, storeURL string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := newServer(h)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 	log.Info("orders: listening", "url", "http://"+l.Addr().String(), "store", redacted(storeURL))
@@ -97,6 +97,28 @@ func run(ctx context.Context, addr, storeURL string, log *slog.Logger) error {
 		return err
 	}
 	return nil
+}
+
+// newServer returns the HTTP server of h, with timeouts a server that
+// reads request bodies needs. The middleware reads a POST's whole body
+// (to fingerprint it) before the handler runs, into a buffer that grows as
+// bytes arrive: without ReadHeaderTimeout and ReadTimeout a client that
+// sends slowly, or announces a body and never sends it, holds a connection,
+// a goroutine and that buffer for as long as it likes.
+func newServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler: h,
+		// The request line and header must arrive within 5s.
+		ReadHeaderTimeout: 5 * time.Second,
+		// The whole request, body included (at most 64 KiB here), within
+		// 15s of the connection's first byte.
+		ReadTimeout: 15 * time.Second,
+		// An idle keep-alive connection is closed after a minute.
+		IdleTimeout: time.Minute,
+		// WriteTimeout stays unset: a response is written while the
+		// handler runs, and a handler waiting on a concurrent duplicate
+		// (the Guard's Wait, 10s) must not be cut off.
+	}
 }
 
 // newAPI returns the order API over store, its POST behind the idempotency

@@ -418,3 +418,13 @@ func TestOpenPostgres(t *testing.T) {
 		t.Errorf("table %s.%s: %v, %v; want Migrate to have created it", schema, pgstore.DefaultTable, table, err)
 	}
 }
+
+// The server bounds how long a client may take to send its request: the
+// middleware reads a POST's body before the handler runs.
+func TestServerBoundsReading(t *testing.T) {
+	srv := newServer(http.NotFoundHandler())
+	if srv.ReadHeaderTimeout <= 0 || srv.ReadTimeout <= 0 || srv.ReadTimeout > time.Minute {
+		t.Fatalf("ReadHeaderTimeout %v, ReadTimeout %v: a slow client could hold a connection and its body buffer indefinitely",
+			srv.ReadHeaderTimeout, srv.ReadTimeout)
+	}
+}

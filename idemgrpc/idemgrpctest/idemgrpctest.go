@@ -14,6 +14,7 @@ package idemgrpctest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -60,6 +61,8 @@ var cases = []adaptertest.Case{
 	{"TooManyAttempts", tooManyAttempts},
 	{"TokenInHandlerContext", tokenInContext},
 	{"UnreplayableStoredValues", unreplayableStored},
+	{"ResponseTooLargeRunsOnce", responseTooLarge},
+	{"KeyedStreamRefused", keyedStreamRefused},
 }
 
 // newGuard returns a Guard over s in a namespace of its own, closed at the
@@ -118,8 +121,24 @@ func (p *payments) call(method string) func(srv any, ctx context.Context, dec fu
 // connection to it, both closed at the end of the test.
 func serve(t *testing.T, p *payments, icpt grpc.UnaryServerInterceptor) *grpc.ClientConn {
 	t.Helper()
+	return serveWith(t, p, grpc.UnaryInterceptor(icpt))
+}
+
+// watchStream is the service's streaming method: it sends one message
+// naming its run.
+var watchStream = grpc.StreamDesc{StreamName: "Watch", ServerStreams: true, ClientStreams: true}
+
+const watchMethod = "/idemgrpc.test.Payments/Watch"
+
+// serveWith is serve with the server's interceptors given as options.
+func serveWith(t *testing.T, p *payments, opts ...grpc.ServerOption) *grpc.ClientConn {
+	t.Helper()
 	lis := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer(grpc.UnaryInterceptor(icpt))
+	srv := grpc.NewServer(opts...)
+	watch := watchStream
+	watch.Handler = func(_ any, ss grpc.ServerStream) error {
+		return ss.SendMsg(wrapperspb.String(fmt.Sprintf("watch %d", p.runs.Add(1))))
+	}
 	srv.RegisterService(&grpc.ServiceDesc{
 		ServiceName: "idemgrpc.test.Payments",
 		HandlerType: (*any)(nil),
@@ -127,6 +146,7 @@ func serve(t *testing.T, p *payments, icpt grpc.UnaryServerInterceptor) *grpc.Cl
 			{MethodName: "Charge", Handler: p.call(chargeMethod)},
 			{MethodName: "Refund", Handler: p.call(refundMethod)},
 		},
+		Streams: []grpc.StreamDesc{watch},
 	}, p)
 	done := make(chan struct{})
 	go func() {
@@ -460,4 +480,57 @@ func unreplayableStored(t *testing.T, s idem.Store) {
 	want(t, "unknown type", charge(noTypes, "unknown type", "1"), "", codes.Internal, false)
 	want(t, "known type", charge(conn, "unknown type", "1"), "x", codes.OK, true)
 	wantRuns(t, p, 0)
+}
+
+// A response the store cannot keep is served, and its key gets an outcome
+// all the same: the retry is told the call succeeded and its response was
+// not kept (AlreadyExists, replayed), and the handler runs once.
+func responseTooLarge(t *testing.T, s idem.Store) {
+	p := &payments{}
+	conn := serve(t, p, interceptor(t, newGuard(t, adaptertest.LimitStore{Store: s, Max: 64}, idem.Config{})))
+	big := strings.Repeat("x", 100)
+	want(t, "first", charge(conn, "k", big), "charged "+big, codes.OK, false)
+	again := charge(conn, "k", big)
+	want(t, "retry", again, "", codes.AlreadyExists, true)
+	if msg := status.Convert(again.err).Message(); !strings.Contains(msg, "too large") {
+		t.Errorf("retry: message %q does not say the response was too large to keep", msg)
+	}
+	want(t, "a response that fits", charge(conn, "k2", "1"), "charged 1", codes.OK, false)
+	want(t, "a response that fits, again", charge(conn, "k2", "1"), "charged 1", codes.OK, true)
+	wantRuns(t, p, 2)
+}
+
+// A streaming call that carries a key is refused with a clear status,
+// however often it comes: the interceptor cannot make it idempotent, so
+// the handler never runs for it. Without a key it runs.
+func keyedStreamRefused(t *testing.T, s idem.Store) {
+	i, err := idemgrpc.New(newGuard(t, s, idem.Config{}), idemgrpc.WithScope(account))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &payments{}
+	conn := serveWith(t, p, grpc.UnaryInterceptor(i.Unary()), grpc.StreamInterceptor(i.Stream()))
+	watch := func(md ...string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		st, err := conn.NewStream(metadata.AppendToOutgoingContext(ctx, md...), &watchStream, watchMethod)
+		if err == nil {
+			err = st.CloseSend()
+		}
+		if err == nil {
+			err = st.RecvMsg(new(wrapperspb.StringValue))
+		}
+		return err
+	}
+	for n := range 2 {
+		err := watch("idempotency-key", "k")
+		if status.Code(err) != codes.Unimplemented || !strings.Contains(status.Convert(err).Message(), "streaming") {
+			t.Errorf("keyed streaming call %d: %v, want Unimplemented saying streams cannot be idempotent", n, err)
+		}
+	}
+	wantRuns(t, p, 0)
+	if err := watch(); err != nil {
+		t.Errorf("a streaming call without a key: %v", err)
+	}
+	wantRuns(t, p, 1)
 }

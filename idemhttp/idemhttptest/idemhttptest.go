@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -60,7 +61,12 @@ var cases = []adaptertest.Case{
 	{"ClientErrorStored", clientErrorStored},
 	{"PanicReleases", panicReleases},
 	{"ScopesNeverCross", scopesNeverCross},
-	{"LargeResponseServedNotStored", largeResponseNotStored},
+	{"LargeResponseStoredWithoutBody", largeResponseWithoutBody},
+	{"StoreLimitNeverExceeded", storeLimitNeverExceeded},
+	{"PerCallerHeadersNotStored", perCallerHeadersNotStored},
+	{"OuterHeadersNeitherStoredNorOverwritten", outerHeadersKept},
+	{"EndedRequestNotStored", endedRequestNotStored},
+	{"StoredPermanentFailure", storedPermanentFailure},
 	{"StoreUnavailable", storeUnavailable},
 	{"TooManyAttempts", tooManyAttempts},
 	{"StreamsAndFlushesThrough", streamsThrough},
@@ -241,7 +247,7 @@ func replayByteIdentical(t *testing.T, s idem.Store) {
 			return
 		}
 		io.WriteString(w, `{"id":42}`)
-	}), idemhttp.WithMaxCachedBytes(len(big)))
+	}), idemhttp.WithMaxCachedBytes(len(big)), idemhttp.WithUnstoredHeaders())
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 
@@ -648,7 +654,7 @@ func clientErrorStored(t *testing.T, s idem.Store) {
 	wantRuns(t, c, 1)
 
 	// Except the statuses that ask for a retry.
-	for i, status := range []int{http.StatusTooManyRequests, http.StatusRequestTimeout, http.StatusTooEarly} {
+	for i, status := range []int{http.StatusTooManyRequests, http.StatusRequestTimeout, http.StatusTooEarly, 499} {
 		c.status = status
 		key := quoted("retry-" + strconv.Itoa(status))
 		want(t, "first", serve(h, post(key, "x")), status, false, "")
@@ -706,31 +712,228 @@ func scopesNeverCross(t *testing.T, s idem.Store) {
 	wantRuns(t, c, 7)
 }
 
-func largeResponseNotStored(t *testing.T, s idem.Store) {
+// A response whose body is over the cap is served in full, and stored
+// without its body: the retry does not run the handler again, and gets the
+// first status, the kept fields and a problem saying why the body is not
+// there. The warning is logged and observed.
+func largeResponseWithoutBody(t *testing.T, s idem.Store) {
 	var runs atomic.Int32
-	h := wrap(t, newGuard(t, s, idem.Config{}), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ops := &adaptertest.Ops{}
+	var log logBuffer
+	g := newGuard(t, s, idem.Config{Observer: ops.Observe, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	h := wrap(t, g, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs.Add(1)
 		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+		w.Header().Set("Location", "/orders/7")
+		w.Header().Set("Content-Type", "text/plain")
+		w.Header().Set("ETag", `"v1"`)
+		w.WriteHeader(http.StatusCreated)
 		for range n / 100 {
 			w.Write(bytes.Repeat([]byte{'x'}, 100))
 		}
 	}), idemhttp.WithMaxCachedBytes(1000))
 	big := req{target: "/orders?n=5000", keys: []string{quoted("big")}}
+	resp := serve(h, big)
+	if body := readBody(t, resp); len(body) != 5000 || resp.StatusCode != http.StatusCreated || resp.Header.Get(idemhttp.ReplayedHeader) != "" {
+		t.Errorf("first request: %d, %d bytes, replayed %q; want 201, all 5000 bytes, fresh", resp.StatusCode, len(body), resp.Header.Get(idemhttp.ReplayedHeader))
+	}
 	for i := range 2 {
 		resp := serve(h, big)
-		if body := readBody(t, resp); len(body) != 5000 || resp.Header.Get(idemhttp.ReplayedHeader) != "" {
-			t.Errorf("request %d: %d bytes, replayed %q; want all 5000 bytes, fresh", i, len(body), resp.Header.Get(idemhttp.ReplayedHeader))
+		if loc := resp.Header.Get("Location"); loc != "/orders/7" {
+			t.Errorf("retry %d: Location %q, want the first response's", i, loc)
+		}
+		if etag := resp.Header.Get("Etag"); etag != "" {
+			t.Errorf("retry %d: ETag %q of a body that is not there", i, etag)
+		}
+		p := wantReplayedProblem(t, fmt.Sprintf("retry %d", i), resp, http.StatusCreated, idemhttp.TypeResponseNotKept)
+		if !strings.Contains(p.Detail, "201") {
+			t.Errorf("retry %d: detail %q does not give the first status", i, p.Detail)
 		}
 	}
-	if runs.Load() != 2 {
-		t.Errorf("an uncached response: the handler ran %d times for two requests, want 2", runs.Load())
+	if runs.Load() != 1 {
+		t.Errorf("a response too large to keep: the handler ran %d times for three requests, want once", runs.Load())
+	}
+	if n := ops.Count(idem.OpTooLarge); n != 1 {
+		t.Errorf("the Observer saw %d %v events, want 1", n, idem.OpTooLarge)
+	}
+	if !strings.Contains(log.String(), "too large") || !strings.Contains(log.String(), "key=big") {
+		t.Errorf("no warning logged for the response stored without its body:\n%s", log.String())
 	}
 	atCap := req{target: "/orders?n=1000", keys: []string{quoted("at-cap")}}
-	want(t, "at the cap", serve(h, atCap), http.StatusOK, false, "")
-	want(t, "at the cap again", serve(h, atCap), http.StatusOK, true, strings.Repeat("x", 1000))
-	if runs.Load() != 3 {
-		t.Errorf("a response at the cap: the handler ran %d times, want once", runs.Load()-2)
+	want(t, "at the cap", serve(h, atCap), http.StatusCreated, false, "")
+	want(t, "at the cap again", serve(h, atCap), http.StatusCreated, true, strings.Repeat("x", 1000))
+	if runs.Load() != 2 {
+		t.Errorf("a response at the cap: the handler ran %d times, want once", runs.Load()-1)
 	}
+}
+
+// wantReplayedProblem checks that resp replays a stored status with a
+// problem details body of type typ, and returns the problem.
+func wantReplayedProblem(t *testing.T, what string, resp *http.Response, status int, typ string) idemhttp.Problem {
+	t.Helper()
+	body := readBody(t, resp)
+	var p idemhttp.Problem
+	if err := json.Unmarshal([]byte(body), &p); err != nil {
+		t.Errorf("%s: problem body %q: %v", what, body, err)
+	}
+	if resp.StatusCode != status || resp.Header.Get(idemhttp.ReplayedHeader) != "true" ||
+		resp.Header.Get("Content-Type") != "application/problem+json" || p.Type != typ || p.Status != status || p.Detail == "" {
+		t.Errorf("%s: %d, replayed %q, %s, problem %+v; want %d replayed with a problem of type %s",
+			what, resp.StatusCode, resp.Header.Get(idemhttp.ReplayedHeader), resp.Header.Get("Content-Type"), p, status, typ)
+	}
+	return p
+}
+
+// logBuffer is a log destination safe for concurrent use.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Over a store that keeps values of 1000 bytes, a body of exactly the cap
+// fits the middleware's cap but not, with its head, the store: it is
+// stored without its body instead of leaving the key in progress, and the
+// handler never runs twice.
+func storeLimitNeverExceeded(t *testing.T, s idem.Store) {
+	var runs atomic.Int32
+	h := wrap(t, newGuard(t, adaptertest.LimitStore{Store: s, Max: 1000}, idem.Config{}), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.Header().Set("Content-Type", "text/plain")
+		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+		w.Write(bytes.Repeat([]byte{'x'}, n))
+	}), idemhttp.WithMaxCachedBytes(1000))
+	exact := req{target: "/orders?n=1000", keys: []string{quoted("exact")}}
+	if body := readBody(t, serve(h, exact)); len(body) != 1000 {
+		t.Errorf("first request: %d bytes, want 1000", len(body))
+	}
+	wantReplayedProblem(t, "retry", serve(h, exact), http.StatusOK, idemhttp.TypeResponseNotKept)
+	small := req{target: "/orders?n=900", keys: []string{quoted("small")}}
+	want(t, "a response that fits", serve(h, small), http.StatusOK, false, "")
+	want(t, "a response that fits, again", serve(h, small), http.StatusOK, true, strings.Repeat("x", 900))
+	if runs.Load() != 2 {
+		t.Errorf("the handler ran %d times for two keys, want 2", runs.Load())
+	}
+}
+
+// Set-Cookie and the other per-caller fields are not stored: a retry
+// never gets the first request's session. WithUnstoredHeaders replaces
+// the list.
+func perCallerHeadersNotStored(t *testing.T, s idem.Store) {
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Add("Set-Cookie", "session=first; HttpOnly")
+		w.Header().Set("X-Session", "first")
+		w.Header().Set("Location", "/orders/1")
+		w.WriteHeader(http.StatusCreated)
+	})
+	g := newGuard(t, s, idem.Config{})
+	for _, tc := range []struct {
+		name             string
+		opts             []idemhttp.Option
+		cookie, xsession string // on the replay
+	}{
+		{"default", nil, "", "first"},
+		{"replaced", []idemhttp.Option{idemhttp.WithUnstoredHeaders("X-Session")}, "session=first; HttpOnly", ""},
+	} {
+		h := wrap(t, g, handler, tc.opts...)
+		key := quoted("k-" + tc.name)
+		if resp := serve(h, post(key, "x")); resp.Header.Get("Set-Cookie") == "" {
+			t.Errorf("%s: the first response lost its Set-Cookie", tc.name)
+		}
+		resp := serve(h, post(key, "x"))
+		if resp.Header.Get(idemhttp.ReplayedHeader) != "true" || resp.Header.Get("Location") != "/orders/1" {
+			t.Errorf("%s: replay %v", tc.name, resp.Header)
+		}
+		if c, x := resp.Header.Get("Set-Cookie"), resp.Header.Get("X-Session"); c != tc.cookie || x != tc.xsession {
+			t.Errorf("%s: replayed Set-Cookie %q, X-Session %q; want %q, %q", tc.name, c, x, tc.cookie, tc.xsession)
+		}
+	}
+}
+
+// Fields an outer handler sets before the middleware runs belong to that
+// request: they are not stored, and a replay keeps the retry's own.
+func outerHeadersKept(t *testing.T, s idem.Store) {
+	var seq atomic.Int32
+	inner := wrap(t, newGuard(t, s, idem.Config{}), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Location", "/orders/1")
+		w.WriteHeader(http.StatusCreated)
+	}), idemhttp.WithUnstoredHeaders())
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := strconv.Itoa(int(seq.Add(1)))
+		w.Header().Set("X-Request-Id", "req-"+n)
+		w.Header().Add("Set-Cookie", "rotated="+n)
+		inner.ServeHTTP(w, r)
+	})
+	serve(h, post(quoted("k"), "x"))
+	resp := serve(h, post(quoted("k"), "x"))
+	if resp.Header.Get(idemhttp.ReplayedHeader) != "true" || resp.Header.Get("Location") != "/orders/1" {
+		t.Fatalf("retry: %d %v, want the replay", resp.StatusCode, resp.Header)
+	}
+	if id, c := resp.Header.Values("X-Request-Id"), resp.Header.Values("Set-Cookie"); !slices.Equal(id, []string{"req-2"}) || !slices.Equal(c, []string{"rotated=2"}) {
+		t.Errorf("replay: X-Request-Id %q, Set-Cookie %q; want the retry's own, req-2 and rotated=2", id, c)
+	}
+}
+
+// A handler that returns without answering because its request ended
+// (client gone, lease lost, Guard closed) leaves nothing stored: the retry
+// runs it again.
+func endedRequestNotStored(t *testing.T, s idem.Store) {
+	c := &counter{}
+	var calls atomic.Int32
+	h := wrap(t, newGuard(t, s, idem.Config{}), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			r.Context().Value(cancelKey{}).(context.CancelFunc)() // the client goes away
+			<-r.Context().Done()
+			return // a careful handler stops, and writes nothing
+		}
+		c.ServeHTTP(w, r)
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	first := post(quoted("k"), "x")
+	first.ctx = context.WithValue(ctx, cancelKey{}, cancel)
+	serve(h, first)
+	want(t, "retry", serve(h, post(quoted("k"), "x")), http.StatusCreated, false, `{"run":1,"body":"x"}`)
+	want(t, "retry after the answer", serve(h, post(quoted("k"), "x")), http.StatusCreated, true, `{"run":1,"body":"x"}`)
+}
+
+// A permanent failure stored under the key (by other code sharing the
+// Guard's namespace) is answered with a problem that says so, not 500.
+func storedPermanentFailure(t *testing.T, s idem.Store) {
+	h, c, err := storeUnderK(t, s, func(context.Context) ([]byte, error) {
+		return nil, idem.Permanent(errors.New("card declined"))
+	})
+	if !idem.IsPermanent(err) {
+		t.Fatalf("storing a permanent failure: %v", err)
+	}
+	p := wantProblem(t, "a stored failure", serve(h, post(quoted("k"), "x")), http.StatusUnprocessableEntity, idemhttp.TypeStoredFailure)
+	if strings.Contains(p.Detail, "card declined") {
+		t.Errorf("the detail %q shows the stored error to the client", p.Detail)
+	}
+	wantRuns(t, c, 0)
+}
+
+// storeUnderK stores fn's outcome under the key "k" of a fresh Guard
+// over s, and returns a middleware over that Guard whose every request has
+// the same fingerprint, so a request with "k" gets that outcome; with the
+// handler behind it, and fn's error.
+func storeUnderK(t *testing.T, s idem.Store, fn func(context.Context) ([]byte, error)) (http.Handler, *counter, error) {
+	g := newGuard(t, s, idem.Config{})
+	payload := []byte("fixed")
+	c := &counter{}
+	h := wrap(t, g, c, idemhttp.WithFingerprint(func(*http.Request, []byte) []byte { return payload }))
+	_, err := g.DoScoped(context.Background(), "", "k", payload, fn)
+	return h, c, err
 }
 
 // downStore is a store whose every call fails, as a store that cannot be
@@ -879,11 +1082,7 @@ func tokenInContext(t *testing.T, s idem.Store) {
 }
 
 func undecodableStored(t *testing.T, s idem.Store) {
-	g := newGuard(t, s, idem.Config{})
-	payload := []byte("fixed")
-	c := &counter{}
-	h := wrap(t, g, c, idemhttp.WithFingerprint(func(*http.Request, []byte) []byte { return payload }))
-	_, err := g.DoScoped(context.Background(), "", "k", payload, func(context.Context) ([]byte, error) {
+	h, c, err := storeUnderK(t, s, func(context.Context) ([]byte, error) {
 		return []byte("not a stored response"), nil
 	})
 	if err != nil {

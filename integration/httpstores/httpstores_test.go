@@ -1,11 +1,17 @@
 package httpstores_test
 
 import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 
 	"go.uber.org/goleak"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemhttp"
 	"github.com/idemgo/idem/idemhttp/idemhttptest"
 	"github.com/idemgo/idem/pgstore"
 	"github.com/idemgo/idem/pgstore/pgstoretest"
@@ -26,4 +32,61 @@ func TestHTTPRedis(t *testing.T) {
 func TestHTTPPostgres(t *testing.T) {
 	s := pgstoretest.Store(t, pgstoretest.Pool(t, 0), pgstore.Config{})
 	idemhttptest.Run(t, func(t *testing.T) idem.Store { return s })
+}
+
+// advertised tells the store's value limit (idem.ValueLimiter) for a store
+// that keeps a limit without telling it.
+type advertised struct {
+	idem.Store
+	max int
+}
+
+func (s advertised) MaxValueSize() int { return s.max }
+
+// A response body of exactly the middleware's default cap (1 MiB) fits
+// the cap but, with its head, not redisstore's default value limit: over
+// the real Redis it is stored without its body, so the retry gets its
+// status and a problem, and the handler runs once. The key is never left
+// in progress.
+func TestHTTPRedisBodyAtTheValueLimit(t *testing.T) {
+	var store idem.Store = redisstoretest.Store(t, redisstoretest.Client(t), redisstore.Config{})
+	if _, ok := store.(idem.ValueLimiter); !ok {
+		store = advertised{store, redisstore.DefaultMaxValueSize}
+	}
+	g, err := idem.New(store, idem.Config{Namespace: "limit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	mw, err := idemhttp.New(g, idemhttp.WithSharedScope())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	body := bytes.Repeat([]byte("x"), idemhttp.DefaultMaxCachedBytes)
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		w.Write(body)
+	}))
+	send := func() *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, "/reports", nil)
+		r.Header.Set("Idempotency-Key", `"1mib"`)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	if w := send(); w.Code != http.StatusCreated || w.Body.Len() != len(body) {
+		t.Fatalf("first request: %d with %d bytes, want 201 with all %d", w.Code, w.Body.Len(), len(body))
+	}
+	w := send()
+	var p idemhttp.Problem
+	json.Unmarshal(w.Body.Bytes(), &p)
+	if w.Code != http.StatusCreated || w.Header().Get(idemhttp.ReplayedHeader) != "true" || p.Type != idemhttp.TypeResponseNotKept {
+		t.Fatalf("retry: %d, replayed %q, %s; want 201 replayed with a problem of type %s",
+			w.Code, w.Header().Get(idemhttp.ReplayedHeader), w.Body.Bytes(), idemhttp.TypeResponseNotKept)
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("the handler ran %d times, want once", runs.Load())
+	}
 }

@@ -145,6 +145,29 @@ func (p *Policy[M]) Do(ctx context.Context, m M, key string, payload []byte, fn 
 	return p.g.DoScoped(ctx, p.Scope(m), key, payload, fn)
 }
 
+// ValueLimit returns the longest value the Guard's store keeps, when the
+// store tells it (idem.ValueLimiter), else 0. An adapter keeps what it
+// stores within it, less its encoding's overhead, so that the store never
+// refuses an outcome for its size.
+func (p *Policy[M]) ValueLimit() int {
+	if vl, ok := p.g.Store().(idem.ValueLimiter); ok {
+		return max(0, vl.MaxValueSize())
+	}
+	return 0
+}
+
+// TooLarge reports an answer of size bytes that was too large to store as
+// it is and was stored without its body: a warning in the log, and
+// idem.OpTooLarge with err to the Guard's Observer.
+func (p *Policy[M]) TooLarge(ctx context.Context, scope, key string, size int, err error) {
+	p.logger.LogAttrs(ctx, slog.LevelWarn, p.names.Pkg+": answer too large to keep: stored without its body",
+		slog.String("namespace", p.cfg.Namespace), slog.String("scope", scope), slog.String("key", key),
+		slog.Int("size", size), slog.Any("error", err))
+	if p.cfg.Observer != nil {
+		p.cfg.Observer(ctx, idem.Event{Op: idem.OpTooLarge, Namespace: p.cfg.Namespace, Scope: scope, Key: key, Err: err})
+	}
+}
+
 // ErrKeyMissing is wrapped by [Policy.Key]'s error for a request or message
 // that carries no key although the adapter requires one (WithRequired). It
 // wraps idem.ErrInvalidKey: a missing key is the empty key.

@@ -4,8 +4,11 @@
 package adaptertest
 
 import (
+	"context"
 	"crypto/rand"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,4 +65,57 @@ func CheckNoScope(t *testing.T, err error, pkg, request string) {
 			t.Errorf("New's error %q does not say %q", err, want)
 		}
 	}
+}
+
+// LimitStore is a store that keeps values of Max bytes at most and says
+// so (idem.ValueLimiter), as redisstore and pgstore do: a longer value or
+// cause is refused with an error wrapping idem.ErrValueTooLarge.
+type LimitStore struct {
+	idem.Store
+	Max int
+}
+
+// MaxValueSize implements idem.ValueLimiter.
+func (s LimitStore) MaxValueSize() int { return s.Max }
+
+// Complete refuses a value longer than Max.
+func (s LimitStore) Complete(ctx context.Context, key string, t idem.Token, value []byte, retention time.Duration) error {
+	if len(value) > s.Max {
+		return fmt.Errorf("adaptertest: %w: %d bytes, more than %d", idem.ErrValueTooLarge, len(value), s.Max)
+	}
+	return s.Store.Complete(ctx, key, t, value, retention)
+}
+
+// Fail refuses a cause longer than Max.
+func (s LimitStore) Fail(ctx context.Context, key string, t idem.Token, cause []byte, retention time.Duration) error {
+	if len(cause) > s.Max {
+		return fmt.Errorf("adaptertest: %w: %d bytes, more than %d", idem.ErrValueTooLarge, len(cause), s.Max)
+	}
+	return s.Store.Fail(ctx, key, t, cause, retention)
+}
+
+// Ops records the operations a Guard's Observer sees.
+type Ops struct {
+	mu  sync.Mutex
+	ops []idem.Op
+}
+
+// Observe is an idem.Observer.
+func (o *Ops) Observe(_ context.Context, e idem.Event) {
+	o.mu.Lock()
+	o.ops = append(o.ops, e.Op)
+	o.mu.Unlock()
+}
+
+// Count returns how many times op was seen.
+func (o *Ops) Count(op idem.Op) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, x := range o.ops {
+		if x == op {
+			n++
+		}
+	}
+	return n
 }

@@ -139,8 +139,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.next.ServeHTTP(&rec, r.WithContext(ctx))
 		v, omitted, err := rec.finish(ctx, m.limit)
 		if omitted {
-			m.o.TooLarge(ctx, scope, key, rec.size, fmt.Errorf("%w: the body of a %d response is %d bytes, more than the %d kept; stored without it",
-				idem.ErrValueTooLarge, rec.status, rec.size, m.maxBody))
+			m.o.TooLarge(ctx, scope, key, rec.size, fmt.Errorf("%w: a %d response with a body of %d bytes (kept up to %d, store limit %d); stored without its body",
+				idem.ErrValueTooLarge, rec.status, rec.size, m.maxBody, m.limit))
 		}
 		return v, err
 	})

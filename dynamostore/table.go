@@ -10,6 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
+
+	"github.com/idemgo/idem"
 )
 
 // maxTableWait bounds how long CreateTable waits for a new table to become
@@ -21,7 +23,8 @@ const maxTableWait = 5 * time.Minute
 // sort key, on-demand billing (PAY_PER_REQUEST), and Time to Live on the
 // attribute "expiration". It is idempotent: an existing table is checked
 // with [CheckTable] (any billing mode will do) and gets its TTL enabled
-// when it is not.
+// when it is not. Errors name the table; when DynamoDB cannot be reached
+// they wrap idem.ErrStoreUnavailable.
 //
 // A server without the TTL API (dynalite answers UpdateTimeToLive with
 // UnknownOperationException) gets the table without TTL: the store treats
@@ -37,13 +40,13 @@ func CreateTable(ctx context.Context, client *dynamodb.Client, table string) err
 	})
 	var inUse *types.ResourceInUseException
 	if err != nil && !errors.As(err, &inUse) {
-		return fmt.Errorf("dynamostore: CreateTable %q: %w", table, err)
+		return tableErr("CreateTable", table, err)
 	}
 	w := dynamodb.NewTableExistsWaiter(client, func(o *dynamodb.TableExistsWaiterOptions) {
 		o.MinDelay, o.MaxDelay = 100*time.Millisecond, 2*time.Second
 	})
 	if err := w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: &table}, maxTableWait); err != nil {
-		return fmt.Errorf("dynamostore: CreateTable %q: waiting for the table to become ACTIVE: %w", table, err)
+		return tableErr("CreateTable", table, fmt.Errorf("waiting for the table to become ACTIVE: %w", err))
 	}
 	if err := CheckTable(ctx, client, table); err != nil {
 		return err
@@ -54,7 +57,7 @@ func CreateTable(ctx context.Context, client *dynamodb.Client, table string) err
 func enableTTL(ctx context.Context, client *dynamodb.Client, table string) error {
 	d, err := client.DescribeTimeToLive(ctx, &dynamodb.DescribeTimeToLiveInput{TableName: &table})
 	if err != nil {
-		return fmt.Errorf("dynamostore: CreateTable %q: %w", table, err)
+		return tableErr("CreateTable", table, err)
 	}
 	if ttl := d.TimeToLiveDescription; ttl != nil && ttl.TimeToLiveStatus != types.TimeToLiveStatusDisabled {
 		if name := aws.ToString(ttl.AttributeName); name != AttrExpiration {
@@ -72,19 +75,31 @@ func enableTTL(ctx context.Context, client *dynamodb.Client, table string) error
 		return nil // a server without TTL (see CreateTable)
 	}
 	if err != nil {
-		return fmt.Errorf("dynamostore: CreateTable %q: enabling Time to Live: %w", table, err)
+		return tableErr("CreateTable", table, fmt.Errorf("enabling Time to Live: %w", err))
 	}
 	return nil
 }
 
+// tableErr returns the error of op on table: wrapping idem.ErrStoreUnavailable
+// when DynamoDB gave no answer (the network, a timeout), as the store's
+// own calls do.
+func tableErr(op, table string, err error) error {
+	var api smithy.APIError
+	if errors.As(err, &api) || errors.Is(err, context.Canceled) {
+		return fmt.Errorf("dynamostore: %s %q: %w", op, table, err)
+	}
+	return fmt.Errorf("dynamostore: %s %q: %w: %w", op, table, idem.ErrStoreUnavailable, err)
+}
+
 // CheckTable returns nil when table exists and has the key schema a Store
 // needs (partition key "id" of type S, no sort key), and an error saying
-// what differs otherwise. It reads the table's description only; use it to
+// what differs otherwise (wrapping idem.ErrStoreUnavailable when DynamoDB
+// cannot be reached). It reads the table's description only; use it to
 // check a table managed elsewhere (Terraform, CloudFormation) at start-up.
 func CheckTable(ctx context.Context, client *dynamodb.Client, table string) error {
 	d, err := client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &table})
 	if err != nil {
-		return fmt.Errorf("dynamostore: table %q: %w", table, err)
+		return tableErr("CheckTable", table, err)
 	}
 	t := d.Table
 	ks := t.KeySchema

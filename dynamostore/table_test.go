@@ -1,6 +1,7 @@
 package dynamostore_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -8,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/dynamostore"
 )
 
@@ -60,7 +62,15 @@ func TestCreateTable(t *testing.T) {
 			t.Errorf("CreateTable over a table with a %s: %v, want an error saying %q", shape.name, err, shape.want)
 		}
 	}
-	if err := dynamostore.CheckTable(ctxT(t), c, table+"_missing"); err == nil {
-		t.Error("CheckTable of a missing table succeeded")
+	if err := dynamostore.CheckTable(ctxT(t), c, table+"_missing"); err == nil || errors.Is(err, idem.ErrStoreUnavailable) {
+		t.Errorf("CheckTable of a missing table: %v, want an error that is not ErrStoreUnavailable", err)
+	}
+	down := dynamodb.New(dynamodb.Options{Region: "us-east-1", BaseEndpoint: aws.String("http://127.0.0.1:1"),
+		Credentials: c.Options().Credentials, RetryMaxAttempts: 1})
+	if err := dynamostore.CreateTable(ctxT(t), down, table); !errors.Is(err, idem.ErrStoreUnavailable) {
+		t.Errorf("CreateTable with no server: %v, want ErrStoreUnavailable", err)
+	}
+	if err := dynamostore.CheckTable(ctxT(t), down, table); !errors.Is(err, idem.ErrStoreUnavailable) {
+		t.Errorf("CheckTable with no server: %v, want ErrStoreUnavailable", err)
 	}
 }

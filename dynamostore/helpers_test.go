@@ -103,9 +103,10 @@ type proxy struct {
 	// item right after the failure: the tests that use it do not race.
 	returnOld bool
 
-	mu   sync.Mutex
-	ops  []string
-	lose map[string]int // operation → how many of its next replies to lose
+	mu     sync.Mutex
+	ops    []string
+	lose   map[string]int    // operation → how many of its next replies to lose
+	before map[string]func() // operation → what to do once before its next request goes on
 }
 
 func (p *proxy) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -121,7 +122,12 @@ func (p *proxy) RoundTrip(r *http.Request) (*http.Response, error) {
 	if lose {
 		p.lose[op]--
 	}
+	before := p.before[op]
+	delete(p.before, op)
 	p.mu.Unlock()
+	if before != nil {
+		before()
+	}
 	resp, err := p.next.RoundTrip(r)
 	if err != nil {
 		return nil, err
@@ -196,6 +202,17 @@ func (p *proxy) loseNext(op string, n int) {
 		p.lose = map[string]int{}
 	}
 	p.lose[op] += n
+}
+
+// beforeNext runs f once, before the next request of op goes on to the
+// server.
+func (p *proxy) beforeNext(op string, f func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.before == nil {
+		p.before = map[string]func(){}
+	}
+	p.before[op] = f
 }
 
 // proxiedClient returns a client whose requests go through p.

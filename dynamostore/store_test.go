@@ -319,6 +319,42 @@ func TestTakeoverRace(t *testing.T) {
 	}
 }
 
+// A takeover's condition holds the attempt as well as the token: a record
+// released, taken over and released again between a claim's read and its
+// write has token 0 both times, and only the attempt tells the claim that
+// it read an older record.
+func TestTakeoverAfterReleaseInBetween(t *testing.T) {
+	p := &proxy{}
+	c := proxiedClient(t, p)
+	late := newStore(t, c, dynamostore.Config{})
+	other, err := dynamostore.New(newClient(t), late.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	a := args("k", time.Minute)
+	first := mustClaim(t, other, a, idem.Acquired)
+	if err := other.Release(ctx, a.Key, first.Token); err != nil {
+		t.Fatal(err)
+	}
+	// The late claim reads the released record (token 0, attempt 1); before
+	// its takeover reaches DynamoDB, another claim takes over and releases.
+	var second idem.Claim
+	p.beforeNext("UpdateItem", func() {
+		second = mustClaim(t, other, a, idem.Acquired)
+		if err := other.Release(ctx, a.Key, second.Token); err != nil {
+			t.Error(err)
+		}
+	})
+	third := mustClaim(t, late, a, idem.Acquired)
+	if second.Record.Attempt != 2 || third.Record.Attempt != 3 {
+		t.Fatalf("attempts %d then %d, want 2 then 3: the late claim took over the record it read, not the one there", second.Record.Attempt, third.Record.Attempt)
+	}
+	if r, err := late.Get(ctx, a.Key); err != nil || r.Attempt != 3 || r.Token != third.Token {
+		t.Fatalf("record %+v, %v; want attempt 3 with the late claim's token", r, err)
+	}
+}
+
 // DynamoDB deletes expired items when it gets to them, days later at
 // worst. Until then the store treats them as absent: in Get, in a claim
 // (a new record, another payload allowed) and in a holder's writes.

@@ -24,3 +24,8 @@ func TestGRPCPostgres(t *testing.T) {
 	s := servers.Postgres(t)
 	idemgrpctest.Run(t, func(t *testing.T) idem.Store { return s })
 }
+
+func TestGRPCDynamoDB(t *testing.T) {
+	s := servers.DynamoDB(t)
+	idemgrpctest.Run(t, func(t *testing.T) idem.Store { return s })
+}

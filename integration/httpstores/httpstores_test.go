@@ -24,3 +24,8 @@ func TestHTTPPostgres(t *testing.T) {
 	s := servers.Postgres(t)
 	idemhttptest.Run(t, func(t *testing.T) idem.Store { return s })
 }
+
+func TestHTTPDynamoDB(t *testing.T) {
+	s := servers.DynamoDB(t)
+	idemhttptest.Run(t, func(t *testing.T) idem.Store { return s })
+}

@@ -40,6 +40,14 @@ func TestPostgresIsLinearizable(t *testing.T) {
 	}
 }
 
+func TestDynamoDBIsLinearizable(t *testing.T) {
+	t.Parallel()
+	s := servers.DynamoDB(t)
+	for range 5 {
+		lincheck.Check(t, s, lincheck.Options{})
+	}
+}
+
 // unfenced lets any caller finish whatever is in progress: the bug
 // fencing tokens exist to prevent.
 type unfenced struct{ *memstore.Store }

@@ -1,12 +1,14 @@
 // Package servers gives the integration tests stores on the real Redis and
-// PostgreSQL servers, each isolated so that parallel tests and concurrent
-// test runs never see one another's records: a Redis store under a key
-// prefix of its own, a PostgreSQL store in a schema of its own. Both are
-// cleaned up when the test ends.
+// PostgreSQL servers and on dynalite (a DynamoDB-compatible server), each
+// isolated so that parallel tests and concurrent test runs never see one
+// another's records: a Redis store under a key prefix of its own, a
+// PostgreSQL store in a schema of its own, a DynamoDB store in a table of
+// its own. All are cleaned up when the test ends.
 //
 // The servers' addresses come from IDEM_REDIS_ADDR (default
-// 127.0.0.1:6379) and IDEM_POSTGRES_URL (default
-// postgres://postgres@127.0.0.1:5432/test?sslmode=disable). A server that
+// 127.0.0.1:6379), IDEM_POSTGRES_URL (default
+// postgres://postgres@127.0.0.1:5432/test?sslmode=disable) and
+// IDEM_DYNAMODB_URL (default http://127.0.0.1:8000). A server that
 // cannot be reached skips the test, or fails it when
 // IDEM_REQUIRE_SERVICES=1 (as make test sets it), so a plain go test works
 // on a machine without them and CI cannot pass by skipping.
@@ -18,6 +20,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -25,10 +28,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idemgo/idem/dynamostore"
 	"github.com/idemgo/idem/pgstore"
 	"github.com/idemgo/idem/redisstore"
 )
@@ -37,6 +44,7 @@ import (
 const (
 	RedisEnv    = "IDEM_REDIS_ADDR"
 	PostgresEnv = "IDEM_POSTGRES_URL"
+	DynamoDBEnv = "IDEM_DYNAMODB_URL"
 	RequireEnv  = "IDEM_REQUIRE_SERVICES"
 )
 
@@ -222,4 +230,68 @@ func dropStaleSchemas(t testing.TB, pool *pgxpool.Pool) {
 			t.Logf("dropping stale test schema %s: %v", n, err)
 		}
 	}
+}
+
+// DynamoDBURL is the DynamoDB-compatible server's endpoint, from
+// IDEM_DYNAMODB_URL.
+func DynamoDBURL() string { return cmp.Or(os.Getenv(DynamoDBEnv), "http://127.0.0.1:8000") }
+
+// TablePrefix starts the name of every table DynamoDB creates:
+// idemtest_<unix seconds>_<random>, as dynamostore's own tests name theirs,
+// so that either one deletes the other's leftovers.
+const TablePrefix = "idemtest_"
+
+var dropStaleTables sync.Once
+
+// DynamoDB returns a store on the DynamoDB-compatible server, in a new
+// table of its own named idemtest_<unix seconds>_<random>, made by
+// dynamostore.CreateTable, through a client with static dummy credentials.
+// When t ends, the table is deleted and the client's connections closed.
+// The first call of a test binary also deletes the test tables older than
+// an hour, left by runs that died.
+func DynamoDB(t testing.TB) *dynamostore.Store {
+	t.Helper()
+	endpoint := DynamoDBURL()
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(tr.CloseIdleConnections) // runs last: after the table is deleted
+	c := dynamodb.New(dynamodb.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(endpoint),
+		Credentials:  credentials.NewStaticCredentialsProvider("idemtest", "idemtest", ""),
+		HTTPClient:   &http.Client{Transport: tr},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
+	defer cancel()
+	tables, err := c.ListTables(ctx, &dynamodb.ListTablesInput{}, func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 })
+	if err != nil {
+		unreachable(t, "A DynamoDB-compatible server", DynamoDBEnv, endpoint, err)
+	}
+	dropStaleTables.Do(func() {
+		for _, name := range tables.TableNames {
+			stamp, _, _ := strings.Cut(strings.TrimPrefix(name, TablePrefix), "_")
+			sec, err := strconv.ParseInt(stamp, 10, 64)
+			if strings.HasPrefix(name, TablePrefix) && err == nil && time.Since(time.Unix(sec, 0)) > staleAfter {
+				c.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(name)})
+			}
+		}
+	})
+
+	ctx, cancel = context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	table := fmt.Sprintf("%s%d_%s", TablePrefix, time.Now().Unix(), random(6))
+	if err := dynamostore.CreateTable(ctx, c, table); err != nil {
+		t.Fatalf("dynamostore.CreateTable(%s): %v", table, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		if _, err := c.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: &table}); err != nil {
+			t.Errorf("deleting the test's table %s: %v", table, err)
+		}
+	})
+	s, err := dynamostore.New(c, dynamostore.Config{Table: table})
+	if err != nil {
+		t.Fatalf("dynamostore.New: %v", err)
+	}
+	return s
 }

@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
@@ -90,6 +94,30 @@ func TestPostgresStoresAreIsolatedAndCleanedUp(t *testing.T) {
 	}
 }
 
+func TestDynamoDBStoresAreIsolatedAndCleanedUp(t *testing.T) {
+	var table string
+	t.Run("use", func(t *testing.T) {
+		a, b := servers.DynamoDB(t), servers.DynamoDB(t)
+		table = a.Config().Table
+		if !strings.HasPrefix(table, servers.TablePrefix) || table == b.Config().Table {
+			t.Errorf("tables %s and %s, want two different ones named %s…", table, b.Config().Table, servers.TablePrefix)
+		}
+		claim(t, a, "k")
+		wantAbsent(t, b, "k", "a key claimed in another test's store")
+	})
+	if table == "" {
+		t.Skip("no DynamoDB-compatible server")
+	}
+	c := dynamodb.New(dynamodb.Options{Region: "us-east-1", BaseEndpoint: aws.String(servers.DynamoDBURL()),
+		Credentials: credentials.NewStaticCredentialsProvider("idemtest", "idemtest", ""), HTTPClient: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}})
+	w := dynamodb.NewTableNotExistsWaiter(c, func(o *dynamodb.TableNotExistsWaiterOptions) {
+		o.MinDelay, o.MaxDelay = 20*time.Millisecond, time.Second
+	})
+	if err := w.Wait(context.Background(), &dynamodb.DescribeTableInput{TableName: &table}, 10*time.Second); err != nil {
+		t.Errorf("table %s is left after the test ended: %v", table, err)
+	}
+}
+
 // fakeT records how a helper ended the test instead of ending the real one.
 type fakeT struct {
 	testing.TB
@@ -128,12 +156,14 @@ func run(t *testing.T, helper func(testing.TB)) *fakeT {
 func TestUnreachableServerSkipsOrFails(t *testing.T) {
 	t.Setenv(servers.RedisEnv, "127.0.0.1:1")
 	t.Setenv(servers.PostgresEnv, "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=5")
+	t.Setenv(servers.DynamoDBEnv, "http://127.0.0.1:1")
 	for _, h := range []struct {
 		env    string
 		helper func(testing.TB)
 	}{
 		{servers.RedisEnv, func(t testing.TB) { servers.Redis(t) }},
 		{servers.PostgresEnv, func(t testing.TB) { servers.Postgres(t) }},
+		{servers.DynamoDBEnv, func(t testing.TB) { servers.DynamoDB(t) }},
 	} {
 		t.Setenv(servers.RequireEnv, "")
 		f := run(t, h.helper)

@@ -20,11 +20,11 @@ const (
 	AttrToken        = "token"         // N: the current claim's token; 0 after Release
 	AttrAttempt      = "attempt"       // N: claims of the key, 1 at the first
 	AttrFingerprint  = "fingerprint"   // B: the payload's fingerprint, fixed at the first claim
-	AttrLeaseUntil   = "lease_until"   // N: InProgress only: the lease end, Unix milliseconds; 0 after Release
+	AttrLeaseUntil   = "lease_until"   // N: the lease end, Unix milliseconds; 0 after Release; left, unread, on an outcome
 	AttrExpiresAt    = "expires_at"    // N: when the record counts as absent, Unix milliseconds
 	AttrExpiration   = "expiration"    // N: the TTL attribute, Unix seconds, at or after expires_at
-	AttrRetention    = "retention"     // N: InProgress only: the claim's retention in milliseconds
-	AttrRetentionTTL = "retention_ttl" // N: InProgress only: seconds from a lease end to its expiration
+	AttrRetention    = "retention"     // N: the claim's retention in milliseconds; left, unread, on an outcome
+	AttrRetentionTTL = "retention_ttl" // N: seconds from a lease end to its expiration; left, unread, on an outcome
 	AttrResult       = "result"        // B: Completed: the value; Failed: the encoded cause
 )
 

@@ -210,7 +210,11 @@ func newExpr(update, cond string) expr {
 	return e
 }
 
-// The conditions. A record whose expires_at has passed (by :dead) counts
+// The conditions and updates. An outcome leaves the claim's lease_until,
+// retention and retention_ttl in the item, unread: removing them would
+// cost every outcome write more than the few bytes they take.
+//
+// A record whose expires_at has passed (by :dead) counts
 // as absent in every one of them: DynamoDB's TTL deletes items lazily,
 // days later at worst. A holder's write needs its token, on an InProgress
 // record; a takeover needs the record as the claim saw it, unchanged in
@@ -224,8 +228,8 @@ const (
 var (
 	createExpr   = newExpr("", absent)
 	takeoverExpr = newExpr("SET #tok = :tok, #att = :att, #lease = :lease, #exp = :exp, #ttl = :ttl, #ret = :ret, #rett = :rett", seen)
-	exceedExpr   = newExpr("SET #st = :failed, #tok = :zero, #res = :res, #exp = :exp, #ttl = :ttl REMOVE #lease, #ret, #rett", seen)
-	finishExpr   = newExpr("SET #st = :st, #res = :res, #exp = :exp, #ttl = :ttl REMOVE #lease, #ret, #rett", holder)
+	exceedExpr   = newExpr("SET #st = :failed, #tok = :zero, #res = :res, #exp = :exp, #ttl = :ttl", seen)
+	finishExpr   = newExpr("SET #st = :st, #res = :res, #exp = :exp, #ttl = :ttl", holder)
 	releaseExpr  = newExpr("SET #tok = :zero, #lease = :zero", holder)
 	extendExpr   = newExpr("SET #lease = :lease, #exp = :lease + #ret, #ttl = :ttlbase + #rett", holder)
 )

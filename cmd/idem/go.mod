@@ -3,6 +3,7 @@ module github.com/idemgo/idem/cmd/idem
 go 1.26.0
 
 require (
+	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.73.1
 	github.com/idemgo/idem v0.0.0
 	github.com/idemgo/idem/dynamostore v0.0.0
 	github.com/idemgo/idem/pgstore v0.0.0
@@ -20,7 +21,6 @@ require (
 	github.com/aws/aws-sdk-go-v2/internal/configsources v1.5.10 // indirect
 	github.com/aws/aws-sdk-go-v2/internal/endpoints/v2 v2.8.10 // indirect
 	github.com/aws/aws-sdk-go-v2/internal/v4a v1.5.10 // indirect
-	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.73.1 // indirect
 	github.com/aws/aws-sdk-go-v2/service/internal/accept-encoding v1.13.24 // indirect
 	github.com/aws/aws-sdk-go-v2/service/internal/endpoint-discovery v1.13.10 // indirect
 	github.com/aws/aws-sdk-go-v2/service/internal/presigned-url v1.14.10 // indirect

@@ -214,11 +214,11 @@ func newExpr(update, cond string) expr {
 // retention and retention_ttl in the item, unread: removing them would
 // cost every outcome write more than the few bytes they take.
 //
-// A record whose expires_at has passed (by :dead) counts
-// as absent in every one of them: DynamoDB's TTL deletes items lazily,
-// days later at worst. A holder's write needs its token, on an InProgress
-// record; a takeover needs the record as the claim saw it, unchanged in
-// every attribute the state machine reads, with its lease over.
+// A record whose expires_at has passed (by :dead) counts as absent in
+// every condition: DynamoDB's TTL deletes items lazily, typically within a
+// few days. A holder's write needs its token, on an InProgress record; a
+// takeover needs the record as the claim saw it, unchanged in every
+// attribute the state machine reads, with its lease over.
 const (
 	absent = "attribute_not_exists(#id) OR #exp < :dead"
 	holder = "#tok = :tok AND #st = :ip AND #exp >= :dead"

@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # Makes sure the servers the integration tests use are up on this machine:
-# PostgreSQL, Redis, RabbitMQ and NATS with JetStream. A server that is
-# installed but stopped is started; one that is missing is installed from
-# Debian's packages first. Exits non-zero, naming the server, when one
+# PostgreSQL, Redis, RabbitMQ, NATS with JetStream, and dynalite (a
+# DynamoDB-compatible server). A server that is installed but stopped is
+# started; one that is missing is installed first, from Debian's packages
+# (dynalite: from npm, into $IDEM_DYNALITE_DIR, default /opt/idem-dynalite). Exits non-zero, naming the server, when one
 # cannot be reached: `make test` must fail then, not skip.
 #
 #   scripts/services.sh                 # all of them
-#   scripts/services.sh postgres redis  # only these
+#   scripts/services.sh postgres redis  # only these (also: rabbitmq, nats, dynamodb)
 set -uo pipefail
 
 PG_URL=${IDEM_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable}
 REDIS_ADDR=${IDEM_REDIS_ADDR:-127.0.0.1:6379}
 AMQP_URL=${IDEM_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}
 NATS_URL=${IDEM_NATS_URL:-nats://127.0.0.1:4222}
+DYNAMODB_URL=${IDEM_DYNAMODB_URL:-http://127.0.0.1:8000}
+DYNALITE_DIR=${IDEM_DYNALITE_DIR:-/opt/idem-dynalite}
+DYNALITE_VERSION=4.0.0
 
 log() { echo "services: $*" >&2; }
 
@@ -108,12 +112,32 @@ nats() {
 	wait_for NATS "$host" "$port"
 }
 
+# dynamodb: dynalite, in memory, listening on the loopback address of
+# IDEM_DYNAMODB_URL only. Tables become ACTIVE after 50ms rather than
+# dynalite's default 500ms: every test creates one.
+dynamodb() {
+	read -r host port < <(hostport "$DYNAMODB_URL" 8000)
+	port_open "$host" "$port" && return 0
+	local pkg=$DYNALITE_DIR/node_modules/dynalite
+	if [ "$(node -p "require('$pkg/package.json').version" 2>/dev/null)" != "$DYNALITE_VERSION" ]; then
+		command -v npm >/dev/null || install nodejs npm || return 1
+		log "installing dynalite $DYNALITE_VERSION into $DYNALITE_DIR"
+		mkdir -p "$DYNALITE_DIR" || return 1
+		npm install --prefix "$DYNALITE_DIR" --no-audit --no-fund --loglevel=error "dynalite@$DYNALITE_VERSION" >/dev/null || return 1
+	fi
+	log "starting dynalite"
+	mkdir -p /var/log
+	setsid nohup node "$pkg/cli.js" --host "$host" --port "$port" --createTableMs 50 --deleteTableMs 50 --updateTableMs 50 \
+		>>/var/log/idem-dynalite.log 2>&1 </dev/null &
+	wait_for dynalite "$host" "$port"
+}
+
 services=("$@")
-[ ${#services[@]} -gt 0 ] || services=(postgres redis rabbitmq nats)
+[ ${#services[@]} -gt 0 ] || services=(postgres redis rabbitmq nats dynamodb)
 failed=()
 for s in "${services[@]}"; do
 	case $s in
-	postgres | redis | rabbitmq | nats) "$s" || failed+=("$s") ;;
+	postgres | redis | rabbitmq | nats | dynamodb) "$s" || failed+=("$s") ;;
 	*) log "unknown service $s"; exit 2 ;;
 	esac
 done

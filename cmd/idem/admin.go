@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/idemgo/idem/pgstore"
@@ -57,6 +58,9 @@ Flags:
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if strings.HasPrefix(*store, "dynamodb:") {
+		return migrateDynamo(ctx, *store, stdout)
 	}
 	u, err := postgresFlag(fs, *store)
 	if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/url"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/dynamostore"
 	"github.com/idemgo/idem/memstore"
 	"github.com/idemgo/idem/pgstore"
 	"github.com/idemgo/idem/redisstore"
@@ -21,7 +23,10 @@ const storeUsage = `the idem store's URL:
   redis://[user:password@]host:port[/db]    Redis (rediss:// for TLS); ?prefix= sets the key prefix (default idem:);
                                             other options are go-redis's (dial_timeout=, pool_size=, …)
   postgres://user@host:port/db              PostgreSQL (postgresql:// too); ?table=[schema.]name sets the records
-                                            table (default idem_records); other options are pgx's (sslmode=, …)`
+                                            table (default idem_records); other options are pgx's (sslmode=, …)
+  dynamodb://host:port/table                a DynamoDB-compatible server at http://host:port (dynalite, DynamoDB Local)
+  dynamodb:///table                         DynamoDB on AWS (the SDK's default region and credentials); ?region= sets
+                                            the region; the table defaults to idem_records`
 
 // connectTimeout bounds opening a store: dialling and the first ping.
 const connectTimeout = 10 * time.Second
@@ -30,7 +35,8 @@ const connectTimeout = 10 * time.Second
 // it with the function that closes it. A URL this build cannot parse is a
 // usageError; a server that cannot be reached is an error naming the URL
 // without its password. With migrate set, a PostgreSQL store creates or
-// upgrades its table first (pgstore.Migrate is idempotent).
+// upgrades its table first (pgstore.Migrate is idempotent), and a DynamoDB
+// store creates its table (dynamostore.CreateTable is idempotent too).
 func openStore(ctx context.Context, rawURL string, migrate bool) (idem.Store, func() error, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme == "" {
@@ -60,8 +66,10 @@ func openStore(ctx context.Context, rawURL string, migrate bool) (idem.Store, fu
 			}
 		}
 		return s, func() error { pool.Close(); return nil }, nil
+	case "dynamodb":
+		return openDynamo(ctx, rawURL, migrate)
 	}
-	return nil, nil, usageErrorf("idem: --store: unsupported scheme %q in %q (supported: mem://, redis://, rediss://, postgres://, postgresql://)",
+	return nil, nil, usageErrorf("idem: --store: unsupported scheme %q in %q (supported: mem://, redis://, rediss://, postgres://, postgresql://, dynamodb://)",
 		u.Scheme, u.Redacted())
 }
 
@@ -136,6 +144,49 @@ func migratePostgres(ctx context.Context, pool *pgxpool.Pool, table string) erro
 	if err := pgstore.Migrate(mctx, pool, table); err != nil {
 		return fmt.Errorf("idem: migrate: %w", err)
 	}
+	return nil
+}
+
+// openDynamo opens the DynamoDB store of rawURL. With migrate set it
+// creates the table (or checks and completes an existing one); otherwise
+// it checks the table, which also shows that DynamoDB answers.
+func openDynamo(ctx context.Context, rawURL string, migrate bool) (idem.Store, func() error, error) {
+	u, err := dynamostore.ParseURL(rawURL)
+	if err != nil {
+		return nil, nil, usageErrorf("idem: --store %q: %v", rawURL, err)
+	}
+	client, err := u.NewClient(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("idem: --store %s: %w", rawURL, err)
+	}
+	s, err := dynamostore.New(client, dynamostore.Config{Table: u.Table})
+	if err != nil {
+		return nil, nil, usageErrorf("idem: --store %s: %v", rawURL, err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, time.Minute) // a new table takes seconds on AWS
+	defer cancel()
+	if migrate {
+		err = dynamostore.CreateTable(tctx, client, u.Table)
+	} else {
+		err = dynamostore.CheckTable(tctx, client, u.Table)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("idem: --store %s: %w", rawURL, err)
+	}
+	return s, func() error { return nil }, nil
+}
+
+// migrateDynamo is idem migrate for a dynamodb:// store: it creates the
+// table, or checks an existing one and enables its TTL.
+func migrateDynamo(ctx context.Context, raw string, stdout io.Writer) error {
+	u, err := dynamostore.ParseURL(raw)
+	if err != nil {
+		return usageErrorf("idem: migrate: --store %q: %v", raw, err)
+	}
+	if _, _, err := openDynamo(ctx, raw, true); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "idem migrate: %s is up to date\n", u.Table)
 	return nil
 }
 

@@ -5,6 +5,7 @@
 //	go run ./orders                                  # records in memory
 //	go run ./orders -store redis://127.0.0.1:6379/0  # records in Redis
 //	go run ./orders -store 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
+//	go run ./orders -store dynamodb://127.0.0.1:8000/idem_records  # dynalite; dynamodb:///idem_records on AWS
 //
 // It shows the middleware's setup: keys required on POST, scoped by the
 // authenticated account so that two accounts' keys never meet, a wait for
@@ -26,10 +27,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/dynamostore"
 	"github.com/idemgo/idem/idemhttp"
 	"github.com/idemgo/idem/memstore"
 	"github.com/idemgo/idem/pgstore"
@@ -38,7 +41,7 @@ import (
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "listen address")
-	store := flag.String("store", "mem://", "where idempotency records live: mem://, redis://host:port/db or postgres://user@host:port/db")
+	store := flag.String("store", "mem://", "where idempotency records live: mem://, redis://host:port/db, postgres://user@host:port/db or dynamodb://host:port/table")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(flag.CommandLine.Output(), "orders: unexpected arguments %q\n", flag.Args())
@@ -158,7 +161,9 @@ const connectTimeout = 10 * time.Second
 // openStore opens the store named by rawURL and returns it with the
 // function that releases it. A PostgreSQL store's table is created or
 // upgraded first (pgstore.Migrate is idempotent), and a reaper deletes its
-// expired records; Redis and memstore expire records themselves.
+// expired records; Redis and memstore expire records themselves. A
+// DynamoDB store's table is created, or checked, by
+// dynamostore.CreateTable; DynamoDB's TTL deletes expired records.
 func openStore(ctx context.Context, rawURL string) (idem.Store, func(), error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme == "" {
@@ -211,12 +216,32 @@ func openStore(ctx context.Context, rawURL string) (idem.Store, func(), error) {
 			return nil, nil, err
 		}
 		return s, func() { reaper.Close(); pool.Close() }, nil
+
+	case "dynamodb":
+		d, err := dynamostore.ParseURL(rawURL)
+		if err != nil {
+			return nil, nil, fmt.Errorf("-store: %w", err)
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		client, err := d.NewClient(ctx, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: tr} })
+		if err == nil {
+			err = dynamostore.CreateTable(ctx, client, d.Table)
+		}
+		var s *dynamostore.Store
+		if err == nil {
+			s, err = dynamostore.New(client, dynamostore.Config{Table: d.Table})
+		}
+		if err != nil {
+			tr.CloseIdleConnections()
+			return nil, nil, fmt.Errorf("-store %s: %w", rawURL, err)
+		}
+		return s, tr.CloseIdleConnections, nil
 	}
 	return nil, nil, fmt.Errorf("-store %q: not a URL with a supported scheme (%s)", redacted(rawURL), schemes)
 }
 
 // schemes lists the -store URL forms, for error messages.
-const schemes = "mem://, redis://host:port/db, rediss://…, postgres://user@host:port/db or postgresql://…"
+const schemes = "mem://, redis://host:port/db, rediss://…, postgres://user@host:port/db, postgresql://… or dynamodb://host:port/table"
 
 // redacted returns rawURL with its password, if any, replaced by "xxxxx".
 func redacted(rawURL string) string {

@@ -3,6 +3,9 @@ package grpcstores_test
 import (
 	"testing"
 
+	"github.com/idemgo/idem/dynamostore"
+	"github.com/idemgo/idem/dynamostore/dynamostoretest"
+
 	"go.uber.org/goleak"
 
 	"github.com/idemgo/idem"
@@ -25,5 +28,10 @@ func TestGRPCRedis(t *testing.T) {
 
 func TestGRPCPostgres(t *testing.T) {
 	s := pgstoretest.Store(t, pgstoretest.Pool(t, 0), pgstore.Config{})
+	idemgrpctest.Run(t, func(t *testing.T) idem.Store { return s })
+}
+
+func TestGRPCDynamoDB(t *testing.T) {
+	s := dynamostoretest.Store(t, dynamostoretest.Client(t), dynamostore.Config{})
 	idemgrpctest.Run(t, func(t *testing.T) idem.Store { return s })
 }

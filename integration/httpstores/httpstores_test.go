@@ -8,6 +8,9 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/idemgo/idem/dynamostore"
+	"github.com/idemgo/idem/dynamostore/dynamostoretest"
+
 	"go.uber.org/goleak"
 
 	"github.com/idemgo/idem"
@@ -89,4 +92,9 @@ func TestHTTPRedisBodyAtTheValueLimit(t *testing.T) {
 	if runs.Load() != 1 {
 		t.Fatalf("the handler ran %d times, want once", runs.Load())
 	}
+}
+
+func TestHTTPDynamoDB(t *testing.T) {
+	s := dynamostoretest.Store(t, dynamostoretest.Client(t), dynamostore.Config{})
+	idemhttptest.Run(t, func(t *testing.T) idem.Store { return s })
 }

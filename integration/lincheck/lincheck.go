@@ -93,7 +93,8 @@ func step(st, in, out any) (bool, any) {
 		case s.status.Done():
 			return o.err == "" && o.outcome == idem.Duplicate && o.status == s.status && o.result == s.result, s
 		case s.token != 0: // lease live (leases never expire here)
-			return o.err == "" && o.outcome == idem.Busy && o.token == s.token && o.attempt == s.attempt, s
+			// A Busy answer names the holder's token or, better, withholds it.
+			return o.err == "" && o.outcome == idem.Busy && (o.token == s.token || o.token == 0) && o.attempt == s.attempt, s
 		case s.attempt >= maxAttempts:
 			n := s
 			n.status, n.result = idem.StatusFailed, string(idem.TooManyAttemptsCause())

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem/dynamostore"
+	"github.com/idemgo/idem/dynamostore/dynamostoretest"
+
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/integration/lincheck"
 	"github.com/idemgo/idem/memstore"
@@ -37,6 +40,14 @@ func TestRedisIsLinearizable(t *testing.T) {
 func TestPostgresIsLinearizable(t *testing.T) {
 	t.Parallel()
 	s := pgstoretest.Store(t, pgstoretest.Pool(t, 0), pgstore.Config{})
+	for range 5 {
+		lincheck.Check(t, s, lincheck.Options{})
+	}
+}
+
+func TestDynamoDBIsLinearizable(t *testing.T) {
+	t.Parallel()
+	s := dynamostoretest.Store(t, dynamostoretest.Client(t), dynamostore.Config{})
 	for range 5 {
 		lincheck.Check(t, s, lincheck.Options{})
 	}

@@ -312,7 +312,9 @@ func writeZip(mods []module, m module, v, name string) error {
 		return err
 	}
 	zw := zip.NewWriter(f)
-	for _, file := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
+	files := strings.Split(strings.TrimRight(string(out), "\x00"), "\x00")
+	slices.Sort(files)
+	for _, file := range slices.Compact(files) { // a file in a merge is listed once per stage
 		if file == "" || file == "go.work" || strings.HasPrefix(file, "vendor/") ||
 			slices.ContainsFunc(nested, func(n string) bool { return strings.HasPrefix(file, n) }) {
 			continue

@@ -192,13 +192,17 @@ type storeBenchPhase struct {
 
 // measureSide runs op on g goroutines for d (or exactly ops operations when
 // ops > 0), after a garbage collection so that the phase before leaves no
-// work behind.
+// work behind. The goroutines take their operations' indices from a shared
+// counter storeBenchGrain at a time, so that the counter costs a fast
+// store's operations little; they stop at the next operation once d has
+// passed, ctx has ended or an operation failed.
 func measureSide(ctx context.Context, g int, d time.Duration, ops int, prefix string, op storeBenchOp) (storeBenchPhase, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	workers := make([]storeBenchWorker, g)
 	var next atomic.Int64
 	var stop atomic.Bool
+	defer context.AfterFunc(ctx, func() { stop.Store(true) })()
 	var wg sync.WaitGroup
 	runtime.GC()
 	var before, after runtime.MemStats
@@ -212,16 +216,18 @@ func measureSide(ctx context.Context, g int, d time.Duration, ops int, prefix st
 		w := &workers[n]
 		w.prefix = []byte(prefix)
 		wg.Go(func() {
-			for !stop.Load() && ctx.Err() == nil {
-				i := int(next.Add(1) - 1)
-				if ops > 0 && i >= ops {
-					return
+			for {
+				first := int(next.Add(storeBenchGrain) - storeBenchGrain)
+				for i := first; i < first+storeBenchGrain; i++ {
+					if stop.Load() || ops > 0 && i >= ops {
+						return
+					}
+					if err := op(ctx, w, i); err != nil {
+						cancel(err)
+						return
+					}
+					w.ops++
 				}
-				if err := op(ctx, w, i); err != nil {
-					cancel(err)
-					return
-				}
-				w.ops++
 			}
 		})
 	}
@@ -241,6 +247,10 @@ func measureSide(ctx context.Context, g int, d time.Duration, ops int, prefix st
 	}
 	return p, nil
 }
+
+// storeBenchGrain is how many operation indices a goroutine of a phase
+// takes at a time.
+const storeBenchGrain = 16
 
 // benchStoreRow is one case at one goroutine count: the table's row, and
 // the JSON of --json.

@@ -40,7 +40,11 @@ release-check:
 tidy:
 	@go run ./internal/release tidy
 
-# make bench: the core benchmarks beside their in-process ceiling; each
-# store's script in scripts/ measures it beside its server's own limit.
+# make bench: each store beside a bare client of its server doing the least
+# the same work needs, in interleaved rounds (idem bench store), on the
+# servers of the tests' variables. scripts/bench-*-instructions.sh count
+# the servers' instructions instead, under callgrind.
+BENCH_REDIS := redis://$(or $(IDEM_REDIS_ADDR),127.0.0.1:6379)/0
+BENCH_PG    := $(or $(IDEM_POSTGRES_URL),postgres://postgres@127.0.0.1:5432/test?sslmode=disable)
 bench:
-	go test -run '^$$' -bench . -benchmem -count 5 . | tee /tmp/idem-bench.txt
+	@set -e; for s in mem:// '$(BENCH_REDIS)' '$(BENCH_PG)'; do go run ./cmd/idem bench store --store "$$s"; done

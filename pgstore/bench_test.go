@@ -22,8 +22,8 @@ import (
 //
 //	go test -run '^$' -bench . -benchtime 5s
 //
-// Each reports keys/s (or ops/s); scripts/bench-pg.sh runs them with
-// pgbench and prints the ratios.
+// Each reports keys/s (or ops/s). idem bench store (cmd/idem) runs the
+// same cases in interleaved rounds and prints the ratios.
 
 var benchGoroutines = []int{1, 16, 64}
 

@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # What pgstore costs the PostgreSQL server, counted rather than timed: a
-# private server on a loopback port runs under callgrind, and pgstore's
-# benchmarks (bench_test.go, one goroutine) drive it, the store and then
-# bare pgx. Each side runs twice, for N1 and N2 operations; the difference
-# of the server's instructions over N2 - N1 is the cost of one operation,
-# whatever the connections' set-up cost. Instructions do not move with
-# the load of a shared machine the way ops/s do.
-#   scripts/bench-pg-instructions.sh [benchmark ...]
-#   (default: ClaimComplete ClaimBatch TxDo; IDEM_CALLGRIND_OPS="N1 N2", default "100 600")
+# private server on a loopback port runs under callgrind, and `idem bench
+# store` drives it (one goroutine), the store and then bare pgx. Each side
+# runs twice, for N1 and N2 operations; the difference of the server's
+# instructions over N2 - N1 is the cost of one operation, whatever the
+# command's set-up costs (connections, its schema and tables). Instructions
+# do not move with the load of a shared machine the way ops/s do.
+#   scripts/bench-pg-instructions.sh [case ...]
+#   (cases of idem bench store, default: claim-complete claim-batch txguard-do;
+#   IDEM_CALLGRIND_OPS="N1 N2", default "100 600")
 # Needs valgrind and PostgreSQL's server binaries; the shared server is not
 # touched. Run as root, it runs the server as the postgres user.
 set -euo pipefail
-cd "$(dirname "$0")/../pgstore"
-benches=${*:-ClaimComplete ClaimBatch TxDo}
+cd "$(dirname "$0")/.."
+benches=${*:-claim-complete claim-batch txguard-do}
 read -r n1 n2 <<<"${IDEM_CALLGRIND_OPS:-100 600}"
 port=${IDEM_CALLGRIND_PORT:-5499}
 bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
@@ -34,7 +35,7 @@ if psql "$url" -qc 'SELECT 1' >/dev/null 2>&1; then
 	echo "bench-pg-instructions: a server already listens on port $port (IDEM_CALLGRIND_PORT)" >&2
 	exit 1
 fi
-go test -c -o "$dir/pgstore.test" .
+go build -o "$dir/idem" ./cmd/idem
 "${as[@]}" "$bin/initdb" -D "$dir/data" -A trust -U postgres >/dev/null
 "${as[@]}" mkdir "$dir/out"
 # Autovacuum off: no background work lands in a count.
@@ -48,14 +49,14 @@ for _ in $(seq 300); do
 done
 psql "$url" -qc 'SELECT 1' >/dev/null
 
-run() { # run BENCH SIDE OPS: the server's instructions for the whole test binary
-	local before=$dir/before db="bench_${1,,}_$2_$3" f n m t sum=0
+run() { # run CASE SIDE OPS: the server's instructions for the whole command
+	local before=$dir/before db="bench_${1//-/_}_$2_$3" f n m t sum=0
 	# A database of its own: the catalogs' dead rows of the runs before do
 	# not weigh on this one's count.
 	psql "$url" -qc "CREATE DATABASE $db" >/dev/null
 	ls "$dir/out" | sort >"$before"
-	IDEM_POSTGRES_URL="postgres://postgres@127.0.0.1:$port/$db?sslmode=disable" "$dir/pgstore.test" \
-		-test.run '^$' -test.bench "^Benchmark$1\$/^$2/g=1\$" -test.benchtime "$3x" >"$dir/bench.out" ||
+	"$dir/idem" bench store --store "postgres://postgres@127.0.0.1:$port/$db?sslmode=disable" \
+		--cases "$1" --sides "$2" --goroutines 1 --rounds 1 --ops "$3" >"$dir/bench.out" 2>&1 ||
 		{ cat "$dir/bench.out" >&2; return 1; }
 	# Backends dump their counts as they exit, after the client has gone:
 	# wait until the new files stop coming and each has its totals line.
@@ -74,14 +75,14 @@ run() { # run BENCH SIDE OPS: the server's instructions for the whole test binar
 	done
 	echo "$sum"
 }
-per() { # per BENCH SIDE: instructions per operation
+per() { # per CASE SIDE: instructions per operation
 	local a b
 	a=$(run "$1" "$2" "$n1")
 	b=$(run "$1" "$2" "$n2")
 	echo $(((b - a) / (n2 - n1)))
 }
 echo "date: $(date -u +%Y-%m-%dT%H:%MZ)  $("$bin/postgres" --version)  operations: $n2 - $n1, one goroutine"
-echo "PostgreSQL server instructions per operation (ClaimBatch: per batch of 100):"
+echo "PostgreSQL server instructions per operation (claim-batch: per batch of 100):"
 for b in $benches; do
 	s=$(per "$b" store)
 	r=$(per "$b" bare)

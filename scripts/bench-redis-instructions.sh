@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # What a claim and its complete cost the Redis server, counted rather than
 # timed: a private redis-server on a loopback port runs under callgrind,
-# and the redisstore benchmark BenchmarkClaimComplete (16 goroutines) drives
-# it for N keys with the store, then with the bare scripts. Instructions
-# per key do not move with the load of a shared machine the way keys/s do.
-#   scripts/bench-redis-instructions.sh [keys]      (default 4000)
+# and `idem bench store` drives it (the claim-complete case, 16 goroutines),
+# with the store and then with the bare scripts, each side for N1 and then
+# N2 keys. The difference of the server's instructions over N2 - N1 is the
+# cost of one key, whatever the command's own set-up costs (connections,
+# SCRIPT LOAD). Instructions per key do not move with the load of a shared
+# machine the way keys/s do.
+#   scripts/bench-redis-instructions.sh      (IDEM_CALLGRIND_OPS="N1 N2", default "500 4500")
 # Needs valgrind and redis-server; the shared Redis is not touched.
 set -euo pipefail
-cd "$(dirname "$0")/../redisstore"
-n=${1:-4000}
+cd "$(dirname "$0")/.."
+read -r n1 n2 <<<"${IDEM_CALLGRIND_OPS:-500 4500}"
 port=${IDEM_CALLGRIND_PORT:-6391}
 dir=$(mktemp -d)
-trap 'kill "$pid" 2>/dev/null || true; rm -rf "$dir"' EXIT
+pid=
+trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$dir"' EXIT
 
-go test -c -o "$dir/redisstore.test" .
+go build -o "$dir/idem" ./cmd/idem
 valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" \
 	redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no >"$dir/valgrind.log" 2>&1 &
 pid=$!
@@ -23,19 +27,22 @@ for _ in $(seq 100); do
 done
 redis-cli -p "$port" ping >/dev/null
 
-count() { # count SIDE: instructions per key of the server for BenchmarkClaimComplete/SIDE
-	local side=$1 bench="BenchmarkClaimComplete/$1/goroutines=16\$"
-	# A first run loads the scripts and warms the server up.
-	IDEM_REDIS_ADDR=127.0.0.1:$port "$dir/redisstore.test" -test.run '^$' -test.bench "$bench" -test.benchtime 100x >/dev/null
+count() { # count SIDE OPS: the server's instructions while the command runs OPS operations of SIDE
 	callgrind_control -z "$pid" >/dev/null 2>&1
-	IDEM_REDIS_ADDR=127.0.0.1:$port "$dir/redisstore.test" -test.run '^$' -test.bench "$bench" -test.benchtime "${n}x" >/dev/null
+	"$dir/idem" bench store --store "redis://127.0.0.1:$port/0" --cases claim-complete --sides "$1" \
+		--goroutines 16 --rounds 1 --ops "$2" >"$dir/bench.out" 2>&1 || { cat "$dir/bench.out" >&2; return 1; }
 	rm -f "$dir"/cg."$pid".*
 	callgrind_control -d "$pid" >/dev/null 2>&1
-	# The benchmark runs b.N = 1 before b.N = n: n + 1 keys.
-	awk -v n="$n" '/^(summary|totals):/ { print int($2 / (n + 1)); exit }' "$dir"/cg."$pid".*
+	awk '/^(summary|totals):/ { print $2; exit }' "$dir"/cg."$pid".*
 }
-store=$(count store)
-bare=$(count bare)
-echo "date: $(date -u +%Y-%m-%dT%H:%MZ)  redis-server $(redis-server --version | cut -d' ' -f3 | cut -d= -f2)  keys: $n per side"
+per() { # per SIDE: instructions per key
+	local a b
+	a=$(count "$1" "$n1")
+	b=$(count "$1" "$n2")
+	echo $(((b - a) / (n2 - n1)))
+}
+store=$(per store)
+bare=$(per bare)
+echo "date: $(date -u +%Y-%m-%dT%H:%MZ)  redis-server $(redis-server --version | cut -d' ' -f3 | cut -d= -f2)  keys: $n2 - $n1 per side"
 printf "Redis server instructions per key (claim + complete), 16 goroutines:\n"
 awk -v s="$store" -v b="$bare" 'BEGIN { printf "  store %d   bare scripts %d   store/bare %.2f\n", s, b, s / b }'

@@ -1,9 +1,10 @@
-# Statistics the bench scripts share; they prepend this file to their own
-# awk program. add(key, val) records one run's value under key; median(key)
-# is the median of a key's values (0 when it has none); pratio(skey, bkey)
-# is the median of the runs' own skey/bkey ratios, the k-th value of one
-# beside the k-th of the other: store and bare ran seconds apart in the
-# same run, so drift between runs cancels out of each ratio.
+# Statistics for scripts/bench-pg-txfloor.sh, which prepends this file to
+# its own awk program (idem bench store computes its own in Go).
+# add(key, val) records one run's value under key; median(key) is the
+# median of a key's values (0 when it has none); pratio(skey, bkey) is the
+# median of the runs' own skey/bkey ratios, the k-th value of one beside
+# the k-th of the other: the two ran seconds apart in the same round, so
+# drift between rounds cancels out of each ratio.
 
 function add(key, val) { n[key]++; v[key, n[key]] = val }
 

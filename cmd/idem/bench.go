@@ -13,7 +13,7 @@ import (
 func init() {
 	register(command{
 		name:    "bench",
-		summary: "measure idem's cost: bench http loads a handler bare and behind idemhttp, over each store",
+		summary: "measure idem's cost: bench store beside its server's bare client, bench http behind idemhttp",
 		run:     runBench,
 	})
 }
@@ -30,6 +30,7 @@ type benchmark struct {
 // lists them.
 var benchmarks = []benchmark{
 	{name: "http", summary: "a handler that sleeps, driven by concurrent clients, bare and behind idemhttp over each store", run: runBenchHTTP},
+	{name: "store", summary: "a store's operations beside a bare client of its server doing the least the same work needs", run: runBenchStore},
 }
 
 func benchNames() string {

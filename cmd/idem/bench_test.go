@@ -15,10 +15,10 @@ import (
 func TestBenchUsage(t *testing.T) {
 	checkUsage(t, []usageCase{
 		{args: []string{"help"}, code: 0, stdout: "bench     measure idem's cost"},
-		{args: []string{"bench"}, code: 2, stderr: "idem: bench: name a benchmark: http\nrun 'idem bench -h' for its flags"},
-		{args: []string{"bench", "-h"}, code: 0, stderr: "http   a handler that sleeps"},
+		{args: []string{"bench"}, code: 2, stderr: "idem: bench: name a benchmark: http, store\nrun 'idem bench -h' for its flags"},
+		{args: []string{"bench", "-h"}, code: 0, stderr: "http    a handler that sleeps"},
 		{args: []string{"help", "bench"}, code: 0, stderr: "Usage: idem bench <benchmark> [flags]"},
-		{args: []string{"bench", "ftp"}, code: 2, stderr: `idem: bench: unknown benchmark "ftp" (benchmarks: http)`},
+		{args: []string{"bench", "ftp"}, code: 2, stderr: `idem: bench: unknown benchmark "ftp" (benchmarks: http, store)`},
 		{args: []string{"bench", "--clients", "3", "http"}, code: 2, stderr: "flag provided but not defined: -clients"},
 		{args: []string{"bench", "http", "-h"}, code: 0, stderr: "Usage: idem bench http [flags]"},
 		{args: []string{"bench", "http", "--repeat", "1"}, code: 2, stderr: "idem: --repeat 1: must be at least 0 and below 1\nrun 'idem bench http -h' for its flags"},

@@ -6,6 +6,8 @@
 //
 //	bench http  an HTTP handler driven by concurrent clients, bare and
 //	            behind idemhttp over each store: throughput and latency
+//	bench store a store's operations beside a bare client of its server,
+//	            in interleaved rounds: the ratios BENCHMARKS.md reports
 //	demo        a payment stream with duplicates and crashes, handled by a
 //	            naive consumer and by an idem-guarded one, side by side
 //	migrate     create or upgrade pgstore's records table
@@ -60,4 +62,24 @@
 // the table is printed.
 //
 //	go run ./cmd/idem bench http --duration 10s
+//
+// # idem bench store
+//
+// What a store costs beside the least a client of its server must do for
+// the same work, with the same client library, connections and goroutines:
+// its bare side (sync.Map for memstore; a SET NX PX script and a
+// compare-and-SET script for Redis; INSERT … ON CONFLICT DO NOTHING and the
+// fenced UPDATE for PostgreSQL, and so on for each case). The cases are
+// Claim+Complete, ClaimBatch of 100, Guard.Do of a new key, Guard.Do of a
+// duplicate and, for PostgreSQL, TxGuard.Do. Each of --rounds (5) rounds
+// runs every case with each of --goroutines (1,16,64), its store side and
+// its bare side one right after the other, for --duration (1s) each, so
+// that a machine whose speed drifts weighs on both sides of a round alike.
+// The table gives the medians of the rounds' keys per second and
+// allocations per operation, and the median of the rounds' own store ÷
+// bare ratios, then each round's; --json adds every round's figures. With
+// --ops, each side runs an exact number of operations instead: the
+// callgrind scripts of scripts/ count a server's instructions that way.
+//
+//	go run ./cmd/idem bench store --store redis://127.0.0.1:6379/0
 package main

@@ -1,0 +1,683 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/memstore"
+	"github.com/idemgo/idem/pgstore"
+	"github.com/idemgo/idem/redisstore"
+)
+
+// The work of every case: a payment-like operation whose 70-byte payload
+// is fingerprinted with SHA-256 and whose outcome is 16 bytes.
+const (
+	storeBenchLease     = 30 * time.Second
+	storeBenchRetention = 30 * time.Second // new keys' records expire by themselves in Redis
+	storeBenchBatch     = 100
+	storeBenchDups      = 1024 // completed keys the duplicate case cycles through
+	storeBenchNamespace = "bench"
+)
+
+var (
+	storeBenchPayload     = []byte(`{"order":"o-123456","amount":1200,"currency":"EUR","customer":"c-98"}`)
+	storeBenchFingerprint = idem.SHA256Fingerprint(nil, storeBenchPayload)
+	storeBenchResult      = []byte("ch_3MmlLrLkdIwHu")
+	storeBenchDupKeys     = func() []string {
+		keys := make([]string, storeBenchDups)
+		for i := range keys {
+			keys[i] = "dup-" + strconv.Itoa(i)
+		}
+		return keys
+	}()
+)
+
+func storeBenchArgs(key string) idem.ClaimArgs {
+	return idem.ClaimArgs{Key: key, Fingerprint: storeBenchFingerprint, Lease: storeBenchLease, Retention: storeBenchRetention}
+}
+
+func storeBenchFn(context.Context) ([]byte, error) { return storeBenchResult, nil }
+
+// errTaken is a bare claim that found its new key taken: the run's keys
+// collided, and the measure would be wrong.
+var errTaken = errors.New("a new key was already taken")
+
+// The store's side of the cases every store has, over stores that
+// newStore makes for each phase: the duplicate case's newStore must
+// return a store that holds the completed keys of prepareDuplicates.
+type storeMaker func(ctx context.Context, g int) (idem.Store, func(), error)
+
+func claimCompleteOp(s idem.Store) storeBenchOp {
+	return func(ctx context.Context, w *storeBenchWorker, i int) error {
+		key := w.key(i)
+		c, err := s.Claim(ctx, storeBenchArgs(key))
+		if err != nil {
+			return err
+		}
+		if c.Outcome != idem.Acquired {
+			return fmt.Errorf("claim of the new key %s: %v", key, c.Outcome)
+		}
+		return s.Complete(ctx, key, c.Token, storeBenchResult, storeBenchRetention)
+	}
+}
+
+func claimBatchOp(b idem.BatchClaimer) storeBenchOp {
+	return func(ctx context.Context, w *storeBenchWorker, i int) error {
+		args := make([]idem.ClaimArgs, storeBenchBatch)
+		for j := range args {
+			args[j] = storeBenchArgs(w.key(i*storeBenchBatch + j))
+		}
+		got, err := b.ClaimBatch(ctx, args)
+		if err != nil {
+			return err
+		}
+		for j, c := range got {
+			if c.Outcome != idem.Acquired {
+				return fmt.Errorf("ClaimBatch of the new key %s: %v", args[j].Key, c.Outcome)
+			}
+		}
+		return nil
+	}
+}
+
+func newStoreBenchGuard(s idem.Store) (*idem.Guard, error) {
+	return idem.New(s, idem.Config{Namespace: storeBenchNamespace, Lease: storeBenchLease, Retention: storeBenchRetention})
+}
+
+func guardDoOp(g *idem.Guard) storeBenchOp {
+	return func(ctx context.Context, w *storeBenchWorker, i int) error {
+		res, err := g.Do(ctx, w.key(i), storeBenchPayload, storeBenchFn)
+		if err == nil && res.Replayed {
+			err = errors.New("Do of a new key replayed")
+		}
+		return err
+	}
+}
+
+func guardDuplicateOp(g *idem.Guard) storeBenchOp {
+	return func(ctx context.Context, _ *storeBenchWorker, i int) error {
+		res, err := g.Do(ctx, storeBenchDupKeys[i%storeBenchDups], storeBenchPayload, storeBenchFn)
+		if err == nil && !res.Replayed {
+			err = errors.New("Do of a completed key ran fn")
+		}
+		return err
+	}
+}
+
+// once returns f made to run only once, at the first call: later calls
+// return its error. The duplicate case prepares its keys this way, so a
+// run without it does not make them.
+func once(f func(ctx context.Context) error) func(context.Context) error {
+	var o sync.Once
+	var err error
+	return func(ctx context.Context) error {
+		o.Do(func() { err = f(ctx) })
+		return err
+	}
+}
+
+// prepareDuplicates completes the duplicate case's keys through a Guard
+// over s, with a retention that outlasts the run.
+func prepareDuplicates(ctx context.Context, s idem.Store) error {
+	g, err := idem.New(s, idem.Config{Namespace: storeBenchNamespace, Retention: time.Hour})
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	for _, k := range storeBenchDupKeys {
+		if _, err := g.Do(ctx, k, storeBenchPayload, storeBenchFn); err != nil {
+			return fmt.Errorf("completing the duplicate case's keys: %w", err)
+		}
+	}
+	return nil
+}
+
+// storeSides returns the store's side of each case every store has. A
+// store without ClaimBatch has no claim-batch case.
+func storeSides(newStore, dupStore storeMaker) map[string]storeBenchSide {
+	withGuard := func(makeStore storeMaker, op func(*idem.Guard) storeBenchOp) storeBenchSide {
+		return func(ctx context.Context, n int) (storeBenchOp, func(), error) {
+			s, release, err := makeStore(ctx, n)
+			if err != nil {
+				return nil, nil, err
+			}
+			g, err := newStoreBenchGuard(s)
+			if err != nil {
+				release()
+				return nil, nil, err
+			}
+			return op(g), func() { g.Close(); release() }, nil
+		}
+	}
+	return map[string]storeBenchSide{
+		"claim-complete": func(ctx context.Context, n int) (storeBenchOp, func(), error) {
+			s, release, err := newStore(ctx, n)
+			if err != nil {
+				return nil, nil, err
+			}
+			return claimCompleteOp(s), release, nil
+		},
+		"claim-batch": func(ctx context.Context, n int) (storeBenchOp, func(), error) {
+			s, release, err := newStore(ctx, n)
+			if err != nil {
+				return nil, nil, err
+			}
+			b, ok := s.(idem.BatchClaimer)
+			if !ok {
+				release()
+				return nil, nil, fmt.Errorf("a %T has no ClaimBatch", s)
+			}
+			return claimBatchOp(b), release, nil
+		},
+		"do":           withGuard(newStore, guardDoOp),
+		"do-duplicate": withGuard(dupStore, guardDuplicateOp),
+	}
+}
+
+// cases pairs the store's sides with the bare ones, in the order of
+// storeBenchCases; a case without both sides is left out.
+func cases(storeSide, bareSide map[string]storeBenchSide) []storeBenchCase {
+	titles := map[string]string{
+		"claim-complete": "Claim+Complete",
+		"claim-batch":    "ClaimBatch of 100",
+		"do":             "Guard.Do, new key",
+		"do-duplicate":   "Guard.Do, duplicate",
+		"txguard-do":     "TxGuard.Do",
+	}
+	var cs []storeBenchCase
+	for _, name := range storeBenchCases {
+		s, b := storeSide[name], bareSide[name]
+		if s == nil || b == nil {
+			continue
+		}
+		keys := 1
+		if name == "claim-batch" {
+			keys = storeBenchBatch
+		}
+		cs = append(cs, storeBenchCase{name: name, title: titles[name], keys: keys, store: s, bare: b})
+	}
+	return cs
+}
+
+// openStoreBenchTarget opens the store of raw with its cases; maxG is the
+// most goroutines a phase runs.
+func openStoreBenchTarget(ctx context.Context, raw string, maxG int) (*storeBenchTarget, error) {
+	u, err := benchURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	switch u.Scheme {
+	case "mem":
+		if u.Host != "" || u.Path != "" || u.RawQuery != "" || u.Opaque != "" {
+			return nil, usageErrorf("idem: --store %q: mem:// takes no host, path or options", raw)
+		}
+		return memBenchTarget(ctx)
+	case "redis", "rediss":
+		return redisBenchTarget(ctx, u.String(), maxG)
+	case "postgres", "postgresql":
+		return postgresBenchTarget(ctx, u.String())
+	}
+	return nil, usageErrorf("idem: --store: unsupported scheme %q in %q (supported: mem://, redis://, rediss://, postgres://, postgresql://)",
+		u.Scheme, u.Redacted())
+}
+
+// memBenchTarget measures memstore beside a sync.Map: the least an
+// in-process check can do, with no fingerprint, lease or context. Each
+// phase gets a new store or map, so that a phase's records do not weigh
+// on the next.
+func memBenchTarget(ctx context.Context) (*storeBenchTarget, error) {
+	dups, err := memstore.New(memstore.Config{})
+	if err != nil {
+		return nil, err
+	}
+	var dupMap sync.Map
+	prepare := once(func(ctx context.Context) error {
+		for _, k := range storeBenchDupKeys {
+			dupMap.Store(k, storeBenchResult)
+		}
+		return prepareDuplicates(ctx, dups)
+	})
+	newStore := func(context.Context, int) (idem.Store, func(), error) {
+		s, err := memstore.New(memstore.Config{})
+		if err != nil {
+			return nil, nil, err
+		}
+		return s, func() { s.Close() }, nil
+	}
+	dupStore := func(ctx context.Context, _ int) (idem.Store, func(), error) { return dups, func() {}, prepare(ctx) }
+
+	claimComplete := func(context.Context, int) (storeBenchOp, func(), error) {
+		var m sync.Map
+		return func(_ context.Context, w *storeBenchWorker, i int) error {
+			key := w.key(i)
+			if _, loaded := m.LoadOrStore(key, nil); loaded {
+				return errTaken
+			}
+			m.Store(key, storeBenchResult)
+			return nil
+		}, func() {}, nil
+	}
+	bare := map[string]storeBenchSide{
+		"claim-complete": claimComplete,
+		"do":             claimComplete,
+		"claim-batch": func(context.Context, int) (storeBenchOp, func(), error) {
+			var m sync.Map
+			return func(_ context.Context, w *storeBenchWorker, i int) error {
+				for j := range storeBenchBatch {
+					if _, loaded := m.LoadOrStore(w.key(i*storeBenchBatch+j), nil); loaded {
+						return errTaken
+					}
+				}
+				return nil
+			}, func() {}, nil
+		},
+		"do-duplicate": func(ctx context.Context, _ int) (storeBenchOp, func(), error) {
+			return func(_ context.Context, _ *storeBenchWorker, i int) error {
+				if _, loaded := dupMap.LoadOrStore(storeBenchDupKeys[i%storeBenchDups], nil); !loaded {
+					return errors.New("a completed key was missing")
+				}
+				return nil
+			}, func() {}, prepare(ctx)
+		},
+	}
+	return &storeBenchTarget{url: "mem://", cases: cases(storeSides(newStore, dupStore), bare), close: dups.Close}, nil
+}
+
+// The bare Redis scripts: the least a Redis idempotency check can do with
+// the fencing the store has, a claim that sets a new key with its lease
+// (SET NX PX) and a complete that compares the token before it sets the
+// outcome.
+var (
+	bareRedisClaim = redis.NewScript(`if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+return 0`)
+	bareRedisComplete = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+end
+return 0`)
+)
+
+// redisBenchTarget measures redisstore beside go-redis running the bare
+// scripts by EVALSHA, on one client whose pool has a connection for each
+// of maxG goroutines.
+func redisBenchTarget(ctx context.Context, raw string, maxG int) (*storeBenchTarget, error) {
+	u, _ := benchURL(raw)
+	shown := u.Redacted()
+	base, ok := takeParam(u, "prefix")
+	if !ok {
+		base = "idem-bench:"
+	}
+	opts, err := redis.ParseURL(u.String())
+	if err != nil {
+		return nil, usageErrorf("idem: --store %s: %v", shown, err)
+	}
+	if !u.Query().Has("pool_size") {
+		opts.PoolSize = maxG
+	}
+	c := redis.NewClient(opts)
+	fail := func(err error) (*storeBenchTarget, error) {
+		c.Close()
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	info, err := c.Info(pctx, "server").Result()
+	if err != nil {
+		return fail(fmt.Errorf("idem: --store %s: cannot reach Redis: %w: %w", shown, idem.ErrStoreUnavailable, err))
+	}
+	server := "Redis"
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			server += " " + v
+		}
+	}
+	// A connection for every goroutine before any phase is timed.
+	var wg sync.WaitGroup
+	for range maxG {
+		wg.Go(func() { c.Ping(pctx) })
+	}
+	wg.Wait()
+	for _, s := range []*redis.Script{bareRedisClaim, bareRedisComplete} {
+		if err := s.Load(ctx, c).Err(); err != nil {
+			return fail(err)
+		}
+	}
+
+	prefix := base + strings.ToLower(rand.Text()[:12]) + ":"
+	s, err := redisstore.New(c, redisstore.Config{Prefix: prefix + "store:"})
+	if err != nil {
+		return fail(usageErrorf("idem: --store %s: %v", shown, err))
+	}
+	bareKey := func(key string) string { return prefix + "bare:" + key }
+	retention := storeBenchRetention.Milliseconds()
+	bareDupKeys := make([]string, storeBenchDups)
+	for i, k := range storeBenchDupKeys {
+		bareDupKeys[i] = bareKey(k)
+	}
+	prepare := once(func(ctx context.Context) error {
+		for _, k := range bareDupKeys {
+			if err := c.Set(ctx, k, storeBenchResult, time.Hour).Err(); err != nil {
+				return err
+			}
+		}
+		return prepareDuplicates(ctx, s)
+	})
+
+	shared := func(context.Context, int) (idem.Store, func(), error) { return s, func() {}, nil }
+	dupStore := func(ctx context.Context, _ int) (idem.Store, func(), error) { return s, func() {}, prepare(ctx) }
+	claimComplete := func(context.Context, int) (storeBenchOp, func(), error) {
+		return func(ctx context.Context, w *storeBenchWorker, i int) error {
+			key, token := bareKey(w.key(i)), strconv.Itoa(i+1)
+			ok, err := bareRedisClaim.Run(ctx, c, []string{key}, token, storeBenchLease.Milliseconds()).Int()
+			if err != nil {
+				return err
+			}
+			if ok != 1 {
+				return errTaken
+			}
+			return bareRedisComplete.Run(ctx, c, []string{key}, token, storeBenchResult, retention).Err()
+		}, func() {}, nil
+	}
+	bare := map[string]storeBenchSide{
+		"claim-complete": claimComplete,
+		"do":             claimComplete,
+		"claim-batch": func(context.Context, int) (storeBenchOp, func(), error) {
+			return func(ctx context.Context, w *storeBenchWorker, i int) error {
+				p := c.Pipeline()
+				cmds := make([]*redis.Cmd, storeBenchBatch)
+				for j := range cmds {
+					cmds[j] = bareRedisClaim.EvalSha(ctx, p, []string{bareKey(w.key(i*storeBenchBatch + j))}, i*storeBenchBatch+j+1, storeBenchLease.Milliseconds())
+				}
+				if _, err := p.Exec(ctx); err != nil {
+					return err
+				}
+				for _, cmd := range cmds {
+					if ok, _ := cmd.Int(); ok != 1 {
+						return errTaken
+					}
+				}
+				return nil
+			}, func() {}, nil
+		},
+		"do-duplicate": func(ctx context.Context, _ int) (storeBenchOp, func(), error) {
+			return func(ctx context.Context, _ *storeBenchWorker, i int) error {
+				return c.Get(ctx, bareDupKeys[i%storeBenchDups]).Err()
+			}, func() {}, prepare(ctx)
+		},
+	}
+	return &storeBenchTarget{
+		url:    shown,
+		server: server,
+		cases:  cases(storeSides(shared, dupStore), bare),
+		memory: func(ctx context.Context) (*storeBenchMemory, error) { return redisMemoryPerRecord(ctx, c) },
+		close: func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
+			defer cancel()
+			keys := bareDupKeys
+			for _, k := range storeBenchDupKeys {
+				keys = append(keys, s.RedisKey(idem.StoreKey(storeBenchNamespace, k)))
+			}
+			return errors.Join(c.Unlink(ctx, keys...).Err(), c.Close())
+		},
+	}, nil
+}
+
+// redisMemoryPerRecord returns what MEMORY USAGE says a completed record
+// takes, averaged over 100: the store's under its default prefix, for a
+// Guard's key (namespace "orders", a 16-byte key), beside the bare
+// scripts' record of the same key and outcome under the prefix "bare:".
+// Each is deleted at once.
+func redisMemoryPerRecord(ctx context.Context, c *redis.Client) (*storeBenchMemory, error) {
+	s, err := redisstore.New(c, redisstore.Config{})
+	if err != nil {
+		return nil, err
+	}
+	const n = 100
+	run := strings.ToLower(rand.Text()[:12])
+	var m storeBenchMemory
+	for i := range n {
+		key := idem.StoreKey("orders", fmt.Sprintf("%s%04d", run, i))
+		cl, err := s.Claim(ctx, storeBenchArgs(key))
+		if err != nil {
+			return nil, err
+		}
+		if err := s.Complete(ctx, key, cl.Token, storeBenchResult, time.Minute); err != nil {
+			return nil, err
+		}
+		used, err := c.MemoryUsage(ctx, s.RedisKey(key), 0).Result()
+		if err != nil {
+			return nil, err
+		}
+		m.Store += float64(used) / n
+		if err := s.Delete(ctx, key); err != nil {
+			return nil, err
+		}
+
+		bk := "bare:" + key
+		bareRedisClaim.Run(ctx, c, []string{bk}, "1", 60000)
+		bareRedisComplete.Run(ctx, c, []string{bk}, "1", storeBenchResult, 60000)
+		if used, err = c.MemoryUsage(ctx, bk, 0).Result(); err != nil {
+			return nil, err
+		}
+		m.Bare += float64(used) / n
+		c.Unlink(ctx, bk)
+	}
+	return &m, nil
+}
+
+// postgresBenchTarget measures pgstore beside pgx running the least the
+// same work needs, on a table of the records table's shape (made by
+// pgstore.Migrate too), in a schema of the run's own. Each phase gets a
+// pool of one connection per goroutine, all connected before it is timed.
+func postgresBenchTarget(ctx context.Context, raw string) (t *storeBenchTarget, err error) {
+	u, _ := benchURL(raw)
+	_, setup, _, err := openPostgres(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	cfg := setup.Config()
+	schema := "idem_bench_" + strconv.FormatInt(time.Now().Unix(), 10) + "_" + strings.ToLower(rand.Text()[:8])
+	dropSchema := func() error {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		_, err := setup.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+		setup.Close()
+		return err
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, dropSchema())
+		}
+	}()
+	table, bareTable := schema+"."+pgstore.DefaultTable, schema+".bare"
+	ledger := schema + ".ledger"
+	if _, err := setup.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		return nil, err
+	}
+	for _, t := range []string{table, bareTable} {
+		if err := pgstore.Migrate(ctx, setup, t); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := setup.Exec(ctx, "CREATE TABLE "+ledger+" (id bigserial PRIMARY KEY, key text NOT NULL, amount int NOT NULL)"); err != nil {
+		return nil, err
+	}
+	var version, syncCommit, fsync string
+	err = setup.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('synchronous_commit'), current_setting('fsync')`).
+		Scan(&version, &syncCommit, &fsync)
+	if err != nil {
+		return nil, err
+	}
+	prepare := once(func(ctx context.Context) error {
+		s, err := pgstore.New(setup, pgstore.Config{Table: table})
+		if err != nil {
+			return err
+		}
+		insert := `INSERT INTO ` + bareTable + ` (key, status, token, attempt, fingerprint, lease_until, retention, result, expires_at)
+			VALUES ($1, 2, 1, 1, $2, NULL, interval '1 hour', $3, now() + interval '1 hour')`
+		for _, k := range storeBenchDupKeys {
+			if _, err := setup.Exec(ctx, insert, []byte(k), storeBenchFingerprint, storeBenchResult); err != nil {
+				return err
+			}
+		}
+		return prepareDuplicates(ctx, s)
+	})
+
+	// pool returns a pool of n connections, all of them connected.
+	pool := func(ctx context.Context, n int) (*pgxpool.Pool, error) {
+		c := cfg.Copy()
+		c.MaxConns, c.MinConns = int32(n), 0
+		p, err := pgxpool.NewWithConfig(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		conns := make([]*pgxpool.Conn, 0, n)
+		for range n {
+			conn, err := p.Acquire(ctx)
+			if err != nil {
+				for _, c := range conns {
+					c.Release()
+				}
+				p.Close()
+				return nil, err
+			}
+			conns = append(conns, conn)
+		}
+		for _, c := range conns {
+			c.Release()
+		}
+		return p, nil
+	}
+	storeOn := func(ctx context.Context, n int) (idem.Store, func(), error) {
+		p, err := pool(ctx, n)
+		if err != nil {
+			return nil, nil, err
+		}
+		s, err := pgstore.New(p, pgstore.Config{Table: table})
+		if err != nil {
+			p.Close()
+			return nil, nil, err
+		}
+		return s, p.Close, nil
+	}
+	dupStoreOn := func(ctx context.Context, n int) (idem.Store, func(), error) {
+		if err := prepare(ctx); err != nil {
+			return nil, nil, err
+		}
+		return storeOn(ctx, n)
+	}
+	// onPool makes a side whose operation op makes over a pool of n
+	// connections, closed after the phase.
+	onPool := func(op func(p *pgxpool.Pool) (storeBenchOp, error)) storeBenchSide {
+		return func(ctx context.Context, n int) (storeBenchOp, func(), error) {
+			p, err := pool(ctx, n)
+			if err != nil {
+				return nil, nil, err
+			}
+			o, err := op(p)
+			if err != nil {
+				p.Close()
+				return nil, nil, err
+			}
+			return o, p.Close, nil
+		}
+	}
+	claim := `INSERT INTO ` + bareTable + ` (key, status, token, attempt, fingerprint, lease_until, retention, result, expires_at)
+		VALUES ($1, 1, $2, 1, $3, now() + interval '30 seconds', interval '30 seconds', NULL, now() + interval '60 seconds')
+		ON CONFLICT (key) DO NOTHING`
+	complete := `UPDATE ` + bareTable + ` SET status = 2, result = $3, lease_until = NULL, expires_at = now() + interval '30 seconds'
+		WHERE key = $1 AND token = $2`
+	claimComplete := onPool(func(p *pgxpool.Pool) (storeBenchOp, error) {
+		return func(ctx context.Context, w *storeBenchWorker, i int) error {
+			key, token := []byte(w.key(i)), int64(i+1)
+			tag, err := p.Exec(ctx, claim, key, token, storeBenchFingerprint)
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() != 1 {
+				return errTaken
+			}
+			_, err = p.Exec(ctx, complete, key, token, storeBenchResult)
+			return err
+		}, nil
+	})
+	batch := `INSERT INTO ` + bareTable + ` (key, status, token, attempt, fingerprint, lease_until, retention, result, expires_at)
+		SELECT k, 1, t, 1, f, now() + interval '30 seconds', interval '30 seconds', NULL, now() + interval '60 seconds'
+		FROM unnest($1::bytea[], $2::bigint[], $3::bytea[]) AS u(k, t, f)
+		ON CONFLICT (key) DO NOTHING`
+	insertLedger := "INSERT INTO " + ledger + " (key, amount) VALUES ($1, 10)"
+	bare := map[string]storeBenchSide{
+		"claim-complete": claimComplete,
+		"do":             claimComplete,
+		"claim-batch": onPool(func(p *pgxpool.Pool) (storeBenchOp, error) {
+			return func(ctx context.Context, w *storeBenchWorker, i int) error {
+				keys, tokens, fps := make([][]byte, storeBenchBatch), make([]int64, storeBenchBatch), make([][]byte, storeBenchBatch)
+				for j := range keys {
+					n := i*storeBenchBatch + j
+					keys[j], tokens[j], fps[j] = []byte(w.key(n)), int64(n+1), storeBenchFingerprint
+				}
+				tag, err := p.Exec(ctx, batch, keys, tokens, fps)
+				if err == nil && tag.RowsAffected() != storeBenchBatch {
+					err = errTaken
+				}
+				return err
+			}, nil
+		}),
+		"do-duplicate": func(ctx context.Context, n int) (storeBenchOp, func(), error) {
+			if err := prepare(ctx); err != nil {
+				return nil, nil, err
+			}
+			return onPool(func(p *pgxpool.Pool) (storeBenchOp, error) {
+				query := "SELECT status, result FROM " + bareTable + " WHERE key = $1"
+				return func(ctx context.Context, _ *storeBenchWorker, i int) error {
+					var status int16
+					var result []byte
+					return p.QueryRow(ctx, query, []byte(storeBenchDupKeys[i%storeBenchDups])).Scan(&status, &result)
+				}, nil
+			})(ctx, n)
+		},
+		"txguard-do": onPool(func(p *pgxpool.Pool) (storeBenchOp, error) {
+			return func(ctx context.Context, w *storeBenchWorker, i int) error {
+				key := w.key(i)
+				return pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
+					_, err := tx.Exec(ctx, insertLedger, key)
+					return err
+				})
+			}, nil
+		}),
+	}
+	stores := storeSides(storeOn, dupStoreOn)
+	stores["txguard-do"] = onPool(func(p *pgxpool.Pool) (storeBenchOp, error) {
+		tg, err := pgstore.NewTxGuard(p, pgstore.TxConfig{Table: table})
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context, w *storeBenchWorker, i int) error {
+			key := w.key(i)
+			res, err := tg.Do(ctx, key, storeBenchPayload, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+				_, err := tx.Exec(ctx, insertLedger, key)
+				return storeBenchResult, err
+			})
+			if err == nil && res.Replayed {
+				err = errors.New("TxGuard.Do of a new key replayed")
+			}
+			return err
+		}, nil
+	})
+	return &storeBenchTarget{
+		url:    u.Redacted(),
+		server: fmt.Sprintf("PostgreSQL %s  synchronous_commit=%s  fsync=%s", version, syncCommit, fsync),
+		cases:  cases(stores, bare),
+		close:  dropSchema,
+	}, nil
+}

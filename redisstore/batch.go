@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -76,11 +75,11 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 
 // claimEach pipelines one claim script per entry.
 func (s *Store) claimEach(ctx context.Context, args []idem.ClaimArgs, tokens []idem.Token, errs []error) []any {
-	cmds := make([]*redis.Cmd, len(args))
+	cmds := make([]*evalCmd, len(args))
 	for i, a := range args {
-		cmds[i] = s.cmd(ctx, claimScript, a.Key, claimArgs(a, tokens[i])...)
+		cmds[i] = s.eval(ctx, claimScript, resendable, a.Key, claimArgs(a, tokens[i])...)
 	}
-	s.pipeline(ctx, s.client, cmds, false, false)
+	s.pipeline(ctx, s.client, cmds)
 	replies := make([]any, len(args))
 	for i, cmd := range cmds {
 		replies[i], errs[i] = cmd.Val(), cmd.Err()
@@ -90,7 +89,7 @@ func (s *Store) claimEach(ctx context.Context, args []idem.ClaimArgs, tokens []i
 
 // claimChunks pipelines one claim batch script per maxScriptBatch entries.
 func (s *Store) claimChunks(ctx context.Context, c *redis.Client, args []idem.ClaimArgs, tokens []idem.Token, errs []error) []any {
-	var cmds []*redis.Cmd
+	var cmds []*evalCmd
 	for lo := 0; lo < len(args); lo += maxScriptBatch {
 		chunk := args[lo:min(lo+maxScriptBatch, len(args))]
 		a := make([]any, 0, 4+len(chunk)*4)
@@ -101,11 +100,9 @@ func (s *Store) claimChunks(ctx context.Context, c *redis.Client, args []idem.Cl
 		for j, ca := range chunk {
 			a = append(a, claimArgs(ca, tokens[lo+j])...)
 		}
-		cmd := redis.NewCmd(ctx, a...)
-		cmd.SetFirstKeyPos(3)
-		cmds = append(cmds, cmd)
+		cmds = append(cmds, newEval(ctx, claimBatchScript, resendable, a))
 	}
-	s.pipeline(ctx, c, cmds, false, false)
+	s.pipeline(ctx, c, cmds)
 	replies := make([]any, len(args))
 	for k, cmd := range cmds {
 		lo := k * maxScriptBatch
@@ -142,7 +139,7 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]erro
 		}
 	}
 	errs := make([]error, len(cs))
-	cmds := make([]*redis.Cmd, 0, len(cs))
+	cmds := make([]*evalCmd, 0, len(cs))
 	idx := make([]int, 0, len(cs)) // cmds[j] completes cs[idx[j]]
 	for i, c := range cs {
 		if c.Token == 0 {
@@ -157,7 +154,7 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]erro
 	}
 	var waitErrs []error // per cmds[j]: the WAIT's verdict on its primary
 	if s.cfg.WaitReplicas == 0 {
-		s.pipeline(ctx, s.client, cmds, true, false)
+		s.pipeline(ctx, s.client, cmds)
 	} else {
 		var err error
 		if waitErrs, err = s.completeAndWait(ctx, cmds, idx, cs); err != nil {
@@ -189,7 +186,7 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]erro
 
 // completeAndWait runs cmds grouped by primary, each group in one pipeline
 // that ends with WAIT, and returns the WAIT's verdict for each command.
-func (s *Store) completeAndWait(ctx context.Context, cmds []*redis.Cmd, idx []int, cs []idem.Completion) ([]error, error) {
+func (s *Store) completeAndWait(ctx context.Context, cmds []*evalCmd, idx []int, cs []idem.Completion) ([]error, error) {
 	type group struct {
 		node *redis.Client
 		js   []int
@@ -211,11 +208,11 @@ func (s *Store) completeAndWait(ctx context.Context, cmds []*redis.Cmd, idx []in
 	}
 	verdicts := make([]error, len(cmds))
 	for _, g := range groups {
-		part := make([]*redis.Cmd, len(g.js))
+		part := make([]*evalCmd, len(g.js))
 		for k, j := range g.js {
 			part[k] = cmds[j]
 		}
-		acked, err := s.pipeline(ctx, g.node, part, true, true)
+		acked, err := s.pipelineAndWait(ctx, g.node, part)
 		verdict := s.replicated("CompleteBatch", acked, err)
 		for k, j := range g.js {
 			cmds[j] = part[k] // an EVAL re-run replaces its EVALSHA
@@ -223,58 +220,4 @@ func (s *Store) completeAndWait(ctx context.Context, cmds []*redis.Cmd, idx []in
 		}
 	}
 	return verdicts, nil
-}
-
-// primary returns the client of the primary that holds key's record, for
-// a WAIT on the connection that wrote it. New admits only the two client
-// types handled here when WaitReplicas is set.
-func (s *Store) primary(ctx context.Context, key string) (*redis.Client, error) {
-	switch c := s.client.(type) {
-	case *redis.Client:
-		return c, nil
-	case *redis.ClusterClient:
-		return c.MasterForKey(ctx, s.RedisKey(key))
-	}
-	return nil, fmt.Errorf("redisstore: WAIT needs a *redis.Client or *redis.ClusterClient, not %T", s.client)
-}
-
-// pipeline sends cmds in one pipeline on c, with WAIT last when wait is
-// set, then sends again as EVAL, in order, those that met NOSCRIPT (they
-// did not run), replacing them in cmds. Each command keeps its own error.
-// It returns WAIT's count of replicas and error (when wait is set).
-func (s *Store) pipeline(ctx context.Context, c redis.Cmdable, cmds []*redis.Cmd, once, wait bool) (int64, error) {
-	send := func(cmds []*redis.Cmd) *redis.IntCmd {
-		p := c.Pipeline()
-		for _, cmd := range cmds {
-			_ = p.Process(ctx, wrap(cmd, once))
-		}
-		var w *redis.IntCmd
-		if wait {
-			w = redis.NewIntCmd(ctx, "wait", s.cfg.WaitReplicas, s.cfg.WaitTimeout.Milliseconds())
-			_ = p.Process(ctx, w)
-		}
-		_, _ = p.Exec(ctx) // every command carries its own error
-		return w
-	}
-	w := send(cmds)
-	var again []int
-	for i, cmd := range cmds {
-		if isNoScript(cmd.Err()) {
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
-		evals := make([]*redis.Cmd, len(again))
-		for k, i := range again {
-			evals[k] = asEval(ctx, cmds[i])
-			cmds[i] = evals[k]
-		}
-		if ww := send(evals); ww != nil {
-			w = ww
-		}
-	}
-	if w == nil {
-		return 0, nil
-	}
-	return w.Result()
 }

@@ -153,7 +153,7 @@ func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 // claim claims a with the token t.
 func (s *Store) claim(ctx context.Context, a idem.ClaimArgs, t idem.Token) (idem.Claim, error) {
 	sent := time.Now()
-	reply, err := s.run(ctx, s.cmd(ctx, claimScript, a.Key, claimArgs(a, t)...), false)
+	reply, err := s.run(ctx, s.eval(ctx, claimScript, resendable, a.Key, claimArgs(a, t)...))
 	if err != nil {
 		return idem.Claim{}, unavailable("Claim", err)
 	}
@@ -206,7 +206,7 @@ func claimArgs(a idem.ClaimArgs, t idem.Token) []any {
 // claimReply turns the reply of the claim of a with token t, sent at
 // sent, into a Claim.
 func claimReply(a idem.ClaimArgs, t idem.Token, sent time.Time, reply any) (idem.Claim, error) {
-	if n, ok := reply.(int64); ok && n == 1 {
+	if n, ok := reply.(int64); ok && n == replyCreated {
 		// The script created the record from the claim's own arguments
 		// and said no more. The lease started when Redis ran it, between
 		// sent and now; the record reports the earliest lease end on the
@@ -229,11 +229,21 @@ func claimReply(a idem.ClaimArgs, t idem.Token, sent time.Time, reply any) (idem
 	if len(r) == 0 {
 		return idem.Claim{}, badReply("Claim", reply)
 	}
-	code, _ := r[0].(int64)
-	if code == 4 {
+	var outcome idem.Outcome
+	switch code, _ := r[0].(int64); code {
+	case replyKeyReused:
 		return idem.Claim{}, idem.ErrKeyReused
+	case replyAcquired:
+		outcome = idem.Acquired
+	case replyBusy:
+		outcome = idem.Busy
+	case replyDuplicate:
+		outcome = idem.Duplicate
+	case replyUnknown:
+	default:
+		return idem.Claim{}, badReply("Claim", reply)
 	}
-	if len(r) < 2 || code < 0 || code > 3 {
+	if len(r) < 2 {
 		return idem.Claim{}, badReply("Claim", reply)
 	}
 	v, _ := r[1].(string)
@@ -245,10 +255,10 @@ func claimReply(a idem.ClaimArgs, t idem.Token, sent time.Time, reply any) (idem
 	if err != nil {
 		return idem.Claim{}, err
 	}
-	if code == 0 { // the script refused a value the decoder accepts: a bug on one side
+	if outcome == 0 { // the script refused a value the decoder accepts: a bug on one side
 		return idem.Claim{}, fmt.Errorf("%w: refused by the claim script", ErrUnknownFormat)
 	}
-	c := idem.Claim{Outcome: idem.Outcome(code), Record: rec}
+	c := idem.Claim{Outcome: outcome, Record: rec}
 	if c.Outcome == idem.Acquired {
 		c.Token = rec.Token
 	}
@@ -284,8 +294,8 @@ func (s *Store) checkOutcome(op string, value []byte, retention time.Duration) e
 	return checkDuration(op, "retention", retention)
 }
 
-func (s *Store) outcomeCmd(ctx context.Context, key string, t idem.Token, status idem.Status, value []byte, retention time.Duration) *redis.Cmd {
-	return s.cmd(ctx, outcomeScript, key, holderPrefix(t), []byte{formatV2, byte(status)}, value, millis(retention))
+func (s *Store) outcomeCmd(ctx context.Context, key string, t idem.Token, status idem.Status, value []byte, retention time.Duration) *evalCmd {
+	return s.eval(ctx, outcomeScript, atMostOnce, key, holderPrefix(t), []byte{formatV2, byte(status)}, value, millis(retention))
 }
 
 func (s *Store) finish(ctx context.Context, op, key string, t idem.Token, status idem.Status, value []byte, retention time.Duration) error {
@@ -297,7 +307,7 @@ func (s *Store) finish(ctx context.Context, op, key string, t idem.Token, status
 	}
 	cmd := s.outcomeCmd(ctx, key, t, status, value, retention)
 	if s.cfg.WaitReplicas == 0 {
-		reply, err := s.run(ctx, cmd, true)
+		reply, err := s.run(ctx, cmd)
 		if err != nil {
 			return unavailable(op, err)
 		}
@@ -307,8 +317,8 @@ func (s *Store) finish(ctx context.Context, op, key string, t idem.Token, status
 	if err != nil {
 		return unavailable(op, err)
 	}
-	cmds := []*redis.Cmd{cmd}
-	acked, werr := s.pipeline(ctx, node, cmds, true, true)
+	cmds := []*evalCmd{cmd}
+	acked, werr := s.pipelineAndWait(ctx, node, cmds)
 	if err := cmds[0].Err(); err != nil {
 		return unavailable(op, err)
 	}
@@ -338,7 +348,7 @@ func (s *Store) Release(ctx context.Context, key string, t idem.Token) error {
 	if t == 0 {
 		return idem.ErrLeaseLost
 	}
-	reply, err := s.run(ctx, s.cmd(ctx, releaseScript, key, holderPrefix(t)), true)
+	reply, err := s.run(ctx, s.eval(ctx, releaseScript, atMostOnce, key, holderPrefix(t)))
 	if err != nil {
 		return unavailable("Release", err)
 	}
@@ -357,7 +367,7 @@ func (s *Store) Extend(ctx context.Context, key string, t idem.Token, lease time
 	if t == 0 {
 		return idem.ErrLeaseLost
 	}
-	reply, err := s.run(ctx, s.cmd(ctx, extendScript, key, holderPrefix(t), millis(lease)), false)
+	reply, err := s.run(ctx, s.eval(ctx, extendScript, resendable, key, holderPrefix(t), millis(lease)))
 	if err != nil {
 		return unavailable("Extend", err)
 	}
@@ -368,11 +378,11 @@ func (s *Store) Extend(ctx context.Context, key string, t idem.Token, lease time
 // into an error.
 func holderReply(op string, reply any) error {
 	switch n, _ := reply.(int64); n {
-	case 1:
+	case replyDone:
 		return nil
-	case 0:
+	case replyLost:
 		return idem.ErrLeaseLost
-	case -1:
+	case replyUnknown:
 		return fmt.Errorf("%w (%s)", ErrUnknownFormat, op)
 	}
 	return badReply(op, reply)
@@ -382,7 +392,7 @@ func holderReply(op string, reply any) error {
 // and its expiry together. Errors: idem.ErrNotFound; ErrUnknownFormat; any
 // other failure wraps idem.ErrStoreUnavailable.
 func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
-	reply, err := s.run(ctx, s.cmd(ctx, getScript, key), false)
+	reply, err := s.run(ctx, s.eval(ctx, getScript, resendable, key))
 	if err != nil {
 		if errors.Is(err, redis.Nil) {
 			return idem.Record{}, idem.ErrNotFound
@@ -411,55 +421,4 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		return unavailable("Delete", err)
 	}
 	return nil
-}
-
-// cmd returns the EVALSHA of sc on key's record with args.
-func (s *Store) cmd(ctx context.Context, sc *script, key string, args ...any) *redis.Cmd {
-	a := make([]any, 0, 4+len(args))
-	a = append(a, "evalsha", sc.sha, 1, s.RedisKey(key))
-	cmd := redis.NewCmd(ctx, append(a, args...)...)
-	cmd.SetFirstKeyPos(3)
-	return cmd
-}
-
-// asEval returns cmd, an EVALSHA that met NOSCRIPT (so did not run), as
-// the EVAL of its script, which also loads the script into the server's
-// cache for the next EVALSHA.
-func asEval(ctx context.Context, cmd *redis.Cmd) *redis.Cmd {
-	a := append([]any{}, cmd.Args()...)
-	sha, _ := a[1].(string)
-	for _, sc := range []*script{claimScript, claimBatchScript, outcomeScript, releaseScript, extendScript, getScript} {
-		if sc.sha == sha {
-			a[0], a[1] = "eval", sc.src
-		}
-	}
-	e := redis.NewCmd(ctx, a...)
-	e.SetFirstKeyPos(3)
-	return e
-}
-
-// onceCmd is a command the client must not resend after a network error:
-// its script may have run, and a second run would answer ErrLeaseLost for
-// an outcome that was stored.
-type onceCmd struct{ *redis.Cmd }
-
-// NoRetry tells go-redis not to resend the command.
-func (onceCmd) NoRetry() bool { return true }
-
-func wrap(cmd *redis.Cmd, once bool) redis.Cmder {
-	if once {
-		return onceCmd{cmd}
-	}
-	return cmd
-}
-
-// run sends cmd, and its EVAL when the server answers NOSCRIPT, and
-// returns the reply.
-func (s *Store) run(ctx context.Context, cmd *redis.Cmd, once bool) (any, error) {
-	err := s.client.Process(ctx, wrap(cmd, once))
-	if isNoScript(err) {
-		cmd = asEval(ctx, cmd)
-		err = s.client.Process(ctx, wrap(cmd, once))
-	}
-	return cmd.Val(), err
 }

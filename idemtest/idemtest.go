@@ -134,9 +134,15 @@ func (e *env) awaitAcquire(a idem.ClaimArgs, tolerate ...error) idem.Claim {
 
 func (e *env) get(k string) idem.Record {
 	e.t.Helper()
-	r, err := e.s.Get(ctx(e.t), e.key(k))
+	return e.getStored(e.key(k))
+}
+
+// getStored returns the record of the store key.
+func (e *env) getStored(key string) idem.Record {
+	e.t.Helper()
+	r, err := e.s.Get(ctx(e.t), key)
 	if err != nil {
-		e.t.Fatalf("Get(%q): %v", k, err)
+		e.t.Fatalf("Get(%q): %v", key, err)
 	}
 	return r
 }
@@ -267,11 +273,29 @@ func busyWhileLeaseLive(t *testing.T, e *env) {
 	a.Lease = time.Minute
 	c := e.mustClaim(a, idem.Acquired)
 	b := e.mustClaim(a, idem.Busy)
-	if b.Record.Token != c.Token || b.Record.Attempt != 1 || b.Record.Status != idem.StatusInProgress {
-		t.Fatalf("busy record %+v, want the holder's (token %d, attempt 1)", b.Record, c.Token)
+	if b.Record.Attempt != 1 || b.Record.Status != idem.StatusInProgress || !bytes.Equal(b.Record.Fingerprint, a.Fingerprint) {
+		t.Fatalf("busy record %+v, want the holder's (InProgress, attempt 1)", b.Record)
 	}
-	if b.Token != 0 {
-		t.Fatalf("a Busy claim got token %d, want none", b.Token)
+	checkBusyHasNoToken(t, e, a.Key, b, c.Token)
+}
+
+// checkBusyHasNoToken checks that the Busy claim b, of key held with the
+// token holder, hands out no token: whoever gets a Busy answer must not be
+// able to complete, fail, release or extend the holder's lease.
+func checkBusyHasNoToken(t *testing.T, e *env, key string, b idem.Claim, holder idem.Token) {
+	t.Helper()
+	if b.Token != 0 || b.Record.Token != 0 {
+		t.Fatalf("a Busy claim carries token %d and record token %d (the holder's is %d), want none", b.Token, b.Record.Token, holder)
+	}
+	before := e.getStored(key)
+	c := ctx(t)
+	for _, tok := range []idem.Token{b.Token, b.Record.Token} {
+		wantErr(t, "Complete with a Busy answer's token", e.s.Complete(c, key, tok, []byte("stolen"), time.Minute), idem.ErrLeaseLost)
+		wantErr(t, "Release with a Busy answer's token", e.s.Release(c, key, tok), idem.ErrLeaseLost)
+		wantErr(t, "Extend with a Busy answer's token", e.s.Extend(c, key, tok, time.Minute), idem.ErrLeaseLost)
+	}
+	if after := e.getStored(key); !sameRecord(before, after) || after.Token != holder {
+		t.Fatalf("the holder's record changed after a Busy answer's calls:\nbefore %+v\nafter  %+v", before, after)
 	}
 }
 
@@ -626,15 +650,17 @@ func claimBatchAgrees(t *testing.T, e *env) {
 	if got[1].Outcome != idem.Duplicate || string(got[1].Record.Result) != "done-value" {
 		t.Fatalf("completed key: %v %q, want Duplicate %q", got[1].Outcome, got[1].Record.Result, "done-value")
 	}
-	if got[2].Outcome != idem.Busy || got[2].Record.Token != holder.Token {
-		t.Fatalf("busy key: %+v, want Busy with the holder's token", got[2])
+	if got[2].Outcome != idem.Busy || got[2].Record.Attempt != 1 {
+		t.Fatalf("busy key: %+v, want Busy with the holder's record", got[2])
 	}
+	checkBusyHasNoToken(t, e, busy.Key, got[2], holder.Token)
 	if !errors.Is(got[3].Err, idem.ErrKeyReused) {
 		t.Fatalf("reused key: Err %v, want ErrKeyReused", got[3].Err)
 	}
-	if got[4].Outcome != idem.Busy || got[4].Record.Token != got[0].Token {
+	if got[4].Outcome != idem.Busy || got[4].Record.Attempt != 1 {
 		t.Fatalf("second entry of the fresh key: %+v, want Busy behind the first", got[4])
 	}
+	checkBusyHasNoToken(t, e, fresh.Key, got[4], got[0].Token)
 	// The batch's claim is a real claim.
 	if err := e.s.Complete(c, fresh.Key, got[0].Token, []byte("f"), time.Minute); err != nil {
 		t.Fatalf("Complete of a batch claim: %v", err)

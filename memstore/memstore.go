@@ -214,7 +214,8 @@ func validClaim(a idem.ClaimArgs) error {
 }
 
 // Claim implements [idem.Store.Claim]; it returns ErrFull for a new key when
-// the store is full.
+// the store is full. A Busy answer's record carries no token: the holder's
+// is the holder's alone.
 func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
 	if err := ctx.Err(); err != nil {
 		return idem.Claim{}, err
@@ -249,7 +250,9 @@ func (s *store) claimLocked(sh *shard, a idem.ClaimArgs, clock time.Time) (idem.
 	case e.status.Done():
 		return idem.Claim{Outcome: idem.Duplicate, Record: e.record(a.Key, a.Fingerprint, bytes.Clone(e.result))}, nil
 	case e.leaseUntil > now:
-		return idem.Claim{Outcome: idem.Busy, Record: e.record(a.Key, a.Fingerprint, nil)}, nil
+		busy := e.record(a.Key, a.Fingerprint, nil)
+		busy.Token = 0 // the holder's token is the holder's alone: it would complete or release its lease
+		return idem.Claim{Outcome: idem.Busy, Record: busy}, nil
 	case a.MaxAttempts > 0 && int(e.attempt) >= a.MaxAttempts:
 		e.status, e.token, e.leaseUntil = idem.StatusFailed, 0, 0
 		e.result = idem.TooManyAttemptsCause()

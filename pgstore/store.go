@@ -327,7 +327,8 @@ var tooManyAttempts = idem.TooManyAttemptsCause()
 // fingerprint, the attempt cap) gets a second statement, the full claim,
 // which answers every outcome from the row it locks. Of concurrent claims
 // of a key, PostgreSQL's unique index lets one insert and makes the others
-// wait for it and then see its row.
+// wait for it and then see its row. A Busy answer's record carries no
+// token: the holder's is the holder's alone.
 // It returns idem.ErrKeyReused for a fingerprint mismatch and an error
 // wrapping idem.ErrStoreUnavailable when the server cannot be reached.
 func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
@@ -400,6 +401,7 @@ func (r *claimRow) claim(a idem.ClaimArgs) (idem.Claim, error) {
 	case rec.Status.Done():
 		return idem.Claim{Outcome: idem.Duplicate, Record: rec}, nil
 	case rec.Status == idem.StatusInProgress:
+		rec.Token = 0 // the holder's token is the holder's alone: it would complete or release its lease
 		return idem.Claim{Outcome: idem.Busy, Record: rec}, nil
 	}
 	return idem.Claim{}, fmt.Errorf("pgstore: claim: the record of key %q has status %d", a.Key, r.status)

@@ -137,7 +137,8 @@ func (s *Store) RedisKey(key string) string {
 // draw the same token with odds of 2^-64). The client may resend a claim
 // whose reply was lost: the claim that finds its own token answers
 // Acquired again. The record of a key the claim created reports the lease
-// end and expiry as the client reckons them (see the package doc).
+// end and expiry as the client reckons them (see the package doc). A Busy
+// answer's record carries no token: the holder's is the holder's alone.
 //
 // Errors: idem.ErrKeyReused; ErrInvalidArgs for a lease or retention that
 // is not positive or longer than 100 years or a fingerprint over 65535
@@ -259,8 +260,11 @@ func claimReply(a idem.ClaimArgs, t idem.Token, sent time.Time, reply any) (idem
 		return idem.Claim{}, fmt.Errorf("%w: refused by the claim script", ErrUnknownFormat)
 	}
 	c := idem.Claim{Outcome: outcome, Record: rec}
-	if c.Outcome == idem.Acquired {
+	switch c.Outcome {
+	case idem.Acquired:
 		c.Token = rec.Token
+	case idem.Busy:
+		c.Record.Token = 0 // the holder's token is the holder's alone: it would complete or release its lease
 	}
 	return c, nil
 }

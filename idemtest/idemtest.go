@@ -58,6 +58,7 @@ var cases = []struct {
 	{"FingerprintMismatchInEveryStatus", fingerprintMismatch},
 	{"AnyKeyBytesNeverCollide", keysNeverCollide},
 	{"LargeValueRoundTrips", largeValue},
+	{"ValueOverTheLimitIsRefused", valueOverLimit},
 	{"GetAndDelete", getAndDelete},
 	{"ClaimBatchAgreesWithClaim", claimBatchAgrees},
 	{"CompleteBatchAgreesWithComplete", completeBatchAgrees},
@@ -348,24 +349,40 @@ func lateHolderMayFinish(t *testing.T, e *env) {
 	}
 }
 
+// outcomes are the two ways a record finishes, for the cases that check
+// both: the key each uses, and whether it fails.
+var outcomes = []struct {
+	key  string
+	fail bool
+}{{"completed", false}, {"failed", true}}
+
+// finish claims k and stores value as its outcome, Failed when fail, else
+// Completed, and returns the claim and its arguments.
+func (e *env) finish(k string, fail bool, value []byte) (idem.ClaimArgs, idem.Claim) {
+	e.t.Helper()
+	a := e.args(k, "fp")
+	c := e.mustClaim(a, idem.Acquired)
+	var err error
+	if fail {
+		err = e.s.Fail(ctx(e.t), a.Key, c.Token, value, time.Minute)
+	} else {
+		err = e.s.Complete(ctx(e.t), a.Key, c.Token, value, time.Minute)
+	}
+	if err != nil {
+		e.t.Fatalf("%s: storing %d bytes as the outcome: %v", k, len(value), err)
+	}
+	return a, c
+}
+
 func outcomeIsFinal(t *testing.T, e *env) {
-	for _, fail := range []bool{false, true} {
-		k := "completed"
-		if fail {
-			k = "failed"
+	for _, o := range outcomes {
+		k := o.key
+		value := []byte("yes")
+		if o.fail {
+			value = idem.EncodeFailure(errors.New("no"))
 		}
-		a := e.args(k, "fp")
-		c := e.mustClaim(a, idem.Acquired)
+		a, c := e.finish(k, o.fail, value)
 		cx := ctx(t)
-		var err error
-		if fail {
-			err = e.s.Fail(cx, a.Key, c.Token, idem.EncodeFailure(errors.New("no")), time.Minute)
-		} else {
-			err = e.s.Complete(cx, a.Key, c.Token, []byte("yes"), time.Minute)
-		}
-		if err != nil {
-			t.Fatalf("%s: first outcome: %v", k, err)
-		}
 		before := e.get(k)
 		wantErr(t, k+": Complete again", e.s.Complete(cx, a.Key, c.Token, []byte("again"), time.Minute), idem.ErrLeaseLost)
 		wantErr(t, k+": Fail again", e.s.Fail(cx, a.Key, c.Token, []byte("again"), time.Minute), idem.ErrLeaseLost)
@@ -569,17 +586,69 @@ func keysNeverCollide(t *testing.T, e *env) {
 	}
 }
 
+// valueLimiter is a store that says how long a value it takes.
+type valueLimiter interface{ MaxValueSize() int }
+
 func largeValue(t *testing.T, e *env) {
-	value := make([]byte, 1<<20)
+	n := 1 << 20
+	if l, ok := e.s.(valueLimiter); ok {
+		n = min(n, l.MaxValueSize())
+	}
+	value := make([]byte, n)
 	rand.Read(value)
 	a := e.args("k", "fp")
 	c := e.mustClaim(a, idem.Acquired)
 	if err := e.s.Complete(ctx(t), a.Key, c.Token, value, time.Minute); err != nil {
-		t.Fatalf("Complete with 1 MiB: %v", err)
+		t.Fatalf("Complete with %d bytes: %v", n, err)
 	}
 	d := e.mustClaim(a, idem.Duplicate)
 	if !bytes.Equal(d.Record.Result, value) {
-		t.Fatalf("1 MiB value came back as %d different bytes", len(d.Record.Result))
+		t.Fatalf("a value of %d bytes came back as %d different bytes", n, len(d.Record.Result))
+	}
+}
+
+// valueOverLimit holds a store that states its value limit to it: a value
+// or cause one byte longer is refused and changes nothing, one of exactly
+// the limit is stored and read back.
+func valueOverLimit(t *testing.T, e *env) {
+	l, ok := e.s.(valueLimiter)
+	if !ok {
+		t.Skip("the store does not state a value limit (MaxValueSize)")
+	}
+	limit := l.MaxValueSize()
+	if limit <= 0 || limit > 64<<20 {
+		t.Fatalf("MaxValueSize() = %d, want a positive limit the suite can fill (at most 64 MiB)", limit)
+	}
+	a := e.args("k", "fp")
+	a.Lease = time.Minute
+	c := e.mustClaim(a, idem.Acquired)
+	before := e.get("k")
+	cx := ctx(t)
+	over := make([]byte, limit+1)
+	for what, err := range map[string]error{
+		"Complete": e.s.Complete(cx, a.Key, c.Token, over, time.Minute),
+		"Fail":     e.s.Fail(cx, a.Key, c.Token, over, time.Minute),
+	} {
+		if err == nil || errors.Is(err, idem.ErrLeaseLost) {
+			t.Fatalf("%s with %d bytes, over MaxValueSize %d: error %v, want a refusal", what, len(over), limit, err)
+		}
+	}
+	if bc, ok := e.s.(idem.BatchCompleter); ok {
+		errs, err := bc.CompleteBatch(cx, []idem.Completion{{Key: a.Key, Token: c.Token, Value: over, Retention: time.Minute}})
+		if err == nil && (len(errs) != 1 || errs[0] == nil || errors.Is(errs[0], idem.ErrLeaseLost)) {
+			t.Fatalf("CompleteBatch with %d bytes, over MaxValueSize %d: %v, want a refusal", len(over), limit, errs)
+		}
+	}
+	if after := e.get("k"); !sameRecord(before, after) {
+		t.Fatalf("refused values changed the record:\nbefore %+v\nafter  %+v", before, after)
+	}
+	value := over[:limit]
+	value[0], value[limit-1] = 'a', 'z'
+	if err := e.s.Complete(cx, a.Key, c.Token, value, time.Minute); err != nil {
+		t.Fatalf("Complete with MaxValueSize (%d) bytes: %v", limit, err)
+	}
+	if d := e.mustClaim(a, idem.Duplicate); !bytes.Equal(d.Record.Result, value) {
+		t.Fatalf("a value of MaxValueSize bytes came back as %d different bytes", len(d.Record.Result))
 	}
 }
 

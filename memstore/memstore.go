@@ -20,11 +20,29 @@ import (
 // idem.ErrStoreUnavailable (fail closed).
 var ErrFull = errors.New("memstore: full")
 
+// ValueTooLargeError is returned by Complete, Fail and CompleteBatch for a
+// value (or cause) longer than Config.MaxValueSize. Nothing was written.
+// A Store never holds a longer value, so it never has one to refuse on
+// read.
+type ValueTooLargeError struct {
+	Size int // the value's length in bytes
+	Max  int // Config.MaxValueSize
+}
+
+func (e *ValueTooLargeError) Error() string {
+	return fmt.Sprintf("memstore: value of %d bytes is larger than Config.MaxValueSize (%d)", e.Size, e.Max)
+}
+
 // Config configures a [Store]. The zero value means every default.
 type Config struct {
 	// MaxEntries caps the records held, expired ones not counted once swept.
 	// A claim of a new key beyond it fails with ErrFull. Default 1,000,000.
 	MaxEntries int
+
+	// MaxValueSize is the longest value (Complete) or encoded cause (Fail)
+	// accepted, in bytes; a longer one gets a *ValueTooLargeError and
+	// nothing is written. Default 1 MiB; at most MaxValueSizeLimit.
+	MaxValueSize int
 
 	// SweepInterval is how often expired records are removed in the
 	// background; they are also removed when their key is next touched.
@@ -35,10 +53,12 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Defaults of [Config].
+// Defaults and limits of [Config].
 const (
 	DefaultMaxEntries    = 1_000_000
+	DefaultMaxValueSize  = 1 << 20
 	DefaultSweepInterval = time.Minute
+	MaxValueSizeLimit    = 256 << 20
 )
 
 const shardCount = 64 // a power of two
@@ -114,10 +134,13 @@ func New(cfg Config) (*Store, error) {
 	switch {
 	case cfg.MaxEntries < 0:
 		return nil, fmt.Errorf("memstore: Config.MaxEntries %d: must not be negative", cfg.MaxEntries)
+	case cfg.MaxValueSize < 0 || cfg.MaxValueSize > MaxValueSizeLimit:
+		return nil, fmt.Errorf("memstore: Config.MaxValueSize %d: must be between 1 and %d", cfg.MaxValueSize, MaxValueSizeLimit)
 	case cfg.SweepInterval < 0:
 		return nil, fmt.Errorf("memstore: Config.SweepInterval %v: must not be negative", cfg.SweepInterval)
 	}
 	cfg.MaxEntries = cmp.Or(cfg.MaxEntries, DefaultMaxEntries)
+	cfg.MaxValueSize = cmp.Or(cfg.MaxValueSize, DefaultMaxValueSize)
 	cfg.SweepInterval = cmp.Or(cfg.SweepInterval, DefaultSweepInterval)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -148,6 +171,11 @@ func (s *store) close() {
 		<-s.stopped
 	})
 }
+
+// MaxValueSize returns Config.MaxValueSize: the longest value or cause, in
+// bytes, that Complete, Fail and CompleteBatch accept. It implements idem's
+// ValueLimiter, so that a caller can keep its values within it.
+func (s *Store) MaxValueSize() int { return s.cfg.MaxValueSize }
 
 // Len returns how many records the store holds, expired ones included until
 // they are swept.
@@ -309,6 +337,9 @@ func (s *store) finish(ctx context.Context, op string, key string, t idem.Token,
 	if retention <= 0 {
 		return fmt.Errorf("memstore: %s: retention %v must be positive", op, retention)
 	}
+	if len(result) > s.cfg.MaxValueSize {
+		return &ValueTooLargeError{Size: len(result), Max: s.cfg.MaxValueSize}
+	}
 	result = bytes.Clone(result)
 	sh := s.shard(key)
 	sh.mu.Lock()
@@ -324,7 +355,8 @@ func (s *store) finish(ctx context.Context, op string, key string, t idem.Token,
 	return nil
 }
 
-// Complete implements [idem.Store.Complete]. The value is copied.
+// Complete implements [idem.Store.Complete]. The value is copied; one over
+// Config.MaxValueSize gets a *ValueTooLargeError.
 func (s *Store) Complete(ctx context.Context, key string, t idem.Token, value []byte, retention time.Duration) error {
 	return s.finish(ctx, "Complete", key, t, idem.StatusCompleted, value, retention)
 }
@@ -428,8 +460,15 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 	return out, nil
 }
 
-// CompleteBatch implements [idem.BatchCompleter].
+// CompleteBatch implements [idem.BatchCompleter]. A value over
+// Config.MaxValueSize fails the whole batch with a *ValueTooLargeError
+// before anything is written.
 func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]error, error) {
+	for _, c := range cs {
+		if len(c.Value) > s.cfg.MaxValueSize {
+			return nil, &ValueTooLargeError{Size: len(c.Value), Max: s.cfg.MaxValueSize}
+		}
+	}
 	errs := make([]error, len(cs))
 	for i, c := range cs {
 		err := s.Complete(ctx, c.Key, c.Token, c.Value, c.Retention)

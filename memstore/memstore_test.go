@@ -90,6 +90,11 @@ func TestConfigErrors(t *testing.T) {
 	if _, err := memstore.New(memstore.Config{SweepInterval: -1}); err == nil || !strings.Contains(err.Error(), "SweepInterval") {
 		t.Fatalf("negative SweepInterval: %v", err)
 	}
+	for _, n := range []int{-1, memstore.MaxValueSizeLimit + 1} {
+		if _, err := memstore.New(memstore.Config{MaxValueSize: n}); err == nil || !strings.Contains(err.Error(), "Config.MaxValueSize") {
+			t.Fatalf("MaxValueSize %d: %v", n, err)
+		}
+	}
 }
 
 // TestCloseIsIdempotent runs in a synctest bubble: a Close that blocked

@@ -69,3 +69,28 @@ func unavailableState(code string) bool {
 	}
 	return false
 }
+
+// ValueTooLargeError is returned for a value (or cause) longer than
+// Config.MaxValueSize: by Complete, Fail and CompleteBatch, which then write
+// nothing; and by Claim, ClaimBatch (in the entry's Err) and Get for a
+// record whose stored result is longer, which they refuse to read (another
+// program, or a Store with a larger MaxValueSize, wrote it). The server does
+// not send such a result: the statements leave it out.
+type ValueTooLargeError struct {
+	Size   int    // the value's length in bytes
+	Max    int    // Config.MaxValueSize
+	Stored bool   // the value is a stored record's, refused on read
+	Key    string // the store key of that record (Stored only)
+}
+
+func (e *ValueTooLargeError) Error() string {
+	if e.Stored {
+		return fmt.Sprintf("pgstore: the record of key %q holds a result of %d bytes, larger than Config.MaxValueSize (%d)", e.Key, e.Size, e.Max)
+	}
+	return fmt.Sprintf("pgstore: value of %d bytes is larger than Config.MaxValueSize (%d)", e.Size, e.Max)
+}
+
+func isValueTooLarge(err error) bool {
+	_, ok := errors.AsType[*ValueTooLargeError](err)
+	return ok
+}

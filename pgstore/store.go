@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,7 +35,22 @@ type Config struct {
 	// quoted in SQL, so reserved words are fine. Default [DefaultTable],
 	// found through the connection's search_path.
 	Table string
+
+	// MaxValueSize is the longest value (Complete, CompleteBatch) or
+	// encoded cause (Fail) accepted, in bytes; a longer one gets a
+	// *ValueTooLargeError and nothing is written. It also bounds what is
+	// read: a record holding a longer result (written by another program,
+	// or by a Store with a larger MaxValueSize) is refused by Claim,
+	// ClaimBatch and Get with a *ValueTooLargeError, and the server does
+	// not send it. Default 1 MiB; at most MaxValueSizeLimit.
+	MaxValueSize int
 }
+
+// Defaults and limits of [Config].
+const (
+	DefaultMaxValueSize = 1 << 20
+	MaxValueSizeLimit   = 256 << 20
+)
 
 // Store is an [idem.Store] over PostgreSQL. Every method is one SQL
 // statement, atomic on its own, in one round trip; ClaimBatch and
@@ -47,9 +63,10 @@ type Config struct {
 // [Store.Reap] or a [Reaper] deletes them or a Claim of the key replaces
 // them.
 type Store struct {
-	db DB
-	t  table
-	q  queries
+	db  DB
+	cfg Config
+	t   table
+	q   queries
 }
 
 var (
@@ -58,8 +75,9 @@ var (
 	_ idem.BatchCompleter = (*Store)(nil)
 )
 
-// New returns a Store over db. It fails when db is nil or cfg.Table is not
-// a valid name; it does not touch the database (run [Migrate] once first).
+// New returns a Store over db. It fails when db is nil or a field of cfg is
+// out of range (cfg.Table not a valid name); the error names the field. It
+// does not touch the database (run [Migrate] once first).
 func New(db DB, cfg Config) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("pgstore: New: db is nil")
@@ -68,8 +86,19 @@ func New(db DB, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: Config.Table: %w", err)
 	}
-	return &Store{db: db, t: t, q: newQueries(t)}, nil
+	if cfg.MaxValueSize < 0 || cfg.MaxValueSize > MaxValueSizeLimit {
+		return nil, fmt.Errorf("pgstore: Config.MaxValueSize %d: must be between 1 and %d", cfg.MaxValueSize, MaxValueSizeLimit)
+	}
+	cfg.Table = t.name
+	cfg.MaxValueSize = cmp.Or(cfg.MaxValueSize, DefaultMaxValueSize)
+	return &Store{db: db, cfg: cfg, t: t, q: newQueries(t)}, nil
 }
+
+// MaxValueSize returns Config.MaxValueSize: the longest value or cause, in
+// bytes, that Complete, Fail and CompleteBatch write, and the longest
+// result that Claim, ClaimBatch and Get read back. It implements idem's
+// ValueLimiter, so that a caller can keep its values within it.
+func (s *Store) MaxValueSize() int { return s.cfg.MaxValueSize }
 
 // Table returns the records table's quoted, possibly schema-qualified name,
 // for use in SQL of one's own.
@@ -168,21 +197,16 @@ func newQueries(t table) queries {
 		RETURNING r.token, r.attempt, r.lease_until, r.expires_at`),
 
 		// $1 key, $2 fingerprint, $3 lease, $4 retention, $5 max attempts
-		// (0: no cap), $6 the cause stored when capped. The new token is
-		// drawn once, for the proposed row; currval reads it back, so
-		// acquired says the row holds this statement's token.
-		claim: t.expand(`INSERT INTO {table} AS r
-			(key, status, token, attempt, fingerprint, lease_until, retention, result, expires_at)
-		VALUES ($1::bytea, 1, nextval('{seq}'), 1, $2::bytea, statement_timestamp() + $3::interval, $4::interval, NULL,
-			statement_timestamp() + $3::interval + $4::interval)
-		` + onConflict("NULLIF($5::int, 0)", "$6::bytea") + `
-		RETURNING r.status, r.token, r.attempt, r.fingerprint = $2::bytea, r.lease_until, r.result, r.expires_at,
-			r.token = currval('{seq}')`),
+		// (0: no cap), $6 the cause stored when capped, $7 the longest
+		// result returned (see cappedResult). The new token is drawn once,
+		// for the proposed row; currval reads it back, so acquired says the
+		// row holds this statement's token.
+		claim: t.expand(fullClaim(cappedResult("$7::int"))),
 
 		// Arrays of one round of ClaimBatch, keys distinct and sorted, with
 		// the tokens the client drew for them: $1 keys, $2 fingerprints, $3
 		// leases, $4 retentions, $5 tokens, $6 max attempts (0: no cap), $7
-		// the cause stored when capped. The plan is a scan of unnest under
+		// the cause stored when capped; $8 the longest result returned. The plan is a scan of unnest under
 		// the insert, with nothing to reorder it: rows are inserted (and
 		// locked) in the arrays' order, which is key order, so two batches
 		// lock the rows they share in the same order and never deadlock.
@@ -198,7 +222,8 @@ func newQueries(t table) queries {
 			AS a(key, fingerprint, lease, retention, token)
 		` + onConflict("(SELECT NULLIF(c.max_attempts, 0) FROM unnest($1::bytea[], $6::int[]) AS c(key, max_attempts) WHERE c.key = excluded.key)",
 			"$7::bytea") + `
-		RETURNING r.key, r.status, r.token, r.attempt, r.fingerprint, r.lease_until, r.result, r.expires_at`),
+		RETURNING r.key, r.status, r.token, r.attempt, r.fingerprint, r.lease_until, ` + cappedResult("$8::int") + `,
+			r.expires_at`),
 
 		// The fencing condition of every holder's call: the claim's token
 		// is current (never 0: the caller checks), the record in progress
@@ -230,8 +255,8 @@ func newQueries(t table) queries {
 		extend: t.expand(`UPDATE {table} SET lease_until = statement_timestamp() + $3::interval,
 			expires_at = greatest(expires_at, statement_timestamp() + $3::interval + retention)
 		WHERE key = $1::bytea AND token = $2::bigint AND status = 1 AND expires_at > statement_timestamp()`),
-		get: t.expand(`SELECT status, token, attempt, fingerprint, lease_until, result, expires_at
-		FROM {table} WHERE key = $1::bytea AND expires_at > statement_timestamp()`),
+		get: t.expand(`SELECT status, token, attempt, fingerprint, lease_until, ` + cappedResult("$2::int") + `, expires_at
+		FROM {table} AS r WHERE key = $1::bytea AND expires_at > statement_timestamp()`),
 		delete: t.expand(`DELETE FROM {table} WHERE key = $1::bytea`),
 
 		// The rows are locked in key order first, by a SELECT … ORDER BY
@@ -260,8 +285,27 @@ func newQueries(t table) queries {
 			ORDER BY expires_at LIMIT $1::int FOR UPDATE SKIP LOCKED)
 		AND expires_at <= statement_timestamp()`),
 	}
-	q.txClaimNew, q.txClaim = q.claimNew+restoreLockTimeout, q.claim+restoreLockTimeout
+	q.txClaimNew, q.txClaim = q.claimNew+restoreLockTimeout, t.expand(fullClaim("r.result"))+restoreLockTimeout
 	return q
+}
+
+// fullClaim is the full claim statement (see queries.claim), returning the
+// record's result as the expression result.
+func fullClaim(result string) string {
+	return `INSERT INTO {table} AS r
+			(key, status, token, attempt, fingerprint, lease_until, retention, result, expires_at)
+		VALUES ($1::bytea, 1, nextval('{seq}'), 1, $2::bytea, statement_timestamp() + $3::interval, $4::interval, NULL,
+			statement_timestamp() + $3::interval + $4::interval)
+		` + onConflict("NULLIF($5::int, 0)", "$6::bytea") + `
+		RETURNING r.status, r.token, r.attempt, r.fingerprint = $2::bytea, r.lease_until, ` + result + `, r.expires_at,
+			r.token = currval('{seq}')`
+}
+
+// cappedResult returns a Store's columns for the result of the record r:
+// the result, NULL when it is longer than limit (a parameter), and its
+// length. The server never sends a result the Store refuses to read.
+func cappedResult(limit string) string {
+	return `CASE WHEN octet_length(r.result) <= ` + limit + ` THEN r.result END, octet_length(r.result)`
 }
 
 // txOutcome is the statement storing a TxGuard outcome of status, and
@@ -329,8 +373,10 @@ var tooManyAttempts = idem.TooManyAttemptsCause()
 // of a key, PostgreSQL's unique index lets one insert and makes the others
 // wait for it and then see its row. A Busy answer's record carries no
 // token: the holder's is the holder's alone.
-// It returns idem.ErrKeyReused for a fingerprint mismatch and an error
-// wrapping idem.ErrStoreUnavailable when the server cannot be reached.
+// It returns idem.ErrKeyReused for a fingerprint mismatch, a
+// *ValueTooLargeError for a stored result longer than Config.MaxValueSize,
+// and an error wrapping idem.ErrStoreUnavailable when the server cannot be
+// reached.
 func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
 	if err := validClaim("Claim", a); err != nil {
 		return idem.Claim{}, err
@@ -346,12 +392,12 @@ func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 		return idem.Claim{}, translate("claim", err)
 	}
 	err = s.db.QueryRow(ctx, s.q.claim, []byte(a.Key), fingerprint(a), micros(a.Lease), micros(a.Retention),
-		maxAttempts(a.MaxAttempts), tooManyAttempts).
-		Scan(&r.status, &r.token, &r.attempt, &r.sameFingerprint, &r.leaseUntil, &r.result, &r.expiresAt, &r.acquired)
+		maxAttempts(a.MaxAttempts), tooManyAttempts, int32(s.cfg.MaxValueSize)).
+		Scan(&r.status, &r.token, &r.attempt, &r.sameFingerprint, &r.leaseUntil, &r.result, &r.resultSize, &r.expiresAt, &r.acquired)
 	if err != nil {
 		return idem.Claim{}, translate("claim", err)
 	}
-	return r.claim(a)
+	return r.cappedClaim(a, s.cfg.MaxValueSize)
 }
 
 // claimRow is the row a claim statement returns.
@@ -362,8 +408,19 @@ type claimRow struct {
 	sameFingerprint bool
 	leaseUntil      pgtype.Timestamptz
 	result          []byte
+	resultSize      pgtype.Int4 // the stored result's length, when the statement returns it
 	expiresAt       time.Time
 	acquired        bool
+}
+
+// cappedClaim is claim for a row whose result a statement of the Store
+// left out when it is longer than limit.
+func (r *claimRow) cappedClaim(a idem.ClaimArgs, limit int) (idem.Claim, error) {
+	c, err := r.claim(a)
+	if err == nil && r.resultSize.Valid && int(r.resultSize.Int32) > limit {
+		return idem.Claim{}, &ValueTooLargeError{Size: int(r.resultSize.Int32), Max: limit, Key: a.Key, Stored: true}
+	}
+	return c, err
 }
 
 // taken completes the row of a statement that returns the record only
@@ -408,7 +465,8 @@ func (r *claimRow) claim(a idem.ClaimArgs) (idem.Claim, error) {
 }
 
 // Complete implements [idem.Store.Complete] with one fenced UPDATE: no row
-// matched means the token is not current, idem.ErrLeaseLost. The record
+// matched means the token is not current, idem.ErrLeaseLost. A value over
+// Config.MaxValueSize gets a *ValueTooLargeError and is not sent. The record
 // expires retention from now, or keeps the expiry its claim set when that
 // is no earlier and at most the rest of the lease later, so that the
 // UPDATE touches no indexed column (see keptExpiry).
@@ -424,6 +482,9 @@ func (s *Store) Fail(ctx context.Context, key string, t idem.Token, cause []byte
 func (s *Store) finish(ctx context.Context, op, key string, t idem.Token, status int16, result []byte, retention time.Duration) error {
 	if retention <= 0 {
 		return fmt.Errorf("pgstore: %s: retention %v must be positive", op, retention)
+	}
+	if len(result) > s.cfg.MaxValueSize {
+		return &ValueTooLargeError{Size: len(result), Max: s.cfg.MaxValueSize}
 	}
 	return s.fenced(ctx, op, t, s.q.finish, []byte(key), int64(t), status, result, micros(retention))
 }
@@ -461,20 +522,25 @@ func (s *Store) fenced(ctx context.Context, op string, t idem.Token, sql string,
 }
 
 // Get implements [idem.Store.Get]: idem.ErrNotFound for a key with no
-// record or an expired one. LeaseUntil is zero on an outcome.
+// record or an expired one, a *ValueTooLargeError for a stored result
+// longer than Config.MaxValueSize. LeaseUntil is zero on an outcome.
 func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 	rec := idem.Record{Key: key}
 	var status int16
 	var token int64
 	var attempt int32
 	var leaseUntil pgtype.Timestamptz
-	err := s.db.QueryRow(ctx, s.q.get, []byte(key)).
-		Scan(&status, &token, &attempt, &rec.Fingerprint, &leaseUntil, &rec.Result, &rec.ExpiresAt)
+	var resultSize pgtype.Int4
+	err := s.db.QueryRow(ctx, s.q.get, []byte(key), int32(s.cfg.MaxValueSize)).
+		Scan(&status, &token, &attempt, &rec.Fingerprint, &leaseUntil, &rec.Result, &resultSize, &rec.ExpiresAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return idem.Record{}, idem.ErrNotFound
 	}
 	if err != nil {
 		return idem.Record{}, translate("get", err)
+	}
+	if resultSize.Valid && int(resultSize.Int32) > s.cfg.MaxValueSize {
+		return idem.Record{}, &ValueTooLargeError{Size: int(resultSize.Int32), Max: s.cfg.MaxValueSize, Key: key, Stored: true}
 	}
 	rec.Status, rec.Token, rec.Attempt = idem.Status(status), idem.Token(token), int(attempt)
 	if leaseUntil.Valid {

@@ -24,7 +24,8 @@ const maxScriptBatch = 128
 // sends one pipeline to each primary concerned, in parallel. Either way,
 // entries for the same key run in order, the second seeing the first.
 //
-// A Claim's Err holds idem.ErrKeyReused or ErrUnknownFormat for its key.
+// A Claim's Err holds idem.ErrKeyReused, ErrUnknownFormat or
+// *ValueTooLargeError for its key.
 // The returned error is ErrInvalidArgs when an entry is out of range
 // (nothing is sent), or wraps idem.ErrStoreUnavailable when no entry got an
 // answer. When only some got one (a primary or a chunk failed), the others
@@ -63,7 +64,7 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 			}
 			continue
 		}
-		c, err := claimReply(args[i], tokens[i], sent, replies[i])
+		c, err := s.claimReply(args[i], tokens[i], sent, replies[i])
 		c.Err = err
 		out[i] = c
 	}
@@ -77,7 +78,7 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 func (s *Store) claimEach(ctx context.Context, args []idem.ClaimArgs, tokens []idem.Token, errs []error) []any {
 	cmds := make([]*evalCmd, len(args))
 	for i, a := range args {
-		cmds[i] = s.eval(ctx, claimScript, resendable, a.Key, claimArgs(a, tokens[i])...)
+		cmds[i] = s.eval(ctx, claimScript, resendable, a.Key, s.claimArgs(a, tokens[i])...)
 	}
 	s.pipeline(ctx, s.client, cmds)
 	replies := make([]any, len(args))
@@ -97,8 +98,9 @@ func (s *Store) claimChunks(ctx context.Context, c *redis.Client, args []idem.Cl
 		for _, ca := range chunk {
 			a = append(a, s.RedisKey(ca.Key))
 		}
+		a = append(a, s.cfg.MaxValueSize)
 		for j, ca := range chunk {
-			a = append(a, claimArgs(ca, tokens[lo+j])...)
+			a = appendClaimArgs(a, ca, tokens[lo+j])
 		}
 		cmds = append(cmds, newEval(ctx, claimBatchScript, resendable, a))
 	}

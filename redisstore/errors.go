@@ -30,14 +30,23 @@ var (
 	ErrNotReplicated = errors.New("redisstore: outcome not acknowledged by enough replicas")
 )
 
-// ValueTooLargeError is returned by Complete, Fail and CompleteBatch for a
-// value (or cause) longer than Config.MaxValueSize. Nothing was written.
+// ValueTooLargeError is returned for a value (or cause) longer than
+// Config.MaxValueSize: by Complete, Fail and CompleteBatch, which then write
+// nothing; and by Claim, ClaimBatch (in the entry's Err) and Get for a
+// record whose stored result is longer, which they refuse to read (another
+// program, or a Store with a larger MaxValueSize, wrote it). Redis does not
+// send such a result: the script leaves it out of its reply.
 type ValueTooLargeError struct {
-	Size int // the value's length in bytes
-	Max  int // Config.MaxValueSize
+	Size   int    // the value's length in bytes
+	Max    int    // Config.MaxValueSize
+	Stored bool   // the value is a stored record's, refused on read
+	Key    string // the store key of that record (Stored only)
 }
 
 func (e *ValueTooLargeError) Error() string {
+	if e.Stored {
+		return fmt.Sprintf("redisstore: the record of key %q holds a result of %d bytes, larger than Config.MaxValueSize (%d)", e.Key, e.Size, e.Max)
+	}
 	return fmt.Sprintf("redisstore: value of %d bytes is larger than Config.MaxValueSize (%d)", e.Size, e.Max)
 }
 

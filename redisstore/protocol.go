@@ -60,8 +60,11 @@ const (
 // knows the record then), or a list {code, value, expiry ms} for a record
 // that was there: code replyAcquired (a takeover, or this very claim resent
 // after a lost reply), replyBusy or replyDuplicate, with the record after
-// the claim. It answers {replyKeyReused} when the fingerprint differs and
-// {replyUnknown, value} for a value this package did not write.
+// the claim. A result longer than the client's MaxValueSize is left out of
+// the value, and its length follows: {code, value, expiry ms, length}. It
+// answers {replyKeyReused} when the fingerprint differs and {replyUnknown,
+// value} for a value this package did not write, cut after the longest
+// header and fingerprint a value of ours has (MAX_HEAD).
 //
 // The holder scripts (Complete, Fail, Release, Extend) answer replyDone,
 // replyLost when the record is not InProgress with the caller's token, or
@@ -102,6 +105,7 @@ var luaConstants = []luaConst{
 	luaInt("FP_LEN", offFpLen+1),
 	luaInt("HEADER_LEN", headerLen),
 	luaInt("FINGERPRINT", headerLen+1),
+	luaInt("MAX_HEAD", headerLen+maxFingerprint),
 
 	luaInt("UNKNOWN", replyUnknown),
 	luaInt("LOST", replyLost),

@@ -27,22 +27,34 @@ local function known(v)
 end
 `
 
+// answerFn is a Lua function that returns the record v of key, whose
+// fingerprint ends at fpEnd, and its expiry ms; a result longer than
+// maxResult is left out of the value, and its length returned third, so
+// that no caller is sent a value over its store's MaxValueSize.
+const answerFn = `
+local function answer(key, v, fpEnd, maxResult)
+  local n = #v - fpEnd
+  if n > tonumber(maxResult) then return string.sub(v, 1, fpEnd), redis.call('PEXPIRETIME', key), n end
+  return v, redis.call('PEXPIRETIME', key)
+end
+`
+
 // claimFn is the claim of one key, a Lua function over the key, the new
 // record nv (InProgress, its token, attempt 1, the retention and the
 // fingerprint; packed by the client), the key's expiry from now in ms
-// (lease plus retention) and the max attempts (0: no cap). It answers as
-// protocol.go says. The common case, a new key, is the first line: it
+// (lease plus retention), the max attempts (0: no cap) and the longest
+// result it may answer (see answerFn). It answers as protocol.go says. The common case, a new key, is the first line: it
 // writes the new record and, when there is one already, answers the old
 // one instead. A claim that finds its own token is this very claim resent
 // by the client after a lost reply: it answers Acquired again. The lease of
 // an InProgress record is live while the key has more than its retention
 // to live. A claim over the cap stores idem's too-many-attempts cause.
-const claimFn = knownFn + `
-local function claim(key, nv, px, cap)
+const claimFn = knownFn + answerFn + `
+local function claim(key, nv, px, cap, maxResult)
   local v = redis.call('SET', key, nv, 'NX', 'PX', px, 'GET')
   if not v then return CREATED end
   local fl = known(v)
-  if not fl then return {UNKNOWN, v} end
+  if not fl then return {UNKNOWN, string.sub(v, 1, MAX_HEAD)} end
   local fpEnd = HEADER_LEN + fl
   if string.sub(v, FINGERPRINT, fpEnd) ~= string.sub(nv, FINGERPRINT) then return {KEY_REUSED} end
   local st = string.byte(v, STATUS)
@@ -54,27 +66,27 @@ local function claim(key, nv, px, cap)
         nv = string.char(FORMAT, FAILED) .. NO_TOKEN .. string.sub(v, ATTEMPT, ATTEMPT_END) ..
           string.sub(nv, RETENTION, RETENTION_END) .. string.sub(v, FP_LEN, fpEnd) .. TOO_MANY_ATTEMPTS
         redis.call('SET', key, nv, 'PX', (struct.unpack('>i8', nv, RETENTION)))
-        return {DUPLICATE, nv, redis.call('PEXPIRETIME', key)}
+        return {DUPLICATE, answer(key, nv, fpEnd, maxResult)}
       end
       nv = string.sub(nv, VERSION, TOKEN_END) .. struct.pack('>I4', att + 1) .. string.sub(nv, RETENTION)
       redis.call('SET', key, nv, 'PX', px)
-      return {ACQUIRED, nv, redis.call('PEXPIRETIME', key)}
+      return {ACQUIRED, answer(key, nv, fpEnd, maxResult)}
     end
-    return {BUSY, v, redis.call('PEXPIRETIME', key)}
+    return {BUSY, answer(key, v, fpEnd, maxResult)}
   end
-  return {st == IN_PROGRESS and ACQUIRED or DUPLICATE, v, redis.call('PEXPIRETIME', key)}
+  return {st == IN_PROGRESS and ACQUIRED or DUPLICATE, answer(key, v, fpEnd, maxResult)}
 end
 `
 
 // claimScript claims KEYS[1] (see claimFn). ARGV: the new record, the
-// expiry ms, the max attempts.
+// expiry ms, the max attempts, the longest result.
 var claimScript = newScript("", claimFn+`
-return claim(KEYS[1], ARGV[1], ARGV[2], ARGV[3])
+return claim(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 `)
 
 // claimBatchScript claims every key of KEYS in order and replies with the
-// list of their claimFn replies. ARGV: for each key its new record,
-// expiry ms and max attempts. It touches several keys, so it serves a
+// list of their claimFn replies. ARGV: the longest result, then for each
+// key its new record, expiry ms and max attempts. It touches several keys, so it serves a
 // client of one server only (standalone or Sentinel); on Cluster, where
 // the keys live in different slots, ClaimBatch pipelines claimScript.
 // Running n claims in one script spares Redis n script calls, most of what
@@ -82,8 +94,8 @@ return claim(KEYS[1], ARGV[1], ARGV[2], ARGV[3])
 var claimBatchScript = newScript("", claimFn+`
 local out = {}
 for i = 1, #KEYS do
-  local a = i * 3 - 2
-  out[i] = claim(KEYS[i], ARGV[a], ARGV[a + 1], ARGV[a + 2])
+  local a = i * 3 - 1
+  out[i] = claim(KEYS[i], ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[1])
 end
 return out
 `)
@@ -124,11 +136,16 @@ var releaseScript = holderScript(`
 var extendScript = holderScript(`
   redis.call('PEXPIRE', KEYS[1], ARGV[2] + struct.unpack('>i8', v, RETENTION))`)
 
-// getScript replies {value, expiry ms}, or {} when there is no record.
-var getScript = newScript("flags=no-writes", `
+// getScript replies {value, expiry ms}, {value without its result,
+// expiry ms, result length} for a result longer than ARGV[1] (see
+// answerFn), the start of a value this package did not write, or {} when
+// there is no record.
+var getScript = newScript("flags=no-writes", knownFn+answerFn+`
 local v = redis.call('GET', KEYS[1])
 if not v then return {} end
-return {v, redis.call('PEXPIRETIME', KEYS[1])}
+local fl = known(v)
+if not fl then return {string.sub(v, 1, MAX_HEAD)} end
+return {answer(KEYS[1], v, HEADER_LEN + fl, ARGV[1])}
 `)
 
 // script is a Lua script and its SHA-1, the name EVALSHA runs it by.

@@ -26,7 +26,11 @@ type Config struct {
 
 	// MaxValueSize is the longest value (Complete) or encoded cause (Fail)
 	// accepted, in bytes; a longer one gets a *ValueTooLargeError and
-	// nothing is written. Default 1 MiB; at most 256 MiB. Redis holds the
+	// nothing is written. It also bounds what is read: a record holding a
+	// longer result (written by another program, or by a Store with a
+	// larger MaxValueSize) is refused by Claim and Get with a
+	// *ValueTooLargeError, and Redis does not send it. Default 1 MiB; at
+	// most 256 MiB. Redis holds the
 	// whole value in memory and sends it to every duplicate: keep outcomes
 	// small and store large payloads elsewhere.
 	MaxValueSize int
@@ -118,6 +122,12 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 // Config returns the Store's configuration with the defaults filled in.
 func (s *Store) Config() Config { return s.cfg }
 
+// MaxValueSize returns Config.MaxValueSize: the longest value or cause, in
+// bytes, that Complete, Fail and CompleteBatch write, and the longest
+// result that Claim, ClaimBatch and Get read back. It implements idem's
+// ValueLimiter, so that a caller can keep its values within it.
+func (s *Store) MaxValueSize() int { return s.cfg.MaxValueSize }
+
 // RedisKey returns the Redis key that holds the record of the store key:
 // Config.Prefix, then the key in unpadded base64url between braces. The
 // braces make the encoded key the Redis Cluster hash tag, so each record is
@@ -143,7 +153,8 @@ func (s *Store) RedisKey(key string) string {
 // Errors: idem.ErrKeyReused; ErrInvalidArgs for a lease or retention that
 // is not positive or longer than 100 years or a fingerprint over 65535
 // bytes; ErrUnknownFormat when the key holds a value this package did not
-// write; any other failure wraps idem.ErrStoreUnavailable.
+// write; *ValueTooLargeError when it holds a result longer than
+// Config.MaxValueSize; any other failure wraps idem.ErrStoreUnavailable.
 func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
 	if err := checkClaim("Claim", a); err != nil {
 		return idem.Claim{}, err
@@ -154,11 +165,11 @@ func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 // claim claims a with the token t.
 func (s *Store) claim(ctx context.Context, a idem.ClaimArgs, t idem.Token) (idem.Claim, error) {
 	sent := time.Now()
-	reply, err := s.run(ctx, s.eval(ctx, claimScript, resendable, a.Key, claimArgs(a, t)...))
+	reply, err := s.run(ctx, s.eval(ctx, claimScript, resendable, a.Key, s.claimArgs(a, t)...))
 	if err != nil {
 		return idem.Claim{}, unavailable("Claim", err)
 	}
-	return claimReply(a, t, sent, reply)
+	return s.claimReply(a, t, sent, reply)
 }
 
 func checkClaim(op string, a idem.ClaimArgs) error {
@@ -190,23 +201,29 @@ func newToken() idem.Token {
 	}
 }
 
-// claimArgs returns the claim script's arguments for a and the token t:
-// the new record (version, InProgress, t, attempt 1, retention, the
-// fingerprint), packed here so that the script of a new key only writes
-// it; the key's expiry from now in ms, lease plus retention; the cap.
-func claimArgs(a idem.ClaimArgs, t idem.Token) []any {
+// appendClaimArgs appends to dst the claim script's arguments for a and
+// the token t: the new record (version, InProgress, t, attempt 1,
+// retention, the fingerprint), packed here so that the script of a new key
+// only writes it; the key's expiry from now in ms, lease plus retention;
+// the cap.
+func appendClaimArgs(dst []any, a idem.ClaimArgs, t idem.Token) []any {
 	nv := make([]byte, 0, headerLen+len(a.Fingerprint))
 	nv = append(nv, formatV2, byte(idem.StatusInProgress))
 	nv = binary.BigEndian.AppendUint32(appendToken(nv, t), 1)
 	nv = binary.BigEndian.AppendUint64(nv, uint64(millis(a.Retention)))
 	nv = binary.BigEndian.AppendUint16(nv, uint16(len(a.Fingerprint)))
 	nv = append(nv, a.Fingerprint...)
-	return []any{nv, millis(a.Lease) + millis(a.Retention), max(a.MaxAttempts, 0)}
+	return append(dst, nv, millis(a.Lease)+millis(a.Retention), max(a.MaxAttempts, 0))
+}
+
+// claimArgs returns the arguments of claimScript for a and the token t.
+func (s *Store) claimArgs(a idem.ClaimArgs, t idem.Token) []any {
+	return append(appendClaimArgs(make([]any, 0, 4), a, t), s.cfg.MaxValueSize)
 }
 
 // claimReply turns the reply of the claim of a with token t, sent at
 // sent, into a Claim.
-func claimReply(a idem.ClaimArgs, t idem.Token, sent time.Time, reply any) (idem.Claim, error) {
+func (s *Store) claimReply(a idem.ClaimArgs, t idem.Token, sent time.Time, reply any) (idem.Claim, error) {
 	if n, ok := reply.(int64); ok && n == replyCreated {
 		// The script created the record from the claim's own arguments
 		// and said no more. The lease started when Redis ran it, between
@@ -247,12 +264,7 @@ func claimReply(a idem.ClaimArgs, t idem.Token, sent time.Time, reply any) (idem
 	if len(r) < 2 {
 		return idem.Claim{}, badReply("Claim", reply)
 	}
-	v, _ := r[1].(string)
-	var expires int64
-	if len(r) > 2 {
-		expires, _ = r[2].(int64)
-	}
-	rec, err := decodeRecord(a.Key, v, expires)
+	rec, err := s.recordReply(a.Key, r[1:])
 	if err != nil {
 		return idem.Claim{}, err
 	}
@@ -393,10 +405,11 @@ func holderReply(op string, reply any) error {
 }
 
 // Get implements [idem.Store.Get] with one EVALSHA, which reads the value
-// and its expiry together. Errors: idem.ErrNotFound; ErrUnknownFormat; any
-// other failure wraps idem.ErrStoreUnavailable.
+// and its expiry together. Errors: idem.ErrNotFound; ErrUnknownFormat;
+// *ValueTooLargeError as for Claim; any other failure wraps
+// idem.ErrStoreUnavailable.
 func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
-	reply, err := s.run(ctx, s.eval(ctx, getScript, resendable, key))
+	reply, err := s.run(ctx, s.eval(ctx, getScript, resendable, key, s.cfg.MaxValueSize))
 	if err != nil {
 		if errors.Is(err, redis.Nil) {
 			return idem.Record{}, idem.ErrNotFound
@@ -410,12 +423,24 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 	if len(r) == 0 {
 		return idem.Record{}, idem.ErrNotFound
 	}
+	return s.recordReply(key, r)
+}
+
+// recordReply decodes the record of key from a script's reply r: its value
+// and, when known, its expiry ms, and after them the length of a result
+// longer than Config.MaxValueSize that the script left out of the value.
+func (s *Store) recordReply(key string, r []any) (idem.Record, error) {
 	v, _ := r[0].(string)
 	var expires int64
 	if len(r) > 1 {
 		expires, _ = r[1].(int64)
 	}
-	return decodeRecord(key, v, expires)
+	rec, err := decodeRecord(key, v, expires)
+	if err == nil && len(r) > 2 {
+		size, _ := r[2].(int64)
+		return idem.Record{}, &ValueTooLargeError{Size: int(size), Max: s.cfg.MaxValueSize, Key: key, Stored: true}
+	}
+	return rec, err
 }
 
 // Delete implements [idem.Store.Delete] with one DEL. Errors: any failure

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -41,30 +42,40 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 	if len(args) == 0 {
 		return out, nil
 	}
-	var replies []any // one claim reply per entry, or nil where errs has the error
-	errs := make([]error, len(args))
 	tokens := make([]idem.Token, len(args))
 	for i := range tokens {
 		tokens[i] = newToken()
 	}
-	sent := time.Now()
-	if c, ok := s.client.(*redis.Client); ok {
-		replies = s.claimChunks(ctx, c, args, tokens, errs)
+	_, oneServer := s.client.(*redis.Client)
+	var cmds []*evalCmd
+	if oneServer {
+		cmds = s.chunkCmds(ctx, args, tokens)
 	} else {
-		replies = s.claimEach(ctx, args, tokens, errs)
+		cmds = s.eachCmds(ctx, args, tokens)
+	}
+	sent := time.Now()
+	r, err := await(ctx, func() batchReplies {
+		s.pipeline(ctx, s.client, cmds)
+		if oneServer {
+			return chunkReplies(cmds, len(args))
+		}
+		return eachReplies(cmds)
+	})
+	if err != nil {
+		return nil, unavailable(ctx, "ClaimBatch", err)
 	}
 	var failed int
 	var first error
-	for i, err := range errs {
+	for i, err := range r.errs {
 		if err != nil {
 			failed++
-			out[i].Err = unavailable("ClaimBatch", err)
+			out[i].Err = unavailable(ctx, "ClaimBatch", err)
 			if first == nil {
 				first = out[i].Err
 			}
 			continue
 		}
-		c, err := s.claimReply(args[i], tokens[i], sent, replies[i])
+		c, err := s.claimReply(args[i], tokens[i], sent, r.replies[i])
 		c.Err = err
 		out[i] = c
 	}
@@ -74,22 +85,33 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 	return out, nil
 }
 
-// claimEach pipelines one claim script per entry.
-func (s *Store) claimEach(ctx context.Context, args []idem.ClaimArgs, tokens []idem.Token, errs []error) []any {
+// batchReplies are the answers to a batch: for each entry its reply, or
+// nil where errs holds its error.
+type batchReplies struct {
+	replies []any
+	errs    []error
+}
+
+// eachCmds returns one claim script per entry.
+func (s *Store) eachCmds(ctx context.Context, args []idem.ClaimArgs, tokens []idem.Token) []*evalCmd {
 	cmds := make([]*evalCmd, len(args))
 	for i, a := range args {
 		cmds[i] = s.eval(ctx, claimScript, resendable, a.Key, s.claimArgs(a, tokens[i])...)
 	}
-	s.pipeline(ctx, s.client, cmds)
-	replies := make([]any, len(args))
-	for i, cmd := range cmds {
-		replies[i], errs[i] = cmd.Val(), cmd.Err()
-	}
-	return replies
+	return cmds
 }
 
-// claimChunks pipelines one claim batch script per maxScriptBatch entries.
-func (s *Store) claimChunks(ctx context.Context, c *redis.Client, args []idem.ClaimArgs, tokens []idem.Token, errs []error) []any {
+// eachReplies returns the answers of the sent eachCmds.
+func eachReplies(cmds []*evalCmd) batchReplies {
+	r := batchReplies{replies: make([]any, len(cmds)), errs: make([]error, len(cmds))}
+	for i, cmd := range cmds {
+		r.replies[i], r.errs[i] = cmd.Val(), cmd.Err()
+	}
+	return r
+}
+
+// chunkCmds returns one claim batch script per maxScriptBatch entries.
+func (s *Store) chunkCmds(ctx context.Context, args []idem.ClaimArgs, tokens []idem.Token) []*evalCmd {
 	var cmds []*evalCmd
 	for lo := 0; lo < len(args); lo += maxScriptBatch {
 		chunk := args[lo:min(lo+maxScriptBatch, len(args))]
@@ -104,25 +126,30 @@ func (s *Store) claimChunks(ctx context.Context, c *redis.Client, args []idem.Cl
 		}
 		cmds = append(cmds, newEval(ctx, claimBatchScript, resendable, a))
 	}
-	s.pipeline(ctx, c, cmds)
-	replies := make([]any, len(args))
+	return cmds
+}
+
+// chunkReplies returns the answers of the n entries of the sent
+// chunkCmds.
+func chunkReplies(cmds []*evalCmd, n int) batchReplies {
+	r := batchReplies{replies: make([]any, n), errs: make([]error, n)}
 	for k, cmd := range cmds {
 		lo := k * maxScriptBatch
-		n := min(maxScriptBatch, len(args)-lo)
-		r, _ := cmd.Val().([]any)
+		size := min(maxScriptBatch, n-lo)
+		list, _ := cmd.Val().([]any)
 		err := cmd.Err()
-		if err == nil && len(r) != n {
+		if err == nil && len(list) != size {
 			err = badReply("ClaimBatch", cmd.Val())
 		}
-		for j := range n {
+		for j := range size {
 			if err != nil {
-				errs[lo+j] = err
+				r.errs[lo+j] = err
 				continue
 			}
-			replies[lo+j] = r[j]
+			r.replies[lo+j] = list[j]
 		}
 	}
-	return replies
+	return r
 }
 
 // CompleteBatch implements [idem.BatchCompleter]: the Complete scripts of
@@ -154,41 +181,65 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]erro
 	if len(cmds) == 0 {
 		return errs, nil
 	}
+	keys := make([]string, len(cmds))
+	for j, i := range idx {
+		keys[j] = cs[i].Key
+	}
+	r, err := await(ctx, func() completions { return s.completeAll(ctx, cmds, keys) })
+	if err != nil {
+		return nil, unavailable(ctx, "CompleteBatch", err)
+	}
+	if r.unanswered == len(cmds) {
+		return nil, r.first
+	}
+	for j, verdict := range r.verdicts {
+		errs[idx[j]] = verdict
+	}
+	return errs, nil
+}
+
+// completions are the answers to the Complete scripts of a batch: each
+// one's verdict, how many got no answer, and the first of those errors.
+type completions struct {
+	verdicts   []error
+	unanswered int
+	first      error
+}
+
+// completeAll sends cmds, the Complete scripts of the records of keys, and
+// returns each one's verdict: nil, idem.ErrLeaseLost, ErrUnknownFormat,
+// ErrNotReplicated, or, when it got no answer, its error wrapping
+// idem.ErrStoreUnavailable.
+func (s *Store) completeAll(ctx context.Context, cmds []*evalCmd, keys []string) completions {
+	r := completions{verdicts: make([]error, len(cmds))}
 	var waitErrs []error // per cmds[j]: the WAIT's verdict on its primary
 	if s.cfg.WaitReplicas == 0 {
 		s.pipeline(ctx, s.client, cmds)
 	} else {
 		var err error
-		if waitErrs, err = s.completeAndWait(ctx, cmds, idx, cs); err != nil {
-			return nil, err
+		if waitErrs, err = s.completeAndWait(ctx, cmds, keys); err != nil {
+			return completions{unanswered: len(cmds), first: err}
 		}
 	}
-	var failed int
-	var first error
 	for j, cmd := range cmds {
-		i := idx[j]
 		if err := cmd.Err(); err != nil {
-			failed++
-			errs[i] = unavailable("CompleteBatch", err)
-			if first == nil {
-				first = errs[i]
-			}
+			r.verdicts[j] = unavailable(ctx, "CompleteBatch", err)
+			r.unanswered++
+			r.first = cmp.Or(r.first, r.verdicts[j])
 			continue
 		}
-		errs[i] = holderReply("CompleteBatch", cmd.Val())
-		if errs[i] == nil && waitErrs != nil {
-			errs[i] = waitErrs[j]
+		r.verdicts[j] = holderReply("CompleteBatch", cmd.Val())
+		if r.verdicts[j] == nil && waitErrs != nil {
+			r.verdicts[j] = waitErrs[j]
 		}
 	}
-	if failed == len(cmds) {
-		return nil, first
-	}
-	return errs, nil
+	return r
 }
 
-// completeAndWait runs cmds grouped by primary, each group in one pipeline
-// that ends with WAIT, and returns the WAIT's verdict for each command.
-func (s *Store) completeAndWait(ctx context.Context, cmds []*evalCmd, idx []int, cs []idem.Completion) ([]error, error) {
+// completeAndWait runs cmds, the writes of the records of keys, grouped by
+// primary, each group in one pipeline that ends with WAIT, and returns the
+// WAIT's verdict for each command.
+func (s *Store) completeAndWait(ctx context.Context, cmds []*evalCmd, keys []string) ([]error, error) {
 	type group struct {
 		node *redis.Client
 		js   []int
@@ -196,9 +247,9 @@ func (s *Store) completeAndWait(ctx context.Context, cmds []*evalCmd, idx []int,
 	var groups []*group
 	byNode := map[*redis.Client]*group{}
 	for j := range cmds {
-		node, err := s.primary(ctx, cs[idx[j]].Key)
+		node, err := s.primary(ctx, keys[j])
 		if err != nil {
-			return nil, unavailable("CompleteBatch", err)
+			return nil, unavailable(ctx, "CompleteBatch", err)
 		}
 		g := byNode[node]
 		if g == nil {
@@ -215,7 +266,7 @@ func (s *Store) completeAndWait(ctx context.Context, cmds []*evalCmd, idx []int,
 			part[k] = cmds[j]
 		}
 		acked, err := s.pipelineAndWait(ctx, g.node, part)
-		verdict := s.replicated("CompleteBatch", acked, err)
+		verdict := s.replicated(ctx, "CompleteBatch", acked, err)
 		for k, j := range g.js {
 			cmds[j] = part[k] // an EVAL re-run replaces its EVALSHA
 			verdicts[j] = verdict

@@ -9,7 +9,41 @@ import (
 
 // How commands reach Redis: every script runs by EVALSHA, one command at a
 // time (run) or several in one pipeline (pipeline, pipelineAndWait), and a
-// NOSCRIPT reply is answered by sending the script itself with EVAL.
+// NOSCRIPT reply is answered by sending the script itself with EVAL. Every
+// exchange with the server runs under await, so that a call returns when
+// its context ends, whatever the client's options.
+
+// await runs send, which exchanges commands with the server, and returns
+// what it returns; or, as soon as ctx ends, ctx's error. go-redis notices
+// neither a cancelled context nor (unless ContextTimeoutEnabled is set) a
+// deadline while it waits for a server that does not answer: so send runs
+// on a goroutine of its own, and a send that ctx left behind goes on until
+// the client's own timeouts (ReadTimeout, WriteTimeout, which New requires
+// to be finite) or the server end it; what it returns then is dropped.
+// send must not touch memory the caller uses once await has returned: it
+// gets commands built beforehand, and returns its results.
+func await[T any](ctx context.Context, send func() T) (T, error) {
+	var zero T
+	if ctx.Done() == nil { // never ends: nothing to return early for
+		return send(), nil
+	}
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	done := make(chan T, 1)
+	go func() { done <- send() }()
+	select {
+	case v := <-done:
+		return v, nil
+	case <-ctx.Done():
+		select {
+		case v := <-done: // it did finish: its answer is the truth
+			return v, nil
+		default:
+			return zero, ctx.Err()
+		}
+	}
+}
 
 // delivery says whether go-redis may send a command again after a network
 // error, when it cannot know whether the command ran.
@@ -62,19 +96,29 @@ func (c *evalCmd) asEval(ctx context.Context) *evalCmd {
 }
 
 // run sends c, and its EVAL when the server answers NOSCRIPT, and returns
-// the reply.
+// the reply, under await.
 func (s *Store) run(ctx context.Context, c *evalCmd) (any, error) {
-	err := s.client.Process(ctx, c)
-	if isNoScript(err) {
-		c = c.asEval(ctx)
-		err = s.client.Process(ctx, c)
+	type answer struct {
+		reply any
+		err   error
 	}
-	return c.Val(), err
+	a, err := await(ctx, func() answer {
+		err := s.client.Process(ctx, c)
+		if isNoScript(err) {
+			c = c.asEval(ctx)
+			err = s.client.Process(ctx, c)
+		}
+		return answer{c.Val(), err}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return a.reply, a.err
 }
 
 // pipeline sends cmds in one pipeline on c, then sends again as EVAL, in
 // order, those that met NOSCRIPT (they did not run), replacing them in
-// cmds. Each command keeps its own error.
+// cmds. Each command keeps its own error. The caller runs it under await.
 func (s *Store) pipeline(ctx context.Context, c redis.Cmdable, cmds []*evalCmd) {
 	s.pipelineThen(ctx, c, cmds, nil)
 }
@@ -126,7 +170,8 @@ func (s *Store) pipelineThen(ctx context.Context, c redis.Cmdable, cmds []*evalC
 }
 
 // primary returns the client of the primary that holds key's record, for
-// a WAIT on the connection that wrote it. New admits only the two client
+// a WAIT on the connection that wrote it (under await: a Cluster client may
+// ask a node). New admits only the two client
 // types handled here when WaitReplicas is set.
 func (s *Store) primary(ctx context.Context, key string) (*redis.Client, error) {
 	switch c := s.client.(type) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -50,12 +51,21 @@ func (e *ValueTooLargeError) Error() string {
 	return fmt.Sprintf("redisstore: value of %d bytes is larger than Config.MaxValueSize (%d)", e.Size, e.Max)
 }
 
-// unavailable translates an error of the Redis client into one wrapping
-// idem.ErrStoreUnavailable. Standard-library causes (context, network, EOF)
-// stay in the chain for errors.Is; go-redis's own error values and the
-// server's error replies keep only their text, so no go-redis type leaks
-// through the idem API.
-func unavailable(op string, err error) error {
+// unavailable translates an error of the Redis client, in a call under
+// ctx, into one wrapping idem.ErrStoreUnavailable. Standard-library causes
+// (context, network, EOF) stay in the chain for errors.Is; go-redis's own
+// error values and the server's error replies keep only their text, so no
+// go-redis type leaks through the idem API. When ctx has ended its error
+// joins the chain: a client with ContextTimeoutEnabled reports the
+// context's deadline as its socket's i/o timeout.
+func unavailable(ctx context.Context, op string, err error) error {
+	cerr := ctx.Err()
+	if d, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(d) {
+		cerr = context.DeadlineExceeded // passed, though the context's timer has not fired yet
+	}
+	if cerr != nil && !errors.Is(err, cerr) {
+		err = fmt.Errorf("%w: %w", cerr, err)
+	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return fmt.Errorf("redisstore: %s: %w: %w", op, idem.ErrStoreUnavailable, err)

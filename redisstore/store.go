@@ -68,8 +68,11 @@ const maxDuration = 100 * 365 * 24 * time.Hour
 // Redis server's clock for every time. It works with any
 // redis.UniversalClient: standalone, Sentinel or Cluster.
 //
-// A Store holds no goroutine and no connection of its own; the client
-// belongs to the caller, who closes it. It is safe for concurrent use.
+// A Store holds no connection of its own, and no goroutine beyond a call:
+// a call whose context ends before Redis answered returns at once, and the
+// exchange it leaves behind ends on its own goroutine within the client's
+// timeouts (see New). The client belongs to the caller, who closes it. A
+// Store is safe for concurrent use.
 type Store struct {
 	client redis.UniversalClient
 	cfg    Config
@@ -82,12 +85,21 @@ var (
 )
 
 // New returns a Store over client. It fails when client is nil or a Config
-// field is out of range; the error names the field. It does not contact
-// Redis: an unreachable server shows in the first call, as
-// idem.ErrStoreUnavailable.
+// field is out of range; the error names the field. It also refuses a
+// client (*redis.Client, *redis.ClusterClient or *redis.Ring) whose
+// ReadTimeout or WriteTimeout lets a command wait for the server forever
+// (-1, -2): every call returns when its context ends, leaving the command
+// it sent to the client, which must give up on a server that does not
+// answer. It does not contact Redis: an unreachable server shows in the
+// first call, as idem.ErrStoreUnavailable.
 func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: New: client is nil")
+	}
+	if unbounded := unboundedTimeouts(client); unbounded != "" {
+		return nil, fmt.Errorf("redisstore: New: the client's %s lets a command wait for the server forever: "+
+			"set it positive (or 0, go-redis's default); a call whose context ends returns at once and leaves its command "+
+			"to the client, which must give up on a server that does not answer", unbounded)
 	}
 	switch {
 	case strings.ContainsAny(cfg.Prefix, "{}"):
@@ -117,6 +129,38 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 		}
 	}
 	return &Store{client: client, cfg: cfg}, nil
+}
+
+// unboundedTimeouts names the client's socket timeouts that never end a
+// wait ("ReadTimeout", "WriteTimeout", both, or "" for none), for the
+// client types whose options it can read.
+func unboundedTimeouts(client redis.UniversalClient) string {
+	var read, write time.Duration
+	// go-redis normalizes the options of a Client and of a ClusterClient
+	// when it builds one: 0 is then "no timeout" (-1 given) and -1 "no
+	// deadline" (-2 given). A Ring keeps the values as given, 0 meaning
+	// the default.
+	bounded := func(d time.Duration) bool { return d > 0 }
+	switch c := client.(type) {
+	case *redis.Client:
+		read, write = c.Options().ReadTimeout, c.Options().WriteTimeout
+	case *redis.ClusterClient:
+		read, write = c.Options().ReadTimeout, c.Options().WriteTimeout
+	case *redis.Ring:
+		read, write = c.Options().ReadTimeout, c.Options().WriteTimeout
+		bounded = func(d time.Duration) bool { return d >= 0 }
+	default:
+		return ""
+	}
+	switch {
+	case !bounded(read) && !bounded(write):
+		return "ReadTimeout and WriteTimeout"
+	case !bounded(read):
+		return "ReadTimeout"
+	case !bounded(write):
+		return "WriteTimeout"
+	}
+	return ""
 }
 
 // Config returns the Store's configuration with the defaults filled in.
@@ -167,7 +211,7 @@ func (s *Store) claim(ctx context.Context, a idem.ClaimArgs, t idem.Token) (idem
 	sent := time.Now()
 	reply, err := s.run(ctx, s.eval(ctx, claimScript, resendable, a.Key, s.claimArgs(a, t)...))
 	if err != nil {
-		return idem.Claim{}, unavailable("Claim", err)
+		return idem.Claim{}, unavailable(ctx, "Claim", err)
 	}
 	return s.claimReply(a, t, sent, reply)
 }
@@ -325,29 +369,35 @@ func (s *Store) finish(ctx context.Context, op, key string, t idem.Token, status
 	if s.cfg.WaitReplicas == 0 {
 		reply, err := s.run(ctx, cmd)
 		if err != nil {
-			return unavailable(op, err)
+			return unavailable(ctx, op, err)
 		}
 		return holderReply(op, reply)
 	}
-	node, err := s.primary(ctx, key)
+	verdict, err := await(ctx, func() error {
+		node, err := s.primary(ctx, key)
+		if err != nil {
+			return unavailable(ctx, op, err)
+		}
+		cmds := []*evalCmd{cmd}
+		acked, werr := s.pipelineAndWait(ctx, node, cmds)
+		if err := cmds[0].Err(); err != nil {
+			return unavailable(ctx, op, err)
+		}
+		if err := holderReply(op, cmds[0].Val()); err != nil {
+			return err
+		}
+		return s.replicated(ctx, op, acked, werr)
+	})
 	if err != nil {
-		return unavailable(op, err)
+		return unavailable(ctx, op, err)
 	}
-	cmds := []*evalCmd{cmd}
-	acked, werr := s.pipelineAndWait(ctx, node, cmds)
-	if err := cmds[0].Err(); err != nil {
-		return unavailable(op, err)
-	}
-	if err := holderReply(op, cmds[0].Val()); err != nil {
-		return err
-	}
-	return s.replicated(op, acked, werr)
+	return verdict
 }
 
 // replicated checks the WAIT that followed an outcome write.
-func (s *Store) replicated(op string, acked int64, err error) error {
+func (s *Store) replicated(ctx context.Context, op string, acked int64, err error) error {
 	if err != nil {
-		return fmt.Errorf("%w (WAIT failed: %w)", ErrNotReplicated, unavailable(op, err))
+		return fmt.Errorf("%w (WAIT failed: %w)", ErrNotReplicated, unavailable(ctx, op, err))
 	}
 	if acked < int64(s.cfg.WaitReplicas) {
 		return fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, acked, s.cfg.WaitReplicas, s.cfg.WaitTimeout)
@@ -366,7 +416,7 @@ func (s *Store) Release(ctx context.Context, key string, t idem.Token) error {
 	}
 	reply, err := s.run(ctx, s.eval(ctx, releaseScript, atMostOnce, key, holderPrefix(t)))
 	if err != nil {
-		return unavailable("Release", err)
+		return unavailable(ctx, "Release", err)
 	}
 	return holderReply("Release", reply)
 }
@@ -385,7 +435,7 @@ func (s *Store) Extend(ctx context.Context, key string, t idem.Token, lease time
 	}
 	reply, err := s.run(ctx, s.eval(ctx, extendScript, resendable, key, holderPrefix(t), millis(lease)))
 	if err != nil {
-		return unavailable("Extend", err)
+		return unavailable(ctx, "Extend", err)
 	}
 	return holderReply("Extend", reply)
 }
@@ -414,7 +464,7 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 		if errors.Is(err, redis.Nil) {
 			return idem.Record{}, idem.ErrNotFound
 		}
-		return idem.Record{}, unavailable("Get", err)
+		return idem.Record{}, unavailable(ctx, "Get", err)
 	}
 	r, ok := reply.([]any)
 	if !ok {
@@ -446,8 +496,10 @@ func (s *Store) recordReply(key string, r []any) (idem.Record, error) {
 // Delete implements [idem.Store.Delete] with one DEL. Errors: any failure
 // wraps idem.ErrStoreUnavailable.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	if err := s.client.Del(ctx, s.RedisKey(key)).Err(); err != nil {
-		return unavailable("Delete", err)
+	rkey := s.RedisKey(key)
+	delErr, err := await(ctx, func() error { return s.client.Del(ctx, rkey).Err() })
+	if err = cmp.Or(err, delErr); err != nil {
+		return unavailable(ctx, "Delete", err)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package memstore_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"runtime"
 	"strings"
 	"testing"
@@ -16,6 +17,9 @@ import (
 
 func newStore(t *testing.T, cfg memstore.Config) *memstore.Store {
 	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	s, err := memstore.New(cfg)
 	if err != nil {
 		t.Fatal(err)

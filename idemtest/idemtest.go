@@ -586,12 +586,9 @@ func keysNeverCollide(t *testing.T, e *env) {
 	}
 }
 
-// valueLimiter is a store that says how long a value it takes.
-type valueLimiter interface{ MaxValueSize() int }
-
 func largeValue(t *testing.T, e *env) {
 	n := 1 << 20
-	if l, ok := e.s.(valueLimiter); ok {
+	if l, ok := e.s.(idem.ValueLimiter); ok {
 		n = min(n, l.MaxValueSize())
 	}
 	value := make([]byte, n)
@@ -607,11 +604,12 @@ func largeValue(t *testing.T, e *env) {
 	}
 }
 
-// valueOverLimit holds a store that states its value limit to it: a value
-// or cause one byte longer is refused and changes nothing, one of exactly
+// valueOverLimit holds a store that states its value limit to it
+// (idem.ValueLimiter): a value or cause one byte longer is refused with an
+// error wrapping idem.ErrValueTooLarge and changes nothing, one of exactly
 // the limit is stored and read back.
 func valueOverLimit(t *testing.T, e *env) {
-	l, ok := e.s.(valueLimiter)
+	l, ok := e.s.(idem.ValueLimiter)
 	if !ok {
 		t.Skip("the store does not state a value limit (MaxValueSize)")
 	}
@@ -629,14 +627,17 @@ func valueOverLimit(t *testing.T, e *env) {
 		"Complete": e.s.Complete(cx, a.Key, c.Token, over, time.Minute),
 		"Fail":     e.s.Fail(cx, a.Key, c.Token, over, time.Minute),
 	} {
-		if err == nil || errors.Is(err, idem.ErrLeaseLost) {
-			t.Fatalf("%s with %d bytes, over MaxValueSize %d: error %v, want a refusal", what, len(over), limit, err)
+		if !errors.Is(err, idem.ErrValueTooLarge) {
+			t.Fatalf("%s with %d bytes, over MaxValueSize %d: error %v, want one wrapping idem.ErrValueTooLarge", what, len(over), limit, err)
 		}
 	}
 	if bc, ok := e.s.(idem.BatchCompleter); ok {
 		errs, err := bc.CompleteBatch(cx, []idem.Completion{{Key: a.Key, Token: c.Token, Value: over, Retention: time.Minute}})
-		if err == nil && (len(errs) != 1 || errs[0] == nil || errors.Is(errs[0], idem.ErrLeaseLost)) {
-			t.Fatalf("CompleteBatch with %d bytes, over MaxValueSize %d: %v, want a refusal", len(over), limit, errs)
+		if err == nil && (len(errs) != 1 || !errors.Is(errs[0], idem.ErrValueTooLarge)) {
+			t.Fatalf("CompleteBatch with %d bytes, over MaxValueSize %d: %v, want a refusal wrapping idem.ErrValueTooLarge", len(over), limit, errs)
+		}
+		if err != nil && !errors.Is(err, idem.ErrValueTooLarge) {
+			t.Fatalf("CompleteBatch with %d bytes, over MaxValueSize %d: %v, want an error wrapping idem.ErrValueTooLarge", len(over), limit, err)
 		}
 	}
 	if after := e.get("k"); !sameRecord(before, after) {

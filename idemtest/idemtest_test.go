@@ -3,6 +3,7 @@ package idemtest_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -102,7 +103,7 @@ type limited struct {
 	buggy bool
 }
 
-var errStoredTooLarge = errors.New("stored value over the limit")
+var errStoredTooLarge = fmt.Errorf("stored value over the limit: %w", idem.ErrValueTooLarge)
 
 func (l limited) MaxValueSize() int { return l.max }
 

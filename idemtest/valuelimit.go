@@ -14,12 +14,13 @@ import (
 // writer's MaxValueSize is larger than the reader's. The writer stores a
 // Completed and a Failed record whose value is longer than the reader's
 // limit; the reader's Claim, Get and (when it has one) ClaimBatch of each
-// must fail, each error passing isTooLarge(err, key, size), the store's
-// own check of its typed error; the writer still reads both whole.
+// must fail with an error wrapping idem.ErrValueTooLarge that passes
+// isTooLarge(err, key, size), the store's own check of its typed error;
+// the writer still reads both whole.
 func RunStoredValueOverLimit(t *testing.T, writer, reader idem.Store, isTooLarge func(err error, key string, size int) bool) {
 	t.Helper()
-	w, wok := writer.(valueLimiter)
-	r, rok := reader.(valueLimiter)
+	w, wok := writer.(idem.ValueLimiter)
+	r, rok := reader.(idem.ValueLimiter)
 	if !wok || !rok || w.MaxValueSize() <= r.MaxValueSize() {
 		t.Fatalf("RunStoredValueOverLimit needs stores with MaxValueSize, the writer's larger than the reader's")
 	}
@@ -31,7 +32,7 @@ func RunStoredValueOverLimit(t *testing.T, writer, reader idem.Store, isTooLarge
 		a, _ := e.finish(k, o.fail, value)
 		check := func(op string, err error) {
 			t.Helper()
-			if err == nil || errors.Is(err, idem.ErrKeyReused) || !isTooLarge(err, a.Key, size) {
+			if !errors.Is(err, idem.ErrValueTooLarge) || !isTooLarge(err, a.Key, size) {
 				t.Errorf("%s: %s of a record holding %d bytes, over the reader's MaxValueSize %d: %v, want its refusal",
 					k, op, size, r.MaxValueSize(), err)
 			}

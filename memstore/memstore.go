@@ -35,6 +35,10 @@ func (e *ValueTooLargeError) Error() string {
 	return fmt.Sprintf("memstore: value of %d bytes is larger than Config.MaxValueSize (%d)", e.Size, e.Max)
 }
 
+// Unwrap returns idem.ErrValueTooLarge, which the Guard and the adapters
+// look for: the outcome cannot be kept (or, read back, replayed).
+func (e *ValueTooLargeError) Unwrap() error { return idem.ErrValueTooLarge }
+
 // Config configures a [Store]. The zero value means every default.
 type Config struct {
 	// MaxEntries caps the records held. A new key beyond it evicts a

@@ -90,6 +90,10 @@ func (e *ValueTooLargeError) Error() string {
 	return fmt.Sprintf("pgstore: value of %d bytes is larger than Config.MaxValueSize (%d)", e.Size, e.Max)
 }
 
+// Unwrap returns idem.ErrValueTooLarge, which the Guard and the adapters
+// look for: the outcome cannot be kept (or, read back, replayed).
+func (e *ValueTooLargeError) Unwrap() error { return idem.ErrValueTooLarge }
+
 func isValueTooLarge(err error) bool {
 	_, ok := errors.AsType[*ValueTooLargeError](err)
 	return ok

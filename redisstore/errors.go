@@ -51,6 +51,10 @@ func (e *ValueTooLargeError) Error() string {
 	return fmt.Sprintf("redisstore: value of %d bytes is larger than Config.MaxValueSize (%d)", e.Size, e.Max)
 }
 
+// Unwrap returns idem.ErrValueTooLarge, which the Guard and the adapters
+// look for: the outcome cannot be kept (or, read back, replayed).
+func (e *ValueTooLargeError) Unwrap() error { return idem.ErrValueTooLarge }
+
 // unavailable translates an error of the Redis client, in a call under
 // ctx, into one wrapping idem.ErrStoreUnavailable. Standard-library causes
 // (context, network, EOF) stay in the chain for errors.Is; go-redis's own

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/idemgo/idem"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -33,7 +34,7 @@ func translate(op string, err error) error {
 		switch {
 		case unavailableState(pgErr.Code):
 			return fmt.Errorf("pgstore: %s: %w: %w", op, idem.ErrStoreUnavailable, err)
-		case pgErr.Code == "42P01": // undefined_table
+		case pgErr.Code == pgerrcode.UndefinedTable:
 			return fmt.Errorf("pgstore: %s: the records table is missing (run pgstore.Migrate): %w", op, err)
 		}
 		return fmt.Errorf("pgstore: %s: %w", op, err)
@@ -51,23 +52,16 @@ func translate(op string, err error) error {
 // the request now, rather than that the request is wrong.
 func unavailableState(code string) bool {
 	switch code {
-	case "57P01", // admin_shutdown
-		"57P02", // crash_shutdown
-		"57P03", // cannot_connect_now
-		"57014", // query_canceled (statement_timeout)
-		"55P03", // lock_not_available (lock_timeout)
-		"40001", // serialization_failure
-		"40P01", // deadlock_detected
-		"25006": // read_only_sql_transaction (a standby after failover)
+	case pgerrcode.AdminShutdown, pgerrcode.CrashShutdown, pgerrcode.CannotConnectNow,
+		pgerrcode.QueryCanceled,    // statement_timeout
+		pgerrcode.LockNotAvailable, // lock_timeout
+		pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected,
+		pgerrcode.ReadOnlySQLTransaction: // a standby after failover
 		return true
 	}
-	switch code[:min(2, len(code))] {
-	case "08", // connection exception
-		"53", // insufficient resources: too many connections, disk full
-		"58": // system error: I/O
-		return true
-	}
-	return false
+	return pgerrcode.IsConnectionException(code) ||
+		pgerrcode.IsInsufficientResources(code) || // too many connections, disk full
+		pgerrcode.IsSystemError(code) // I/O
 }
 
 // ValueTooLargeError is returned for a value (or cause) longer than

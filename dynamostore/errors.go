@@ -31,11 +31,16 @@ var (
 
 // ValueTooLargeError is returned by Complete, Fail and CompleteBatch for a
 // value (or cause) longer than Config.MaxValueSize, which keeps every item
-// under DynamoDB's 400 KB limit. Nothing was written.
+// under DynamoDB's 400 KB limit. Nothing was written. It wraps
+// idem.ErrValueTooLarge, so the Guard stores the outcome without its value
+// instead of leaving the key in progress.
 type ValueTooLargeError struct {
 	Size int // the value's length in bytes
 	Max  int // Config.MaxValueSize
 }
+
+// Unwrap returns idem.ErrValueTooLarge.
+func (e *ValueTooLargeError) Unwrap() error { return idem.ErrValueTooLarge }
 
 func (e *ValueTooLargeError) Error() string {
 	return fmt.Sprintf("dynamostore: value of %d bytes is larger than Config.MaxValueSize (%d)", e.Size, e.Max)

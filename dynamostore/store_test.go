@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -24,22 +23,9 @@ import (
 	"github.com/idemgo/idem/idemtest"
 )
 
-// suiteDepartures are the conformance cases whose expectation this store
-// departs from on purpose; the tests named check what it does instead.
-var suiteDepartures = map[string]string{
-	"BusyWhileLeaseLive":        "the case wants a Busy answer to carry the holder's token, which this store withholds (TestBusyWithholdsToken)",
-	"ClaimBatchAgreesWithClaim": "the case wants a Busy answer to carry the holder's token, which this store withholds (TestClaimBatch)",
-	"LargeValueRoundTrips":      "the case stores 1 MiB; a DynamoDB item holds 400 KB (TestValueSizeLimit)",
-}
-
 func TestConformance(t *testing.T) {
 	s := dynamostoretest.Store(t, dynamostoretest.Client(t), dynamostore.Config{})
-	idemtest.Run(t, func(t *testing.T) idem.Store {
-		if why, ok := suiteDepartures[path.Base(t.Name())]; ok {
-			t.Skip(why)
-		}
-		return s
-	})
+	idemtest.Run(t, func(t *testing.T) idem.Store { return s })
 }
 
 // A Busy answer names the holder's record but not its token: code that

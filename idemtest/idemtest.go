@@ -58,6 +58,7 @@ var cases = []struct {
 	{"FingerprintMismatchInEveryStatus", fingerprintMismatch},
 	{"AnyKeyBytesNeverCollide", keysNeverCollide},
 	{"LargeValueRoundTrips", largeValue},
+	{"ValueOverTheLimitIsRefused", valueOverLimit},
 	{"GetAndDelete", getAndDelete},
 	{"ClaimBatchAgreesWithClaim", claimBatchAgrees},
 	{"CompleteBatchAgreesWithComplete", completeBatchAgrees},
@@ -134,9 +135,15 @@ func (e *env) awaitAcquire(a idem.ClaimArgs, tolerate ...error) idem.Claim {
 
 func (e *env) get(k string) idem.Record {
 	e.t.Helper()
-	r, err := e.s.Get(ctx(e.t), e.key(k))
+	return e.getStored(e.key(k))
+}
+
+// getStored returns the record of the store key.
+func (e *env) getStored(key string) idem.Record {
+	e.t.Helper()
+	r, err := e.s.Get(ctx(e.t), key)
 	if err != nil {
-		e.t.Fatalf("Get(%q): %v", k, err)
+		e.t.Fatalf("Get(%q): %v", key, err)
 	}
 	return r
 }
@@ -267,11 +274,29 @@ func busyWhileLeaseLive(t *testing.T, e *env) {
 	a.Lease = time.Minute
 	c := e.mustClaim(a, idem.Acquired)
 	b := e.mustClaim(a, idem.Busy)
-	if b.Record.Token != c.Token || b.Record.Attempt != 1 || b.Record.Status != idem.StatusInProgress {
-		t.Fatalf("busy record %+v, want the holder's (token %d, attempt 1)", b.Record, c.Token)
+	if b.Record.Attempt != 1 || b.Record.Status != idem.StatusInProgress || !bytes.Equal(b.Record.Fingerprint, a.Fingerprint) {
+		t.Fatalf("busy record %+v, want the holder's (InProgress, attempt 1)", b.Record)
 	}
-	if b.Token != 0 {
-		t.Fatalf("a Busy claim got token %d, want none", b.Token)
+	checkBusyHasNoToken(t, e, a.Key, b, c.Token)
+}
+
+// checkBusyHasNoToken checks that the Busy claim b, of key held with the
+// token holder, hands out no token: whoever gets a Busy answer must not be
+// able to complete, fail, release or extend the holder's lease.
+func checkBusyHasNoToken(t *testing.T, e *env, key string, b idem.Claim, holder idem.Token) {
+	t.Helper()
+	if b.Token != 0 || b.Record.Token != 0 {
+		t.Fatalf("a Busy claim carries token %d and record token %d (the holder's is %d), want none", b.Token, b.Record.Token, holder)
+	}
+	before := e.getStored(key)
+	c := ctx(t)
+	for _, tok := range []idem.Token{b.Token, b.Record.Token} {
+		wantErr(t, "Complete with a Busy answer's token", e.s.Complete(c, key, tok, []byte("stolen"), time.Minute), idem.ErrLeaseLost)
+		wantErr(t, "Release with a Busy answer's token", e.s.Release(c, key, tok), idem.ErrLeaseLost)
+		wantErr(t, "Extend with a Busy answer's token", e.s.Extend(c, key, tok, time.Minute), idem.ErrLeaseLost)
+	}
+	if after := e.getStored(key); !sameRecord(before, after) || after.Token != holder {
+		t.Fatalf("the holder's record changed after a Busy answer's calls:\nbefore %+v\nafter  %+v", before, after)
 	}
 }
 
@@ -324,24 +349,40 @@ func lateHolderMayFinish(t *testing.T, e *env) {
 	}
 }
 
+// outcomes are the two ways a record finishes, for the cases that check
+// both: the key each uses, and whether it fails.
+var outcomes = []struct {
+	key  string
+	fail bool
+}{{"completed", false}, {"failed", true}}
+
+// finish claims k and stores value as its outcome, Failed when fail, else
+// Completed, and returns the claim and its arguments.
+func (e *env) finish(k string, fail bool, value []byte) (idem.ClaimArgs, idem.Claim) {
+	e.t.Helper()
+	a := e.args(k, "fp")
+	c := e.mustClaim(a, idem.Acquired)
+	var err error
+	if fail {
+		err = e.s.Fail(ctx(e.t), a.Key, c.Token, value, time.Minute)
+	} else {
+		err = e.s.Complete(ctx(e.t), a.Key, c.Token, value, time.Minute)
+	}
+	if err != nil {
+		e.t.Fatalf("%s: storing %d bytes as the outcome: %v", k, len(value), err)
+	}
+	return a, c
+}
+
 func outcomeIsFinal(t *testing.T, e *env) {
-	for _, fail := range []bool{false, true} {
-		k := "completed"
-		if fail {
-			k = "failed"
+	for _, o := range outcomes {
+		k := o.key
+		value := []byte("yes")
+		if o.fail {
+			value = idem.EncodeFailure(errors.New("no"))
 		}
-		a := e.args(k, "fp")
-		c := e.mustClaim(a, idem.Acquired)
+		a, c := e.finish(k, o.fail, value)
 		cx := ctx(t)
-		var err error
-		if fail {
-			err = e.s.Fail(cx, a.Key, c.Token, idem.EncodeFailure(errors.New("no")), time.Minute)
-		} else {
-			err = e.s.Complete(cx, a.Key, c.Token, []byte("yes"), time.Minute)
-		}
-		if err != nil {
-			t.Fatalf("%s: first outcome: %v", k, err)
-		}
 		before := e.get(k)
 		wantErr(t, k+": Complete again", e.s.Complete(cx, a.Key, c.Token, []byte("again"), time.Minute), idem.ErrLeaseLost)
 		wantErr(t, k+": Fail again", e.s.Fail(cx, a.Key, c.Token, []byte("again"), time.Minute), idem.ErrLeaseLost)
@@ -546,16 +587,69 @@ func keysNeverCollide(t *testing.T, e *env) {
 }
 
 func largeValue(t *testing.T, e *env) {
-	value := make([]byte, 1<<20)
+	n := 1 << 20
+	if l, ok := e.s.(idem.ValueLimiter); ok {
+		n = min(n, l.MaxValueSize())
+	}
+	value := make([]byte, n)
 	rand.Read(value)
 	a := e.args("k", "fp")
 	c := e.mustClaim(a, idem.Acquired)
 	if err := e.s.Complete(ctx(t), a.Key, c.Token, value, time.Minute); err != nil {
-		t.Fatalf("Complete with 1 MiB: %v", err)
+		t.Fatalf("Complete with %d bytes: %v", n, err)
 	}
 	d := e.mustClaim(a, idem.Duplicate)
 	if !bytes.Equal(d.Record.Result, value) {
-		t.Fatalf("1 MiB value came back as %d different bytes", len(d.Record.Result))
+		t.Fatalf("a value of %d bytes came back as %d different bytes", n, len(d.Record.Result))
+	}
+}
+
+// valueOverLimit holds a store that states its value limit to it
+// (idem.ValueLimiter): a value or cause one byte longer is refused with an
+// error wrapping idem.ErrValueTooLarge and changes nothing, one of exactly
+// the limit is stored and read back.
+func valueOverLimit(t *testing.T, e *env) {
+	l, ok := e.s.(idem.ValueLimiter)
+	if !ok {
+		t.Skip("the store does not state a value limit (MaxValueSize)")
+	}
+	limit := l.MaxValueSize()
+	if limit <= 0 || limit > 64<<20 {
+		t.Fatalf("MaxValueSize() = %d, want a positive limit the suite can fill (at most 64 MiB)", limit)
+	}
+	a := e.args("k", "fp")
+	a.Lease = time.Minute
+	c := e.mustClaim(a, idem.Acquired)
+	before := e.get("k")
+	cx := ctx(t)
+	over := make([]byte, limit+1)
+	for what, err := range map[string]error{
+		"Complete": e.s.Complete(cx, a.Key, c.Token, over, time.Minute),
+		"Fail":     e.s.Fail(cx, a.Key, c.Token, over, time.Minute),
+	} {
+		if !errors.Is(err, idem.ErrValueTooLarge) {
+			t.Fatalf("%s with %d bytes, over MaxValueSize %d: error %v, want one wrapping idem.ErrValueTooLarge", what, len(over), limit, err)
+		}
+	}
+	if bc, ok := e.s.(idem.BatchCompleter); ok {
+		errs, err := bc.CompleteBatch(cx, []idem.Completion{{Key: a.Key, Token: c.Token, Value: over, Retention: time.Minute}})
+		if err == nil && (len(errs) != 1 || !errors.Is(errs[0], idem.ErrValueTooLarge)) {
+			t.Fatalf("CompleteBatch with %d bytes, over MaxValueSize %d: %v, want a refusal wrapping idem.ErrValueTooLarge", len(over), limit, errs)
+		}
+		if err != nil && !errors.Is(err, idem.ErrValueTooLarge) {
+			t.Fatalf("CompleteBatch with %d bytes, over MaxValueSize %d: %v, want an error wrapping idem.ErrValueTooLarge", len(over), limit, err)
+		}
+	}
+	if after := e.get("k"); !sameRecord(before, after) {
+		t.Fatalf("refused values changed the record:\nbefore %+v\nafter  %+v", before, after)
+	}
+	value := over[:limit]
+	value[0], value[limit-1] = 'a', 'z'
+	if err := e.s.Complete(cx, a.Key, c.Token, value, time.Minute); err != nil {
+		t.Fatalf("Complete with MaxValueSize (%d) bytes: %v", limit, err)
+	}
+	if d := e.mustClaim(a, idem.Duplicate); !bytes.Equal(d.Record.Result, value) {
+		t.Fatalf("a value of MaxValueSize bytes came back as %d different bytes", len(d.Record.Result))
 	}
 }
 
@@ -626,15 +720,17 @@ func claimBatchAgrees(t *testing.T, e *env) {
 	if got[1].Outcome != idem.Duplicate || string(got[1].Record.Result) != "done-value" {
 		t.Fatalf("completed key: %v %q, want Duplicate %q", got[1].Outcome, got[1].Record.Result, "done-value")
 	}
-	if got[2].Outcome != idem.Busy || got[2].Record.Token != holder.Token {
-		t.Fatalf("busy key: %+v, want Busy with the holder's token", got[2])
+	if got[2].Outcome != idem.Busy || got[2].Record.Attempt != 1 {
+		t.Fatalf("busy key: %+v, want Busy with the holder's record", got[2])
 	}
+	checkBusyHasNoToken(t, e, busy.Key, got[2], holder.Token)
 	if !errors.Is(got[3].Err, idem.ErrKeyReused) {
 		t.Fatalf("reused key: Err %v, want ErrKeyReused", got[3].Err)
 	}
-	if got[4].Outcome != idem.Busy || got[4].Record.Token != got[0].Token {
+	if got[4].Outcome != idem.Busy || got[4].Record.Attempt != 1 {
 		t.Fatalf("second entry of the fresh key: %+v, want Busy behind the first", got[4])
 	}
+	checkBusyHasNoToken(t, e, fresh.Key, got[4], got[0].Token)
 	// The batch's claim is a real claim.
 	if err := e.s.Complete(c, fresh.Key, got[0].Token, []byte("f"), time.Minute); err != nil {
 		t.Fatalf("Complete of a batch claim: %v", err)

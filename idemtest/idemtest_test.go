@@ -3,6 +3,7 @@ package idemtest_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -92,4 +93,63 @@ func TestMemstorePasses(t *testing.T) {
 	}
 	t.Cleanup(func() { s.Close() })
 	idemtest.Run(t, func(*testing.T) idem.Store { return s })
+}
+
+// limited reads a memstore as a store with a smaller value limit would:
+// it refuses a stored result over max, unless its bug is to replay it.
+type limited struct {
+	*memstore.Store
+	max   int
+	buggy bool
+}
+
+var errStoredTooLarge = fmt.Errorf("stored value over the limit: %w", idem.ErrValueTooLarge)
+
+func (l limited) MaxValueSize() int { return l.max }
+
+func (l limited) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+	c, err := l.Store.Claim(ctx, a)
+	if err == nil && len(c.Record.Result) > l.max && !l.buggy {
+		return idem.Claim{}, errStoredTooLarge
+	}
+	return c, err
+}
+
+func (l limited) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.Claim, error) {
+	out := make([]idem.Claim, len(args))
+	for i, a := range args {
+		out[i], out[i].Err = l.Claim(ctx, a)
+	}
+	return out, nil
+}
+
+func (l limited) Get(ctx context.Context, key string) (idem.Record, error) {
+	r, err := l.Store.Get(ctx, key)
+	if err == nil && len(r.Result) > l.max && !l.buggy {
+		return idem.Record{}, errStoredTooLarge
+	}
+	return r, err
+}
+
+func TestRunStoredValueOverLimit(t *testing.T) {
+	s, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	buggy := os.Getenv("IDEMTEST_BUG") == "replays-oversized"
+	idemtest.RunStoredValueOverLimit(t, s, limited{Store: s, max: 1024, buggy: buggy},
+		func(err error, _ string, _ int) bool { return errors.Is(err, errStoredTooLarge) })
+}
+
+func TestRunStoredValueOverLimitCatchesAReplay(t *testing.T) {
+	if os.Getenv("IDEMTEST_BUG") != "" {
+		t.Skip("the parent of a broken run")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRunStoredValueOverLimit$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "IDEMTEST_BUG=replays-oversized")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "Claim of a record holding 4097 bytes") {
+		t.Fatalf("RunStoredValueOverLimit passed a store that replays oversized values:\n%s", out)
+	}
 }

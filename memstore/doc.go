@@ -7,6 +7,13 @@
 // are not shared between replicas: for several processes use a Redis or
 // PostgreSQL store.
 //
+// Its memory is bounded: Config.MaxEntries caps the records and
+// Config.MaxBytes their bytes (keys, fingerprints, results). A full store
+// makes room by evicting the records a retry needs least, released ones
+// and then the oldest outcomes, reporting each (Config.OnEvict, a warning
+// on Config.Logger), and refuses a new key (ErrFull) only when every
+// record is in progress; see [Store].
+//
 //	s, err := memstore.New(memstore.Config{})
 //	if err != nil { … }
 //	defer s.Close()

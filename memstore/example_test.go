@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"log/slog"
 	"time"
 
 	"github.com/idemgo/idem"
@@ -42,4 +43,26 @@ func ExampleConfig_now() {
 	second, _ := store.Claim(ctx, a)
 	fmt.Println(second.Outcome, second.Record.Attempt, second.Token != first.Token)
 	// Output: Acquired 2 true
+}
+
+// A full store evicts the record finished first to make room for a new
+// key, and reports it, instead of refusing every new key until records
+// expire.
+func ExampleConfig_onEvict() {
+	store, _ := memstore.New(memstore.Config{
+		MaxEntries: 2,
+		OnEvict:    func(ev memstore.Eviction) { fmt.Println("evicted", ev.Key, ev.Status) },
+		Logger:     slog.New(slog.DiscardHandler), // the default warns on slog.Default()
+	})
+	defer store.Close()
+
+	ctx := context.Background()
+	for _, key := range []string{"a", "b", "c"} {
+		c, _ := store.Claim(ctx, idem.ClaimArgs{Key: key, Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Hour})
+		store.Complete(ctx, key, c.Token, []byte("done"), time.Hour)
+	}
+	fmt.Println(store.Len(), "records")
+	// Output:
+	// evicted a Completed
+	// 2 records
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -15,16 +16,47 @@ import (
 	"github.com/idemgo/idem"
 )
 
-// ErrFull is returned by Claim for a new key when the store holds
-// Config.MaxEntries live records. The Guard reports it as
-// idem.ErrStoreUnavailable (fail closed).
+// ErrFull is returned by Claim for a new key, and by Complete and Fail,
+// when the record would not fit within Config.MaxEntries and
+// Config.MaxBytes and no record could be evicted to make room (see
+// [Store]). The Guard reports it as idem.ErrStoreUnavailable (fail closed).
 var ErrFull = errors.New("memstore: full")
+
+// ValueTooLargeError is returned by Complete, Fail and CompleteBatch for a
+// value (or cause) longer than Config.MaxValueSize. Nothing was written.
+// A Store never holds a longer value, so it never has one to refuse on
+// read.
+type ValueTooLargeError struct {
+	Size int // the value's length in bytes
+	Max  int // Config.MaxValueSize
+}
+
+func (e *ValueTooLargeError) Error() string {
+	return fmt.Sprintf("memstore: value of %d bytes is larger than Config.MaxValueSize (%d)", e.Size, e.Max)
+}
+
+// Unwrap returns idem.ErrValueTooLarge, which the Guard and the adapters
+// look for: the outcome cannot be kept (or, read back, replayed).
+func (e *ValueTooLargeError) Unwrap() error { return idem.ErrValueTooLarge }
 
 // Config configures a [Store]. The zero value means every default.
 type Config struct {
-	// MaxEntries caps the records held, expired ones not counted once swept.
-	// A claim of a new key beyond it fails with ErrFull. Default 1,000,000.
+	// MaxEntries caps the records held. A new key beyond it evicts a
+	// record (see [Store]), or fails with ErrFull when none can go.
+	// Default 1,000,000.
 	MaxEntries int
+
+	// MaxBytes caps the memory the records take, approximately: each
+	// counts its key, fingerprint and result, and EntryOverhead bytes for
+	// its share of the maps. A record or an outcome beyond it evicts
+	// records (see [Store]), or fails with ErrFull when none can go.
+	// Default 256 MiB; at least MaxValueSize.
+	MaxBytes int
+
+	// MaxValueSize is the longest value (Complete) or encoded cause (Fail)
+	// accepted, in bytes; a longer one gets a *ValueTooLargeError and
+	// nothing is written. Default 1 MiB; at most MaxValueSizeLimit.
+	MaxValueSize int
 
 	// SweepInterval is how often expired records are removed in the
 	// background; they are also removed when their key is next touched.
@@ -33,12 +65,26 @@ type Config struct {
 
 	// Now is the store's clock. Default time.Now; tests inject their own.
 	Now func() time.Time
+
+	// OnEvict, when set, is called for every record evicted to make room,
+	// on the goroutine of the call that needed the room, once the store's
+	// locks are released; it may call the Store. Records that expired are
+	// removed without it.
+	OnEvict func(Eviction)
+
+	// Logger receives a warning when records are evicted to make room: at
+	// once, then at most one line a minute (on the store's clock) with the
+	// count since the last. Default slog.Default().
+	Logger *slog.Logger
 }
 
-// Defaults of [Config].
+// Defaults and limits of [Config].
 const (
 	DefaultMaxEntries    = 1_000_000
+	DefaultMaxBytes      = 256 << 20
+	DefaultMaxValueSize  = 1 << 20
 	DefaultSweepInterval = time.Minute
+	MaxValueSizeLimit    = 256 << 20
 )
 
 const shardCount = 64 // a power of two
@@ -48,6 +94,18 @@ const shardCount = 64 // a power of two
 // shard's mutex, so it is atomic. Tokens come from a store-wide counter, so
 // no token repeats for a key while the Store lives.
 //
+// The records are bounded in number (Config.MaxEntries) and in bytes
+// (Config.MaxBytes). When a new key or an outcome would not fit, the store
+// evicts records to make room, instead of refusing everyone until records
+// expire: first the released records whose claim had no attempt cap (they
+// hold no outcome, and no attempt count that matters), oldest released
+// first, then the finished ones (Completed, Failed), oldest finished
+// first. It refuses with ErrFull only when nothing can go: every record is
+// in progress, or released under an attempt cap (evicting it would reset
+// the count that stops a poison message). An evicted outcome is forgotten
+// before its retention ends: a duplicate of its key runs the operation
+// again. Evictions are reported to Config.OnEvict and Config.Logger.
+//
 // A Store runs one sweeper goroutine; [Store.Close] stops it (and so does
 // the garbage collector once the Store is unreachable).
 type Store struct {
@@ -55,20 +113,25 @@ type Store struct {
 }
 
 type store struct {
-	cfg     Config
-	seed    maphash.Seed
-	shards  [shardCount]shard
-	count   atomic.Int64
-	tokens  atomic.Uint64
-	quit    chan struct{}
-	stopped chan struct{}
-	once    sync.Once
+	cfg       Config
+	seed      maphash.Seed
+	shards    [shardCount]shard
+	count     atomic.Int64 // records held, expired ones until removed
+	bytes     atomic.Int64 // their size (see entrySize)
+	tokens    atomic.Uint64
+	queued    atomic.Uint64 // the sequence of records queued for eviction
+	fullSweep atomic.Int64  // when makeRoom last swept the store, store-clock ns
+	evicted   evictionLog
+	quit      chan struct{}
+	stopped   chan struct{}
+	once      sync.Once
 }
 
 type shard struct {
-	mu sync.Mutex
-	m  map[string]entry
-	_  [40]byte // keep shards on separate cache lines
+	mu       sync.Mutex
+	m        map[string]entry
+	rel, fin fifo     // its records to evict first (see Store), oldest first
+	_        [48]byte // keep shards on separate cache lines
 }
 
 // entry is one record, held by value in its shard's map so a new record
@@ -85,6 +148,7 @@ type entry struct {
 	attempt    uint32
 	status     idem.Status
 	fpLen      uint8 // length of the fingerprint in fpShort
+	capped     bool  // the claim had an attempt cap (MaxAttempts > 0)
 }
 
 func (e *entry) fingerprint() []byte {
@@ -114,10 +178,23 @@ func New(cfg Config) (*Store, error) {
 	switch {
 	case cfg.MaxEntries < 0:
 		return nil, fmt.Errorf("memstore: Config.MaxEntries %d: must not be negative", cfg.MaxEntries)
+	case cfg.MaxValueSize < 0 || cfg.MaxValueSize > MaxValueSizeLimit:
+		return nil, fmt.Errorf("memstore: Config.MaxValueSize %d: must be between 1 and %d", cfg.MaxValueSize, MaxValueSizeLimit)
+	case cfg.MaxBytes < 0:
+		return nil, fmt.Errorf("memstore: Config.MaxBytes %d: must not be negative", cfg.MaxBytes)
 	case cfg.SweepInterval < 0:
 		return nil, fmt.Errorf("memstore: Config.SweepInterval %v: must not be negative", cfg.SweepInterval)
 	}
 	cfg.MaxEntries = cmp.Or(cfg.MaxEntries, DefaultMaxEntries)
+	cfg.MaxBytes = cmp.Or(cfg.MaxBytes, DefaultMaxBytes)
+	cfg.MaxValueSize = cmp.Or(cfg.MaxValueSize, DefaultMaxValueSize)
+	if cfg.MaxBytes < cfg.MaxValueSize+EntryOverhead {
+		return nil, fmt.Errorf("memstore: Config.MaxBytes %d: must hold a record with a value of MaxValueSize (%d bytes) and its overhead (%d)",
+			cfg.MaxBytes, cfg.MaxValueSize, EntryOverhead)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
 	cfg.SweepInterval = cmp.Or(cfg.SweepInterval, DefaultSweepInterval)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -149,9 +226,18 @@ func (s *store) close() {
 	})
 }
 
+// MaxValueSize returns Config.MaxValueSize: the longest value or cause, in
+// bytes, that Complete, Fail and CompleteBatch accept. It implements idem's
+// ValueLimiter, so that a caller can keep its values within it.
+func (s *Store) MaxValueSize() int { return s.cfg.MaxValueSize }
+
 // Len returns how many records the store holds, expired ones included until
 // they are swept.
 func (s *Store) Len() int { return int(s.count.Load()) }
+
+// Bytes returns the size of the records the store holds, as counted
+// against Config.MaxBytes.
+func (s *Store) Bytes() int { return int(s.bytes.Load()) }
 
 func (s *store) sweeper() {
 	defer close(s.stopped)
@@ -167,7 +253,8 @@ func (s *store) sweeper() {
 	}
 }
 
-// sweep removes the expired records, one shard at a time.
+// sweep removes the expired records, and the eviction queues' entries for
+// records that are gone, one shard at a time.
 func (s *store) sweep() {
 	now := s.cfg.Now().UnixNano()
 	for i := range s.shards {
@@ -175,10 +262,10 @@ func (s *store) sweep() {
 		sh.mu.Lock()
 		for k, e := range sh.m {
 			if e.expires <= now {
-				delete(sh.m, k)
-				s.count.Add(-1)
+				s.remove(sh, k, &e)
 			}
 		}
+		sh.compactVictims(now)
 		sh.mu.Unlock()
 	}
 }
@@ -196,11 +283,17 @@ func (s *store) shard(key string) *shard {
 func (s *store) live(sh *shard, key string, now int64) (entry, bool) {
 	e, ok := sh.m[key]
 	if ok && e.expires <= now {
-		delete(sh.m, key)
-		s.count.Add(-1)
+		s.remove(sh, key, &e)
 		return entry{}, false
 	}
 	return e, ok
+}
+
+// remove deletes the key's entry e. The shard is locked.
+func (s *store) remove(sh *shard, key string, e *entry) {
+	delete(sh.m, key)
+	s.count.Add(-1)
+	s.bytes.Add(-entrySize(key, e))
 }
 
 func validClaim(a idem.ClaimArgs) error {
@@ -214,7 +307,8 @@ func validClaim(a idem.ClaimArgs) error {
 }
 
 // Claim implements [idem.Store.Claim]; it returns ErrFull for a new key when
-// the store is full.
+// the store is full. A Busy answer's record carries no token: the holder's
+// is the holder's alone.
 func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
 	if err := ctx.Err(); err != nil {
 		return idem.Claim{}, err
@@ -222,24 +316,33 @@ func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 	if err := validClaim(a); err != nil {
 		return idem.Claim{}, err
 	}
-	sh := s.shard(a.Key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	return s.claimLocked(sh, a, s.cfg.Now())
+	return s.claim(a)
+}
+
+// claim claims a, making room when it needs some.
+func (s *store) claim(a idem.ClaimArgs) (idem.Claim, error) {
+	for {
+		sh := s.shard(a.Key)
+		sh.mu.Lock()
+		c, err := s.claimLocked(sh, a, s.cfg.Now())
+		sh.mu.Unlock()
+		if again, err := s.makeRoomFor(err); !again {
+			return c, err
+		}
+	}
 }
 
 func (s *store) claimLocked(sh *shard, a idem.ClaimArgs, clock time.Time) (idem.Claim, error) {
 	now := clock.UnixNano()
 	e, ok := s.live(sh, a.Key, now)
 	if !ok {
-		if s.count.Load() >= int64(s.cfg.MaxEntries) {
-			return idem.Claim{}, fmt.Errorf("%w: %d records", ErrFull, s.cfg.MaxEntries)
-		}
 		e = entry{status: idem.StatusInProgress, attempt: 1, retention: a.Retention}
 		e.setFingerprint(a.Fingerprint)
+		if err := s.reserve(1, entrySize(a.Key, &e)); err != nil {
+			return idem.Claim{}, err
+		}
 		s.acquire(&e, a, now)
 		sh.m[a.Key] = e
-		s.count.Add(1)
 		return idem.Claim{Outcome: idem.Acquired, Token: e.token, Record: e.record(a.Key, a.Fingerprint, nil)}, nil
 	}
 	if !bytes.Equal(e.fingerprint(), a.Fingerprint) {
@@ -249,12 +352,19 @@ func (s *store) claimLocked(sh *shard, a idem.ClaimArgs, clock time.Time) (idem.
 	case e.status.Done():
 		return idem.Claim{Outcome: idem.Duplicate, Record: e.record(a.Key, a.Fingerprint, bytes.Clone(e.result))}, nil
 	case e.leaseUntil > now:
-		return idem.Claim{Outcome: idem.Busy, Record: e.record(a.Key, a.Fingerprint, nil)}, nil
+		busy := e.record(a.Key, a.Fingerprint, nil)
+		busy.Token = 0 // the holder's token is the holder's alone: it would complete or release its lease
+		return idem.Claim{Outcome: idem.Busy, Record: busy}, nil
 	case a.MaxAttempts > 0 && int(e.attempt) >= a.MaxAttempts:
+		cause := idem.TooManyAttemptsCause()
+		if err := s.reserve(0, int64(len(cause))); err != nil {
+			return idem.Claim{}, err
+		}
 		e.status, e.token, e.leaseUntil = idem.StatusFailed, 0, 0
-		e.result = idem.TooManyAttemptsCause()
+		e.result = cause
 		e.expires = now + int64(a.Retention)
 		sh.m[a.Key] = e
+		s.queueFinished(sh, a.Key, e.expires)
 		return idem.Claim{Outcome: idem.Duplicate, Record: e.record(a.Key, a.Fingerprint, bytes.Clone(e.result))}, nil
 	}
 	e.attempt++
@@ -265,6 +375,7 @@ func (s *store) claimLocked(sh *shard, a idem.ClaimArgs, clock time.Time) (idem.
 }
 
 func (s *store) acquire(e *entry, a idem.ClaimArgs, now int64) {
+	e.capped = a.MaxAttempts > 0
 	e.token = idem.Token(s.tokens.Add(1))
 	e.leaseUntil = now + int64(a.Lease)
 	e.expires = e.leaseUntil + int64(a.Retention)
@@ -306,7 +417,20 @@ func (s *store) finish(ctx context.Context, op string, key string, t idem.Token,
 	if retention <= 0 {
 		return fmt.Errorf("memstore: %s: retention %v must be positive", op, retention)
 	}
+	if len(result) > s.cfg.MaxValueSize {
+		return &ValueTooLargeError{Size: len(result), Max: s.cfg.MaxValueSize}
+	}
 	result = bytes.Clone(result)
+	for {
+		err := s.finishLocked(key, t, status, result, retention)
+		if again, err := s.makeRoomFor(err); !again {
+			return err
+		}
+	}
+}
+
+// finishLocked is finish under the key's shard's lock.
+func (s *store) finishLocked(key string, t idem.Token, status idem.Status, result []byte, retention time.Duration) error {
 	sh := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -315,13 +439,18 @@ func (s *store) finish(ctx context.Context, op string, key string, t idem.Token,
 	if err != nil {
 		return err
 	}
+	if err := s.reserve(0, int64(len(result))); err != nil {
+		return err
+	}
 	e.status, e.result, e.leaseUntil = status, result, 0
 	e.expires = now + int64(retention)
 	sh.m[key] = e
+	s.queueFinished(sh, key, e.expires)
 	return nil
 }
 
-// Complete implements [idem.Store.Complete]. The value is copied.
+// Complete implements [idem.Store.Complete]. The value is copied; one over
+// Config.MaxValueSize gets a *ValueTooLargeError.
 func (s *Store) Complete(ctx context.Context, key string, t idem.Token, value []byte, retention time.Duration) error {
 	return s.finish(ctx, "Complete", key, t, idem.StatusCompleted, value, retention)
 }
@@ -345,6 +474,9 @@ func (s *Store) Release(ctx context.Context, key string, t idem.Token) error {
 	}
 	e.token, e.leaseUntil = 0, 0
 	sh.m[key] = e
+	if !e.capped {
+		s.queueReleased(sh, key)
+	}
 	return nil
 }
 
@@ -394,9 +526,8 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	sh := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if _, ok := sh.m[key]; ok {
-		delete(sh.m, key)
-		s.count.Add(-1)
+	if e, ok := sh.m[key]; ok {
+		s.remove(sh, key, &e)
 	}
 	return nil
 }
@@ -412,10 +543,7 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 		if err := validClaim(a); err != nil {
 			return nil, err
 		}
-		sh := s.shard(a.Key)
-		sh.mu.Lock()
-		c, err := s.claimLocked(sh, a, s.cfg.Now())
-		sh.mu.Unlock()
+		c, err := s.claim(a)
 		if err != nil && !errors.Is(err, idem.ErrKeyReused) {
 			return nil, err
 		}
@@ -425,8 +553,15 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 	return out, nil
 }
 
-// CompleteBatch implements [idem.BatchCompleter].
+// CompleteBatch implements [idem.BatchCompleter]. A value over
+// Config.MaxValueSize fails the whole batch with a *ValueTooLargeError
+// before anything is written.
 func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]error, error) {
+	for _, c := range cs {
+		if len(c.Value) > s.cfg.MaxValueSize {
+			return nil, &ValueTooLargeError{Size: len(c.Value), Max: s.cfg.MaxValueSize}
+		}
+	}
 	errs := make([]error, len(cs))
 	for i, c := range cs {
 		err := s.Complete(ctx, c.Key, c.Token, c.Value, c.Retention)

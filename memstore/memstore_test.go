@@ -3,6 +3,7 @@ package memstore_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"runtime"
 	"strings"
 	"testing"
@@ -16,6 +17,9 @@ import (
 
 func newStore(t *testing.T, cfg memstore.Config) *memstore.Store {
 	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	s, err := memstore.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -89,6 +93,11 @@ func TestConfigErrors(t *testing.T) {
 	}
 	if _, err := memstore.New(memstore.Config{SweepInterval: -1}); err == nil || !strings.Contains(err.Error(), "SweepInterval") {
 		t.Fatalf("negative SweepInterval: %v", err)
+	}
+	for _, n := range []int{-1, memstore.MaxValueSizeLimit + 1} {
+		if _, err := memstore.New(memstore.Config{MaxValueSize: n}); err == nil || !strings.Contains(err.Error(), "Config.MaxValueSize") {
+			t.Fatalf("MaxValueSize %d: %v", n, err)
+		}
 	}
 }
 

@@ -33,8 +33,9 @@ import (
 // the server. Either kind is unique for a key with overwhelming
 // probability.
 //
-// A fingerprint mismatch is that entry's Err (idem.ErrKeyReused); the error
-// returned is for the whole batch, which then claimed nothing.
+// A fingerprint mismatch is that entry's Err (idem.ErrKeyReused), and so is
+// a stored result longer than Config.MaxValueSize (*ValueTooLargeError);
+// the error returned is for the whole batch, which then claimed nothing.
 func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.Claim, error) {
 	out := make([]idem.Claim, len(args))
 	if len(args) == 0 {
@@ -47,7 +48,7 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 	}
 	rounds := claimRounds(args)
 	if len(rounds) == 1 {
-		r := newClaimRound(args, rounds[0])
+		r := newClaimRound(args, rounds[0], s.cfg.MaxValueSize)
 		rows, err := s.db.Query(ctx, s.q.claimBatch, r.params...)
 		if err != nil {
 			return nil, translate("claim batch", err)
@@ -60,7 +61,7 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 	b := &pgx.Batch{}
 	rs := make([]claimRound, len(rounds))
 	for i, idx := range rounds {
-		rs[i] = newClaimRound(args, idx)
+		rs[i] = newClaimRound(args, idx, s.cfg.MaxValueSize)
 		b.Queue(s.q.claimBatch, rs[i].params...)
 	}
 	br := s.db.SendBatch(ctx, b)
@@ -101,14 +102,15 @@ func claimRounds(args []idem.ClaimArgs) [][]int {
 }
 
 // claimRound is one statement of ClaimBatch: the entries idx of args, in
-// key order, and the tokens drawn for them.
+// key order, the tokens drawn for them, and the longest result it reads.
 type claimRound struct {
-	idx    []int
-	tokens []int64
-	params []any
+	idx       []int
+	tokens    []int64
+	maxResult int
+	params    []any
 }
 
-func newClaimRound(args []idem.ClaimArgs, idx []int) claimRound {
+func newClaimRound(args []idem.ClaimArgs, idx []int, maxResult int) claimRound {
 	n := len(idx)
 	keys, fps := make(refArray[bytesRef], n), make(refArray[bytesRef], n)
 	leases, retentions := make(refArray[intervalRef], n), make(refArray[intervalRef], n)
@@ -120,7 +122,8 @@ func newClaimRound(args []idem.ClaimArgs, idx []int) claimRound {
 		caps[j] = maxAttempts(a.MaxAttempts)
 	}
 	tokens := randomTokens(n)
-	return claimRound{idx: idx, tokens: tokens, params: []any{keys, fps, leases, retentions, tokens, caps, tooManyAttempts}}
+	return claimRound{idx: idx, tokens: tokens, maxResult: maxResult,
+		params: []any{keys, fps, leases, retentions, tokens, caps, tooManyAttempts, int32(maxResult)}}
 }
 
 // refArray is an array parameter that pgx encodes without reflection and
@@ -174,7 +177,7 @@ func (r claimRound) scan(rows pgx.Rows, args []idem.ClaimArgs, out []idem.Claim)
 	// valid until the next row: they are compared only.
 	var key, fp pgtype.DriverBytes
 	var row claimRow
-	dest := []any{&key, &row.status, &row.token, &row.attempt, &fp, &row.leaseUntil, &row.result, &row.expiresAt}
+	dest := []any{&key, &row.status, &row.token, &row.attempt, &fp, &row.leaseUntil, &row.result, &row.resultSize, &row.expiresAt}
 	for rows.Next() {
 		if n == len(r.idx) {
 			return errors.New("claim batch answered more entries than asked")
@@ -189,8 +192,8 @@ func (r claimRound) scan(rows pgx.Rows, args []idem.ClaimArgs, out []idem.Claim)
 		}
 		row.acquired = row.token == r.tokens[n]
 		row.sameFingerprint = bytes.Equal(fp, fingerprint(a))
-		c, err := row.claim(a)
-		if err != nil && !errors.Is(err, idem.ErrKeyReused) {
+		c, err := row.cappedClaim(a, r.maxResult)
+		if err != nil && !errors.Is(err, idem.ErrKeyReused) && !isValueTooLarge(err) {
 			return err
 		}
 		c.Err = err
@@ -207,7 +210,9 @@ func (r claimRound) scan(rows pgx.Rows, args []idem.ClaimArgs, out []idem.Claim)
 }
 
 // CompleteBatch implements [idem.BatchCompleter] with one UPDATE over
-// unnest(…) arrays, the rows locked in key order. An entry whose key and
+// unnest(…) arrays, the rows locked in key order. A value over
+// Config.MaxValueSize fails the whole batch with a *ValueTooLargeError
+// before anything is sent. An entry whose key and
 // token repeat an earlier entry's gets idem.ErrLeaseLost, as a second
 // Complete would: the first one either completed the record or found the
 // token not current.
@@ -220,6 +225,9 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]erro
 	for i, c := range cs {
 		if c.Retention <= 0 {
 			return nil, errors.New("pgstore: CompleteBatch: retention must be positive")
+		}
+		if len(c.Value) > s.cfg.MaxValueSize {
+			return nil, &ValueTooLargeError{Size: len(c.Value), Max: s.cfg.MaxValueSize}
 		}
 		errs[i] = idem.ErrLeaseLost // until its row comes back
 		if c.Token != 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/idemgo/idem"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -33,7 +34,7 @@ func translate(op string, err error) error {
 		switch {
 		case unavailableState(pgErr.Code):
 			return fmt.Errorf("pgstore: %s: %w: %w", op, idem.ErrStoreUnavailable, err)
-		case pgErr.Code == "42P01": // undefined_table
+		case pgErr.Code == pgerrcode.UndefinedTable:
 			return fmt.Errorf("pgstore: %s: the records table is missing (run pgstore.Migrate): %w", op, err)
 		}
 		return fmt.Errorf("pgstore: %s: %w", op, err)
@@ -51,21 +52,43 @@ func translate(op string, err error) error {
 // the request now, rather than that the request is wrong.
 func unavailableState(code string) bool {
 	switch code {
-	case "57P01", // admin_shutdown
-		"57P02", // crash_shutdown
-		"57P03", // cannot_connect_now
-		"57014", // query_canceled (statement_timeout)
-		"55P03", // lock_not_available (lock_timeout)
-		"40001", // serialization_failure
-		"40P01", // deadlock_detected
-		"25006": // read_only_sql_transaction (a standby after failover)
+	case pgerrcode.AdminShutdown, pgerrcode.CrashShutdown, pgerrcode.CannotConnectNow,
+		pgerrcode.QueryCanceled,    // statement_timeout
+		pgerrcode.LockNotAvailable, // lock_timeout
+		pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected,
+		pgerrcode.ReadOnlySQLTransaction: // a standby after failover
 		return true
 	}
-	switch code[:min(2, len(code))] {
-	case "08", // connection exception
-		"53", // insufficient resources: too many connections, disk full
-		"58": // system error: I/O
-		return true
+	return pgerrcode.IsConnectionException(code) ||
+		pgerrcode.IsInsufficientResources(code) || // too many connections, disk full
+		pgerrcode.IsSystemError(code) // I/O
+}
+
+// ValueTooLargeError is returned for a value (or cause) longer than
+// Config.MaxValueSize: by Complete, Fail and CompleteBatch, which then write
+// nothing; and by Claim, ClaimBatch (in the entry's Err) and Get for a
+// record whose stored result is longer, which they refuse to read (another
+// program, or a Store with a larger MaxValueSize, wrote it). The server does
+// not send such a result: the statements leave it out.
+type ValueTooLargeError struct {
+	Size   int    // the value's length in bytes
+	Max    int    // Config.MaxValueSize
+	Stored bool   // the value is a stored record's, refused on read
+	Key    string // the store key of that record (Stored only)
+}
+
+func (e *ValueTooLargeError) Error() string {
+	if e.Stored {
+		return fmt.Sprintf("pgstore: the record of key %q holds a result of %d bytes, larger than Config.MaxValueSize (%d)", e.Key, e.Size, e.Max)
 	}
-	return false
+	return fmt.Sprintf("pgstore: value of %d bytes is larger than Config.MaxValueSize (%d)", e.Size, e.Max)
+}
+
+// Unwrap returns idem.ErrValueTooLarge, which the Guard and the adapters
+// look for: the outcome cannot be kept (or, read back, replayed).
+func (e *ValueTooLargeError) Unwrap() error { return idem.ErrValueTooLarge }
+
+func isValueTooLarge(err error) bool {
+	_, ok := errors.AsType[*ValueTooLargeError](err)
+	return ok
 }

@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/idemgo/idem v0.1.0
+	github.com/jackc/pgerrcode v0.0.0-20250907135507-afb5586c32a6
 	github.com/jackc/pgx/v5 v5.12.0
 	go.uber.org/goleak v1.3.0
 )

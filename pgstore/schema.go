@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io/fs"
+	"strconv"
 	"strings"
+	"text/template"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -20,7 +22,25 @@ const DefaultTable = "idem_records"
 const maxNamePart = 48
 
 //go:embed migrations/*.sql
-var migrations embed.FS
+var migrationFiles embed.FS
+
+// migrations are the migrations/*.sql files, by name (so in order), parsed
+// as the statements of queries.sql are.
+var migrations = func() []*template.Template {
+	files, err := fs.Glob(migrationFiles, "migrations/*.sql") // sorted by name
+	if err != nil {
+		panic(err)
+	}
+	ts := make([]*template.Template, len(files))
+	for i, f := range files {
+		b, err := migrationFiles.ReadFile(f)
+		if err != nil {
+			panic(err)
+		}
+		ts[i] = newSQLTemplate(f, string(b))
+	}
+	return ts
+}()
 
 // table is a validated records table name and the quoted names derived
 // from it.
@@ -75,11 +95,6 @@ func validName(p string) error {
 	return nil
 }
 
-// expand puts the table's quoted names into a statement.
-func (t table) expand(sql string) string {
-	return strings.NewReplacer("{table}", t.ident, "{index}", t.index, "{seq}", t.seq).Replace(sql)
-}
-
 // lockKey is the advisory lock Migrate holds for the table: two processes
 // migrating the same table at once run one after the other.
 func (t table) lockKey() int64 {
@@ -103,18 +118,9 @@ func Migrate(ctx context.Context, db DB, table string) error {
 	// its statements as one implicit transaction, so the lock is held until
 	// the last migration is applied.
 	var script strings.Builder
-	fmt.Fprintf(&script, "SELECT pg_advisory_xact_lock(%d);\n", t.lockKey())
-	files, err := fs.Glob(migrations, "migrations/*.sql") // sorted by name
-	if err != nil {
-		return fmt.Errorf("pgstore: migrate: %w", err)
-	}
-	for _, f := range files {
-		b, err := migrations.ReadFile(f)
-		if err != nil {
-			return fmt.Errorf("pgstore: migrate: %w", err)
-		}
-		script.WriteString(t.expand(string(b)))
-		script.WriteString("\n")
+	script.WriteString(t.render(sqlTemplates, "migrate_lock", "lock_key", strconv.FormatInt(t.lockKey(), 10)) + ";\n")
+	for _, m := range migrations {
+		script.WriteString(t.render(m, m.Name()) + "\n")
 	}
 	if _, err := db.Exec(ctx, script.String()); err != nil {
 		return translate("migrate", err)

@@ -129,9 +129,22 @@ func TestClaimBatchRepeatedKeysInOrder(t *testing.T) {
 			t.Errorf("entry %d: %v err %v attempt %d; want %v err %v attempt %d", i, g.Outcome, g.Err, g.Record.Attempt, w.outcome, w.err, w.attempt)
 		}
 	}
-	if got[2].Record.Token != got[0].Token || got[5].Record.Token != got[3].Token || got[3].Token == c.Token {
-		t.Errorf("tokens: busy entries see %d and %d, holders %d and %d (released %d)",
-			got[2].Record.Token, got[5].Record.Token, got[0].Token, got[3].Token, c.Token)
+	// The first entry of each key holds it; the Busy ones behind it are
+	// not handed its token.
+	fresh, err := s.Get(ctx, "fresh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	released, err := s.Get(ctx, "released")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fresh.Token != got[0].Token || released.Token != got[3].Token || got[3].Token == c.Token {
+		t.Errorf("tokens: records hold %d and %d, first entries acquired %d and %d (released %d)",
+			fresh.Token, released.Token, got[0].Token, got[3].Token, c.Token)
+	}
+	if got[2].Record.Token != 0 || got[5].Record.Token != 0 {
+		t.Errorf("busy entries carry tokens %d and %d, want none", got[2].Record.Token, got[5].Record.Token)
 	}
 }
 

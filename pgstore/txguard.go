@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -121,14 +122,8 @@ func NewTxGuard(db Beginner, cfg TxConfig) (*TxGuard, error) {
 		db:  db,
 		cfg: cfg,
 		q:   newQueries(t),
-		// The subquery (kept by OFFSET 0 and its volatile function) runs
-		// first: the saved value is the transaction's. An integer literal:
-		// nothing of the caller's enters the text.
-		setLockTimeout: fmt.Sprintf(`SELECT set_config('lock_timeout', '%d', true)
-			FROM (SELECT set_config('pgstore.lock_timeout', current_setting('lock_timeout'), true) OFFSET 0) saved`,
-			cfg.LockTimeout.Milliseconds()),
 	}
-	g.begin = "BEGIN ISOLATION LEVEL READ COMMITTED; " + g.setLockTimeout
+	g.setLockTimeout, g.begin = t.setLockTimeout(cfg.LockTimeout.Milliseconds())
 	return g, nil
 }
 
@@ -229,7 +224,7 @@ func (g *TxGuard) doPipelined(ctx context.Context, conn *pgx.Conn, c *txCall, fn
 		return res, err
 	}
 	commitAt := r.store.Len()
-	r.store.Queue("COMMIT")
+	r.store.Queue(g.q.commit)
 	err = g.finished(ctx, c, r, g.readOutcome(tx.SendBatch(ctx, r.store), r.store.Len(), commitAt, c, r.ferr))
 	// After a failed COMMIT (or a connection lost under it) the
 	// transaction may be over: nothing to roll back then.
@@ -309,7 +304,7 @@ func (g *TxGuard) doTx(ctx context.Context, tx pgx.Tx, c *txCall, fn TxFunc) (id
 	if done {
 		return res, err
 	}
-	r.store.Queue("RELEASE SAVEPOINT pgstore_claim")
+	r.store.Queue(g.q.releaseClaim)
 	err = g.finished(ctx, c, r, g.readOutcome(tx.SendBatch(ctx, r.store), r.store.Len(), -1, c, r.ferr))
 	kept = err == nil
 	return outcome(r.value, r.ferr, err)
@@ -477,14 +472,14 @@ func (g *TxGuard) warn(ctx context.Context, c *txCall, msg string, op idem.Op, e
 // pgstore_fn, and in DoTx (nested) pgstore_claim before it.
 func (g *TxGuard) queueClaim(b *pgx.Batch, a idem.ClaimArgs, nested bool) (claimAt int) {
 	if nested {
-		b.Queue("SAVEPOINT pgstore_claim")
+		b.Queue(g.q.savepointClaim)
 	}
 	if nested || b.Len() > 0 { // else the transaction began with g.begin, which sets it
 		b.Queue(g.setLockTimeout)
 	}
 	claimAt = b.Len()
 	b.Queue(g.q.txClaimNew, []byte(a.Key), fingerprint(a), micros(a.Lease), micros(a.Retention))
-	b.Queue("SAVEPOINT pgstore_fn")
+	b.Queue(g.q.savepointFn)
 	return claimAt
 }
 
@@ -499,12 +494,12 @@ func (g *TxGuard) readClaim(ctx context.Context, tx pgx.Tx, br pgx.BatchResults,
 		// guard's is still set.
 		b := &pgx.Batch{}
 		b.Queue(g.q.txClaim, []byte(a.Key), fingerprint(a), micros(a.Lease), micros(a.Retention), maxAttempts(a.MaxAttempts), tooManyAttempts)
-		b.Queue("SAVEPOINT pgstore_fn") // again: after this claim's write
+		b.Queue(g.q.savepointFn) // again: after this claim's write
 		claimAt = 0
 		r, _, err = readClaimRow(tx.SendBatch(ctx, b), b.Len(), claimAt, false)
 	}
 	if err != nil {
-		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "55P03" {
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == pgerrcode.LockNotAvailable {
 			return idem.Claim{}, fmt.Errorf("%w (key %q): its transaction did not end within %v", idem.ErrInProgress, c.key, g.cfg.LockTimeout)
 		}
 		return idem.Claim{}, translate("claim", err)
@@ -548,7 +543,7 @@ func (g *TxGuard) queueOutcome(b *pgx.Batch, a idem.ClaimArgs, t idem.Token, val
 		b.Queue(g.q.txComplete, []byte(a.Key), int64(t), value, micros(g.cfg.Retention))
 		return
 	}
-	b.Queue("ROLLBACK TO SAVEPOINT pgstore_fn")
+	b.Queue(g.q.rollbackFn)
 	b.Queue(g.q.txFail, []byte(a.Key), int64(t), idem.EncodeFailure(ferr), micros(g.cfg.FailedRetention))
 }
 
@@ -565,7 +560,7 @@ func (g *TxGuard) readOutcome(br pgx.BatchResults, n, commitAt int, c *txCall, f
 	for i := 0; i < n && err == nil; i++ {
 		var tag pgconn.CommandTag
 		tag, err = br.Exec()
-		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "22P02" && strings.Contains(pgErr.Message, noOutcomeRow) {
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == pgerrcode.InvalidTextRepresentation && strings.Contains(pgErr.Message, noOutcomeRow) {
 			err = fmt.Errorf("pgstore: %s (key %q): %w: fn changed the record", op, key, idem.ErrLeaseLost)
 			op = ""
 		}
@@ -587,10 +582,6 @@ func (g *TxGuard) readOutcome(br pgx.BatchResults, n, commitAt int, c *txCall, f
 	}
 	return translate(op, err)
 }
-
-// noOutcomeRow starts the error of the outcome statement that matched no
-// row (see queries.txFinish).
-const noOutcomeRow = "pgstore: the outcome matched no record"
 
 // fnTx is the transaction fn gets from Do: Do's, except that fn cannot
 // commit or roll it back (the claim would commit without the outcome, or
@@ -681,7 +672,7 @@ func (g *TxGuard) rollback(ctx context.Context, c *txCall, tx pgx.Tx) {
 // rollbackTo undoes DoTx's claim and fn's writes, leaving tx usable.
 func (g *TxGuard) rollbackTo(ctx context.Context, c *txCall, tx pgx.Tx) {
 	g.cleanup(ctx, c, func(ctx context.Context) error {
-		_, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT pgstore_claim; RELEASE SAVEPOINT pgstore_claim")
+		_, err := tx.Exec(ctx, g.q.rollbackClaim)
 		return err
 	})
 }

@@ -1,8 +1,8 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,7 +25,8 @@ const maxScriptBatch = 128
 // sends one pipeline to each primary concerned, in parallel. Either way,
 // entries for the same key run in order, the second seeing the first.
 //
-// A Claim's Err holds idem.ErrKeyReused or ErrUnknownFormat for its key.
+// A Claim's Err holds idem.ErrKeyReused, ErrUnknownFormat or
+// *ValueTooLargeError for its key.
 // The returned error is ErrInvalidArgs when an entry is out of range
 // (nothing is sent), or wraps idem.ErrStoreUnavailable when no entry got an
 // answer. When only some got one (a primary or a chunk failed), the others
@@ -41,30 +42,40 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 	if len(args) == 0 {
 		return out, nil
 	}
-	var replies []any // one claim reply per entry, or nil where errs has the error
-	errs := make([]error, len(args))
 	tokens := make([]idem.Token, len(args))
 	for i := range tokens {
 		tokens[i] = newToken()
 	}
-	sent := time.Now()
-	if c, ok := s.client.(*redis.Client); ok {
-		replies = s.claimChunks(ctx, c, args, tokens, errs)
+	_, oneServer := s.client.(*redis.Client)
+	var cmds []*evalCmd
+	if oneServer {
+		cmds = s.chunkCmds(ctx, args, tokens)
 	} else {
-		replies = s.claimEach(ctx, args, tokens, errs)
+		cmds = s.eachCmds(ctx, args, tokens)
+	}
+	sent := time.Now()
+	r, err := await(ctx, func() batchReplies {
+		s.pipeline(ctx, s.client, cmds)
+		if oneServer {
+			return chunkReplies(cmds, len(args))
+		}
+		return eachReplies(cmds)
+	})
+	if err != nil {
+		return nil, unavailable(ctx, "ClaimBatch", err)
 	}
 	var failed int
 	var first error
-	for i, err := range errs {
+	for i, err := range r.errs {
 		if err != nil {
 			failed++
-			out[i].Err = unavailable("ClaimBatch", err)
+			out[i].Err = unavailable(ctx, "ClaimBatch", err)
 			if first == nil {
 				first = out[i].Err
 			}
 			continue
 		}
-		c, err := claimReply(args[i], tokens[i], sent, replies[i])
+		c, err := s.claimReply(args[i], tokens[i], sent, r.replies[i])
 		c.Err = err
 		out[i] = c
 	}
@@ -74,23 +85,34 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 	return out, nil
 }
 
-// claimEach pipelines one claim script per entry.
-func (s *Store) claimEach(ctx context.Context, args []idem.ClaimArgs, tokens []idem.Token, errs []error) []any {
-	cmds := make([]*redis.Cmd, len(args))
-	for i, a := range args {
-		cmds[i] = s.cmd(ctx, claimScript, a.Key, claimArgs(a, tokens[i])...)
-	}
-	s.pipeline(ctx, s.client, cmds, false, false)
-	replies := make([]any, len(args))
-	for i, cmd := range cmds {
-		replies[i], errs[i] = cmd.Val(), cmd.Err()
-	}
-	return replies
+// batchReplies are the answers to a batch: for each entry its reply, or
+// nil where errs holds its error.
+type batchReplies struct {
+	replies []any
+	errs    []error
 }
 
-// claimChunks pipelines one claim batch script per maxScriptBatch entries.
-func (s *Store) claimChunks(ctx context.Context, c *redis.Client, args []idem.ClaimArgs, tokens []idem.Token, errs []error) []any {
-	var cmds []*redis.Cmd
+// eachCmds returns one claim script per entry.
+func (s *Store) eachCmds(ctx context.Context, args []idem.ClaimArgs, tokens []idem.Token) []*evalCmd {
+	cmds := make([]*evalCmd, len(args))
+	for i, a := range args {
+		cmds[i] = s.eval(ctx, claimScript, resendable, a.Key, s.claimArgs(a, tokens[i])...)
+	}
+	return cmds
+}
+
+// eachReplies returns the answers of the sent eachCmds.
+func eachReplies(cmds []*evalCmd) batchReplies {
+	r := batchReplies{replies: make([]any, len(cmds)), errs: make([]error, len(cmds))}
+	for i, cmd := range cmds {
+		r.replies[i], r.errs[i] = cmd.Val(), cmd.Err()
+	}
+	return r
+}
+
+// chunkCmds returns one claim batch script per maxScriptBatch entries.
+func (s *Store) chunkCmds(ctx context.Context, args []idem.ClaimArgs, tokens []idem.Token) []*evalCmd {
+	var cmds []*evalCmd
 	for lo := 0; lo < len(args); lo += maxScriptBatch {
 		chunk := args[lo:min(lo+maxScriptBatch, len(args))]
 		a := make([]any, 0, 4+len(chunk)*4)
@@ -98,32 +120,36 @@ func (s *Store) claimChunks(ctx context.Context, c *redis.Client, args []idem.Cl
 		for _, ca := range chunk {
 			a = append(a, s.RedisKey(ca.Key))
 		}
+		a = append(a, s.cfg.MaxValueSize)
 		for j, ca := range chunk {
-			a = append(a, claimArgs(ca, tokens[lo+j])...)
+			a = appendClaimArgs(a, ca, tokens[lo+j])
 		}
-		cmd := redis.NewCmd(ctx, a...)
-		cmd.SetFirstKeyPos(3)
-		cmds = append(cmds, cmd)
+		cmds = append(cmds, newEval(ctx, claimBatchScript, resendable, a))
 	}
-	s.pipeline(ctx, c, cmds, false, false)
-	replies := make([]any, len(args))
+	return cmds
+}
+
+// chunkReplies returns the answers of the n entries of the sent
+// chunkCmds.
+func chunkReplies(cmds []*evalCmd, n int) batchReplies {
+	r := batchReplies{replies: make([]any, n), errs: make([]error, n)}
 	for k, cmd := range cmds {
 		lo := k * maxScriptBatch
-		n := min(maxScriptBatch, len(args)-lo)
-		r, _ := cmd.Val().([]any)
+		size := min(maxScriptBatch, n-lo)
+		list, _ := cmd.Val().([]any)
 		err := cmd.Err()
-		if err == nil && len(r) != n {
+		if err == nil && len(list) != size {
 			err = badReply("ClaimBatch", cmd.Val())
 		}
-		for j := range n {
+		for j := range size {
 			if err != nil {
-				errs[lo+j] = err
+				r.errs[lo+j] = err
 				continue
 			}
-			replies[lo+j] = r[j]
+			r.replies[lo+j] = list[j]
 		}
 	}
-	return replies
+	return r
 }
 
 // CompleteBatch implements [idem.BatchCompleter]: the Complete scripts of
@@ -142,7 +168,7 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]erro
 		}
 	}
 	errs := make([]error, len(cs))
-	cmds := make([]*redis.Cmd, 0, len(cs))
+	cmds := make([]*evalCmd, 0, len(cs))
 	idx := make([]int, 0, len(cs)) // cmds[j] completes cs[idx[j]]
 	for i, c := range cs {
 		if c.Token == 0 {
@@ -155,41 +181,65 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]erro
 	if len(cmds) == 0 {
 		return errs, nil
 	}
-	var waitErrs []error // per cmds[j]: the WAIT's verdict on its primary
-	if s.cfg.WaitReplicas == 0 {
-		s.pipeline(ctx, s.client, cmds, true, false)
-	} else {
-		var err error
-		if waitErrs, err = s.completeAndWait(ctx, cmds, idx, cs); err != nil {
-			return nil, err
-		}
+	keys := make([]string, len(cmds))
+	for j, i := range idx {
+		keys[j] = cs[i].Key
 	}
-	var failed int
-	var first error
-	for j, cmd := range cmds {
-		i := idx[j]
-		if err := cmd.Err(); err != nil {
-			failed++
-			errs[i] = unavailable("CompleteBatch", err)
-			if first == nil {
-				first = errs[i]
-			}
-			continue
-		}
-		errs[i] = holderReply("CompleteBatch", cmd.Val())
-		if errs[i] == nil && waitErrs != nil {
-			errs[i] = waitErrs[j]
-		}
+	r, err := await(ctx, func() completions { return s.completeAll(ctx, cmds, keys) })
+	if err != nil {
+		return nil, unavailable(ctx, "CompleteBatch", err)
 	}
-	if failed == len(cmds) {
-		return nil, first
+	if r.unanswered == len(cmds) {
+		return nil, r.first
+	}
+	for j, verdict := range r.verdicts {
+		errs[idx[j]] = verdict
 	}
 	return errs, nil
 }
 
-// completeAndWait runs cmds grouped by primary, each group in one pipeline
-// that ends with WAIT, and returns the WAIT's verdict for each command.
-func (s *Store) completeAndWait(ctx context.Context, cmds []*redis.Cmd, idx []int, cs []idem.Completion) ([]error, error) {
+// completions are the answers to the Complete scripts of a batch: each
+// one's verdict, how many got no answer, and the first of those errors.
+type completions struct {
+	verdicts   []error
+	unanswered int
+	first      error
+}
+
+// completeAll sends cmds, the Complete scripts of the records of keys, and
+// returns each one's verdict: nil, idem.ErrLeaseLost, ErrUnknownFormat,
+// ErrNotReplicated, or, when it got no answer, its error wrapping
+// idem.ErrStoreUnavailable.
+func (s *Store) completeAll(ctx context.Context, cmds []*evalCmd, keys []string) completions {
+	r := completions{verdicts: make([]error, len(cmds))}
+	var waitErrs []error // per cmds[j]: the WAIT's verdict on its primary
+	if s.cfg.WaitReplicas == 0 {
+		s.pipeline(ctx, s.client, cmds)
+	} else {
+		var err error
+		if waitErrs, err = s.completeAndWait(ctx, cmds, keys); err != nil {
+			return completions{unanswered: len(cmds), first: err}
+		}
+	}
+	for j, cmd := range cmds {
+		if err := cmd.Err(); err != nil {
+			r.verdicts[j] = unavailable(ctx, "CompleteBatch", err)
+			r.unanswered++
+			r.first = cmp.Or(r.first, r.verdicts[j])
+			continue
+		}
+		r.verdicts[j] = holderReply("CompleteBatch", cmd.Val())
+		if r.verdicts[j] == nil && waitErrs != nil {
+			r.verdicts[j] = waitErrs[j]
+		}
+	}
+	return r
+}
+
+// completeAndWait runs cmds, the writes of the records of keys, grouped by
+// primary, each group in one pipeline that ends with WAIT, and returns the
+// WAIT's verdict for each command.
+func (s *Store) completeAndWait(ctx context.Context, cmds []*evalCmd, keys []string) ([]error, error) {
 	type group struct {
 		node *redis.Client
 		js   []int
@@ -197,9 +247,9 @@ func (s *Store) completeAndWait(ctx context.Context, cmds []*redis.Cmd, idx []in
 	var groups []*group
 	byNode := map[*redis.Client]*group{}
 	for j := range cmds {
-		node, err := s.primary(ctx, cs[idx[j]].Key)
+		node, err := s.primary(ctx, keys[j])
 		if err != nil {
-			return nil, unavailable("CompleteBatch", err)
+			return nil, unavailable(ctx, "CompleteBatch", err)
 		}
 		g := byNode[node]
 		if g == nil {
@@ -211,70 +261,16 @@ func (s *Store) completeAndWait(ctx context.Context, cmds []*redis.Cmd, idx []in
 	}
 	verdicts := make([]error, len(cmds))
 	for _, g := range groups {
-		part := make([]*redis.Cmd, len(g.js))
+		part := make([]*evalCmd, len(g.js))
 		for k, j := range g.js {
 			part[k] = cmds[j]
 		}
-		acked, err := s.pipeline(ctx, g.node, part, true, true)
-		verdict := s.replicated("CompleteBatch", acked, err)
+		acked, err := s.pipelineAndWait(ctx, g.node, part)
+		verdict := s.replicated(ctx, "CompleteBatch", acked, err)
 		for k, j := range g.js {
 			cmds[j] = part[k] // an EVAL re-run replaces its EVALSHA
 			verdicts[j] = verdict
 		}
 	}
 	return verdicts, nil
-}
-
-// primary returns the client of the primary that holds key's record, for
-// a WAIT on the connection that wrote it. New admits only the two client
-// types handled here when WaitReplicas is set.
-func (s *Store) primary(ctx context.Context, key string) (*redis.Client, error) {
-	switch c := s.client.(type) {
-	case *redis.Client:
-		return c, nil
-	case *redis.ClusterClient:
-		return c.MasterForKey(ctx, s.RedisKey(key))
-	}
-	return nil, fmt.Errorf("redisstore: WAIT needs a *redis.Client or *redis.ClusterClient, not %T", s.client)
-}
-
-// pipeline sends cmds in one pipeline on c, with WAIT last when wait is
-// set, then sends again as EVAL, in order, those that met NOSCRIPT (they
-// did not run), replacing them in cmds. Each command keeps its own error.
-// It returns WAIT's count of replicas and error (when wait is set).
-func (s *Store) pipeline(ctx context.Context, c redis.Cmdable, cmds []*redis.Cmd, once, wait bool) (int64, error) {
-	send := func(cmds []*redis.Cmd) *redis.IntCmd {
-		p := c.Pipeline()
-		for _, cmd := range cmds {
-			_ = p.Process(ctx, wrap(cmd, once))
-		}
-		var w *redis.IntCmd
-		if wait {
-			w = redis.NewIntCmd(ctx, "wait", s.cfg.WaitReplicas, s.cfg.WaitTimeout.Milliseconds())
-			_ = p.Process(ctx, w)
-		}
-		_, _ = p.Exec(ctx) // every command carries its own error
-		return w
-	}
-	w := send(cmds)
-	var again []int
-	for i, cmd := range cmds {
-		if isNoScript(cmd.Err()) {
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
-		evals := make([]*redis.Cmd, len(again))
-		for k, i := range again {
-			evals[k] = asEval(ctx, cmds[i])
-			cmds[i] = evals[k]
-		}
-		if ww := send(evals); ww != nil {
-			w = ww
-		}
-	}
-	if w == nil {
-		return 0, nil
-	}
-	return w.Result()
 }

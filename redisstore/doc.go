@@ -81,6 +81,17 @@
 // idem.ErrStoreUnavailable, with standard-library causes (context,
 // network) kept for errors.Is; no go-redis type leaks through.
 //
+// # Deadlines and cancellation
+//
+// Every call returns when its context ends, whatever the client's options.
+// go-redis notices neither a cancelled context nor, unless
+// ContextTimeoutEnabled is set, a deadline, while it waits for a server
+// that stopped answering; so each call exchanges its commands with Redis
+// on a goroutine of its own and returns, with the context's error, as
+// soon as the context ends. The exchange left behind ends within the
+// client's ReadTimeout and WriteTimeout, which [New] therefore requires
+// to be finite.
+//
 // # What Redis can lose
 //
 // Redis acknowledges a write once it is in the primary's memory. Two

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -30,23 +31,45 @@ var (
 	ErrNotReplicated = errors.New("redisstore: outcome not acknowledged by enough replicas")
 )
 
-// ValueTooLargeError is returned by Complete, Fail and CompleteBatch for a
-// value (or cause) longer than Config.MaxValueSize. Nothing was written.
+// ValueTooLargeError is returned for a value (or cause) longer than
+// Config.MaxValueSize: by Complete, Fail and CompleteBatch, which then write
+// nothing; and by Claim, ClaimBatch (in the entry's Err) and Get for a
+// record whose stored result is longer, which they refuse to read (another
+// program, or a Store with a larger MaxValueSize, wrote it). Redis does not
+// send such a result: the script leaves it out of its reply.
 type ValueTooLargeError struct {
-	Size int // the value's length in bytes
-	Max  int // Config.MaxValueSize
+	Size   int    // the value's length in bytes
+	Max    int    // Config.MaxValueSize
+	Stored bool   // the value is a stored record's, refused on read
+	Key    string // the store key of that record (Stored only)
 }
 
 func (e *ValueTooLargeError) Error() string {
+	if e.Stored {
+		return fmt.Sprintf("redisstore: the record of key %q holds a result of %d bytes, larger than Config.MaxValueSize (%d)", e.Key, e.Size, e.Max)
+	}
 	return fmt.Sprintf("redisstore: value of %d bytes is larger than Config.MaxValueSize (%d)", e.Size, e.Max)
 }
 
-// unavailable translates an error of the Redis client into one wrapping
-// idem.ErrStoreUnavailable. Standard-library causes (context, network, EOF)
-// stay in the chain for errors.Is; go-redis's own error values and the
-// server's error replies keep only their text, so no go-redis type leaks
-// through the idem API.
-func unavailable(op string, err error) error {
+// Unwrap returns idem.ErrValueTooLarge, which the Guard and the adapters
+// look for: the outcome cannot be kept (or, read back, replayed).
+func (e *ValueTooLargeError) Unwrap() error { return idem.ErrValueTooLarge }
+
+// unavailable translates an error of the Redis client, in a call under
+// ctx, into one wrapping idem.ErrStoreUnavailable. Standard-library causes
+// (context, network, EOF) stay in the chain for errors.Is; go-redis's own
+// error values and the server's error replies keep only their text, so no
+// go-redis type leaks through the idem API. When ctx has ended its error
+// joins the chain: a client with ContextTimeoutEnabled reports the
+// context's deadline as its socket's i/o timeout.
+func unavailable(ctx context.Context, op string, err error) error {
+	cerr := ctx.Err()
+	if d, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(d) {
+		cerr = context.DeadlineExceeded // passed, though the context's timer has not fired yet
+	}
+	if cerr != nil && !errors.Is(err, cerr) {
+		err = fmt.Errorf("%w: %w", cerr, err)
+	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return fmt.Errorf("redisstore: %s: %w: %w", op, idem.ErrStoreUnavailable, err)

@@ -2,9 +2,7 @@ package redisstore_test
 
 import (
 	"errors"
-	"io"
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,73 +17,37 @@ import (
 // next reply the server sends and cuts that connection: the command ran,
 // its client never learns how.
 type dropProxy struct {
-	l      net.Listener
-	target string
-	armed  atomic.Bool
-	mu     sync.Mutex
-	conns  []net.Conn
-	wg     sync.WaitGroup
+	*proxy
+	armed atomic.Bool
 }
 
-func startProxy(t *testing.T, target string) *dropProxy {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &dropProxy{l: l, target: target}
-	p.wg.Go(p.accept)
-	t.Cleanup(p.close)
+func startDropProxy(t *testing.T, target string) *dropProxy {
+	p := &dropProxy{}
+	p.proxy = startProxy(t, target, relay, p.down)
 	return p
 }
 
-func (p *dropProxy) addr() string { return p.l.Addr().String() }
-
-func (p *dropProxy) accept() {
+// down relays the server's replies to the client, but for the one it is
+// armed for.
+func (p *dropProxy) down(client, server net.Conn) {
+	buf := make([]byte, 64<<10)
 	for {
-		client, err := p.l.Accept()
-		if err != nil {
+		n, err := server.Read(buf)
+		if n > 0 && p.armed.CompareAndSwap(true, false) {
+			client.Close()
+			server.Close()
 			return
 		}
-		server, err := net.Dial("tcp", p.target)
+		if n > 0 {
+			if _, werr := client.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
 		if err != nil {
 			client.Close()
-			continue
+			return
 		}
-		p.mu.Lock()
-		p.conns = append(p.conns, client, server)
-		p.mu.Unlock()
-		p.wg.Go(func() { io.Copy(server, client); server.Close() })
-		p.wg.Go(func() {
-			buf := make([]byte, 64<<10)
-			for {
-				n, err := server.Read(buf)
-				if n > 0 && p.armed.CompareAndSwap(true, false) {
-					client.Close()
-					server.Close()
-					return
-				}
-				if n > 0 {
-					if _, werr := client.Write(buf[:n]); werr != nil {
-						return
-					}
-				}
-				if err != nil {
-					client.Close()
-					return
-				}
-			}
-		})
 	}
-}
-
-func (p *dropProxy) close() {
-	p.l.Close()
-	p.mu.Lock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
 }
 
 // TestLostReply: go-redis resends a command whose reply it lost. A resent
@@ -93,7 +55,7 @@ func (p *dropProxy) close() {
 // would answer ErrLeaseLost for the value it stored.
 func TestLostReply(t *testing.T) {
 	direct := sharedClient(t)
-	proxy := startProxy(t, redisAddr())
+	proxy := startDropProxy(t, redisAddr())
 	viaProxy := redis.NewClient(&redis.Options{Addr: proxy.addr(), MaxRetries: 3, MinRetryBackoff: time.Millisecond, MaxRetryBackoff: 2 * time.Millisecond})
 	t.Cleanup(func() { viaProxy.Close() })
 	s := newStore(t, viaProxy, redisstore.Config{})

@@ -26,7 +26,11 @@ type Config struct {
 
 	// MaxValueSize is the longest value (Complete) or encoded cause (Fail)
 	// accepted, in bytes; a longer one gets a *ValueTooLargeError and
-	// nothing is written. Default 1 MiB; at most 256 MiB. Redis holds the
+	// nothing is written. It also bounds what is read: a record holding a
+	// longer result (written by another program, or by a Store with a
+	// larger MaxValueSize) is refused by Claim and Get with a
+	// *ValueTooLargeError, and Redis does not send it. Default 1 MiB; at
+	// most 256 MiB. Redis holds the
 	// whole value in memory and sends it to every duplicate: keep outcomes
 	// small and store large payloads elsewhere.
 	MaxValueSize int
@@ -64,8 +68,11 @@ const maxDuration = 100 * 365 * 24 * time.Hour
 // Redis server's clock for every time. It works with any
 // redis.UniversalClient: standalone, Sentinel or Cluster.
 //
-// A Store holds no goroutine and no connection of its own; the client
-// belongs to the caller, who closes it. It is safe for concurrent use.
+// A Store holds no connection of its own, and no goroutine beyond a call:
+// a call whose context ends before Redis answered returns at once, and the
+// exchange it leaves behind ends on its own goroutine within the client's
+// timeouts (see New). The client belongs to the caller, who closes it. A
+// Store is safe for concurrent use.
 type Store struct {
 	client redis.UniversalClient
 	cfg    Config
@@ -78,12 +85,21 @@ var (
 )
 
 // New returns a Store over client. It fails when client is nil or a Config
-// field is out of range; the error names the field. It does not contact
-// Redis: an unreachable server shows in the first call, as
-// idem.ErrStoreUnavailable.
+// field is out of range; the error names the field. It also refuses a
+// client (*redis.Client, *redis.ClusterClient or *redis.Ring) whose
+// ReadTimeout or WriteTimeout lets a command wait for the server forever
+// (-1, -2): every call returns when its context ends, leaving the command
+// it sent to the client, which must give up on a server that does not
+// answer. It does not contact Redis: an unreachable server shows in the
+// first call, as idem.ErrStoreUnavailable.
 func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: New: client is nil")
+	}
+	if unbounded := unboundedTimeouts(client); unbounded != "" {
+		return nil, fmt.Errorf("redisstore: New: the client's %s lets a command wait for the server forever: "+
+			"set it positive (or 0, go-redis's default); a call whose context ends returns at once and leaves its command "+
+			"to the client, which must give up on a server that does not answer", unbounded)
 	}
 	switch {
 	case strings.ContainsAny(cfg.Prefix, "{}"):
@@ -115,8 +131,46 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	return &Store{client: client, cfg: cfg}, nil
 }
 
+// unboundedTimeouts names the client's socket timeouts that never end a
+// wait ("ReadTimeout", "WriteTimeout", both, or "" for none), for the
+// client types whose options it can read.
+func unboundedTimeouts(client redis.UniversalClient) string {
+	var read, write time.Duration
+	// go-redis normalizes the options of a Client and of a ClusterClient
+	// when it builds one: 0 is then "no timeout" (-1 given) and -1 "no
+	// deadline" (-2 given). A Ring keeps the values as given, 0 meaning
+	// the default.
+	bounded := func(d time.Duration) bool { return d > 0 }
+	switch c := client.(type) {
+	case *redis.Client:
+		read, write = c.Options().ReadTimeout, c.Options().WriteTimeout
+	case *redis.ClusterClient:
+		read, write = c.Options().ReadTimeout, c.Options().WriteTimeout
+	case *redis.Ring:
+		read, write = c.Options().ReadTimeout, c.Options().WriteTimeout
+		bounded = func(d time.Duration) bool { return d >= 0 }
+	default:
+		return ""
+	}
+	switch {
+	case !bounded(read) && !bounded(write):
+		return "ReadTimeout and WriteTimeout"
+	case !bounded(read):
+		return "ReadTimeout"
+	case !bounded(write):
+		return "WriteTimeout"
+	}
+	return ""
+}
+
 // Config returns the Store's configuration with the defaults filled in.
 func (s *Store) Config() Config { return s.cfg }
+
+// MaxValueSize returns Config.MaxValueSize: the longest value or cause, in
+// bytes, that Complete, Fail and CompleteBatch write, and the longest
+// result that Claim, ClaimBatch and Get read back. It implements idem's
+// ValueLimiter, so that a caller can keep its values within it.
+func (s *Store) MaxValueSize() int { return s.cfg.MaxValueSize }
 
 // RedisKey returns the Redis key that holds the record of the store key:
 // Config.Prefix, then the key in unpadded base64url between braces. The
@@ -137,12 +191,14 @@ func (s *Store) RedisKey(key string) string {
 // draw the same token with odds of 2^-64). The client may resend a claim
 // whose reply was lost: the claim that finds its own token answers
 // Acquired again. The record of a key the claim created reports the lease
-// end and expiry as the client reckons them (see the package doc).
+// end and expiry as the client reckons them (see the package doc). A Busy
+// answer's record carries no token: the holder's is the holder's alone.
 //
 // Errors: idem.ErrKeyReused; ErrInvalidArgs for a lease or retention that
 // is not positive or longer than 100 years or a fingerprint over 65535
 // bytes; ErrUnknownFormat when the key holds a value this package did not
-// write; any other failure wraps idem.ErrStoreUnavailable.
+// write; *ValueTooLargeError when it holds a result longer than
+// Config.MaxValueSize; any other failure wraps idem.ErrStoreUnavailable.
 func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
 	if err := checkClaim("Claim", a); err != nil {
 		return idem.Claim{}, err
@@ -153,11 +209,11 @@ func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 // claim claims a with the token t.
 func (s *Store) claim(ctx context.Context, a idem.ClaimArgs, t idem.Token) (idem.Claim, error) {
 	sent := time.Now()
-	reply, err := s.run(ctx, s.cmd(ctx, claimScript, a.Key, claimArgs(a, t)...), false)
+	reply, err := s.run(ctx, s.eval(ctx, claimScript, resendable, a.Key, s.claimArgs(a, t)...))
 	if err != nil {
-		return idem.Claim{}, unavailable("Claim", err)
+		return idem.Claim{}, unavailable(ctx, "Claim", err)
 	}
-	return claimReply(a, t, sent, reply)
+	return s.claimReply(a, t, sent, reply)
 }
 
 func checkClaim(op string, a idem.ClaimArgs) error {
@@ -189,24 +245,30 @@ func newToken() idem.Token {
 	}
 }
 
-// claimArgs returns the claim script's arguments for a and the token t:
-// the new record (version, InProgress, t, attempt 1, retention, the
-// fingerprint), packed here so that the script of a new key only writes
-// it; the key's expiry from now in ms, lease plus retention; the cap.
-func claimArgs(a idem.ClaimArgs, t idem.Token) []any {
+// appendClaimArgs appends to dst the claim script's arguments for a and
+// the token t: the new record (version, InProgress, t, attempt 1,
+// retention, the fingerprint), packed here so that the script of a new key
+// only writes it; the key's expiry from now in ms, lease plus retention;
+// the cap.
+func appendClaimArgs(dst []any, a idem.ClaimArgs, t idem.Token) []any {
 	nv := make([]byte, 0, headerLen+len(a.Fingerprint))
 	nv = append(nv, formatV2, byte(idem.StatusInProgress))
 	nv = binary.BigEndian.AppendUint32(appendToken(nv, t), 1)
 	nv = binary.BigEndian.AppendUint64(nv, uint64(millis(a.Retention)))
 	nv = binary.BigEndian.AppendUint16(nv, uint16(len(a.Fingerprint)))
 	nv = append(nv, a.Fingerprint...)
-	return []any{nv, millis(a.Lease) + millis(a.Retention), max(a.MaxAttempts, 0)}
+	return append(dst, nv, millis(a.Lease)+millis(a.Retention), max(a.MaxAttempts, 0))
+}
+
+// claimArgs returns the arguments of claimScript for a and the token t.
+func (s *Store) claimArgs(a idem.ClaimArgs, t idem.Token) []any {
+	return append(appendClaimArgs(make([]any, 0, 4), a, t), s.cfg.MaxValueSize)
 }
 
 // claimReply turns the reply of the claim of a with token t, sent at
 // sent, into a Claim.
-func claimReply(a idem.ClaimArgs, t idem.Token, sent time.Time, reply any) (idem.Claim, error) {
-	if n, ok := reply.(int64); ok && n == 1 {
+func (s *Store) claimReply(a idem.ClaimArgs, t idem.Token, sent time.Time, reply any) (idem.Claim, error) {
+	if n, ok := reply.(int64); ok && n == replyCreated {
 		// The script created the record from the claim's own arguments
 		// and said no more. The lease started when Redis ran it, between
 		// sent and now; the record reports the earliest lease end on the
@@ -229,28 +291,36 @@ func claimReply(a idem.ClaimArgs, t idem.Token, sent time.Time, reply any) (idem
 	if len(r) == 0 {
 		return idem.Claim{}, badReply("Claim", reply)
 	}
-	code, _ := r[0].(int64)
-	if code == 4 {
+	var outcome idem.Outcome
+	switch code, _ := r[0].(int64); code {
+	case replyKeyReused:
 		return idem.Claim{}, idem.ErrKeyReused
-	}
-	if len(r) < 2 || code < 0 || code > 3 {
+	case replyAcquired:
+		outcome = idem.Acquired
+	case replyBusy:
+		outcome = idem.Busy
+	case replyDuplicate:
+		outcome = idem.Duplicate
+	case replyUnknown:
+	default:
 		return idem.Claim{}, badReply("Claim", reply)
 	}
-	v, _ := r[1].(string)
-	var expires int64
-	if len(r) > 2 {
-		expires, _ = r[2].(int64)
+	if len(r) < 2 {
+		return idem.Claim{}, badReply("Claim", reply)
 	}
-	rec, err := decodeRecord(a.Key, v, expires)
+	rec, err := s.recordReply(a.Key, r[1:])
 	if err != nil {
 		return idem.Claim{}, err
 	}
-	if code == 0 { // the script refused a value the decoder accepts: a bug on one side
+	if outcome == 0 { // the script refused a value the decoder accepts: a bug on one side
 		return idem.Claim{}, fmt.Errorf("%w: refused by the claim script", ErrUnknownFormat)
 	}
-	c := idem.Claim{Outcome: idem.Outcome(code), Record: rec}
-	if c.Outcome == idem.Acquired {
+	c := idem.Claim{Outcome: outcome, Record: rec}
+	switch c.Outcome {
+	case idem.Acquired:
 		c.Token = rec.Token
+	case idem.Busy:
+		c.Record.Token = 0 // the holder's token is the holder's alone: it would complete or release its lease
 	}
 	return c, nil
 }
@@ -284,8 +354,8 @@ func (s *Store) checkOutcome(op string, value []byte, retention time.Duration) e
 	return checkDuration(op, "retention", retention)
 }
 
-func (s *Store) outcomeCmd(ctx context.Context, key string, t idem.Token, status idem.Status, value []byte, retention time.Duration) *redis.Cmd {
-	return s.cmd(ctx, outcomeScript, key, holderPrefix(t), []byte{formatV2, byte(status)}, value, millis(retention))
+func (s *Store) outcomeCmd(ctx context.Context, key string, t idem.Token, status idem.Status, value []byte, retention time.Duration) *evalCmd {
+	return s.eval(ctx, outcomeScript, atMostOnce, key, holderPrefix(t), []byte{formatV2, byte(status)}, value, millis(retention))
 }
 
 func (s *Store) finish(ctx context.Context, op, key string, t idem.Token, status idem.Status, value []byte, retention time.Duration) error {
@@ -297,31 +367,37 @@ func (s *Store) finish(ctx context.Context, op, key string, t idem.Token, status
 	}
 	cmd := s.outcomeCmd(ctx, key, t, status, value, retention)
 	if s.cfg.WaitReplicas == 0 {
-		reply, err := s.run(ctx, cmd, true)
+		reply, err := s.run(ctx, cmd)
 		if err != nil {
-			return unavailable(op, err)
+			return unavailable(ctx, op, err)
 		}
 		return holderReply(op, reply)
 	}
-	node, err := s.primary(ctx, key)
+	verdict, err := await(ctx, func() error {
+		node, err := s.primary(ctx, key)
+		if err != nil {
+			return unavailable(ctx, op, err)
+		}
+		cmds := []*evalCmd{cmd}
+		acked, werr := s.pipelineAndWait(ctx, node, cmds)
+		if err := cmds[0].Err(); err != nil {
+			return unavailable(ctx, op, err)
+		}
+		if err := holderReply(op, cmds[0].Val()); err != nil {
+			return err
+		}
+		return s.replicated(ctx, op, acked, werr)
+	})
 	if err != nil {
-		return unavailable(op, err)
+		return unavailable(ctx, op, err)
 	}
-	cmds := []*redis.Cmd{cmd}
-	acked, werr := s.pipeline(ctx, node, cmds, true, true)
-	if err := cmds[0].Err(); err != nil {
-		return unavailable(op, err)
-	}
-	if err := holderReply(op, cmds[0].Val()); err != nil {
-		return err
-	}
-	return s.replicated(op, acked, werr)
+	return verdict
 }
 
 // replicated checks the WAIT that followed an outcome write.
-func (s *Store) replicated(op string, acked int64, err error) error {
+func (s *Store) replicated(ctx context.Context, op string, acked int64, err error) error {
 	if err != nil {
-		return fmt.Errorf("%w (WAIT failed: %w)", ErrNotReplicated, unavailable(op, err))
+		return fmt.Errorf("%w (WAIT failed: %w)", ErrNotReplicated, unavailable(ctx, op, err))
 	}
 	if acked < int64(s.cfg.WaitReplicas) {
 		return fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, acked, s.cfg.WaitReplicas, s.cfg.WaitTimeout)
@@ -338,9 +414,9 @@ func (s *Store) Release(ctx context.Context, key string, t idem.Token) error {
 	if t == 0 {
 		return idem.ErrLeaseLost
 	}
-	reply, err := s.run(ctx, s.cmd(ctx, releaseScript, key, holderPrefix(t)), true)
+	reply, err := s.run(ctx, s.eval(ctx, releaseScript, atMostOnce, key, holderPrefix(t)))
 	if err != nil {
-		return unavailable("Release", err)
+		return unavailable(ctx, "Release", err)
 	}
 	return holderReply("Release", reply)
 }
@@ -357,9 +433,9 @@ func (s *Store) Extend(ctx context.Context, key string, t idem.Token, lease time
 	if t == 0 {
 		return idem.ErrLeaseLost
 	}
-	reply, err := s.run(ctx, s.cmd(ctx, extendScript, key, holderPrefix(t), millis(lease)), false)
+	reply, err := s.run(ctx, s.eval(ctx, extendScript, resendable, key, holderPrefix(t), millis(lease)))
 	if err != nil {
-		return unavailable("Extend", err)
+		return unavailable(ctx, "Extend", err)
 	}
 	return holderReply("Extend", reply)
 }
@@ -368,26 +444,27 @@ func (s *Store) Extend(ctx context.Context, key string, t idem.Token, lease time
 // into an error.
 func holderReply(op string, reply any) error {
 	switch n, _ := reply.(int64); n {
-	case 1:
+	case replyDone:
 		return nil
-	case 0:
+	case replyLost:
 		return idem.ErrLeaseLost
-	case -1:
+	case replyUnknown:
 		return fmt.Errorf("%w (%s)", ErrUnknownFormat, op)
 	}
 	return badReply(op, reply)
 }
 
 // Get implements [idem.Store.Get] with one EVALSHA, which reads the value
-// and its expiry together. Errors: idem.ErrNotFound; ErrUnknownFormat; any
-// other failure wraps idem.ErrStoreUnavailable.
+// and its expiry together. Errors: idem.ErrNotFound; ErrUnknownFormat;
+// *ValueTooLargeError as for Claim; any other failure wraps
+// idem.ErrStoreUnavailable.
 func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
-	reply, err := s.run(ctx, s.cmd(ctx, getScript, key), false)
+	reply, err := s.run(ctx, s.eval(ctx, getScript, resendable, key, s.cfg.MaxValueSize))
 	if err != nil {
 		if errors.Is(err, redis.Nil) {
 			return idem.Record{}, idem.ErrNotFound
 		}
-		return idem.Record{}, unavailable("Get", err)
+		return idem.Record{}, unavailable(ctx, "Get", err)
 	}
 	r, ok := reply.([]any)
 	if !ok {
@@ -396,70 +473,33 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 	if len(r) == 0 {
 		return idem.Record{}, idem.ErrNotFound
 	}
+	return s.recordReply(key, r)
+}
+
+// recordReply decodes the record of key from a script's reply r: its value
+// and, when known, its expiry ms, and after them the length of a result
+// longer than Config.MaxValueSize that the script left out of the value.
+func (s *Store) recordReply(key string, r []any) (idem.Record, error) {
 	v, _ := r[0].(string)
 	var expires int64
 	if len(r) > 1 {
 		expires, _ = r[1].(int64)
 	}
-	return decodeRecord(key, v, expires)
+	rec, err := decodeRecord(key, v, expires)
+	if err == nil && len(r) > 2 {
+		size, _ := r[2].(int64)
+		return idem.Record{}, &ValueTooLargeError{Size: int(size), Max: s.cfg.MaxValueSize, Key: key, Stored: true}
+	}
+	return rec, err
 }
 
 // Delete implements [idem.Store.Delete] with one DEL. Errors: any failure
 // wraps idem.ErrStoreUnavailable.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	if err := s.client.Del(ctx, s.RedisKey(key)).Err(); err != nil {
-		return unavailable("Delete", err)
+	rkey := s.RedisKey(key)
+	delErr, err := await(ctx, func() error { return s.client.Del(ctx, rkey).Err() })
+	if err = cmp.Or(err, delErr); err != nil {
+		return unavailable(ctx, "Delete", err)
 	}
 	return nil
-}
-
-// cmd returns the EVALSHA of sc on key's record with args.
-func (s *Store) cmd(ctx context.Context, sc *script, key string, args ...any) *redis.Cmd {
-	a := make([]any, 0, 4+len(args))
-	a = append(a, "evalsha", sc.sha, 1, s.RedisKey(key))
-	cmd := redis.NewCmd(ctx, append(a, args...)...)
-	cmd.SetFirstKeyPos(3)
-	return cmd
-}
-
-// asEval returns cmd, an EVALSHA that met NOSCRIPT (so did not run), as
-// the EVAL of its script, which also loads the script into the server's
-// cache for the next EVALSHA.
-func asEval(ctx context.Context, cmd *redis.Cmd) *redis.Cmd {
-	a := append([]any{}, cmd.Args()...)
-	sha, _ := a[1].(string)
-	for _, sc := range []*script{claimScript, claimBatchScript, outcomeScript, releaseScript, extendScript, getScript} {
-		if sc.sha == sha {
-			a[0], a[1] = "eval", sc.src
-		}
-	}
-	e := redis.NewCmd(ctx, a...)
-	e.SetFirstKeyPos(3)
-	return e
-}
-
-// onceCmd is a command the client must not resend after a network error:
-// its script may have run, and a second run would answer ErrLeaseLost for
-// an outcome that was stored.
-type onceCmd struct{ *redis.Cmd }
-
-// NoRetry tells go-redis not to resend the command.
-func (onceCmd) NoRetry() bool { return true }
-
-func wrap(cmd *redis.Cmd, once bool) redis.Cmder {
-	if once {
-		return onceCmd{cmd}
-	}
-	return cmd
-}
-
-// run sends cmd, and its EVAL when the server answers NOSCRIPT, and
-// returns the reply.
-func (s *Store) run(ctx context.Context, cmd *redis.Cmd, once bool) (any, error) {
-	err := s.client.Process(ctx, wrap(cmd, once))
-	if isNoScript(err) {
-		cmd = asEval(ctx, cmd)
-		err = s.client.Process(ctx, wrap(cmd, once))
-	}
-	return cmd.Val(), err
 }

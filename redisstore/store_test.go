@@ -176,11 +176,12 @@ func TestClaimBatchAcrossScripts(t *testing.T) {
 			t.Fatalf("entry %d (%s): %v %v, want %v", i, args[i].Key, c.Outcome, c.Err, want)
 		}
 	}
-	if got[n-1].Record.Token != got[5].Token {
-		t.Errorf("the repeated key is held by token %d, want entry 5's %d", got[n-1].Record.Token, got[5].Token)
-	}
 	if cmds, pipes := h.seen(); len(cmds) != 0 || len(pipes) != 1 || pipes[0] != 3 {
 		t.Fatalf("ClaimBatch of %d keys sent commands %v and pipelines of %v; want one pipeline of three scripts", n, cmds, pipes)
+	}
+	if r, err := s.Get(ctx, args[5].Key); err != nil || r.Token != got[5].Token || got[n-1].Record.Token != 0 {
+		t.Errorf("the repeated key is held by token %d (%v), want entry 5's %d; the Busy entry carries %d, want none",
+			r.Token, err, got[5].Token, got[n-1].Record.Token)
 	}
 }
 

@@ -60,7 +60,7 @@ type input struct {
 type output struct {
 	err     string // "", "reused", "lost", "notfound"
 	outcome idem.Outcome
-	token   idem.Token // Acquired: the new token; Busy and Get: the record's
+	token   idem.Token // Acquired: the new token; Busy: the record's (none); Get: the record's
 	attempt int
 	status  idem.Status
 	result  string
@@ -92,9 +92,8 @@ func step(st, in, out any) (bool, any) {
 			return o.err == "reused", s
 		case s.status.Done():
 			return o.err == "" && o.outcome == idem.Duplicate && o.status == s.status && o.result == s.result, s
-		case s.token != 0: // lease live (leases never expire here)
-			// A Busy answer names the holder's token or, better, withholds it.
-			return o.err == "" && o.outcome == idem.Busy && (o.token == s.token || o.token == 0) && o.attempt == s.attempt, s
+		case s.token != 0: // lease live (leases never expire here); a Busy answer carries no token
+			return o.err == "" && o.outcome == idem.Busy && o.token == 0 && o.attempt == s.attempt, s
 		case s.attempt >= maxAttempts:
 			n := s
 			n.status, n.result = idem.StatusFailed, string(idem.TooManyAttemptsCause())

@@ -1,5 +1,6 @@
 -- The records table of pgstore: one row per store key.
--- {table}, {index} and {seq} are replaced by validated, quoted identifiers.
+-- The table, index and sequence names are text/template actions, rendered
+-- as validated, quoted identifiers (as in queries.sql).
 -- Every migration is idempotent: Migrate runs them all, in order, each time.
 -- The columns have no CHECK constraints: PostgreSQL reads a table's CHECK
 -- expressions back from their stored text and plans them in every
@@ -7,13 +8,13 @@
 -- for a claim and its outcome (pgstore/README.md). Only pgstore's statements write
 -- here, with literal statuses and attempts counted from 1.
 
-CREATE TABLE IF NOT EXISTS {table} (
+CREATE TABLE IF NOT EXISTS {{.table}} (
     -- The store key (idem.StoreKey: namespace and key). bytea, not text:
     -- keys may hold any byte, NUL included, and compare byte for byte.
     key          bytea       PRIMARY KEY,
     -- 1 InProgress, 2 Completed, 3 Failed (idem.Status).
     status       smallint    NOT NULL,
-    -- The current claim's fencing token, from {seq} (ClaimBatch: random);
+    -- The current claim's fencing token, from {{.seq}} (ClaimBatch: random);
     -- 0 once released.
     token        bigint      NOT NULL,
     attempt      integer     NOT NULL,   -- from 1
@@ -30,8 +31,8 @@ CREATE TABLE IF NOT EXISTS {table} (
     expires_at   timestamptz NOT NULL
 ) WITH (fillfactor = 90); -- room on the page for the in-place (HOT) rewrite of a claim that finds a record
 
-CREATE INDEX IF NOT EXISTS {index} ON {table} (expires_at);
+CREATE INDEX IF NOT EXISTS {{.index}} ON {{.table}} (expires_at);
 
 -- Tokens are never reused, not even for a key whose record expired and was
 -- created again.
-CREATE SEQUENCE IF NOT EXISTS {seq} AS bigint;
+CREATE SEQUENCE IF NOT EXISTS {{.seq}} AS bigint;

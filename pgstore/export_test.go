@@ -1,0 +1,46 @@
+package pgstore
+
+import (
+	"reflect"
+	"regexp"
+	"slices"
+)
+
+// Statements returns every statement a Store, a TxGuard (with a lock
+// timeout of 5s) and Migrate send for table, by the name of its
+// definition in queries.sql.
+func Statements(table string) (map[string]string, error) {
+	t, err := parseTable(table)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	q := reflect.ValueOf(newQueries(t))
+	for i := range q.NumField() {
+		out["queries."+q.Type().Field(i).Name] = q.Field(i).String()
+	}
+	out["set_lock_timeout"], out["begin"] = t.setLockTimeout(5000)
+	out["migrate_lock"] = t.render(sqlTemplates, "migrate_lock", "lock_key", "42")
+	return out, nil
+}
+
+// UnusedDefinitions returns the definitions of queries.sql that neither
+// the code renders (newQueries, setLockTimeout, Migrate) nor another
+// definition includes.
+func UnusedDefinitions() []string {
+	rendered := []string{"claim_take", "claim", "claim_batch", "finish", "release", "extend", "complete_batch",
+		"get", "delete", "reap", "tx_claim_new", "tx_claim", "tx_complete", "tx_fail", "savepoint_claim",
+		"release_claim", "rollback_claim", "savepoint_fn", "rollback_fn", "commit",
+		"set_lock_timeout", "begin", "migrate_lock"}
+	included := map[string]bool{}
+	for _, m := range regexp.MustCompile(`\{\{-?\s*template "([^"]+)"`).FindAllStringSubmatch(queriesSQL, -1) {
+		included[m[1]] = true
+	}
+	var unused []string
+	for _, d := range sqlTemplates.Templates() {
+		if name := d.Name(); name != sqlTemplates.Name() && !included[name] && !slices.Contains(rendered, name) {
+			unused = append(unused, name)
+		}
+	}
+	return unused
+}

@@ -1,0 +1,112 @@
+package pgstore
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+	"text/template"
+)
+
+// queriesSQL holds every statement pgstore sends, but the migrations: see
+// its header for how it is written.
+//
+//go:embed queries.sql
+var queriesSQL string
+
+// sqlTemplates are the definitions of queries.sql. The migrations are
+// rendered the same way (see Migrate).
+var sqlTemplates = newSQLTemplate("queries.sql", queriesSQL)
+
+// newSQLTemplate parses text, SQL with text/template actions over a map of
+// strings: the one way pgstore puts names and fragments into its SQL.
+func newSQLTemplate(name, text string) *template.Template {
+	return template.Must(template.New(name).Option("missingkey=error").
+		Funcs(template.FuncMap{"args": sqlArgs}).Parse(text))
+}
+
+// sqlArgs returns m with the pairs kv (a key, its value, …) added: how a
+// definition passes arguments to a fragment.
+func sqlArgs(m map[string]string, kv ...string) (map[string]string, error) {
+	if len(kv)%2 != 0 {
+		return nil, errors.New("args: a key without its value")
+	}
+	out := maps.Clone(m)
+	for i := 0; i < len(kv); i += 2 {
+		out[kv[i]] = kv[i+1]
+	}
+	return out, nil
+}
+
+// noOutcomeRow starts the error of TxGuard's outcome statement when it
+// matched no row (see tx_outcome in queries.sql).
+const noOutcomeRow = "pgstore: the outcome matched no record"
+
+// vars are what every definition of queries.sql and every migration is
+// rendered with.
+func (t table) vars() map[string]string {
+	return map[string]string{"table": t.ident, "index": t.index, "seq": t.seq, "no_outcome_row": noOutcomeRow}
+}
+
+// render returns the definition name of tmpl rendered for t, with the
+// arguments kv (see sqlArgs). The statements are pgstore's own, rendered
+// by every test: an error is a bug of this package.
+func (t table) render(tmpl *template.Template, name string, kv ...string) string {
+	vars, err := sqlArgs(t.vars(), kv...)
+	var b strings.Builder
+	if err == nil {
+		err = tmpl.ExecuteTemplate(&b, name, vars)
+	}
+	if err != nil {
+		panic(fmt.Sprintf("pgstore: rendering %s: %v", name, err))
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// queries are the statements of a Store and a TxGuard over a table,
+// rendered from queries.sql; each is described there, under its name.
+type queries struct {
+	claimTake, claim, claimBatch                string
+	finish, release, extend, completeBatch      string
+	get, delete, reap                           string
+	txClaimNew, txClaim, txComplete, txFail     string
+	savepointClaim, releaseClaim, rollbackClaim string
+	savepointFn, rollbackFn, commit             string
+}
+
+func newQueries(t table) queries {
+	r := func(name string) string { return t.render(sqlTemplates, name) }
+	return queries{
+		claimTake:      r("claim_take"),
+		claim:          r("claim"),
+		claimBatch:     r("claim_batch"),
+		finish:         r("finish"),
+		release:        r("release"),
+		extend:         r("extend"),
+		completeBatch:  r("complete_batch"),
+		get:            r("get"),
+		delete:         r("delete"),
+		reap:           r("reap"),
+		txClaimNew:     r("tx_claim_new"),
+		txClaim:        r("tx_claim"),
+		txComplete:     r("tx_complete"),
+		txFail:         r("tx_fail"),
+		savepointClaim: r("savepoint_claim"),
+		releaseClaim:   r("release_claim"),
+		rollbackClaim:  r("rollback_claim"),
+		savepointFn:    r("savepoint_fn"),
+		rollbackFn:     r("rollback_fn"),
+		commit:         r("commit"),
+	}
+}
+
+// setLockTimeout is the statement that sets a TxGuard's lock timeout of ms
+// milliseconds for its claim, and begin the BEGIN that carries it (see
+// set_lock_timeout and begin in queries.sql).
+func (t table) setLockTimeout(ms int64) (set, begin string) {
+	arg := strconv.FormatInt(ms, 10)
+	return t.render(sqlTemplates, "set_lock_timeout", "lock_timeout_ms", arg),
+		t.render(sqlTemplates, "begin", "lock_timeout_ms", arg)
+}

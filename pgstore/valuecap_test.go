@@ -1,0 +1,73 @@
+package pgstore_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/pgstore"
+)
+
+func TestValueCapOnWrite(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2)
+	ctx := testCtx(t)
+	s, err := pgstore.New(e.pool, pgstore.Config{Table: e.table, MaxValueSize: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.MaxValueSize() != 16 || e.store.MaxValueSize() != pgstore.DefaultMaxValueSize {
+		t.Fatalf("MaxValueSize() = %d and %d by default, want 16 and %d", s.MaxValueSize(), e.store.MaxValueSize(), pgstore.DefaultMaxValueSize)
+	}
+	a := claimArgs("k", "fp")
+	c, err := s.Claim(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(op string, err error) {
+		t.Helper()
+		if tooLarge, ok := errors.AsType[*pgstore.ValueTooLargeError](err); !ok || tooLarge.Size != 17 || tooLarge.Max != 16 || tooLarge.Stored {
+			t.Fatalf("%s with 17 bytes: %v, want a *ValueTooLargeError{17, 16}", op, err)
+		}
+	}
+	check("Complete", s.Complete(ctx, a.Key, c.Token, make([]byte, 17), time.Minute))
+	check("Fail", s.Fail(ctx, a.Key, c.Token, make([]byte, 17), time.Minute))
+	_, err = s.CompleteBatch(ctx, []idem.Completion{
+		{Key: a.Key, Token: c.Token, Value: []byte("ok"), Retention: time.Minute},
+		{Key: "other", Token: 1, Value: make([]byte, 17), Retention: time.Minute},
+	})
+	check("CompleteBatch", err)
+	if r, err := s.Get(ctx, a.Key); err != nil || r.Status != idem.StatusInProgress {
+		t.Fatalf("after refused values: %v %v, want the record untouched (InProgress)", r.Status, err)
+	}
+	if err := s.Complete(ctx, a.Key, c.Token, make([]byte, 16), time.Minute); err != nil {
+		t.Fatalf("Complete with 16 bytes (the maximum): %v", err)
+	}
+}
+
+// TestStoredValueOverTheCapIsRefusedOnRead: a record another Store (with
+// a larger limit) stored is refused by Claim, ClaimBatch and Get with a
+// *ValueTooLargeError naming the key and the stored size.
+func TestStoredValueOverTheCapIsRefusedOnRead(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2)
+	reader, err := pgstore.New(e.pool, pgstore.Config{Table: e.table, MaxValueSize: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idemtest.RunStoredValueOverLimit(t, e.store, reader, func(err error, key string, size int) bool {
+		tooLarge, ok := errors.AsType[*pgstore.ValueTooLargeError](err)
+		return ok && tooLarge.Stored && tooLarge.Key == key && tooLarge.Size == size && tooLarge.Max == 1024
+	})
+}
+
+func TestMaxValueSizeConfig(t *testing.T) {
+	for _, n := range []int{-1, pgstore.MaxValueSizeLimit + 1} {
+		if _, err := pgstore.New(dummyDB{}, pgstore.Config{MaxValueSize: n}); err == nil || !strings.HasPrefix(err.Error(), "pgstore: Config.MaxValueSize") {
+			t.Errorf("MaxValueSize %d: %v, want an error naming Config.MaxValueSize", n, err)
+		}
+	}
+}

@@ -1,0 +1,146 @@
+package redisstore
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/idemgo/idem"
+)
+
+// This file is the protocol between the client and the Lua scripts, in one
+// place: the layout of a record's stored value and the scripts' reply
+// codes. Go reads the constants below; the scripts read the same values as
+// Lua locals that luaPrelude renders from luaConstants, so the two sides
+// cannot drift apart.
+
+// The stored value of a record, big-endian, packed by the client and read
+// here and by the Lua scripts:
+//
+//	field        offset  length
+//	version         0       1   format version (formatV2)
+//	status          1       1   idem.Status
+//	token           2       8   uint64; zero once released or failed by the attempt cap
+//	attempt        10       4   uint32
+//	retention      14       8   the claim's retention in milliseconds
+//	fpLen          22       2   fingerprint length n
+//	fingerprint    24       n
+//	result        24+n      …   Completed: the value; Failed: the encoded cause
+//
+// The expiry is not in the value: it is the key's own, set with PX or
+// PEXPIRE on the Redis clock and read back with PEXPIRETIME. Neither is the
+// lease end: while a record is InProgress its key expires the claim's
+// retention after its lease ends, so the lease end is the expiry less the
+// retention, and the lease is live while the key has more than the
+// retention to live (PTTL). Times are whole milliseconds, as Redis keeps
+// them. Format 1, which held the lease end in the value, was never
+// released; its values are refused like any other unknown one.
+const (
+	offVersion   = 0
+	offStatus    = offVersion + 1
+	offToken     = offStatus + 1
+	offAttempt   = offToken + 8
+	offRetention = offAttempt + 4
+	offFpLen     = offRetention + 8
+	headerLen    = offFpLen + 2 // the fingerprint starts here
+
+	// holderPrefixLen is how much of an InProgress record the holder
+	// scripts compare with the caller's: version, status and token.
+	holderPrefixLen = offAttempt
+
+	formatV2 = 2
+
+	// maxFingerprint is the longest fingerprint the 16-bit length holds.
+	maxFingerprint = 1<<16 - 1
+)
+
+// The scripts' replies.
+//
+// The claim script answers, for each key, replyCreated as a bare integer
+// when it created the record from the claim's own arguments (the client
+// knows the record then), or a list {code, value, expiry ms} for a record
+// that was there: code replyAcquired (a takeover, or this very claim resent
+// after a lost reply), replyBusy or replyDuplicate, with the record after
+// the claim. A result longer than the client's MaxValueSize is left out of
+// the value, and its length follows: {code, value, expiry ms, length}. It
+// answers {replyKeyReused} when the fingerprint differs and {replyUnknown,
+// value} for a value this package did not write, cut after the longest
+// header and fingerprint a value of ours has (MAX_HEAD).
+//
+// The holder scripts (Complete, Fail, Release, Extend) answer replyDone,
+// replyLost when the record is not InProgress with the caller's token, or
+// replyUnknown.
+const (
+	replyUnknown   = -1
+	replyLost      = 0
+	replyDone      = 1
+	replyCreated   = 1
+	replyAcquired  = 1
+	replyBusy      = 2
+	replyDuplicate = 3
+	replyKeyReused = 4
+)
+
+// luaConst is a constant the scripts read, under its Lua name.
+type luaConst struct {
+	name  string
+	value string // a Lua literal
+}
+
+// luaConstants are every name the scripts read besides KEYS and ARGV. Lua
+// strings count from 1: a field's first byte is its offset plus one, its
+// last its offset plus its length.
+var luaConstants = []luaConst{
+	luaInt("FORMAT", formatV2),
+	luaInt("IN_PROGRESS", int(idem.StatusInProgress)),
+	luaInt("FAILED", int(idem.StatusFailed)),
+
+	luaInt("VERSION", offVersion+1),
+	luaInt("STATUS", offStatus+1),
+	luaInt("TOKEN", offToken+1),
+	luaInt("TOKEN_END", offAttempt),
+	luaInt("ATTEMPT", offAttempt+1),
+	luaInt("ATTEMPT_END", offRetention),
+	luaInt("RETENTION", offRetention+1),
+	luaInt("RETENTION_END", offFpLen),
+	luaInt("FP_LEN", offFpLen+1),
+	luaInt("HEADER_LEN", headerLen),
+	luaInt("FINGERPRINT", headerLen+1),
+	luaInt("MAX_HEAD", headerLen+maxFingerprint),
+
+	luaInt("UNKNOWN", replyUnknown),
+	luaInt("LOST", replyLost),
+	luaInt("DONE", replyDone),
+	luaInt("CREATED", replyCreated),
+	luaInt("ACQUIRED", replyAcquired),
+	luaInt("BUSY", replyBusy),
+	luaInt("DUPLICATE", replyDuplicate),
+	luaInt("KEY_REUSED", replyKeyReused),
+
+	{"NO_TOKEN", luaString(make([]byte, offAttempt-offToken))},
+	{"TOO_MANY_ATTEMPTS", luaString(idem.TooManyAttemptsCause())},
+}
+
+func luaInt(name string, v int) luaConst { return luaConst{name, strconv.Itoa(v)} }
+
+// luaPrelude declares luaConstants as locals of a script, in one
+// statement.
+func luaPrelude() string {
+	names := make([]string, len(luaConstants))
+	values := make([]string, len(luaConstants))
+	for i, c := range luaConstants {
+		names[i], values[i] = c.name, c.value
+	}
+	return "local " + strings.Join(names, ", ") + " = " + strings.Join(values, ", ") + "\n"
+}
+
+// luaString returns b as a Lua string literal, every byte a decimal
+// escape.
+func luaString(b []byte) string {
+	var sb strings.Builder
+	sb.WriteByte('\'')
+	for _, c := range b {
+		sb.WriteString("\\" + strconv.Itoa(int(c)))
+	}
+	sb.WriteByte('\'')
+	return sb.String()
+}

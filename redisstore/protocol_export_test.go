@@ -1,0 +1,37 @@
+package redisstore
+
+// Exports of the Lua protocol for the black-box tests.
+
+// LuaPrelude is the declarations every script starts with.
+func LuaPrelude() string { return luaPrelude() }
+
+// LuaConstantNames are the names the prelude declares.
+func LuaConstantNames() []string {
+	names := make([]string, len(luaConstants))
+	for i, c := range luaConstants {
+		names[i] = c.name
+	}
+	return names
+}
+
+// ScriptBodies are the scripts' sources after their prelude.
+func ScriptBodies() map[string]string {
+	bodies := map[string]string{}
+	for name, sc := range map[string]*script{
+		"claim": claimScript, "claimBatch": claimBatchScript, "outcome": outcomeScript,
+		"release": releaseScript, "extend": extendScript, "get": getScript,
+	} {
+		_, body, _ := cut(sc.src, luaPrelude())
+		bodies[name] = body
+	}
+	return bodies
+}
+
+func cut(s, sep string) (before, after string, found bool) {
+	for i := 0; i+len(sep) <= len(s); i++ {
+		if s[i:i+len(sep)] == sep {
+			return s[:i], s[i+len(sep):], true
+		}
+	}
+	return s, "", false
+}

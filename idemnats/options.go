@@ -1,0 +1,260 @@
+package idemnats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Defaults of the options.
+const (
+	// DefaultKeyHeader is the header that carries the idempotency key: the
+	// one JetStream's own duplicate window reads.
+	DefaultKeyHeader = jetstream.MsgIDHeader
+	// DefaultBatchSize is how many messages one Fetch asks for.
+	DefaultBatchSize = 64
+	// DefaultFetchWait is how long one Fetch waits for its batch to fill.
+	DefaultFetchWait = 5 * time.Second
+	// DefaultBusyDelay is how long a message whose key another consumer
+	// holds waits before it is redelivered.
+	DefaultBusyDelay = time.Second
+	// DefaultRetryDelay is how long a message waits before it is
+	// redelivered after a retryable handler error or a store failure.
+	DefaultRetryDelay = time.Second
+	// DefaultShutdownTimeout is how long running handlers may go on after
+	// Run's context ends.
+	DefaultShutdownTimeout = 10 * time.Second
+	// DefaultDeadLetterTimeout bounds the publish of one dead letter.
+	DefaultDeadLetterTimeout = 5 * time.Second
+)
+
+// Option configures a [Consumer]; see [New].
+type Option func(*options)
+
+type options struct {
+	keyHeader       string
+	keyFunc         func(jetstream.Msg) (string, error)
+	scope           func(jetstream.Msg) string
+	sharedScope     bool
+	unkeyed         bool
+	dlqJS           jetstream.JetStream
+	dlqSubject      string
+	batchSize       int
+	fetchWait       time.Duration
+	concurrency     int
+	busyDelay       time.Duration
+	retryDelay      time.Duration
+	shutdownTimeout time.Duration
+	logger          *slog.Logger
+	observer        func(context.Context, Event)
+	errs            []error
+}
+
+func (o *options) fail(format string, args ...any) {
+	o.errs = append(o.errs, fmt.Errorf("idemnats: "+format, args...))
+}
+
+// WithKeyHeader sets the header that carries the idempotency key. Default
+// [DefaultKeyHeader], Nats-Msg-Id. Header names are case-sensitive in NATS.
+// A message that sends the header twice is dead-lettered
+// ([ReasonInvalidKey]); one without it follows [WithUnkeyed].
+func WithKeyHeader(name string) Option {
+	return func(o *options) {
+		if name == "" || strings.ContainsAny(name, ": \t\r\n") {
+			o.fail("WithKeyHeader(%q): not a valid header name", name)
+			return
+		}
+		o.keyHeader = name
+	}
+}
+
+// WithKeyFunc sets the function that reads the idempotency key of a
+// message, instead of a header. An empty key with a nil error means the
+// message has none ([WithUnkeyed]); an error dead-letters the message
+// ([ReasonInvalidKey]). It must not keep msg.
+func WithKeyFunc(f func(msg jetstream.Msg) (string, error)) Option {
+	return func(o *options) {
+		if f == nil {
+			o.fail("WithKeyFunc(nil)")
+			return
+		}
+		o.keyFunc = f
+	}
+}
+
+// WithScope sets the function that names the tenant (or publisher, or
+// account) a message belongs to, say from a subject token
+// ("orders.<tenant>.created") or a header that only trusted publishers can
+// set. Keys are scoped by it: two tenants that send the same key get two
+// records, so one can never suppress the other's message or see its
+// outcome. Either WithScope or [WithSharedScope] is required.
+func WithScope(f func(msg jetstream.Msg) string) Option {
+	return func(o *options) {
+		if f == nil {
+			o.fail("WithScope(nil)")
+			return
+		}
+		o.scope = f
+	}
+}
+
+// WithSharedScope declares that every publisher on the stream shares one
+// key space: a key sent by one is a duplicate of the same key sent by any
+// other. Choose it when the publishers trust each other (one service, or
+// keys they cannot choose, such as the outbox's). Either [WithScope] or
+// WithSharedScope is required.
+func WithSharedScope() Option { return func(o *options) { o.sharedScope = true } }
+
+// WithUnkeyed runs the handler for a message without a key, without
+// idempotency, and acks it after the handler returns nil. Default: such a
+// message is dead-lettered ([ReasonMissingKey]), since a consumer that
+// expects keys has a publisher that forgot one.
+func WithUnkeyed() Option { return func(o *options) { o.unkeyed = true } }
+
+// WithDeadLetter publishes every poison message to subject through js
+// before it is terminated: the original data and headers (its Nats-*
+// headers dropped, the key kept as [HeaderOriginalMsgID]) plus the headers
+// that say why ([HeaderReason], [HeaderCause]) and where it came from. The
+// subject must belong to a stream: the publish waits for the stream's ack,
+// and a message whose dead letter was not stored is redelivered instead of
+// terminated. Each dead letter carries a Nats-Msg-Id made of the original's
+// stream and sequence, so the dead-letter stream's duplicate window drops
+// the copy a redelivery publishes again. Default: poison is terminated
+// and logged only.
+func WithDeadLetter(js jetstream.JetStream, subject string) Option {
+	return func(o *options) {
+		if js == nil {
+			o.fail("WithDeadLetter: JetStream is nil")
+			return
+		}
+		if subject == "" || strings.ContainsAny(subject, " \t\r\n*>") {
+			o.fail("WithDeadLetter(%q): not a subject to publish to", subject)
+			return
+		}
+		o.dlqJS, o.dlqSubject = js, subject
+	}
+}
+
+// WithBatchSize sets how many messages one Fetch asks for. Their keys are
+// claimed concurrently and their handlers run one after another, in stream
+// order. Default [DefaultBatchSize]; at least 1. Keep the consumer's
+// MaxAckPending at least batch size times concurrency.
+func WithBatchSize(n int) Option {
+	return atLeast("WithBatchSize", n, 1, func(o *options) *int { return &o.batchSize })
+}
+
+// WithFetchWait sets how long one Fetch waits for its batch to fill before
+// the messages it has are handled anyway (they are handled as they arrive;
+// the next Fetch starts once the batch is done). Default
+// [DefaultFetchWait]; at least 10ms.
+func WithFetchWait(d time.Duration) Option {
+	return atLeast("WithFetchWait", d, 10*time.Millisecond, func(o *options) *time.Duration { return &o.fetchWait })
+}
+
+// WithConcurrency sets how many batches are fetched and handled at once.
+// Handlers of one batch run in order; handlers of different batches run in
+// parallel, so order holds per batch only. Default 1; at least 1.
+func WithConcurrency(n int) Option {
+	return atLeast("WithConcurrency", n, 1, func(o *options) *int { return &o.concurrency })
+}
+
+// WithBusyDelay sets how long a message waits before it is redelivered when
+// its key is held by another consumer's live lease (the key is in
+// progress). Default [DefaultBusyDelay]; at least 0. Each such redelivery
+// counts toward the consumer's MaxDeliver.
+func WithBusyDelay(d time.Duration) Option {
+	return atLeast("WithBusyDelay", d, 0, func(o *options) *time.Duration { return &o.busyDelay })
+}
+
+// WithRetryDelay sets how long a message waits before it is redelivered
+// after the handler returned an error not marked [idem.Permanent], or the
+// store failed. Default [DefaultRetryDelay]; at least 0.
+func WithRetryDelay(d time.Duration) Option {
+	return atLeast("WithRetryDelay", d, 0, func(o *options) *time.Duration { return &o.retryDelay })
+}
+
+// WithShutdownTimeout sets how long the handlers running when Run's
+// context ends may go on. Past it their context is cancelled; a handler
+// that then returns releases its key, and its message is redelivered.
+// Messages fetched but not yet started are handed back at once. Default
+// [DefaultShutdownTimeout]; at least 0.
+func WithShutdownTimeout(d time.Duration) Option {
+	return atLeast("WithShutdownTimeout", d, 0, func(o *options) *time.Duration { return &o.shutdownTimeout })
+}
+
+// WithLogger sets the logger of warnings (dead letters, failed acks, fetch
+// errors) and debug lines. Default: the Guard's Config.Logger.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) {
+		if l == nil {
+			o.fail("WithLogger(nil)")
+			return
+		}
+		o.logger = l
+	}
+}
+
+// WithObserver sets a function called for every action the consumer takes
+// on a delivery, for metrics and tracing. It runs synchronously on the
+// delivery's goroutine: keep it fast. The Guard's own steps go to its
+// Config.Observer. Default: none.
+func WithObserver(f func(ctx context.Context, e Event)) Option {
+	return func(o *options) {
+		if f == nil {
+			o.fail("WithObserver(nil)")
+			return
+		}
+		o.observer = f
+	}
+}
+
+// atLeast is an Option that sets the field of o that field returns to v,
+// refusing a v below least.
+func atLeast[T int | time.Duration](name string, v, least T, field func(*options) *T) Option {
+	return func(o *options) {
+		if v < least {
+			o.fail("%s(%v): must be at least %v", name, v, least)
+			return
+		}
+		*field(o) = v
+	}
+}
+
+func (o *options) build(opts []Option) error {
+	*o = options{
+		batchSize:       DefaultBatchSize,
+		fetchWait:       DefaultFetchWait,
+		concurrency:     1,
+		busyDelay:       DefaultBusyDelay,
+		retryDelay:      DefaultRetryDelay,
+		shutdownTimeout: DefaultShutdownTimeout,
+	}
+	for _, opt := range opts {
+		if opt == nil {
+			o.fail("New: nil Option")
+			continue
+		}
+		opt(o)
+	}
+	if o.keyFunc != nil && o.keyHeader != "" {
+		o.fail("New: WithKeyHeader and WithKeyFunc both given: choose one")
+	}
+	if o.scope != nil && o.sharedScope {
+		o.fail("New: WithScope and WithSharedScope both given: choose one")
+	}
+	if err := errors.Join(o.errs...); err != nil {
+		return err
+	}
+	if o.scope == nil && !o.sharedScope {
+		return errNoScope
+	}
+	if o.keyFunc == nil && o.keyHeader == "" {
+		o.keyHeader = DefaultKeyHeader
+	}
+	return nil
+}

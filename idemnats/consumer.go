@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -69,7 +70,7 @@ func New(g *idem.Guard, cons jetstream.Consumer, h Handler, opts ...Option) (*Co
 // checkConsumer refuses a consumer whose acks would not be per message.
 func checkConsumer(info *jetstream.ConsumerInfo) error {
 	if p := info.Config.AckPolicy; p != jetstream.AckExplicitPolicy {
-		return fmt.Errorf("idemnats: consumer %q: AckPolicy %v: must be explicit, so that each message is acked "+
+		return fmt.Errorf("idemnats: consumer %q: AckPolicy %v: must be AckExplicit, so that each message is acked "+
 			"only once its outcome is stored", info.Name, p)
 	}
 	return nil
@@ -85,7 +86,7 @@ var errStopping = errors.New("idemnats: consumer stopping")
 
 // Run fetches and handles messages until ctx ends, then stops cleanly: it
 // fetches no more, hands back (Nak) the fetched messages whose handler has
-// not started, lets the running handlers finish within the shutdown
+// not started, releasing the keys claimed for them, lets the running handlers finish within the shutdown
 // timeout ([WithShutdownTimeout]) and settles their messages, and returns
 // nil once every goroutine it started has ended. Fetch errors (the server
 // restarting, the connection down) are logged and retried with backoff;
@@ -158,6 +159,9 @@ type run struct {
 	// timeout after stopping.
 	work     context.Context
 	progress progress
+	// lastExpiry is when the latest pull request sent expires on the
+	// server, in Unix nanoseconds.
+	lastExpiry atomic.Int64
 }
 
 // fetchLoop fetches batches and handles them until the run stops.
@@ -199,6 +203,10 @@ const (
 func (r *run) fetchBatch() error {
 	fctx, cancel := context.WithTimeout(r.stopping, r.c.o.fetchWait)
 	defer cancel()
+	deadline, _ := fctx.Deadline()
+	for old := r.lastExpiry.Load(); deadline.UnixNano() > old && !r.lastExpiry.CompareAndSwap(old, deadline.UnixNano()); {
+		old = r.lastExpiry.Load()
+	}
 	mb, err := r.c.cons.Fetch(r.c.o.batchSize, jetstream.FetchContext(fctx))
 	if err != nil {
 		return err

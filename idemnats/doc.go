@@ -22,7 +22,7 @@
 //	handler error marked idem.Permanent                      store it, dead-letter, Term
 //	idem.ErrTooManyAttempts (Config.MaxAttempts)             dead-letter, Term
 //	no key (without WithUnkeyed), invalid key, key reused    dead-letter, Term
-//	Run's context ended before the handler started           release, Nak (redelivered at once)
+//	Run's context ended before the handler started           release, NakWithDelay(≤ fetch wait)
 //
 // Dead-lettering publishes the message to the subject given to
 // [WithDeadLetter], with the cause in its headers ([HeaderReason],
@@ -90,13 +90,19 @@
 // # Stopping
 //
 // When Run's context ends, Run fetches no more, hands back the messages
-// whose handler has not started, lets the running handlers finish within
+// whose handler has not started (redelivered once its own pull requests
+// have expired on the server, so that none is sent to a request nobody
+// listens to: at most the fetch wait), lets the running handlers finish within
 // [WithShutdownTimeout] (their context is cancelled then, and the keys of
 // those that give up are released), settles every message, and returns
-// once every goroutine it started has ended. A connection that drops is
-// nats.go's to restore; Run retries its fetches meanwhile, and the acks of
-// messages handled while it was down reach the server after the reconnect
-// or are lost, in which case the redelivery is acked as a duplicate.
+// once every goroutine it started has ended. A message the server sent
+// while the Fetch was being cancelled never reaches the consumer (nats.go
+// drops it with the cancelled request) and comes back after AckWait.
+//
+// A connection that drops is nats.go's to restore; Run retries its fetches
+// meanwhile. The acks of messages handled while it was down reach the
+// server after the reconnect or are lost, in which case the redelivery is
+// acked as a duplicate.
 //
 // # Guarantees
 //

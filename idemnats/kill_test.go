@@ -81,6 +81,15 @@ func runChild() int {
 	count := killHandler(rdb, prefix)
 	c, err := newKillConsumer(g, cons, func(ctx context.Context, msg jetstream.Msg) error {
 		if msg.Headers().Get(jetstream.MsgIDHeader) == victim {
+			// The handler before this one has returned, but its outcome
+			// may still be on its way to the store: a kill now would be
+			// the window after a side effect and before its outcome,
+			// which a redelivery rightly runs again. Wait until every
+			// effect so far has its outcome, so that the kill tests the
+			// victim and the messages behind it.
+			if err := awaitOutcomes(ctx, rdb, g, prefix); err != nil {
+				return err
+			}
 			fmt.Printf("holding %s\n", victim)
 			select {} // killed here, mid-handler
 		}
@@ -90,6 +99,31 @@ func runChild() int {
 		return fail(err)
 	}
 	return fail(c.Run(ctx))
+}
+
+// awaitOutcomes waits until every key with an effect has its outcome
+// stored.
+func awaitOutcomes(ctx context.Context, rdb *redis.Client, g *idem.Guard, prefix string) error {
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		effected, err := rdb.Keys(ctx, prefix+"effects:*").Result()
+		if err != nil {
+			return err
+		}
+		pending := 0
+		for _, k := range effected {
+			r, err := g.Store().Get(ctx, g.StoreKey(strings.TrimPrefix(k, prefix+"effects:")))
+			if err != nil || r.Status != idem.StatusCompleted {
+				pending++
+			}
+		}
+		if pending == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d effects without an outcome after 10s", pending)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // A consumer process killed with SIGKILL in the middle of a handler: its

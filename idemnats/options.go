@@ -181,8 +181,9 @@ func WithRetryDelay(d time.Duration) Option {
 // WithShutdownTimeout sets how long the handlers running when Run's
 // context ends may go on. Past it their context is cancelled; a handler
 // that then returns releases its key, and its message is redelivered.
-// Messages fetched but not yet started are handed back at once. Default
-// [DefaultShutdownTimeout]; at least 0.
+// Messages fetched but not yet started are handed back: redelivered once
+// the Run's pull requests have expired on the server (within the fetch
+// wait). Default [DefaultShutdownTimeout]; at least 0.
 func WithShutdownTimeout(d time.Duration) Option {
 	return atLeast("WithShutdownTimeout", d, 0, func(o *options) *time.Duration { return &o.shutdownTimeout })
 }

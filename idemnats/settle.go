@@ -27,8 +27,10 @@ type Event struct {
 	Key       string        // the idempotency key; unset for ActionInProgress
 	Replayed  bool          // ActionAck: a duplicate of a stored outcome; the handler did not run
 	Delay     time.Duration // ActionRetry: when JetStream redelivers it
-	Reason    Reason        // ActionDeadLetter
-	Err       error         // ActionRetry and ActionDeadLetter: the cause
+	// Reason is set for ActionDeadLetter, and for the ActionRetry of poison
+	// whose dead letter could not be published (BrokerErr says why).
+	Reason Reason
+	Err    error // ActionRetry and ActionDeadLetter: the cause
 	// BrokerErr is the error of the broker call that carried the action
 	// (Ack, Nak, Term, InProgress), or of the dead letter's publish. A
 	// message whose ack was lost is redelivered, and acked as a duplicate.
@@ -49,29 +51,45 @@ const (
 
 const maxCauseLen = 1024
 
+// handBackDelay is how long after the server has let go of this Run's
+// pull requests a message the stopping Run hands back is redelivered.
+//
+// Not at once: the server redelivers a naked message to a pull request
+// waiting for messages, and the Run's own cancelled Fetches stay on the
+// server until they expire (nats.go has no way to withdraw one). Servers
+// from 2.10 on skip a request whose client no longer listens; 2.9 servers
+// send the message to it, where it is lost until AckWait passes (and count
+// its deliveries wrongly). So the hand-back waits until the Run's last
+// pull request has expired, and a little more: at most the fetch wait.
+const handBackDelay = 100 * time.Millisecond
+
+// handBack returns the Nak delay of a message the stopping Run hands back.
+func (r *run) handBack() time.Duration {
+	return max(time.Until(time.Unix(0, r.lastExpiry.Load())), 0) + handBackDelay
+}
+
 // settle carries out the verdict on a delivery: ack, nak (with a delay) or
 // dead-letter and terminate. A dead letter that cannot be published turns
 // into a retry, so poison is never terminated without its dead letter.
 func (r *run) settle(d *delivery, scope, key string, v verdict) {
 	c := r.c
 	if v.action == ActionRetry && r.stopping.Err() != nil {
-		v.delay = 0 // hand it back now: this consumer is going away
+		v.delay = r.handBack() // this consumer is going away
 	}
 	var berr error
 	switch v.action {
 	case ActionAck:
 		berr = d.msg.Ack()
 	case ActionDeadLetter:
-		if berr = r.deadLetter(d, v); berr != nil {
+		if perr := r.deadLetter(d, v); perr != nil {
 			c.o.logger.Error("idemnats: dead letter not published; the message will be redelivered",
 				slog.String("subject", d.msg.Subject()), slog.String("key", key), slog.String("reason", string(v.reason)),
-				slog.Any("cause", v.cause), slog.Any("error", berr))
-			c.observeSettled(d, scope, key, v, berr)
-			v = verdict{action: ActionRetry, delay: c.o.retryDelay, cause: v.cause}
+				slog.Any("cause", v.cause), slog.Any("error", perr))
+			v.action, v.delay = ActionRetry, c.o.retryDelay
 			if r.stopping.Err() != nil {
-				v.delay = 0
+				v.delay = r.handBack()
 			}
-			berr = nak(d.msg, v.delay)
+			berr = errors.Join(perr, nak(d.msg, v.delay))
 			break
 		}
 		berr = d.msg.Term()
@@ -80,7 +98,7 @@ func (r *run) settle(d *delivery, scope, key string, v verdict) {
 			slog.Any("cause", v.cause), slog.Bool("published", c.o.dlqJS != nil))
 	case ActionRetry:
 		berr = nak(d.msg, v.delay)
-		if !errors.Is(v.cause, errStopping) && !isBusy(v) {
+		if v.reason == "" && !errors.Is(v.cause, errStopping) && !isBusy(v) {
 			c.o.logger.Warn("idemnats: message will be redelivered",
 				slog.String("subject", d.msg.Subject()), slog.String("key", key), slog.Duration("delay", v.delay), slog.Any("cause", v.cause))
 		}

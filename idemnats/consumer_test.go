@@ -53,13 +53,9 @@ func TestDuplicatesOneEffectPerKey(t *testing.T) {
 			}
 			for range 2 { // two consumer processes, each with its own Guard
 				g := newGuard(t, store, idem.Config{Namespace: "dups"})
-				c, err := idemnats.New(g, cons, handler, idemnats.WithKeyHeader("Idempotency-Key"), idemnats.WithSharedScope(),
+				run(t, g, cons, handler, idemnats.WithKeyHeader("Idempotency-Key"), idemnats.WithSharedScope(),
 					idemnats.WithBatchSize(16), idemnats.WithConcurrency(2), idemnats.WithBusyDelay(20*time.Millisecond),
 					idemnats.WithObserver(ev.observe))
-				if err != nil {
-					t.Fatal(err)
-				}
-				start(t, c)
 			}
 			waitFor(t, 60*time.Second, "every copy acked", func() bool {
 				return ev.count(func(e idemnats.Event) bool { return e.Action == idemnats.ActionAck }) == keys*copies
@@ -91,14 +87,10 @@ func TestMsgIDPastTheDuplicateWindow(t *testing.T) {
 	cons := newConsumer(t, s, jetstream.ConsumerConfig{})
 	var fx effects
 	var ev events
-	c, err := idemnats.New(newGuard(t, memStore(t), idem.Config{}), cons, func(ctx context.Context, msg jetstream.Msg) error {
+	run(t, newGuard(t, memStore(t), idem.Config{}), cons, func(ctx context.Context, msg jetstream.Msg) error {
 		fx.add(msg.Headers().Get(jetstream.MsgIDHeader))
 		return nil
 	}, idemnats.WithSharedScope(), idemnats.WithObserver(ev.observe))
-	if err != nil {
-		t.Fatal(err)
-	}
-	start(t, c)
 
 	if ack := publish(t, js, subject(s, "pay"), "charge 10", jetstream.MsgIDHeader, "pay-1"); ack.Duplicate {
 		t.Fatal("the first publish was taken for a duplicate")
@@ -135,9 +127,7 @@ func (stallingStore) Extend(context.Context, string, idem.Token, time.Duration) 
 // effect, makes none; A's message is then acked as a duplicate. One effect.
 func TestStalledHandlerPastItsLease(t *testing.T) {
 	t.Parallel()
-	_, js := connect(t, natsURL)
-	s := newStream(t, js, jetstream.StreamConfig{})
-	cons := newConsumer(t, s, jetstream.ConsumerConfig{})
+	js, s, cons := fixture(t, jetstream.ConsumerConfig{})
 	store := memStore(t)
 	const lease = 300 * time.Millisecond
 	const keyHeader = "Idempotency-Key"

@@ -288,6 +288,25 @@ func (e *events) count(f func(idemnats.Event) bool) int {
 	return n
 }
 
+// fixture connects to the shared server and makes the test's stream and,
+// on it, the durable consumer of cfg.
+func fixture(t testing.TB, cfg jetstream.ConsumerConfig) (jetstream.JetStream, jetstream.Stream, jetstream.Consumer) {
+	t.Helper()
+	_, js := connect(t, natsURL)
+	s := newStream(t, js, jetstream.StreamConfig{})
+	return js, s, newConsumer(t, s, cfg)
+}
+
+// run makes a Consumer of cons over g and starts it (see start).
+func run(t testing.TB, g *idem.Guard, cons jetstream.Consumer, h idemnats.Handler, opts ...idemnats.Option) (stop func() error) {
+	t.Helper()
+	c, err := idemnats.New(g, cons, h, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return start(t, c)
+}
+
 // start runs c until tb ends or the returned stop is called; stop waits
 // for Run to return and reports its error.
 func start(tb testing.TB, c *idemnats.Consumer) (stop func() error) {

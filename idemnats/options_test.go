@@ -112,9 +112,7 @@ func TestNewRequiresAScopeDecision(t *testing.T) {
 // duplicate is.
 func TestScopesKeepTenantsApart(t *testing.T) {
 	t.Parallel()
-	_, js := connect(t, natsURL)
-	s := newStream(t, js, jetstream.StreamConfig{})
-	cons := newConsumer(t, s, jetstream.ConsumerConfig{})
+	js, s, cons := fixture(t, jetstream.ConsumerConfig{})
 	var fx effects
 	var ev events
 	tenant := func(m jetstream.Msg) string {
@@ -148,21 +146,15 @@ func TestScopesKeepTenantsApart(t *testing.T) {
 // process goes on.
 func TestHandlerPanicIsRetried(t *testing.T) {
 	t.Parallel()
-	_, js := connect(t, natsURL)
-	s := newStream(t, js, jetstream.StreamConfig{})
-	cons := newConsumer(t, s, jetstream.ConsumerConfig{})
+	js, s, cons := fixture(t, jetstream.ConsumerConfig{})
 	var calls counter
 	var ev events
-	c, err := idemnats.New(newGuard(t, memStore(t), idem.Config{}), cons, func(ctx context.Context, msg jetstream.Msg) error {
+	run(t, newGuard(t, memStore(t), idem.Config{}), cons, func(ctx context.Context, msg jetstream.Msg) error {
 		if calls.Add(1) == 1 {
 			panic("nil map")
 		}
 		return nil
 	}, idemnats.WithSharedScope(), idemnats.WithRetryDelay(10*time.Millisecond), idemnats.WithObserver(ev.observe))
-	if err != nil {
-		t.Fatal(err)
-	}
-	start(t, c)
 	publish(t, js, subject(s, "x"), "x", jetstream.MsgIDHeader, "p-1")
 	waitFor(t, 10*time.Second, "the message acked on its second delivery", func() bool { return drained(t, cons) && calls.Load() == 2 })
 	var pe *idemnats.PanicError
@@ -177,9 +169,7 @@ func TestHandlerPanicIsRetried(t *testing.T) {
 // Run returns ErrConsumerDeleted when the consumer is deleted under it.
 func TestRunStopsWhenConsumerDeleted(t *testing.T) {
 	t.Parallel()
-	_, js := connect(t, natsURL)
-	s := newStream(t, js, jetstream.StreamConfig{})
-	cons := newConsumer(t, s, jetstream.ConsumerConfig{})
+	_, s, cons := fixture(t, jetstream.ConsumerConfig{})
 	c, err := idemnats.New(newGuard(t, memStore(t), idem.Config{}), cons, nopHandler, idemnats.WithSharedScope())
 	if err != nil {
 		t.Fatal(err)

@@ -57,7 +57,7 @@ func TestPoisonIsDeadLettered(t *testing.T) {
 
 	calls := map[string]*counter{"good": {}, "bad": {}, "flaky": {}, "reused": {}, "": {}}
 	g := newGuard(t, memStore(t), idem.Config{MaxAttempts: 2})
-	c, err := idemnats.New(g, cons, func(ctx context.Context, msg jetstream.Msg) error {
+	run(t, g, cons, func(ctx context.Context, msg jetstream.Msg) error {
 		key := msg.Headers().Get("Idempotency-Key")
 		calls[key].Add(1)
 		switch key {
@@ -69,10 +69,6 @@ func TestPoisonIsDeadLettered(t *testing.T) {
 		return nil
 	}, idemnats.WithSharedScope(), idemnats.WithKeyHeader("Idempotency-Key"), idemnats.WithDeadLetter(js, subject(dlq, "dead")),
 		idemnats.WithRetryDelay(10*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	start(t, c)
 
 	in := subject(s, "payments")
 	publish(t, js, in, "pay 1", "Idempotency-Key", "good")
@@ -143,21 +139,15 @@ func TestPoisonIsDeadLettered(t *testing.T) {
 // until the dead letter is stored.
 func TestDeadLetterNotStoredIsRetried(t *testing.T) {
 	t.Parallel()
-	_, js := connect(t, natsURL)
-	s := newStream(t, js, jetstream.StreamConfig{})
-	cons := newConsumer(t, s, jetstream.ConsumerConfig{})
+	js, s, cons := fixture(t, jetstream.ConsumerConfig{})
 	dlqSubject := "IDEMTEST_DLQ_" + random(6)
 	var ev events
 	var calls counter
-	c, err := idemnats.New(newGuard(t, memStore(t), idem.Config{}), cons, func(ctx context.Context, msg jetstream.Msg) error {
+	run(t, newGuard(t, memStore(t), idem.Config{}), cons, func(ctx context.Context, msg jetstream.Msg) error {
 		calls.Add(1)
 		return idem.Permanent(errors.New("malformed order"))
 	}, idemnats.WithSharedScope(), idemnats.WithDeadLetter(js, dlqSubject), idemnats.WithRetryDelay(20*time.Millisecond),
 		idemnats.WithObserver(ev.observe))
-	if err != nil {
-		t.Fatal(err)
-	}
-	start(t, c)
 	publish(t, js, subject(s, "orders"), "{", jetstream.MsgIDHeader, "o-1")
 	retried := func(e idemnats.Event) bool {
 		return e.Action == idemnats.ActionRetry && e.Reason == idemnats.ReasonPermanent && e.BrokerErr != nil
@@ -182,21 +172,15 @@ func TestDeadLetterNotStoredIsRetried(t *testing.T) {
 // and acked; without it, it is dead-lettered unhandled (TestPoison).
 func TestUnkeyed(t *testing.T) {
 	t.Parallel()
-	_, js := connect(t, natsURL)
-	s := newStream(t, js, jetstream.StreamConfig{})
-	cons := newConsumer(t, s, jetstream.ConsumerConfig{})
+	js, s, cons := fixture(t, jetstream.ConsumerConfig{})
 	var calls counter
-	c, err := idemnats.New(newGuard(t, memStore(t), idem.Config{}), cons, func(ctx context.Context, msg jetstream.Msg) error {
+	run(t, newGuard(t, memStore(t), idem.Config{}), cons, func(ctx context.Context, msg jetstream.Msg) error {
 		if _, ok := idem.TokenFrom(ctx); ok {
 			t.Error("an unkeyed message ran under a lease token")
 		}
 		calls.Add(1)
 		return nil
 	}, idemnats.WithSharedScope(), idemnats.WithUnkeyed())
-	if err != nil {
-		t.Fatal(err)
-	}
-	start(t, c)
 	publish(t, js, subject(s, "x"), "a")
 	publish(t, js, subject(s, "x"), "a")
 	waitFor(t, 10*time.Second, "both messages acked", func() bool { return drained(t, cons) })

@@ -78,9 +78,7 @@ func TestInProgressPreventsRedelivery(t *testing.T) {
 // (they were naked, not left to time out), and handles each once.
 func TestShutdownHandsBackInFlight(t *testing.T) {
 	t.Parallel()
-	_, js := connect(t, natsURL)
-	s := newStream(t, js, jetstream.StreamConfig{})
-	cons := newConsumer(t, s, jetstream.ConsumerConfig{AckWait: time.Minute})
+	js, s, cons := fixture(t, jetstream.ConsumerConfig{AckWait: time.Minute})
 	store := memStore(t)
 	g := newGuard(t, store, idem.Config{})
 	for _, k := range []string{"stuck", "next-1", "next-2"} {
@@ -88,7 +86,7 @@ func TestShutdownHandsBackInFlight(t *testing.T) {
 	}
 	started := make(chan struct{})
 	stuckCause := make(chan error, 1)
-	c, err := idemnats.New(g, cons, func(ctx context.Context, msg jetstream.Msg) error {
+	stop := run(t, g, cons, func(ctx context.Context, msg jetstream.Msg) error {
 		if string(msg.Data()) != "stuck" {
 			t.Errorf("%s started after the consumer was told to stop", msg.Data())
 			return nil
@@ -98,10 +96,6 @@ func TestShutdownHandsBackInFlight(t *testing.T) {
 		stuckCause <- context.Cause(ctx)
 		return ctx.Err()
 	}, idemnats.WithSharedScope(), idemnats.WithShutdownTimeout(100*time.Millisecond), idemnats.WithFetchWait(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := start(t, c)
 	waitFor(t, 10*time.Second, "the batch fetched", func() bool {
 		select {
 		case <-started:
@@ -151,9 +145,7 @@ func TestShutdownHandsBackInFlight(t *testing.T) {
 // stored and its message acked before Run returns.
 func TestShutdownLetsHandlerFinish(t *testing.T) {
 	t.Parallel()
-	_, js := connect(t, natsURL)
-	s := newStream(t, js, jetstream.StreamConfig{})
-	cons := newConsumer(t, s, jetstream.ConsumerConfig{AckWait: time.Minute})
+	js, s, cons := fixture(t, jetstream.ConsumerConfig{AckWait: time.Minute})
 	store := memStore(t)
 	g := newGuard(t, store, idem.Config{})
 	publish(t, js, subject(s, "jobs"), "j", jetstream.MsgIDHeader, "j")

@@ -109,16 +109,12 @@ func TestServerRestart(t *testing.T) {
 	}
 
 	var fx effects
-	c, err := idemnats.New(newGuard(t, memStore(t), idem.Config{}), cons, func(ctx context.Context, msg jetstream.Msg) error {
+	run(t, newGuard(t, memStore(t), idem.Config{}), cons, func(ctx context.Context, msg jetstream.Msg) error {
 		fx.add(msg.Headers().Get(jetstream.MsgIDHeader))
 		time.Sleep(time.Millisecond) // some work, so that the restart falls mid-run
 		return nil
 	}, idemnats.WithSharedScope(), idemnats.WithBatchSize(16), idemnats.WithFetchWait(500*time.Millisecond),
 		idemnats.WithBusyDelay(50*time.Millisecond), idemnats.WithRetryDelay(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	start(t, c)
 	waitFor(t, 30*time.Second, "a third of the messages handled", func() bool { return fx.keys() >= n/3 })
 	srv.kill()
 	handledBefore := fx.keys()

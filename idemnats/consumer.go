@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemgo/idem"
@@ -219,7 +218,7 @@ func (r *run) fetchBatch() error {
 	for msg := range mb.Messages() {
 		d := b.add(msg)
 		if r.stopping.Err() != nil {
-			r.settle(d, "", "", verdict{action: ActionRetry, cause: errStopping})
+			r.settle(d, "", "", verdict{action: actRetry, cause: errStopping})
 			continue
 		}
 		before, turn := prev, make(chan struct{})
@@ -273,27 +272,29 @@ func (r *run) deliver(d *delivery, prev <-chan struct{}, turn chan struct{}) {
 	key, err := c.key(d.msg)
 	switch {
 	case err != nil:
-		r.settle(d, scope, key, verdict{action: ActionDeadLetter, reason: ReasonInvalidKey, cause: err})
+		r.settle(d, scope, key, verdict{action: actDeadLetter, reason: ReasonInvalidKey, cause: err})
 		return
-	case key == "" && !c.o.unkeyed:
-		r.settle(d, scope, key, verdict{action: ActionDeadLetter, reason: ReasonMissingKey,
-			cause: fmt.Errorf("idemnats: the message has no idempotency key (%s)", c.keySource())})
+	case key == "" && c.o.unkeyed == DeadLetterUnkeyed:
+		r.settle(d, scope, key, verdict{action: actDeadLetter, reason: ReasonMissingKey, cause: ErrNoKey})
 		return
 	case key == "":
-		// WithUnkeyed: the handler runs without idempotency.
+		// RunUnkeyed: the handler runs without idempotency.
 		if !waitTurn() {
-			r.settle(d, scope, key, verdict{action: ActionRetry, cause: errStopping})
+			r.settle(d, scope, key, verdict{action: actRetry, cause: errStopping})
 			return
 		}
 		err := c.handle(r.work, d.msg)
 		pass()
-		v := judge(err, c.o.busyDelay, c.o.retryDelay)
-		r.settle(d, scope, key, v)
+		r.settle(d, scope, key, judge(err, c.o.busyDelay, c.o.retryDelay))
 		return
 	}
 
+	payload := d.msg.Data()
+	if c.o.fingerprint != nil {
+		payload = c.o.fingerprint(d.msg)
+	}
 	ran := false
-	_, err = c.g.DoScoped(r.work, scope, key, d.msg.Data(), func(ctx context.Context) ([]byte, error) {
+	_, err = c.g.DoScoped(r.work, scope, key, payload, func(ctx context.Context) ([]byte, error) {
 		if !waitTurn() {
 			return nil, errStopping
 		}
@@ -310,7 +311,7 @@ func (r *run) deliver(d *delivery, prev <-chan struct{}, turn chan struct{}) {
 		r.stop(fmt.Errorf("idemnats: %w", idem.ErrClosed))
 	}
 	v := judge(err, c.o.busyDelay, c.o.retryDelay)
-	if v.action == ActionAck {
+	if v.action == actAck {
 		d.replayed = !ran
 	}
 	r.settle(d, scope, key, v)
@@ -335,36 +336,3 @@ type PanicError struct {
 }
 
 func (e *PanicError) Error() string { return fmt.Sprintf("idemnats: handler panicked: %v", e.Value) }
-
-// key returns the message's idempotency key: "" when it has none, an
-// error when it is not usable.
-func (c *Consumer) key(msg jetstream.Msg) (string, error) {
-	if c.o.keyFunc != nil {
-		k, err := c.o.keyFunc(msg)
-		if err != nil {
-			return "", fmt.Errorf("idemnats: key function: %w", err)
-		}
-		return k, nil
-	}
-	return keyFromHeader(msg.Headers(), c.o.keyHeader)
-}
-
-// keyFromHeader returns the value of header name in h: "" when it is
-// absent or empty, an error when it is sent more than once.
-func keyFromHeader(h nats.Header, name string) (string, error) {
-	switch vs := h[name]; len(vs) {
-	case 0:
-		return "", nil
-	case 1:
-		return vs[0], nil
-	default:
-		return "", fmt.Errorf("idemnats: the %s header is sent %d times; send it once", name, len(vs))
-	}
-}
-
-func (c *Consumer) keySource() string {
-	if c.o.keyFunc != nil {
-		return "the key function returned none"
-	}
-	return "no " + c.o.keyHeader + " header"
-}

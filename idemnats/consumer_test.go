@@ -58,7 +58,7 @@ func TestDuplicatesOneEffectPerKey(t *testing.T) {
 					idemnats.WithObserver(ev.observe))
 			}
 			waitFor(t, 60*time.Second, "every copy acked", func() bool {
-				return ev.count(func(e idemnats.Event) bool { return e.Action == idemnats.ActionAck }) == keys*copies
+				return ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked }) == keys*copies
 			})
 			waitFor(t, 10*time.Second, "the consumer drained", func() bool { return drained(t, cons) })
 			for k := range keys {
@@ -66,10 +66,10 @@ func TestDuplicatesOneEffectPerKey(t *testing.T) {
 					t.Errorf("order-%d: %d effects, want 1", k, n)
 				}
 			}
-			if n := ev.count(func(e idemnats.Event) bool { return e.Action == idemnats.ActionAck && e.Replayed }); n != keys*(copies-1) {
+			if n := ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked && e.Replayed }); n != keys*(copies-1) {
 				t.Errorf("%d copies acked as duplicates, want %d", n, keys*(copies-1))
 			}
-			if n := ev.count(func(e idemnats.Event) bool { return e.Action == idemnats.ActionDeadLetter }); n != 0 {
+			if n := ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventDeadLettered }); n != 0 {
 				t.Errorf("%d messages dead-lettered, want 0", n)
 			}
 		})
@@ -104,7 +104,7 @@ func TestMsgIDPastTheDuplicateWindow(t *testing.T) {
 		return !publish(t, js, subject(s, "pay"), "charge 10", jetstream.MsgIDHeader, "pay-1").Duplicate
 	})
 	waitFor(t, 10*time.Second, "the late copy acked", func() bool {
-		return ev.count(func(e idemnats.Event) bool { return e.Action == idemnats.ActionAck && e.Replayed }) == 1
+		return ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked && e.Replayed }) == 1
 	})
 	if n := fx.get("pay-1"); n != 1 {
 		t.Fatalf("pay-1 had %d effects, want 1", n)
@@ -179,7 +179,7 @@ func TestStalledHandlerPastItsLease(t *testing.T) {
 	publish(t, js, subject(s, "pay"), "pay-1", jetstream.MsgIDHeader, "copy-2", keyHeader, "pay-1")
 	waitFor(t, 10*time.Second, "B to take the key over", func() bool { return bFresh.Load() == 1 })
 	if n := ev.count(func(e idemnats.Event) bool {
-		return e.Action == idemnats.ActionRetry && errors.Is(e.Err, idem.ErrInProgress)
+		return e.Kind == idemnats.EventDelayed && errors.Is(e.Err, idem.ErrInProgress)
 	}); n == 0 {
 		t.Error("B never found the key busy: it did not wait for A's lease to end")
 	}
@@ -191,7 +191,7 @@ func TestStalledHandlerPastItsLease(t *testing.T) {
 	if cause := <-aCause; !errors.Is(cause, idem.ErrLeaseLost) {
 		t.Errorf("A's handler context ended with %v, want ErrLeaseLost", cause)
 	}
-	if n := ev.count(func(e idemnats.Event) bool { return e.Action == idemnats.ActionAck && e.Replayed }); n != 1 {
+	if n := ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked && e.Replayed }); n != 1 {
 		t.Errorf("%d copies acked as duplicates, want 1 (A's)", n)
 	}
 }

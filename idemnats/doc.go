@@ -25,8 +25,8 @@
 //	Run's context ended before the handler started           release, NakWithDelay(≤ fetch wait)
 //
 // Dead-lettering publishes the message to the subject given to
-// [WithDeadLetter], with the cause in its headers ([HeaderReason],
-// [HeaderCause], …), and waits for the stream's ack before it terminates
+// [WithDeadLetter], with the cause in its headers ([CauseHeader],
+// [ReasonHeader], …), and waits for the stream's ack before it terminates
 // the original; without WithDeadLetter, poison is terminated and logged.
 // Term is used rather than TermWithReason, which servers before 2.10.4
 // ignore without terminating the message. Messages JetStream gives up on

@@ -37,11 +37,11 @@ const (
 type Option func(*options)
 
 type options struct {
-	keyHeader       string
-	keyFunc         func(jetstream.Msg) (string, error)
+	key             KeyFunc
 	scope           func(jetstream.Msg) string
 	sharedScope     bool
-	unkeyed         bool
+	fingerprint     func(jetstream.Msg) []byte
+	unkeyed         Unkeyed
 	dlqJS           jetstream.JetStream
 	dlqSubject      string
 	batchSize       int
@@ -59,31 +59,30 @@ func (o *options) fail(format string, args ...any) {
 	o.errs = append(o.errs, fmt.Errorf("idemnats: "+format, args...))
 }
 
-// WithKeyHeader sets the header that carries the idempotency key. Default
-// [DefaultKeyHeader], Nats-Msg-Id. Header names are case-sensitive in NATS.
-// A message that sends the header twice is dead-lettered
-// ([ReasonInvalidKey]); one without it follows [WithUnkeyed].
+// WithKeyHeader takes the idempotency key from the header name. Default
+// [DefaultKeyHeader], Nats-Msg-Id. See [HeaderKey] for the values
+// accepted.
 func WithKeyHeader(name string) Option {
 	return func(o *options) {
 		if name == "" || strings.ContainsAny(name, ": \t\r\n") {
 			o.fail("WithKeyHeader(%q): not a valid header name", name)
 			return
 		}
-		o.keyHeader = name
+		o.key = HeaderKey(name)
 	}
 }
 
-// WithKeyFunc sets the function that reads the idempotency key of a
-// message, instead of a header. An empty key with a nil error means the
-// message has none ([WithUnkeyed]); an error dead-letters the message
-// ([ReasonInvalidKey]). It must not keep msg.
-func WithKeyFunc(f func(msg jetstream.Msg) (string, error)) Option {
+// WithKeyFunc takes the idempotency key from f. f returns "" with a nil
+// error for a message without a key (see [WithUnkeyed]), and an error for
+// one whose key is unusable (it is dead-lettered, [ReasonInvalidKey]).
+// Default: [HeaderKey]([DefaultKeyHeader]).
+func WithKeyFunc(f KeyFunc) Option {
 	return func(o *options) {
 		if f == nil {
 			o.fail("WithKeyFunc(nil)")
 			return
 		}
-		o.keyFunc = f
+		o.key = f
 	}
 }
 
@@ -110,16 +109,50 @@ func WithScope(f func(msg jetstream.Msg) string) Option {
 // WithSharedScope is required.
 func WithSharedScope() Option { return func(o *options) { o.sharedScope = true } }
 
-// WithUnkeyed runs the handler for a message without a key, without
-// idempotency, and acks it after the handler returns nil. Default: such a
-// message is dead-lettered ([ReasonMissingKey]), since a consumer that
-// expects keys has a publisher that forgot one.
-func WithUnkeyed() Option { return func(o *options) { o.unkeyed = true } }
+// WithFingerprint sets the bytes of a message the Guard fingerprints: a
+// key that comes back with other bytes gets idem.ErrKeyReused and is
+// dead-lettered ([ReasonKeyReused]). Default: the data.
+func WithFingerprint(f func(msg jetstream.Msg) []byte) Option {
+	return func(o *options) {
+		if f == nil {
+			o.fail("WithFingerprint(nil)")
+			return
+		}
+		o.fingerprint = f
+	}
+}
+
+// Unkeyed says what the consumer does with a message that has no key.
+type Unkeyed uint8
+
+const (
+	// DeadLetterUnkeyed dead-letters a message without a key
+	// ([ReasonMissingKey]): a consumer that expects keys has a publisher
+	// that forgot one. The default.
+	DeadLetterUnkeyed Unkeyed = iota
+	// RunUnkeyed runs the handler for a message without a key, without
+	// idempotency, and acks it once the handler returns nil: JetStream's
+	// at-least-once delivery, as without idem.
+	RunUnkeyed
+)
+
+// WithUnkeyed sets what happens to a message without a key. Default
+// [DeadLetterUnkeyed]. A key that is present but unusable ([KeyError], or
+// refused by the Guard) is always dead-lettered.
+func WithUnkeyed(u Unkeyed) Option {
+	return func(o *options) {
+		if u != DeadLetterUnkeyed && u != RunUnkeyed {
+			o.fail("WithUnkeyed(%d): not DeadLetterUnkeyed or RunUnkeyed", u)
+			return
+		}
+		o.unkeyed = u
+	}
+}
 
 // WithDeadLetter publishes every poison message to subject through js
 // before it is terminated: the original data and headers (its Nats-*
-// headers dropped, the key kept as [HeaderOriginalMsgID]) plus the headers
-// that say why ([HeaderReason], [HeaderCause]) and where it came from. The
+// headers dropped, its Nats-Msg-Id kept as [MsgIDHeader]) plus the headers
+// that say why ([CauseHeader], [ReasonHeader]) and where it came from. The
 // subject must belong to a stream: the publish waits for the stream's ack,
 // and a message whose dead letter was not stored is redelivered instead of
 // terminated. Each dead letter carries a Nats-Msg-Id made of the original's
@@ -228,6 +261,7 @@ func atLeast[T int | time.Duration](name string, v, least T, field func(*options
 
 func (o *options) build(opts []Option) error {
 	*o = options{
+		key:             HeaderKey(DefaultKeyHeader),
 		batchSize:       DefaultBatchSize,
 		fetchWait:       DefaultFetchWait,
 		concurrency:     1,
@@ -242,20 +276,11 @@ func (o *options) build(opts []Option) error {
 		}
 		opt(o)
 	}
-	if o.keyFunc != nil && o.keyHeader != "" {
-		o.fail("New: WithKeyHeader and WithKeyFunc both given: choose one")
-	}
-	if o.scope != nil && o.sharedScope {
-		o.fail("New: WithScope and WithSharedScope both given: choose one")
-	}
 	if err := errors.Join(o.errs...); err != nil {
 		return err
 	}
-	if o.scope == nil && !o.sharedScope {
-		return errNoScope
-	}
-	if o.keyFunc == nil && o.keyHeader == "" {
-		o.keyHeader = DefaultKeyHeader
+	if err := scopeDecision(o.scope != nil, o.sharedScope); err != nil {
+		return err
 	}
 	return nil
 }

@@ -50,12 +50,11 @@ func TestNewRefusesBadConfiguration(t *testing.T) {
 			nopHandler, []idemnats.Option{shared}, "AckPolicy AckAll"},
 		{"two scopes", g, explicitConsumer(), nopHandler,
 			[]idemnats.Option{shared, idemnats.WithScope(func(jetstream.Msg) string { return "" })}, "WithScope and WithSharedScope"},
-		{"two key sources", g, explicitConsumer(), nopHandler,
-			[]idemnats.Option{shared, idemnats.WithKeyHeader("K"), idemnats.WithKeyFunc(func(jetstream.Msg) (string, error) { return "", nil })},
-			"WithKeyHeader and WithKeyFunc"},
 		{"empty key header", g, explicitConsumer(), nopHandler, []idemnats.Option{shared, idemnats.WithKeyHeader("")}, "WithKeyHeader"},
 		{"key header with colon", g, explicitConsumer(), nopHandler, []idemnats.Option{shared, idemnats.WithKeyHeader("a:b")}, "WithKeyHeader"},
 		{"nil key func", g, explicitConsumer(), nopHandler, []idemnats.Option{shared, idemnats.WithKeyFunc(nil)}, "WithKeyFunc(nil)"},
+		{"unknown unkeyed policy", g, explicitConsumer(), nopHandler, []idemnats.Option{shared, idemnats.WithUnkeyed(7)}, "WithUnkeyed(7)"},
+		{"nil fingerprint", g, explicitConsumer(), nopHandler, []idemnats.Option{shared, idemnats.WithFingerprint(nil)}, "WithFingerprint(nil)"},
 		{"nil scope", g, explicitConsumer(), nopHandler, []idemnats.Option{idemnats.WithScope(nil)}, "WithScope(nil)"},
 		{"nil dead-letter js", g, explicitConsumer(), nopHandler, []idemnats.Option{shared, idemnats.WithDeadLetter(nil, "dlq")}, "JetStream is nil"},
 		{"wildcard dead-letter subject", g, explicitConsumer(), nopHandler, []idemnats.Option{shared, idemnats.WithDeadLetter(fakeJS{}, "dlq.>")}, "WithDeadLetter"},
@@ -132,7 +131,7 @@ func TestScopesKeepTenantsApart(t *testing.T) {
 	publish(t, js, subject(s, "globex.orders"), "o", "Idempotency-Key", "order-1")
 	publish(t, js, subject(s, "globex.orders"), "o", "Idempotency-Key", "order-1")
 	waitFor(t, 10*time.Second, "the three messages acked", func() bool {
-		return ev.count(func(e idemnats.Event) bool { return e.Action == idemnats.ActionAck }) == 3
+		return ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked }) == 3
 	})
 	if fx.get("acme/order-1") != 1 || fx.get("globex/order-1") != 1 || fx.keys() != 2 {
 		t.Fatalf("effects %v, want one per tenant", fx.n)
@@ -158,7 +157,7 @@ func TestHandlerPanicIsRetried(t *testing.T) {
 	publish(t, js, subject(s, "x"), "x", jetstream.MsgIDHeader, "p-1")
 	waitFor(t, 10*time.Second, "the message acked on its second delivery", func() bool { return drained(t, cons) && calls.Load() == 2 })
 	var pe *idemnats.PanicError
-	if n := ev.count(func(e idemnats.Event) bool { return e.Action == idemnats.ActionRetry && errors.As(e.Err, &pe) }); n != 1 {
+	if n := ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventRequeued && errors.As(e.Err, &pe) }); n != 1 {
 		t.Fatalf("%d retries with a PanicError, want 1", n)
 	}
 	if pe.Value != "nil map" || len(pe.Stack) == 0 {

@@ -46,8 +46,8 @@ func streamMsgs(t *testing.T, s jetstream.Stream) uint64 {
 
 // Poison is dead-lettered with its cause and terminated, once, and never
 // comes back: a permanent error (and a later copy of its key), a key that
-// keeps failing past MaxAttempts, a message without a key, a key reused
-// with other data. The good messages around them are handled.
+// keeps failing past MaxAttempts, a message without a key or with an
+// empty one, a key reused with other data. The good messages around them are handled.
 func TestPoisonIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	_, js := connect(t, natsURL)
@@ -76,14 +76,15 @@ func TestPoisonIsDeadLettered(t *testing.T) {
 	publish(t, js, in, "pay 3", "Idempotency-Key", "flaky")
 	publish(t, js, in, "pay 4") // no key
 	publish(t, js, in, "pay 5", "Idempotency-Key", "reused")
-	waitFor(t, 20*time.Second, "every message settled and three dead letters", func() bool {
-		return drained(t, cons) && streamMsgs(t, dlq) == 3
+	publish(t, js, in, "pay 6", "Idempotency-Key", "") // an unusable key
+	waitFor(t, 20*time.Second, "every message settled and four dead letters", func() bool {
+		return drained(t, cons) && streamMsgs(t, dlq) == 4
 	})
 	// Later copies of used keys: one with other data, one of the poison.
 	publish(t, js, in, "pay 5 again", "Idempotency-Key", "reused")
 	publish(t, js, in, "pay 2", "Idempotency-Key", "bad", jetstream.MsgIDHeader, "bad-copy")
-	waitFor(t, 20*time.Second, "every message settled and five dead letters", func() bool {
-		return drained(t, cons) && streamMsgs(t, dlq) == 5
+	waitFor(t, 20*time.Second, "every message settled and six dead letters", func() bool {
+		return drained(t, cons) && streamMsgs(t, dlq) == 6
 	})
 	for key, want := range map[string]int64{"good": 1, "bad": 1, "flaky": 2, "reused": 1, "": 0} {
 		if got := calls[key].Load(); got != want {
@@ -92,12 +93,13 @@ func TestPoisonIsDeadLettered(t *testing.T) {
 	}
 	got := map[string][]*jetstream.RawStreamMsg{}
 	for _, m := range deadLetters(t, dlq) {
-		got[m.Header.Get(idemnats.HeaderReason)] = append(got[m.Header.Get(idemnats.HeaderReason)], m)
+		got[m.Header.Get(idemnats.ReasonHeader)] = append(got[m.Header.Get(idemnats.ReasonHeader)], m)
 	}
 	want := map[idemnats.Reason][]string{ // data of the dead letters, by reason
 		idemnats.ReasonPermanent:       {"pay 2", "pay 2"},
 		idemnats.ReasonTooManyAttempts: {"pay 3"},
 		idemnats.ReasonMissingKey:      {"pay 4"},
+		idemnats.ReasonInvalidKey:      {"pay 6"},
 		idemnats.ReasonKeyReused:       {"pay 5 again"},
 	}
 	for reason, datas := range want {
@@ -110,27 +112,30 @@ func TestPoisonIsDeadLettered(t *testing.T) {
 			if string(m.Data) != datas[i] {
 				t.Errorf("dead letter %d for %s holds %q, want %q", i, reason, m.Data, datas[i])
 			}
-			if m.Header.Get(idemnats.HeaderOriginalStream) != s.CachedInfo().Config.Name || m.Header.Get(idemnats.HeaderOriginalSubject) != in {
-				t.Errorf("dead letter for %s says it came from %q/%q", reason, m.Header.Get(idemnats.HeaderOriginalStream), m.Header.Get(idemnats.HeaderOriginalSubject))
+			if m.Header.Get(idemnats.StreamHeader) != s.CachedInfo().Config.Name || m.Header.Get(idemnats.SubjectHeader) != in {
+				t.Errorf("dead letter for %s says it came from %q/%q", reason, m.Header.Get(idemnats.StreamHeader), m.Header.Get(idemnats.SubjectHeader))
 			}
-			if _, err := strconv.ParseUint(m.Header.Get(idemnats.HeaderOriginalSequence), 10, 64); err != nil {
-				t.Errorf("dead letter for %s: original sequence %q", reason, m.Header.Get(idemnats.HeaderOriginalSequence))
+			if _, err := strconv.ParseUint(m.Header.Get(idemnats.SequenceHeader), 10, 64); err != nil {
+				t.Errorf("dead letter for %s: original sequence %q", reason, m.Header.Get(idemnats.SequenceHeader))
 			}
 		}
 	}
 	if bad := got[string(idemnats.ReasonPermanent)]; len(bad) == 2 {
-		if cause := bad[0].Header.Get(idemnats.HeaderCause); cause != "card declined:  no funds" {
+		if cause := bad[0].Header.Get(idemnats.CauseHeader); cause != "card declined:  no funds" {
 			t.Errorf("the cause header is %q, want the handler's error on one line", cause)
 		}
 		if bad[0].Header.Get("Tenant") != "t1" || bad[0].Header.Get("Idempotency-Key") != "bad" {
 			t.Errorf("the dead letter lost the original's headers: %v", bad[0].Header)
 		}
-		if bad[1].Header.Get(idemnats.HeaderOriginalMsgID) != "bad-copy" || bad[1].Header.Get(jetstream.MsgIDHeader) == "bad-copy" {
-			t.Errorf("the copy's Nats-Msg-Id should move to %s: %v", idemnats.HeaderOriginalMsgID, bad[1].Header)
+		if bad[1].Header.Get(idemnats.MsgIDHeader) != "bad-copy" || bad[1].Header.Get(jetstream.MsgIDHeader) == "bad-copy" {
+			t.Errorf("the copy's Nats-Msg-Id should move to %s: %v", idemnats.MsgIDHeader, bad[1].Header)
 		}
 	}
-	if cause := got[string(idemnats.ReasonTooManyAttempts)]; len(cause) == 1 && cause[0].Header.Get(idemnats.HeaderCause) != idem.ErrTooManyAttempts.Error() {
-		t.Errorf("too-many-attempts cause %q", cause[0].Header.Get(idemnats.HeaderCause))
+	if cause := got[string(idemnats.ReasonMissingKey)]; len(cause) == 1 && cause[0].Header.Get(idemnats.CauseHeader) != idemnats.ErrNoKey.Error() {
+		t.Errorf("missing-key cause %q", cause[0].Header.Get(idemnats.CauseHeader))
+	}
+	if cause := got[string(idemnats.ReasonTooManyAttempts)]; len(cause) == 1 && cause[0].Header.Get(idemnats.CauseHeader) != idem.ErrTooManyAttempts.Error() {
+		t.Errorf("too-many-attempts cause %q", cause[0].Header.Get(idemnats.CauseHeader))
 	}
 }
 
@@ -150,7 +155,7 @@ func TestDeadLetterNotStoredIsRetried(t *testing.T) {
 		idemnats.WithObserver(ev.observe))
 	publish(t, js, subject(s, "orders"), "{", jetstream.MsgIDHeader, "o-1")
 	retried := func(e idemnats.Event) bool {
-		return e.Action == idemnats.ActionRetry && e.Reason == idemnats.ReasonPermanent && e.BrokerErr != nil
+		return e.Kind == idemnats.EventRequeued && e.Reason == idemnats.ReasonPermanent && e.BrokerErr != nil
 	}
 	waitFor(t, 10*time.Second, "two redeliveries while the dead letter cannot be stored", func() bool { return ev.count(retried) >= 2 })
 	if drained(t, cons) {
@@ -180,7 +185,7 @@ func TestUnkeyed(t *testing.T) {
 		}
 		calls.Add(1)
 		return nil
-	}, idemnats.WithSharedScope(), idemnats.WithUnkeyed())
+	}, idemnats.WithSharedScope(), idemnats.WithUnkeyed(idemnats.RunUnkeyed))
 	publish(t, js, subject(s, "x"), "a")
 	publish(t, js, subject(s, "x"), "a")
 	waitFor(t, 10*time.Second, "both messages acked", func() bool { return drained(t, cons) })

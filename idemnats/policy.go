@@ -8,7 +8,6 @@ package idemnats
 
 import (
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/idemgo/idem"
@@ -22,8 +21,19 @@ var errNoScope = errors.New("idemnats: New: no scope decision: pass WithScope to
 	"Without a scope, a publisher that sends another tenant's key makes the consumer ack that tenant's message " +
 	"as a duplicate without handling it, or hand it the other tenant's stored outcome")
 
+// scopeDecision checks that exactly one scope decision was made.
+func scopeDecision(scoped, shared bool) error {
+	switch {
+	case scoped && shared:
+		return errors.New("idemnats: New: WithScope and WithSharedScope both given: choose one")
+	case !scoped && !shared:
+		return errNoScope
+	}
+	return nil
+}
+
 // Reason says why a message was dead-lettered. It is the value of the
-// [HeaderReason] header of a dead letter and of [Event.Reason].
+// [ReasonHeader] header of a dead letter and of [Event.Reason].
 type Reason string
 
 // The reasons a message is dead-lettered.
@@ -34,53 +44,33 @@ const (
 	// ReasonTooManyAttempts: the key was claimed more than the Guard's
 	// Config.MaxAttempts times without an outcome ([idem.ErrTooManyAttempts]).
 	ReasonTooManyAttempts Reason = "too-many-attempts"
-	// ReasonMissingKey: the message carries no key and [WithUnkeyed] was not
-	// given.
+	// ReasonMissingKey: the message carries no key ([ErrNoKey]) and
+	// [WithUnkeyed] says to dead-letter it, as it does by default.
 	ReasonMissingKey Reason = "missing-key"
-	// ReasonInvalidKey: the key is too long, refused by the Guard's key
-	// validation, sent more than once, or the key function failed.
+	// ReasonInvalidKey: the key cannot be used ([KeyError]: empty, sent more
+	// than once, the key function failed), or the Guard refused it (too
+	// long, Config.ValidateKey).
 	ReasonInvalidKey Reason = "invalid-key"
 	// ReasonKeyReused: the key was first used with a different payload
 	// ([idem.ErrKeyReused]).
 	ReasonKeyReused Reason = "key-reused"
 )
 
-// Action is what the consumer did with a delivery; see [Event].
-type Action uint8
+// action is how a delivery is settled.
+type action uint8
 
-// The actions on a delivery.
 const (
-	// ActionAck: the outcome is stored, or the delivery was a duplicate of
-	// a stored outcome. Acked.
-	ActionAck Action = iota + 1
-	// ActionRetry: no outcome yet (the key is busy, the handler failed with
-	// a retryable error, the store failed, the consumer is stopping).
-	// Redelivered after Event.Delay (NakWithDelay; Nak when zero).
-	ActionRetry
-	// ActionDeadLetter: poison. Published to the dead-letter subject, if
-	// any, and terminated (Term): never redelivered.
-	ActionDeadLetter
-	// ActionInProgress: the message is still being worked on (or waits its
-	// turn in its batch); InProgress was sent so that JetStream does not
-	// redeliver it when AckWait passes.
-	ActionInProgress
+	actAck        action = iota + 1 // the outcome is stored, or was already: Ack
+	actRetry                        // deliver again after a delay: NakWithDelay
+	actDeadLetter                   // never deliver again: dead-letter, Term
 )
-
-var actionNames = [...]string{"", "ack", "retry", "dead_letter", "in_progress"}
-
-// String returns the action's name in snake case, for metric labels.
-func (a Action) String() string {
-	if int(a) < len(actionNames) && a != 0 {
-		return actionNames[a]
-	}
-	return fmt.Sprintf("Action(%d)", uint8(a))
-}
 
 // verdict is the policy's answer for one delivery.
 type verdict struct {
-	action Action
-	delay  time.Duration // ActionRetry
-	reason Reason        // ActionDeadLetter
+	action action
+	delay  time.Duration // actRetry
+	busy   bool          // actRetry because another holder has the key
+	reason Reason        // actDeadLetter
 	cause  error
 }
 
@@ -91,19 +81,19 @@ type verdict struct {
 func judge(err error, busyDelay, retryDelay time.Duration) verdict {
 	switch {
 	case err == nil:
-		return verdict{action: ActionAck}
+		return verdict{action: actAck}
 	case errors.Is(err, idem.ErrStoreUnavailable), errors.Is(err, idem.ErrLeaseLost):
-		return verdict{action: ActionRetry, delay: retryDelay, cause: err}
+		return verdict{action: actRetry, delay: retryDelay, cause: err}
 	case errors.Is(err, idem.ErrInProgress):
-		return verdict{action: ActionRetry, delay: busyDelay, cause: err}
+		return verdict{action: actRetry, delay: busyDelay, busy: true, cause: err}
 	case errors.Is(err, idem.ErrTooManyAttempts):
-		return verdict{action: ActionDeadLetter, reason: ReasonTooManyAttempts, cause: err}
+		return verdict{action: actDeadLetter, reason: ReasonTooManyAttempts, cause: err}
 	case idem.IsPermanent(err):
-		return verdict{action: ActionDeadLetter, reason: ReasonPermanent, cause: err}
+		return verdict{action: actDeadLetter, reason: ReasonPermanent, cause: err}
 	case errors.Is(err, idem.ErrKeyReused):
-		return verdict{action: ActionDeadLetter, reason: ReasonKeyReused, cause: err}
+		return verdict{action: actDeadLetter, reason: ReasonKeyReused, cause: err}
 	case errors.Is(err, idem.ErrInvalidKey):
-		return verdict{action: ActionDeadLetter, reason: ReasonInvalidKey, cause: err}
+		return verdict{action: actDeadLetter, reason: ReasonInvalidKey, cause: err}
 	}
-	return verdict{action: ActionRetry, delay: retryDelay, cause: err}
+	return verdict{action: actRetry, delay: retryDelay, cause: err}
 }

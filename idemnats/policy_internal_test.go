@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemgo/idem"
 )
@@ -23,28 +24,29 @@ func TestJudge(t *testing.T) {
 		err  error
 		want verdict
 	}{
-		{"stored or duplicate", nil, verdict{action: ActionAck}},
-		{"busy", fmt.Errorf("%w (key %q)", idem.ErrInProgress, "k"), verdict{action: ActionRetry, delay: busy}},
-		{"retryable handler error", handlerErr, verdict{action: ActionRetry, delay: retry}},
-		{"panic", &PanicError{Value: "boom"}, verdict{action: ActionRetry, delay: retry}},
-		{"claim failed", fmt.Errorf("%w: claim: refused", idem.ErrStoreUnavailable), verdict{action: ActionRetry, delay: retry}},
-		{"stopping", errStopping, verdict{action: ActionRetry, delay: retry}},
-		{"context cancelled", context.Canceled, verdict{action: ActionRetry, delay: retry}},
-		{"permanent", declined, verdict{action: ActionDeadLetter, reason: ReasonPermanent}},
-		{"replayed permanent", &idem.PermanentError{Err: errors.New("card declined"), Replayed: true}, verdict{action: ActionDeadLetter, reason: ReasonPermanent}},
-		{"too many attempts", &idem.PermanentError{Err: idem.ErrTooManyAttempts, Replayed: true}, verdict{action: ActionDeadLetter, reason: ReasonTooManyAttempts}},
-		{"key reused", fmt.Errorf("%w (key %q)", idem.ErrKeyReused, "k"), verdict{action: ActionDeadLetter, reason: ReasonKeyReused}},
-		{"key too long", fmt.Errorf("%w: 300 bytes", idem.ErrInvalidKey), verdict{action: ActionDeadLetter, reason: ReasonInvalidKey}},
+		{"stored or duplicate", nil, verdict{action: actAck}},
+		{"busy", fmt.Errorf("%w (key %q)", idem.ErrInProgress, "k"), verdict{action: actRetry, delay: busy, busy: true}},
+		{"retryable handler error", handlerErr, verdict{action: actRetry, delay: retry}},
+		{"panic", &PanicError{Value: "boom"}, verdict{action: actRetry, delay: retry}},
+		{"claim failed", fmt.Errorf("%w: claim: refused", idem.ErrStoreUnavailable), verdict{action: actRetry, delay: retry}},
+		{"stopping", errStopping, verdict{action: actRetry, delay: retry}},
+		{"context cancelled", context.Canceled, verdict{action: actRetry, delay: retry}},
+		{"permanent", declined, verdict{action: actDeadLetter, reason: ReasonPermanent}},
+		{"replayed permanent", &idem.PermanentError{Err: errors.New("card declined"), Replayed: true}, verdict{action: actDeadLetter, reason: ReasonPermanent}},
+		{"too many attempts", &idem.PermanentError{Err: idem.ErrTooManyAttempts, Replayed: true}, verdict{action: actDeadLetter, reason: ReasonTooManyAttempts}},
+		{"key reused", fmt.Errorf("%w (key %q)", idem.ErrKeyReused, "k"), verdict{action: actDeadLetter, reason: ReasonKeyReused}},
+		{"key too long", fmt.Errorf("%w: 300 bytes", idem.ErrInvalidKey), verdict{action: actDeadLetter, reason: ReasonInvalidKey}},
 		// An outcome that was not stored is never acked nor dead-lettered.
-		{"permanent, Fail not stored", errors.Join(declined, fmt.Errorf("%w: fail: timeout", idem.ErrStoreUnavailable)), verdict{action: ActionRetry, delay: retry}},
-		{"permanent, lease lost", errors.Join(declined, fmt.Errorf("idem: fail: %w", idem.ErrLeaseLost)), verdict{action: ActionRetry, delay: retry}},
-		{"done, lease lost", fmt.Errorf("idem: complete: %w", idem.ErrLeaseLost), verdict{action: ActionRetry, delay: retry}},
+		{"permanent, Fail not stored", errors.Join(declined, fmt.Errorf("%w: fail: timeout", idem.ErrStoreUnavailable)), verdict{action: actRetry, delay: retry}},
+		{"permanent, lease lost", errors.Join(declined, fmt.Errorf("idem: fail: %w", idem.ErrLeaseLost)), verdict{action: actRetry, delay: retry}},
+		{"done, lease lost", fmt.Errorf("idem: complete: %w", idem.ErrLeaseLost), verdict{action: actRetry, delay: retry}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			got := judge(tc.err, busy, retry)
-			if got.action != tc.want.action || got.delay != tc.want.delay || got.reason != tc.want.reason {
-				t.Fatalf("judge(%v) = %v %v %q, want %v %v %q", tc.err, got.action, got.delay, got.reason, tc.want.action, tc.want.delay, tc.want.reason)
+			if got.action != tc.want.action || got.delay != tc.want.delay || got.busy != tc.want.busy || got.reason != tc.want.reason {
+				t.Fatalf("judge(%v) = %v %v busy=%v %q, want %v %v busy=%v %q", tc.err, got.action, got.delay, got.busy, got.reason,
+					tc.want.action, tc.want.delay, tc.want.busy, tc.want.reason)
 			}
 			if got.cause != tc.err {
 				t.Fatalf("judge kept cause %v, want %v", got.cause, tc.err)
@@ -53,16 +55,25 @@ func TestJudge(t *testing.T) {
 	}
 }
 
-func TestActionString(t *testing.T) {
-	for a, want := range map[Action]string{ActionAck: "ack", ActionRetry: "retry", ActionDeadLetter: "dead_letter", ActionInProgress: "in_progress", 0: "Action(0)", 9: "Action(9)"} {
-		if got := a.String(); got != want {
-			t.Errorf("Action(%d).String() = %q, want %q", uint8(a), got, want)
+func TestEventKindString(t *testing.T) {
+	for k, want := range map[EventKind]string{EventAcked: "acked", EventDelayed: "delayed", EventRequeued: "requeued",
+		EventDeadLettered: "dead_lettered", EventInProgress: "in_progress", 0: "EventKind(0)", 9: "EventKind(9)"} {
+		if got := k.String(); got != want {
+			t.Errorf("EventKind(%d).String() = %q, want %q", uint8(k), got, want)
 		}
 	}
 }
 
+// headerMsg is a message with headers only.
+type headerMsg struct {
+	jetstream.Msg
+	h nats.Header
+}
+
+func (m headerMsg) Headers() nats.Header { return m.h }
+
 // FuzzHeaders feeds the header handling arbitrary values: a key header
-// value never panics and comes back as sent, and a cause always becomes a
+// never panics, comes back as sent or is refused with a *KeyError, and a cause always becomes a
 // header value NATS can carry (one line, valid UTF-8, bounded).
 func FuzzHeaders(f *testing.F) {
 	f.Add("order-1", "card declined")
@@ -75,12 +86,19 @@ func FuzzHeaders(f *testing.F) {
 			for range n {
 				h.Add("Idempotency-Key", key)
 			}
-			got, err := keyFromHeader(h, "Idempotency-Key")
-			if n == 1 && (err != nil || got != key) {
+			got, err := HeaderKey("Idempotency-Key")(headerMsg{h: h})
+			switch {
+			case n == 1 && key == "" && err == nil:
+				t.Fatalf("an empty header: no error")
+			case n == 1 && key != "" && (err != nil || got != key):
 				t.Fatalf("one header %q: got %q, %v", key, got, err)
-			}
-			if n == 2 && err == nil {
+			case n == 2 && err == nil:
 				t.Fatalf("two headers: no error")
+			}
+			if err != nil {
+				if _, ok := errors.AsType[*KeyError](err); !ok || got != "" {
+					t.Fatalf("header %q sent %d times: %q, %v; want a *KeyError", key, n, got, err)
+				}
 			}
 		}
 		line := oneLine(errors.New(cause))

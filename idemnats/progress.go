@@ -48,6 +48,7 @@ type batch struct {
 // delivery is one message of a batch.
 type delivery struct {
 	msg      jetstream.Msg
+	received time.Time
 	last     time.Time // guarded by batch.mu: when AckWait last restarted (delivery or InProgress)
 	settled  atomic.Bool
 	replayed bool // acked as a duplicate: the handler did not run
@@ -75,9 +76,9 @@ func (p *progress) untrack(b *batch) {
 }
 
 func (b *batch) add(msg jetstream.Msg) *delivery {
-	d := &delivery{msg: msg}
+	d := &delivery{msg: msg, received: time.Now()}
 	b.mu.Lock()
-	d.last = time.Now()
+	d.last = d.received
 	b.ds = append(b.ds, d)
 	b.mu.Unlock()
 	return d
@@ -104,7 +105,7 @@ func (p *progress) loop(ctx context.Context) {
 				p.logger.Debug("idemnats: InProgress failed", slog.Any("error", err))
 			}
 			if p.observe != nil {
-				p.observe(ctx, eventOf(d, ActionInProgress, "", "", verdict{}, err))
+				p.observe(ctx, eventOf(d, EventInProgress, err))
 			}
 		}
 		clear(due)

@@ -50,7 +50,7 @@ func TestInProgressPreventsRedelivery(t *testing.T) {
 	}
 	start(t, c)
 	waitFor(t, 20*time.Second, "four messages acked", func() bool {
-		return ev.count(func(e idemnats.Event) bool { return e.Action == idemnats.ActionAck }) == 4
+		return ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked }) == 4
 	})
 	waitFor(t, 5*time.Second, "the consumer drained", func() bool { return drained(t, cons) })
 	mu.Lock()
@@ -60,13 +60,15 @@ func TestInProgressPreventsRedelivery(t *testing.T) {
 			t.Errorf("%s was handled at deliveries %v, want [1]", k, d)
 		}
 	}
-	if n := ev.count(func(e idemnats.Event) bool { return e.Action == idemnats.ActionRetry }); n != 0 {
+	if n := ev.count(func(e idemnats.Event) bool {
+		return e.Kind == idemnats.EventDelayed || e.Kind == idemnats.EventRequeued
+	}); n != 0 {
 		t.Errorf("%d redeliveries were refused as busy or retried, want 0", n)
 	}
-	if n := ev.count(func(e idemnats.Event) bool { return e.Action == idemnats.ActionAck && e.Delivered != 1 }); n != 0 {
+	if n := ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked && e.Delivered != 1 }); n != 0 {
 		t.Errorf("%d acks of a redelivery, want 0", n)
 	}
-	if n := ev.count(func(e idemnats.Event) bool { return e.Action == idemnats.ActionInProgress && e.BrokerErr == nil }); n < 4 {
+	if n := ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventInProgress && e.BrokerErr == nil }); n < 4 {
 		t.Errorf("%d InProgress sent, want at least 4 (the slow handler's and its batch's)", n)
 	}
 }

@@ -11,42 +11,19 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/idemgo/idem"
 )
 
-// Event is one action the consumer took on a delivery, reported to the
-// function of [WithObserver].
-type Event struct {
-	Action    Action
-	Stream    string // the stream the message is stored in
-	Sequence  uint64 // its stream sequence
-	Delivered uint64 // how many times JetStream delivered it, this time included
-	Subject   string
-	Scope     string        // unset for ActionInProgress
-	Key       string        // the idempotency key; unset for ActionInProgress
-	Replayed  bool          // ActionAck: a duplicate of a stored outcome; the handler did not run
-	Delay     time.Duration // ActionRetry: when JetStream redelivers it
-	// Reason is set for ActionDeadLetter, and for the ActionRetry of poison
-	// whose dead letter could not be published (BrokerErr says why).
-	Reason Reason
-	Err    error // ActionRetry and ActionDeadLetter: the cause
-	// BrokerErr is the error of the broker call that carried the action
-	// (Ack, Nak, Term, InProgress), or of the dead letter's publish. A
-	// message whose ack was lost is redelivered, and acked as a duplicate.
-	BrokerErr error
-}
-
 // The headers a dead letter carries besides the original's own (see
-// [WithDeadLetter]).
+// [WithDeadLetter]). The cause header has the name the other idem
+// consumers use.
 const (
-	HeaderReason           = "Idem-Reason"            // a [Reason]
-	HeaderCause            = "Idem-Cause"             // the error's message, on one line, at most 1 KiB
-	HeaderOriginalSubject  = "Idem-Original-Subject"  // the subject it was published to
-	HeaderOriginalStream   = "Idem-Original-Stream"   // the stream it was stored in
-	HeaderOriginalSequence = "Idem-Original-Sequence" // its stream sequence
-	HeaderOriginalMsgID    = "Idem-Original-Msg-Id"   // its Nats-Msg-Id, if any
-	HeaderDelivered        = "Idem-Delivered"         // how many times JetStream had delivered it
+	CauseHeader     = "idem-dead-letter-cause"     // the error's message, on one line, at most 1 KiB
+	ReasonHeader    = "idem-dead-letter-reason"    // a [Reason]
+	StreamHeader    = "idem-dead-letter-stream"    // the stream the message was stored in
+	SubjectHeader   = "idem-dead-letter-subject"   // the subject it was published to
+	SequenceHeader  = "idem-dead-letter-sequence"  // its stream sequence
+	DeliveredHeader = "idem-dead-letter-delivered" // how many times JetStream had delivered it
+	MsgIDHeader     = "idem-dead-letter-msg-id"    // its Nats-Msg-Id, if it had one
 )
 
 const maxCauseLen = 1024
@@ -73,19 +50,19 @@ func (r *run) handBack() time.Duration {
 // into a retry, so poison is never terminated without its dead letter.
 func (r *run) settle(d *delivery, scope, key string, v verdict) {
 	c := r.c
-	if v.action == ActionRetry && r.stopping.Err() != nil {
+	if v.action == actRetry && r.stopping.Err() != nil {
 		v.delay = r.handBack() // this consumer is going away
 	}
 	var berr error
 	switch v.action {
-	case ActionAck:
+	case actAck:
 		berr = d.msg.Ack()
-	case ActionDeadLetter:
+	case actDeadLetter:
 		if perr := r.deadLetter(d, v); perr != nil {
 			c.o.logger.Error("idemnats: dead letter not published; the message will be redelivered",
 				slog.String("subject", d.msg.Subject()), slog.String("key", key), slog.String("reason", string(v.reason)),
 				slog.Any("cause", v.cause), slog.Any("error", perr))
-			v.action, v.delay = ActionRetry, c.o.retryDelay
+			v.action, v.delay = actRetry, c.o.retryDelay
 			if r.stopping.Err() != nil {
 				v.delay = r.handBack()
 			}
@@ -96,9 +73,9 @@ func (r *run) settle(d *delivery, scope, key string, v verdict) {
 		c.o.logger.Warn("idemnats: message dead-lettered",
 			slog.String("subject", d.msg.Subject()), slog.String("key", key), slog.String("reason", string(v.reason)),
 			slog.Any("cause", v.cause), slog.Bool("published", c.o.dlqJS != nil))
-	case ActionRetry:
+	case actRetry:
 		berr = nak(d.msg, v.delay)
-		if v.reason == "" && !errors.Is(v.cause, errStopping) && !isBusy(v) {
+		if v.reason == "" && !errors.Is(v.cause, errStopping) && !v.busy {
 			c.o.logger.Warn("idemnats: message will be redelivered",
 				slog.String("subject", d.msg.Subject()), slog.String("key", key), slog.Duration("delay", v.delay), slog.Any("cause", v.cause))
 		}
@@ -106,12 +83,10 @@ func (r *run) settle(d *delivery, scope, key string, v verdict) {
 	d.settled.Store(true)
 	if berr != nil && !errors.Is(berr, jetstream.ErrMsgAlreadyAckd) {
 		c.o.logger.Warn("idemnats: settling the message failed; JetStream will redeliver it",
-			slog.String("subject", d.msg.Subject()), slog.String("key", key), slog.String("action", v.action.String()), slog.Any("error", berr))
+			slog.String("subject", d.msg.Subject()), slog.String("key", key), slog.String("event", v.kind().String()), slog.Any("error", berr))
 	}
 	c.observeSettled(d, scope, key, v, berr)
 }
-
-func isBusy(v verdict) bool { return errors.Is(v.cause, idem.ErrInProgress) }
 
 func nak(msg jetstream.Msg, delay time.Duration) error {
 	if delay > 0 {
@@ -122,18 +97,21 @@ func nak(msg jetstream.Msg, delay time.Duration) error {
 
 func (c *Consumer) observeSettled(d *delivery, scope, key string, v verdict, berr error) {
 	if c.o.observer != nil {
-		c.o.observer(context.Background(), eventOf(d, v.action, scope, key, v, berr))
+		e := eventOf(d, v.kind(), berr)
+		e.Scope, e.Key, e.Reason, e.Err = scope, key, v.reason, v.cause
+		switch e.Kind {
+		case EventAcked:
+			e.Replayed = d.replayed
+		case EventDelayed, EventRequeued:
+			e.Delay = v.delay
+		}
+		c.o.observer(context.Background(), e)
 	}
 }
 
-func eventOf(d *delivery, a Action, scope, key string, v verdict, berr error) Event {
-	e := Event{Action: a, Subject: d.msg.Subject(), Scope: scope, Key: key, Reason: v.reason, Err: v.cause, BrokerErr: berr}
-	switch a {
-	case ActionAck:
-		e.Replayed = d.replayed
-	case ActionRetry:
-		e.Delay = v.delay
-	}
+// eventOf returns the event of kind k about d.
+func eventOf(d *delivery, k EventKind, berr error) Event {
+	e := Event{Kind: k, Subject: d.msg.Subject(), Duration: time.Since(d.received), BrokerErr: berr}
 	if md, err := d.msg.Metadata(); err == nil {
 		e.Stream, e.Sequence, e.Delivered = md.Stream, md.Sequence.Stream, md.NumDelivered
 	}
@@ -154,17 +132,17 @@ func (r *run) deadLetter(d *delivery, v verdict) error {
 		}
 	}
 	if id := d.msg.Headers().Get(jetstream.MsgIDHeader); id != "" {
-		dl.Header.Set(HeaderOriginalMsgID, id)
+		dl.Header.Set(MsgIDHeader, id)
 	}
-	dl.Header.Set(HeaderReason, string(v.reason))
-	dl.Header.Set(HeaderCause, oneLine(v.cause))
-	dl.Header.Set(HeaderOriginalSubject, d.msg.Subject())
+	dl.Header.Set(ReasonHeader, string(v.reason))
+	dl.Header.Set(CauseHeader, oneLine(v.cause))
+	dl.Header.Set(SubjectHeader, d.msg.Subject())
 	var opts []jetstream.PublishOpt
 	if md, err := d.msg.Metadata(); err == nil {
 		seq := strconv.FormatUint(md.Sequence.Stream, 10)
-		dl.Header.Set(HeaderOriginalStream, md.Stream)
-		dl.Header.Set(HeaderOriginalSequence, seq)
-		dl.Header.Set(HeaderDelivered, strconv.FormatUint(md.NumDelivered, 10))
+		dl.Header.Set(StreamHeader, md.Stream)
+		dl.Header.Set(SequenceHeader, seq)
+		dl.Header.Set(DeliveredHeader, strconv.FormatUint(md.NumDelivered, 10))
 		// A redelivery of the same message publishes the same id: the
 		// dead-letter stream's duplicate window drops the copy.
 		opts = append(opts, jetstream.WithMsgID("idem-dead-letter:"+md.Stream+":"+seq))

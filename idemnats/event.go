@@ -1,0 +1,78 @@
+package idemnats
+
+import (
+	"fmt"
+	"time"
+)
+
+// EventKind names what an [Event] reports.
+type EventKind uint8
+
+// The events a [Consumer] reports to its observer ([WithObserver]).
+const (
+	// EventAcked: the handler's outcome is stored, or was stored before
+	// (Replayed), and the message was acked.
+	EventAcked EventKind = iota + 1
+	// EventDelayed: the key was busy (another consumer holds it); the
+	// message was naked to come back after Delay.
+	EventDelayed
+	// EventRequeued: the message was naked to come back after Delay (Err:
+	// the handler's retryable error or panic, the store's error, a lost
+	// lease, the consumer stopping, or a dead letter that could not be
+	// published, with BrokerErr saying why).
+	EventRequeued
+	// EventDeadLettered: the message was published to the dead-letter
+	// subject, if any, and terminated (Err: the cause; Reason).
+	EventDeadLettered
+	// EventInProgress: InProgress was sent for a message still being
+	// handled, or waiting its turn in its batch, so that JetStream does not
+	// redeliver it when AckWait passes.
+	EventInProgress
+)
+
+var eventNames = [...]string{"", "acked", "delayed", "requeued", "dead_lettered", "in_progress"}
+
+// String returns the kind's name in snake case, for metric labels.
+func (k EventKind) String() string {
+	if int(k) < len(eventNames) && k != 0 {
+		return eventNames[k]
+	}
+	return fmt.Sprintf("EventKind(%d)", uint8(k))
+}
+
+// Event is something a [Consumer] did with a message, reported to its
+// observer.
+type Event struct {
+	Kind      EventKind
+	Stream    string        // the stream the message is stored in
+	Sequence  uint64        // its stream sequence
+	Delivered uint64        // how many times JetStream delivered it, this time included
+	Subject   string        // the subject it was published to
+	Scope     string        // the message's scope; unset for EventInProgress
+	Key       string        // its idempotency key; unset for EventInProgress
+	Replayed  bool          // EventAcked: the outcome was stored before; the handler did not run
+	Delay     time.Duration // EventDelayed, EventRequeued: how long until it is delivered again
+	Duration  time.Duration // from receipt to settlement
+	// Reason is why the message was dead-lettered: set for
+	// EventDeadLettered, and for the EventRequeued of poison whose dead
+	// letter could not be published.
+	Reason Reason
+	Err    error // the cause, for the kinds that have one
+	// BrokerErr is the error of the broker call that carried the event
+	// (Ack, Nak, Term, InProgress, the dead letter's publish). A message
+	// whose ack was lost is redelivered, and acked as a duplicate.
+	BrokerErr error
+}
+
+// kind returns the event kind of a verdict.
+func (v verdict) kind() EventKind {
+	switch {
+	case v.action == actAck:
+		return EventAcked
+	case v.action == actDeadLetter:
+		return EventDeadLettered
+	case v.busy:
+		return EventDelayed
+	}
+	return EventRequeued
+}

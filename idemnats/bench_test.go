@@ -27,14 +27,6 @@ const benchBatch = 64
 // Run has returned after the last handler, every message settled).
 // scripts/bench-nats.sh runs it in interleaved rounds and prints ratios.
 func BenchmarkConsume(b *testing.B) {
-	stores := []struct {
-		name string
-		new  func(b *testing.B) idem.Store
-	}{
-		{"memstore", func(b *testing.B) idem.Store { return memStore(b) }},
-		{"redis", func(b *testing.B) idem.Store { return redisStore(b, "idembench:"+random(6)+":") }},
-		{"postgres", func(b *testing.B) idem.Store { return postgresStore(b) }},
-	}
 	handlers := []struct {
 		name string
 		work time.Duration

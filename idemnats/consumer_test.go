@@ -20,14 +20,6 @@ import (
 // consumer processes, each fetching two batches at once, every key has its
 // effect once, and every copy is acked.
 func TestDuplicatesOneEffectPerKey(t *testing.T) {
-	stores := []struct {
-		name string
-		new  func(t *testing.T) idem.Store
-	}{
-		{"memstore", func(t *testing.T) idem.Store { return memStore(t) }},
-		{"redis", func(t *testing.T) idem.Store { return redisStore(t, "idemtest:"+random(6)+":") }},
-		{"postgres", func(t *testing.T) idem.Store { return postgresStore(t) }},
-	}
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()

@@ -237,6 +237,17 @@ func postgresStore(tb testing.TB) idem.Store {
 	return s
 }
 
+// stores are the stores the tests and benchmarks run over, each isolated
+// from every other test's (a Redis key prefix, a PostgreSQL schema).
+var stores = []struct {
+	name string
+	new  func(tb testing.TB) idem.Store
+}{
+	{"memstore", memStore},
+	{"redis", func(tb testing.TB) idem.Store { return redisStore(tb, "idemtest:"+random(6)+":") }},
+	{"postgres", postgresStore},
+}
+
 // effects counts the side effects of the handlers, per key.
 type effects struct {
 	mu sync.Mutex

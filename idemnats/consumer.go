@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/adapter"
 )
 
 // Handler handles one message. Its context carries the lease token
@@ -52,11 +53,15 @@ func New(g *idem.Guard, cons jetstream.Consumer, h Handler, opts ...Option) (*Co
 		return nil, errors.New("idemnats: New: Handler is nil")
 	}
 	c := &Consumer{g: g, cons: cons, h: h}
-	if err := c.o.build(opts); err != nil {
+	c.o.defaults()
+	names := adapter.Names{Pkg: "idemnats", Request: "jetstream.Msg", Key: "the " + DefaultKeyHeader + " header"}
+	if err := adapter.Build(&c.o, &c.o.Policy, names, g, opts); err != nil {
+		if !c.o.scoped {
+			err = fmt.Errorf("%w. For a consumer, keys are chosen by publishers: without a scope, a publisher "+
+				"that sends another tenant's key makes this consumer ack that tenant's message as a duplicate "+
+				"without handling it", err)
+		}
 		return nil, err
-	}
-	if c.o.logger == nil {
-		c.o.logger = g.Config().Logger
 	}
 	if info := cons.CachedInfo(); info != nil {
 		if err := checkConsumer(info); err != nil {
@@ -114,7 +119,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	work, endWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer endWork()
 	r := &run{c: c, stopping: stopping, stop: stop, work: work}
-	r.progress.init(ackWait/3, c.o.observer, c.o.logger)
+	r.progress.init(ackWait/3, c.o.observer, c.o.Logger())
 
 	var bg sync.WaitGroup
 	bg.Go(func() { r.progress.loop(work) })
@@ -178,7 +183,7 @@ func (r *run) fetchLoop() {
 			r.stop(fmt.Errorf("%w: %w", ErrConsumerDeleted, err))
 			return
 		}
-		r.c.o.logger.Warn("idemnats: fetch failed, retrying", slog.Duration("backoff", backoff), slog.Any("error", err))
+		r.c.o.Logger().Warn("idemnats: fetch failed, retrying", slog.Duration("backoff", backoff), slog.Any("error", err))
 		t := time.NewTimer(backoff)
 		select {
 		case <-t.C:
@@ -265,10 +270,7 @@ func (r *run) deliver(d *delivery, prev <-chan struct{}, turn chan struct{}) {
 	}
 
 	c := r.c
-	scope := ""
-	if c.o.scope != nil {
-		scope = c.o.scope(d.msg)
-	}
+	scope := c.o.Scope(d.msg)
 	key, err := c.key(d.msg)
 	switch {
 	case err != nil:
@@ -285,7 +287,7 @@ func (r *run) deliver(d *delivery, prev <-chan struct{}, turn chan struct{}) {
 		}
 		err := c.handle(r.work, d.msg)
 		pass()
-		r.settle(d, scope, key, judge(err, c.o.busyDelay, c.o.retryDelay))
+		r.settle(d, scope, key, c.o.verdictOf(idem.Result{}, err))
 		return
 	}
 
@@ -293,8 +295,7 @@ func (r *run) deliver(d *delivery, prev <-chan struct{}, turn chan struct{}) {
 	if c.o.fingerprint != nil {
 		payload = c.o.fingerprint(d.msg)
 	}
-	ran := false
-	_, err = c.g.DoScoped(r.work, scope, key, payload, func(ctx context.Context) ([]byte, error) {
+	res, err := c.g.DoScoped(r.work, scope, key, payload, func(ctx context.Context) ([]byte, error) {
 		if !waitTurn() {
 			return nil, errStopping
 		}
@@ -302,7 +303,6 @@ func (r *run) deliver(d *delivery, prev <-chan struct{}, turn chan struct{}) {
 			// The lease was lost while the message waited its turn.
 			return nil, context.Cause(ctx)
 		}
-		ran = true
 		err := c.handle(ctx, d.msg)
 		pass()
 		return nil, err
@@ -310,9 +310,9 @@ func (r *run) deliver(d *delivery, prev <-chan struct{}, turn chan struct{}) {
 	if errors.Is(err, idem.ErrClosed) {
 		r.stop(fmt.Errorf("idemnats: %w", idem.ErrClosed))
 	}
-	v := judge(err, c.o.busyDelay, c.o.retryDelay)
+	v := c.o.verdictOf(res, err)
 	if v.action == actAck {
-		d.replayed = !ran
+		d.replayed = res.Replayed
 	}
 	r.settle(d, scope, key, v)
 }

@@ -64,6 +64,30 @@ type Event struct {
 	BrokerErr error
 }
 
+// Reason says why a message was dead-lettered. It is the value of the
+// [ReasonHeader] header of a dead letter and of [Event.Reason].
+type Reason string
+
+// The reasons a message is dead-lettered.
+const (
+	// ReasonPermanent: the handler returned an error marked with
+	// [idem.Permanent], now or on an earlier delivery of the same key.
+	ReasonPermanent Reason = "permanent"
+	// ReasonTooManyAttempts: the key was claimed more than the Guard's
+	// Config.MaxAttempts times without an outcome ([idem.ErrTooManyAttempts]).
+	ReasonTooManyAttempts Reason = "too-many-attempts"
+	// ReasonMissingKey: the message carries no key ([ErrNoKey]) and
+	// [WithUnkeyed] says to dead-letter it, as it does by default.
+	ReasonMissingKey Reason = "missing-key"
+	// ReasonInvalidKey: the key cannot be used ([KeyError]: empty, sent more
+	// than once, the key function failed), or the Guard refused it (too
+	// long, Config.ValidateKey).
+	ReasonInvalidKey Reason = "invalid-key"
+	// ReasonKeyReused: the key was first used with a different payload
+	// ([idem.ErrKeyReused]).
+	ReasonKeyReused Reason = "key-reused"
+)
+
 // kind returns the event kind of a verdict.
 func (v verdict) kind() EventKind {
 	switch {

@@ -18,6 +18,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemnats"
 	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/redisstore/redisstoretest"
 )
 
 // The environment of the consumer process TestKilledConsumer starts: the
@@ -69,7 +70,7 @@ func runChild() int {
 	if err != nil {
 		return fail(err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: redisstoretest.Addr()})
 	store, err := redisstore.New(rdb, redisstore.Config{Prefix: prefix})
 	if err != nil {
 		return fail(err)
@@ -133,10 +134,12 @@ func awaitOutcomes(ctx context.Context, rdb *redis.Client, g *idem.Guard, prefix
 func TestKilledConsumer(t *testing.T) {
 	t.Parallel()
 	_, js := connect(t, natsURL)
-	prefix := "idemtest:" + random(6) + ":"
-	store := redisStore(t, prefix)
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
-	t.Cleanup(func() { rdb.Close() })
+	rdb := redisstoretest.Client(t)
+	prefix := redisstoretest.Prefix(t, rdb)
+	store, err := redisstore.New(rdb, redisstore.Config{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
 	s := newStream(t, js, jetstream.StreamConfig{})
 	cons := newConsumer(t, s, jetstream.ConsumerConfig{AckWait: time.Second})
 

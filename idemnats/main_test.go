@@ -1,12 +1,10 @@
 package idemnats_test
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -14,18 +12,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemnats"
+	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/memstore"
 	"github.com/idemgo/idem/pgstore"
+	"github.com/idemgo/idem/pgstore/pgstoretest"
 	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/redisstore/redisstoretest"
 )
 
 func TestMain(m *testing.M) {
@@ -35,30 +33,18 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// The servers the tests use.
-var (
-	natsURL     = cmp.Or(os.Getenv("IDEM_NATS_URL"), nats.DefaultURL)
-	redisAddr   = cmp.Or(os.Getenv("IDEM_REDIS_ADDR"), "127.0.0.1:6379")
-	postgresURL = cmp.Or(os.Getenv("IDEM_POSTGRES_URL"), "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
-)
+// natsServer is the shared NATS server the tests use.
+var natsServer = testenv.Server{Name: "NATS", Env: "IDEM_NATS_URL", Default: nats.DefaultURL}
 
-// unavailable skips tb, or fails it under IDEM_REQUIRE_SERVICES=1 (make
-// test).
-func unavailable(tb testing.TB, format string, args ...any) {
-	tb.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if os.Getenv("IDEM_REQUIRE_SERVICES") == "1" {
-		tb.Fatalf("%s; IDEM_REQUIRE_SERVICES=1 requires it", msg)
-	}
-	tb.Skipf("%s; skipping (set IDEM_REQUIRE_SERVICES=1 to fail instead)", msg)
-}
+// natsURL is its URL.
+var natsURL = natsServer.Addr()
 
 // connect connects to the NATS server at url, closed when tb ends.
 func connect(tb testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 	tb.Helper()
 	nc, err := nats.Connect(url, append([]nats.Option{nats.Timeout(3 * time.Second)}, opts...)...)
 	if err != nil {
-		unavailable(tb, "idemnats: no NATS server at %s (IDEM_NATS_URL): %v", url, err)
+		natsServer.Unreachable(tb, url, err)
 	}
 	tb.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
@@ -68,7 +54,7 @@ func connect(tb testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstr
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := js.AccountInfo(ctx); err != nil {
-		unavailable(tb, "idemnats: the NATS server at %s has no JetStream: %v", url, err)
+		natsServer.Unreachable(tb, url+" (JetStream)", err)
 	}
 	return nc, js
 }
@@ -172,71 +158,6 @@ func memStore(tb testing.TB) idem.Store {
 	return s
 }
 
-// redisStore returns a store on the shared Redis under prefix, whose keys
-// are deleted when tb ends.
-func redisStore(tb testing.TB, prefix string) idem.Store {
-	tb.Helper()
-	c := redis.NewClient(&redis.Options{Addr: redisAddr, MaxRetries: -1})
-	tb.Cleanup(func() { c.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := c.Ping(ctx).Err(); err != nil {
-		unavailable(tb, "idemnats: no Redis at %s (IDEM_REDIS_ADDR): %v", redisAddr, err)
-	}
-	s, err := redisstore.New(c, redisstore.Config{Prefix: prefix})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			c.Unlink(ctx, iter.Val())
-		}
-	})
-	return s
-}
-
-// postgresStore returns a store on the shared PostgreSQL in a schema of
-// its own, dropped when tb ends.
-func postgresStore(tb testing.TB) idem.Store {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	pool, err := pgxpool.New(ctx, postgresURL)
-	if err == nil {
-		err = pool.Ping(ctx)
-	}
-	if err != nil {
-		if pool != nil {
-			pool.Close()
-		}
-		unavailable(tb, "idemnats: no PostgreSQL at %s (IDEM_POSTGRES_URL): %v", postgresURL, err)
-	}
-	tb.Cleanup(pool.Close)
-	schema := fmt.Sprintf("idemtest_%d_%s", time.Now().Unix(), random(6))
-	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
-		tb.Fatalf("create schema: %v", err)
-	}
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-			tb.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
-	table := schema + ".idem_records"
-	if err := pgstore.Migrate(ctx, pool, table); err != nil {
-		tb.Fatalf("Migrate: %v", err)
-	}
-	s, err := pgstore.New(pool, pgstore.Config{Table: table})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return s
-}
-
 // stores are the stores the tests and benchmarks run over, each isolated
 // from every other test's (a Redis key prefix, a PostgreSQL schema).
 var stores = []struct {
@@ -244,8 +165,12 @@ var stores = []struct {
 	new  func(tb testing.TB) idem.Store
 }{
 	{"memstore", memStore},
-	{"redis", func(tb testing.TB) idem.Store { return redisStore(tb, "idemtest:"+random(6)+":") }},
-	{"postgres", postgresStore},
+	{"redis", func(tb testing.TB) idem.Store {
+		return redisstoretest.Store(tb, redisstoretest.Client(tb), redisstore.Config{})
+	}},
+	{"postgres", func(tb testing.TB) idem.Store {
+		return pgstoretest.Store(tb, pgstoretest.Pool(tb, 0), pgstore.Config{})
+	}},
 }
 
 // effects counts the side effects of the handlers, per key.

@@ -2,13 +2,13 @@ package idemnats
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemgo/idem/internal/adapter"
 )
 
 // Defaults of the options.
@@ -37,9 +37,9 @@ const (
 type Option func(*options)
 
 type options struct {
+	adapter.Policy[jetstream.Msg]
+	scoped          bool // WithScope or WithSharedScope was given
 	key             KeyFunc
-	scope           func(jetstream.Msg) string
-	sharedScope     bool
 	fingerprint     func(jetstream.Msg) []byte
 	unkeyed         Unkeyed
 	dlqJS           jetstream.JetStream
@@ -50,13 +50,7 @@ type options struct {
 	busyDelay       time.Duration
 	retryDelay      time.Duration
 	shutdownTimeout time.Duration
-	logger          *slog.Logger
 	observer        func(context.Context, Event)
-	errs            []error
-}
-
-func (o *options) fail(format string, args ...any) {
-	o.errs = append(o.errs, fmt.Errorf("idemnats: "+format, args...))
 }
 
 // WithKeyHeader takes the idempotency key from the header name. Default
@@ -65,7 +59,7 @@ func (o *options) fail(format string, args ...any) {
 func WithKeyHeader(name string) Option {
 	return func(o *options) {
 		if name == "" || strings.ContainsAny(name, ": \t\r\n") {
-			o.fail("WithKeyHeader(%q): not a valid header name", name)
+			o.Fail("WithKeyHeader(%q): not a valid header name", name)
 			return
 		}
 		o.key = HeaderKey(name)
@@ -78,11 +72,9 @@ func WithKeyHeader(name string) Option {
 // Default: [HeaderKey]([DefaultKeyHeader]).
 func WithKeyFunc(f KeyFunc) Option {
 	return func(o *options) {
-		if f == nil {
-			o.fail("WithKeyFunc(nil)")
-			return
+		if o.Check(f != nil, "WithKeyFunc(nil)") {
+			o.key = f
 		}
-		o.key = f
 	}
 }
 
@@ -93,13 +85,7 @@ func WithKeyFunc(f KeyFunc) Option {
 // records, so one can never suppress the other's message or see its
 // outcome. Either WithScope or [WithSharedScope] is required.
 func WithScope(f func(msg jetstream.Msg) string) Option {
-	return func(o *options) {
-		if f == nil {
-			o.fail("WithScope(nil)")
-			return
-		}
-		o.scope = f
-	}
+	return func(o *options) { o.scoped = true; o.SetScope(f) }
 }
 
 // WithSharedScope declares that every publisher on the stream shares one
@@ -107,18 +93,16 @@ func WithScope(f func(msg jetstream.Msg) string) Option {
 // other. Choose it when the publishers trust each other (one service, or
 // keys they cannot choose, such as the outbox's). Either [WithScope] or
 // WithSharedScope is required.
-func WithSharedScope() Option { return func(o *options) { o.sharedScope = true } }
+func WithSharedScope() Option { return func(o *options) { o.scoped = true; o.SetSharedScope() } }
 
 // WithFingerprint sets the bytes of a message the Guard fingerprints: a
 // key that comes back with other bytes gets idem.ErrKeyReused and is
 // dead-lettered ([ReasonKeyReused]). Default: the data.
 func WithFingerprint(f func(msg jetstream.Msg) []byte) Option {
 	return func(o *options) {
-		if f == nil {
-			o.fail("WithFingerprint(nil)")
-			return
+		if o.Check(f != nil, "WithFingerprint(nil)") {
+			o.fingerprint = f
 		}
-		o.fingerprint = f
 	}
 }
 
@@ -142,7 +126,7 @@ const (
 func WithUnkeyed(u Unkeyed) Option {
 	return func(o *options) {
 		if u != DeadLetterUnkeyed && u != RunUnkeyed {
-			o.fail("WithUnkeyed(%d): not DeadLetterUnkeyed or RunUnkeyed", u)
+			o.Fail("WithUnkeyed(%d): not DeadLetterUnkeyed or RunUnkeyed", u)
 			return
 		}
 		o.unkeyed = u
@@ -162,11 +146,11 @@ func WithUnkeyed(u Unkeyed) Option {
 func WithDeadLetter(js jetstream.JetStream, subject string) Option {
 	return func(o *options) {
 		if js == nil {
-			o.fail("WithDeadLetter: JetStream is nil")
+			o.Fail("WithDeadLetter: JetStream is nil")
 			return
 		}
 		if subject == "" || strings.ContainsAny(subject, " \t\r\n*>") {
-			o.fail("WithDeadLetter(%q): not a subject to publish to", subject)
+			o.Fail("WithDeadLetter(%q): not a subject to publish to", subject)
 			return
 		}
 		o.dlqJS, o.dlqSubject = js, subject
@@ -224,13 +208,7 @@ func WithShutdownTimeout(d time.Duration) Option {
 // WithLogger sets the logger of warnings (dead letters, failed acks, fetch
 // errors) and debug lines. Default: the Guard's Config.Logger.
 func WithLogger(l *slog.Logger) Option {
-	return func(o *options) {
-		if l == nil {
-			o.fail("WithLogger(nil)")
-			return
-		}
-		o.logger = l
-	}
+	return func(o *options) { o.SetLogger(l) }
 }
 
 // WithObserver sets a function called for every action the consumer takes
@@ -239,11 +217,9 @@ func WithLogger(l *slog.Logger) Option {
 // Config.Observer. Default: none.
 func WithObserver(f func(ctx context.Context, e Event)) Option {
 	return func(o *options) {
-		if f == nil {
-			o.fail("WithObserver(nil)")
-			return
+		if o.Check(f != nil, "WithObserver(nil)") {
+			o.observer = f
 		}
-		o.observer = f
 	}
 }
 
@@ -252,35 +228,20 @@ func WithObserver(f func(ctx context.Context, e Event)) Option {
 func atLeast[T int | time.Duration](name string, v, least T, field func(*options) *T) Option {
 	return func(o *options) {
 		if v < least {
-			o.fail("%s(%v): must be at least %v", name, v, least)
+			o.Fail("%s(%v): must be at least %v", name, v, least)
 			return
 		}
 		*field(o) = v
 	}
 }
 
-func (o *options) build(opts []Option) error {
-	*o = options{
-		key:             HeaderKey(DefaultKeyHeader),
-		batchSize:       DefaultBatchSize,
-		fetchWait:       DefaultFetchWait,
-		concurrency:     1,
-		busyDelay:       DefaultBusyDelay,
-		retryDelay:      DefaultRetryDelay,
-		shutdownTimeout: DefaultShutdownTimeout,
-	}
-	for _, opt := range opts {
-		if opt == nil {
-			o.fail("New: nil Option")
-			continue
-		}
-		opt(o)
-	}
-	if err := errors.Join(o.errs...); err != nil {
-		return err
-	}
-	if err := scopeDecision(o.scope != nil, o.sharedScope); err != nil {
-		return err
-	}
-	return nil
+// defaults sets every option to its default, before the options apply.
+func (o *options) defaults() {
+	o.key = HeaderKey(DefaultKeyHeader)
+	o.batchSize = DefaultBatchSize
+	o.fetchWait = DefaultFetchWait
+	o.concurrency = 1
+	o.busyDelay = DefaultBusyDelay
+	o.retryDelay = DefaultRetryDelay
+	o.shutdownTimeout = DefaultShutdownTimeout
 }

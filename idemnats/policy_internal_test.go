@@ -1,7 +1,6 @@
 package idemnats
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -15,41 +14,40 @@ import (
 	"github.com/idemgo/idem"
 )
 
-func TestJudge(t *testing.T) {
-	const busy, retry = time.Second, 2 * time.Second
-	handlerErr := errors.New("upstream timeout")
+func TestVerdictOf(t *testing.T) {
 	declined := idem.Permanent(errors.New("card declined"))
 	cases := []struct {
 		name string
+		res  idem.Result
 		err  error
 		want verdict
 	}{
-		{"stored or duplicate", nil, verdict{action: actAck}},
-		{"busy", fmt.Errorf("%w (key %q)", idem.ErrInProgress, "k"), verdict{action: actRetry, delay: busy, busy: true}},
-		{"retryable handler error", handlerErr, verdict{action: actRetry, delay: retry}},
-		{"panic", &PanicError{Value: "boom"}, verdict{action: actRetry, delay: retry}},
-		{"claim failed", fmt.Errorf("%w: claim: refused", idem.ErrStoreUnavailable), verdict{action: actRetry, delay: retry}},
-		{"stopping", errStopping, verdict{action: actRetry, delay: retry}},
-		{"context cancelled", context.Canceled, verdict{action: actRetry, delay: retry}},
-		{"permanent", declined, verdict{action: actDeadLetter, reason: ReasonPermanent}},
-		{"replayed permanent", &idem.PermanentError{Err: errors.New("card declined"), Replayed: true}, verdict{action: actDeadLetter, reason: ReasonPermanent}},
-		{"too many attempts", &idem.PermanentError{Err: idem.ErrTooManyAttempts, Replayed: true}, verdict{action: actDeadLetter, reason: ReasonTooManyAttempts}},
-		{"key reused", fmt.Errorf("%w (key %q)", idem.ErrKeyReused, "k"), verdict{action: actDeadLetter, reason: ReasonKeyReused}},
-		{"key too long", fmt.Errorf("%w: 300 bytes", idem.ErrInvalidKey), verdict{action: actDeadLetter, reason: ReasonInvalidKey}},
-		// An outcome that was not stored is never acked nor dead-lettered.
-		{"permanent, Fail not stored", errors.Join(declined, fmt.Errorf("%w: fail: timeout", idem.ErrStoreUnavailable)), verdict{action: actRetry, delay: retry}},
-		{"permanent, lease lost", errors.Join(declined, fmt.Errorf("idem: fail: %w", idem.ErrLeaseLost)), verdict{action: actRetry, delay: retry}},
-		{"done, lease lost", fmt.Errorf("idem: complete: %w", idem.ErrLeaseLost), verdict{action: actRetry, delay: retry}},
+		{"stored", idem.Result{}, nil, verdict{action: actAck}},
+		{"duplicate", idem.Result{Replayed: true}, nil, verdict{action: actAck}},
+		{"busy", idem.Result{}, fmt.Errorf("%w (key %q)", idem.ErrInProgress, "k"), verdict{action: actRetry, delay: 0, busy: true}},
+		{"retryable handler error", idem.Result{}, errors.New("upstream timeout"), verdict{action: actRetry, delay: 2 * time.Second}},
+		{"panic", idem.Result{}, &PanicError{Value: "boom"}, verdict{action: actRetry, delay: 2 * time.Second}},
+		{"stopping", idem.Result{}, errStopping, verdict{action: actRetry, delay: 2 * time.Second}},
+		{"claim failed", idem.Result{}, fmt.Errorf("%w: claim: refused", idem.ErrStoreUnavailable), verdict{action: actRetry, delay: 2 * time.Second}},
+		{"done, lease lost", idem.Result{}, fmt.Errorf("idem: complete: %w", idem.ErrLeaseLost), verdict{action: actRetry, delay: 2 * time.Second}},
+		{"permanent", idem.Result{}, declined, verdict{action: actDeadLetter, reason: ReasonPermanent}},
+		{"replayed permanent", idem.Result{Replayed: true}, &idem.PermanentError{Err: errors.New("card declined"), Replayed: true}, verdict{action: actDeadLetter, reason: ReasonPermanent}},
+		{"too many attempts", idem.Result{Replayed: true}, &idem.PermanentError{Err: idem.ErrTooManyAttempts, Replayed: true}, verdict{action: actDeadLetter, reason: ReasonTooManyAttempts}},
+		{"key reused", idem.Result{}, fmt.Errorf("%w (key %q)", idem.ErrKeyReused, "k"), verdict{action: actDeadLetter, reason: ReasonKeyReused}},
+		{"key too long", idem.Result{}, fmt.Errorf("%w: 300 bytes", idem.ErrInvalidKey), verdict{action: actDeadLetter, reason: ReasonInvalidKey}},
 	}
+	// A zero busy delay is this consumer's own setting (Nak at once), not
+	// the shared policy's default.
+	o := options{busyDelay: 0, retryDelay: 2 * time.Second}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := judge(tc.err, busy, retry)
+			got := o.verdictOf(tc.res, tc.err)
 			if got.action != tc.want.action || got.delay != tc.want.delay || got.busy != tc.want.busy || got.reason != tc.want.reason {
-				t.Fatalf("judge(%v) = %v %v busy=%v %q, want %v %v busy=%v %q", tc.err, got.action, got.delay, got.busy, got.reason,
+				t.Fatalf("verdictOf(%v) = %v %v busy=%v %q, want %v %v busy=%v %q", tc.err, got.action, got.delay, got.busy, got.reason,
 					tc.want.action, tc.want.delay, tc.want.busy, tc.want.reason)
 			}
-			if got.cause != tc.err {
-				t.Fatalf("judge kept cause %v, want %v", got.cause, tc.err)
+			if tc.want.action != actAck && got.cause != tc.err {
+				t.Fatalf("verdictOf kept cause %v, want %v", got.cause, tc.err)
 			}
 		})
 	}

@@ -16,12 +16,13 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemnats"
+	"github.com/idemgo/idem/internal/testenv"
 )
 
-// natsServer is a nats-server process of a test's own, with JetStream in a
+// natsProcess is a nats-server process of a test's own, with JetStream in a
 // temporary directory, on a free loopback port: the tests that kill a
 // server never touch the shared one.
-type natsServer struct {
+type natsProcess struct {
 	t    testing.TB
 	bin  string
 	port int
@@ -29,12 +30,12 @@ type natsServer struct {
 	cmd  *exec.Cmd
 }
 
-func startNATSServer(t testing.TB) *natsServer {
+func startNATSServer(t testing.TB) *natsProcess {
 	t.Helper()
 	bin, err := exec.LookPath("nats-server")
 	if err != nil {
 		if _, serr := os.Stat("/usr/sbin/nats-server"); serr != nil {
-			unavailable(t, "idemnats: nats-server not found: %v", err)
+			testenv.Unavailable(t, "idemnats: nats-server not found: %v", err)
 		}
 		bin = "/usr/sbin/nats-server"
 	}
@@ -44,17 +45,17 @@ func startNATSServer(t testing.TB) *natsServer {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	s := &natsServer{t: t, bin: bin, port: port, dir: t.TempDir()}
+	s := &natsProcess{t: t, bin: bin, port: port, dir: t.TempDir()}
 	s.start()
 	t.Cleanup(s.kill)
 	return s
 }
 
-func (s *natsServer) url() string { return "nats://127.0.0.1:" + strconv.Itoa(s.port) }
+func (s *natsProcess) url() string { return "nats://127.0.0.1:" + strconv.Itoa(s.port) }
 
 // start runs the server (again, on the same port and store directory) and
 // waits until its JetStream answers.
-func (s *natsServer) start() {
+func (s *natsProcess) start() {
 	s.t.Helper()
 	log := filepath.Join(s.dir, "nats.log")
 	s.cmd = exec.Command(s.bin, "-a", "127.0.0.1", "-p", strconv.Itoa(s.port), "-js", "-sd", filepath.Join(s.dir, "js"), "-l", log)
@@ -83,7 +84,7 @@ func (s *natsServer) start() {
 }
 
 // kill kills the server, as a crash would, and waits for it to exit.
-func (s *natsServer) kill() {
+func (s *natsProcess) kill() {
 	if s.cmd == nil {
 		return
 	}

@@ -11,7 +11,63 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/adapter"
 )
+
+// action is how a delivery is settled.
+type action uint8
+
+const (
+	actAck        action = iota + 1 // the outcome is stored, or was already: Ack
+	actRetry                        // deliver again after a delay: NakWithDelay
+	actDeadLetter                   // never deliver again: dead-letter, Term
+)
+
+// verdict is what happens to a delivery.
+type verdict struct {
+	action action
+	delay  time.Duration // actRetry
+	busy   bool          // actRetry because another holder has the key
+	reason Reason        // actDeadLetter
+	cause  error
+}
+
+// verdictOf maps what the Guard answered for a delivery to its verdict, by
+// the policy every idem consumer shares (internal/adapter), with this
+// consumer's delays. An outcome that could not be stored is never acked:
+// the message comes back, and its next delivery finds the stored outcome,
+// or takes the key over once the lease ends.
+func (o *options) verdictOf(res idem.Result, err error) verdict {
+	a := adapter.Decide(res, err)
+	v := verdict{cause: a.Cause}
+	switch a.Verdict {
+	case adapter.Ack:
+		v.action = actAck
+	case adapter.Retry:
+		v.action, v.delay = actRetry, o.retryDelay
+		if a.Class == adapter.InProgress {
+			v.delay, v.busy = o.busyDelay, true
+		}
+	default:
+		v.action, v.reason = actDeadLetter, reasonOf(a.Class)
+	}
+	return v
+}
+
+// reasonOf names the cause of a dead letter of class c.
+func reasonOf(c adapter.Class) Reason {
+	switch c {
+	case adapter.TooManyAttempts:
+		return ReasonTooManyAttempts
+	case adapter.KeyReused:
+		return ReasonKeyReused
+	case adapter.InvalidKey:
+		return ReasonInvalidKey
+	}
+	return ReasonPermanent
+}
 
 // The headers a dead letter carries besides the original's own (see
 // [WithDeadLetter]). The cause header has the name the other idem
@@ -59,7 +115,7 @@ func (r *run) settle(d *delivery, scope, key string, v verdict) {
 		berr = d.msg.Ack()
 	case actDeadLetter:
 		if perr := r.deadLetter(d, v); perr != nil {
-			c.o.logger.Error("idemnats: dead letter not published; the message will be redelivered",
+			c.o.Logger().Error("idemnats: dead letter not published; the message will be redelivered",
 				slog.String("subject", d.msg.Subject()), slog.String("key", key), slog.String("reason", string(v.reason)),
 				slog.Any("cause", v.cause), slog.Any("error", perr))
 			v.action, v.delay = actRetry, c.o.retryDelay
@@ -70,19 +126,19 @@ func (r *run) settle(d *delivery, scope, key string, v verdict) {
 			break
 		}
 		berr = d.msg.Term()
-		c.o.logger.Warn("idemnats: message dead-lettered",
+		c.o.Logger().Warn("idemnats: message dead-lettered",
 			slog.String("subject", d.msg.Subject()), slog.String("key", key), slog.String("reason", string(v.reason)),
 			slog.Any("cause", v.cause), slog.Bool("published", c.o.dlqJS != nil))
 	case actRetry:
 		berr = nak(d.msg, v.delay)
 		if v.reason == "" && !errors.Is(v.cause, errStopping) && !v.busy {
-			c.o.logger.Warn("idemnats: message will be redelivered",
+			c.o.Logger().Warn("idemnats: message will be redelivered",
 				slog.String("subject", d.msg.Subject()), slog.String("key", key), slog.Duration("delay", v.delay), slog.Any("cause", v.cause))
 		}
 	}
 	d.settled.Store(true)
 	if berr != nil && !errors.Is(berr, jetstream.ErrMsgAlreadyAckd) {
-		c.o.logger.Warn("idemnats: settling the message failed; JetStream will redeliver it",
+		c.o.Logger().Warn("idemnats: settling the message failed; JetStream will redeliver it",
 			slog.String("subject", d.msg.Subject()), slog.String("key", key), slog.String("event", v.kind().String()), slog.Any("error", berr))
 	}
 	c.observeSettled(d, scope, key, v, berr)

@@ -3,12 +3,13 @@ package main
 import (
 	"context"
 	"io"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/idemgo/idem/internal/testenv"
 )
 
 // natsURL returns the shared NATS server's URL (IDEM_NATS_URL), after
@@ -16,13 +17,11 @@ import (
 // under IDEM_REQUIRE_SERVICES=1.
 func natsURL(t *testing.T) string {
 	t.Helper()
-	url := envOr("IDEM_NATS_URL", nats.DefaultURL)
+	server := testenv.Server{Name: "NATS", Env: "IDEM_NATS_URL", Default: nats.DefaultURL}
+	url := server.Addr()
 	nc, err := nats.Connect(url, nats.Timeout(3*time.Second))
 	if err != nil {
-		if os.Getenv("IDEM_REQUIRE_SERVICES") == "1" {
-			t.Fatalf("no NATS at %s (IDEM_NATS_URL): %v", url, err)
-		}
-		t.Skipf("no NATS at %s (IDEM_NATS_URL): %v (set IDEM_REQUIRE_SERVICES=1 to fail instead)", url, err)
+		server.Unreachable(t, url, err)
 	}
 	nc.Close()
 	return url

@@ -2,27 +2,25 @@ package main
 
 import (
 	"bytes"
-	"cmp"
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/idemgo/idem/internal/testenv"
 )
 
 // The NATS example against the development machine's server: every
 // payment is charged once, the resends are acked as duplicates, the
 // malformed one is dead-lettered.
 func TestNATSPayments(t *testing.T) {
-	url := cmp.Or(os.Getenv("IDEM_NATS_URL"), nats.DefaultURL)
+	server := testenv.Server{Name: "NATS", Env: "IDEM_NATS_URL", Default: nats.DefaultURL}
+	url := server.Addr()
 	nc, err := nats.Connect(url, nats.Timeout(3*time.Second))
 	if err != nil {
-		if os.Getenv("IDEM_REQUIRE_SERVICES") == "1" {
-			t.Fatalf("no NATS at %s (IDEM_NATS_URL) and IDEM_REQUIRE_SERVICES=1: %v", url, err)
-		}
-		t.Skipf("no NATS at %s (IDEM_NATS_URL), skipping: %v", url, err)
+		server.Unreachable(t, url, err)
 	}
 	nc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -90,14 +90,15 @@ var errStopping = errors.New("idemnats: consumer stopping")
 
 // Run fetches and handles messages until ctx ends, then stops cleanly: it
 // fetches no more, hands back (Nak) the fetched messages whose handler has
-// not started, releasing the keys claimed for them, lets the running handlers finish within the shutdown
-// timeout ([WithShutdownTimeout]) and settles their messages, and returns
-// nil once every goroutine it started has ended. Fetch errors (the server
-// restarting, the connection down) are logged and retried with backoff;
-// nats.go reconnects underneath. Run returns an error when the consumer's
-// configuration cannot be read or is refused, the consumer was deleted
-// ([ErrConsumerDeleted]), or the Guard was closed ([idem.ErrClosed]).
-// Several Runs of one Consumer may run at once.
+// not started, releasing the keys claimed for them, lets the running
+// handlers finish within the shutdown timeout ([WithShutdownTimeout]) and
+// settles their messages, and returns nil once every goroutine it started
+// has ended. Fetch errors (the server restarting, the connection down) are
+// logged and retried with backoff; nats.go reconnects underneath. Run
+// returns an error when the consumer's configuration cannot be read or is
+// refused, the consumer was deleted ([ErrConsumerDeleted]), or the Guard
+// was closed ([idem.ErrClosed]). Several Runs of one Consumer may run at
+// once.
 func (c *Consumer) Run(ctx context.Context) error {
 	info := c.cons.CachedInfo()
 	if info == nil {

@@ -21,7 +21,8 @@
 //	handler error (not permanent), panic, store down         release the key, NakWithDelay(retry delay)
 //	handler error marked idem.Permanent                      store it, dead-letter, Term
 //	idem.ErrTooManyAttempts (Config.MaxAttempts)             dead-letter, Term
-//	no key (without WithUnkeyed), invalid key, key reused    dead-letter, Term
+//	no key (DeadLetterUnkeyed), unusable key, key reused     dead-letter, Term
+//	no key, WithUnkeyed(RunUnkeyed)                          handler runs unguarded; Ack, or as above
 //	Run's context ended before the handler started           release, NakWithDelay(≤ fetch wait)
 //
 // Dead-lettering publishes the message to the subject given to
@@ -39,8 +40,8 @@
 //
 // The key is the Nats-Msg-Id header by default, the header JetStream's own
 // duplicate window reads ([WithKeyHeader], [WithKeyFunc] for others). The
-// payload fingerprinted with it is the message's data: the same key with
-// other data is dead-lettered ([ReasonKeyReused]).
+// payload fingerprinted with it is the message's data ([WithFingerprint]):
+// the same key with other data is dead-lettered ([ReasonKeyReused]).
 //
 // New refuses to build a Consumer without a scope decision. Keys are
 // chosen by publishers, and without scopes every publisher shares one key
@@ -48,7 +49,15 @@
 // ack that tenant's message as a duplicate without handling it. Pass
 // [WithScope] with a function naming the tenant of a message (from a
 // subject token, or a header only trusted publishers set), or
-// [WithSharedScope] when every publisher is trusted with every key.
+// [WithSharedScope] when every publisher is trusted with every key. Note
+// that the stream's duplicate window (below) is one key space per stream
+// whatever the scope: tenants that share a stream should prefix their
+// Nats-Msg-Ids with the tenant, or carry the key in another header.
+//
+// The decisions shared by every idem adapter (the scope rule, what each
+// answer of the Guard means for the message) come from one policy, so
+// idemamqp and idemkafka treat messages the same way; the option names are
+// the same where the brokers allow.
 //
 // # JetStream's duplicate window and idem
 //
@@ -79,7 +88,11 @@
 // arrive, their keys are claimed concurrently (one Guard.DoScoped per
 // message), and their handlers run one after another, in stream order; the
 // next Fetch starts when the batch is settled. [WithConcurrency] runs
-// several batches at once, with order kept within each.
+// several batches at once, with order kept within each. A handler starts
+// when the one before it returned, while that one's outcome is still on
+// its way to the store. Each message is claimed and completed in store
+// round trips of its own: the stores' batch calls ([idem.BatchClaimer],
+// [idem.BatchCompleter]) are not used yet.
 //
 // Every message of a batch is delivered at once, so a message may wait its
 // turn longer than AckWait. Every AckWait/3 the consumer sends InProgress
@@ -89,15 +102,16 @@
 //
 // # Stopping
 //
-// When Run's context ends, Run fetches no more, hands back the messages
-// whose handler has not started (redelivered once its own pull requests
-// have expired on the server, so that none is sent to a request nobody
-// listens to: at most the fetch wait), lets the running handlers finish within
-// [WithShutdownTimeout] (their context is cancelled then, and the keys of
-// those that give up are released), settles every message, and returns
-// once every goroutine it started has ended. A message the server sent
-// while the Fetch was being cancelled never reaches the consumer (nats.go
-// drops it with the cancelled request) and comes back after AckWait.
+// When Run's context ends, Run fetches no more and hands back the messages
+// whose handler has not started. They are redelivered once the Run's own
+// pull requests have expired on the server (at most the fetch wait), so
+// that none is sent to a request nobody listens to. The running handlers
+// finish within [WithShutdownTimeout]; past it their context is cancelled,
+// and the keys of those that give up are released. Run settles every
+// message and returns once every goroutine it started has ended. A message
+// the server sent while the Fetch was being cancelled never reaches the
+// consumer (nats.go drops it with the cancelled request) and comes back
+// after AckWait.
 //
 // A connection that drops is nats.go's to restore; Run retries its fetches
 // meanwhile. The acks of messages handled while it was down reach the

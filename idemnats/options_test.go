@@ -186,3 +186,36 @@ func TestRunStopsWhenConsumerDeleted(t *testing.T) {
 		t.Fatalf("Run = %v, want ErrConsumerDeleted", err)
 	}
 }
+
+// Run returns idem.ErrClosed when its Guard is closed under it, and hands
+// the message it could not claim back.
+func TestRunStopsWhenGuardClosed(t *testing.T) {
+	t.Parallel()
+	js, s, cons := fixture(t, jetstream.ConsumerConfig{})
+	g, err := idem.New(memStore(t), idem.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := idemnats.New(g, cons, nopHandler, idemnats.WithSharedScope(), idemnats.WithFetchWait(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	publish(t, js, subject(s, "x"), "x", jetstream.MsgIDHeader, "k")
+	if err := <-done; !errors.Is(err, idem.ErrClosed) {
+		t.Fatalf("Run = %v, want ErrClosed", err)
+	}
+	// Handed back: the next fetch gets it again, long before AckWait.
+	msg, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+	if err != nil {
+		t.Fatalf("the message did not come back: %v", err)
+	}
+	if md, _ := msg.Metadata(); md == nil || md.NumDelivered != 2 {
+		t.Fatalf("the message came back with metadata %+v, want its second delivery", md)
+	}
+	msg.Ack()
+}

@@ -169,11 +169,30 @@ type run struct {
 	lastExpiry atomic.Int64
 }
 
-// fetchLoop fetches batches and handles them until the run stops.
+// fetchLoop fetches batches and handles them until the run stops. It
+// fetches the next batch as soon as the last message of the current one
+// has arrived, so that the next batch's fetch and claims overlap the
+// current batch's handlers and outcome writes; its handlers run after the
+// current batch's, in stream order. At most two batches are in flight: a
+// batch is settled before the one after the next is fetched.
 func (r *run) fetchLoop() {
 	backoff := minBackoff
+	prev := closedTurn
+	var inFlight *inFlightBatch
+	defer func() {
+		if inFlight != nil {
+			inFlight.wait(r)
+		}
+	}()
 	for r.stopping.Err() == nil {
-		err := r.fetchBatch()
+		next, err := r.fetchBatch(prev)
+		if inFlight != nil {
+			inFlight.wait(r)
+		}
+		inFlight = next
+		if next != nil {
+			prev = next.last
+		}
 		switch {
 		case err == nil:
 			backoff = minBackoff
@@ -201,11 +220,26 @@ const (
 	maxBackoff = 5 * time.Second
 )
 
-// fetchBatch fetches one batch and handles its messages as they arrive: a
-// goroutine per message claims its key at once, and the handlers run one
-// after another in the order of the batch. It returns when every message of
-// the batch is settled.
-func (r *run) fetchBatch() error {
+// inFlightBatch is a fetched batch whose messages may not all be settled.
+type inFlightBatch struct {
+	b    *batch
+	wg   sync.WaitGroup // one per message being delivered
+	last chan struct{}  // the turn of its last message
+}
+
+// wait waits until every message of the batch is settled.
+func (f *inFlightBatch) wait(r *run) {
+	f.wg.Wait()
+	r.progress.untrack(f.b)
+}
+
+// fetchBatch fetches one batch and starts handling its messages as they
+// arrive: a goroutine per message claims its key at once, and the
+// handlers run one after another in the order of the batch, the first
+// after prev is closed. It returns once the last message has arrived, with
+// the batch in flight (nil when the fetch failed at once), and the fetch's
+// error.
+func (r *run) fetchBatch(prev chan struct{}) (*inFlightBatch, error) {
 	fctx, cancel := context.WithTimeout(r.stopping, r.c.o.fetchWait)
 	defer cancel()
 	deadline, _ := fctx.Deadline()
@@ -214,29 +248,24 @@ func (r *run) fetchBatch() error {
 	}
 	mb, err := r.c.cons.Fetch(r.c.o.batchSize, jetstream.FetchContext(fctx))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	b := r.progress.track()
-	defer r.progress.untrack(b)
-
-	var wg sync.WaitGroup
-	prev := closedTurn
+	f := &inFlightBatch{b: r.progress.track(), last: prev}
 	for msg := range mb.Messages() {
-		d := b.add(msg)
+		d := f.b.add(msg)
 		if r.stopping.Err() != nil {
 			r.settle(d, "", "", verdict{action: actRetry, cause: errStopping})
 			continue
 		}
-		before, turn := prev, make(chan struct{})
-		wg.Go(func() { r.deliver(d, before, turn) })
-		prev = turn
+		before, turn := f.last, make(chan struct{})
+		f.wg.Go(func() { r.deliver(d, before, turn) })
+		f.last = turn
 	}
-	wg.Wait()
 	err = mb.Error()
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, jetstream.ErrBatchCompleted) {
-		return nil // the fetch ran its time, or the run is stopping
+		err = nil // the fetch ran its time, or the run is stopping
 	}
-	return err
+	return f, err
 }
 
 // closedTurn is the turn of the message before a batch's first.

@@ -86,9 +86,11 @@
 //
 // Run fetches up to [WithBatchSize] messages at a time. As messages
 // arrive, their keys are claimed concurrently (one Guard.DoScoped per
-// message), and their handlers run one after another, in stream order; the
-// next Fetch starts when the batch is settled. [WithConcurrency] runs
-// several batches at once, with order kept within each. A handler starts
+// message), and their handlers run one after another, in stream order. The
+// next Fetch starts as soon as the batch's last message has arrived, so its
+// claims overlap the handlers before it, and its handlers follow theirs:
+// a fetch loop holds at most two batches. [WithConcurrency] runs several
+// fetch loops, with order kept within each. A handler starts
 // when the one before it returned, while that one's outcome is still on
 // its way to the store. Each message is claimed and completed in store
 // round trips of its own: the stores' batch calls ([idem.BatchClaimer],

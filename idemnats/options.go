@@ -159,23 +159,24 @@ func WithDeadLetter(js jetstream.JetStream, subject string) Option {
 
 // WithBatchSize sets how many messages one Fetch asks for. Their keys are
 // claimed concurrently and their handlers run one after another, in stream
-// order. Default [DefaultBatchSize]; at least 1. Keep the consumer's
-// MaxAckPending at least batch size times concurrency.
+// order; the next batch is fetched while they run. Default
+// [DefaultBatchSize]; at least 1. Keep the consumer's MaxAckPending at
+// least twice the batch size times the concurrency.
 func WithBatchSize(n int) Option {
 	return atLeast("WithBatchSize", n, 1, func(o *options) *int { return &o.batchSize })
 }
 
-// WithFetchWait sets how long one Fetch waits for its batch to fill before
-// the messages it has are handled anyway (they are handled as they arrive;
-// the next Fetch starts once the batch is done). Default
-// [DefaultFetchWait]; at least 10ms.
+// WithFetchWait sets how long one Fetch waits for its batch to fill; its
+// messages are handled as they arrive, and the next Fetch starts when it
+// ends. It also bounds how long a stopping Run's hand-backs wait (see
+// [WithShutdownTimeout]). Default [DefaultFetchWait]; at least 10ms.
 func WithFetchWait(d time.Duration) Option {
 	return atLeast("WithFetchWait", d, 10*time.Millisecond, func(o *options) *time.Duration { return &o.fetchWait })
 }
 
-// WithConcurrency sets how many batches are fetched and handled at once.
-// Handlers of one batch run in order; handlers of different batches run in
-// parallel, so order holds per batch only. Default 1; at least 1.
+// WithConcurrency sets how many fetch loops run at once, each with its
+// batches. Handlers of one loop run in order; handlers of different loops
+// run in parallel, so order holds per loop only. Default 1; at least 1.
 func WithConcurrency(n int) Option {
 	return atLeast("WithConcurrency", n, 1, func(o *options) *int { return &o.concurrency })
 }

@@ -17,6 +17,10 @@ import (
 // benchBatch is the Fetch batch of the bare consumer and of idemnats alike.
 const benchBatch = 64
 
+// benchPGConns is the size of PostgreSQL's pool in the benchmarks: go-redis's
+// default for two cores (10 per GOMAXPROCS).
+const benchPGConns = 20
+
 // BenchmarkConsume measures messages/s through a JetStream pull consumer on
 // the shared server: "bare" fetches batches of benchBatch and acks each
 // message after its handler, the least a consumer with explicit acks does;
@@ -34,7 +38,9 @@ func BenchmarkConsume(b *testing.B) {
 	for _, h := range handlers {
 		b.Run("handler="+h.name, func(b *testing.B) {
 			b.Run("bare", func(b *testing.B) { benchBare(b, h.work) })
-			for _, st := range stores {
+			// A pool as large as the Redis client's, so that PostgreSQL's
+			// commits of a batch's claims share their fsyncs.
+			for _, st := range storesWith(benchPGConns) {
 				b.Run("idem="+st.name, func(b *testing.B) { benchIdem(b, st.new(b), h.work) })
 			}
 		})

@@ -158,19 +158,28 @@ func memStore(tb testing.TB) idem.Store {
 	return s
 }
 
-// stores are the stores the tests and benchmarks run over, each isolated
-// from every other test's (a Redis key prefix, a PostgreSQL schema).
-var stores = []struct {
+// stores are the stores the tests run over, each isolated from every
+// other test's (a Redis key prefix, a PostgreSQL schema).
+var stores = storesWith(0)
+
+// storeCase is a store the tests or benchmarks run over.
+type storeCase struct {
 	name string
 	new  func(tb testing.TB) idem.Store
-}{
-	{"memstore", memStore},
-	{"redis", func(tb testing.TB) idem.Store {
-		return redisstoretest.Store(tb, redisstoretest.Client(tb), redisstore.Config{})
-	}},
-	{"postgres", func(tb testing.TB) idem.Store {
-		return pgstoretest.Store(tb, pgstoretest.Pool(tb, 0), pgstore.Config{})
-	}},
+}
+
+// storesWith returns the stores, PostgreSQL's over a pool of pgConns
+// connections (pgxpool's default when 0).
+func storesWith(pgConns int32) []storeCase {
+	return []storeCase{
+		{"memstore", memStore},
+		{"redis", func(tb testing.TB) idem.Store {
+			return redisstoretest.Store(tb, redisstoretest.Client(tb), redisstore.Config{})
+		}},
+		{"postgres", func(tb testing.TB) idem.Store {
+			return pgstoretest.Store(tb, pgstoretest.Pool(tb, pgConns), pgstore.Config{})
+		}},
+	}
 }
 
 // effects counts the side effects of the handlers, per key.

@@ -1,0 +1,385 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemgo/idem/idemnats"
+)
+
+// The demo through NATS JetStream (--broker nats://…): the same stream,
+// crash points and handlers' logic as the in-process queue, with a stream
+// of the run's own on the server for the queue, AckWait for its
+// visibility timeout, and one NATS connection per consumer process. A
+// crashed process closes its connection on the spot, so nothing it would
+// have acked, naked or extended reaches the server: its messages come back
+// after AckWait, and the keys it held once their leases end.
+
+// The headers of a demo message.
+const (
+	natsDemoIndex = "Idem-Demo-Index" // the message's index in the stream
+	natsDemoKey   = "Order-Id"        // the idempotency key
+)
+
+// natsDemoBatch is the Fetch batch of both consumers.
+const natsDemoBatch = 4
+
+// runStreamFunc is the signature of runStream.
+type runStreamFunc func(ctx context.Context, o demoOptions, name string, stream []message, plan crashPlan, stderr io.Writer,
+	newHandler func(p *process, l *ledger) (handler, func(), error)) (runReport, error)
+
+// natsRunStream is runStream through the JetStream server at url. It takes
+// the handlers newHandler makes apart for what they hold: the ledger of the
+// naive one, and the Guard of the guarded one, which runs behind idemnats.
+func natsRunStream(url string) runStreamFunc {
+	return func(ctx context.Context, o demoOptions, name string, stream []message, plan crashPlan, stderr io.Writer,
+		newHandler func(p *process, l *ledger) (handler, func(), error)) (runReport, error) {
+		admin, err := nats.Connect(url, nats.Name("idem demo"))
+		if err != nil {
+			return runReport{}, fmt.Errorf("idem: demo: connecting to NATS at %s: %w", url, err)
+		}
+		defer admin.Close()
+		js, err := jetstream.New(admin)
+		if err != nil {
+			return runReport{}, err
+		}
+		r := &natsRun{url: url, msgs: stream, plan: plan, acked: make([]atomic.Bool, len(stream))}
+		if err := r.setUp(ctx, js, name); err != nil {
+			return runReport{}, err
+		}
+		defer js.DeleteStream(context.WithoutCancel(ctx), r.stream)
+
+		l := newLedger(o.messages)
+		var stats runStats
+		runCtx, cancel := context.WithTimeout(ctx, o.timeout)
+		defer cancel()
+		r.allAcked = cancel
+
+		stopProgress := startProgress(stderr, name, len(stream), r.ackedCount.Load)
+		start := time.Now()
+		errs := make([]error, o.consumers)
+		var wg sync.WaitGroup
+		for i := range o.consumers {
+			wg.Go(func() {
+				errs[i] = r.consume(runCtx, &stats, func(p *process) (handler, func(), error) { return newHandler(p, l) })
+				if errs[i] != nil {
+					cancel()
+				}
+			})
+		}
+		wg.Wait()
+		elapsed := time.Since(start)
+		stopProgress()
+
+		if err := errors.Join(errs...); err != nil {
+			return runReport{}, err
+		}
+		if ctx.Err() != nil {
+			return runReport{}, fmt.Errorf("idem: demo interrupted: %w", context.Cause(ctx))
+		}
+		timedOut := int(r.ackedCount.Load()) < len(stream)
+		return tally(name, l, r.stats(o.messages), &stats, elapsed, timedOut), nil
+	}
+}
+
+// natsRun is one run of the demo through JetStream.
+type natsRun struct {
+	url      string
+	stream   string // its name on the server
+	msgs     []message
+	plan     crashPlan
+	allAcked func()
+
+	acked      []atomic.Bool // by message index
+	ackedCount atomic.Int64
+	deliveries atomic.Int64
+	duplicates atomic.Int64
+}
+
+// setUp creates the run's stream and its consumer, and publishes the
+// messages, each copy as a message of its own (it has no Nats-Msg-Id: the
+// copies are those that got past the duplicate window).
+func (r *natsRun) setUp(ctx context.Context, js jetstream.JetStream, name string) error {
+	r.stream = "IDEM_DEMO_" + strings.ToUpper(name) + "_" + rand.Text()[:8]
+	subject := strings.ToLower(r.stream) + ".orders"
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: r.stream, Subjects: []string{subject}, Storage: jetstream.MemoryStorage})
+	if err != nil {
+		return fmt.Errorf("idem: demo: creating stream %s (is JetStream enabled? nats-server -js): %w", r.stream, err)
+	}
+	if _, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:       "demo",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       demoVisibility,
+		MaxAckPending: -1,
+	}); err != nil {
+		js.DeleteStream(context.WithoutCancel(ctx), r.stream)
+		return err
+	}
+	for i, m := range r.msgs {
+		msg := &nats.Msg{Subject: subject, Data: m.payload, Header: nats.Header{
+			natsDemoIndex: {strconv.Itoa(i)},
+			natsDemoKey:   {m.key},
+		}}
+		if _, err := js.PublishMsgAsync(msg); err != nil {
+			js.DeleteStream(context.WithoutCancel(ctx), r.stream)
+			return err
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+		return nil
+	case <-ctx.Done():
+		js.DeleteStream(context.WithoutCancel(ctx), r.stream)
+		return ctx.Err()
+	}
+}
+
+func (r *natsRun) stats(orders int) brokerStats {
+	st := brokerStats{deliveries: int(r.deliveries.Load()), duplicates: int(r.duplicates.Load()), unacked: make([]bool, orders)}
+	for i := range r.acked {
+		if !r.acked[i].Load() {
+			st.unacked[r.msgs[i].order] = true
+		}
+	}
+	return st
+}
+
+// consume runs one consumer slot until every message is acked or ctx
+// ends: a process with a connection of its own that consumes the stream
+// with the handler newHandler makes for it, and, each time that process
+// crashes, a fresh one.
+func (r *natsRun) consume(ctx context.Context, stats *runStats, newHandler func(p *process) (handler, func(), error)) error {
+	for ctx.Err() == nil {
+		p := &natsProcess{process: &process{stats: stats}, crashed: make(chan struct{})}
+		h, closeHandler, err := newHandler(p.process)
+		if err != nil {
+			return err
+		}
+		err = r.runProcess(ctx, p, h)
+		closeHandler()
+		if err != nil {
+			return err
+		}
+		if !p.dead.Load() {
+			return nil
+		}
+	}
+	return nil
+}
+
+// runProcess runs process p until it crashes or ctx ends.
+func (r *natsRun) runProcess(ctx context.Context, p *natsProcess, h handler) error {
+	nc, err := nats.Connect(r.url, nats.Name("idem demo consumer"))
+	if err != nil {
+		return fmt.Errorf("idem: demo: connecting to NATS at %s: %w", r.url, err)
+	}
+	p.nc = nc
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	cons, err := js.Consumer(ctx, r.stream, "demo")
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	wrapped := &natsDemoConsumer{Consumer: cons, r: r, p: p}
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		// The process's main goroutine: a crash ends it on the spot.
+		var err error
+		defer func() { done <- err }()
+		switch h := h.(type) {
+		case naiveHandler:
+			r.naive(pctx, wrapped, h.ledger)
+		case guardedHandler:
+			var c *idemnats.Consumer
+			c, err = idemnats.New(h.guard, wrapped, r.guarded(p, h.ledger),
+				idemnats.WithSharedScope(), idemnats.WithKeyHeader(natsDemoKey), idemnats.WithBatchSize(natsDemoBatch),
+				idemnats.WithFetchWait(250*time.Millisecond), idemnats.WithBusyDelay(retryDelay), idemnats.WithRetryDelay(retryDelay),
+				idemnats.WithShutdownTimeout(0))
+			if err == nil {
+				err = c.Run(pctx)
+			}
+		default:
+			err = fmt.Errorf("idem: demo: no NATS consumer for handler %T", h)
+		}
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-p.crashed:
+		cancel()
+		return <-done
+	}
+}
+
+// naive consumes like a client without idempotency: fetch, charge, ack.
+func (r *natsRun) naive(ctx context.Context, cons jetstream.Consumer, l *ledger) {
+	for ctx.Err() == nil {
+		fctx, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
+		mb, err := cons.Fetch(natsDemoBatch, jetstream.FetchContext(fctx))
+		if err != nil {
+			cancel()
+			continue
+		}
+		for msg := range mb.Messages() {
+			m := msg.(*natsDemoMsg)
+			if m.point == crashBeforeCharge {
+				m.p.crash(m.point)
+			}
+			l.charge(r.msgs[m.idx].order)
+			m.Ack() // crashes at crashAfterCharge
+		}
+		cancel()
+	}
+}
+
+// guarded is the handler behind idemnats: charge, with the demo's crash
+// inside the claim. A crash after the charge happens when idemnats settles
+// the message, after it stored the outcome (natsDemoMsg).
+func (r *natsRun) guarded(p *natsProcess, l *ledger) idemnats.Handler {
+	return func(ctx context.Context, msg jetstream.Msg) error {
+		if p.dead.Load() {
+			runtime.Goexit() // the process is gone
+		}
+		m := msg.(*natsDemoMsg)
+		if m.point == crashBeforeCharge {
+			p.crash(m.point) // holding the claim: it stays until the lease ends
+		}
+		if err := ctx.Err(); err != nil {
+			return err // the lease is lost: someone else may charge now
+		}
+		l.charge(r.msgs[m.idx].order)
+		return nil
+	}
+}
+
+// natsProcess is a consumer process with its NATS connection.
+type natsProcess struct {
+	*process
+	nc      *nats.Conn
+	once    sync.Once
+	crashed chan struct{}
+}
+
+// crash kills the process at point: its connection closes before anything
+// else can go out on it. It does not return.
+func (p *natsProcess) crash(point crashPoint) {
+	p.dead.Store(true)
+	p.once.Do(func() {
+		p.nc.Close()
+		close(p.crashed)
+	})
+	p.process.crash(point)
+}
+
+// natsDemoConsumer is a process's view of the JetStream consumer: it
+// counts deliveries and wraps every message, so that the process dies at
+// the message's crash point when it settles it, and a dead process settles
+// nothing.
+type natsDemoConsumer struct {
+	jetstream.Consumer
+	r *natsRun
+	p *natsProcess
+}
+
+func (c *natsDemoConsumer) Fetch(batch int, opts ...jetstream.FetchOpt) (jetstream.MessageBatch, error) {
+	mb, err := c.Consumer.Fetch(batch, opts...)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan jetstream.Msg, batch)
+	go func() {
+		defer close(out)
+		for msg := range mb.Messages() {
+			out <- c.wrap(msg)
+		}
+	}()
+	return &natsDemoMsgs{MessageBatch: mb, msgs: out}, nil
+}
+
+func (c *natsDemoConsumer) wrap(msg jetstream.Msg) jetstream.Msg {
+	m := &natsDemoMsg{Msg: msg, r: c.r, p: c.p}
+	m.idx, _ = strconv.Atoi(msg.Headers().Get(natsDemoIndex))
+	attempt := 1
+	if md, err := msg.Metadata(); err == nil {
+		attempt = int(md.NumDelivered)
+	}
+	c.r.deliveries.Add(1)
+	if attempt == 1 && c.r.msgs[m.idx].duplicate {
+		c.r.duplicates.Add(1)
+	}
+	m.point = c.r.plan.at(&delivery{id: m.idx, attempt: attempt})
+	return m
+}
+
+type natsDemoMsgs struct {
+	jetstream.MessageBatch
+	msgs chan jetstream.Msg
+}
+
+func (b *natsDemoMsgs) Messages() <-chan jetstream.Msg { return b.msgs }
+
+// natsDemoMsg is a message as a process sees it.
+type natsDemoMsg struct {
+	jetstream.Msg
+	r     *natsRun
+	p     *natsProcess
+	idx   int
+	point crashPoint
+}
+
+// settle is every way of settling the message: the process dies first if
+// the message's crash point says so, and a dead process sends nothing.
+func (m *natsDemoMsg) settle(send func() error) error {
+	if m.p.dead.Load() {
+		return errProcessDead
+	}
+	if m.point != noCrash {
+		// After the charge (and, for idem, its stored outcome); or before
+		// it, when this delivery did not run it (a duplicate, or busy).
+		m.p.crash(m.point)
+	}
+	return send()
+}
+
+func (m *natsDemoMsg) Ack() error {
+	return m.settle(func() error {
+		err := m.Msg.Ack()
+		if err == nil && !m.r.acked[m.idx].Swap(true) && int(m.r.ackedCount.Add(1)) == len(m.r.msgs) {
+			m.r.allAcked()
+		}
+		return err
+	})
+}
+
+func (m *natsDemoMsg) Nak() error { return m.settle(m.Msg.Nak) }
+func (m *natsDemoMsg) NakWithDelay(d time.Duration) error {
+	return m.settle(func() error { return m.Msg.NakWithDelay(d) })
+}
+func (m *natsDemoMsg) Term() error { return m.settle(m.Msg.Term) }
+
+func (m *natsDemoMsg) InProgress() error {
+	if m.p.dead.Load() {
+		return errProcessDead
+	}
+	return m.Msg.InProgress()
+}

@@ -1,0 +1,189 @@
+package idemnats_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemnats"
+)
+
+// Duplicates published as messages of their own (another Nats-Msg-Id, or
+// past the stream's duplicate window) reach the consumer: with two
+// consumer processes, each fetching two batches at once, every key has its
+// effect once, and every copy is acked.
+func TestDuplicatesOneEffectPerKey(t *testing.T) {
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			_, js := connect(t, natsURL)
+			store := st.new(t)
+			s := newStream(t, js, jetstream.StreamConfig{})
+			cons := newConsumer(t, s, jetstream.ConsumerConfig{MaxAckPending: 1000})
+
+			const keys, copies = 100, 3
+			for c := range copies {
+				for k := range keys {
+					// Each copy has its own Nats-Msg-Id, as a producer
+					// retrying after the window, or two producers, send.
+					publish(t, js, subject(s, "orders"), "order "+strconv.Itoa(k),
+						"Idempotency-Key", "order-"+strconv.Itoa(k), jetstream.MsgIDHeader, fmt.Sprintf("%d-%d", k, c))
+				}
+			}
+			var fx effects
+			var ev events
+			handler := func(ctx context.Context, msg jetstream.Msg) error {
+				fx.add(msg.Headers().Get("Idempotency-Key"))
+				return nil
+			}
+			for range 2 { // two consumer processes, each with its own Guard
+				g := newGuard(t, store, idem.Config{Namespace: "dups"})
+				run(t, g, cons, handler, idemnats.WithKeyHeader("Idempotency-Key"), idemnats.WithSharedScope(),
+					idemnats.WithBatchSize(16), idemnats.WithConcurrency(2), idemnats.WithBusyDelay(20*time.Millisecond),
+					idemnats.WithObserver(ev.observe))
+			}
+			waitFor(t, 60*time.Second, "every copy acked", func() bool {
+				return ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked }) == keys*copies
+			})
+			waitFor(t, 10*time.Second, "the consumer drained", func() bool { return drained(t, cons) })
+			for k := range keys {
+				if n := fx.get("order-" + strconv.Itoa(k)); n != 1 {
+					t.Errorf("order-%d: %d effects, want 1", k, n)
+				}
+			}
+			if n := ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked && e.Replayed }); n != keys*(copies-1) {
+				t.Errorf("%d copies acked as duplicates, want %d", n, keys*(copies-1))
+			}
+			if n := ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventDeadLettered }); n != 0 {
+				t.Errorf("%d messages dead-lettered, want 0", n)
+			}
+		})
+	}
+}
+
+// With the default key, Nats-Msg-Id, the stream's duplicate window drops a
+// copy published within it; a copy published after it is a message of its
+// own, which the consumer acks as a duplicate without running the handler.
+func TestMsgIDPastTheDuplicateWindow(t *testing.T) {
+	t.Parallel()
+	_, js := connect(t, natsURL)
+	const window = 100 * time.Millisecond
+	s := newStream(t, js, jetstream.StreamConfig{Duplicates: window})
+	cons := newConsumer(t, s, jetstream.ConsumerConfig{})
+	var fx effects
+	var ev events
+	run(t, newGuard(t, memStore(t), idem.Config{}), cons, func(ctx context.Context, msg jetstream.Msg) error {
+		fx.add(msg.Headers().Get(jetstream.MsgIDHeader))
+		return nil
+	}, idemnats.WithSharedScope(), idemnats.WithObserver(ev.observe))
+
+	if ack := publish(t, js, subject(s, "pay"), "charge 10", jetstream.MsgIDHeader, "pay-1"); ack.Duplicate {
+		t.Fatal("the first publish was taken for a duplicate")
+	}
+	if ack := publish(t, js, subject(s, "pay"), "charge 10", jetstream.MsgIDHeader, "pay-1"); !ack.Duplicate {
+		t.Fatal("a publish within the duplicate window was stored again")
+	}
+	waitFor(t, 10*time.Second, "the first copy acked", func() bool { return drained(t, cons) && fx.get("pay-1") == 1 })
+	// Publish again until the stream takes it: the window has passed.
+	waitFor(t, 10*time.Second, "a publish past the window", func() bool {
+		return !publish(t, js, subject(s, "pay"), "charge 10", jetstream.MsgIDHeader, "pay-1").Duplicate
+	})
+	waitFor(t, 10*time.Second, "the late copy acked", func() bool {
+		return ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked && e.Replayed }) == 1
+	})
+	if n := fx.get("pay-1"); n != 1 {
+		t.Fatalf("pay-1 had %d effects, want 1", n)
+	}
+}
+
+// stallingStore is a store whose Extend never reaches the server: the
+// heartbeat of a Guard over it fails, as when its process is paused or cut
+// off from the store.
+type stallingStore struct{ idem.Store }
+
+func (stallingStore) Extend(context.Context, string, idem.Token, time.Duration) error {
+	return errors.New("network unreachable")
+}
+
+// Two consumers share a stream. Consumer A takes a message and stalls
+// past its lease (its heartbeat cannot reach the store); B takes a
+// duplicate of it, finds the key busy until A's lease ends, then takes it
+// over and handles it. A's handler, which checks its context before the
+// effect, makes none; A's message is then acked as a duplicate. One effect.
+func TestStalledHandlerPastItsLease(t *testing.T) {
+	t.Parallel()
+	js, s, cons := fixture(t, jetstream.ConsumerConfig{})
+	store := memStore(t)
+	const lease = 300 * time.Millisecond
+	const keyHeader = "Idempotency-Key"
+
+	var fx effects
+	var ev events
+	var stalls sync.Once
+	aStarted, aResume := make(chan struct{}), make(chan struct{})
+	aCause := make(chan error, 1)
+	handlerA := func(ctx context.Context, msg jetstream.Msg) error {
+		stalled := false
+		stalls.Do(func() {
+			stalled = true
+			close(aStarted)
+			<-aResume // stalls, ignoring its context
+			aCause <- context.Cause(ctx)
+		})
+		if err := ctx.Err(); err != nil {
+			return err // the lease is gone: another consumer may do it
+		}
+		if stalled {
+			t.Error("A's handler went on after its lease was lost")
+		}
+		fx.add(string(msg.Data()))
+		return nil
+	}
+	gA := newGuard(t, stallingStore{store}, idem.Config{Namespace: "stall", Lease: lease})
+	a, err := idemnats.New(gA, cons, handlerA, idemnats.WithSharedScope(), idemnats.WithKeyHeader(keyHeader),
+		idemnats.WithBatchSize(1), idemnats.WithRetryDelay(10*time.Millisecond), idemnats.WithObserver(ev.observe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, a)
+	publish(t, js, subject(s, "pay"), "pay-1", jetstream.MsgIDHeader, "copy-1", keyHeader, "pay-1")
+	<-aStarted
+
+	gB := newGuard(t, store, idem.Config{Namespace: "stall", Lease: lease})
+	var bFresh counter
+	b, err := idemnats.New(gB, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		fx.add(string(msg.Data()))
+		bFresh.Add(1)
+		return nil
+	}, idemnats.WithSharedScope(), idemnats.WithKeyHeader(keyHeader), idemnats.WithBatchSize(1),
+		idemnats.WithBusyDelay(50*time.Millisecond), idemnats.WithObserver(ev.observe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, b)
+	publish(t, js, subject(s, "pay"), "pay-1", jetstream.MsgIDHeader, "copy-2", keyHeader, "pay-1")
+	waitFor(t, 10*time.Second, "B to take the key over", func() bool { return bFresh.Load() == 1 })
+	if n := ev.count(func(e idemnats.Event) bool {
+		return e.Kind == idemnats.EventDelayed && errors.Is(e.Err, idem.ErrInProgress)
+	}); n == 0 {
+		t.Error("B never found the key busy: it did not wait for A's lease to end")
+	}
+	close(aResume)
+	waitFor(t, 10*time.Second, "both copies acked", func() bool { return drained(t, cons) })
+	if n := fx.get("pay-1"); n != 1 {
+		t.Fatalf("pay-1 had %d effects, want 1", n)
+	}
+	if cause := <-aCause; !errors.Is(cause, idem.ErrLeaseLost) {
+		t.Errorf("A's handler context ended with %v, want ErrLeaseLost", cause)
+	}
+	if n := ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked && e.Replayed }); n != 1 {
+		t.Errorf("%d copies acked as duplicates, want 1 (A's)", n)
+	}
+}

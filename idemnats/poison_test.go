@@ -1,0 +1,195 @@
+package idemnats_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemnats"
+)
+
+// deadLetters returns the messages of the dead-letter stream s.
+func deadLetters(t *testing.T, s jetstream.Stream) []*jetstream.RawStreamMsg {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatalf("dead letter %d: %v", seq, err)
+		}
+		msgs = append(msgs, m)
+	}
+	return msgs
+}
+
+func streamMsgs(t *testing.T, s jetstream.Stream) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// Poison is dead-lettered with its cause and terminated, once, and never
+// comes back: a permanent error (and a later copy of its key), a key that
+// keeps failing past MaxAttempts, a message without a key or with an
+// empty one, a key reused with other data. The good messages around them are handled.
+func TestPoisonIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	_, js := connect(t, natsURL)
+	s := newStream(t, js, jetstream.StreamConfig{})
+	dlq := newStream(t, js, jetstream.StreamConfig{})
+	cons := newConsumer(t, s, jetstream.ConsumerConfig{})
+
+	calls := map[string]*counter{"good": {}, "bad": {}, "flaky": {}, "reused": {}, "": {}}
+	g := newGuard(t, memStore(t), idem.Config{MaxAttempts: 2})
+	run(t, g, cons, func(ctx context.Context, msg jetstream.Msg) error {
+		key := msg.Headers().Get("Idempotency-Key")
+		calls[key].Add(1)
+		switch key {
+		case "bad":
+			return idem.Permanent(errors.New("card declined:\r\nno funds"))
+		case "flaky":
+			return errors.New("upstream timeout")
+		}
+		return nil
+	}, idemnats.WithSharedScope(), idemnats.WithKeyHeader("Idempotency-Key"), idemnats.WithDeadLetter(js, subject(dlq, "dead")),
+		idemnats.WithRetryDelay(10*time.Millisecond))
+
+	in := subject(s, "payments")
+	publish(t, js, in, "pay 1", "Idempotency-Key", "good")
+	publish(t, js, in, "pay 2", "Idempotency-Key", "bad", "Tenant", "t1")
+	publish(t, js, in, "pay 3", "Idempotency-Key", "flaky")
+	publish(t, js, in, "pay 4") // no key
+	publish(t, js, in, "pay 5", "Idempotency-Key", "reused")
+	publish(t, js, in, "pay 6", "Idempotency-Key", "") // an unusable key
+	waitFor(t, 20*time.Second, "every message settled and four dead letters", func() bool {
+		return drained(t, cons) && streamMsgs(t, dlq) == 4
+	})
+	// Later copies of used keys: one with other data, one of the poison.
+	publish(t, js, in, "pay 5 again", "Idempotency-Key", "reused")
+	publish(t, js, in, "pay 2", "Idempotency-Key", "bad", jetstream.MsgIDHeader, "bad-copy")
+	waitFor(t, 20*time.Second, "every message settled and six dead letters", func() bool {
+		return drained(t, cons) && streamMsgs(t, dlq) == 6
+	})
+	for key, want := range map[string]int64{"good": 1, "bad": 1, "flaky": 2, "reused": 1, "": 0} {
+		if got := calls[key].Load(); got != want {
+			t.Errorf("handler ran %d times for key %q, want %d", got, key, want)
+		}
+	}
+	got := map[string][]*jetstream.RawStreamMsg{}
+	for _, m := range deadLetters(t, dlq) {
+		got[m.Header.Get(idemnats.ReasonHeader)] = append(got[m.Header.Get(idemnats.ReasonHeader)], m)
+	}
+	want := map[idemnats.Reason][]string{ // data of the dead letters, by reason
+		idemnats.ReasonPermanent:       {"pay 2", "pay 2"},
+		idemnats.ReasonTooManyAttempts: {"pay 3"},
+		idemnats.ReasonMissingKey:      {"pay 4"},
+		idemnats.ReasonInvalidKey:      {"pay 6"},
+		idemnats.ReasonKeyReused:       {"pay 5 again"},
+	}
+	for reason, datas := range want {
+		ms := got[string(reason)]
+		if len(ms) != len(datas) {
+			t.Errorf("%d dead letters for %s, want %d", len(ms), reason, len(datas))
+			continue
+		}
+		for i, m := range ms {
+			if string(m.Data) != datas[i] {
+				t.Errorf("dead letter %d for %s holds %q, want %q", i, reason, m.Data, datas[i])
+			}
+			if m.Header.Get(idemnats.StreamHeader) != s.CachedInfo().Config.Name || m.Header.Get(idemnats.SubjectHeader) != in {
+				t.Errorf("dead letter for %s says it came from %q/%q", reason, m.Header.Get(idemnats.StreamHeader), m.Header.Get(idemnats.SubjectHeader))
+			}
+			if _, err := strconv.ParseUint(m.Header.Get(idemnats.SequenceHeader), 10, 64); err != nil {
+				t.Errorf("dead letter for %s: original sequence %q", reason, m.Header.Get(idemnats.SequenceHeader))
+			}
+		}
+	}
+	if bad := got[string(idemnats.ReasonPermanent)]; len(bad) == 2 {
+		if cause := bad[0].Header.Get(idemnats.CauseHeader); cause != "card declined:  no funds" {
+			t.Errorf("the cause header is %q, want the handler's error on one line", cause)
+		}
+		if bad[0].Header.Get("Tenant") != "t1" || bad[0].Header.Get("Idempotency-Key") != "bad" {
+			t.Errorf("the dead letter lost the original's headers: %v", bad[0].Header)
+		}
+		if bad[1].Header.Get(idemnats.MsgIDHeader) != "bad-copy" || bad[1].Header.Get(jetstream.MsgIDHeader) == "bad-copy" {
+			t.Errorf("the copy's Nats-Msg-Id should move to %s: %v", idemnats.MsgIDHeader, bad[1].Header)
+		}
+	}
+	if cause := got[string(idemnats.ReasonMissingKey)]; len(cause) == 1 && cause[0].Header.Get(idemnats.CauseHeader) != idemnats.ErrNoKey.Error() {
+		t.Errorf("missing-key cause %q", cause[0].Header.Get(idemnats.CauseHeader))
+	}
+	if cause := got[string(idemnats.ReasonTooManyAttempts)]; len(cause) == 1 && cause[0].Header.Get(idemnats.CauseHeader) != idem.ErrTooManyAttempts.Error() {
+		t.Errorf("too-many-attempts cause %q", cause[0].Header.Get(idemnats.CauseHeader))
+	}
+}
+
+// A dead letter that cannot be stored (no stream on its subject yet)
+// leaves the message in the stream: it is redelivered, not terminated,
+// until the dead letter is stored.
+func TestDeadLetterNotStoredIsRetried(t *testing.T) {
+	t.Parallel()
+	js, s, cons := fixture(t, jetstream.ConsumerConfig{})
+	dlqSubject := "IDEMTEST_DLQ_" + random(6)
+	var ev events
+	var calls counter
+	run(t, newGuard(t, memStore(t), idem.Config{}), cons, func(ctx context.Context, msg jetstream.Msg) error {
+		calls.Add(1)
+		return idem.Permanent(errors.New("malformed order"))
+	}, idemnats.WithSharedScope(), idemnats.WithDeadLetter(js, dlqSubject), idemnats.WithRetryDelay(20*time.Millisecond),
+		idemnats.WithObserver(ev.observe))
+	publish(t, js, subject(s, "orders"), "{", jetstream.MsgIDHeader, "o-1")
+	retried := func(e idemnats.Event) bool {
+		return e.Kind == idemnats.EventRequeued && e.Reason == idemnats.ReasonPermanent && e.BrokerErr != nil
+	}
+	waitFor(t, 10*time.Second, "two redeliveries while the dead letter cannot be stored", func() bool { return ev.count(retried) >= 2 })
+	if drained(t, cons) {
+		t.Fatal("the message left the stream without its dead letter")
+	}
+	dlq := newStream(t, js, jetstream.StreamConfig{Subjects: []string{dlqSubject}})
+	waitFor(t, 10*time.Second, "the dead letter stored and the message terminated", func() bool {
+		return drained(t, cons) && streamMsgs(t, dlq) >= 1
+	})
+	if n := streamMsgs(t, dlq); n != 1 {
+		t.Errorf("%d dead letters, want 1", n)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the handler ran %d times, want 1: its failure is stored", n)
+	}
+}
+
+// With WithUnkeyed a message without a key is handled without idempotency
+// and acked; without it, it is dead-lettered unhandled (TestPoison).
+func TestUnkeyed(t *testing.T) {
+	t.Parallel()
+	js, s, cons := fixture(t, jetstream.ConsumerConfig{})
+	var calls counter
+	run(t, newGuard(t, memStore(t), idem.Config{}), cons, func(ctx context.Context, msg jetstream.Msg) error {
+		if _, ok := idem.TokenFrom(ctx); ok {
+			t.Error("an unkeyed message ran under a lease token")
+		}
+		calls.Add(1)
+		return nil
+	}, idemnats.WithSharedScope(), idemnats.WithUnkeyed(idemnats.RunUnkeyed))
+	publish(t, js, subject(s, "x"), "a")
+	publish(t, js, subject(s, "x"), "a")
+	waitFor(t, 10*time.Second, "both messages acked", func() bool { return drained(t, cons) })
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("the handler ran %d times, want 2: unkeyed messages are not deduplicated", n)
+	}
+}

@@ -1,0 +1,316 @@
+package idemamqp
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// session is one connection of a Run: a channel that consumes and acks, a
+// channel in confirm mode for the copies the consumer publishes (to the
+// delay queue, to a dead-letter exchange), and the signals of their end.
+// Delivery tags belong to the channel: a delivery is settled on the
+// session it came from, or not at all.
+type session struct {
+	conn       *amqp.Connection
+	ch         *amqp.Channel
+	pub        *amqp.Channel
+	deliveries <-chan amqp.Delivery
+	tag        string
+
+	connClosed chan *amqp.Error
+	chClosed   chan *amqp.Error
+	pubClosed  chan *amqp.Error
+	cancelled  chan string
+
+	pubMu   sync.Mutex
+	returns chan amqp.Return
+
+	deadOnce sync.Once
+	dead     chan struct{} // closed once the session is known to be broken or closed
+}
+
+// Timeouts of the broker calls the consumer makes on its own.
+const (
+	connectTimeout = 30 * time.Second
+	publishTimeout = 10 * time.Second
+)
+
+// connect dials the broker and subscribes to the queue.
+func (r *runner) connect(ctx context.Context) (s *session, err error) {
+	o := &r.c.o
+	cfg := o.config
+	if cfg.Properties == nil {
+		cfg.Properties = amqp.NewConnectionProperties()
+	} else {
+		cfg.Properties = maps.Clone(cfg.Properties)
+	}
+	if _, ok := cfg.Properties["connection_name"]; !ok {
+		cfg.Properties["connection_name"] = "idemamqp " + r.c.queue
+	}
+	if cfg.Dial == nil {
+		cfg.Dial = dialContext(ctx)
+	}
+	conn, err := amqp.DialConfig(r.c.url, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("idemamqp: dial: %w", err)
+	}
+	s = &session{conn: conn, dead: make(chan struct{}), tag: "idemamqp-" + rand.Text()}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	s.connClosed = conn.NotifyClose(make(chan *amqp.Error, 1))
+
+	if err := r.declareDelayQueue(conn); err != nil {
+		return nil, err
+	}
+	if s.pub, err = conn.Channel(); err != nil {
+		return nil, fmt.Errorf("idemamqp: open the publishing channel: %w", err)
+	}
+	s.pubClosed = s.pub.NotifyClose(make(chan *amqp.Error, 1))
+	if err := s.pub.Confirm(false); err != nil {
+		return nil, fmt.Errorf("idemamqp: confirm mode: %w", err)
+	}
+	// The channel blocks on this one until it is read: publish drains it.
+	s.returns = s.pub.NotifyReturn(make(chan amqp.Return, 4))
+
+	if s.ch, err = conn.Channel(); err != nil {
+		return nil, fmt.Errorf("idemamqp: open the consuming channel: %w", err)
+	}
+	s.chClosed = s.ch.NotifyClose(make(chan *amqp.Error, 1))
+	s.cancelled = s.ch.NotifyCancel(make(chan string, 1))
+	if err := s.ch.Qos(o.prefetch, 0, false); err != nil {
+		return nil, fmt.Errorf("idemamqp: prefetch %d: %w", o.prefetch, err)
+	}
+	if s.deliveries, err = s.ch.Consume(r.c.queue, s.tag, false, false, false, false, nil); err != nil {
+		return nil, fmt.Errorf("idemamqp: consume queue %q: %w", r.c.queue, err)
+	}
+	return s, nil
+}
+
+// dialContext is the default Config.Dial: a TCP dial that ctx cancels, and
+// a deadline for the handshakes that amqp091 clears once it is connected.
+func dialContext(ctx context.Context) func(network, addr string) (net.Conn, error) {
+	return func(network, addr string) (net.Conn, error) {
+		d := net.Dialer{Timeout: connectTimeout}
+		conn, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		if err := conn.SetDeadline(time.Now().Add(connectTimeout)); err != nil {
+			conn.Close()
+			return nil, err
+		}
+		return conn, nil
+	}
+}
+
+// declareDelayQueue declares the delay queue: durable, holding each
+// message for the busy delay and then dead-lettering it through the
+// default exchange back to the queue. If the queue exists with other
+// arguments (PRECONDITION_FAILED), it is used as it is.
+func (r *runner) declareDelayQueue(conn *amqp.Connection) error {
+	o := &r.c.o
+	name := *o.delayQueue
+	if name == "" {
+		return nil
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("idemamqp: open a channel: %w", err)
+	}
+	defer ch.Close()
+	_, err = ch.QueueDeclare(name, true, false, false, false, amqp.Table{
+		"x-message-ttl":             o.busyDelay.Milliseconds(),
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": r.c.queue,
+	})
+	var aerr *amqp.Error
+	if !errors.As(err, &aerr) || aerr.Code != amqp.PreconditionFailed {
+		if err != nil {
+			return fmt.Errorf("idemamqp: declare the delay queue %q: %w", name, err)
+		}
+		return nil
+	}
+	// The failed declare closed the channel.
+	ch2, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("idemamqp: open a channel: %w", err)
+	}
+	defer ch2.Close()
+	if _, err := ch2.QueueDeclarePassive(name, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("idemamqp: the delay queue %q: %w", name, err)
+	}
+	r.c.o.logger.Info("idemamqp: the delay queue exists with other arguments; using it as it is",
+		slog.String("queue", r.c.queue), slog.String("delay_queue", name), slog.String("declare_error", aerr.Reason))
+	return nil
+}
+
+// dispatch hands the session's deliveries to the workers until ctx ends,
+// when it cancels the subscription and returns nil, or until the session
+// breaks, when it returns why.
+func (s *session) dispatch(ctx context.Context, jobs chan<- job) error {
+	var (
+		next job
+		in   = s.deliveries
+		out  chan<- job // jobs while next holds a delivery, else nil
+	)
+	for {
+		select {
+		case d, ok := <-in:
+			if !ok {
+				return s.broken(errors.New("idemamqp: the subscription ended"))
+			}
+			next = job{s: s, d: d, start: time.Now()}
+			in, out = nil, jobs
+		case out <- next:
+			next = job{}
+			in, out = s.deliveries, nil
+		case <-ctx.Done():
+			// Stop the broker's deliveries; those already sent stay
+			// unacknowledged and are requeued when the channel closes.
+			s.ch.Cancel(s.tag, false)
+			return nil
+		case e := <-s.connClosed:
+			return s.broken(closeErr("connection", e))
+		case e := <-s.chClosed:
+			return s.broken(closeErr("channel", e))
+		case e := <-s.pubClosed:
+			return s.broken(closeErr("publishing channel", e))
+		case tag := <-s.cancelled:
+			return s.broken(fmt.Errorf("idemamqp: the broker cancelled the subscription %s (queue deleted?)", tag))
+		}
+	}
+}
+
+// broken marks the session dead and returns err, or the reason the
+// connection or channel closed if one is known, which is more telling
+// than the end of the delivery channel.
+func (s *session) broken(err error) error {
+	s.markDead()
+	select {
+	case e := <-s.connClosed:
+		if e != nil {
+			return closeErr("connection", e)
+		}
+	case e := <-s.chClosed:
+		if e != nil {
+			return closeErr("channel", e)
+		}
+	case <-time.After(100 * time.Millisecond):
+	}
+	return err
+}
+
+func closeErr(what string, e *amqp.Error) error {
+	if e == nil {
+		return fmt.Errorf("idemamqp: the %s closed", what)
+	}
+	return fmt.Errorf("idemamqp: the %s closed: %w", what, e)
+}
+
+func (s *session) markDead() { s.deadOnce.Do(func() { close(s.dead) }) }
+
+func (s *session) isDead() bool {
+	select {
+	case <-s.dead:
+		return true
+	default:
+		return false
+	}
+}
+
+// close closes the connection; the broker requeues every delivery of the
+// session not settled.
+func (s *session) close() {
+	s.markDead()
+	s.conn.Close()
+}
+
+// errUnroutable: a publish the broker confirmed but could not route (the
+// delay queue or the dead-letter exchange's queue is gone).
+var errUnroutable = errors.New("idemamqp: the broker could not route the message")
+
+// publish publishes p with the mandatory flag and waits for the broker's
+// confirm. One publish at a time: a message the broker cannot route comes
+// back (basic.return) before its confirm, so a return seen after the
+// confirm is this publish's.
+func (s *session) publish(ctx context.Context, exchange, key string, p amqp.Publishing) error {
+	s.pubMu.Lock()
+	defer s.pubMu.Unlock()
+	for len(s.returns) > 0 {
+		<-s.returns // of an earlier publish that timed out
+	}
+	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
+	conf, err := s.pub.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, p)
+	if err != nil {
+		return err
+	}
+	acked, err := conf.WaitContext(ctx)
+	switch {
+	case err != nil:
+		return err
+	case !acked:
+		return errors.New("idemamqp: the broker refused the message (nack), or the channel closed")
+	}
+	select {
+	case ret, ok := <-s.returns:
+		if ok {
+			return fmt.Errorf("%w: %d %s", errUnroutable, ret.ReplyCode, ret.ReplyText)
+		}
+		return errors.New("idemamqp: the publishing channel closed")
+	default:
+		return nil
+	}
+}
+
+// publishing returns a copy of d to publish, with extra headers added. The
+// user-id is left out: RabbitMQ refuses a user-id other than the
+// publishing connection's own.
+func publishing(d amqp.Delivery, extra amqp.Table) amqp.Publishing {
+	headers := d.Headers
+	if len(extra) > 0 {
+		headers = maps.Clone(headers)
+		if headers == nil {
+			headers = amqp.Table{}
+		}
+		maps.Copy(headers, extra)
+	}
+	return amqp.Publishing{
+		Headers:         headers,
+		ContentType:     d.ContentType,
+		ContentEncoding: d.ContentEncoding,
+		DeliveryMode:    d.DeliveryMode,
+		Priority:        d.Priority,
+		CorrelationId:   d.CorrelationId,
+		ReplyTo:         d.ReplyTo,
+		Expiration:      d.Expiration,
+		MessageId:       d.MessageId,
+		Timestamp:       d.Timestamp,
+		Type:            d.Type,
+		AppId:           d.AppId,
+		Body:            d.Body,
+	}
+}
+
+// returned is d as it comes back to queue from the delay queue: through
+// the default exchange, routed by the queue's name, without user-id or
+// expiration, not marked redelivered.
+func returned(d amqp.Delivery, queue string) amqp.Delivery {
+	d.Acknowledger = nil
+	d.Exchange, d.RoutingKey = "", queue
+	d.UserId, d.Expiration = "", ""
+	d.Redelivered = false
+	return d
+}

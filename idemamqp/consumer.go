@@ -318,11 +318,12 @@ func (r *runner) settle(j job, ev Event, dec decision) {
 		delay = o.busyDelay
 	}
 	// Hold the delivery, then requeue it; at once if the consumer stops.
+	held := time.Now()
 	if !r.wait(s, delay) && s.isDead() {
 		r.settled(j, ev, EventUnsettled, errChannelClosed)
 		return
 	}
-	ev.Delay, ev.Err = delay, dec.cause
+	ev.Delay, ev.Err = time.Since(held), dec.cause
 	if err := s.ch.Nack(tag, false, true); err != nil {
 		r.settled(j, ev, EventUnsettled, err)
 		return

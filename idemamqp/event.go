@@ -21,8 +21,10 @@ const (
 	// EventDelayed: the key was busy; a copy of the delivery went to the
 	// delay queue, to come back after Delay, and the delivery was acked.
 	EventDelayed
-	// EventRequeued: the delivery was nacked with requeue after Delay
-	// (Err: the handler's retryable error, the store's, or the shutdown).
+	// EventRequeued: the delivery was held for Delay (the retry delay, or
+	// the busy delay without a delay queue; less when the consumer stops)
+	// and then nacked with requeue (Err: the handler's retryable error,
+	// the store's, or ErrInProgress).
 	EventRequeued
 	// EventDeadLettered: the delivery was rejected without requeue, or
 	// published to the WithDeadLetter exchange (Err: the cause).
@@ -51,7 +53,7 @@ type Event struct {
 	DeliveryTag uint64        // on the channel it came from
 	Redelivered bool          // the broker had delivered it before
 	Replayed    bool          // EventAcked: the outcome was stored before; the handler did not run
-	Delay       time.Duration // EventDelayed, EventRequeued: how long until it is delivered again
+	Delay       time.Duration // EventDelayed: the busy delay; EventRequeued: how long it was held
 	Duration    time.Duration // from receipt to settlement
 	Err         error         // the cause, for the kinds that have one
 }

@@ -6,9 +6,13 @@ require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/idemgo/idem v0.1.0
 	github.com/idemgo/idem/dynamostore v0.1.0
+	github.com/idemgo/idem/idemamqp v0.1.0
 	github.com/idemgo/idem/idemgrpc v0.1.0
 	github.com/idemgo/idem/pgstore v0.1.0
 	github.com/idemgo/idem/redisstore v0.1.0
+	github.com/jackc/pgx/v5 v5.12.0
+	github.com/rabbitmq/amqp091-go v1.16.0
+	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/goleak v1.3.0
 )
 
@@ -33,9 +37,7 @@ require (
 	github.com/jackc/pgerrcode v0.0.0-20250907135507-afb5586c32a6 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
-	github.com/jackc/pgx/v5 v5.12.0 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
-	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sync v0.23.0 // indirect

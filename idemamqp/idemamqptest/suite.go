@@ -373,14 +373,21 @@ func poisonDeadLettered(t *testing.T, e env) {
 		t.Errorf("the handler ran %d times for deliveries without a usable key", n)
 	}
 	for _, d := range dead {
+		// Rejected once from the queue; a duplicate that found its key
+		// busy also went round the delay queue (reason "expired").
 		deaths, _ := d.Headers["x-death"].([]any)
-		if len(deaths) != 1 {
-			t.Errorf("dead letter %q: x-death %v, want one death", d.Body, deaths)
-			continue
+		rejected := 0
+		for _, x := range deaths {
+			death, _ := x.(amqp.Table)
+			if death["reason"] == "rejected" {
+				rejected++
+				if death["queue"] != q.Name || death["count"] != int64(1) {
+					t.Errorf("dead letter %q: death %v, want rejected once from %s", d.Body, death, q.Name)
+				}
+			}
 		}
-		death := deaths[0].(amqp.Table)
-		if death["reason"] != "rejected" || death["queue"] != q.Name || death["count"] != int64(1) {
-			t.Errorf("dead letter %q: death %v, want rejected once from %s", d.Body, death, q.Name)
+		if rejected != 1 {
+			t.Errorf("dead letter %q: x-death %v, want one rejection", d.Body, deaths)
 		}
 	}
 	if n := ev.Kind(idemamqp.EventDeadLettered); n != want {

@@ -7,13 +7,16 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/adapter"
 )
 
 // Handler handles one delivery. Return nil to have the delivery acked
@@ -79,11 +82,16 @@ func New(g *idem.Guard, url, queue string, h Handler, opts ...Option) (*Consumer
 		return nil, fmt.Errorf("idemamqp: New: the URL: %w", err)
 	}
 	c := &Consumer{g: g, url: url, queue: queue, handler: h}
-	if err := c.o.build(queue, opts); err != nil {
+	c.o.defaults()
+	names := adapter.Names{Pkg: "idemamqp", Request: "amqp.Delivery", Key: "the " + DefaultKeyHeader + " header"}
+	if err := adapter.Build(&c.o, &c.o.Policy, names, g, opts); err != nil {
+		if !c.o.scoped {
+			err = fmt.Errorf("%w%s", err, scopeThreat)
+		}
 		return nil, err
 	}
-	if c.o.logger == nil {
-		c.o.logger = g.Config().Logger
+	if err := c.o.check(queue); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -138,7 +146,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if err == nil {
 			pause = c.o.reconnectMin
 			r.observe(ctx, Event{Kind: EventConnected, Queue: c.queue})
-			c.o.logger.InfoContext(ctx, "idemamqp: consuming", slog.String("queue", c.queue))
+			c.o.Logger().InfoContext(ctx, "idemamqp: consuming", slog.String("queue", c.queue))
 			err = s.dispatch(ctx, jobs)
 			if ctx.Err() != nil {
 				last = s
@@ -146,11 +154,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 			}
 			s.close()
 			r.observe(ctx, Event{Kind: EventDisconnected, Queue: c.queue, Err: err})
-			c.o.logger.WarnContext(ctx, "idemamqp: disconnected; reconnecting", slog.String("queue", c.queue), slog.Any("error", err))
+			c.o.Logger().WarnContext(ctx, "idemamqp: disconnected; reconnecting", slog.String("queue", c.queue), slog.Any("error", err))
 		} else if ctx.Err() != nil {
 			break
 		} else {
-			c.o.logger.WarnContext(ctx, "idemamqp: cannot connect; retrying", slog.String("queue", c.queue),
+			c.o.Logger().WarnContext(ctx, "idemamqp: cannot connect; retrying", slog.String("queue", c.queue),
 				slog.Duration("pause", pause), slog.Any("error", err))
 		}
 		if sleep(ctx, pause/2+rand.N(pause/2+1)) != nil {
@@ -186,7 +194,7 @@ func (r *runner) drain(workers *sync.WaitGroup, cancel context.CancelCauseFunc) 
 		return
 	case <-t.C:
 	}
-	r.c.o.logger.Warn("idemamqp: shutdown timeout passed; cancelling the running handlers",
+	r.c.o.Logger().Warn("idemamqp: shutdown timeout passed; cancelling the running handlers",
 		slog.String("queue", r.c.queue), slog.Duration("timeout", r.c.o.shutdownTimeout))
 	cancel(errShutdown)
 	<-done
@@ -215,19 +223,17 @@ func (r *runner) handle(j job) {
 		r.settled(j, ev, EventUnsettled, errChannelClosed)
 		return
 	}
-	key, err := o.key(d)
+	key, err := o.keyOf(d)
 	ev.Key = key
-	if o.scope != nil {
-		ev.Scope = o.scope(d)
-	}
+	ev.Scope = o.Scope(d)
 	var dec decision
 	switch {
 	case err != nil:
-		dec = decision{action: actDeadLetter, cause: err}
+		dec = decision{action: actDeadLetter, reason: ReasonInvalidKey, cause: err}
 	case key == "" && o.unkeyed == RunUnkeyed:
-		dec = decide(r.call(r.hctx, d), true, o.busyDelay, o.retryDelay)
+		dec = o.decide(idem.Result{}, r.call(r.hctx, d))
 	case key == "":
-		dec = decision{action: actDeadLetter, cause: ErrNoKey}
+		dec = decision{action: actDeadLetter, reason: ReasonMissingKey, cause: ErrNoKey}
 	default:
 		dec, ev.Replayed = r.guarded(j, ev.Scope, key)
 	}
@@ -251,11 +257,11 @@ func (r *runner) guarded(j job, scope, key string) (decision, bool) {
 	}
 	pause := 50 * time.Millisecond
 	for {
-		_, err := r.c.g.DoScoped(r.hctx, scope, key, payload, fn)
+		res, err := r.c.g.DoScoped(r.hctx, scope, key, payload, fn)
 		if ran || !errors.Is(err, idem.ErrStoreUnavailable) {
-			return decide(err, ran, o.busyDelay, o.retryDelay), err == nil && !ran
+			return o.decide(res, err), err == nil && res.Replayed
 		}
-		o.logger.Warn("idemamqp: the store cannot claim the key; holding the delivery and trying again",
+		o.Logger().Warn("idemamqp: the store cannot claim the key; holding the delivery and trying again",
 			slog.String("queue", r.c.queue), slog.String("scope", scope), slog.String("key", key),
 			slog.Duration("pause", pause), slog.Any("error", err))
 		if !r.wait(j.s, pause) {
@@ -271,7 +277,7 @@ func (r *runner) call(ctx context.Context, d amqp.Delivery) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			pe := &PanicError{Value: v, Stack: debug.Stack()}
-			r.c.o.logger.ErrorContext(ctx, "idemamqp: the handler panicked", slog.String("queue", r.c.queue),
+			r.c.o.Logger().ErrorContext(ctx, "idemamqp: the handler panicked", slog.String("queue", r.c.queue),
 				slog.Any("panic", v), slog.String("stack", string(pe.Stack)))
 			err = pe
 		}
@@ -306,6 +312,7 @@ func (r *runner) settle(j job, ev Event, dec decision) {
 		r.settled(j, ev, EventAcked, s.ch.Ack(tag, false))
 		return
 	case actDeadLetter:
+		ev.Reason = dec.reason
 		r.deadLetter(j, ev, dec.cause)
 		return
 	}
@@ -339,13 +346,13 @@ func (r *runner) delay(j job, ev Event) bool {
 	o := &r.c.o
 	back := returned(j.d, r.c.queue)
 	if !r.sameRecord(j.d, back, ev.Scope, ev.Key) {
-		o.logger.Warn("idemamqp: a copy of this delivery would come back with another scope, key or fingerprint "+
+		o.Logger().Warn("idemamqp: a copy of this delivery would come back with another scope, key or fingerprint "+
 			"(they read the user-id, exchange or routing key, which the delay queue does not keep); requeueing it instead",
 			slog.String("queue", r.c.queue), slog.String("scope", ev.Scope), slog.String("key", ev.Key))
 		return false
 	}
 	if err := j.s.publish(r.hctx, "", *o.delayQueue, publishing(j.d, nil)); err != nil {
-		o.logger.Warn("idemamqp: the delay queue did not take a busy delivery; requeueing it instead",
+		o.Logger().Warn("idemamqp: the delay queue did not take a busy delivery; requeueing it instead",
 			slog.String("queue", r.c.queue), slog.String("delay_queue", *o.delayQueue), slog.Any("error", err))
 		return false
 	}
@@ -359,36 +366,54 @@ func (r *runner) delay(j job, ev Event) bool {
 // from the delay queue, has d's scope, key and fingerprint.
 func (r *runner) sameRecord(d, back amqp.Delivery, scope, key string) bool {
 	o := &r.c.o
-	if k, err := o.key(back); err != nil || k != key {
+	if k, err := o.keyOf(back); err != nil || k != key {
 		return false
 	}
-	if o.scope != nil && o.scope(back) != scope {
+	if o.Scope(back) != scope {
 		return false
 	}
 	return o.fingerprint == nil || string(o.fingerprint(back)) == string(o.fingerprint(d))
 }
 
-// CauseHeader and QueueHeader are the headers [WithDeadLetter] adds to a
-// dead-lettered message: why it was dead-lettered, and from which queue.
+// The headers [WithDeadLetter] adds to a dead-lettered message. The cause
+// and reason headers have the names the other idem consumers use.
 const (
-	CauseHeader = "idem-dead-letter-cause"
-	QueueHeader = "idem-dead-letter-queue"
+	CauseHeader  = "idem-dead-letter-cause"  // the error's message, on one line, at most 1 KiB
+	ReasonHeader = "idem-dead-letter-reason" // a [Reason]
+	QueueHeader  = "idem-dead-letter-queue"  // the queue it was consumed from
 )
+
+// maxCauseLen bounds the cause header.
+const maxCauseLen = 1024
+
+// causeText returns err's message on one line, cut to maxCauseLen bytes at
+// a rune boundary.
+func causeText(err error) string {
+	msg := strings.Join(strings.Fields(err.Error()), " ")
+	if len(msg) <= maxCauseLen {
+		return msg
+	}
+	cut := maxCauseLen
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut]
+}
 
 // deadLetter settles a delivery that must never run again.
 func (r *runner) deadLetter(j job, ev Event, cause error) {
 	o := &r.c.o
 	ev.Err = cause
-	o.logger.Warn("idemamqp: dead-lettering a delivery", slog.String("queue", r.c.queue),
-		slog.String("scope", ev.Scope), slog.String("key", ev.Key), slog.Any("cause", cause))
+	o.Logger().Warn("idemamqp: dead-lettering a delivery", slog.String("queue", r.c.queue),
+		slog.String("scope", ev.Scope), slog.String("key", ev.Key), slog.String("reason", string(ev.Reason)), slog.Any("cause", cause))
 	if dl := o.deadLetter; dl != nil {
-		extra := amqp.Table{CauseHeader: cause.Error(), QueueHeader: r.c.queue}
+		extra := amqp.Table{CauseHeader: causeText(cause), ReasonHeader: string(ev.Reason), QueueHeader: r.c.queue}
 		err := j.s.publish(r.hctx, dl.exchange, dl.routingKey, publishing(j.d, extra))
 		if err == nil {
 			r.settled(j, ev, EventDeadLettered, j.s.ch.Ack(j.d.DeliveryTag, false))
 			return
 		}
-		o.logger.Error("idemamqp: the dead-letter exchange did not take a delivery; rejecting it to the queue's own",
+		o.Logger().Error("idemamqp: the dead-letter exchange did not take a delivery; rejecting it to the queue's own",
 			slog.String("queue", r.c.queue), slog.String("exchange", dl.exchange), slog.Any("error", err))
 	}
 	r.settled(j, ev, EventDeadLettered, j.s.ch.Reject(j.d.DeliveryTag, false))
@@ -404,7 +429,7 @@ func (r *runner) settled(j job, ev Event, kind EventKind, err error) {
 	ev.Kind = kind
 	if err != nil {
 		ev.Kind, ev.Err = EventUnsettled, err
-		r.c.o.logger.Debug("idemamqp: a delivery was not settled; the broker delivers it again",
+		r.c.o.Logger().Debug("idemamqp: a delivery was not settled; the broker delivers it again",
 			slog.String("queue", r.c.queue), slog.String("key", ev.Key), slog.Any("error", err))
 	}
 	ev.Duration = time.Since(j.start)

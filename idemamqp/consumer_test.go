@@ -125,6 +125,7 @@ func TestDeadLetterExchangeCarriesTheCause(t *testing.T) {
 	q.Publish(idemamqptest.Msg{Key: "k", Body: "x", Headers: amqp.Table{"tenant": "acme"}})
 	d := q.GetAll(q.DeadLetters, 1, 10*time.Second)[0]
 	if d.Headers[idemamqp.CauseHeader] != "card declined" || d.Headers[idemamqp.QueueHeader] != q.Name ||
+		d.Headers[idemamqp.ReasonHeader] != string(idemamqp.ReasonPermanent) ||
 		d.Headers["tenant"] != "acme" || string(d.Body) != "x" {
 		t.Errorf("dead letter %q with headers %v; want the message with cause and queue headers", d.Body, d.Headers)
 	}

@@ -55,5 +55,31 @@ type Event struct {
 	Replayed    bool          // EventAcked: the outcome was stored before; the handler did not run
 	Delay       time.Duration // EventDelayed: the busy delay; EventRequeued: how long it was held
 	Duration    time.Duration // from receipt to settlement
+	Reason      Reason        // EventDeadLettered: why
 	Err         error         // the cause, for the kinds that have one
 }
+
+// Reason says why a delivery was dead-lettered. It is the value of the
+// [ReasonHeader] header of a dead letter published by [WithDeadLetter],
+// and of [Event.Reason].
+type Reason string
+
+// The reasons a delivery is dead-lettered.
+const (
+	// ReasonPermanent: the handler returned an error marked with
+	// [idem.Permanent], now or on an earlier delivery of the same key.
+	ReasonPermanent Reason = "permanent"
+	// ReasonTooManyAttempts: the key was claimed more than the Guard's
+	// Config.MaxAttempts times without an outcome ([idem.ErrTooManyAttempts]).
+	ReasonTooManyAttempts Reason = "too-many-attempts"
+	// ReasonMissingKey: the delivery carries no key ([ErrNoKey]) and
+	// [WithUnkeyed] says to dead-letter it, as it does by default.
+	ReasonMissingKey Reason = "missing-key"
+	// ReasonInvalidKey: the key cannot be used ([KeyError]: empty, not a
+	// string, the key function failed), or the Guard refused it (too long,
+	// Config.ValidateKey).
+	ReasonInvalidKey Reason = "invalid-key"
+	// ReasonKeyReused: the key was first used with a different payload
+	// ([idem.ErrKeyReused]).
+	ReasonKeyReused Reason = "key-reused"
+)

@@ -18,7 +18,7 @@ var ErrNoKey = errors.New("idemamqp: the delivery has no idempotency key")
 // KeyError is the cause of a delivery dead-lettered because the key it
 // carries cannot be used.
 type KeyError struct {
-	Source string // where the key was looked for: `header "idempotency-key"`, "message-id"
+	Source string // where the key was looked for: `header "idempotency-key"`, "key function"
 	Err    error
 }
 
@@ -26,6 +26,19 @@ func (e *KeyError) Error() string { return "idemamqp: " + e.Source + ": " + e.Er
 
 // Unwrap returns the cause.
 func (e *KeyError) Unwrap() error { return e.Err }
+
+// keyOf returns the delivery's idempotency key: "" when it has none, a
+// *KeyError when it is not usable.
+func (o *options) keyOf(d amqp.Delivery) (string, error) {
+	k, err := o.key(d)
+	if err != nil {
+		if _, ok := errors.AsType[*KeyError](err); !ok {
+			err = &KeyError{Source: "key function", Err: err}
+		}
+		return "", err
+	}
+	return k, nil
+}
 
 // HeaderKey returns a [KeyFunc] that reads the key from the header name: a
 // string, or bytes (a byte array in the table, which some clients send for

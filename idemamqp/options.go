@@ -2,12 +2,13 @@ package idemamqp
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/idemgo/idem/internal/adapter"
 )
 
 // Defaults of the options.
@@ -40,9 +41,9 @@ const (
 type Option func(*options)
 
 type options struct {
+	adapter.Policy[amqp.Delivery]
+	scoped          bool // WithScope or WithSharedScope was given
 	key             KeyFunc
-	scope           func(amqp.Delivery) string
-	shared          bool
 	fingerprint     func(amqp.Delivery) []byte
 	unkeyed         Unkeyed
 	prefetch        int
@@ -55,23 +56,17 @@ type options struct {
 	reconnectMin    time.Duration
 	reconnectMax    time.Duration
 	config          amqp.Config
-	logger          *slog.Logger
 	observer        func(context.Context, Event)
-	errs            []error
 }
 
 type deadLetterTarget struct{ exchange, routingKey string }
-
-func (o *options) fail(format string, args ...any) {
-	o.errs = append(o.errs, fmt.Errorf("idemamqp: "+format, args...))
-}
 
 // WithKeyHeader takes the idempotency key from the message header name.
 // Default [DefaultKeyHeader]. See [HeaderKey] for the values accepted.
 func WithKeyHeader(name string) Option {
 	return func(o *options) {
 		if name == "" {
-			o.fail("WithKeyHeader(\"\"): the header name is empty")
+			o.Fail("WithKeyHeader(\"\"): the header name is empty")
 			return
 		}
 		o.key = HeaderKey(name)
@@ -84,11 +79,9 @@ func WithKeyHeader(name string) Option {
 // dead-lettered). Default: [HeaderKey]([DefaultKeyHeader]).
 func WithKeyFunc(f KeyFunc) Option {
 	return func(o *options) {
-		if f == nil {
-			o.fail("WithKeyFunc(nil)")
-			return
+		if o.Check(f != nil, "WithKeyFunc(nil)") {
+			o.key = f
 		}
-		o.key = f
 	}
 }
 
@@ -101,30 +94,22 @@ func WithKeyFunc(f KeyFunc) Option {
 // sets. Deliveries scoped "" share one scope. [New] requires WithScope or
 // [WithSharedScope].
 func WithScope(f func(amqp.Delivery) string) Option {
-	return func(o *options) {
-		if f == nil {
-			o.fail("WithScope(nil)")
-			return
-		}
-		o.scope = f
-	}
+	return func(o *options) { o.scoped = true; o.SetScope(f) }
 }
 
 // WithSharedScope declares that every publisher of the queue shares one key
 // space: that they are trusted not to reuse each other's keys. [New]
 // requires WithSharedScope or [WithScope].
-func WithSharedScope() Option { return func(o *options) { o.shared = true } }
+func WithSharedScope() Option { return func(o *options) { o.scoped = true; o.SetSharedScope() } }
 
 // WithFingerprint sets the bytes of a delivery the Guard fingerprints: a
 // key that comes back with other bytes gets idem.ErrKeyReused and is
 // dead-lettered. Default: the body.
 func WithFingerprint(f func(amqp.Delivery) []byte) Option {
 	return func(o *options) {
-		if f == nil {
-			o.fail("WithFingerprint(nil)")
-			return
+		if o.Check(f != nil, "WithFingerprint(nil)") {
+			o.fingerprint = f
 		}
-		o.fingerprint = f
 	}
 }
 
@@ -147,7 +132,7 @@ const (
 func WithUnkeyed(u Unkeyed) Option {
 	return func(o *options) {
 		if u != DeadLetterUnkeyed && u != RunUnkeyed {
-			o.fail("WithUnkeyed(%d): not DeadLetterUnkeyed or RunUnkeyed", u)
+			o.Fail("WithUnkeyed(%d): not DeadLetterUnkeyed or RunUnkeyed", u)
 			return
 		}
 		o.unkeyed = u
@@ -160,7 +145,7 @@ func WithUnkeyed(u Unkeyed) Option {
 func WithPrefetch(n int) Option {
 	return func(o *options) {
 		if n < 1 || n > 65535 {
-			o.fail("WithPrefetch(%d): must be from 1 to 65535", n)
+			o.Fail("WithPrefetch(%d): must be from 1 to 65535", n)
 			return
 		}
 		o.prefetch = n
@@ -174,7 +159,7 @@ func WithPrefetch(n int) Option {
 func WithConcurrency(n int) Option {
 	return func(o *options) {
 		if n < 1 {
-			o.fail("WithConcurrency(%d): must be at least 1", n)
+			o.Fail("WithConcurrency(%d): must be at least 1", n)
 			return
 		}
 		o.concurrency = n
@@ -187,7 +172,7 @@ func WithConcurrency(n int) Option {
 func WithBusyDelay(d time.Duration) Option {
 	return func(o *options) {
 		if d < time.Millisecond {
-			o.fail("WithBusyDelay(%v): must be at least 1ms", d)
+			o.Fail("WithBusyDelay(%v): must be at least 1ms", d)
 			return
 		}
 		o.busyDelay = d
@@ -200,7 +185,7 @@ func WithBusyDelay(d time.Duration) Option {
 func WithRetryDelay(d time.Duration) Option {
 	return func(o *options) {
 		if d < 0 {
-			o.fail("WithRetryDelay(%v): must not be negative", d)
+			o.Fail("WithRetryDelay(%v): must not be negative", d)
 			return
 		}
 		o.retryDelay = d
@@ -218,7 +203,7 @@ func WithRetryDelay(d time.Duration) Option {
 func WithDelayQueue(name string) Option {
 	return func(o *options) {
 		if len(name) > 255 {
-			o.fail("WithDelayQueue(%q): longer than 255 bytes", name)
+			o.Fail("WithDelayQueue(%q): longer than 255 bytes", name)
 			return
 		}
 		o.delayQueue = &name
@@ -242,7 +227,7 @@ func WithDeadLetter(exchange, routingKey string) Option {
 func WithShutdownTimeout(d time.Duration) Option {
 	return func(o *options) {
 		if d < 0 {
-			o.fail("WithShutdownTimeout(%v): must not be negative", d)
+			o.Fail("WithShutdownTimeout(%v): must not be negative", d)
 			return
 		}
 		o.shutdownTimeout = d
@@ -255,7 +240,7 @@ func WithShutdownTimeout(d time.Duration) Option {
 func WithReconnectBackoff(min, max time.Duration) Option {
 	return func(o *options) {
 		if min <= 0 || max < min {
-			o.fail("WithReconnectBackoff(%v, %v): want 0 < min <= max", min, max)
+			o.Fail("WithReconnectBackoff(%v, %v): want 0 < min <= max", min, max)
 			return
 		}
 		o.reconnectMin, o.reconnectMax = min, max
@@ -272,7 +257,7 @@ func WithReconnectBackoff(min, max time.Duration) Option {
 func WithConfig(cfg amqp.Config) Option {
 	return func(o *options) {
 		if cfg.Recovery != nil {
-			o.fail("WithConfig: Config.Recovery is set: the consumer reconnects by itself, and amqp091's recovery would let an ack of a delivery from before a reconnect acknowledge another message")
+			o.Fail("WithConfig: Config.Recovery is set: the consumer reconnects by itself, and amqp091's recovery would let an ack of a delivery from before a reconnect acknowledge another message")
 			return
 		}
 		o.config = cfg
@@ -282,13 +267,7 @@ func WithConfig(cfg amqp.Config) Option {
 // WithLogger sets the logger of connection events, dead-letters and
 // failures. Default: the Guard's Config.Logger.
 func WithLogger(l *slog.Logger) Option {
-	return func(o *options) {
-		if l == nil {
-			o.fail("WithLogger(nil)")
-			return
-		}
-		o.logger = l
-	}
+	return func(o *options) { o.SetLogger(l) }
 }
 
 // WithObserver sets a function called with every [Event] of the consumer:
@@ -297,48 +276,41 @@ func WithLogger(l *slog.Logger) Option {
 // the delivery's path: keep it fast.
 func WithObserver(f func(context.Context, Event)) Option {
 	return func(o *options) {
-		if f == nil {
-			o.fail("WithObserver(nil)")
-			return
+		if o.Check(f != nil, "WithObserver(nil)") {
+			o.observer = f
 		}
-		o.observer = f
 	}
 }
 
-func (o *options) build(queue string, opts []Option) error {
-	*o = options{
-		key:             HeaderKey(DefaultKeyHeader),
-		prefetch:        DefaultPrefetch,
-		busyDelay:       DefaultBusyDelay,
-		retryDelay:      DefaultRetryDelay,
-		shutdownTimeout: DefaultShutdownTimeout,
-		reconnectMin:    DefaultReconnectMin,
-		reconnectMax:    DefaultReconnectMax,
-	}
-	for _, opt := range opts {
-		if opt == nil {
-			o.fail("New: nil Option")
-			continue
-		}
-		opt(o)
-	}
+// defaults sets every option to its default, before the options apply.
+func (o *options) defaults() {
+	o.key = HeaderKey(DefaultKeyHeader)
+	o.prefetch = DefaultPrefetch
+	o.busyDelay = DefaultBusyDelay
+	o.retryDelay = DefaultRetryDelay
+	o.shutdownTimeout = DefaultShutdownTimeout
+	o.reconnectMin = DefaultReconnectMin
+	o.reconnectMax = DefaultReconnectMax
+}
+
+// check completes the options once they applied, and checks what no one
+// option can: the concurrency against the prefetch, the delay queue's
+// name.
+func (o *options) check(queue string) error {
 	if o.concurrency == 0 {
 		o.concurrency = min(DefaultConcurrency, o.prefetch)
-	}
-	if o.concurrency > o.prefetch {
-		o.fail("WithConcurrency(%d) is above the prefetch %d: the handlers beyond it would wait for deliveries the broker holds back", o.concurrency, o.prefetch)
-	}
-	if err := scopeDecision(o.scope != nil, o.shared); err != nil {
-		o.errs = append(o.errs, err)
 	}
 	if o.delayQueue == nil {
 		name := DelayQueueName(queue, o.busyDelay)
 		o.delayQueue = &name
 	}
-	if len(*o.delayQueue) > 255 {
-		o.fail("the delay queue name %q is longer than 255 bytes: use WithDelayQueue", *o.delayQueue)
+	switch {
+	case o.concurrency > o.prefetch:
+		return fmt.Errorf("idemamqp: WithConcurrency(%d) is above the prefetch %d: the handlers beyond it would wait for deliveries the broker holds back", o.concurrency, o.prefetch)
+	case len(*o.delayQueue) > 255:
+		return fmt.Errorf("idemamqp: the delay queue name %q is longer than 255 bytes: use WithDelayQueue", *o.delayQueue)
 	}
-	return errors.Join(o.errs...)
+	return nil
 }
 
 // DelayQueueName is the default name of the delay queue of queue's busy

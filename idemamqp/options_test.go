@@ -50,7 +50,7 @@ func TestNewRefusesBadConfiguration(t *testing.T) {
 		{"no queue", g, testURL, "", nop, []idemamqp.Option{shared}, "queue name is empty"},
 		{"long queue", g, testURL, strings.Repeat("q", 256), nop, []idemamqp.Option{shared}, "longer than 255"},
 		{"bad URL", g, "http://x", "q", nop, []idemamqp.Option{shared}, "URL"},
-		{"no scope decision", g, testURL, "q", nop, nil, "another tenant's idempotency key"},
+		{"no scope decision", g, testURL, "q", nop, nil, "another tenant's key"},
 		{"two scope decisions", g, testURL, "q", nop, []idemamqp.Option{shared,
 			idemamqp.WithScope(func(amqp.Delivery) string { return "" })}, "choose one"},
 		{"nil option", g, testURL, "q", nop, []idemamqp.Option{shared, nil}, "nil Option"},

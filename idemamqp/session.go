@@ -151,7 +151,7 @@ func (r *runner) declareDelayQueue(conn *amqp.Connection) error {
 	if _, err := ch2.QueueDeclarePassive(name, true, false, false, false, nil); err != nil {
 		return fmt.Errorf("idemamqp: the delay queue %q: %w", name, err)
 	}
-	r.c.o.logger.Info("idemamqp: the delay queue exists with other arguments; using it as it is",
+	r.c.o.Logger().Info("idemamqp: the delay queue exists with other arguments; using it as it is",
 		slog.String("queue", r.c.queue), slog.String("delay_queue", name), slog.String("declare_error", aerr.Reason))
 	return nil
 }

@@ -1,12 +1,9 @@
 package idemamqptest
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -15,27 +12,22 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/idemgo/idem/internal/testenv"
 )
 
-// The environment variables the suite reads.
-const (
-	// URLEnv holds the broker's AMQP URI; default DefaultURL.
-	URLEnv = "IDEM_AMQP_URL"
-	// RequireEnv set to 1 makes an unreachable broker fail the tests
-	// instead of skipping them.
-	RequireEnv = "IDEM_REQUIRE_SERVICES"
-	// DefaultURL is the development machine's RabbitMQ.
-	DefaultURL = "amqp://guest:guest@127.0.0.1:5672/"
-)
+// server is the RabbitMQ of the tests.
+var server = testenv.Server{Name: "RabbitMQ", Env: "IDEM_AMQP_URL", Default: "amqp://guest:guest@127.0.0.1:5672/"}
 
-// URL returns the broker's AMQP URI, from IDEM_AMQP_URL.
-func URL() string { return cmp.Or(os.Getenv(URLEnv), DefaultURL) }
+// URL returns the AMQP URI of the broker the tests use: the value of
+// IDEM_AMQP_URL, or amqp://guest:guest@127.0.0.1:5672/.
+func URL() string { return server.Addr() }
 
 // redacted returns URL without its password.
 func redacted() string {
 	u, err := amqp.ParseURI(URL())
 	if err != nil {
-		return "(unparsable " + URLEnv + ")"
+		return "(unparsable " + server.Env + ")"
 	}
 	return fmt.Sprintf("amqp://%s@%s:%d/%s", u.Username, u.Host, u.Port, u.Vhost)
 }
@@ -54,11 +46,7 @@ var reachable = sync.OnceValue(func() error {
 func Connect(t testing.TB) *amqp.Connection {
 	t.Helper()
 	if err := reachable(); err != nil {
-		msg := fmt.Sprintf("RabbitMQ at %s (%s) is unreachable: %v", redacted(), URLEnv, err)
-		if os.Getenv(RequireEnv) == "1" {
-			t.Fatalf("%s; %s=1 requires it", msg, RequireEnv)
-		}
-		t.Skipf("%s; skipping (set %s to its address, or %s=1 to fail instead)", msg, URLEnv, RequireEnv)
+		server.Unreachable(t, redacted(), err)
 	}
 	c, err := amqp.Dial(URL())
 	if err != nil {
@@ -270,11 +258,11 @@ func (q *Queue) GetAll(name string, n int, timeout time.Duration) []amqp.Deliver
 func ConnectionNamed(t testing.TB, clientName string) []string {
 	t.Helper()
 	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
-		t.Skip("rabbitmqctl is not installed: cannot close a connection from the broker's side")
+		testenv.Unavailable(t, "rabbitmqctl is not installed: cannot close a connection from the broker's side")
 	}
 	out, err := exec.Command("rabbitmqctl", "list_connections", "-q", "--no-table-headers", "pid", "client_properties").Output()
 	if err != nil {
-		t.Skipf("rabbitmqctl list_connections: %v (a broker on another machine?)", err)
+		testenv.Unavailable(t, "rabbitmqctl list_connections: %v (a broker on another machine?)", err)
 	}
 	// One line per connection: the pid, a tab, the client properties as
 	// an Erlang term holding {"connection_name","…"}.
@@ -312,9 +300,6 @@ func CloseConnection(t testing.TB, clientName string) {
 	}
 }
 
-// errTimeout is Eventually's failure.
-var errTimeout = errors.New("condition not met in time")
-
 // Eventually waits until cond holds, checking every 10ms, and fails t
 // with what after timeout.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
@@ -322,7 +307,7 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%v after %v: %s", errTimeout, timeout, what)
+			t.Fatalf("not so after %v: %s", timeout, what)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -390,8 +390,14 @@ func poisonDeadLettered(t *testing.T, e env) {
 			t.Errorf("dead letter %q: x-death %v, want one rejection", d.Body, deaths)
 		}
 	}
-	if n := ev.Kind(idemamqp.EventDeadLettered); n != want {
-		t.Errorf("%d dead-lettered events, want %d", n, want)
+	reasons := map[idemamqp.Reason]int{}
+	for _, e := range ev.Of(idemamqp.EventDeadLettered) {
+		reasons[e.Reason]++
+	}
+	wantReasons := map[idemamqp.Reason]int{idemamqp.ReasonPermanent: 2, idemamqp.ReasonMissingKey: 1,
+		idemamqp.ReasonInvalidKey: 3, idemamqp.ReasonKeyReused: 1}
+	if fmt.Sprint(reasons) != fmt.Sprint(wantReasons) {
+		t.Errorf("dead-lettered for %v, want %v", reasons, wantReasons)
 	}
 	if n := q.Ready(q.Name); n != 0 {
 		t.Errorf("%d messages left in the queue, want 0", n)
@@ -421,7 +427,7 @@ func tooManyAttempts(t *testing.T, e env) {
 		t.Errorf("the handlers ran %d times, want 3 each", n)
 	}
 	for _, d := range ev.Of(idemamqp.EventDeadLettered) {
-		if !errors.Is(d.Err, idem.ErrTooManyAttempts) {
+		if !errors.Is(d.Err, idem.ErrTooManyAttempts) || d.Reason != idemamqp.ReasonTooManyAttempts {
 			t.Errorf("key %s dead-lettered for %v, want ErrTooManyAttempts", d.Key, d.Err)
 		}
 	}

@@ -3,7 +3,8 @@
 // redeliveries are acked without a second charge, and malformed requests
 // are dead-lettered.
 //
-//	go run ./payments --broker nats://127.0.0.1:4222   # NATS JetStream (nats-server -js)
+//	go run ./payments --broker nats://127.0.0.1:4222                  # NATS JetStream (nats-server -js)
+//	go run ./payments --broker amqp://guest:guest@127.0.0.1:5672/     # RabbitMQ
 package main
 
 import (
@@ -17,7 +18,7 @@ import (
 )
 
 func main() {
-	broker := flag.String("broker", "nats://127.0.0.1:4222", "the broker's URL: nats://host:port")
+	broker := flag.String("broker", "nats://127.0.0.1:4222", "the broker's URL: nats://host:port, or amqp://user:password@host:port/vhost")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -25,8 +26,10 @@ func main() {
 	switch {
 	case strings.HasPrefix(*broker, "nats://"), strings.HasPrefix(*broker, "tls://"):
 		err = runNATS(ctx, *broker, os.Stdout, flag.Args())
+	case strings.HasPrefix(*broker, "amqp://"), strings.HasPrefix(*broker, "amqps://"):
+		err = runAMQP(ctx, *broker, os.Stdout, flag.Args())
 	default:
-		err = fmt.Errorf("payments: --broker %q: not a nats:// URL", *broker)
+		err = fmt.Errorf("payments: --broker %q: not a nats:// or amqp:// URL", *broker)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

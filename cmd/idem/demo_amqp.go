@@ -1,0 +1,405 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemamqp"
+)
+
+// The demo through RabbitMQ (--broker amqp://…): the same stream, crash
+// points and handlers' logic as the in-process queue, with a queue of the
+// run's own on the broker and one connection per consumer process. A
+// crashed process closes its socket on the spot, so nothing it would have
+// acked reaches the broker, which requeues its unacknowledged deliveries
+// at once; the keys it held come free once their leases end, and until
+// then their deliveries go round idemamqp's delay queue.
+
+// The headers of a demo message.
+const (
+	amqpDemoIndex = "idem-demo-index" // the message's index in the stream
+	amqpDemoKey   = "order-id"        // the idempotency key
+)
+
+// amqpDemoPrefetch is each consumer process's prefetch; it handles one
+// delivery at a time.
+const amqpDemoPrefetch = 4
+
+// amqpRunStream is runStream through the RabbitMQ at url. It takes the
+// handlers newHandler makes apart for what they hold: the ledger of the
+// naive one, and the Guard of the guarded one, which runs behind idemamqp.
+func amqpRunStream(url string) runStreamFunc {
+	return func(ctx context.Context, o demoOptions, name string, stream []message, plan crashPlan, stderr io.Writer,
+		newHandler func(p *process, l *ledger) (handler, func(), error)) (runReport, error) {
+		admin, err := amqp.DialConfig(url, amqp.Config{Properties: amqp.Table{"connection_name": "idem demo"}})
+		if err != nil {
+			return runReport{}, fmt.Errorf("idem: demo: connecting to RabbitMQ at %s: %w", redactURL(url), err)
+		}
+		defer admin.Close()
+		r := &amqpRun{url: url, msgs: stream, plan: plan, acked: make([]atomic.Bool, len(stream)),
+			attempts: make([]atomic.Int32, len(stream))}
+		if err := r.setUp(ctx, admin, name); err != nil {
+			return runReport{}, err
+		}
+		defer r.tearDown(admin)
+
+		l := newLedger(o.messages)
+		var stats runStats
+		runCtx, cancel := context.WithTimeout(ctx, o.timeout)
+		defer cancel()
+		r.allAcked = cancel
+
+		stopProgress := startProgress(stderr, name, len(stream), r.ackedCount.Load)
+		start := time.Now()
+		errs := make([]error, o.consumers)
+		var wg sync.WaitGroup
+		for i := range o.consumers {
+			wg.Go(func() {
+				errs[i] = r.consume(runCtx, &stats, func(p *process) (handler, func(), error) { return newHandler(p, l) })
+				if errs[i] != nil {
+					cancel()
+				}
+			})
+		}
+		wg.Wait()
+		elapsed := time.Since(start)
+		stopProgress()
+
+		if err := errors.Join(errs...); err != nil {
+			return runReport{}, err
+		}
+		if ctx.Err() != nil {
+			return runReport{}, fmt.Errorf("idem: demo interrupted: %w", context.Cause(ctx))
+		}
+		timedOut := int(r.ackedCount.Load()) < len(stream)
+		return tally(name, l, r.stats(o.messages), &stats, elapsed, timedOut), nil
+	}
+}
+
+// amqpRun is one run of the demo through RabbitMQ.
+type amqpRun struct {
+	url      string
+	queue    string // its name on the broker
+	delayQ   string // idemamqp's delay queue of it, if the guarded run makes one
+	msgs     []message
+	plan     crashPlan
+	allAcked func()
+
+	attempts   []atomic.Int32 // deliveries so far, by message index
+	acked      []atomic.Bool  // by message index
+	ackedCount atomic.Int64
+	deliveries atomic.Int64
+	duplicates atomic.Int64
+}
+
+// setUp declares the run's queue and publishes the messages, each copy as
+// a message of its own, with publisher confirms.
+func (r *amqpRun) setUp(ctx context.Context, conn *amqp.Connection, name string) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	r.queue = "idem-demo." + name + "." + rand.Text()[:8]
+	r.delayQ = idemamqp.DelayQueueName(r.queue, retryDelay)
+	if _, err := ch.QueueDeclare(r.queue, true, false, false, false, amqp.Table{"x-expires": int64(time.Hour / time.Millisecond)}); err != nil {
+		return fmt.Errorf("idem: demo: declaring queue %s: %w", r.queue, err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		return err
+	}
+	confs := make([]*amqp.DeferredConfirmation, 0, len(r.msgs))
+	for i, m := range r.msgs {
+		c, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", r.queue, true, false, amqp.Publishing{
+			Headers:      amqp.Table{amqpDemoIndex: strconv.Itoa(i), amqpDemoKey: m.key},
+			DeliveryMode: amqp.Persistent,
+			ContentType:  "application/json",
+			Body:         m.payload,
+		})
+		if err != nil {
+			return err
+		}
+		confs = append(confs, c)
+	}
+	for _, c := range confs {
+		if ok, err := c.WaitContext(ctx); !ok || err != nil {
+			return fmt.Errorf("idem: demo: the broker did not confirm a message: %v", err)
+		}
+	}
+	return nil
+}
+
+// tearDown deletes the run's queues.
+func (r *amqpRun) tearDown(conn *amqp.Connection) {
+	for _, q := range []string{r.queue, r.delayQ} {
+		if q == "" {
+			continue
+		}
+		if ch, err := conn.Channel(); err == nil {
+			ch.QueueDelete(q, false, false, false)
+			ch.Close()
+		}
+	}
+}
+
+func (r *amqpRun) stats(orders int) brokerStats {
+	st := brokerStats{deliveries: int(r.deliveries.Load()), duplicates: int(r.duplicates.Load()), unacked: make([]bool, orders)}
+	for i := range r.acked {
+		if !r.acked[i].Load() {
+			st.unacked[r.msgs[i].order] = true
+		}
+	}
+	return st
+}
+
+// consume runs one consumer slot until every message is acked or ctx
+// ends: a process with a connection of its own, and, each time that
+// process crashes, a fresh one.
+func (r *amqpRun) consume(ctx context.Context, stats *runStats, newHandler func(p *process) (handler, func(), error)) error {
+	for ctx.Err() == nil {
+		p := &amqpProcess{process: &process{stats: stats}, r: r, crashed: make(chan struct{}), tags: map[uint64]amqpReceipt{}}
+		h, closeHandler, err := newHandler(p.process)
+		if err != nil {
+			return err
+		}
+		err = r.runProcess(ctx, p, h)
+		closeHandler()
+		if err != nil {
+			return err
+		}
+		if !p.dead.Load() {
+			return nil
+		}
+	}
+	return nil
+}
+
+// runProcess runs process p until it crashes or ctx ends.
+func (r *amqpRun) runProcess(ctx context.Context, p *amqpProcess, h handler) error {
+	cfg := amqp.Config{
+		Properties: amqp.Table{"connection_name": "idem demo consumer"},
+		Dial: func(network, addr string) (net.Conn, error) {
+			c, err := amqp.DefaultDial(10*time.Second)(network, addr)
+			if err == nil {
+				p.setConn(c)
+			}
+			return c, err
+		},
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		// The process's main goroutine: a crash ends it on the spot.
+		var err error
+		defer func() { done <- err }()
+		switch h := h.(type) {
+		case naiveHandler:
+			err = r.naive(pctx, p, cfg, h.ledger)
+		case guardedHandler:
+			err = r.guarded(pctx, p, cfg, h)
+		default:
+			err = fmt.Errorf("idem: demo: no RabbitMQ consumer for handler %T", h)
+		}
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-p.crashed:
+		cancel()
+		return <-done
+	}
+}
+
+// naive consumes like a client without idempotency: receive, charge, ack.
+func (r *amqpRun) naive(ctx context.Context, p *amqpProcess, cfg amqp.Config, l *ledger) error {
+	conn, err := amqp.DialConfig(r.url, cfg)
+	if err != nil {
+		return fmt.Errorf("idem: demo: connecting to RabbitMQ: %w", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	if err := ch.Qos(amqpDemoPrefetch, 0, false); err != nil {
+		return err
+	}
+	deliveries, err := ch.Consume(r.queue, "", false, false, false, false, nil)
+	if err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case d, ok := <-deliveries:
+			if !ok {
+				return nil
+			}
+			rc := p.receive(d)
+			if rc.point == crashBeforeCharge {
+				p.crash(rc.point)
+			}
+			l.charge(r.msgs[rc.idx].order)
+			if rc.point == crashAfterCharge {
+				p.crash(rc.point)
+			}
+			if d.Ack(false) == nil {
+				r.ack(rc.idx)
+			}
+		}
+	}
+}
+
+// guarded consumes with idemamqp over the process's Guard. The process dies
+// at a delivery's crash point: before the charge inside the claim, after
+// the outcome is stored and before the ack, or, for a delivery that runs
+// nothing (a duplicate, or a busy key), before it is settled.
+func (r *amqpRun) guarded(ctx context.Context, p *amqpProcess, cfg amqp.Config, h guardedHandler) error {
+	gcfg := h.guard.Config()
+	gcfg.Observer = func(_ context.Context, e idem.Event) {
+		point := p.current().point
+		switch {
+		case point == noCrash:
+		case e.Op == idem.OpClaim && e.Err == nil && e.Outcome != idem.Acquired:
+			p.crash(point) // before settling a delivery that runs nothing
+		case e.Op == idem.OpComplete && e.Err == nil && point == crashAfterCharge:
+			p.crash(point) // the outcome is stored, the ack never goes out
+		}
+	}
+	g, err := idem.New(h.guard.Store(), gcfg) // the process's store: it refuses a dead process
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	charge := func(ctx context.Context, d amqp.Delivery) error {
+		if p.dead.Load() {
+			runtime.Goexit() // the process is gone
+		}
+		rc := p.current()
+		if rc.point == crashBeforeCharge {
+			p.crash(rc.point) // holding the claim: it stays until the lease ends
+		}
+		if err := ctx.Err(); err != nil {
+			return err // the lease is lost: someone else may charge now
+		}
+		h.ledger.charge(r.msgs[rc.idx].order)
+		return nil
+	}
+	c, err := idemamqp.New(g, r.url, r.queue, charge,
+		idemamqp.WithSharedScope(),
+		idemamqp.WithKeyFunc(func(d amqp.Delivery) (string, error) {
+			p.receive(d)
+			return idemamqp.HeaderKey(amqpDemoKey)(d)
+		}),
+		idemamqp.WithPrefetch(amqpDemoPrefetch), idemamqp.WithConcurrency(1),
+		idemamqp.WithBusyDelay(retryDelay), idemamqp.WithRetryDelay(retryDelay),
+		idemamqp.WithReconnectBackoff(time.Second, time.Second), // a process that lost its connection crashed
+		idemamqp.WithShutdownTimeout(0),
+		idemamqp.WithConfig(cfg),
+		idemamqp.WithObserver(func(_ context.Context, e idemamqp.Event) {
+			if e.Kind == idemamqp.EventAcked {
+				r.ack(p.index(e.DeliveryTag))
+			}
+		}))
+	if err != nil {
+		return err
+	}
+	return c.Run(ctx)
+}
+
+// ack records that message idx was acked, and ends the run once all were.
+func (r *amqpRun) ack(idx int) {
+	if idx >= 0 && !r.acked[idx].Swap(true) && int(r.ackedCount.Add(1)) == len(r.msgs) {
+		r.allAcked()
+	}
+}
+
+// amqpReceipt is a delivery as a process received it.
+type amqpReceipt struct {
+	idx   int
+	point crashPoint
+}
+
+// amqpProcess is a consumer process with its connection's socket.
+type amqpProcess struct {
+	*process
+	r       *amqpRun
+	once    sync.Once
+	crashed chan struct{}
+
+	mu   sync.Mutex
+	conn net.Conn
+	tags map[uint64]amqpReceipt // by delivery tag
+	cur  amqpReceipt            // the delivery being handled (one at a time)
+}
+
+func (p *amqpProcess) setConn(c net.Conn) {
+	p.mu.Lock()
+	p.conn = c
+	p.mu.Unlock()
+}
+
+// receive records a delivery: its attempt, its crash point, and that it is
+// the one being handled. Idempotent per delivery tag, since idemamqp may
+// read the key of a delivery twice.
+func (p *amqpProcess) receive(d amqp.Delivery) amqpReceipt {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if rc, ok := p.tags[d.DeliveryTag]; ok {
+		return rc
+	}
+	idx, _ := strconv.Atoi(fmt.Sprint(d.Headers[amqpDemoIndex]))
+	attempt := int(p.r.attempts[idx].Add(1))
+	p.r.deliveries.Add(1)
+	if attempt == 1 && p.r.msgs[idx].duplicate {
+		p.r.duplicates.Add(1)
+	}
+	rc := amqpReceipt{idx: idx, point: p.r.plan.at(&delivery{id: idx, attempt: attempt})}
+	p.tags[d.DeliveryTag], p.cur = rc, rc
+	return rc
+}
+
+func (p *amqpProcess) current() amqpReceipt {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cur
+}
+
+// index returns the message index of the delivery with tag, or -1.
+func (p *amqpProcess) index(tag uint64) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if rc, ok := p.tags[tag]; ok {
+		return rc.idx
+	}
+	return -1
+}
+
+// crash kills the process at point: its socket closes before anything
+// else can go out on it. It does not return.
+func (p *amqpProcess) crash(point crashPoint) {
+	p.dead.Store(true)
+	p.once.Do(func() {
+		p.mu.Lock()
+		if p.conn != nil {
+			p.conn.Close()
+		}
+		p.mu.Unlock()
+		close(p.crashed)
+	})
+	p.process.crash(point)
+}

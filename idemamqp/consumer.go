@@ -128,16 +128,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 	hctx, cancelHandlers := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancelHandlers(nil)
-	r := &runner{c: c, hctx: hctx, stopping: ctx.Done()}
-	jobs := make(chan job)
+	r := &runner{c: c, hctx: hctx, stopping: ctx.Done(), slots: make(chan struct{}, c.o.concurrency)}
+	// Each session has concurrency workers that take its deliveries
+	// straight from amqp091, as a bare consumer's would; the slots bound
+	// the handlers running at once across sessions, since the handlers of
+	// a dropped connection run on.
 	var workers sync.WaitGroup
-	for range c.o.concurrency {
-		workers.Go(func() {
-			for j := range jobs {
-				r.handle(j)
-			}
-		})
-	}
 
 	var last *session
 	pause := c.o.reconnectMin
@@ -147,7 +143,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 			pause = c.o.reconnectMin
 			r.observe(ctx, Event{Kind: EventConnected, Queue: c.queue})
 			c.o.Logger().InfoContext(ctx, "idemamqp: consuming", slog.String("queue", c.queue))
-			err = s.dispatch(ctx, jobs)
+			for range c.o.concurrency {
+				workers.Go(func() { r.work(s) })
+			}
+			err = s.watch(ctx)
 			if ctx.Err() != nil {
 				last = s
 				break
@@ -167,37 +166,60 @@ func (c *Consumer) Run(ctx context.Context) error {
 		pause = min(2*pause, c.o.reconnectMax)
 	}
 
-	close(jobs)
-	r.drain(&workers, cancelHandlers)
+	r.drain(cancelHandlers)
 	if last != nil {
-		last.close()
+		last.close() // ends its deliveries, and so its workers
 	}
+	workers.Wait()
 	return nil
+}
+
+// work handles the deliveries of s until its delivery channel closes. Once
+// Run is stopping it takes them without handling them: the broker requeues
+// them when the connection closes.
+func (r *runner) work(s *session) {
+	for d := range s.deliveries {
+		start := time.Now()
+		select {
+		case r.slots <- struct{}{}:
+		case <-r.stopping:
+			continue
+		}
+		r.handleInSlot(job{s: s, d: d, start: start})
+	}
+}
+
+// handleInSlot handles j unless Run is stopping, and gives its slot back
+// even if the handler ends its goroutine (runtime.Goexit).
+func (r *runner) handleInSlot(j job) {
+	defer func() { <-r.slots }()
+	select {
+	case <-r.stopping:
+	default:
+		r.handle(j)
+	}
 }
 
 // errShutdown cancels the handlers still running when the shutdown timeout
 // passes.
 var errShutdown = errors.New("idemamqp: the consumer stopped and its shutdown timeout passed")
 
-// drain waits for the workers; past the shutdown timeout it cancels the
-// handlers' contexts and waits for them to return.
-func (r *runner) drain(workers *sync.WaitGroup, cancel context.CancelCauseFunc) {
-	done := make(chan struct{})
-	go func() {
-		workers.Wait()
-		close(done)
-	}()
+// drain waits until no handler runs (it holds every slot, so none can
+// start); past the shutdown timeout it cancels the handlers' contexts and
+// waits for them to return.
+func (r *runner) drain(cancel context.CancelCauseFunc) {
 	t := time.NewTimer(r.c.o.shutdownTimeout)
 	defer t.Stop()
-	select {
-	case <-done:
-		return
-	case <-t.C:
+	for held := 0; held < cap(r.slots); {
+		select {
+		case r.slots <- struct{}{}:
+			held++
+		case <-t.C:
+			r.c.o.Logger().Warn("idemamqp: shutdown timeout passed; cancelling the running handlers",
+				slog.String("queue", r.c.queue), slog.Duration("timeout", r.c.o.shutdownTimeout))
+			cancel(errShutdown)
+		}
 	}
-	r.c.o.Logger().Warn("idemamqp: shutdown timeout passed; cancelling the running handlers",
-		slog.String("queue", r.c.queue), slog.Duration("timeout", r.c.o.shutdownTimeout))
-	cancel(errShutdown)
-	<-done
 }
 
 // runner is one Run of a Consumer.
@@ -205,9 +227,10 @@ type runner struct {
 	c        *Consumer
 	hctx     context.Context // the handlers' context: Run's values, cancelled after the shutdown timeout
 	stopping <-chan struct{} // closed when Run's context ends
+	slots    chan struct{}   // one per handler running, at most the concurrency
 }
 
-// job is one delivery handed to a worker, with the session it came from.
+// job is one delivery a worker handles, with the session it came from.
 type job struct {
 	s     *session
 	d     amqp.Delivery

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -369,5 +370,28 @@ func TestNoBrokerRetriesUntilStopped(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after its context ended")
+	}
+}
+
+// A handler that ends its goroutine (runtime.Goexit, as t.FailNow does)
+// leaves its delivery unsettled, and Run still stops: the key is released
+// and the broker delivers the message again.
+func TestHandlerGoexitDoesNotHangRun(t *testing.T) {
+	t.Parallel()
+	q, g, ev := setup(t, idemamqptest.Classic, nil, idem.Config{})
+	var runs atomic.Int64
+	stop := idemamqptest.Start(t, q, idemamqptest.NewConsumer(t, g, q, ev, func(context.Context, amqp.Delivery) error {
+		if runs.Add(1) == 1 {
+			runtime.Goexit()
+		}
+		return nil
+	}, idemamqp.WithConcurrency(1), idemamqp.WithPrefetch(1)))
+	q.Publish(idemamqptest.Msg{Key: "k", Body: "x"})
+	idemamqptest.Eventually(t, 10*time.Second, "the handler ran", func() bool { return runs.Load() == 1 })
+	stop()
+	idemamqptest.Eventually(t, 10*time.Second, "the message back in the queue", func() bool { return q.Ready(q.Name) == 1 })
+	rec, err := g.Store().Get(context.Background(), g.ScopedStoreKey("", "k"))
+	if err != nil || rec.Status != idem.StatusInProgress || rec.Token != 0 {
+		t.Errorf("record %+v, %v; want the key released", rec, err)
 	}
 }

@@ -156,59 +156,29 @@ func (r *runner) declareDelayQueue(conn *amqp.Connection) error {
 	return nil
 }
 
-// dispatch hands the session's deliveries to the workers until ctx ends,
-// when it cancels the subscription and returns nil, or until the session
-// breaks, when it returns why.
-func (s *session) dispatch(ctx context.Context, jobs chan<- job) error {
-	var (
-		next job
-		in   = s.deliveries
-		out  chan<- job // jobs while next holds a delivery, else nil
-	)
-	for {
-		select {
-		case d, ok := <-in:
-			if !ok {
-				return s.broken(errors.New("idemamqp: the subscription ended"))
-			}
-			next = job{s: s, d: d, start: time.Now()}
-			in, out = nil, jobs
-		case out <- next:
-			next = job{}
-			in, out = s.deliveries, nil
-		case <-ctx.Done():
-			// Stop the broker's deliveries; those already sent stay
-			// unacknowledged and are requeued when the channel closes.
-			s.ch.Cancel(s.tag, false)
-			return nil
-		case e := <-s.connClosed:
-			return s.broken(closeErr("connection", e))
-		case e := <-s.chClosed:
-			return s.broken(closeErr("channel", e))
-		case e := <-s.pubClosed:
-			return s.broken(closeErr("publishing channel", e))
-		case tag := <-s.cancelled:
-			return s.broken(fmt.Errorf("idemamqp: the broker cancelled the subscription %s (queue deleted?)", tag))
-		}
+// watch waits until ctx ends, when it cancels the subscription and
+// returns nil, or until the session breaks, when it returns why.
+func (s *session) watch(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		// Stop the broker's deliveries; those already sent stay
+		// unacknowledged and are requeued when the channel closes.
+		s.ch.Cancel(s.tag, false)
+		return nil
+	case e := <-s.connClosed:
+		return s.broken(closeErr("connection", e))
+	case e := <-s.chClosed:
+		return s.broken(closeErr("channel", e))
+	case e := <-s.pubClosed:
+		return s.broken(closeErr("publishing channel", e))
+	case tag := <-s.cancelled:
+		return s.broken(fmt.Errorf("idemamqp: the broker cancelled the subscription %s (queue deleted?)", tag))
 	}
 }
 
-// broken marks the session dead and returns err, or the reason the
-// connection or channel closed if one is known, which is more telling
-// than the end of the delivery channel.
+// broken marks the session dead and returns err.
 func (s *session) broken(err error) error {
 	s.markDead()
-	select {
-	case e := <-s.connClosed:
-		if e != nil {
-			return closeErr("connection", e)
-		}
-	case e := <-s.chClosed:
-		if e != nil {
-			return closeErr("channel", e)
-		}
-	case <-time.After(100 * time.Millisecond):
-	}
 	return err
 }
 

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# idemamqp beside a bare amqp091 consumer, in one run against the same
+# RabbitMQ: BenchmarkConsume (integration/amqpstores/bench_test.go) drains a
+# classic queue filled beforehand, with a handler that does nothing and one
+# that sleeps 1ms, first with a bare consumer (same prefetch and handler
+# goroutines, an ack per message), then with idemamqp over memstore, Redis
+# and PostgreSQL. Each run does all eight one after the other, so that load
+# that comes and goes weighs on both sides of a ratio alike.
+#   scripts/bench-amqp.sh [count] [messages]
+# It prints medians of COUNT runs (default 5) of MESSAGES messages each
+# (default 10000) and the median of the runs' own ratios to bare.
+# Servers: IDEM_AMQP_URL, IDEM_REDIS_ADDR, IDEM_POSTGRES_URL; prefetch and
+# handler goroutines: IDEM_BENCH_PREFETCH (64), IDEM_BENCH_CONCURRENCY (32).
+set -euo pipefail
+stats=$(cat "$(dirname "$0")/stats.awk") # median, pratio: see the file
+cd "$(dirname "$0")/../integration/amqpstores"
+count=${1:-5}
+messages=${2:-10000}
+
+out=$(mktemp)
+trap 'rm -f "$out" "$out.test"' EXIT
+go test -c -o "$out.test" .
+for i in $(seq "$count"); do
+	echo "== run $i of $count" >&2
+	"$out.test" -test.run '^$' -test.bench '^BenchmarkConsume$' -test.benchtime "${messages}x" | tee -a "$out" >&2
+done
+
+echo
+echo "date: $(date -u +%Y-%m-%dT%H:%MZ)  cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)  cores: $(nproc)  $(go version | cut -d' ' -f3)  load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "medians of $count runs of $messages messages; prefetch ${IDEM_BENCH_PREFETCH:-64}, ${IDEM_BENCH_CONCURRENCY:-32} handler goroutines;"
+echo "ratio = the median of the runs' own idemamqp/bare ratios"
+echo
+awk "$stats"'
+/^BenchmarkConsume/ {
+	name = $1; sub(/-[0-9]+$/, "", name); sub(/^BenchmarkConsume\//, "", name)
+	for (i = 2; i < NF; i++) if ($(i + 1) == "msgs/s") add(name, $i)
+}
+END {
+	printf "%-10s %-10s %12s %12s %8s\n", "handler", "consumer", "msgs/s", "bare msgs/s", "ratio"
+	split("noop 1ms", hs, " ")
+	split("memstore redis postgres", ss, " ")
+	for (i = 1; i <= 2; i++) {
+		h = "handler=" hs[i]
+		printf "%-10s %-10s %12.0f\n", hs[i], "bare", median(h "/bare")
+		for (j = 1; j <= 3; j++) {
+			k = h "/" ss[j]
+			printf "%-10s %-10s %12.0f %12.0f %7.0f%%\n", hs[i], ss[j], median(k), median(h "/bare"), 100 * pratio(k, h "/bare")
+		}
+	}
+}' "$out"

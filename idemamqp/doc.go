@@ -15,25 +15,29 @@
 //
 // # How each delivery is settled
 //
-//	delivery                                     handler        settlement
-//	new key                                      runs once
-//	  returns nil                                               ack after the outcome is stored
-//	  returns an error marked idem.Permanent                    dead-letter; the failure is stored
-//	  returns another error, or panics                          key released; requeued after the retry delay
-//	key done before                              no             ack (a replay)
-//	key failed permanently before                no             dead-letter
-//	key in progress elsewhere (busy)             no             through the delay queue, back after the busy delay
-//	key claimed more than the Guard's MaxAttempts  no           dead-letter (idem.ErrTooManyAttempts)
-//	key reused with another body                 no             dead-letter (idem.ErrKeyReused)
-//	no key                                       no             dead-letter (ErrNoKey), or runs unguarded (WithUnkeyed)
-//	key unusable: empty, not a string, too long  no             dead-letter (*KeyError, idem.ErrInvalidKey)
-//	store unreachable for the claim              not yet        held, the claim retried with backoff
-//	channel closed before the settlement         maybe          none: the broker delivers it again
+//	delivery                                      handler   settlement
+//	new key                                       runs once
+//	  returns nil                                           ack after the outcome is stored
+//	  returns an error marked idem.Permanent                dead-letter (permanent); the failure is stored
+//	  returns another error, or panics                      key released; requeued after the retry delay
+//	key done before                               no        ack (a replay)
+//	key failed permanently before                 no        dead-letter (permanent)
+//	key in progress elsewhere (busy)              no        through the delay queue, back after the busy delay
+//	key claimed more than the Guard's MaxAttempts no        dead-letter (too-many-attempts)
+//	key reused with another body                  no        dead-letter (key-reused)
+//	no key                                        no        dead-letter (missing-key), or runs unguarded (WithUnkeyed)
+//	key unusable: empty, not a string, too long   no        dead-letter (invalid-key)
+//	store unreachable for the claim               not yet   held, the claim retried with backoff
+//	channel closed before the settlement          maybe     none: the broker delivers it again
+//
+// The names in parentheses are the [Reason] of the dead letter. This is
+// the policy every idem consumer shares (idemkafka, idemnats), mapped onto
+// RabbitMQ's settlements.
 //
 // "Dead-letter" means a reject without requeue, so that the queue's
 // dead-letter exchange receives the message, or, with [WithDeadLetter], a
-// publish to an exchange of your choice carrying the cause in a header,
-// then an ack. A queue without a dead-letter exchange drops rejected
+// publish to an exchange of your choice carrying the cause and the reason
+// in headers, then an ack. A queue without a dead-letter exchange drops rejected
 // messages: declare one with the queue, for instance
 //
 //	ch.ExchangeDeclare("orders.dlx", "fanout", true, false, false, false, nil)

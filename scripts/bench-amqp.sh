@@ -4,8 +4,10 @@
 # classic queue filled beforehand, with a handler that does nothing and one
 # that sleeps 1ms, first with a bare consumer (same prefetch and handler
 # goroutines, an ack per message), then with idemamqp over memstore, Redis
-# and PostgreSQL. Each run does all eight one after the other, so that load
-# that comes and goes weighs on both sides of a ratio alike.
+# and PostgreSQL; and, as the stores' own ceiling, Guard.Do alone over
+# Redis and PostgreSQL on as many goroutines, without a broker. Each run
+# does all of them one after the other, so that load that comes and goes
+# weighs on both sides of a ratio alike.
 #   scripts/bench-amqp.sh [count] [messages]
 # It prints medians of COUNT runs (default 5) of MESSAGES messages each
 # (default 10000) and the median of the runs' own ratios to bare.
@@ -36,15 +38,17 @@ awk "$stats"'
 	for (i = 2; i < NF; i++) if ($(i + 1) == "msgs/s") add(name, $i)
 }
 END {
-	printf "%-10s %-10s %12s %12s %8s\n", "handler", "consumer", "msgs/s", "bare msgs/s", "ratio"
+	printf "%-8s %-10s %12s %12s %10s %14s %10s\n", "handler", "consumer", "msgs/s", "bare msgs/s", "÷ bare", "Guard.Do alone", "÷ alone"
 	split("noop 1ms", hs, " ")
 	split("memstore redis postgres", ss, " ")
 	for (i = 1; i <= 2; i++) {
 		h = "handler=" hs[i]
-		printf "%-10s %-10s %12.0f\n", hs[i], "bare", median(h "/bare")
+		printf "%-8s %-10s %12.0f\n", hs[i], "bare", median(h "/bare")
 		for (j = 1; j <= 3; j++) {
 			k = h "/" ss[j]
-			printf "%-10s %-10s %12.0f %12.0f %7.0f%%\n", hs[i], ss[j], median(k), median(h "/bare"), 100 * pratio(k, h "/bare")
+			printf "%-8s %-10s %12.0f %12.0f %9.0f%%", hs[i], ss[j], median(k), median(h "/bare"), 100 * pratio(k, h "/bare")
+			if (n[k "-guard"] > 0) printf " %14.0f %9.0f%%", median(k "-guard"), 100 * pratio(k, k "-guard")
+			printf "\n"
 		}
 	}
 }' "$out"

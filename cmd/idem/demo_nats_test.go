@@ -55,12 +55,3 @@ func TestDemoThroughNATS(t *testing.T) {
 		t.Errorf("idem: no takeover after %d crashes before the charge", guarded.crashes[crashBeforeCharge])
 	}
 }
-
-func TestDemoBrokerFlag(t *testing.T) {
-	if _, err := parseDemoFlags([]string{"--broker", "kafka://127.0.0.1:9092"}, io.Discard); err == nil || !strings.Contains(err.Error(), "--broker") {
-		t.Errorf("--broker kafka://…: error %v, want a usage error naming --broker", err)
-	}
-	if o, err := parseDemoFlags([]string{"--broker", "nats://127.0.0.1:4222"}, io.Discard); err != nil || o.broker != "nats://127.0.0.1:4222" {
-		t.Errorf("--broker nats://…: %+v, %v", o, err)
-	}
-}

@@ -112,3 +112,14 @@ func TestOpenStore(t *testing.T) {
 		}
 	}
 }
+
+func TestDemoBrokerFlag(t *testing.T) {
+	if _, err := parseDemoFlags([]string{"--broker", "http://127.0.0.1:4222"}, io.Discard); err == nil || !strings.Contains(err.Error(), "--broker") {
+		t.Errorf("--broker http://…: error %v, want a usage error naming --broker", err)
+	}
+	for _, url := range []string{"nats://127.0.0.1:4222", "amqp://guest:guest@127.0.0.1:5672/"} {
+		if o, err := parseDemoFlags([]string{"--broker", url}, io.Discard); err != nil || o.broker != url {
+			t.Errorf("--broker %s: %+v, %v", url, o, err)
+		}
+	}
+}

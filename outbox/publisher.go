@@ -24,9 +24,11 @@ import (
 // The Relay keeps the messages of a key in order only if its Publisher
 // does, within one call: the broker must receive msgs in the order given,
 // and when a message fails, no later message of its key may reach the
-// broker ahead of it. Publishing over one connection or channel, pipelined,
-// and giving up the rest of the call once that connection is lost, does
-// that: the broker loses a suffix, never a message in the middle.
+// broker ahead of it. Two things can break that: a connection lost in the
+// middle of a call, after which later messages go out on a new connection
+// while earlier ones were lost with the old one (give up the rest of the
+// call instead); and a broker that refuses one message and accepts the
+// next (send a key's messages one round at a time: [PublishInRounds]).
 //
 // Publish is called by one goroutine at a time per Relay; one Publisher
 // may serve several Relays only if it is safe for concurrent use.

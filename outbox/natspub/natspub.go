@@ -57,15 +57,10 @@ var ErrReconnected = errors.New("natspub: the connection reconnected during the 
 // down; the relay backs off and tries again.
 var ErrNotConnected = errors.New("natspub: not connected")
 
-// Option configures a [Publisher]. There are none yet; the parameter keeps
-// New's signature stable.
-type Option func(*Publisher) error
-
-// New returns a Publisher over js. It fails when js is nil, when its
+// New returns a Publisher over js. It fails when js is nil, or when its
 // connection buffers publishes while reconnecting (create it with
-// nats.ReconnectBufSize(-1), or without reconnects), or when an option
-// fails.
-func New(js jetstream.JetStream, opts ...Option) (*Publisher, error) {
+// nats.ReconnectBufSize(-1), or without reconnects).
+func New(js jetstream.JetStream) (*Publisher, error) {
 	if js == nil {
 		return nil, errors.New("natspub: New: JetStream is nil")
 	}
@@ -78,16 +73,7 @@ func New(js jetstream.JetStream, opts ...Option) (*Publisher, error) {
 			"which could put a message ahead of an earlier one lost with the old connection: connect with nats.ReconnectBufSize(-1)",
 			nc.Opts.ReconnectBufSize)
 	}
-	p := &Publisher{js: js, nc: nc}
-	for _, opt := range opts {
-		if opt == nil {
-			return nil, errors.New("natspub: New: nil Option")
-		}
-		if err := opt(p); err != nil {
-			return nil, err
-		}
-	}
-	return p, nil
+	return &Publisher{js: js, nc: nc}, nil
 }
 
 // Publish publishes msgs and waits for the stream's acknowledgements; see

@@ -15,13 +15,14 @@ import (
 
 	"github.com/idemgo/idem/outbox"
 	"github.com/idemgo/idem/outbox/outboxtest"
+	"github.com/idemgo/idem/pgstore/pgstoretest"
 )
 
 // newOutbox returns a pool, an outbox table of the test's own and an
 // Outbox over it.
 func newOutbox(t *testing.T) (*pgxpool.Pool, string, *outbox.Outbox) {
 	t.Helper()
-	pool := outboxtest.Pool(t, 8)
+	pool := pgstoretest.Pool(t, 8)
 	table := outboxtest.Table(t, pool)
 	ob, err := outbox.New(outbox.Config{Table: table})
 	if err != nil {
@@ -148,8 +149,8 @@ func TestEnqueueKeepsTheOrderOfOneCall(t *testing.T) {
 func TestEnqueueFailsOnAMissingTable(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	pool := outboxtest.Pool(t, 2)
-	ob, err := outbox.New(outbox.Config{Table: outboxtest.Schema(t, pool) + ".nothing"})
+	pool := pgstoretest.Pool(t, 2)
+	ob, err := outbox.New(outbox.Config{Table: pgstoretest.Schema(t, pool) + ".nothing"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,8 +179,8 @@ func TestNewAndMigrateRefuseBadTableNames(t *testing.T) {
 func TestMigrateIsIdempotentAndSafeConcurrently(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	pool := outboxtest.Pool(t, 8)
-	table := outboxtest.Schema(t, pool) + ".box"
+	pool := pgstoretest.Pool(t, 8)
+	table := pgstoretest.Schema(t, pool) + ".box"
 	var wg sync.WaitGroup
 	errs := make(chan error, 6)
 	for range 6 {

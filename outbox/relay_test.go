@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemgo/idem/outbox"
 	"github.com/idemgo/idem/outbox/outboxtest"
+	"github.com/idemgo/idem/pgstore/pgstoretest"
 )
 
 // relayEnv is a test's outbox table, its pool and a Recorder as broker.
@@ -25,7 +26,7 @@ type relayEnv struct {
 }
 
 func newRelayEnv(t *testing.T) *relayEnv {
-	pool := outboxtest.Pool(t, 10)
+	pool := pgstoretest.Pool(t, 10)
 	return &relayEnv{pool: pool, table: outboxtest.Table(t, pool), rec: outboxtest.NewRecorder()}
 }
 
@@ -498,8 +499,8 @@ func (f publisherFunc) Publish(ctx context.Context, msgs []outbox.Message) error
 
 func TestRelayStopsOnAMissingTable(t *testing.T) {
 	t.Parallel()
-	pool := outboxtest.Pool(t, 2)
-	r, err := outbox.NewRelay(pool, outboxtest.NewRecorder(), relayConfig(outboxtest.Schema(t, pool)+".nothing"))
+	pool := pgstoretest.Pool(t, 2)
+	r, err := outbox.NewRelay(pool, outboxtest.NewRecorder(), relayConfig(pgstoretest.Schema(t, pool)+".nothing"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -511,7 +512,7 @@ func TestRelayStopsOnAMissingTable(t *testing.T) {
 }
 
 func TestNewRelayRefusesBadConfig(t *testing.T) {
-	pool, err := pgxpool.New(context.Background(), outboxtest.PostgresURL) // connects lazily
+	pool, err := pgxpool.New(context.Background(), pgstoretest.URL()) // connects lazily
 	if err != nil {
 		t.Fatal(err)
 	}

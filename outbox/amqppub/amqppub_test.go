@@ -1,7 +1,6 @@
 package amqppub_test
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/goleak"
 
+	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/outbox"
 	"github.com/idemgo/idem/outbox/amqppub"
 	"github.com/idemgo/idem/outbox/outboxtest"
@@ -29,8 +29,11 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// amqpURL is the shared RabbitMQ of this machine.
-var amqpURL = cmp.Or(os.Getenv("IDEM_AMQP_URL"), "amqp://guest:guest@127.0.0.1:5672/")
+// rabbit is the shared RabbitMQ of this machine.
+var (
+	rabbit  = testenv.Server{Name: "RabbitMQ", Env: "IDEM_AMQP_URL", Default: "amqp://guest:guest@127.0.0.1:5672/"}
+	amqpURL = rabbit.Addr()
+)
 
 // dial connects to amqpURL, closed when t ends; it skips or fails t when
 // the broker cannot be reached.
@@ -38,7 +41,7 @@ func dial(t testing.TB) *amqp.Connection {
 	t.Helper()
 	conn, err := amqp.Dial(amqpURL)
 	if err != nil {
-		outboxtest.Unreachable(t, "RabbitMQ", "IDEM_AMQP_URL", amqpURL, err)
+		rabbit.Unreachable(t, redact(amqpURL), err)
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn
@@ -89,6 +92,14 @@ func consume(t testing.TB, conn *amqp.Connection, queue string) <-chan outboxtes
 		wg.Wait()
 	})
 	return got
+}
+
+// redact returns rawURL without its password, for messages.
+func redact(rawURL string) string {
+	if u, err := url.Parse(rawURL); err == nil {
+		return u.Redacted()
+	}
+	return "(not a URL)"
 }
 
 func received(d amqp.Delivery) outboxtest.Received {

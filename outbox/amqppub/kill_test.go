@@ -19,6 +19,7 @@ import (
 	"github.com/idemgo/idem/outbox"
 	"github.com/idemgo/idem/outbox/amqppub"
 	"github.com/idemgo/idem/outbox/outboxtest"
+	"github.com/idemgo/idem/pgstore/pgstoretest"
 )
 
 // The child process of TestRelayKilledBetweenPublishAndMark: a relay over
@@ -31,7 +32,7 @@ const (
 )
 
 func relayChild() int {
-	pool, err := pgxpool.New(context.Background(), outboxtest.PostgresURL)
+	pool, err := pgxpool.New(context.Background(), pgstoretest.URL())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -72,7 +73,7 @@ func (f publisherFunc) Publish(ctx context.Context, msgs []outbox.Message) error
 func TestRelayKilledBetweenPublishAndMark(t *testing.T) {
 	conn := dial(t)
 	q := declareQueue(t, conn)
-	pool := outboxtest.Pool(t, 4)
+	pool := pgstoretest.Pool(t, 4)
 	table := outboxtest.Table(t, pool)
 	charges, _ := outboxtest.Messages(5, 5, q)
 	outboxtest.Enqueue(t, pool, table, charges, 1)

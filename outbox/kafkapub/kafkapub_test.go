@@ -17,6 +17,7 @@ import (
 	"github.com/idemgo/idem/outbox"
 	"github.com/idemgo/idem/outbox/kafkapub"
 	"github.com/idemgo/idem/outbox/outboxtest"
+	"github.com/idemgo/idem/pgstore/pgstoretest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -166,7 +167,7 @@ func TestRelayThroughBrokerOutages(t *testing.T) {
 	})
 	cl := newClient(t, c, kgo.MetadataMinAge(50*time.Millisecond), kgo.RecordDeliveryTimeout(time.Second), kgo.RetryBackoffFn(func(int) time.Duration { return 10 * time.Millisecond }))
 	topic := "outboxtest-" + outboxtest.NewRunID()
-	pool := outboxtest.Pool(t, 8)
+	pool := pgstoretest.Pool(t, 8)
 	table := outboxtest.Table(t, pool)
 	var sent, failed atomic.Int64
 	relay, err := outbox.NewRelay(pool, newPublisher(t, cl), outbox.RelayConfig{

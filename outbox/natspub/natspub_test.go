@@ -1,9 +1,7 @@
 package natspub_test
 
 import (
-	"cmp"
 	"context"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
+	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/outbox"
 	"github.com/idemgo/idem/outbox/natspub"
 	"github.com/idemgo/idem/outbox/outboxtest"
@@ -20,8 +19,11 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// natsURL is the shared server of this machine.
-var natsURL = cmp.Or(os.Getenv("IDEM_NATS_URL"), nats.DefaultURL)
+// natsServer is the shared server of this machine.
+var (
+	natsServer = testenv.Server{Name: "NATS", Env: "IDEM_NATS_URL", Default: nats.DefaultURL}
+	natsURL    = natsServer.Addr()
+)
 
 // connect returns a JetStream over a connection to url as natspub wants
 // it (no reconnect buffer), closed when t ends. It skips or fails t when
@@ -31,7 +33,7 @@ func connect(t testing.TB, url string, opts ...nats.Option) jetstream.JetStream 
 	opts = append([]nats.Option{nats.ReconnectBufSize(-1), nats.MaxReconnects(-1), nats.Timeout(2 * time.Second)}, opts...)
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		outboxtest.Unreachable(t, "NATS", "IDEM_NATS_URL", url, err)
+		natsServer.Unreachable(t, url, err)
 	}
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
@@ -111,7 +113,7 @@ func TestPublisher(t *testing.T) {
 func TestNewRequiresNoReconnectBuffer(t *testing.T) {
 	nc, err := nats.Connect(natsURL) // the default: an 8MB reconnect buffer
 	if err != nil {
-		outboxtest.Unreachable(t, "NATS", "IDEM_NATS_URL", natsURL, err)
+		natsServer.Unreachable(t, natsURL, err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)

@@ -4,66 +4,97 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os/exec"
+	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/outbox"
 	"github.com/idemgo/idem/outbox/natspub"
 	"github.com/idemgo/idem/outbox/outboxtest"
+	"github.com/idemgo/idem/pgstore/pgstoretest"
 )
 
-// startServer starts a JetStream server of the test's own on port (0: any
-// free one) with its store in dir, and returns it.
-func startServer(t *testing.T, port int, dir string) *server.Server {
+// natsProcess is a nats-server process of the test's own, with JetStream,
+// its store in a directory that outlives the process.
+type natsProcess struct {
+	port int
+	dir  string
+	cmd  *exec.Cmd
+}
+
+// startNATS starts a nats-server process on a free loopback port with its
+// JetStream store in dir, stopped when t ends. It skips t (or fails it,
+// under IDEM_REQUIRE_SERVICES=1) when nats-server is not installed.
+func startNATS(t *testing.T, dir string) *natsProcess {
 	t.Helper()
-	if port == 0 {
-		port = server.RANDOM_PORT
+	if _, err := exec.LookPath("nats-server"); err != nil {
+		testenv.Unavailable(t, "nats-server is not installed (apt-get install nats-server)")
 	}
-	ns, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true,
-	})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("the NATS server did not start")
-	}
-	return ns
+	p := &natsProcess{port: l.Addr().(*net.TCPAddr).Port, dir: dir}
+	l.Close()
+	p.start(t)
+	t.Cleanup(p.stop)
+	return p
 }
 
-func stopServer(ns *server.Server) {
-	ns.Shutdown()
-	ns.WaitForShutdown()
+func (p *natsProcess) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", p.port) }
+
+// start runs the server and waits until it accepts connections.
+func (p *natsProcess) start(t *testing.T) {
+	t.Helper()
+	p.cmd = exec.Command("nats-server", "-a", "127.0.0.1", "-p", strconv.Itoa(p.port), "-js", "-sd", p.dir)
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", p.port))
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nats-server on port %d did not start: %v", p.port, err)
+		}
+	}
+}
+
+// stop shuts the server down gracefully (SIGTERM: its store is synced)
+// and waits for it; stopping a stopped server does nothing.
+func (p *natsProcess) stop() {
+	if p.cmd == nil {
+		return
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.cmd.Wait()
+	p.cmd = nil
 }
 
 // TestRelaysThroughABrokerRestart: two relays share a table while writers
 // enqueue 1,000 messages over 20 keys; in the middle the NATS server stops,
-// the relays back off, and a new server starts on the same port and store.
+// the relays back off, and it starts again on the same port and store. The
+// server is a nats-server process of the test's own, never the shared one.
 // The stream ends up with every message, each key's in order.
 func TestRelaysThroughABrokerRestart(t *testing.T) {
-	dir := t.TempDir()
-	ns := startServer(t, 0, dir)
-	port := ns.Addr().(*net.TCPAddr).Port
-	stopped := false
-	t.Cleanup(func() { // last: after the relays and connections closed
-		if !stopped {
-			stopServer(ns)
-		}
-	})
-	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	ns := startNATS(t, t.TempDir()) // stopped last, after the relays and connections
+	url := ns.url()
 
 	admin := connect(t, url, nats.ReconnectWait(20*time.Millisecond))
 	stream, prefix := newStream(t, admin, jetstream.StreamConfig{Storage: jetstream.FileStorage})
 	dest := prefix + ".orders"
 
-	pool := outboxtest.Pool(t, 12)
+	pool := pgstoretest.Pool(t, 12)
 	table := outboxtest.Table(t, pool)
 	var published, backoffs [2]atomic.Int64
 	for i := range 2 {
@@ -97,11 +128,9 @@ func TestRelaysThroughABrokerRestart(t *testing.T) {
 	writers.Go(func() { outboxtest.Enqueue(t, pool, table, msgs, 8) })
 
 	awaitCond(t, "300 messages published", func() bool { return published[0].Load()+published[1].Load() >= 300 })
-	stopServer(ns)
-	stopped = true
+	ns.stop()
 	awaitCond(t, "both relays backing off", func() bool { return backoffs[0].Load() > 0 && backoffs[1].Load() > 0 })
-	ns = startServer(t, port, dir)
-	stopped = false
+	ns.start(t)
 	writers.Wait()
 	outboxtest.AwaitPending(t, pool, table, 0)
 	if published[0].Load() == 0 || published[1].Load() == 0 {

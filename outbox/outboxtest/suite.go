@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgo/idem/outbox"
+	"github.com/idemgo/idem/pgstore/pgstoretest"
 )
 
 // Broker is a publisher under test and the means to read back what it
@@ -127,7 +128,7 @@ func TestPublisher(t *testing.T, newBroker func(t *testing.T) Broker) {
 		t.Parallel()
 		b := newBroker(t)
 		dest, got := b.Destination(t)
-		pool := Pool(t, 8)
+		pool := pgstoretest.Pool(t, 8)
 		table := Table(t, pool)
 		msgs, want := Messages(200, 10, dest)
 		Enqueue(t, pool, table, msgs, 4)

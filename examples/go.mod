@@ -7,12 +7,15 @@ require (
 	github.com/idemgo/idem v0.1.0
 	github.com/idemgo/idem/dynamostore v0.1.0
 	github.com/idemgo/idem/idemnats v0.1.0
+	github.com/idemgo/idem/outbox v0.1.0
+	github.com/idemgo/idem/outbox/natspub v0.1.0
 	github.com/idemgo/idem/pgstore v0.1.0
 	github.com/idemgo/idem/redisstore v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/nats-io/nats.go v1.55.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/goleak v1.3.0
+	golang.org/x/sync v0.23.0
 )
 
 require (
@@ -41,7 +44,6 @@ require (
 	github.com/nats-io/nuid v1.0.1 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/crypto v0.57.0 // indirect
-	golang.org/x/sync v0.23.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 )

@@ -45,7 +45,11 @@
 // A [Relay] reads pending rows in id order, a batch at a time, hands them
 // to a [Publisher], and marks those the broker accepted as sent with its
 // next read (one round trip for both); RelayConfig.DeleteSent deletes them
-// instead. Sent rows are deleted after RelayConfig.Retention. An idle relay
+// instead. While the broker takes a full batch, the relay already marks
+// the batch before and reads the next, so the database's work hides
+// behind the broker's. Its session runs with synchronous_commit off: a
+// mark lost with the server's last transactions in a crash only means
+// the message is published again. Sent rows are deleted after RelayConfig.Retention. An idle relay
 // waits for the NOTIFY that Enqueue's transaction sends on commit, and
 // polls every RelayConfig.PollInterval in case one is missed. When no
 // message of a batch is accepted (the broker is down) it backs off,

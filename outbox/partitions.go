@@ -41,10 +41,10 @@ func partitionQueries() (join, members, release, acquire string) {
 // relays' shares cover every partition. What the relay published is marked
 // first, so that a partition it gives up is not published again by the
 // next holder.
-func (s *session) rebalance(ctx context.Context) error {
+func (s *session) rebalance(ctx context.Context) (changed bool, err error) {
 	r := s.r
 	if err := s.flush(ctx); err != nil {
-		return err
+		return false, err
 	}
 	var (
 		members int
@@ -53,7 +53,7 @@ func (s *session) rebalance(ctx context.Context) error {
 		mine    = int64(uint32(r.q.memberID))
 	)
 	if err := s.conn.QueryRow(ctx, r.q.members, class, mine).Scan(&members, &top); err != nil {
-		return dbError("rebalance", err)
+		return false, dbError("rebalance", err)
 	}
 	members = max(members, 1)
 	want := (r.cfg.Partitions + members - 1) / members
@@ -74,7 +74,7 @@ func (s *session) rebalance(ctx context.Context) error {
 		// from one rebalance to the next.
 		drop := s.held[want:]
 		if _, err := s.conn.Exec(ctx, r.q.release, r.t.lockClass, toInt32s(drop)); err != nil {
-			return dbError("rebalance", err)
+			return false, dbError("rebalance", err)
 		}
 		s.held = s.held[:want]
 	}
@@ -89,28 +89,32 @@ func (s *session) rebalance(ctx context.Context) error {
 		}
 		rows, err := s.conn.Query(ctx, r.q.acquire, r.t.lockClass, candidates, want-len(s.held))
 		if err != nil {
-			return dbError("rebalance", err)
+			return false, dbError("rebalance", err)
 		}
 		for rows.Next() {
 			var p int32
 			if err := rows.Scan(&p); err != nil {
 				rows.Close()
-				return dbError("rebalance", err)
+				return false, dbError("rebalance", err)
 			}
 			s.held = append(s.held, int(p))
 		}
 		if err := rows.Err(); err != nil {
-			return dbError("rebalance", err)
+			return false, dbError("rebalance", err)
 		}
 		slices.Sort(s.held)
 	}
-	if !slices.Equal(before, s.held) || members != s.members {
+	changed = !slices.Equal(before, s.held)
+	if changed {
+		s.after = 0 // a partition taken may hold rows below the cursor
+	}
+	if changed || members != s.members {
 		s.members = members
 		r.cfg.Logger.DebugContext(ctx, "outbox: relay partitions", slog.String("table", r.t.name),
 			slog.Any("partitions", s.held), slog.Int("relays", members))
 		r.observe(ctx, Event{Op: OpRebalance, Partitions: slices.Clone(s.held), Members: members})
 	}
-	return nil
+	return changed, nil
 }
 
 func toInt32s(ps []int) []int32 {

@@ -150,10 +150,42 @@ type Relay struct {
 	stop    context.CancelFunc // ends the Run in progress
 	done    chan struct{}      // closed when it has returned
 
-	// Run's state, kept across its database sessions.
-	sent   []int64 // rows published, to mark
-	failed []int64 // rows whose publication failed, to record
+	// What Run published or failed to, not yet written to the table; kept
+	// across its database sessions.
+	pending marks
+}
+
+// marks are the outcomes of published rows, to write to the table with
+// the next read: the rows to mark sent (or delete), and those whose
+// publication failed, with the errors to record.
+type marks struct {
+	sent   []int64
+	failed []int64
 	errs   []string
+}
+
+// queue queues the statements that write m.
+func (m *marks) queue(b *pgx.Batch, q relayQueries) {
+	if len(m.sent) > 0 {
+		b.Queue(q.mark, m.sent)
+	}
+	if len(m.failed) > 0 {
+		b.Queue(q.recordFailures, m.failed, m.errs)
+	}
+}
+
+// takeMarks hands the pending marks over to a statement that writes them.
+func (r *Relay) takeMarks() marks {
+	m := r.pending
+	r.pending = marks{}
+	return m
+}
+
+// restoreMarks puts back marks whose statement failed, ahead of newer ones.
+func (r *Relay) restoreMarks(m marks) {
+	r.pending.sent = append(m.sent, r.pending.sent...)
+	r.pending.failed = append(m.failed, r.pending.failed...)
+	r.pending.errs = append(m.errs, r.pending.errs...)
 }
 
 // NewRelay returns a Relay that reads the outbox table with connections
@@ -312,9 +344,10 @@ type session struct {
 	woken     bool  // a notification arrived since the last fetch
 	held      []int // the partitions held, sorted
 	members   int
-	yielding  bool // a relay with fewer partitions runs
-	published bool // some message was published in this session
-	failures  int  // batches in a row of which nothing was published
+	yielding  bool  // a relay with fewer partitions runs
+	published bool  // some message was published in this session
+	failures  int   // batches in a row of which nothing was published
+	after     int64 // the next read takes the pending rows after this id
 
 	retryAt, rebalanceAt, cleanupAt, lagAt time.Time
 }
@@ -333,6 +366,11 @@ func (r *Relay) connect(ctx context.Context) (*session, error) {
 		// For pg_stat_activity; PostgreSQL keeps 63 bytes of it.
 		cfg.RuntimeParams["application_name"] = r.appName
 	}
+	// The relay's writes are marks: one lost with the server's last
+	// transactions in a crash only means its message is published again,
+	// with its ID. Not waiting for the WAL flush of each keeps the marks off
+	// the publishing path.
+	cfg.RuntimeParams["synchronous_commit"] = "off"
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, dbError("connect", err)
@@ -364,16 +402,22 @@ func (s *session) close(ctx context.Context) {
 
 // run is the relay's loop over one session: rebalance, clean up and sample
 // the lag when due; read a batch of its partitions' pending messages,
-// publish it, and mark it with the next read; when idle, wait for a
-// notification or the poll interval. It returns when ctx ends (nil) or the
-// session fails.
+// publish it, and, while the broker takes it, mark the batch before and
+// read the next one (one round trip for both); when idle, wait for a
+// notification or the poll interval. It returns when ctx ends (nil) or
+// the session fails.
 func (s *session) run(ctx context.Context) error {
 	r := s.r
+	var ahead []row // the next batch, read while the last one was published
 	for ctx.Err() == nil {
 		now := time.Now()
 		if !now.Before(s.rebalanceAt) {
-			if err := s.rebalance(ctx); err != nil {
+			changed, err := s.rebalance(ctx)
+			if err != nil {
 				return err
+			}
+			if changed {
+				ahead = nil // it may hold rows of partitions given up
 			}
 			s.rebalanceAt = now.Add(r.cfg.RebalanceInterval)
 		}
@@ -386,15 +430,19 @@ func (s *session) run(ctx context.Context) error {
 			s.lagAt = now.Add(r.cfg.LagInterval)
 		}
 		if now.Before(s.retryAt) || len(s.held) == 0 {
+			ahead = nil
 			if err := s.flush(ctx); err != nil {
 				return err
 			}
 			s.sleepUntil(ctx, s.nextDue(s.retryAt))
 			continue
 		}
-		rows, err := s.fetch(ctx)
-		if err != nil {
-			return err
+		rows := ahead
+		if rows == nil {
+			var err error
+			if rows, err = s.fetch(ctx); err != nil {
+				return err
+			}
 		}
 		if len(rows) == 0 {
 			if err := s.wait(ctx, s.nextDue(now.Add(r.cfg.PollInterval))); err != nil {
@@ -402,9 +450,55 @@ func (s *session) run(ctx context.Context) error {
 			}
 			continue
 		}
-		s.publish(ctx, rows)
+		var err error
+		if ahead, err = s.publishReadingAhead(ctx, rows); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// publishReadingAhead publishes rows and, when they are a full batch (so
+// more may be pending), meanwhile writes the marks of the batch before and
+// reads the batch after rows, which it returns: the database's work hides
+// behind the broker's. The batch read ahead is dropped, and the next read
+// starts from the first pending row, when a message of rows failed: it
+// must be published again before the messages after it.
+func (s *session) publishReadingAhead(ctx context.Context, rows []row) ([]row, error) {
+	r := s.r
+	if len(rows) < r.cfg.BatchSize {
+		s.publish(ctx, rows)
+		return nil, nil
+	}
+	type read struct {
+		rows []row
+		err  error
+	}
+	m, after := r.takeMarks(), rows[len(rows)-1].id
+	next := make(chan read, 1)
+	go func() { // the connection is this goroutine's until it sends
+		rs, err := s.read(ctx, m, after)
+		next <- read{rs, err}
+	}()
+	received := false
+	defer func() {
+		if !received { // Publish panicked: the connection is not to be shared
+			<-next
+		}
+	}()
+	ok := s.publish(ctx, rows)
+	res := <-next
+	received = true
+	if res.err != nil {
+		r.restoreMarks(m)
+		return nil, res.err
+	}
+	if !ok {
+		s.after = 0
+		return nil, nil
+	}
+	s.moveCursor(res.rows)
+	return res.rows, nil
 }
 
 // nextDue returns the earlier of t and the next housekeeping time.
@@ -449,21 +543,35 @@ type row struct {
 	err error // the headers column could not be decoded
 }
 
-// fetch marks what the last batch published and records what it failed,
-// and reads the next batch, in one round trip: the statements run as one
-// implicit transaction, in order.
+// fetch writes the pending marks and reads the next batch, after the
+// cursor, in one round trip.
 func (s *session) fetch(ctx context.Context) ([]row, error) {
+	m := s.r.takeMarks()
+	rows, err := s.read(ctx, m, s.after)
+	if err != nil {
+		s.r.restoreMarks(m)
+		return nil, err
+	}
+	s.moveCursor(rows)
+	return rows, nil
+}
+
+// read writes m and reads the batch of pending rows after the id after, in
+// one round trip: the statements run as one implicit transaction, in
+// order. It touches nothing of the session but its connection (and woken,
+// which the connection sets), so it may run beside a Publish.
+func (s *session) read(ctx context.Context, m marks, after int64) ([]row, error) {
 	r := s.r
 	b := &pgx.Batch{}
-	r.queueMarks(b)
+	m.queue(b, r.q)
 	if len(s.held) == r.cfg.Partitions {
-		b.Queue(r.q.fetchAll, r.cfg.BatchSize)
+		b.Queue(r.q.fetchAll, after, r.cfg.BatchSize)
 	} else {
 		parts := make([]int64, len(s.held))
 		for i, p := range s.held {
 			parts[i] = int64(p)
 		}
-		b.Queue(r.q.fetch, int64(r.cfg.Partitions), parts, r.cfg.BatchSize)
+		b.Queue(r.q.fetch, after, int64(r.cfg.Partitions), parts, r.cfg.BatchSize)
 	}
 	s.woken = false
 	br := s.conn.SendBatch(ctx, b)
@@ -474,8 +582,20 @@ func (s *session) fetch(ctx context.Context) ([]row, error) {
 	if err != nil {
 		return nil, dbError("fetch", err)
 	}
-	r.clearMarks()
 	return rows, nil
+}
+
+// moveCursor sets where the next read starts, given the batch just read.
+// After a full batch, the next one starts after it, skipping the index
+// entries of the rows just published, which stay in the index until vacuum
+// and would otherwise be walked again by every read. Short of a full
+// batch, the next read starts from the first pending row again, which
+// finds rows of transactions that committed late with lower ids.
+func (s *session) moveCursor(rows []row) {
+	s.after = 0
+	if len(rows) == s.r.cfg.BatchSize {
+		s.after = rows[len(rows)-1].id
+	}
 }
 
 // readRows reads the results of marks statements, then the rows of the
@@ -507,11 +627,12 @@ func readRows(br pgx.BatchResults, marks int) ([]row, error) {
 	return rows, rs.Err()
 }
 
-// publish hands rows to the Publisher and notes which were published (to
-// mark with the next fetch) and which failed. When none was published, the
-// relay backs off. A row whose headers cannot be decoded fails without
-// being published, and holds back the later rows of its key.
-func (s *session) publish(ctx context.Context, rows []row) {
+// publish hands rows to the Publisher, notes which were published (to
+// mark with the next read) and which failed, and reports whether all were
+// published. When none was, the relay backs off. A row whose headers cannot
+// be decoded fails without being published, and holds back the later rows
+// of its key.
+func (s *session) publish(ctx context.Context, rows []row) bool {
 	r := s.r
 	msgs := make([]Message, 0, len(rows))
 	ok := make([]row, 0, len(rows)) // the rows handed to the Publisher
@@ -552,7 +673,7 @@ func (s *session) publish(ctx context.Context, rows []row) {
 	sent, failed := 0, undecodable
 	for i, err := range errs {
 		if err == nil {
-			r.sent = append(r.sent, ok[i].id)
+			r.pending.sent = append(r.pending.sent, ok[i].id)
 			sent++
 			continue
 		}
@@ -565,20 +686,25 @@ func (s *session) publish(ctx context.Context, rows []row) {
 		}
 	}
 	if ctx.Err() != nil {
-		return
+		return false
 	}
 	r.observe(ctx, Event{Op: OpPublish, Sent: sent, Failed: failed, Duration: elapsed, Err: firstErr})
+	if failed > 0 {
+		s.after = 0 // start again from the first that failed
+	}
 	if sent > 0 {
 		s.published = true
 		s.failures = 0
-		return
+		return failed == 0
 	}
 	wait := r.backoff(s.failures)
 	s.failures++
 	s.retryAt = time.Now().Add(wait)
+	s.after = 0
 	r.cfg.Logger.WarnContext(ctx, "outbox: publishing failed; backing off",
 		slog.String("table", r.t.name), slog.Int("messages", failed), slog.Duration("for", wait), slog.Any("error", firstErr))
 	r.observe(ctx, Event{Op: OpBackoff, Duration: wait, Err: firstErr})
+	return false
 }
 
 // noteFailed notes that row id failed with err, to record in the row.
@@ -587,36 +713,22 @@ func (r *Relay) noteFailed(id int64, err error) {
 	if len(msg) > 1000 {
 		msg = msg[:1000]
 	}
-	r.failed = append(r.failed, id)
-	r.errs = append(r.errs, strings.ToValidUTF8(msg, "?"))
+	r.pending.failed = append(r.pending.failed, id)
+	r.pending.errs = append(r.pending.errs, strings.ToValidUTF8(msg, "?"))
 }
 
-// queueMarks queues the statements that mark the published rows sent (or
-// delete them) and record the failures.
-func (r *Relay) queueMarks(b *pgx.Batch) {
-	if len(r.sent) > 0 {
-		b.Queue(r.q.mark, r.sent)
-	}
-	if len(r.failed) > 0 {
-		b.Queue(r.q.recordFailures, r.failed, r.errs)
-	}
-}
-
-func (r *Relay) clearMarks() {
-	r.sent, r.failed, r.errs = r.sent[:0], r.failed[:0], r.errs[:0]
-}
-
-// flush runs the statements of queueMarks, if any.
+// flush writes the pending marks, if any.
 func (s *session) flush(ctx context.Context) error {
+	m := s.r.takeMarks()
 	b := &pgx.Batch{}
-	s.r.queueMarks(b)
+	m.queue(b, s.r.q)
 	if b.Len() == 0 {
 		return nil
 	}
 	if err := s.conn.SendBatch(ctx, b).Close(); err != nil {
+		s.r.restoreMarks(m)
 		return dbError("mark", err)
 	}
-	s.r.clearMarks()
 	return nil
 }
 
@@ -674,8 +786,8 @@ type relayQueries struct {
 func newRelayQueries(t table, cfg RelayConfig) relayQueries {
 	const cols = "SELECT id, message_id, destination, key, headers, payload, created_at FROM "
 	q := relayQueries{
-		fetchAll: cols + t.ident + " WHERE sent_at IS NULL ORDER BY id LIMIT $1",
-		fetch:    cols + t.ident + " WHERE sent_at IS NULL AND key_hash % $1 = ANY($2::int8[]) ORDER BY id LIMIT $3",
+		fetchAll: cols + t.ident + " WHERE sent_at IS NULL AND id > $1 ORDER BY id LIMIT $2",
+		fetch:    cols + t.ident + " WHERE sent_at IS NULL AND id > $1 AND key_hash % $2 = ANY($3::int8[]) ORDER BY id LIMIT $4",
 		mark:     "UPDATE " + t.ident + " SET sent_at = statement_timestamp() WHERE id = ANY($1::int8[]) AND sent_at IS NULL",
 		recordFailures: "UPDATE " + t.ident + " AS o SET attempts = o.attempts + 1, last_error = f.err" +
 			" FROM unnest($1::int8[], $2::text[]) AS f(id, err) WHERE o.id = f.id AND o.sent_at IS NULL",

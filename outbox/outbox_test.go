@@ -13,8 +13,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/outbox"
 	"github.com/idemgo/idem/outbox/outboxtest"
+	"github.com/idemgo/idem/pgstore"
 	"github.com/idemgo/idem/pgstore/pgstoretest"
 )
 
@@ -202,5 +204,59 @@ func TestMigrateIsIdempotentAndSafeConcurrently(t *testing.T) {
 	}
 	if err := ob.Enqueue(ctx, pool, outbox.Message{Destination: "d"}); err != nil {
 		t.Fatalf("Enqueue after Migrate: %v", err)
+	}
+}
+
+// TestEnqueueComposesWithTxGuard: inside pgstore's TxGuard.DoTx, the
+// message commits with the operation's outcome; a retry of the key writes
+// no second message; a permanent failure rolls the message back with the
+// rest of the operation, and stores the failure.
+func TestEnqueueComposesWithTxGuard(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool, _, ob := newOutbox(t)
+	g, err := pgstore.NewTxGuard(pool, pgstore.TxConfig{Table: pgstoretest.Table(t, pool), Config: idem.Config{Namespace: "orders"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	order := func(key string, fail bool) (idem.Result, error) {
+		var res idem.Result
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var err error
+			res, err = g.DoTxScoped(ctx, tx, "acct-1", key, []byte("order"), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+				if err := ob.Enqueue(ctx, tx, outbox.Message{ID: "charge-" + key, Destination: "charges", Key: "acct-1"}); err != nil {
+					return nil, err
+				}
+				if fail {
+					return nil, idem.Permanent(errors.New("card declined"))
+				}
+				return []byte("ok"), nil
+			})
+			if idem.IsPermanent(err) {
+				return nil // the failure is the key's outcome: commit it
+			}
+			return err
+		})
+		return res, err
+	}
+	for i := range 3 {
+		res, err := order("k1", false)
+		if err != nil || string(res.Value) != "ok" || res.Replayed != (i > 0) {
+			t.Fatalf("attempt %d: %+v, %v; want ok, replayed after the first", i, res, err)
+		}
+	}
+	if _, err := order("k2", true); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := pool.Query(ctx, "SELECT message_id FROM "+ob.Table())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ids, []string{"charge-k1"}) {
+		t.Errorf("outbox holds %q, want only charge-k1: once for three attempts, none for the declined order", ids)
 	}
 }

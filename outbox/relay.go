@@ -24,9 +24,10 @@ type RelayConfig struct {
 	// Partitions is how many partitions the table's keys are hashed into;
 	// each is published by one relay at a time, so it bounds how many
 	// relays share the work. Every relay of a table must use the same
-	// value: a relay that sees another with a different one holds no
-	// partition (and logs why) until that one is gone. Default
-	// [DefaultPartitions]; 1 to [MaxPartitions].
+	// value: relays that disagree would publish a key from two partitions
+	// at once, so while relays with different values run, only those with
+	// the smallest one hold partitions, and the others log why they wait.
+	// Default [DefaultPartitions]; 1 to [MaxPartitions].
 	Partitions int
 
 	// BatchSize is the most messages read and handed to the Publisher at
@@ -34,8 +35,11 @@ type RelayConfig struct {
 	BatchSize int
 
 	// DeleteSent deletes each row once its message is published, instead
-	// of setting its sent_at and deleting it after Retention. Default
-	// false: sent rows are kept, for inspection and replay by hand.
+	// of setting its sent_at and deleting it after Retention. A DELETE
+	// costs PostgreSQL several times less than the UPDATE of a mark (no
+	// new row version, no index entries), which shows in the relay's rate
+	// (see BENCHMARKS.md). Default false: sent rows are kept, for
+	// inspection and replay by hand.
 	DeleteSent bool
 
 	// Retention is how long sent rows are kept before the relay deletes

@@ -60,7 +60,7 @@ func BenchmarkRelayVsRaw(b *testing.B) {
 	for range b.N {
 		for _, v := range variants {
 			keys := v.keys
-			var raws, relays, ratios []float64
+			var raws, relays, ratios, pubs []float64
 			for round := range rounds {
 				run := fmt.Sprintf("%s_r%d", strings.ReplaceAll(v.name, "-", "_"), round)
 				msgs := make([]outbox.Message, messages)
@@ -78,6 +78,9 @@ func BenchmarkRelayVsRaw(b *testing.B) {
 					rl, r = relay(), raw()
 				}
 				raws, relays, ratios = append(raws, r), append(relays, rl), append(ratios, rl/r)
+				if keys == 1000 && !v.delete {
+					pubs = append(pubs, publisherRate(b, pub, msgs, batch)/r)
+				}
 				if err := purge(ctx, js, stream); err != nil { // keep the stream small
 					b.Fatal(err)
 				}
@@ -85,6 +88,9 @@ func BenchmarkRelayVsRaw(b *testing.B) {
 			b.ReportMetric(median(raws), "raw-"+v.name+"-msg/s")
 			b.ReportMetric(median(relays), "relay-"+v.name+"-msg/s")
 			b.ReportMetric(median(ratios), "relay÷raw-"+v.name)
+			if len(pubs) > 0 {
+				b.ReportMetric(median(pubs), "natspub÷raw-"+v.name)
+			}
 		}
 	}
 }
@@ -113,6 +119,23 @@ func rawRate(b *testing.B, js jetstream.JetStream, msgs []outbox.Message, batch 
 		}
 	}
 	return float64(len(msgs)) / time.Since(start).Seconds()
+}
+
+// publisherRate publishes msgs with pub, batch by batch, without a relay
+// or a database, with IDs of their own, and returns messages per second.
+func publisherRate(b *testing.B, pub outbox.Publisher, msgs []outbox.Message, batch int) float64 {
+	own := make([]outbox.Message, len(msgs))
+	for i, m := range msgs {
+		m.ID = "pub-" + m.ID
+		own[i] = m
+	}
+	start := time.Now()
+	for chunk := range slices.Chunk(own, batch) {
+		if err := pub.Publish(context.Background(), chunk); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return float64(len(own)) / time.Since(start).Seconds()
 }
 
 // relayRate enqueues msgs into a new outbox table (not timed), then runs a

@@ -223,8 +223,15 @@ func NewRelay(pool *pgxpool.Pool, pub Publisher, cfg RelayConfig) (*Relay, error
 		cfg:     cfg,
 		t:       t,
 		q:       newRelayQueries(t, cfg),
-		appName: strings.ToValidUTF8(("outbox relay " + t.name)[:min(63, len("outbox relay ")+len(t.name))], ""),
+		appName: appName(t),
 	}, nil
+}
+
+// appName is the application_name of a relay's connection, for
+// pg_stat_activity: PostgreSQL keeps 63 bytes of it (table names are ASCII).
+func appName(t table) string {
+	name := "outbox relay " + t.name
+	return name[:min(len(name), 63)]
 }
 
 // Run publishes until ctx ends or [Relay.Close] is called, then returns
@@ -317,10 +324,11 @@ func (r *Relay) observe(ctx context.Context, e Event) {
 // backoff returns the wait after n earlier failures in a row: MinBackoff
 // doubled n times, at most MaxBackoff, the upper half of it at random.
 func (r *Relay) backoff(n int) time.Duration {
-	d := r.cfg.MaxBackoff
-	if n < 32 {
-		d = min(r.cfg.MinBackoff<<n, r.cfg.MaxBackoff)
+	d := r.cfg.MinBackoff
+	for ; n > 0 && d < r.cfg.MaxBackoff; n-- {
+		d *= 2
 	}
+	d = min(d, r.cfg.MaxBackoff)
 	return d/2 + rand.N(d/2+1)
 }
 
@@ -367,7 +375,6 @@ func (r *Relay) connect(ctx context.Context) (*session, error) {
 		cfg.RuntimeParams = map[string]string{}
 	}
 	if _, set := cfg.RuntimeParams["application_name"]; !set {
-		// For pg_stat_activity; PostgreSQL keeps 63 bytes of it.
 		cfg.RuntimeParams["application_name"] = r.appName
 	}
 	// The relay's writes are marks: one lost with the server's last

@@ -1,0 +1,288 @@
+package amqppub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/idemgo/idem/outbox"
+)
+
+// Errors of a message the broker did not take.
+var (
+	// ErrUnroutable: the broker returned the message, mandatory, because
+	// no queue is bound for its routing key.
+	ErrUnroutable = errors.New("amqppub: message returned unroutable")
+	// ErrNacked: the broker confirmed the message negatively.
+	ErrNacked = errors.New("amqppub: message nacked by the broker")
+	// ErrConnection: the connection or channel could not be opened or was
+	// lost before the broker confirmed the message.
+	ErrConnection = errors.New("amqppub: connection to the broker failed")
+	// ErrClosed: Publish after Close.
+	ErrClosed = errors.New("amqppub: publisher closed")
+)
+
+// Publisher publishes outbox messages to RabbitMQ. Create it with [New];
+// Close it when done. Calls of Publish run one at a time.
+type Publisher struct {
+	url  string
+	o    options
+	mu   sync.Mutex // one Publish at a time; guards the fields below
+	conn *amqp.Connection
+	ch   *amqp.Channel
+	// returns and closed are the channel's notifications.
+	returns chan amqp.Return
+	closed  chan *amqp.Error
+	done    bool
+}
+
+var _ outbox.Publisher = (*Publisher)(nil)
+
+type options struct {
+	exchange    string
+	config      amqp.Config
+	idHeader    string
+	transient   bool
+	dialTimeout time.Duration
+}
+
+// Option configures a [Publisher].
+type Option func(*options) error
+
+// WithExchange publishes to the named exchange, with each message's
+// Destination as the routing key. Default "": the default exchange, where
+// the routing key names a queue.
+func WithExchange(name string) Option {
+	return func(o *options) error {
+		if len(name) > 255 {
+			return fmt.Errorf("amqppub: WithExchange(%q): longer than 255 bytes", name)
+		}
+		o.exchange = name
+		return nil
+	}
+}
+
+// WithConfig sets the amqp091 connection config (TLS, vhost, heartbeat,
+// properties). Its Dial, if nil, dials with a 30s timeout.
+func WithConfig(cfg amqp.Config) Option {
+	return func(o *options) error {
+		o.config = cfg
+		return nil
+	}
+}
+
+// WithIDHeader also puts the message ID in the named header, for consumers
+// that read their idempotency key from a header ("idempotency-key").
+// Default: only the message-id property.
+func WithIDHeader(name string) Option {
+	return func(o *options) error {
+		if name == "" || len(name) > 255 {
+			return fmt.Errorf("amqppub: WithIDHeader(%q): must be 1 to 255 bytes", name)
+		}
+		o.idHeader = name
+		return nil
+	}
+}
+
+// WithTransient publishes with delivery mode 1 (transient). Default:
+// persistent, so that a message confirmed by a durable queue survives a
+// broker restart, as a message the relay marked sent must.
+func WithTransient() Option {
+	return func(o *options) error {
+		o.transient = true
+		return nil
+	}
+}
+
+// New returns a Publisher that dials url (amqp:// or amqps://) on its
+// first Publish. It fails when url is not such a URL or an option is
+// invalid; it does not dial.
+func New(rawURL string, opts ...Option) (*Publisher, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") {
+		return nil, errors.New("amqppub: New: the URL must be amqp://… or amqps://…")
+	}
+	p := &Publisher{url: rawURL, o: options{dialTimeout: 30 * time.Second}}
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, errors.New("amqppub: New: nil Option")
+		}
+		if err := opt(&p.o); err != nil {
+			return nil, err
+		}
+	}
+	if p.o.config.Dial == nil {
+		p.o.config.Dial = amqp.DefaultDial(p.o.dialTimeout)
+	}
+	return p, nil
+}
+
+// Close closes the connection, if open. Publish fails with [ErrClosed]
+// afterwards. Close is idempotent.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.done = true
+	p.drop()
+	return nil
+}
+
+// drop closes the connection, if any.
+func (p *Publisher) drop() {
+	if p.conn != nil {
+		_ = p.conn.Close()
+	}
+	p.conn, p.ch = nil, nil
+}
+
+// open returns the channel, dialling a new connection if there is none or
+// it was lost.
+func (p *Publisher) open() error {
+	if p.ch != nil {
+		select {
+		case <-p.closed:
+			p.drop()
+		default:
+			return nil
+		}
+	}
+	p.drop()
+	conn, err := amqp.DialConfig(p.url, p.o.config)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConnection, err)
+	}
+	ch, err := conn.Channel()
+	if err == nil {
+		err = ch.Confirm(false)
+	}
+	if err != nil {
+		_ = conn.Close()
+		return fmt.Errorf("%w: %w", ErrConnection, err)
+	}
+	p.conn, p.ch = conn, ch
+	p.returns = ch.NotifyReturn(make(chan amqp.Return, 64))
+	p.closed = ch.NotifyClose(make(chan *amqp.Error, 1))
+	return nil
+}
+
+// Publish publishes msgs and waits for the broker's confirms; see
+// outbox.Publisher. A message fails with [ErrUnroutable] when no queue
+// took it, [ErrNacked] on a negative confirm, [ErrConnection] when the
+// connection could not be opened or was lost first, and ctx's error when
+// ctx ended first.
+func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done {
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := p.open(); err != nil {
+		return err
+	}
+	ch := p.ch
+	err := outbox.PublishInRounds(ctx, msgs, func(ctx context.Context, round []outbox.Message) []error {
+		return p.send(ctx, ch, round)
+	})
+	if ctx.Err() != nil {
+		// Confirms and returns of this call may still arrive: the next
+		// call starts on a connection of its own.
+		p.drop()
+	}
+	return err
+}
+
+// send publishes round on ch and waits for every confirm, reading the
+// returns meanwhile: the broker sends a message's return before its
+// confirm, so once the last confirm is in, every return of the round is.
+func (p *Publisher) send(ctx context.Context, ch *amqp.Channel, round []outbox.Message) []error {
+	errs := make([]error, len(round))
+	pending := make([]*amqp.DeferredConfirmation, len(round))
+	byID := make(map[string]int, len(round))
+	for i, m := range round {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, p.o.exchange, m.Destination, true, false, p.publishing(m))
+		if err != nil {
+			for j := i; j < len(round); j++ {
+				errs[j] = fmt.Errorf("%w: publish: %w", ErrConnection, err)
+			}
+			break
+		}
+		pending[i] = dc
+		byID[m.ID] = i
+	}
+	returns := p.returns // nil once closed, with the channel
+	returned := func(r amqp.Return, ok bool) {
+		if !ok {
+			returns = nil
+			return
+		}
+		if i, ok := byID[r.MessageId]; ok {
+			errs[i] = fmt.Errorf("%w: exchange %q, routing key %q: %d %s", ErrUnroutable, r.Exchange, r.RoutingKey, r.ReplyCode, r.ReplyText)
+		}
+	}
+	for i, dc := range pending {
+		if dc == nil {
+			continue
+		}
+	wait:
+		for {
+			select {
+			case <-dc.Done():
+				break wait
+			case r, ok := <-returns:
+				returned(r, ok)
+			case <-ctx.Done():
+				errs[i] = fmt.Errorf("amqppub: no confirm: %w", ctx.Err())
+				break wait
+			}
+		}
+		if errs[i] == nil && !dc.Acked() {
+			if ch.IsClosed() {
+				errs[i] = fmt.Errorf("%w: the channel closed before the confirm", ErrConnection)
+			} else {
+				errs[i] = ErrNacked
+			}
+		}
+	}
+	for returns != nil {
+		select {
+		case r, ok := <-returns:
+			returned(r, ok)
+		default:
+			return errs
+		}
+	}
+	return errs
+}
+
+// publishing is m as an AMQP message.
+func (p *Publisher) publishing(m outbox.Message) amqp.Publishing {
+	pub := amqp.Publishing{MessageId: m.ID, Body: m.Payload, DeliveryMode: amqp.Persistent, Timestamp: m.CreatedAt}
+	if p.o.transient {
+		pub.DeliveryMode = amqp.Transient
+	}
+	if len(m.Headers) > 0 || p.o.idHeader != "" {
+		pub.Headers = make(amqp.Table, len(m.Headers)+1)
+		for name, v := range m.Headers {
+			pub.Headers[name] = v
+			if strings.EqualFold(name, "Content-Type") {
+				pub.ContentType = v
+			}
+		}
+		if p.o.idHeader != "" {
+			pub.Headers[p.o.idHeader] = m.ID
+		}
+	}
+	return pub
+}

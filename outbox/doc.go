@@ -1,0 +1,112 @@
+// Package outbox is a transactional outbox on PostgreSQL (pgx v5): a
+// service writes its state change and the messages that announce it in one
+// database transaction, and a [Relay] publishes the messages afterwards.
+// Either both the change and its messages commit, or neither does; no
+// message is lost to a crash between the commit and the publish, and none
+// announces a change that was rolled back.
+//
+//	tx, _ := pool.Begin(ctx)
+//	_, _ = tx.Exec(ctx, "INSERT INTO orders …")
+//	_ = outbox.Enqueue(ctx, tx, outbox.Message{
+//		ID:          "order-" + orderID, // the consumer's idempotency key
+//		Destination: "orders.created",   // a subject, a topic, a routing key
+//		Key:         accountID,          // messages of a key stay in order
+//		Payload:     body,
+//	})
+//	_ = tx.Commit(ctx)
+//
+// [Migrate] creates the table. [Enqueue] writes to [DefaultTable]; an
+// [Outbox] from [New] writes to another, or without NOTIFY.
+//
+// # With idem
+//
+// The relay publishes at least once: it can crash after the broker took a
+// message and before it marked the row sent, and then the message is
+// published again, with the same [Message.ID]. Publishers put the ID where
+// the next hop deduplicates (NATS Nats-Msg-Id, the AMQP message-id, a Kafka
+// header), and a consumer guarded by idem with the ID as its key processes
+// it once. Upstream, pgstore's TxGuard.DoTx composes with Enqueue: an
+// idempotent request claims its key, writes its order and enqueues its
+// message in one transaction, so a retried request neither writes a second
+// order nor sends a second message:
+//
+//	tx, _ := pool.Begin(ctx)
+//	res, err := txGuard.DoTx(ctx, tx, key, body, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+//		id, err := insertOrder(ctx, tx, order)
+//		if err != nil {
+//			return nil, err
+//		}
+//		return []byte(id), outbox.Enqueue(ctx, tx, outbox.Message{ID: "charge-" + id, …})
+//	})
+//	… tx.Commit(ctx)
+//
+// # The relay
+//
+// A [Relay] reads pending rows in id order, a batch at a time, hands them
+// to a [Publisher], and marks those the broker accepted as sent with its
+// next read (one round trip for both); RelayConfig.DeleteSent deletes them
+// instead. While the broker takes a full batch, the relay already marks
+// the batch before and reads the next, so the database's work hides
+// behind the broker's. Its session runs with synchronous_commit off: a
+// mark lost with the server's last transactions in a crash only means
+// the message is published again. Sent rows are deleted after RelayConfig.Retention. An idle relay
+// waits for the NOTIFY that Enqueue's transaction sends on commit, and
+// polls every RelayConfig.PollInterval in case one is missed. When no
+// message of a batch is accepted (the broker is down) it backs off,
+// exponentially with jitter, and publishes the same rows again, from the
+// first: nothing is skipped, and a key's messages go out in order. The
+// backlog (pending count, age of the oldest) goes to RelayConfig.Observer
+// every RelayConfig.LagInterval, and [Relay.Lag] reads it on demand.
+//
+// # Several relays, and the order of a key's messages
+//
+// Run as many relays on a table as there are replicas of the service. The
+// table's keys are hashed (FNV-1a of [Message.Key]) into a fixed number of
+// partitions, RelayConfig.Partitions (16 by default, the same for every
+// relay of the table). Each partition is published by at most one relay at
+// a time: the holder of a session-level advisory lock on (a hash of the
+// table's name, the partition). Every relay also holds a shared "member"
+// lock, so that each can count the others in pg_locks; every
+// RelayConfig.RebalanceInterval it takes or gives up partitions to hold
+// ceil(partitions / relays) of them. The locks belong to the relay's own
+// connection: when a relay stops, crashes or loses its connection, its
+// partitions are free the moment PostgreSQL sees the session end, and the
+// others take them at their next rebalance. A relay gives a partition up
+// only after it has marked what it published from it.
+//
+// Within a partition the relay publishes in id order and, after a failure,
+// starts again from the first unpublished row; [Publisher] implementations
+// keep the order of one call (see its documentation). A key's messages
+// therefore reach the broker in the order of their ids, through broker
+// outages, relay crashes and rebalances. Were two relays ever to publish a
+// partition at once (a relay whose session ended while it was publishing
+// a batch), each would still publish the key's pending messages in order,
+// and the first copy of every message reaches the broker after the first
+// copy of the one before it: the order survives, with duplicates the next
+// hop drops.
+//
+// What "in order" means across transactions: ids are drawn when a row is
+// inserted, and rows become visible when their transaction commits. Of two
+// transactions that enqueue for the same key, one of which began after the
+// other committed, the later one's messages are published after the
+// earlier one's. Two transactions that overlap are not ordered: whichever
+// commits first may be published first. Serialize the writers of a key
+// (a row lock on the entity it names) when that matters.
+//
+// The limits of the design: a relay needs a session of its own (a pooler in
+// transaction mode breaks advisory locks and LISTEN); a message the broker
+// refuses for itself (too large, no route) is retried with backoff and
+// holds nothing else back, so messages of its key published after it in
+// the same batch may reach the broker first; and partitions bound how many
+// relays share the work.
+//
+// # The table
+//
+// One row per message (migrations/0001_outbox.sql): id (identity, the
+// publication order), message_id, destination, key (bytea), key_hash,
+// headers, payload, created_at, sent_at (NULL while pending), attempts and
+// last_error (failed publications). headers is NULL or a version byte (1),
+// the number of headers as a uvarint, then each header, sorted by name, as
+// its name and its value, each a uvarint length and the bytes;
+// [DecodeHeaders] reads it.
+package outbox

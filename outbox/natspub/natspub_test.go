@@ -1,0 +1,174 @@
+package natspub_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/idemgo/idem/internal/testenv"
+	"github.com/idemgo/idem/outbox"
+	"github.com/idemgo/idem/outbox/natspub"
+	"github.com/idemgo/idem/outbox/outboxtest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// natsServer is the shared server of this machine.
+var (
+	natsServer = testenv.Server{Name: "NATS", Env: "IDEM_NATS_URL", Default: nats.DefaultURL}
+	natsURL    = natsServer.Addr()
+)
+
+// connect returns a JetStream over a connection to url as natspub wants
+// it (no reconnect buffer), closed when t ends. It skips or fails t when
+// the server cannot be reached.
+func connect(t testing.TB, url string, opts ...nats.Option) jetstream.JetStream {
+	t.Helper()
+	opts = append([]nats.Option{nats.ReconnectBufSize(-1), nats.MaxReconnects(-1), nats.Timeout(2 * time.Second)}, opts...)
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		natsServer.Unreachable(t, url, err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// newStream creates a stream of t's own on js, over subjects <prefix>.>,
+// deleted when t ends, and returns its name and subject prefix.
+func newStream(t testing.TB, js jetstream.JetStream, cfg jetstream.StreamConfig) (string, string) {
+	t.Helper()
+	run := strings.ToLower(outboxtest.NewRunID())
+	cfg.Name = "outboxtest_" + run
+	cfg.Subjects = []string{"outboxtest." + run + ".>"}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, cfg); err != nil {
+		t.Fatalf("create stream: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := js.DeleteStream(ctx, cfg.Name); err != nil && !t.Failed() {
+			t.Errorf("delete stream: %v", err)
+		}
+	})
+	return cfg.Name, "outboxtest." + run
+}
+
+// subscribe reads subject of stream from the start, in order, onto the
+// channel returned, until t ends.
+func subscribe(t testing.TB, js jetstream.JetStream, stream, subject string) <-chan outboxtest.Received {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		t.Fatalf("ordered consumer: %v", err)
+	}
+	got := make(chan outboxtest.Received, 10000)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		h := map[string]string{}
+		for name, vs := range m.Headers() {
+			h[name] = vs[0]
+		}
+		got <- outboxtest.Received{ID: m.Headers().Get(jetstream.MsgIDHeader), Headers: h, Payload: m.Data()}
+	})
+	if err != nil {
+		t.Fatalf("consume: %v", err)
+	}
+	t.Cleanup(cc.Stop)
+	return got
+}
+
+func TestPublisher(t *testing.T) {
+	outboxtest.TestPublisher(t, func(t *testing.T) outboxtest.Broker {
+		js := connect(t, natsURL)
+		stream, prefix := newStream(t, js, jetstream.StreamConfig{})
+		pub, err := natspub.New(js)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		return outboxtest.Broker{
+			Publisher: pub,
+			Destination: func(t *testing.T) (string, <-chan outboxtest.Received) {
+				n++
+				subject := prefix + ".d" + strconv.Itoa(n)
+				return subject, subscribe(t, js, stream, subject)
+			},
+		}
+	})
+}
+
+func TestNewRequiresNoReconnectBuffer(t *testing.T) {
+	nc, err := nats.Connect(natsURL) // the default: an 8MB reconnect buffer
+	if err != nil {
+		natsServer.Unreachable(t, natsURL, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := natspub.New(js); err == nil || !strings.Contains(err.Error(), "ReconnectBufSize(-1)") {
+		t.Errorf("New over a buffering connection = %v, want an error naming nats.ReconnectBufSize(-1)", err)
+	}
+	if _, err := natspub.New(nil); err == nil {
+		t.Error("New(nil) = nil error")
+	}
+}
+
+// TestTheStreamDropsARepublishedMessage: a message published again (as a
+// relay does after a crash) carries the same Nats-Msg-Id, and the stream's
+// duplicate window keeps one copy.
+func TestTheStreamDropsARepublishedMessage(t *testing.T) {
+	js := connect(t, natsURL)
+	stream, prefix := newStream(t, js, jetstream.StreamConfig{})
+	pub, err := natspub.New(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), outboxtest.Timeout)
+	defer cancel()
+	msg := outbox.Message{ID: "charge-" + outboxtest.NewRunID(), Destination: prefix + ".charges", Payload: []byte("42")}
+	for range 2 {
+		if err := pub.Publish(ctx, []outbox.Message{msg}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.CachedInfo().State.Msgs; n != 1 {
+		t.Errorf("the stream holds %d messages after the same one was published twice, want 1", n)
+	}
+}
+
+// TestAMessageWithoutAStreamFails: a subject no stream takes fails, so the
+// relay keeps the message.
+func TestAMessageWithoutAStreamFails(t *testing.T) {
+	js := connect(t, natsURL)
+	pub, err := natspub.New(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), outboxtest.Timeout)
+	defer cancel()
+	err = pub.Publish(ctx, []outbox.Message{{ID: "x", Destination: "outboxtest.nostream." + outboxtest.NewRunID(), Key: "k"},
+		{ID: "y", Destination: "outboxtest.nostream.other", Key: "k"}})
+	pe, ok := err.(*outbox.PublishError)
+	if !ok || pe.Errs[0] == nil || pe.Errs[1] == nil {
+		t.Fatalf("Publish to a subject without a stream = %v, want both messages failed", err)
+	}
+}

@@ -1,0 +1,152 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DB is what [Enqueue] and [Migrate] write with. pgx.Tx satisfies it, and
+// so do *pgxpool.Pool and *pgx.Conn. Enqueue belongs in the caller's
+// transaction (a pgx.Tx): the messages commit with the business writes, or
+// not at all. Over a pool or a connection they commit at once, on their
+// own.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// Config configures an [Outbox]. The zero value means every default.
+type Config struct {
+	// Table is the outbox table, created by [Migrate]: a name or
+	// schema.name, each part lowercase ASCII letters, digits and
+	// underscores, not starting with a digit, at most 48 bytes. Default
+	// [DefaultTable], found through the connection's search_path. The
+	// Relay that publishes it must name the same table.
+	Table string
+
+	// NoNotify leaves out the NOTIFY that wakes the relays when the
+	// transaction commits: they find the messages at their next poll
+	// instead (RelayConfig.PollInterval). NOTIFY makes PostgreSQL take a
+	// database-wide lock while the transaction commits; at thousands of
+	// commits a second that lock shows. Default false: notify.
+	NoNotify bool
+}
+
+// Outbox writes messages to one outbox table. It holds no connection and
+// no goroutine; it is safe for concurrent use.
+type Outbox struct {
+	t         table
+	notify    bool
+	insert1   string
+	insertN   string
+	notifySQL string
+}
+
+// New returns an Outbox for cfg. It fails when cfg.Table is not a valid
+// name; it does not touch the database (run [Migrate] once first).
+func New(cfg Config) (*Outbox, error) {
+	t, err := parseTable(cfg.Table)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: Config.Table %w", err)
+	}
+	const cols = "(message_id, destination, key, key_hash, headers, payload)"
+	return &Outbox{
+		t:       t,
+		notify:  !cfg.NoNotify,
+		insert1: "INSERT INTO " + t.ident + " " + cols + " VALUES ($1, $2, $3, $4, $5, $6)",
+		insertN: "INSERT INTO " + t.ident + " " + cols +
+			" SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::int8[], $5::bytea[], $6::bytea[])",
+		notifySQL: fmt.Sprintf("SELECT pg_notify('%s', '')", t.channel),
+	}, nil
+}
+
+// Table returns the outbox table's quoted, possibly schema-qualified name,
+// for SQL of one's own.
+func (o *Outbox) Table() string { return o.t.ident }
+
+var defaultOutbox, _ = New(Config{})
+
+// Enqueue writes msgs to [DefaultTable] with db, the caller's transaction:
+// see [Outbox.Enqueue].
+func Enqueue(ctx context.Context, db DB, msgs ...Message) error {
+	return defaultOutbox.Enqueue(ctx, db, msgs...)
+}
+
+// Enqueue writes msgs to the outbox table with db, normally the caller's
+// transaction, so that they are published if and only if it commits. The
+// messages of one call are ordered among themselves as given. It is one
+// round trip: the INSERT and, unless Config.NoNotify, a NOTIFY that wakes
+// the relays once the transaction commits (PostgreSQL sends it then, and
+// once per transaction however many calls notified).
+//
+// A message without an ID gets a random one ([NewID]). Enqueue validates
+// every message before it writes any: a refused message fails the call with
+// a [*MessageError] (wrapping [ErrInvalidMessage]) and nothing is written.
+// Database errors are wrapped with "outbox: Enqueue: ", and with
+// [ErrUnavailable] when the server cannot serve now; inside a transaction
+// such an error aborts it, as any failed statement does. Enqueue with no
+// message does nothing.
+func (o *Outbox) Enqueue(ctx context.Context, db DB, msgs ...Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	if db == nil {
+		return errors.New("outbox: Enqueue: db is nil")
+	}
+	b := &pgx.Batch{}
+	if len(msgs) == 1 {
+		m, err := check(0, msgs[0])
+		if err != nil {
+			return err
+		}
+		b.Queue(o.insert1, m.ID, m.Destination, []byte(m.Key), keyHash(m), encodeHeaders(m.Headers), payload(m))
+	} else {
+		var (
+			ids, dests       = make([]string, len(msgs)), make([]string, len(msgs))
+			keys, headers, p = make([][]byte, len(msgs)), make([][]byte, len(msgs)), make([][]byte, len(msgs))
+			hashes           = make([]int64, len(msgs))
+		)
+		for i, m := range msgs {
+			m, err := check(i, m)
+			if err != nil {
+				return err
+			}
+			ids[i], dests[i], keys[i], hashes[i] = m.ID, m.Destination, []byte(m.Key), keyHash(m)
+			headers[i], p[i] = encodeHeaders(m.Headers), payload(m)
+		}
+		b.Queue(o.insertN, ids, dests, keys, hashes, headers, p)
+	}
+	if o.notify {
+		b.Queue(o.notifySQL)
+	}
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
+		return dbError("Enqueue", err)
+	}
+	return nil
+}
+
+// payload returns m's payload, never nil: the column is NOT NULL.
+func payload(m Message) []byte {
+	if m.Payload == nil {
+		return []byte{}
+	}
+	return m.Payload
+}
+
+// keyHash is the key_hash column of m: FNV-1a (32 bits) of its key, or of
+// its ID when the key is empty, so that unkeyed messages spread over the
+// partitions.
+func keyHash(m Message) int64 {
+	h := fnv.New32a()
+	if m.Key != "" {
+		h.Write([]byte(m.Key))
+	} else {
+		h.Write([]byte(m.ID))
+	}
+	return int64(h.Sum32())
+}

@@ -1,0 +1,102 @@
+package outbox
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DefaultTable is the outbox table used when a Table field is empty.
+const DefaultTable = "idem_outbox"
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// tableName is what a table name may be: a name or schema.name, each part
+// lowercase ASCII letters, digits and underscores, not starting with a
+// digit, at most 48 bytes (index names add up to 12, and PostgreSQL
+// truncates identifiers past 63 bytes).
+var tableName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}(\.[a-z_][a-z0-9_]{0,47})?$`)
+
+// table is a validated outbox table name and what derives from it.
+type table struct {
+	name    string // as given
+	ident   string // quoted, schema-qualified if given
+	pending string // quoted name of the pending rows' index
+	sent    string // quoted name of the sent rows' index
+	// channel is the LISTEN/NOTIFY channel: a hash of the name, since a
+	// schema-qualified name may be longer than a channel name may be.
+	channel string
+	// lockClass is the first key of the relays' advisory locks.
+	lockClass int32
+	// migrateLock is Migrate's advisory lock, a single bigint key: another
+	// key space than the relays' two int4 keys.
+	migrateLock int64
+}
+
+func parseTable(name string) (table, error) {
+	if name == "" {
+		name = DefaultTable
+	}
+	if !tableName.MatchString(name) {
+		return table{}, fmt.Errorf("%q: want name or schema.name, each of lowercase ASCII letters, digits and underscores, not starting with a digit, at most 48 bytes", name)
+	}
+	parts := strings.Split(name, ".")
+	base := parts[len(parts)-1]
+	ident := pgx.Identifier(parts).Sanitize()
+	h := fnv.New64a()
+	h.Write([]byte("outbox:" + ident))
+	sum := h.Sum64()
+	return table{
+		name:        name,
+		ident:       ident,
+		pending:     pgx.Identifier{base + "_pending_idx"}.Sanitize(),
+		sent:        pgx.Identifier{base + "_sent_idx"}.Sanitize(),
+		channel:     fmt.Sprintf("outbox_%016x", sum),
+		lockClass:   int32(sum >> 32),
+		migrateLock: int64(sum),
+	}, nil
+}
+
+// expand puts the table's quoted names into a statement.
+func (t table) expand(sql string) string {
+	return strings.NewReplacer("{table}", t.ident, "{pending_idx}", t.pending, "{sent_idx}", t.sent).Replace(sql)
+}
+
+// Migrate creates or upgrades the outbox table named table ("" for
+// [DefaultTable]; schema.name is accepted, the schema must exist) and its
+// indexes. It is idempotent and safe to run from several processes at once:
+// its statements run as one transaction that holds an advisory lock for the
+// table. With db a pgx.Tx, they run in that transaction.
+func Migrate(ctx context.Context, db DB, table string) error {
+	t, err := parseTable(table)
+	if err != nil {
+		return fmt.Errorf("outbox: Migrate: table %w", err)
+	}
+	var script strings.Builder
+	fmt.Fprintf(&script, "SELECT pg_advisory_xact_lock(%d);\n", t.migrateLock)
+	files, err := fs.Glob(migrations, "migrations/*.sql") // sorted by name
+	if err != nil {
+		return fmt.Errorf("outbox: Migrate: %w", err)
+	}
+	for _, f := range files {
+		b, err := migrations.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("outbox: Migrate: %w", err)
+		}
+		script.WriteString(t.expand(string(b)))
+		script.WriteString("\n")
+	}
+	// One simple-protocol message: PostgreSQL runs it as one implicit
+	// transaction, so the lock is held until the last statement.
+	if _, err := db.Exec(ctx, script.String()); err != nil {
+		return dbError("Migrate", err)
+	}
+	return nil
+}

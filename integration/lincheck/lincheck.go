@@ -9,7 +9,8 @@
 // [Expiring] (tens of milliseconds) leases run out, other clients take
 // over, late holders finish and records are forgotten and claimed anew in
 // the middle of the history. A store reads its own clock (memstore
-// time.Now, Redis its server time, PostgreSQL statement_timestamp()), at
+// time.Now, Redis its server time, PostgreSQL statement_timestamp(),
+// dynamostore the calling host's), at
 // an instant the checker knows only to lie inside the call; the machine's
 // servers share the host clock, so the model knows every lease end and
 // expiry as an interval: a lease granted by a call made in [c, r] ends in

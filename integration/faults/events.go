@@ -49,7 +49,8 @@ type event struct {
 	at     time.Time
 	kind   string
 	key    string
-	detail string // K: the point; X: the reason
+	detail string // K: the point; X: the reason; C: the token; exit: the status, if it exited
+	note   string // exit: the end of the process's log
 }
 
 // readEvents reads the events of process proc from r until EOF and sends

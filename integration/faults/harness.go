@@ -402,7 +402,7 @@ func (r *run) startProc() error {
 	}
 	r.nproc++
 	n := r.nproc
-	logf, err := os.Create(filepath.Join(r.h.dir, r.id, "consumer-"+strconv.Itoa(n)+".log"))
+	logf, err := os.Create(r.logPath(n))
 	if err != nil {
 		return err
 	}
@@ -426,6 +426,14 @@ func (r *run) startProc() error {
 		cmd.Wait()
 		logf.Close()
 		close(p.done)
+		// A process that ended on its own, not by a signal, while the run
+		// went on, gave up: status 1 is an error it returned (a server it
+		// could not reach at start), anything else a crash of its own.
+		exit := event{proc: n, at: time.Now(), kind: evExit}
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Exited() {
+			exit.detail = strconv.Itoa(ws.ExitStatus())
+			exit.note = logTail(r.logPath(n), 5)
+		}
 		r.mu.Lock()
 		delete(r.procs, n)
 		if p.plan != nil && !p.selfKill {
@@ -434,7 +442,10 @@ func (r *run) startProc() error {
 			r.plan = append([]killPlan{*p.plan}, r.plan...)
 		}
 		restart := !r.stopped
-		r.evs = append(r.evs, event{proc: n, at: time.Now(), kind: evExit})
+		if r.stopped {
+			exit.detail = ""
+		}
+		r.evs = append(r.evs, exit)
 		r.mu.Unlock()
 		if restart {
 			if err := r.startProc(); err != nil {
@@ -443,6 +454,18 @@ func (r *run) startProc() error {
 		}
 	})
 	return nil
+}
+
+// logTail returns the last n lines of the file at path.
+func logTail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], " | ")
+}
+
+// logPath is where process n's standard error goes.
+func (r *run) logPath(n int) string {
+	return filepath.Join(r.h.dir, r.id, "consumer-"+strconv.Itoa(n)+".log")
 }
 
 // evExit is the harness's own event: the process ended.

@@ -30,6 +30,7 @@ type report struct {
 	Refused                int // fenced effects refused
 	Lost                   int // keys without an effect
 	DeadLetters            int
+	ConsumerErrors         int // consumer processes that gave up with an error and were replaced
 	Unsettled              int // messages the broker still held once the consumers stopped
 
 	LostOutcomes int    // outcomes a Redis restart lost
@@ -107,6 +108,13 @@ func (r *run) analyze(effects map[string]int, unsettled int, elapsed time.Durati
 				allow[k]++
 			}
 			delete(open, ev.proc)
+			switch ev.detail {
+			case "":
+			case "1":
+				rep.ConsumerErrors++
+			default:
+				rep.fail("consumer process %d exited with status %s on its own: %s", ev.proc, ev.detail, ev.note)
+			}
 		}
 	}
 	for _, res := range r.restarts {
@@ -206,6 +214,9 @@ func (r *report) line() string {
 	verdict := "ok"
 	if !r.ok() {
 		verdict = "FAIL: " + strings.Join(r.Failures, "; ")
+	}
+	if r.ConsumerErrors > 0 {
+		verdict = fmt.Sprintf("%d consumers gave up with an error and were replaced; %s", r.ConsumerErrors, verdict)
 	}
 	s := fmt.Sprintf("%-34s msgs %d (+%d dup) deliveries %d kills %d [%s] restarts %d pg-terminated %d drops %d | effects/key %d..%d dup %d (explained %d) refused %d lost %d | %v | %s",
 		r.cfg.Name, r.Messages, r.Published-r.Messages, r.Deliveries, r.totalKills(), r.killsString(), r.RedisRestarts,

@@ -48,3 +48,14 @@ BENCH_REDIS := redis://$(or $(IDEM_REDIS_ADDR),127.0.0.1:6379)/0
 BENCH_PG    := $(or $(IDEM_POSTGRES_URL),postgres://postgres@127.0.0.1:5432/test?sslmode=disable)
 bench:
 	@set -e; for s in mem:// '$(BENCH_REDIS)' '$(BENCH_PG)'; do go run ./cmd/idem bench store --store "$$s"; done
+
+# make faults: the fault suite (integration/faults, FAULTS.md). Consumer
+# processes killed with SIGKILL at every point of a message's handling,
+# Redis crashed and restarted, the consumers' PostgreSQL backends
+# terminated and their broker connections cut, on every broker and store;
+# under 15 minutes. Its short profile is integration/faults's
+# TestShortProfile, which the unit step of make test runs with the rest of
+# the integration module. FAULTS_MD=file also writes the table of runs.
+.PHONY: faults
+faults: services
+	cd integration && go run ./faults -profile full $(if $(FAULTS_MD),-md $(abspath $(FAULTS_MD)))

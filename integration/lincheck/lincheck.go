@@ -4,12 +4,27 @@
 // Claim, Complete, Fail, Release, Extend and Get calls on a few keys and
 // hands it to porcupine with a model of the state machine.
 //
-// Leases are long, so no lease or record expires during a check: expiry
-// is the conformance suite's business (package idemtest), linearity this
-// package's.
+// The model holds the store's clock. By default leases and retentions are
+// an hour, so nothing expires during a check. With the durations of
+// [Expiring] (tens of milliseconds) leases run out, other clients take
+// over, late holders finish and records are forgotten and claimed anew in
+// the middle of the history. A store reads its own clock (memstore
+// time.Now, Redis its server time, PostgreSQL statement_timestamp(),
+// dynamostore the calling host's), at
+// an instant the checker knows only to lie inside the call; the machine's
+// servers share the host clock, so the model knows every lease end and
+// expiry as an interval: a lease granted by a call made in [c, r] ends in
+// [c+L, r+L]. A later claim made in [c2, r2] must answer Busy when r2 is
+// before that interval, must take over when c2 is after it, and may do
+// either in between; the answer it gives narrows the interval. Record
+// expiry after the retention, Extend, Release and the outcomes' retention
+// are modelled the same way. Options.Tolerance widens every call's
+// interval by how far the store's clock may be from the checker's
+// (Redis keeps expiries in whole milliseconds).
 package lincheck
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,12 +42,44 @@ import (
 )
 
 // Options size a check. The zero value checks 6 clients doing 60 calls
-// each on 8 keys: keys reach an outcome quickly, after which every call is
-// a duplicate, so enough keys keep the interesting in-progress phase busy.
+// each on 8 keys, with leases and retentions of an hour: keys reach an
+// outcome quickly, after which every call is a duplicate, so enough keys
+// keep the interesting in-progress phase busy.
 type Options struct {
 	Clients, Calls, Keys int
 	Seed                 uint64 // 0: random
+
+	// Lease is the lease of every Claim; an Extend asks for half, once or
+	// twice it. Retention is every Claim's retention, OutcomeRetention
+	// every Complete's and Fail's. Default one hour each: nothing expires.
+	Lease, Retention, OutcomeRetention time.Duration
+
+	// Think is the longest pause a client takes before each call (a
+	// uniformly random pause up to it), so that the history spans several
+	// leases and retentions. Default none.
+	Think time.Duration
+
+	// Tolerance is how far the store's clock may be from this process's
+	// clock (time.Now), added on both sides of every call's interval.
+	// Default 2ms: Redis keeps expiries in whole milliseconds and reads its
+	// clock to the millisecond. Negative: none.
+	Tolerance time.Duration
 }
+
+// Expiring returns the options of a check in which leases and records
+// expire during the history: leases of 20ms, records kept 30ms after the
+// lease and outcomes 50ms, clients pausing up to 8ms between calls, on 3
+// keys so that each key sees many calls per lease.
+func Expiring() Options {
+	return Options{
+		Clients: 5, Calls: 60, Keys: 3,
+		Lease: 20 * time.Millisecond, Retention: 30 * time.Millisecond, OutcomeRetention: 50 * time.Millisecond,
+		Think: 8 * time.Millisecond,
+	}
+}
+
+// DefaultTolerance is the default of Options.Tolerance.
+const DefaultTolerance = 2 * time.Millisecond
 
 const maxAttempts = 3
 
@@ -55,124 +102,40 @@ type input struct {
 	key   string
 	token idem.Token
 	value string
+	lease int64 // Claim's and Extend's lease, ns
+	ret   int64 // Claim's, Complete's or Fail's retention, ns
+	at    span  // the instant the store read its clock: inside the call, give or take the tolerance
+}
+
+func (i input) fingerprint() string {
+	if i.kind == claimOther {
+		return "other"
+	}
+	return "fp"
 }
 
 type output struct {
 	err     string // "", "reused", "lost", "notfound"
 	outcome idem.Outcome
-	token   idem.Token // Acquired: the new token; Busy: the record's (none); Get: the record's
+	token   idem.Token // Acquired: the new token; Get: the record's
 	attempt int
 	status  idem.Status
 	result  string
-}
-
-// state is one key's record in the model.
-type state struct {
-	exists  bool
-	status  idem.Status
-	token   idem.Token // 0 once released
-	attempt int
-	fp      string
-	result  string
-}
-
-func step(st, in, out any) (bool, any) {
-	s, i, o := st.(state), in.(input), out.(output)
-	switch i.kind {
-	case claim, claimOther:
-		fp := "fp"
-		if i.kind == claimOther {
-			fp = "other"
-		}
-		switch {
-		case !s.exists:
-			ok := o.err == "" && o.outcome == idem.Acquired && o.attempt == 1 && o.token != 0
-			return ok, state{exists: true, status: idem.StatusInProgress, token: o.token, attempt: 1, fp: fp}
-		case s.fp != fp:
-			return o.err == "reused", s
-		case s.status.Done():
-			return o.err == "" && o.outcome == idem.Duplicate && o.status == s.status && o.result == s.result, s
-		case s.token != 0: // lease live (leases never expire here); a Busy answer carries no token
-			return o.err == "" && o.outcome == idem.Busy && o.token == 0 && o.attempt == s.attempt, s
-		case s.attempt >= maxAttempts:
-			n := s
-			n.status, n.result = idem.StatusFailed, string(idem.TooManyAttemptsCause())
-			return o.err == "" && o.outcome == idem.Duplicate && o.status == idem.StatusFailed && o.result == n.result, n
-		default:
-			n := s
-			n.token, n.attempt = o.token, s.attempt+1
-			return o.err == "" && o.outcome == idem.Acquired && o.token != 0 && o.attempt == n.attempt, n
-		}
-	case complete, fail, release, extend:
-		holder := s.exists && s.status == idem.StatusInProgress && s.token != 0 && i.token == s.token
-		if !holder {
-			return o.err == "lost", s
-		}
-		if o.err != "" {
-			return false, s
-		}
-		n := s
-		switch i.kind {
-		case complete:
-			n.status, n.result = idem.StatusCompleted, i.value
-		case fail:
-			n.status, n.result = idem.StatusFailed, i.value
-		case release:
-			n.token = 0
-		}
-		return true, n
-	case get:
-		if !s.exists {
-			return o.err == "notfound", s
-		}
-		return o.err == "" && o.status == s.status && o.token == s.token && o.attempt == s.attempt && o.result == s.result, s
-	}
-	return false, s
-}
-
-var model = porcupine.Model{
-	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
-		byKey := map[string][]porcupine.Operation{}
-		var keys []string
-		for _, op := range h {
-			k := op.Input.(input).key
-			if _, ok := byKey[k]; !ok {
-				keys = append(keys, k)
-			}
-			byKey[k] = append(byKey[k], op)
-		}
-		parts := make([][]porcupine.Operation, 0, len(keys))
-		for _, k := range keys {
-			parts = append(parts, byKey[k])
-		}
-		return parts
-	},
-	Init:              func() any { return state{} },
-	Step:              step,
-	DescribeOperation: func(in, out any) string { return describe(in.(input), out.(output)) },
-	DescribeState:     func(st any) string { return fmt.Sprintf("%+v", st.(state)) },
-}
-
-// describe shows one call and its answer.
-func describe(i input, o output) string {
-	return fmt.Sprintf("%s(t%d %q) → %v t%d a%d %v %q %s", kindNames[i.kind], i.token, i.value, o.outcome, o.token, o.attempt, o.status, o.result, o.err)
 }
 
 // Check runs a random concurrent history on s and fails t if it is not
 // linearizable; the history is then written as an HTML visualization
 // under t's temporary directory (or $LINCHECK_DIR) and its path logged.
-func Check(t testing.TB, s idem.Store, o Options) {
+// It also fails t when a token was handed out twice for a key. It returns
+// what the history held, for a caller to show that expiry happened.
+func Check(t testing.TB, s idem.Store, o Options) Stats {
 	t.Helper()
-	clients, calls, nkeys := max(o.Clients, 1), max(o.Calls, 1), max(o.Keys, 1)
-	if o.Clients == 0 {
-		clients = 6
-	}
-	if o.Calls == 0 {
-		calls = 60
-	}
-	if o.Keys == 0 {
-		nkeys = 8
-	}
+	clients, calls, nkeys := cmp.Or(max(o.Clients, 0), 6), cmp.Or(max(o.Calls, 0), 60), cmp.Or(max(o.Keys, 0), 8)
+	lease := cmp.Or(o.Lease, time.Hour)
+	retention := cmp.Or(o.Retention, time.Hour)
+	outcomeRetention := cmp.Or(o.OutcomeRetention, time.Hour)
+	tol := cmp.Or(o.Tolerance, DefaultTolerance)
+	tol = max(tol, 0)
 	seed := o.Seed
 	if seed == 0 {
 		seed = rand.Uint64()
@@ -187,7 +150,6 @@ func Check(t testing.TB, s idem.Store, o Options) {
 	// and foreign tokens, which fencing must refuse.
 	var mu sync.Mutex
 	tokens := map[string][]idem.Token{}
-	start := time.Now()
 	history := make([][]porcupine.Operation, clients)
 	var wg sync.WaitGroup
 	for c := range clients {
@@ -197,7 +159,10 @@ func Check(t testing.TB, s idem.Store, o Options) {
 			for n := range calls {
 				key := keys[r.IntN(len(keys))]
 				in := input{kind: kind(r.IntN(len(kindNames))), key: key}
-				if in.kind != claim && in.kind != get && in.kind != claimOther {
+				switch in.kind {
+				case claim, claimOther:
+					in.lease, in.ret = int64(lease), int64(retention)
+				case complete, fail, release, extend:
 					mu.Lock()
 					all := tokens[key]
 					mu.Unlock()
@@ -209,10 +174,18 @@ func Check(t testing.TB, s idem.Store, o Options) {
 					if in.kind == fail {
 						in.value = string(idem.EncodeFailure(errors.New(in.value)))
 					}
+					in.ret = int64(outcomeRetention)
+					in.lease = int64(lease) / 2 << r.IntN(3)
 				}
-				call := time.Since(start).Nanoseconds()
+				if o.Think > 0 {
+					// The workload's pacing: a client's calls spread
+					// over several leases, as a holder's would.
+					time.Sleep(time.Duration(r.Int64N(int64(o.Think))))
+				}
+				call := time.Now().UnixNano()
 				out := do(s, in)
-				ret := time.Since(start).Nanoseconds()
+				ret := time.Now().UnixNano()
+				in.at = span{call - int64(tol), ret + int64(tol)}
 				if out.outcome == idem.Acquired {
 					mine[key] = out.token
 					mu.Lock()
@@ -223,7 +196,9 @@ func Check(t testing.TB, s idem.Store, o Options) {
 			}
 		})
 	}
+	began := time.Now()
 	wg.Wait()
+	ran := time.Since(began)
 	var ops []porcupine.Operation
 	for _, h := range history {
 		ops = append(ops, h...)
@@ -236,13 +211,32 @@ func Check(t testing.TB, s idem.Store, o Options) {
 			t.Fatalf("lincheck: the store failed a call, so the history cannot be judged: %s", describe(op.Input.(input), out))
 		}
 	}
+	// Tokens are unique per key across its whole history, records that
+	// expired and were claimed anew included. The model does not hold
+	// every past token, so this is checked here.
+	for key, ts := range tokens {
+		seen := map[idem.Token]bool{}
+		for _, tok := range ts {
+			if seen[tok] {
+				t.Fatalf("lincheck: token %d was handed out twice for key %q (seed %d)", tok, key, seed)
+			}
+			seen[tok] = true
+		}
+	}
 	res, info := porcupine.CheckOperationsVerbose(model, ops, 30*time.Second)
+	t.Logf("lincheck: %d calls in %v, checked in %v", len(ops), ran.Round(time.Millisecond), (time.Since(began) - ran).Round(time.Millisecond))
 	switch res {
 	case porcupine.Ok:
-		return
+		var st Stats
+		for _, part := range info.PartialLinearizationsOperations() {
+			if len(part) > 0 {
+				st.Add(count(part[0]))
+			}
+		}
+		return st
 	case porcupine.Unknown:
 		t.Logf("lincheck: the checker timed out on %d operations (seed %d): inconclusive", len(ops), seed)
-		return
+		return Stats{}
 	}
 	dir := os.Getenv("LINCHECK_DIR")
 	if dir == "" {
@@ -254,6 +248,7 @@ func Check(t testing.TB, s idem.Store, o Options) {
 		f.Close()
 	}
 	t.Fatalf("lincheck: history of %d operations (seed %d) is not linearizable; visualization: %s", len(ops), seed, path)
+	return Stats{}
 }
 
 // do runs one call and turns its answer into the model's output.
@@ -264,24 +259,18 @@ func do(s idem.Store, in input) output {
 	var out output
 	switch in.kind {
 	case claim, claimOther:
-		fp := "fp"
-		if in.kind == claimOther {
-			fp = "other"
-		}
 		var c idem.Claim
-		c, err = s.Claim(ctx, idem.ClaimArgs{Key: in.key, Fingerprint: []byte(fp), Lease: time.Hour, Retention: time.Hour, MaxAttempts: maxAttempts})
+		c, err = s.Claim(ctx, idem.ClaimArgs{Key: in.key, Fingerprint: []byte(in.fingerprint()),
+			Lease: time.Duration(in.lease), Retention: time.Duration(in.ret), MaxAttempts: maxAttempts})
 		out = output{outcome: c.Outcome, token: c.Token, attempt: c.Record.Attempt, status: c.Record.Status, result: string(c.Record.Result)}
-		if c.Outcome == idem.Busy {
-			out.token = c.Record.Token
-		}
 	case complete:
-		err = s.Complete(ctx, in.key, in.token, []byte(in.value), time.Hour)
+		err = s.Complete(ctx, in.key, in.token, []byte(in.value), time.Duration(in.ret))
 	case fail:
-		err = s.Fail(ctx, in.key, in.token, []byte(in.value), time.Hour)
+		err = s.Fail(ctx, in.key, in.token, []byte(in.value), time.Duration(in.ret))
 	case release:
 		err = s.Release(ctx, in.key, in.token)
 	case extend:
-		err = s.Extend(ctx, in.key, in.token, time.Hour)
+		err = s.Extend(ctx, in.key, in.token, time.Duration(in.lease))
 	case get:
 		var r idem.Record
 		r, err = s.Get(ctx, in.key)

@@ -1,0 +1,69 @@
+// Command faults is idem's fault suite: it runs consumer processes against
+// a real broker and a real store, kills them with SIGKILL at every point of
+// a message's handling, crashes and restarts the store, terminates the
+// consumers' PostgreSQL backends and cuts their broker connections, and
+// counts the side effects in a PostgreSQL ledger: exactly one per message
+// where idem promises it, and no message lost anywhere. FAULTS.md at the
+// root of the repository holds the table of runs and what each kill point
+// does to each store and mode.
+//
+//	make faults                                          # every profile run: under 15 minutes
+//	cd integration && go run ./faults -profile short     # what make test runs (TestShortProfile)
+//	cd integration && go run ./faults -run 'nats/pg'     # the runs whose name matches
+//	cd integration && go run ./faults -broken no-fence   # a broken consumer: the suite fails
+//
+// # A run
+//
+// A run starts K consumer processes (this same binary, `faults consume`),
+// publishes N messages, a quarter of them twice, over a few seconds, and
+// meanwhile injects its faults at random moments. Each consumer process
+// consumes through the broker's idem adapter (idemnats, …) with a Guard
+// over the run's store, and kills itself at the point and count the
+// harness gave it:
+//
+//	before-claim    a delivery arrived; its key is not claimed
+//	before-effect   the key is claimed and the handler runs; no side effect yet
+//	after-effect    the side effect is applied (tx mode: written in the transaction, not committed)
+//	after-commit    tx mode: the transaction with the effect and the outcome committed
+//	after-outcome   the outcome is stored; the message is not acked
+//
+// and the harness SIGKILLs a random process at random moments too. A dead
+// process is replaced at once. A run ends when the broker holds no unacked
+// message: nothing is in flight then, and nothing will be delivered again.
+//
+// The stores: pgstore (records in PostgreSQL), pgstore's TxGuard (the side
+// effect and the outcome in one transaction), redisstore on a
+// redis-server the harness starts on a port of its own (with appendonly
+// and appendfsync always, or without appendonly: a restart loses every
+// record), and memstore (one process; its records die with it). The side
+// effect is a row in the ledger's effects table: unfenced (one more row,
+// whatever happened before), fenced (the row is written only by the
+// statement that records the key's fencing token, so a second holder
+// finds the effect applied under another token and does not apply it), or
+// in the TxGuard's transaction.
+//
+// # What is asserted
+//
+// Every message has at least one effect and is acked; nothing is
+// dead-lettered. Exactly-once configurations (tx, fenced) have exactly one
+// effect per message. A duplicate effect (unfenced) or a fence refusal
+// (fenced) is allowed only for a key whose window, from just before its
+// side effect to its stored outcome (with memstore: its ack), was open when
+// its process died, or whose side effect or outcome write failed with an
+// unknown result (a terminated backend, a restarted Redis), or whose
+// stored outcome a Redis restart lost; one per such event. Redis with
+// appendfsync always loses no stored outcome in a restart; without
+// appendonly, the outcomes it lost and when they were stored are reported.
+// Every kill point of the run's mode is hit at least once.
+//
+// The consumer has broken builds, chosen with -broken, each of which
+// breaks one rule and must make the suite fail: ack-first (acks before
+// the handler runs, so before the outcome is stored: messages lost),
+// no-fence (fenced mode without the token check: duplicates) and
+// effect-outside-tx (tx mode with the effect written outside the
+// transaction: duplicates).
+//
+// Environment: IDEM_POSTGRES_URL and the brokers' variables (IDEM_NATS_URL)
+// as for the tests; IDEMFAULTS_KEEP=1 keeps each run's ledger schema,
+// consumer logs and event log.
+package main

@@ -105,7 +105,7 @@ func runChild() int {
 // awaitOutcomes waits until every key with an effect has its outcome
 // stored.
 func awaitOutcomes(ctx context.Context, rdb *redis.Client, g *idem.Guard, prefix string) error {
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	for deadline := time.Now().Add(time.Minute); ; {
 		effected, err := rdb.Keys(ctx, prefix+"effects:*").Result()
 		if err != nil {
 			return err
@@ -121,7 +121,7 @@ func awaitOutcomes(ctx context.Context, rdb *redis.Client, g *idem.Guard, prefix
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%d effects without an outcome after 10s", pending)
+			return fmt.Errorf("%d effects without an outcome after a minute", pending)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -150,7 +150,9 @@ func TestKilledConsumer(t *testing.T) {
 		publish(t, js, subject(s, "jobs"), "job "+key(i), jetstream.MsgIDHeader, key(i))
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Generous: on a loaded machine the child's fetches and outcomes
+	// before the kill can take tens of seconds.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	child := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
 	child.Env = append(os.Environ(), childEnv+"="+s.CachedInfo().Config.Name, childPrefixEnv+"="+prefix, childVictimEnv+"="+victim)

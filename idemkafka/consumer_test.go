@@ -137,9 +137,9 @@ func TestRebalanceMidStream(t *testing.T) {
 		for lo := 0; lo < orders; lo += 20 {
 			var recs []*kgo.Record
 			for i := lo; i < lo+20; i++ {
-				recs = append(recs, keyed(topic, 0, keys[i], keys[i]))
+				recs = append(recs, keyed(topic, int32(i%6), keys[i], keys[i]))
 				if i%7 == 0 {
-					recs = append(recs, keyed(topic, 0, keys[i], keys[i]))
+					recs = append(recs, keyed(topic, int32((i+1)%6), keys[i], keys[i]))
 				}
 			}
 			produce(t, c, recs...)

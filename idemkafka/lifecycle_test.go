@@ -100,14 +100,7 @@ func TestStuckPartitionDoesNotStallOthers(t *testing.T) {
 		keys = append(keys, k)
 		recs = append(recs, keyed(topic, int32(i%2), k, k))
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	cl.Close()
+	produce(t, c, recs...)
 
 	l := newLedger()
 	b := newBlocker("k-0-000") // the first record of partition 0

@@ -13,24 +13,19 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemkafka"
+	"github.com/idemgo/idem/idemkafka/internal/kafkatest"
 	"github.com/idemgo/idem/memstore"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// groupTimeout bounds a test that waits on consumer-group rebalances,
-// which take seconds on kfake.
-const groupTimeout = 60 * time.Second
+const groupTimeout = kafkatest.GroupTimeout
 
 // newCluster starts an in-process Kafka cluster with the topics given (name
 // → partitions), closed when t ends.
 func newCluster(t testing.TB, topics map[string]int32) *kfake.Cluster {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := kafkatest.NewCluster(t)
 	for name, n := range topics {
 		if err := c.CreateTopic(name, n, nil); err != nil {
 			t.Fatal(err)
@@ -39,38 +34,20 @@ func newCluster(t testing.TB, topics map[string]int32) *kfake.Cluster {
 	return c
 }
 
-// produce publishes recs and waits for their acknowledgement.
+// produce publishes recs on the partitions they name.
 func produce(t testing.TB, c *kfake.Cluster, recs ...*kgo.Record) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("unused"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	kafkatest.Produce(t, c.ListenAddrs(), recs...)
 }
 
-// keyed returns a record for topic with the idempotency key header.
-func keyed(topic string, partition int32, key, value string) *kgo.Record {
-	return &kgo.Record{Topic: topic, Partition: partition, Value: []byte(value),
-		Headers: []kgo.RecordHeader{{Key: idemkafka.DefaultKeyHeader, Value: []byte(key)}}}
-}
+var (
+	keyed     = kafkatest.Keyed
+	headerKey = kafkatest.HeaderKey
+	await     = kafkatest.Await
+)
 
-// clientOpts are the test clients' options: quick fetches and rebalances.
 func clientOpts(c *kfake.Cluster, group string, topics ...string) []kgo.Opt {
-	return []kgo.Opt{
-		kgo.SeedBrokers(c.ListenAddrs()...),
-		kgo.ConsumerGroup(group),
-		kgo.ConsumeTopics(topics...),
-		kgo.FetchMaxWait(100 * time.Millisecond),
-		kgo.HeartbeatInterval(200 * time.Millisecond),
-		kgo.SessionTimeout(6 * time.Second),
-		kgo.RebalanceTimeout(20 * time.Second),
-	}
+	return kafkatest.ClientOpts(c.ListenAddrs(), group, topics...)
 }
 
 func newMem(t testing.TB) *memstore.Store {
@@ -190,33 +167,11 @@ func (l *ledger) handler(ctx context.Context, r *kgo.Record) error {
 	return nil
 }
 
-func headerKey(r *kgo.Record) string {
-	for _, h := range r.Headers {
-		if h.Key == idemkafka.DefaultKeyHeader {
-			return string(h.Value)
-		}
-	}
-	return ""
-}
-
 // count returns the keys with at least one effect.
 func (l *ledger) count() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.effects)
-}
-
-// await waits until cond holds, checking whenever the ledger changes and
-// every 50ms, and fails t after timeout.
-func await(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // wantOnce fails unless each of keys had exactly one effect and no key ran

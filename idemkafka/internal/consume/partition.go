@@ -30,6 +30,8 @@ type Partition struct {
 	done     chan struct{} // closed when the worker exits
 
 	replayed int // duplicates among the records finished since the last EventBatch (worker only)
+	failures int // how often the record at failedAt failed in a row, not counting busy keys (worker only)
+	failedAt int64
 
 	mu        sync.Mutex
 	queue     []*kgo.Record
@@ -169,6 +171,12 @@ func (p *Partition) handle(recs []*kgo.Record) bool {
 		}
 		alone = true
 		r := items[0].Rec
+		if !errors.Is(err, idem.ErrInProgress) {
+			if p.failures == 0 || p.failedAt != r.Offset {
+				p.failures, p.failedAt = 0, r.Offset
+			}
+			p.failures++
+		}
 		delay := backoff/2 + rand.N(backoff/2+1)
 		level := slog.LevelWarn
 		if errors.Is(err, idem.ErrInProgress) {
@@ -200,8 +208,18 @@ func (p *Partition) advance(r *kgo.Record, n int, took time.Duration) {
 	if p.c.marks {
 		p.client.MarkCommitOffsets(map[string]map[int32]kgo.EpochOffset{p.Topic: {p.Partition: next}})
 	}
+	p.failures = 0
 	p.c.observe(p.ctx, Event{Kind: EventBatch, Topic: p.Topic, Partition: p.Partition, Offset: next.Offset, Lag: lag, Records: n, Replayed: p.replayed, Duration: took})
 	p.replayed = 0
+}
+
+// Failures returns how many times in a row r failed to finish, a busy key
+// not counted: for a Processor that stops a poison record itself.
+func (p *Partition) Failures(r *kgo.Record) int {
+	if p.failures > 0 && p.failedAt == r.Offset {
+		return p.failures
+	}
+	return 0
 }
 
 // Replayed counts n records the Processor finished as duplicates, for the

@@ -34,7 +34,9 @@ var ErrNotRun = errors.New("idem: not run: an earlier operation of the batch did
 // the store implements [BatchClaimer], every key is claimed in one round
 // trip before the first fn runs, and where it implements
 // [BatchCompleter], the values are stored in one round trip once the last
-// fn returned. Other stores get one DoScoped call per operation.
+// fn returned (or, in a batch of slow operations, every 50ms, so that
+// duplicates waiting elsewhere do not wait for the whole batch). Other
+// stores get one DoScoped call per operation.
 //
 // The guarantees are Do's, for every operation: fn runs at most once to
 // completion per key, under a context that carries the key's token and is
@@ -143,7 +145,16 @@ type batch struct {
 	calls []call            // by operation; the claim's state when acquired
 	fnCtx []context.Context // by operation, when acquired
 	lead  map[int]int       // follower → the earlier operation with its key
+
+	ran     bool      // values wait to be stored
+	flushed time.Time // when values were last stored, or the operations began
 }
+
+// batchFlush is how long a batch keeps the values of operations that ran
+// before it stores them, though operations remain: a long batch (slow
+// operations) does not hold its keys, which duplicates elsewhere wait for,
+// to its end.
+const batchFlush = 50 * time.Millisecond
 
 func (b *batch) run(bc BatchClaimer) {
 	g := b.g
@@ -190,6 +201,7 @@ func (b *batch) run(bc BatchClaimer) {
 		}
 	}()
 	stopped := false
+	b.flushed = time.Now()
 	for i := range b.ops {
 		if stopped {
 			b.skip(i)
@@ -197,6 +209,9 @@ func (b *batch) run(bc BatchClaimer) {
 		}
 		switch b.state[i] {
 		case opAcquired:
+			if b.ran && time.Since(b.flushed) >= batchFlush {
+				b.complete()
+			}
 			b.runOne(i)
 		case opWait:
 			b.complete() // hold no key while waiting for another holder's
@@ -323,6 +338,7 @@ func (b *batch) runOne(i int) {
 	case ferr == nil:
 		b.res[i].Value = value
 		b.state[i] = opRan // the heartbeat keeps the lease until it is stored
+		b.ran = true
 		return
 	case IsPermanent(ferr):
 		g.hb.stop(c)
@@ -383,6 +399,7 @@ func (b *batch) complete() {
 		return
 	}
 	start := time.Now()
+	b.ran, b.flushed = false, start
 	errs := make([]error, len(cs))
 	octx, cancel := context.WithTimeout(context.WithoutCancel(b.ctx), g.cfg.StoreTimeout)
 	if bc, ok := g.store.(BatchCompleter); ok {

@@ -3,11 +3,16 @@ package idem_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/memstore"
 )
 
 // plainStore hides the batch calls of the store under it.
@@ -85,4 +90,55 @@ func TestDoBatchTokenAndObserver(t *testing.T) {
 	if seen[idem.OpClaim] != 2 || seen[idem.OpRun] != 2 || seen[idem.OpComplete] != 2 {
 		t.Fatalf("observer saw %v, want 2 claims, runs and completes", seen)
 	}
+}
+
+// In a batch of slow operations, values are stored as the batch goes, not
+// only at its end: a duplicate elsewhere waits for one operation, not for
+// the batch. Fast operations are stored together, in one round trip.
+func TestDoBatchStoresSlowValuesEarly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, err := memstore.New(memstore.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		cs := &completeCounter{Store: s}
+		g, err := idem.New(cs, idem.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		ops := []idem.BatchOp{{Key: "fast-1"}, {Key: "fast-2"}, {Key: "slow"}, {Key: "next"}, {Key: "last"}}
+		res := g.DoBatch(context.Background(), ops, func(ctx context.Context, i int) ([]byte, error) {
+			switch ops[i].Key {
+			case "slow":
+				time.Sleep(60 * time.Millisecond) // longer than a batch keeps values
+			case "next":
+				rec, err := s.Get(ctx, g.StoreKey("slow"))
+				if err != nil || rec.Status != idem.StatusCompleted {
+					return nil, fmt.Errorf("the slow operation's record while the batch goes on: %v, %v; want Completed", rec.Status, err)
+				}
+			}
+			return []byte("v"), nil
+		})
+		for _, r := range res {
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+		}
+		if n := cs.batches.Load(); n != 2 {
+			t.Fatalf("%d CompleteBatch calls, want 2: the three before the slow one's end, the two after", n)
+		}
+	})
+}
+
+// completeCounter counts the CompleteBatch calls of a memstore.
+type completeCounter struct {
+	*memstore.Store
+	batches atomic.Int32
+}
+
+func (c *completeCounter) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]error, error) {
+	c.batches.Add(1)
+	return c.Store.CompleteBatch(ctx, cs)
 }

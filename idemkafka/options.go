@@ -168,7 +168,7 @@ func positive(name string, d time.Duration, set func(*consume.Options)) Option {
 
 // WithRetryBackoff sets the pauses before a record that could not be
 // finished (busy key, store down, retryable error) is tried again: first,
-// doubling up to longest, with jitter. Default 50ms to 5s.
+// doubling up to longest, with jitter. Default 10ms to 5s.
 func WithRetryBackoff(first, longest time.Duration) Option {
 	return func(o *consume.Options) {
 		if first <= 0 || longest <= 0 {

@@ -176,7 +176,13 @@ func doBatchRoundTrips(t *testing.T, e *env) {
 	case claimSpy:
 		want = [4]int32{1, 0, 0, int32(len(keys))}
 	}
-	if got := [4]int32{sp.claimBatches.Load(), sp.completeBatches.Load(), sp.claims.Load(), sp.completes.Load()}; got != want {
+	got := [4]int32{sp.claimBatches.Load(), sp.completeBatches.Load(), sp.claims.Load(), sp.completes.Load()}
+	if want[1] == 1 && got[1] > 1 {
+		// A batch that ran past 50ms (a loaded machine) stores its values
+		// as it goes: still no per-key call.
+		want[1] = got[1]
+	}
+	if got != want {
 		t.Fatalf("a batch of %d new keys made %v ClaimBatch, CompleteBatch, Claim and Complete calls; want %v", len(keys), got, want)
 	}
 	// Again: every key is a duplicate, answered by the one claim round trip.

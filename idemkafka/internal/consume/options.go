@@ -17,7 +17,7 @@ const (
 	DefaultMaxBatch       = 500
 	DefaultCommitInterval = time.Second
 	DefaultDrainTimeout   = 10 * time.Second
-	DefaultMinBackoff     = 50 * time.Millisecond
+	DefaultMinBackoff     = 10 * time.Millisecond
 	DefaultMaxBackoff     = 5 * time.Second
 	DeadLetterSuffix      = ".dlq"
 )

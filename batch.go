@@ -59,7 +59,8 @@ var ErrNotRun = errors.New("idem: not run: an earlier operation of the batch did
 // (ErrStoreUnavailable), the lease was lost, ctx ended or the Guard was
 // closed. That operation's result carries the error, and every later one
 // ErrNotRun. Operations finish with a value (fresh or replayed), a
-// permanent error (stored or replayed), ErrKeyReused or ErrInvalidKey.
+// permanent error (stored or replayed), ErrKeyReused, ErrInvalidKey, or
+// ErrValueTooLarge (the operation ran; its value was too large to keep).
 // The values are stored after the last fn returned: a store failure then
 // is each such result's error (ErrStoreUnavailable, or ErrLeaseLost when
 // another holder took the key over), with fn's value in Result.Value, as
@@ -120,7 +121,7 @@ func stops(err error) bool {
 	case errors.Is(err, ErrStoreUnavailable), errors.Is(err, ErrLeaseLost):
 		return true // also when joined to a permanent error whose Fail failed
 	}
-	return !IsPermanent(err) && !errors.Is(err, ErrKeyReused) && !errors.Is(err, ErrInvalidKey)
+	return !IsPermanent(err) && !errors.Is(err, ErrKeyReused) && !errors.Is(err, ErrInvalidKey) && !errors.Is(err, ErrValueTooLarge)
 }
 
 // opState is where an operation of a batch stands.
@@ -162,7 +163,7 @@ func (b *batch) run(bc BatchClaimer) {
 	var idx []int // args[k] claims ops[idx[k]]
 	first := make(map[string]int, len(b.ops))
 	for i, op := range b.ops {
-		if err := g.validKey(op.Scope, op.Key); err != nil {
+		if err := g.cfg.CheckKey(op.Scope, op.Key); err != nil {
 			b.res[i].Err = err
 			continue
 		}
@@ -276,7 +277,7 @@ func (b *batch) claim(bc BatchClaimer, args []ClaimArgs, idx []int) {
 			b.state[i] = opAcquired
 		case cl.Outcome == Duplicate:
 			g.cacheRecord(cl.Record)
-			b.res[i].Result, b.res[i].Err = replay(cl.Record)
+			b.res[i].Result, b.res[i].Err = Replay(cl.Record)
 		case cl.Outcome == Busy && g.cfg.Wait > 0:
 			b.state[i] = opWait
 		case cl.Outcome == Busy:
@@ -342,10 +343,7 @@ func (b *batch) runOne(i int) {
 		return
 	case IsPermanent(ferr):
 		g.hb.stop(c)
-		cause := EncodeFailure(ferr)
-		err := c.outcome(b.ctx, OpFail, func(octx context.Context) error {
-			return g.store.Fail(octx, c.storeKey, c.token, cause, g.cfg.FailedRetention)
-		})
+		cause, err := c.fail(b.ctx, EncodeFailure(ferr), g.cfg.FailedRetention)
 		if err != nil {
 			ferr = errors.Join(ferr, err)
 		} else if g.cache != nil {
@@ -389,11 +387,16 @@ func (b *batch) complete() {
 	var cs []Completion
 	var idx []int
 	for i, s := range b.state {
-		if s == opRan {
-			c := &b.calls[i]
-			cs = append(cs, Completion{Key: c.storeKey, Token: c.token, Value: b.res[i].Value, Retention: g.cfg.Retention})
-			idx = append(idx, i)
+		if s != opRan {
+			continue
 		}
+		c := &b.calls[i]
+		if v := b.res[i].Value; g.maxValue > 0 && len(v) > g.maxValue {
+			b.tooLarge(i, fmt.Errorf("%w: %d bytes, the store keeps %d", ErrValueTooLarge, len(v), g.maxValue))
+			continue
+		}
+		cs = append(cs, Completion{Key: c.storeKey, Token: c.token, Value: b.res[i].Value, Retention: g.cfg.Retention})
+		idx = append(idx, i)
 	}
 	if len(cs) == 0 {
 		return
@@ -423,10 +426,14 @@ func (b *batch) complete() {
 	took := time.Since(start)
 	for k, i := range idx {
 		c := &b.calls[i]
-		g.hb.stop(c)
-		b.state[i] = opDecided
 		err := errs[k]
 		g.observe(b.ctx, Event{Op: OpComplete, Scope: c.scope, Key: c.key, Duration: took, Err: err})
+		if errors.Is(err, ErrValueTooLarge) {
+			b.tooLarge(i, fmt.Errorf("idem: %s (key %q): %w", OpComplete, c.key, err))
+			continue
+		}
+		g.hb.stop(c)
+		b.state[i] = opDecided
 		switch {
 		case err == nil:
 			if g.cache != nil {
@@ -438,6 +445,16 @@ func (b *batch) complete() {
 			b.res[i].Err = fmt.Errorf("%w: %s (key %q): %w", ErrStoreUnavailable, OpComplete, c.key, err)
 		}
 	}
+}
+
+// tooLarge stores cause, which wraps ErrValueTooLarge, as operation i's
+// outcome in place of its value, as Do does: the operation ran, and its
+// duplicates must not run it again.
+func (b *batch) tooLarge(i int, cause error) {
+	c := &b.calls[i]
+	b.g.hb.stop(c)
+	b.state[i] = opDecided
+	b.res[i].Result, b.res[i].Err = c.tooLarge(b.ctx, b.res[i].Value, cause)
 }
 
 // follow answers each follower with its leader's outcome, as a duplicate

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemkafka/internal/consume"
+	"github.com/idemgo/idem/internal/adapter"
 )
 
 // Handler handles one record. It runs at most once to completion per
@@ -95,16 +96,14 @@ func (c processor) Process(ctx context.Context, p *consume.Partition, items []co
 		}
 		if j == i { // no usable key
 			it := items[i]
-			err := it.KeyErr
-			d := consume.DecideKey(err, o.Unkeyed)
-			if d.Action == consume.RunUnguarded {
+			a, guarded := consume.DecideKey(it.KeyErr, o.Unkeyed)
+			if !guarded {
 				if p.Draining() {
 					return done, errDraining
 				}
-				err = c.handle(ctx, it.Rec)
-				d = consume.Decide(err)
+				a = consume.Decide(idem.Result{}, c.handle(ctx, it.Rec))
 			}
-			if err := settle(ctx, p, it, d, err, false); err != nil {
+			if err := settle(ctx, p, it, a); err != nil {
 				return done, err
 			}
 			done++
@@ -123,7 +122,7 @@ func (c processor) Process(ctx context.Context, p *consume.Partition, items []co
 			return nil, c.handle(ctx, seg[k].Rec)
 		})
 		for k, r := range res {
-			if err := settle(ctx, p, seg[k], consume.Decide(r.Err), r.Err, r.Replayed); err != nil {
+			if err := settle(ctx, p, seg[k], consume.Decide(r.Result, r.Err)); err != nil {
 				return done, err
 			}
 			done++
@@ -147,18 +146,18 @@ func (c *Consumer) handle(ctx context.Context, r *kgo.Record) (err error) {
 	return c.h(ctx, r)
 }
 
-// settle carries out decision d for a handled item: nil when it is done
-// (acknowledged, or dead-lettered), else the error that stops the batch
-// before it.
-func settle(ctx context.Context, p *consume.Partition, it consume.Item, d consume.Decision, err error, replayed bool) error {
-	switch d.Action {
-	case consume.Ack:
-		if replayed {
+// settle carries out the policy's action a for a handled item: nil when
+// it is done (acknowledged, or dead-lettered), else the error that stops
+// the batch before it.
+func settle(ctx context.Context, p *consume.Partition, it consume.Item, a adapter.Action) error {
+	switch a.Verdict {
+	case adapter.Ack:
+		if a.Replayed {
 			p.Replayed(1)
 		}
 		return nil
-	case consume.DeadLetter:
-		return p.DeadLetter(ctx, it, d.Cause)
+	case adapter.DeadLetter:
+		return p.DeadLetter(ctx, it, a)
 	}
-	return err
+	return a.Cause
 }

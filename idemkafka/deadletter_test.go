@@ -84,12 +84,13 @@ func TestPoisonRecordsGoToDeadLetterTopic(t *testing.T) {
 		offset int64
 		key    string // "" for none
 		cause  string // a part of the cause
+		reason string
 	}{
-		{1, "declined", "card declined"},
-		{2, "", "no idempotency key"},
-		{3, "", "two \"idempotency-key\" headers"},
-		{4, "ok-1", "reused"},
-		{5, "flaky", "too many attempts"},
+		{1, "declined", "card declined", "permanent"},
+		{2, "", "no idempotency key", "missing-key"},
+		{3, "", "two \"idempotency-key\" headers", "invalid-key"},
+		{4, "ok-1", "reused", "key-reused"},
+		{5, "flaky", "too many attempts", "too-many-attempts"},
 	}
 	for i, w := range want {
 		d := dead[i]
@@ -107,6 +108,9 @@ func TestPoisonRecordsGoToDeadLetterTopic(t *testing.T) {
 		}
 		if v, ok := header(d, idemkafka.HeaderDeadLetterKey); v != w.key || ok != (w.key != "") {
 			t.Errorf("dead letter %d: key header %q (present %v), want %q", i, v, ok, w.key)
+		}
+		if v, _ := header(d, idemkafka.HeaderDeadLetterReason); v != w.reason {
+			t.Errorf("dead letter %d: reason %q, want %q", i, v, w.reason)
 		}
 		if v, _ := header(d, idemkafka.HeaderDeadLetterCause); !strings.Contains(v, w.cause) {
 			t.Errorf("dead letter %d: cause %q, want it to say %q", i, v, w.cause)

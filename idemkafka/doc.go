@@ -32,9 +32,11 @@
 // records of one fetch of a partition (up to [WithMaxBatch]) go through
 // idem.Guard.DoBatch: their keys are claimed in one round trip and their
 // outcomes stored in one, where the store has batch calls (memstore,
-// redisstore and pgstore do). Then, for each record in order:
+// redisstore, pgstore and dynamostore do). Then, for each record in order,
+// by the policy every idem consumer shares:
 //
-//	handler returned nil, or a duplicate         → done
+//	handler returned nil, or a duplicate; an
+//	outcome too large to keep (the handler ran)  → done
 //	permanent error (idem.Permanent), stored or
 //	replayed; idem.ErrTooManyAttempts; a key
 //	reused with another payload; no key; a key
@@ -52,7 +54,7 @@
 //
 // Dead letters go to the record's topic + ".dlq" ([WithDeadLetterTopic])
 // with the original key, value and headers, plus the headers
-// [HeaderDeadLetterCause], [HeaderDeadLetterTopic],
+// [HeaderDeadLetterCause], [HeaderDeadLetterReason], [HeaderDeadLetterTopic],
 // [HeaderDeadLetterPartition], [HeaderDeadLetterOffset] and
 // [HeaderDeadLetterKey]. A dead letter is produced at least once: a record
 // whose permanent failure was stored, but whose dead letter was not

@@ -23,7 +23,8 @@ const (
 
 // The headers a dead letter carries besides the original record's.
 const (
-	HeaderDeadLetterCause     = consume.HeaderCause     // the error that made it a dead letter
+	HeaderDeadLetterCause     = consume.HeaderCause     // the error that made it a dead letter, at most 1 KiB
+	HeaderDeadLetterReason    = consume.HeaderReason    // why, in a word: permanent, too-many-attempts, missing-key, invalid-key, key-reused
 	HeaderDeadLetterTopic     = consume.HeaderTopic     // the original topic
 	HeaderDeadLetterPartition = consume.HeaderPartition // the original partition, in decimal
 	HeaderDeadLetterOffset    = consume.HeaderOffset    // the original offset, in decimal

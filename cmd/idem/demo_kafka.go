@@ -47,16 +47,21 @@ func demoKafka(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (na
 	stream := newStream(o.seed, o.messages, o.dupRate)
 	plan := crashPlan{seed: o.seed, rate: o.crashRate}
 	fmt.Fprintf(stdout, "idem demo: %d orders, %d consumers, dup rate %v, crash rate %v, store %s\n",
-		o.messages, o.consumers, o.dupRate, o.crashRate, o.store)
+		o.messages, o.consumers, o.dupRate, o.crashRate, redactURL(o.store))
 	fmt.Fprintf(stdout, "broker: Kafka, an in-process cluster (kfake) at %s, topics of %d partitions\n",
 		strings.Join(cluster.ListenAddrs(), ","), kafkaPartitions)
 	fmt.Fprintf(stdout, "seed %d (repeat this run with --seed %d --broker kafka)\n", o.seed, o.seed)
 
-	naive, err = runKafkaStream(ctx, o, cluster, "naive", stream, plan, stderr, nil)
+	run := time.Now().UnixNano()
+	naive, err = runKafkaStream(ctx, o, cluster, fmt.Sprintf("orders-naive-%d", run), "naive", stream, plan, stderr, nil)
 	if err != nil {
 		return naive, guarded, err
 	}
-	guarded, err = runKafkaStream(ctx, o, cluster, "idem", stream, plan, stderr, store)
+	topic := fmt.Sprintf("orders-idem-%d", run)
+	defer func() {
+		err = errors.Join(err, cleanUpDemo(ctx, o, store, idem.Config{Namespace: kafkaNamespace(topic), Retention: time.Hour}, stream, stdout))
+	}()
+	guarded, err = runKafkaStream(ctx, o, cluster, topic, "idem", stream, plan, stderr, store)
 	if err != nil {
 		return naive, guarded, err
 	}
@@ -79,6 +84,11 @@ func demoKafka(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (na
 	return naive, guarded, nil
 }
 
+// kafkaNamespace is the namespace of the guarded run on topic: a fresh
+// one, so that the records of earlier runs in a shared store stay out of
+// the way.
+func kafkaNamespace(topic string) string { return "idem-demo/" + topic }
+
 // kafkaRun is one run of the stream through a consumer group.
 type kafkaRun struct {
 	o        demoOptions
@@ -96,13 +106,13 @@ type kafkaRun struct {
 	released chan struct{} // closed at the end: dead handlers return
 }
 
-// runKafkaStream publishes the stream to a topic of its own and consumes
+// runKafkaStream publishes the stream to topic and consumes
 // it with o.consumers slots, each running one process after another, until
 // every record is committed or o.timeout passes. store is nil for the
 // naive consumer.
-func runKafkaStream(ctx context.Context, o demoOptions, cluster *kfake.Cluster, name string, stream []message, plan crashPlan,
+func runKafkaStream(ctx context.Context, o demoOptions, cluster *kfake.Cluster, topic, name string, stream []message, plan crashPlan,
 	stderr io.Writer, store idem.Store) (runReport, error) {
-	r := &kafkaRun{o: o, cluster: cluster, name: name, topic: fmt.Sprintf("orders-%s-%d", name, time.Now().UnixNano()),
+	r := &kafkaRun{o: o, cluster: cluster, name: name, topic: topic,
 		stream: stream, pos: make([]kgo.EpochOffset, len(stream)), plan: plan, ledger: newLedger(o.messages),
 		attempts: make([]atomic.Int32, len(stream)), released: make(chan struct{})}
 	if err := r.publish(ctx); err != nil {
@@ -301,7 +311,7 @@ func (r *kafkaRun) guardedProcess(ctx context.Context, p *process, store idem.St
 	}
 	var crashAfter sync.Map // keys whose process dies once their outcome is stored
 	guard, err := idem.New(processStore{store: store, p: p}, idem.Config{
-		Namespace: "idem-demo/" + r.topic,
+		Namespace: kafkaNamespace(r.topic),
 		Lease:     demoLease,
 		Retention: time.Hour,
 		Observer: func(_ context.Context, e idem.Event) {

@@ -43,7 +43,7 @@ func TestDemoOverKafkaChargesEveryOrderOnce(t *testing.T) {
 	}
 }
 
-func TestDemoBrokerFlag(t *testing.T) {
+func TestDemoKafkaBrokerFlag(t *testing.T) {
 	if _, err := parseDemoFlags([]string{"--broker", "kafka"}, io.Discard); err != nil {
 		t.Fatal(err)
 	}

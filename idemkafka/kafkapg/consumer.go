@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemkafka/internal/consume"
+	"github.com/idemgo/idem/internal/adapter"
 	"github.com/idemgo/idem/pgstore"
 )
 
@@ -45,6 +45,7 @@ type Consumer struct {
 	h       Handler
 	cfg     config
 	tg      *pgstore.TxGuard
+	keys    idem.Config // the TxGuard's: its key checks and fingerprint
 	offsets offsetsTable
 	begin   string // BEGIN and the claim's lock timeout, one message
 
@@ -76,22 +77,20 @@ func New(db DB, h Handler, opts ...Option) (*Consumer, error) {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("kafkapg: WithOffsetsTable: %w", err))
 	}
-	cfg.retention = cmp.Or(cfg.retention, idem.DefaultRetention)
-	cfg.lockTimeout = cmp.Or(cfg.lockTimeout, pgstore.DefaultLockTimeout)
 	tg, err := pgstore.NewTxGuard(nil, pgstore.TxConfig{
+		Config:      idem.Config{Namespace: cfg.namespace, Retention: cfg.retention, Logger: o.Logger},
 		Table:       cfg.recordsTable,
-		Namespace:   cfg.namespace,
-		Retention:   cfg.retention,
 		LockTimeout: cfg.lockTimeout,
-		MaxKeyLen:   txKeyLen(idem.MaxScopeLen, idem.DefaultMaxKeyLen),
 	})
 	if err != nil {
 		errs = append(errs, err)
+	} else {
+		cfg.retention, cfg.lockTimeout = tg.Config().Retention, tg.Config().LockTimeout
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	c := &Consumer{db: db, h: h, cfg: cfg, tg: tg, offsets: offsets,
+	c := &Consumer{db: db, h: h, cfg: cfg, tg: tg, keys: tg.Config().Config, offsets: offsets,
 		begin: fmt.Sprintf("BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = %d", cfg.lockTimeout.Milliseconds())}
 	c.c = consume.New(o, processor{c}, c.adjust)
 	return c, nil
@@ -109,30 +108,6 @@ func (c *Consumer) ClientOpts() []kgo.Opt { return c.c.ClientOpts() }
 // record, with [WithPerRecordTransactions]) is one transaction: the
 // handlers' writes, the keys' outcomes and the partition's next offset.
 func (c *Consumer) Run(ctx context.Context, cl *kgo.Client) error { return c.c.Run(ctx, cl) }
-
-// txKey composes scope and key without ambiguity into the key the TxGuard
-// stores (under its namespace): the scope's length, the scope, the key.
-func txKey(scope, key string) string {
-	b := make([]byte, 0, binary.MaxVarintLen64+len(scope)+len(key))
-	b = binary.AppendUvarint(b, uint64(len(scope)))
-	return string(append(append(b, scope...), key...))
-}
-
-func txKeyLen(scope, key int) int { return binary.MaxVarintLen64 + scope + key }
-
-// validKey checks the caller's key and scope as an idem.Guard would, the
-// TxGuard seeing only their composition.
-func validKey(scope, key string) error {
-	switch {
-	case len(scope) > idem.MaxScopeLen:
-		return fmt.Errorf("%w: scope of %d bytes, longer than %d", idem.ErrInvalidKey, len(scope), idem.MaxScopeLen)
-	case key == "":
-		return fmt.Errorf("%w: empty", idem.ErrInvalidKey)
-	case len(key) > idem.DefaultMaxKeyLen:
-		return fmt.Errorf("%w: %d bytes, longer than %d", idem.ErrInvalidKey, len(key), idem.DefaultMaxKeyLen)
-	}
-	return nil
-}
 
 // processor is the consume.Processor of kafkapg.
 type processor struct{ *Consumer }
@@ -189,18 +164,18 @@ func (c processor) batch(ctx context.Context, p *consume.Partition, items []cons
 		if it.KeyErr != nil {
 			continue
 		}
-		if validKey(it.Scope, it.Key) != nil {
+		if c.keys.CheckKey(it.Scope, it.Key) != nil {
 			return 0, nil, true // a dead letter
 		}
-		k := idem.StoreKey(c.cfg.namespace, txKey(it.Scope, it.Key))
-		fps[i] = idem.SHA256Fingerprint(nil, o.Payload(it.Rec))
+		k := idem.ScopedStoreKey(c.keys.Namespace, it.Scope, it.Key)
+		fps[i] = c.keys.Fingerprint(nil, o.Payload(it.Rec))
 		if j, ok := first[k]; ok {
 			lead[i] = j
 			continue
 		}
 		first[k] = i
 		claimOf[i] = len(args)
-		args = append(args, idem.ClaimArgs{Key: k, Fingerprint: fps[i], Lease: time.Second, Retention: c.cfg.retention})
+		args = append(args, idem.ClaimArgs{Key: k, Fingerprint: fps[i], Lease: c.keys.Lease, Retention: c.keys.Retention})
 	}
 	claims, err := store.ClaimBatch(ctx, args)
 	if err != nil {
@@ -219,7 +194,7 @@ loop:
 		}
 		switch {
 		case it.KeyErr != nil:
-			if consume.DecideKey(it.KeyErr, o.Unkeyed).Action != consume.RunUnguarded {
+			if _, guarded := consume.DecideKey(it.KeyErr, o.Unkeyed); guarded {
 				return 0, nil, true
 			}
 			if err := c.h(ctx, htx, it.Rec); err != nil {
@@ -244,7 +219,7 @@ loop:
 				if err := c.h(ctx, htx, it.Rec); err != nil {
 					return c.retryAt(ctx, p, items, i, err, tx)
 				}
-				comps = append(comps, idem.Completion{Key: args[claimOf[i]].Key, Token: cl.Token, Retention: c.cfg.retention})
+				comps = append(comps, idem.Completion{Key: args[claimOf[i]].Key, Token: cl.Token, Retention: c.keys.Retention})
 			}
 		}
 	}
@@ -273,7 +248,7 @@ loop:
 // back, the records before i are done again in a transaction of their
 // own, and items[i] waits for its retry.
 func (c processor) retryAt(ctx context.Context, p *consume.Partition, items []consume.Item, i int, err error, tx pgx.Tx) (int, error, bool) {
-	if consume.Decide(err).Action != consume.Retry {
+	if consume.Decide(idem.Result{}, err).Verdict != adapter.Retry {
 		return 0, nil, true
 	}
 	rollback(ctx, tx)
@@ -335,41 +310,32 @@ func (c processor) oneByOne(ctx context.Context, p *consume.Partition, items []c
 				return done, fmt.Errorf("kafkapg: begin: %w", err)
 			}
 		}
-		var d consume.Decision
-		var err error
-		var replayed bool
+		var a adapter.Action
 		switch {
 		case i == 0 && c.cfg.maxAttempts > 0 && p.Failures(it.Rec) >= c.cfg.maxAttempts:
-			err = idem.Permanent(fmt.Errorf("%w: failed %d times", idem.ErrTooManyAttempts, p.Failures(it.Rec)))
-			d = consume.Decision{Action: consume.DeadLetter, Cause: err}
+			a = consume.Decide(idem.Result{}, idem.Permanent(fmt.Errorf("%w: failed %d times", idem.ErrTooManyAttempts, p.Failures(it.Rec))))
 		case it.KeyErr != nil:
-			err = it.KeyErr
-			if d = consume.DecideKey(err, o.Unkeyed); d.Action == consume.RunUnguarded {
-				err = c.unguarded(ctx, tx, it.Rec)
-				d = consume.Decide(err)
+			var guarded bool
+			if a, guarded = consume.DecideKey(it.KeyErr, o.Unkeyed); !guarded {
+				a = consume.Decide(idem.Result{}, c.unguarded(ctx, tx, it.Rec))
 			}
 		default:
-			err = validKey(it.Scope, it.Key)
-			if err == nil {
-				var res idem.Result
-				res, err = c.tg.DoTx(ctx, tx, txKey(it.Scope, it.Key), o.Payload(it.Rec), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
-					return nil, c.h(ctx, handlerTx{tx}, it.Rec)
-				})
-				replayed = res.Replayed
-			}
-			d = consume.Decide(err)
+			res, err := c.tg.DoTxScoped(ctx, tx, it.Scope, it.Key, o.Payload(it.Rec), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+				return nil, c.h(ctx, handlerTx{tx}, it.Rec)
+			})
+			a = consume.Decide(res, err)
 		}
-		switch d.Action {
-		case consume.Ack:
-			if replayed {
+		switch a.Verdict {
+		case adapter.Ack:
+			if a.Replayed {
 				p.Replayed(1)
 			}
-		case consume.DeadLetter:
-			if derr := p.DeadLetter(ctx, it, d.Cause); derr != nil {
+		case adapter.DeadLetter:
+			if derr := p.DeadLetter(ctx, it, a); derr != nil {
 				return done, errors.Join(derr, finish(i))
 			}
 		default:
-			return done, errors.Join(err, finish(i))
+			return done, errors.Join(a.Cause, finish(i))
 		}
 		if perRecord {
 			if err := finish(i + 1); err != nil {

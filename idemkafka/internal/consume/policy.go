@@ -2,67 +2,58 @@ package consume
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/adapter"
 )
 
-// This file is the consumer's policy: what becomes of a record given its
-// key and its outcome. It is the one place to change, or to replace by a
-// policy shared with the other adapters.
+// This file is where the shared adapter policy (internal/adapter) meets a
+// record: its key's errors become the errors the policy knows, and the
+// policy's class names the dead letter's reason.
 
-// Action is what the consumer does with a record once it was handled.
-type Action uint8
+// Decide says what becomes of a record that the Guard (or the TxGuard)
+// answered with res and err: internal/adapter's Decide, shared by every
+// idem consumer. Its delays are not used: a partition backs off on its own
+// (Options.MinBackoff to MaxBackoff).
+func Decide(res idem.Result, err error) adapter.Action { return adapter.Decide(res, err) }
 
-const (
-	// Ack: the record is done (its outcome stored, or a duplicate); its
-	// offset may be committed.
-	Ack Action = iota
-	// Retry: the record is not done; the partition waits with backoff and
-	// handles it again, committing nothing past it.
-	Retry
-	// DeadLetter: the record can never succeed; it goes to the dead-letter
-	// topic with the cause, then counts as done.
-	DeadLetter
-	// RunUnguarded: the record has no key and the consumer was told to run
-	// such records without idempotency.
-	RunUnguarded
-)
-
-// Decision is an [Action] and, for DeadLetter, its cause.
-type Decision struct {
-	Action Action
-	Cause  error
-}
-
-// DecideKey says what to do with a record whose key could not be had:
-// dead-letter it, or run it unguarded when unkeyed records are allowed and
-// it simply had none.
-func DecideKey(keyErr error, unkeyed bool) Decision {
+// DecideKey says what becomes of a record whose key could not be had:
+// run it unguarded (ok false) when the record simply has none and
+// unguarded runs were asked for, else the policy's answer to a missing key
+// (ErrNoKey) or an invalid one (ErrBadKey): a dead letter.
+func DecideKey(keyErr error, unkeyed bool) (a adapter.Action, guarded bool) {
 	if unkeyed && errors.Is(keyErr, ErrNoKey) {
-		return Decision{Action: RunUnguarded}
+		return adapter.Action{}, false
 	}
-	return Decision{Action: DeadLetter, Cause: keyErr}
+	if errors.Is(keyErr, ErrNoKey) {
+		return Decide(idem.Result{}, fmt.Errorf("%w: %w", adapter.ErrKeyMissing, keyErr)), true
+	}
+	return Decide(idem.Result{}, fmt.Errorf("%w: %w", idem.ErrInvalidKey, keyErr)), true
 }
 
-// Decide says what to do with a record given the error its handling ended
-// with (nil for a value, fresh or replayed).
-//
-//   - nil: Ack.
-//   - a store failure, a lost lease, a busy key, ErrNotRun, a cancelled
-//     context or any other error of the handler: Retry. (Retrying an error
-//     forever is what Config.MaxAttempts of the Guard stops.)
-//   - a permanent error, stored now or replayed (ErrTooManyAttempts among
-//     them), a key reused with another payload, an invalid key:
-//     DeadLetter. A replayed permanent error is dead-lettered again: the
-//     dead letter of its first run may not have been produced.
-func Decide(err error) Decision {
-	switch {
-	case err == nil:
-		return Decision{Action: Ack}
-	case errors.Is(err, idem.ErrStoreUnavailable), errors.Is(err, idem.ErrLeaseLost):
-		return Decision{Action: Retry} // also when joined to a permanent error whose Fail failed
-	case idem.IsPermanent(err), errors.Is(err, idem.ErrKeyReused), errors.Is(err, idem.ErrInvalidKey):
-		return Decision{Action: DeadLetter, Cause: err}
+// The reasons of a dead letter, in its reason header: the names the other
+// idem consumers use.
+const (
+	ReasonPermanent       = "permanent"         // the handler's permanent error, stored or replayed
+	ReasonTooManyAttempts = "too-many-attempts" // the key failed more than MaxAttempts times
+	ReasonMissingKey      = "missing-key"       // the record has no idempotency key
+	ReasonInvalidKey      = "invalid-key"       // its key cannot be read, or the Guard refuses it
+	ReasonKeyReused       = "key-reused"        // its key was first used with another payload
+)
+
+// reason names why a record with the dead-letter action a is a dead letter.
+func reason(a adapter.Action) string {
+	switch a.Class {
+	case adapter.TooManyAttempts:
+		return ReasonTooManyAttempts
+	case adapter.KeyReused:
+		return ReasonKeyReused
+	case adapter.InvalidKey:
+		if errors.Is(a.Cause, ErrNoKey) {
+			return ReasonMissingKey
+		}
+		return ReasonInvalidKey
 	}
-	return Decision{Action: Retry}
+	return ReasonPermanent
 }

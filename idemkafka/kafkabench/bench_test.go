@@ -25,8 +25,10 @@ import (
 	"github.com/idemgo/idem/idemkafka/internal/consume"
 	"github.com/idemgo/idem/idemkafka/internal/kafkatest"
 	"github.com/idemgo/idem/idemkafka/kafkapg"
+	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/memstore"
 	"github.com/idemgo/idem/pgstore"
+	"github.com/idemgo/idem/pgstore/pgstoretest"
 	"github.com/idemgo/idem/redisstore"
 )
 
@@ -93,22 +95,19 @@ const (
 // fixture is the benchmark's cluster, with the topic produced once, and
 // its stores.
 type fixture struct {
-	top     *testing.B // BenchmarkKafka's: the fixture is cleaned up when it ends
 	cluster *kfake.Cluster
 	n       int // records in the topic
 	run     string
 
-	redisOnce sync.Once
-	redis     *redis.Client
-	pgOnce    sync.Once
-	pool      *pgxpool.Pool
-	schema    string
+	redis  *redis.Client
+	pool   *pgxpool.Pool
+	schema string
 }
 
 func newFixture(b *testing.B) *fixture {
 	n, _ := strconv.Atoi(os.Getenv("IDEM_KAFKA_BENCH_RECORDS"))
 	otherPartition := os.Getenv("IDEM_KAFKA_BENCH_DUPLICATES") == "other"
-	f := &fixture{top: b, cluster: kafkatest.NewCluster(b, kfake.SeedTopics(partitions, topic)), n: cmp.Or(n, 50000), run: random()}
+	f := &fixture{cluster: kafkatest.NewCluster(b, kfake.SeedTopics(partitions, topic)), n: cmp.Or(n, 50000), run: random()}
 	recs := make([]*kgo.Record, f.n)
 	for i := range recs {
 		o, p := i, int32(i%partitions)
@@ -125,6 +124,7 @@ func newFixture(b *testing.B) *fixture {
 		recs[i] = kafkatest.Keyed(topic, p, key, fmt.Sprintf(`{"type":"OrderCreated","order":%q,"customer":"cus_%04d","amount_cents":%d}`, key, o%9973, 500+o%50000))
 	}
 	kafkatest.Produce(b, f.cluster.ListenAddrs(), recs...)
+	f.connect(b)
 	return f
 }
 
@@ -134,83 +134,44 @@ func random() string {
 	return hex.EncodeToString(b[:])
 }
 
-// unavailable skips b, or fails it under IDEM_REQUIRE_SERVICES=1.
-func unavailable(b *testing.B, format string, args ...any) {
-	b.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if os.Getenv("IDEM_REQUIRE_SERVICES") == "1" {
-		b.Fatal(msg)
-	}
-	b.Skip(msg)
-}
+var redisServer = testenv.Server{Name: "Redis", Env: "IDEM_REDIS_ADDR", Default: "127.0.0.1:6379"}
 
-func (f *fixture) redisClient(b *testing.B) *redis.Client {
-	f.redisOnce.Do(func() {
-		c := redis.NewClient(&redis.Options{Addr: cmp.Or(os.Getenv("IDEM_REDIS_ADDR"), "127.0.0.1:6379"), PoolSize: 2 * partitions})
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		if err := c.Ping(ctx).Err(); err != nil {
-			c.Close()
-			return
-		}
-		f.redis = c
-		f.top.Cleanup(func() { c.Close() })
-	})
-	if f.redis == nil {
-		unavailable(b, "no Redis at IDEM_REDIS_ADDR")
+// connect connects to Redis and PostgreSQL, and creates a schema of the
+// run's own with the records, offsets and business tables. Both servers
+// are needed: without one the benchmark is skipped (failed under
+// IDEM_REQUIRE_SERVICES=1).
+func (f *fixture) connect(b *testing.B) {
+	c := redis.NewClient(&redis.Options{Addr: redisServer.Addr(), PoolSize: 2 * partitions})
+	b.Cleanup(func() { c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		redisServer.Unreachable(b, redisServer.Addr(), err)
 	}
-	return f.redis
-}
-
-// pgPool returns a pool on a schema of the run's own, with the records,
-// offsets and business tables, dropped when the benchmark ends.
-func (f *fixture) pgPool(b *testing.B) *pgxpool.Pool {
-	f.pgOnce.Do(func() {
-		ctx := context.Background()
-		cfg, err := pgxpool.ParseConfig(cmp.Or(os.Getenv("IDEM_POSTGRES_URL"), "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"))
-		if err != nil {
-			return
-		}
-		cfg.MaxConns = 2 * partitions
-		pool, err := pgxpool.NewWithConfig(ctx, cfg)
-		if err == nil {
-			err = pool.Ping(ctx)
-		}
-		if err != nil {
-			if pool != nil {
-				pool.Close()
-			}
-			return
-		}
-		schema := fmt.Sprintf("idemtest_%d_%s", time.Now().Unix(), f.run)
-		for _, sql := range []string{
-			"CREATE SCHEMA " + schema,
-			"CREATE TABLE " + schema + ".charges (order_key text NOT NULL, body bytea NOT NULL)",
-			"CREATE TABLE " + schema + ".bare (key text PRIMARY KEY, done boolean NOT NULL DEFAULT false)",
-		} {
-			if _, err := pool.Exec(ctx, sql); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if err := pgstore.Migrate(ctx, pool, schema+".idem_records"); err != nil {
+	pool := pgstoretest.Pool(b, 2*partitions)
+	schema := pgstoretest.Schema(b, pool)
+	for _, sql := range []string{
+		"CREATE TABLE " + schema + ".charges (order_key text NOT NULL, body bytea NOT NULL)",
+		"CREATE TABLE " + schema + ".bare (key text PRIMARY KEY, done boolean NOT NULL DEFAULT false)",
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
 			b.Fatal(err)
 		}
-		for _, t := range []string{".offsets", ".bare_offsets"} {
-			if err := kafkapg.Migrate(ctx, pool, schema+t); err != nil {
-				b.Fatal(err)
-			}
-		}
-		f.pool, f.schema = pool, schema
-		f.top.Cleanup(func() {
-			pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
-			pool.Close()
-		})
-	})
-	if f.pool == nil {
-		unavailable(b, "no PostgreSQL at IDEM_POSTGRES_URL")
 	}
-	return f.pool
+	if err := pgstore.Migrate(ctx, pool, schema+".idem_records"); err != nil {
+		b.Fatal(err)
+	}
+	for _, t := range []string{".offsets", ".bare_offsets"} {
+		if err := kafkapg.Migrate(ctx, pool, schema+t); err != nil {
+			b.Fatal(err)
+		}
+	}
+	f.redis, f.pool, f.schema = c, pool, schema
 }
+
+func (f *fixture) redisClient(*testing.B) *redis.Client { return f.redis }
+
+func (f *fixture) pgPool(*testing.B) *pgxpool.Pool { return f.pool }
 
 // progress times a consumption: from the partitions' assignment (the
 // group's join is not counted) to the last record finished.

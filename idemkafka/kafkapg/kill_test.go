@@ -25,6 +25,7 @@ import (
 	"github.com/idemgo/idem/idemkafka"
 	"github.com/idemgo/idem/idemkafka/internal/kafkatest"
 	"github.com/idemgo/idem/idemkafka/kafkapg"
+	"github.com/idemgo/idem/pgstore/pgstoretest"
 )
 
 // The kill test's child process is this test binary, told by these
@@ -54,7 +55,7 @@ func runChild() int {
 	schema := os.Getenv(schemaEnv)
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer cancel()
-	cfg, err := pgxpool.ParseConfig(pgURL)
+	cfg, err := pgxpool.ParseConfig(pgstoretest.URL())
 	if err != nil {
 		return fail(err)
 	}

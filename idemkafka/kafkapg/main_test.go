@@ -1,14 +1,9 @@
 package kafkapg_test
 
 import (
-	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +18,7 @@ import (
 	"github.com/idemgo/idem/idemkafka/internal/kafkatest"
 	"github.com/idemgo/idem/idemkafka/kafkapg"
 	"github.com/idemgo/idem/pgstore"
+	"github.com/idemgo/idem/pgstore/pgstoretest"
 )
 
 func TestMain(m *testing.M) {
@@ -34,12 +30,6 @@ func TestMain(m *testing.M) {
 
 const groupTimeout = kafkatest.GroupTimeout
 
-var pgURL = cmp.Or(os.Getenv("IDEM_POSTGRES_URL"), "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
-
-const schemaPrefix = "idemtest_"
-
-var dropStale sync.Once
-
 // pgEnv is a test's schema on the PostgreSQL server: the records table,
 // the offsets table and a ledger of effects, dropped when the test ends.
 type pgEnv struct {
@@ -50,42 +40,15 @@ type pgEnv struct {
 	ledger  string
 }
 
-// newPG connects and creates the test's schema; it skips the test when
-// the server is unreachable (fails under IDEM_REQUIRE_SERVICES=1).
+// newPG creates the test's schema and tables; it skips the test when the
+// server is unreachable (fails under IDEM_REQUIRE_SERVICES=1).
 func newPG(t testing.TB) *pgEnv {
 	t.Helper()
+	pool := pgstoretest.Pool(t, 20)
+	e := &pgEnv{pool: pool, schema: pgstoretest.Schema(t, pool)}
+	e.records, e.offsets, e.ledger = e.schema+".idem_records", e.schema+".kafka_offsets", e.schema+".ledger"
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, pgURL)
-	if err == nil {
-		err = pool.Ping(ctx)
-	}
-	if err != nil {
-		if pool != nil {
-			pool.Close()
-		}
-		msg := fmt.Sprintf("PostgreSQL at IDEM_POSTGRES_URL is unreachable: %v", err)
-		if os.Getenv("IDEM_REQUIRE_SERVICES") == "1" {
-			t.Fatal(msg + "; IDEM_REQUIRE_SERVICES=1 requires it")
-		}
-		t.Skip(msg + "; skipping (set IDEM_REQUIRE_SERVICES=1 to fail instead)")
-	}
-	t.Cleanup(pool.Close)
-	dropStale.Do(func() { dropStaleSchemas(pool) })
-	var b [6]byte
-	rand.Read(b[:])
-	e := &pgEnv{pool: pool, schema: fmt.Sprintf("%s%d_%s", schemaPrefix, time.Now().Unix(), hex.EncodeToString(b[:]))}
-	e.records, e.offsets, e.ledger = e.schema+".idem_records", e.schema+".kafka_offsets", e.schema+".ledger"
-	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+e.schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := pool.Exec(ctx, "DROP SCHEMA "+e.schema+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", e.schema, err)
-		}
-	})
 	if err := pgstore.Migrate(ctx, pool, e.records); err != nil {
 		t.Fatal(err)
 	}
@@ -96,23 +59,6 @@ func newPG(t testing.TB) *pgEnv {
 		t.Fatal(err)
 	}
 	return e
-}
-
-// dropStaleSchemas drops test schemas older than an hour, left by runs
-// that died.
-func dropStaleSchemas(pool *pgxpool.Pool) {
-	ctx := context.Background()
-	rows, err := pool.Query(ctx, `SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)`, schemaPrefix)
-	if err != nil {
-		return
-	}
-	names, _ := pgx.CollectRows(rows, pgx.RowTo[string])
-	for _, n := range names {
-		stamp, _, _ := strings.Cut(strings.TrimPrefix(n, schemaPrefix), "_")
-		if sec, err := strconv.ParseInt(stamp, 10, 64); err == nil && time.Since(time.Unix(sec, 0)) > time.Hour {
-			pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{n}.Sanitize()+" CASCADE")
-		}
-	}
 }
 
 // record is the ledger's effect of a record: its id (the key, or the

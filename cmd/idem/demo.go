@@ -39,7 +39,7 @@ type demoOptions struct {
 	seed      uint64
 	store     string
 	keep      bool          // keep the records in the store after the run
-	broker    string        // "": the in-process queue; nats://…: NATS JetStream; amqp://…: RabbitMQ
+	broker    string        // "": the in-process queue; kafka: Kafka on an in-process cluster; nats://…: NATS JetStream; amqp://…: RabbitMQ
 	timeout   time.Duration // per run
 }
 
@@ -53,7 +53,7 @@ func parseDemoFlags(args []string, stderr io.Writer) (demoOptions, error) {
 	fs.Float64Var(&o.crashRate, "crash-rate", 0.02, "chance that a consumer crashes while handling a delivery, in [0, 1)")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed of the messages, duplicates and crash points (default: from the clock, printed)")
 	fs.StringVar(&o.store, "store", "mem://", storeUsage)
-	fs.StringVar(&o.broker, "broker", "", "the broker the stream goes through: nats://host:port for NATS JetStream, amqp://user:password@host:port/vhost for RabbitMQ (default: an in-process queue)")
+	fs.StringVar(&o.broker, "broker", "", "the broker the stream goes through: kafka for Kafka consumer groups on an in-process cluster, nats://host:port for NATS JetStream, amqp://user:password@host:port/vhost for RabbitMQ (default: an in-process queue)")
 	fs.DurationVar(&o.timeout, "timeout", time.Minute, "how long each run may take; orders not acked by then count as lost")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run's records in the store (they expire after an hour) instead of deleting them at the end")
 	fs.Usage = func() {
@@ -88,8 +88,8 @@ Flags:
 		return o, usageErrorf("idem: --crash-rate %v: must be at least 0 and below 1", o.crashRate)
 	case o.timeout <= 0:
 		return o, usageErrorf("idem: --timeout %v: must be positive", o.timeout)
-	case o.broker != "" && !strings.HasPrefix(o.broker, "nats://") && !strings.HasPrefix(o.broker, "amqp://") && !strings.HasPrefix(o.broker, "amqps://"):
-		return o, usageErrorf("idem: --broker %q: not a nats:// or amqp:// URL", o.broker)
+	case o.broker != "" && o.broker != "kafka" && !strings.HasPrefix(o.broker, "nats://") && !strings.HasPrefix(o.broker, "amqp://") && !strings.HasPrefix(o.broker, "amqps://"):
+		return o, usageErrorf("idem: --broker %q: kafka, or a nats:// or amqp:// URL", o.broker)
 	}
 	return o, nil
 }
@@ -109,6 +109,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // cannot be opened, ctx ends, or the guarded consumer charged an order
 // twice or lost one.
 func demo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (naive, guarded runReport, err error) {
+	if o.broker == "kafka" {
+		return demoKafka(ctx, o, stdout, stderr)
+	}
 	store, closeStore, err := openStore(ctx, o.store, true)
 	if err != nil {
 		return naive, guarded, err

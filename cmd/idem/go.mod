@@ -6,6 +6,7 @@ require (
 	github.com/idemgo/idem v0.1.0
 	github.com/idemgo/idem/dynamostore v0.1.0
 	github.com/idemgo/idem/idemamqp v0.1.0
+	github.com/idemgo/idem/idemkafka v0.1.0
 	github.com/idemgo/idem/idemnats v0.1.0
 	github.com/idemgo/idem/pgstore v0.1.0
 	github.com/idemgo/idem/redisstore v0.1.0
@@ -14,6 +15,8 @@ require (
 	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/tsenart/vegeta/v12 v12.13.0
+	github.com/twmb/franz-go v1.22.2
+	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 )
 
 require (
@@ -44,7 +47,9 @@ require (
 	github.com/mailru/easyjson v0.7.7 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
+	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/rs/dnscache v0.0.0-20230804202142-fc85eb664529 // indirect
+	github.com/twmb/franz-go/pkg/kmsg v1.15.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/crypto v0.57.0 // indirect
 	golang.org/x/net v0.60.0 // indirect

@@ -43,7 +43,7 @@ const corePath = "github.com/idemgo/idem"
 
 // private lists the modules that are not published for users: they hold
 // only tests. They are still checked for replace directives and versions.
-var private = map[string]bool{corePath + "/integration": true}
+var private = map[string]bool{corePath + "/integration": true, corePath + "/idemkafka/kafkabench": true}
 
 type module struct {
 	Path string

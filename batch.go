@@ -1,0 +1,480 @@
+package idem
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// BatchOp is one operation of [Guard.DoBatch]: the arguments of one
+// [Guard.DoScoped] call.
+type BatchOp struct {
+	Scope   string
+	Key     string
+	Payload []byte
+}
+
+// BatchResult is the answer to one operation of [Guard.DoBatch]: what
+// [Guard.DoScoped] would have returned for it.
+type BatchResult struct {
+	Result
+	Err error
+}
+
+// ErrNotRun is the error of the operations of a [Guard.DoBatch] after one
+// that did not finish: DoBatch stopped there and left their keys as it
+// found them (a claim it had made for them is released). Run them again.
+var ErrNotRun = errors.New("idem: not run: an earlier operation of the batch did not finish")
+
+// DoBatch runs the operations ops in order, each as [Guard.DoScoped] would
+// run it with fn(ctx, i) as its operation, and returns one result per
+// operation. It is for consumers that receive messages in batches: where
+// the store implements [BatchClaimer], every key is claimed in one round
+// trip before the first fn runs, and where it implements
+// [BatchCompleter], the values are stored in one round trip once the last
+// fn returned (or, in a batch of slow operations, every 50ms, so that
+// duplicates waiting elsewhere do not wait for the whole batch). Other
+// stores get one DoScoped call per operation.
+//
+// The guarantees are Do's, for every operation: fn runs at most once to
+// completion per key, under a context that carries the key's token and is
+// cancelled if its lease is lost; the heartbeat extends the lease of every
+// key DoBatch holds, also while a key waits for its turn or for the batch's
+// completion; a permanent error is stored (Fail), any other error or a
+// panic releases the key (a panic also releases the keys not run yet,
+// stores the values of those that ran, then goes on); a duplicate gets the
+// stored outcome with Replayed set; a busy key waits up to Config.Wait.
+// Two operations with the same scope and key in one batch are one
+// operation: the second gets the first's outcome, replayed. A batch never
+// holds a key while it waits for another holder's: before it waits, it
+// stores the values it has and gives back the keys it claimed past the
+// busy one (claiming them again at their turn), so batches that share keys
+// in different orders cannot wait for each other.
+//
+// DoBatch stops at the first operation that does not finish, so that the
+// operations after it do not overtake it: fn returned an error that is not
+// permanent, the key is busy (ErrInProgress), the store failed
+// (ErrStoreUnavailable), the lease was lost, ctx ended or the Guard was
+// closed. That operation's result carries the error, and every later one
+// ErrNotRun. Operations finish with a value (fresh or replayed), a
+// permanent error (stored or replayed), ErrKeyReused, ErrInvalidKey, or
+// ErrValueTooLarge (the operation ran; its value was too large to keep).
+// The values are stored after the last fn returned: a store failure then
+// is each such result's error (ErrStoreUnavailable, or ErrLeaseLost when
+// another holder took the key over), with fn's value in Result.Value, as
+// Do returns it; and a process that crashes before the batch's values are
+// stored runs their operations again once their leases end, as Do does
+// after a crash between fn and its outcome.
+func (g *Guard) DoBatch(ctx context.Context, ops []BatchOp, fn func(ctx context.Context, i int) ([]byte, error)) []BatchResult {
+	res := make([]BatchResult, len(ops))
+	var err error
+	switch {
+	case fn == nil:
+		err = errNilFunc
+	case g.closed.Load():
+		err = ErrClosed
+	}
+	if err != nil {
+		for i := range res {
+			res[i].Err = err
+		}
+		return res
+	}
+	bc, ok := g.store.(BatchClaimer)
+	if !ok {
+		return g.doEach(ctx, ops, fn, res)
+	}
+	b := &batch{
+		g: g, ctx: ctx, ops: ops, fn: fn, res: res,
+		state: make([]opState, len(ops)),
+		calls: make([]call, len(ops)),
+		fnCtx: make([]context.Context, len(ops)),
+	}
+	b.run(bc)
+	return res
+}
+
+// doEach is DoBatch over a store without batch calls: DoScoped for each
+// operation, stopping at the first that does not finish.
+func (g *Guard) doEach(ctx context.Context, ops []BatchOp, fn func(context.Context, int) ([]byte, error), res []BatchResult) []BatchResult {
+	stopped := false
+	for i, op := range ops {
+		if stopped {
+			res[i].Err = ErrNotRun
+			continue
+		}
+		r, err := g.DoScoped(ctx, op.Scope, op.Key, op.Payload, func(ctx context.Context) ([]byte, error) { return fn(ctx, i) })
+		res[i] = BatchResult{r, err}
+		stopped = stops(err)
+	}
+	return res
+}
+
+// stops reports whether an operation's error leaves it unfinished, so that
+// DoBatch goes no further.
+func stops(err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, ErrStoreUnavailable), errors.Is(err, ErrLeaseLost):
+		return true // also when joined to a permanent error whose Fail failed
+	}
+	return !IsPermanent(err) && !errors.Is(err, ErrKeyReused) && !errors.Is(err, ErrInvalidKey) && !errors.Is(err, ErrValueTooLarge)
+}
+
+// opState is where an operation of a batch stands.
+type opState uint8
+
+const (
+	opDecided  opState = iota // its result is final
+	opAcquired                // its key is claimed, fn has not run
+	opRan                     // fn returned a value, not stored yet
+	opWait                    // its key was busy: DoScoped at its turn waits for it
+	opFollower                // an earlier operation has its key
+)
+
+// batch is one DoBatch over a BatchClaimer.
+type batch struct {
+	g     *Guard
+	ctx   context.Context
+	ops   []BatchOp
+	fn    func(context.Context, int) ([]byte, error)
+	res   []BatchResult
+	state []opState
+	calls []call            // by operation; the claim's state when acquired
+	fnCtx []context.Context // by operation, when acquired
+	lead  map[int]int       // follower → the earlier operation with its key
+
+	ran     bool      // values wait to be stored
+	flushed time.Time // when values were last stored, or the operations began
+}
+
+// batchFlush is how long a batch keeps the values of operations that ran
+// before it stores them, though operations remain: a long batch (slow
+// operations) does not hold its keys, which duplicates elsewhere wait for,
+// to its end.
+const batchFlush = 50 * time.Millisecond
+
+func (b *batch) run(bc BatchClaimer) {
+	g := b.g
+	var args []ClaimArgs
+	var idx []int // args[k] claims ops[idx[k]]
+	first := make(map[string]int, len(b.ops))
+	for i, op := range b.ops {
+		if err := g.cfg.CheckKey(op.Scope, op.Key); err != nil {
+			b.res[i].Err = err
+			continue
+		}
+		c := &b.calls[i]
+		c.g, c.scope, c.key = g, op.Scope, op.Key
+		c.storeKey = g.storeKey(op.Scope, op.Key)
+		c.fingerprint = g.cfg.Fingerprint(c.fp[:0], op.Payload)
+		if j, ok := first[c.storeKey]; ok {
+			if b.lead == nil {
+				b.lead = make(map[int]int)
+			}
+			b.lead[i] = j
+			b.state[i] = opFollower
+			continue
+		}
+		first[c.storeKey] = i
+		a := ClaimArgs{Key: c.storeKey, Fingerprint: c.fingerprint, Lease: g.cfg.Lease, Retention: g.cfg.FailedRetention, MaxAttempts: g.cfg.MaxAttempts}
+		if g.cache != nil {
+			if r, err, ok := g.fromCache(b.ctx, op.Scope, op.Key, a); ok {
+				b.res[i] = BatchResult{r, err}
+				continue
+			}
+		}
+		args = append(args, a)
+		idx = append(idx, i)
+	}
+	if len(args) > 0 {
+		b.claim(bc, args, idx)
+		b.holdNothingPastStop()
+	}
+
+	panicked := true
+	defer func() {
+		if panicked {
+			b.abort()
+		}
+	}()
+	stopped := false
+	b.flushed = time.Now()
+	for i := range b.ops {
+		if stopped {
+			b.skip(i)
+			continue
+		}
+		switch b.state[i] {
+		case opAcquired:
+			if b.ran && time.Since(b.flushed) >= batchFlush {
+				b.complete()
+			}
+			b.runOne(i)
+		case opWait:
+			b.complete() // hold no key while waiting for another holder's
+			op := b.ops[i]
+			r, err := g.DoScoped(b.ctx, op.Scope, op.Key, op.Payload, func(ctx context.Context) ([]byte, error) { return b.fn(ctx, i) })
+			b.res[i] = BatchResult{r, err}
+			b.state[i] = opDecided
+		}
+		stopped = b.state[i] == opDecided && stops(b.res[i].Err)
+	}
+	panicked = false
+	b.complete()
+	b.follow()
+}
+
+// claim claims args in one round trip and sets the state of each
+// operation from its answer.
+func (b *batch) claim(bc BatchClaimer, args []ClaimArgs, idx []int) {
+	g := b.g
+	sent := time.Now()
+	cls, err := bc.ClaimBatch(b.ctx, args)
+	if err == nil && len(cls) != len(args) {
+		err = fmt.Errorf("ClaimBatch answered %d claims for %d keys", len(cls), len(args))
+	}
+	took := time.Since(sent)
+	if err != nil {
+		for _, i := range idx {
+			c := &b.calls[i]
+			g.observe(b.ctx, Event{Op: OpClaim, Scope: c.scope, Key: c.key, Duration: took, Err: err})
+			switch {
+			case b.ctx.Err() != nil:
+				b.res[i].Err = fmt.Errorf("idem: claim: %w", context.Cause(b.ctx))
+			case g.cfg.FailOpen:
+				b.state[i] = opWait // DoScoped claims again, and fails open
+			default:
+				b.res[i].Err = fmt.Errorf("%w: claim: %w", ErrStoreUnavailable, err)
+			}
+		}
+		return
+	}
+	for k, cl := range cls {
+		i := idx[k]
+		c := &b.calls[i]
+		if g.cfg.Observer != nil {
+			g.observe(b.ctx, Event{Op: OpClaim, Scope: c.scope, Key: c.key, Outcome: cl.Outcome, Attempt: cl.Record.Attempt, Duration: took, Err: cl.Err})
+		}
+		switch {
+		case errors.Is(cl.Err, ErrKeyReused):
+			b.res[i].Err = fmt.Errorf("%w (key %q)", ErrKeyReused, c.key)
+		case cl.Err != nil:
+			b.res[i].Err = fmt.Errorf("%w: claim: %w", ErrStoreUnavailable, cl.Err)
+		case cl.Outcome == Acquired:
+			c.token = cl.Token
+			c.tctx = tokenCtx{Context: b.ctx, token: cl.Token}
+			b.fnCtx[i], c.cancel = context.WithCancelCause(&c.tctx)
+			if err := g.hb.start(c, sent); err != nil {
+				c.cancel(err)
+				c.release(b.ctx)
+				b.res[i].Err = err
+				continue
+			}
+			b.state[i] = opAcquired
+		case cl.Outcome == Duplicate:
+			g.cacheRecord(cl.Record)
+			b.res[i].Result, b.res[i].Err = Replay(cl.Record)
+		case cl.Outcome == Busy && g.cfg.Wait > 0:
+			b.state[i] = opWait
+		case cl.Outcome == Busy:
+			b.res[i].Err = fmt.Errorf("%w (key %q, attempt %d)", ErrInProgress, c.key, cl.Record.Attempt)
+		default:
+			b.res[i].Err = fmt.Errorf("%w: claim answered an unknown outcome %v", ErrStoreUnavailable, cl.Outcome)
+		}
+	}
+}
+
+// holdNothingPastStop releases, right after the claim, the keys claimed
+// past the first operation that stops the batch or waits for another
+// holder: a batch never holds a key while it waits for one, so that
+// batches that claimed the same keys in different orders cannot wait for
+// each other. Past a stop they are not run; past a wait they are claimed
+// again at their turn.
+func (b *batch) holdNothingPastStop() {
+	hit, waiting := false, false
+	for i, s := range b.state {
+		switch {
+		case !hit:
+			hit = s == opWait || (s == opDecided && stops(b.res[i].Err))
+			waiting = s == opWait
+		case s == opAcquired && waiting:
+			c := &b.calls[i]
+			b.g.hb.stop(c)
+			c.cancel(context.Canceled)
+			c.release(b.ctx)
+			b.state[i] = opWait
+		case s == opAcquired:
+			b.skip(i)
+		}
+	}
+}
+
+// runOne runs fn for the acquired operation i. A value waits for the
+// batch's completion, holding the key; an error is stored or released at
+// once.
+func (b *batch) runOne(i int) {
+	g, c, ctx := b.g, &b.calls[i], b.fnCtx[i]
+	if ctx.Err() != nil { // the lease was lost while the key waited, or ctx ended
+		g.hb.stop(c)
+		c.cancel(context.Canceled)
+		c.release(b.ctx)
+		b.state[i] = opDecided
+		b.res[i].Err = context.Cause(ctx)
+		return
+	}
+	var started time.Time
+	if g.cfg.Observer != nil {
+		started = time.Now()
+	}
+	value, ferr := b.fn(ctx, i) // a panic finds the key acquired, and abort releases it
+	c.cancel(context.Canceled)
+	if g.cfg.Observer != nil {
+		g.observe(b.ctx, Event{Op: OpRun, Scope: c.scope, Key: c.key, Duration: time.Since(started), Err: ferr})
+	}
+	switch {
+	case ferr == nil:
+		b.res[i].Value = value
+		b.state[i] = opRan // the heartbeat keeps the lease until it is stored
+		b.ran = true
+		return
+	case IsPermanent(ferr):
+		g.hb.stop(c)
+		cause, err := c.fail(b.ctx, EncodeFailure(ferr), g.cfg.FailedRetention)
+		if err != nil {
+			ferr = errors.Join(ferr, err)
+		} else if g.cache != nil {
+			g.cache.put(c.storeKey, StatusFailed, c.fingerprint, cause, time.Now().Add(g.cfg.FailedRetention))
+		}
+	default:
+		g.hb.stop(c)
+		c.release(b.ctx)
+	}
+	b.state[i] = opDecided
+	b.res[i].Err = ferr
+}
+
+// skip gives up operation i after the batch stopped.
+func (b *batch) skip(i int) {
+	if b.state[i] == opAcquired {
+		c := &b.calls[i]
+		b.g.hb.stop(c)
+		c.cancel(ErrNotRun)
+		c.release(b.ctx)
+	}
+	b.state[i] = opDecided
+	b.res[i] = BatchResult{Err: ErrNotRun}
+}
+
+// abort cleans up after fn panicked: the values of the operations that ran
+// are stored, every other key held is released.
+func (b *batch) abort() {
+	for i, s := range b.state {
+		if s == opAcquired {
+			b.skip(i)
+		}
+	}
+	b.complete()
+}
+
+// complete stores the values of the operations that ran, in one round trip
+// where the store has CompleteBatch.
+func (b *batch) complete() {
+	g := b.g
+	var cs []Completion
+	var idx []int
+	for i, s := range b.state {
+		if s != opRan {
+			continue
+		}
+		c := &b.calls[i]
+		if v := b.res[i].Value; g.maxValue > 0 && len(v) > g.maxValue {
+			b.tooLarge(i, fmt.Errorf("%w: %d bytes, the store keeps %d", ErrValueTooLarge, len(v), g.maxValue))
+			continue
+		}
+		cs = append(cs, Completion{Key: c.storeKey, Token: c.token, Value: b.res[i].Value, Retention: g.cfg.Retention})
+		idx = append(idx, i)
+	}
+	if len(cs) == 0 {
+		return
+	}
+	start := time.Now()
+	b.ran, b.flushed = false, start
+	errs := make([]error, len(cs))
+	octx, cancel := context.WithTimeout(context.WithoutCancel(b.ctx), g.cfg.StoreTimeout)
+	if bc, ok := g.store.(BatchCompleter); ok {
+		got, err := bc.CompleteBatch(octx, cs)
+		if err == nil && len(got) != len(cs) {
+			err = fmt.Errorf("CompleteBatch answered %d errors for %d keys", len(got), len(cs))
+		}
+		for k := range errs {
+			if err != nil {
+				errs[k] = err
+			} else {
+				errs[k] = got[k]
+			}
+		}
+	} else {
+		for k, cm := range cs {
+			errs[k] = g.store.Complete(octx, cm.Key, cm.Token, cm.Value, cm.Retention)
+		}
+	}
+	cancel()
+	took := time.Since(start)
+	for k, i := range idx {
+		c := &b.calls[i]
+		err := errs[k]
+		g.observe(b.ctx, Event{Op: OpComplete, Scope: c.scope, Key: c.key, Duration: took, Err: err})
+		if errors.Is(err, ErrValueTooLarge) {
+			b.tooLarge(i, fmt.Errorf("idem: %s (key %q): %w", OpComplete, c.key, err))
+			continue
+		}
+		g.hb.stop(c)
+		b.state[i] = opDecided
+		switch {
+		case err == nil:
+			if g.cache != nil {
+				g.cache.put(c.storeKey, StatusCompleted, c.fingerprint, bytes.Clone(b.res[i].Value), time.Now().Add(g.cfg.Retention))
+			}
+		case errors.Is(err, ErrLeaseLost):
+			b.res[i].Err = fmt.Errorf("idem: %s (key %q): %w", OpComplete, c.key, err)
+		default:
+			b.res[i].Err = fmt.Errorf("%w: %s (key %q): %w", ErrStoreUnavailable, OpComplete, c.key, err)
+		}
+	}
+}
+
+// tooLarge stores cause, which wraps ErrValueTooLarge, as operation i's
+// outcome in place of its value, as Do does: the operation ran, and its
+// duplicates must not run it again.
+func (b *batch) tooLarge(i int, cause error) {
+	c := &b.calls[i]
+	b.g.hb.stop(c)
+	b.state[i] = opDecided
+	b.res[i].Result, b.res[i].Err = c.tooLarge(b.ctx, b.res[i].Value, cause)
+}
+
+// follow answers each follower with its leader's outcome, as a duplicate
+// would get it from the store.
+func (b *batch) follow() {
+	for i, j := range b.lead {
+		if b.state[i] != opFollower {
+			continue // skipped
+		}
+		b.state[i] = opDecided
+		lead := b.res[j]
+		switch {
+		case !bytes.Equal(b.calls[i].fingerprint, b.calls[j].fingerprint):
+			b.res[i].Err = fmt.Errorf("%w (key %q)", ErrKeyReused, b.calls[i].key)
+		case lead.Err == nil:
+			b.res[i].Result = Result{Value: bytes.Clone(lead.Value), Replayed: true}
+		case IsPermanent(lead.Err) && !stops(lead.Err):
+			b.res[i].Err = DecodeFailure(EncodeFailure(lead.Err))
+		default:
+			b.res[i].Err = lead.Err
+		}
+	}
+}

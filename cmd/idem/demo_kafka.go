@@ -1,0 +1,372 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemkafka"
+)
+
+// kafkaPartitions is how many partitions the demo's topics have.
+const kafkaPartitions = 8
+
+// msgHeader carries a record's index in the stream, for the crash plan
+// and the tally.
+const msgHeader = "demo-msg"
+
+// demoKafka is the demo over Kafka: the same stream, published to a topic
+// of an in-process cluster (franz-go's kfake), consumed by a consumer
+// group of o.consumers processes, naive ones, then idemkafka ones. A
+// process that crashes dies where the plan says: it charges or commits
+// nothing more, its store calls fail, and its client leaves the group
+// without committing; a new process takes its slot. Kafka redelivers what
+// was not committed to the members that get the partitions.
+func demoKafka(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (naive, guarded runReport, err error) {
+	store, closeStore, err := openStore(ctx, o.store, true)
+	if err != nil {
+		return naive, guarded, err
+	}
+	defer func() { err = errors.Join(err, closeStore()) }()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
+	if err != nil {
+		return naive, guarded, err
+	}
+	defer cluster.Close()
+
+	stream := newStream(o.seed, o.messages, o.dupRate)
+	plan := crashPlan{seed: o.seed, rate: o.crashRate}
+	fmt.Fprintf(stdout, "idem demo: %d orders, %d consumers, dup rate %v, crash rate %v, store %s\n",
+		o.messages, o.consumers, o.dupRate, o.crashRate, redactURL(o.store))
+	fmt.Fprintf(stdout, "broker: Kafka, an in-process cluster (kfake) at %s, topics of %d partitions\n",
+		strings.Join(cluster.ListenAddrs(), ","), kafkaPartitions)
+	fmt.Fprintf(stdout, "seed %d (repeat this run with --seed %d --broker kafka)\n", o.seed, o.seed)
+
+	run := time.Now().UnixNano()
+	naive, err = runKafkaStream(ctx, o, cluster, fmt.Sprintf("orders-naive-%d", run), "naive", stream, plan, stderr, nil)
+	if err != nil {
+		return naive, guarded, err
+	}
+	topic := fmt.Sprintf("orders-idem-%d", run)
+	defer func() {
+		err = errors.Join(err, cleanUpDemo(ctx, o, store, idem.Config{Namespace: kafkaNamespace(topic), Retention: time.Hour}, stream, stdout))
+	}()
+	guarded, err = runKafkaStream(ctx, o, cluster, topic, "idem", stream, plan, stderr, store)
+	if err != nil {
+		return naive, guarded, err
+	}
+
+	fmt.Fprintln(stdout)
+	writeTable(stdout, naive, guarded)
+	fmt.Fprintf(stdout, "\ncrashes before the charge / after it: naive %d / %d, idem %d / %d. A crashed consumer commits nothing:\n"+
+		"its partitions go to the other members, which get every record after the last commit again. The naive\n"+
+		"consumer charges them again; idem's finds their outcome (after the charge, idem's consumer crashes once\n"+
+		"the outcome is stored), or the order held by the dead consumer: %d orders were taken over once the %v\n"+
+		"lease ended, and %d claims found their order in progress and were retried after a pause.\n",
+		naive.crashes[crashBeforeCharge], naive.crashes[crashAfterCharge],
+		guarded.crashes[crashBeforeCharge], guarded.crashes[crashAfterCharge],
+		guarded.takeovers, demoLease, guarded.busy)
+	if guarded.doubleCharges > 0 || guarded.lost > 0 {
+		return naive, guarded, fmt.Errorf("idem: demo failed: the idem consumer made %d double charges and lost %d orders (seed %d, --broker kafka)",
+			guarded.doubleCharges, guarded.lost, o.seed)
+	}
+	fmt.Fprintf(stdout, "\nOK: idem charged every order exactly once; the naive consumer made %d double charges.\n", naive.doubleCharges)
+	return naive, guarded, nil
+}
+
+// kafkaNamespace is the namespace of the guarded run on topic: a fresh
+// one, so that the records of earlier runs in a shared store stay out of
+// the way.
+func kafkaNamespace(topic string) string { return "idem-demo/" + topic }
+
+// kafkaRun is one run of the stream through a consumer group.
+type kafkaRun struct {
+	o        demoOptions
+	cluster  *kfake.Cluster
+	name     string
+	topic    string
+	stream   []message
+	pos      []kgo.EpochOffset // by message: its partition in Epoch, its offset
+	plan     crashPlan
+	ledger   *ledger
+	stats    runStats
+	attempts []atomic.Int32 // by message: deliveries so far
+	delivers atomic.Int64
+	acked    atomic.Int64  // records committed, for the progress bar
+	released chan struct{} // closed at the end: dead handlers return
+}
+
+// runKafkaStream publishes the stream to topic and consumes
+// it with o.consumers slots, each running one process after another, until
+// every record is committed or o.timeout passes. store is nil for the
+// naive consumer.
+func runKafkaStream(ctx context.Context, o demoOptions, cluster *kfake.Cluster, topic, name string, stream []message, plan crashPlan,
+	stderr io.Writer, store idem.Store) (runReport, error) {
+	r := &kafkaRun{o: o, cluster: cluster, name: name, topic: topic,
+		stream: stream, pos: make([]kgo.EpochOffset, len(stream)), plan: plan, ledger: newLedger(o.messages),
+		attempts: make([]atomic.Int32, len(stream)), released: make(chan struct{})}
+	if err := r.publish(ctx); err != nil {
+		return runReport{}, err
+	}
+	runCtx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	stopProgress := startProgress(stderr, name, len(stream), r.acked.Load)
+	start := time.Now()
+	var wg sync.WaitGroup
+	wg.Go(func() { r.watchCommits(runCtx, cancel) })
+	errs := make([]error, o.consumers)
+	for i := range o.consumers {
+		wg.Go(func() {
+			for runCtx.Err() == nil && errs[i] == nil {
+				p := &process{stats: &r.stats}
+				if store == nil {
+					errs[i] = r.naiveProcess(runCtx, p)
+				} else {
+					errs[i] = r.guardedProcess(runCtx, p, store)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(r.released)
+	stopProgress()
+	if err := errors.Join(errs...); err != nil {
+		return runReport{}, err
+	}
+	if ctx.Err() != nil {
+		return runReport{}, fmt.Errorf("idem: demo interrupted: %w", context.Cause(ctx))
+	}
+	return tally(name, r.ledger, r.brokerStats(), &r.stats, elapsed, !r.complete()), nil
+}
+
+// publish produces the stream, message i to partition i mod the
+// partitions, so that an order's copies land on different partitions and
+// meet different consumers.
+func (r *kafkaRun) publish(ctx context.Context) error {
+	if err := r.cluster.CreateTopic(r.topic, kafkaPartitions, nil); err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(r.cluster.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	recs := make([]*kgo.Record, len(r.stream))
+	for i, m := range r.stream {
+		recs[i] = &kgo.Record{Topic: r.topic, Partition: int32(i % kafkaPartitions), Value: m.payload, Headers: []kgo.RecordHeader{
+			{Key: idemkafka.DefaultKeyHeader, Value: []byte(m.key)},
+			{Key: msgHeader, Value: strconv.AppendInt(nil, int64(i), 10)},
+		}}
+	}
+	res := cl.ProduceSync(ctx, recs...)
+	if err := res.FirstErr(); err != nil {
+		return fmt.Errorf("idem: demo: publishing to Kafka: %w", err)
+	}
+	for i, pr := range res {
+		r.pos[i] = kgo.EpochOffset{Epoch: pr.Record.Partition, Offset: pr.Record.Offset}
+	}
+	return nil
+}
+
+// committed returns the group's committed offset of each partition.
+func (r *kafkaRun) committed() [kafkaPartitions]int64 {
+	var out [kafkaPartitions]int64
+	if gi := r.cluster.GroupInfo(r.topic); gi != nil {
+		for p, c := range gi.Commits[r.topic] {
+			if p >= 0 && p < kafkaPartitions {
+				out[p] = c.Offset
+			}
+		}
+	}
+	return out
+}
+
+// complete reports whether every record is committed.
+func (r *kafkaRun) complete() bool { return r.acked.Load() == int64(len(r.stream)) }
+
+// watchCommits follows the group's commits and ends the run once every
+// record is committed.
+func (r *kafkaRun) watchCommits(ctx context.Context, done context.CancelFunc) {
+	for ctx.Err() == nil {
+		var n int64
+		for _, c := range r.committed() {
+			n += c
+		}
+		r.acked.Store(n)
+		if r.complete() {
+			done()
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// brokerStats is the run's tally from Kafka's side: an order is unacked
+// when a record of it lies at or past its partition's committed offset.
+func (r *kafkaRun) brokerStats() brokerStats {
+	st := brokerStats{deliveries: int(r.delivers.Load()), unacked: make([]bool, r.o.messages)}
+	committed := r.committed()
+	for i, m := range r.stream {
+		if m.duplicate {
+			st.duplicates++
+		}
+		if r.pos[i].Offset >= committed[r.pos[i].Epoch] {
+			st.unacked[m.order] = true
+		}
+	}
+	return st
+}
+
+// clientOpts are a consumer process's client options: quick fetches, and
+// rebalances within a second of a member's leaving.
+func (r *kafkaRun) clientOpts(extra ...kgo.Opt) []kgo.Opt {
+	return append([]kgo.Opt{
+		kgo.SeedBrokers(r.cluster.ListenAddrs()...),
+		kgo.ConsumerGroup(r.topic),
+		kgo.ConsumeTopics(r.topic),
+		kgo.FetchMaxWait(50 * time.Millisecond),
+		kgo.HeartbeatInterval(100 * time.Millisecond),
+		kgo.SessionTimeout(2 * time.Second),
+		kgo.RebalanceTimeout(10 * time.Second),
+	}, extra...)
+}
+
+// deliver counts a delivery of rec and returns its message and where, if
+// anywhere, its process crashes.
+func (r *kafkaRun) deliver(rec *kgo.Record) (int, crashPoint) {
+	var idx int
+	for _, h := range rec.Headers {
+		if h.Key == msgHeader {
+			idx, _ = strconv.Atoi(string(h.Value))
+		}
+	}
+	r.delivers.Add(1)
+	attempt := int(r.attempts[idx].Add(1))
+	return idx, r.plan.at(&delivery{id: idx, attempt: attempt})
+}
+
+// naiveProcess consumes and charges every record it gets, committing each
+// right after its charge, until ctx ends or it crashes: as careful as a
+// consumer without idempotency can be, and still a record charged and not
+// committed when the process dies is charged again by the next.
+func (r *kafkaRun) naiveProcess(ctx context.Context, p *process) error {
+	cl, err := kgo.NewClient(r.clientOpts(kgo.DisableAutoCommit())...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close() // after a crash: leaves the group without a commit
+	for {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil || fs.IsClientClosed() {
+			return nil
+		}
+		for _, rec := range fs.Records() {
+			idx, point := r.deliver(rec)
+			if point == crashBeforeCharge {
+				r.stats.crashes[point].Add(1)
+				return nil
+			}
+			r.ledger.charge(r.stream[idx].order)
+			if point == crashAfterCharge {
+				r.stats.crashes[point].Add(1)
+				return nil
+			}
+			// An error is a rebalance: the record comes again, and is charged again.
+			_ = cl.CommitRecords(ctx, rec)
+		}
+	}
+}
+
+// guardedProcess consumes with idemkafka, charging inside the Guard, until
+// ctx ends or it crashes. A crash before the charge happens in the
+// handler, holding the key; after the charge, once the outcome is stored
+// and before the offset is committed. The dead process's handler never
+// returns (until the run ends), its store calls fail (processStore), and
+// its client leaves the group.
+func (r *kafkaRun) guardedProcess(ctx context.Context, p *process, store idem.Store) error {
+	crashed := make(chan struct{})
+	var once sync.Once
+	var cl *kgo.Client
+	die := func(point crashPoint) {
+		once.Do(func() {
+			p.dead.Store(true)
+			r.stats.crashes[point].Add(1)
+			close(crashed)
+		})
+		<-r.released
+	}
+	var crashAfter sync.Map // keys whose process dies once their outcome is stored
+	guard, err := idem.New(processStore{store: store, p: p}, idem.Config{
+		Namespace: kafkaNamespace(r.topic),
+		Lease:     demoLease,
+		Retention: time.Hour,
+		Observer: func(_ context.Context, e idem.Event) {
+			if e.Op == idem.OpComplete && e.Err == nil {
+				if _, ok := crashAfter.Load(e.Key); ok {
+					die(crashAfterCharge)
+				}
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	defer guard.Close()
+	consumer, err := idemkafka.New(guard, func(ctx context.Context, rec *kgo.Record) error {
+		idx, point := r.deliver(rec)
+		if p.dead.Load() {
+			<-r.released
+			return errProcessDead
+		}
+		if point == crashBeforeCharge {
+			die(point) // holding the key: it stays until the lease ends
+			return errProcessDead
+		}
+		if err := ctx.Err(); err != nil {
+			return err // the lease is lost: someone else may charge now
+		}
+		r.ledger.charge(r.stream[idx].order)
+		if point == crashAfterCharge {
+			crashAfter.Store(r.stream[idx].key, true)
+		}
+		return nil
+	}, idemkafka.WithSharedScope(), idemkafka.WithCommitInterval(100*time.Millisecond), idemkafka.WithDrainTimeout(100*time.Millisecond),
+		idemkafka.WithRetryBackoff(20*time.Millisecond, 200*time.Millisecond), idemkafka.WithMaxBatch(64),
+		idemkafka.WithObserver(func(_ context.Context, e idemkafka.Event) {
+			if e.Kind == idemkafka.EventBatch {
+				r.delivers.Add(int64(e.Replayed)) // replays are deliveries the handler never saw
+			}
+		}))
+	if err != nil {
+		return err
+	}
+	cl, err = kgo.NewClient(r.clientOpts(consumer.ClientOpts()...)...)
+	if err != nil {
+		return err
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- consumer.Run(ctx, cl) }()
+	select {
+	case err := <-ran:
+		cl.Close()
+		return err
+	case <-crashed:
+		cl.Close() // leaves without committing what was in flight
+		<-ran
+		return nil
+	}
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemkafka"
+)
+
+// runKafka is the Kafka mode: with --brokers, consume or produce; without,
+// start an in-process cluster (kfake), publish the orders to it, charge
+// them and print the tally.
+func runKafka(ctx context.Context, o options, out io.Writer) error {
+	if o.brokers != "" {
+		addrs := strings.Split(o.brokers, ",")
+		if o.mode == "produce" {
+			return produceOrders(ctx, addrs, o, out)
+		}
+		_, err := consumeOrders(ctx, addrs, o, out, newProvider(out), 0)
+		return err
+	}
+	cluster, err := kfake.NewCluster(kfake.SeedTopics(4, o.topic), kfake.AllowAutoTopicCreation())
+	if err != nil {
+		return err
+	}
+	defer cluster.Close()
+	addrs := cluster.ListenAddrs()
+	fmt.Fprintf(out, "no --brokers given: started an in-process Kafka cluster (kfake) at %s\n", strings.Join(addrs, ","))
+	if err := produceOrders(ctx, addrs, o, out); err != nil {
+		return err
+	}
+	events, _ := newOrders(o.orders, o.dupRate, o.seed)
+	p := newProvider(out)
+	finished, err := consumeOrders(ctx, addrs, o, out, p, len(events))
+	if err != nil {
+		return err
+	}
+	charged, double := p.summary(o.orders)
+	fmt.Fprintf(out, "\n%d messages consumed for %d orders: %d orders charged, %d double charges, %d duplicates skipped\n",
+		finished, o.orders, charged, double, finished-int64(p.total))
+	if charged != o.orders || double != 0 {
+		return fmt.Errorf("payments: %d of %d orders charged, %d double charges", charged, o.orders, double)
+	}
+	return nil
+}
+
+// produceOrders publishes the orders, duplicates included, each with its
+// order ID as the record's idempotency key.
+func produceOrders(ctx context.Context, addrs []string, o options, out io.Writer) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.DefaultProduceTopic(o.topic), kgo.AllowAutoTopicCreation())
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	events, dups := newOrders(o.orders, o.dupRate, o.seed)
+	recs := make([]*kgo.Record, len(events))
+	for i, e := range events {
+		body, _ := json.Marshal(e)
+		recs[i] = &kgo.Record{Value: body, Headers: []kgo.RecordHeader{{Key: idemkafka.DefaultKeyHeader, Value: []byte(e.OrderID)}}}
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return fmt.Errorf("payments: publishing: %w", err)
+	}
+	fmt.Fprintf(out, "published %d orders as %d OrderCreated events (%d duplicates) to %s\n", o.orders, len(events), dups, o.topic)
+	return nil
+}
+
+// consumeOrders charges the orders of the topic's events under idem until
+// ctx ends or, when stopAfter > 0, that many events were finished; it
+// returns how many were.
+func consumeOrders(ctx context.Context, addrs []string, o options, out io.Writer, p *provider, stopAfter int) (int64, error) {
+	store, closeStore, err := openStore(ctx, o.store)
+	if err != nil {
+		return 0, err
+	}
+	defer closeStore()
+	// The order service assigns order IDs: one ID is one order, whoever
+	// published the event, so every key shares one scope.
+	guard, err := idem.New(store, idem.Config{Namespace: "payments", Lease: 30 * time.Second, MaxAttempts: 5})
+	if err != nil {
+		return 0, err
+	}
+	defer guard.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var finished atomic.Int64
+	consumer, err := idemkafka.New(guard, func(ctx context.Context, r *kgo.Record) error { return p.handle(ctx, r.Value) },
+		idemkafka.WithSharedScope(),
+		idemkafka.WithObserver(func(_ context.Context, e idemkafka.Event) {
+			if e.Kind == idemkafka.EventBatch && finished.Add(int64(e.Records)) == int64(stopAfter) {
+				cancel()
+			}
+		}))
+	if err != nil {
+		return 0, err
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{
+		kgo.SeedBrokers(addrs...),
+		kgo.ConsumerGroup(o.group),
+		kgo.ConsumeTopics(o.topic),
+	}, consumer.ClientOpts()...)...)
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	if stopAfter == 0 {
+		fmt.Fprintf(out, "consuming %s as group %s; Ctrl-C to stop\n", o.topic, o.group)
+	}
+	if err := consumer.Run(ctx, cl); err != nil && !errors.Is(err, context.Canceled) {
+		return finished.Load(), err
+	}
+	return finished.Load(), nil
+}

@@ -1,0 +1,232 @@
+package idemkafka_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemkafka"
+)
+
+// cutStore is one member's connection to the shared store: once cut, the
+// calls named in refuse fail, as they would from a crashed or partitioned
+// process.
+type cutStore struct {
+	idem.Store
+	cut    atomic.Bool
+	refuse map[string]bool // "Complete", "Release", "Extend", …; nil: every call
+}
+
+var errCut = errors.New("test: this member is cut off from the store")
+
+func (s *cutStore) refused(call string) bool {
+	return s.cut.Load() && (s.refuse == nil || s.refuse[call])
+}
+
+func (s *cutStore) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+	if s.refused("Claim") {
+		return idem.Claim{}, errCut
+	}
+	return s.Store.Claim(ctx, a)
+}
+
+func (s *cutStore) Complete(ctx context.Context, key string, t idem.Token, v []byte, r time.Duration) error {
+	if s.refused("Complete") {
+		return errCut
+	}
+	return s.Store.Complete(ctx, key, t, v, r)
+}
+
+func (s *cutStore) Fail(ctx context.Context, key string, t idem.Token, c []byte, r time.Duration) error {
+	if s.refused("Fail") {
+		return errCut
+	}
+	return s.Store.Fail(ctx, key, t, c, r)
+}
+
+func (s *cutStore) Release(ctx context.Context, key string, t idem.Token) error {
+	if s.refused("Release") {
+		return errCut
+	}
+	return s.Store.Release(ctx, key, t)
+}
+
+func (s *cutStore) Extend(ctx context.Context, key string, t idem.Token, d time.Duration) error {
+	if s.refused("Extend") {
+		return errCut
+	}
+	return s.Store.Extend(ctx, key, t, d)
+}
+
+// blocker holds the handler of one key until released.
+type blocker struct {
+	key     string
+	started chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func newBlocker(key string) *blocker {
+	return &blocker{key: key, started: make(chan struct{}), release: make(chan struct{})}
+}
+
+// hold blocks, ignoring ctx, if r is the blocker's record; it reports
+// whether it did.
+func (b *blocker) hold(r *kgo.Record) bool {
+	if headerKey(r) != b.key {
+		return false
+	}
+	b.once.Do(func() { close(b.started) })
+	<-b.release
+	return true
+}
+
+func (b *blocker) wait(t testing.TB) {
+	t.Helper()
+	select {
+	case <-b.started:
+	case <-time.After(groupTimeout):
+		t.Fatalf("the handler of %s never started", b.key)
+	}
+}
+
+func keyedRange(topic string, n int) ([]*kgo.Record, []string) {
+	recs := make([]*kgo.Record, n)
+	keys := make([]string, n)
+	for i := range recs {
+		keys[i] = fmt.Sprintf("k-%d", i)
+		recs[i] = keyed(topic, 0, keys[i], keys[i])
+	}
+	return recs, keys
+}
+
+// A member dies in the middle of a handler: its client goes away without
+// committing that record, and every store call it would make after is
+// lost. Another member gets the record again and, once the dead member's
+// lease ends, runs it: once.
+func TestMemberKilledMidHandler(t *testing.T) {
+	t.Parallel()
+	const topic, group = "orders", "payments"
+	c := newCluster(t, map[string]int32{topic: 1})
+	recs, keys := keyedRange(topic, 10)
+	produce(t, c, recs...)
+	shared := newMem(t)
+	l := newLedger()
+	b := newBlocker("k-5")
+	defer close(b.release)
+
+	deadStore := &cutStore{Store: shared}
+	gA := newGuard(t, deadStore, idem.Config{Lease: time.Second})
+	a := start(t, c, group, topic, gA, func(ctx context.Context, r *kgo.Record) error {
+		if b.hold(r) {
+			return errors.New("dead process") // never seen: its store calls fail
+		}
+		return l.handler(ctx, r)
+	}, idemkafka.WithSharedScope(), idemkafka.WithDrainTimeout(200*time.Millisecond))
+	b.wait(t)
+	deadStore.cut.Store(true) // the process is gone: no release, no heartbeat, no complete
+	a.cl.Close()
+	if err := a.stop(); !errors.Is(err, kgo.ErrClientClosed) {
+		t.Fatalf("the dead member's Run: %v, want ErrClientClosed", err)
+	}
+
+	gB := newGuard(t, shared, idem.Config{Lease: time.Second})
+	var attempt atomic.Int32
+	start(t, c, group, topic, gB, func(ctx context.Context, r *kgo.Record) error {
+		if headerKey(r) == "k-5" {
+			rec, err := shared.Get(ctx, gB.StoreKey("k-5"))
+			if err != nil {
+				return err
+			}
+			attempt.Store(int32(rec.Attempt))
+		}
+		return l.handler(ctx, r)
+	}, idemkafka.WithSharedScope(), idemkafka.WithRetryBackoff(20*time.Millisecond, 200*time.Millisecond))
+	await(t, groupTimeout, "every key to be handled", func() bool { return l.count() == len(keys) })
+	wantCommitted(t, c, group, topic)
+	l.wantOnce(t, keys)
+	if attempt.Load() != 2 {
+		t.Fatalf("k-5 ran at attempt %d, want 2: taken over after the dead member's lease", attempt.Load())
+	}
+}
+
+// fencedLedger applies an effect only for the key's current holder: the
+// write carries the lease token and is refused for any other, as a
+// database write conditioned on the token would be.
+type fencedLedger struct {
+	*ledger
+	store  idem.Store
+	g      func(key string) string // the key's store key
+	fenced atomic.Int32
+}
+
+func (f *fencedLedger) handler(ctx context.Context, r *kgo.Record) error {
+	k := headerKey(r)
+	tok, _ := idem.TokenFrom(ctx)
+	rec, err := f.store.Get(context.WithoutCancel(ctx), f.g(k))
+	if err != nil {
+		return err
+	}
+	if rec.Status != idem.StatusInProgress || rec.Token != tok {
+		f.fenced.Add(1)
+		return fmt.Errorf("fenced: token %d is not the current %d", tok, rec.Token)
+	}
+	f.enter(k)
+	f.leave(k, true)
+	return nil
+}
+
+// A member's handler stalls past its lease, which it cannot extend, while
+// the partition moves to another member: that member takes the key over
+// and runs it; the stalled handler's late effect is refused by its stale
+// token, and its outcome by the store.
+func TestStalledHandlerIsFenced(t *testing.T) {
+	t.Parallel()
+	const topic, group = "orders", "payments"
+	c := newCluster(t, map[string]int32{topic: 1})
+	recs, keys := keyedRange(topic, 10)
+	produce(t, c, recs...)
+	shared := newMem(t)
+	b := newBlocker("k-5")
+
+	storeA := &cutStore{Store: shared, refuse: map[string]bool{"Extend": true}}
+	gA := newGuard(t, storeA, idem.Config{Lease: time.Second})
+	gB := newGuard(t, shared, idem.Config{Lease: time.Second})
+	f := &fencedLedger{ledger: newLedger(), store: shared, g: gB.StoreKey}
+	stalled := make(chan error, 1)
+	a := start(t, c, group, topic, gA, func(ctx context.Context, r *kgo.Record) error {
+		if b.hold(r) {
+			err := f.handler(ctx, r) // wakes up late and tries anyway
+			stalled <- err
+			return err
+		}
+		return f.handler(ctx, r)
+	}, idemkafka.WithSharedScope(), idemkafka.WithDrainTimeout(200*time.Millisecond))
+	b.wait(t)
+	storeA.cut.Store(true) // its heartbeat fails from now on: the lease runs out
+
+	// The partition moves: the stalled member leaves (its revoke gives up
+	// on the handler after the drain timeout) and another takes over.
+	start(t, c, group, topic, gB, f.handler, idemkafka.WithSharedScope(), idemkafka.WithRetryBackoff(20*time.Millisecond, 200*time.Millisecond))
+	a.cl.Close()
+	await(t, groupTimeout, "the other member to handle every key", func() bool { return f.count() == len(keys) })
+	close(b.release)
+	if err := <-stalled; err == nil {
+		t.Fatal("the stalled handler's late effect was applied")
+	}
+	f.wantOnce(t, keys)
+	if f.fenced.Load() != 1 {
+		t.Fatalf("%d writes fenced, want the stalled handler's one", f.fenced.Load())
+	}
+	if rec, err := shared.Get(context.Background(), gB.StoreKey("k-5")); err != nil || rec.Status != idem.StatusCompleted || rec.Attempt != 2 {
+		t.Fatalf("k-5's record: %+v, %v; want Completed by the second holder", rec, err)
+	}
+	wantCommitted(t, c, group, topic)
+}

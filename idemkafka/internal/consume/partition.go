@@ -1,0 +1,240 @@
+package consume
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Partition is one assigned partition of a [Consumer]: a goroutine that
+// handles its records in order through the Processor. Its fetches are
+// paused while a batch of records waits in its queue, so a slow or stuck
+// partition holds no more than that and the others go on.
+type Partition struct {
+	c         *Consumer
+	client    *kgo.Client
+	Topic     string
+	Partition int32
+
+	ctx      context.Context // cancelled when the partition is given up or the drain deadline passes
+	cancel   context.CancelCauseFunc
+	draining atomic.Bool
+	wake     chan struct{} // a push, a drain or a stop
+	done     chan struct{} // closed when the worker exits
+
+	replayed int // duplicates among the records finished since the last EventBatch (worker only)
+	failures int // how often the record at failedAt failed in a row, not counting busy keys (worker only)
+	failedAt int64
+
+	mu        sync.Mutex
+	queue     []*kgo.Record
+	paused    bool
+	hw        int64           // high watermark at the last fetch
+	next      kgo.EpochOffset // one past the last finished record
+	finished  bool            // a record was finished: next means something
+	committed int64           // the offset last committed (-1: none)
+}
+
+func newPartition(c *Consumer, cl *kgo.Client, topic string, partition int32) *Partition {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &Partition{
+		c: c, client: cl, Topic: topic, Partition: partition,
+		ctx: ctx, cancel: cancel,
+		wake: make(chan struct{}, 1), done: make(chan struct{}),
+		committed: -1,
+	}
+}
+
+// Client returns the consuming client.
+func (p *Partition) Client() *kgo.Client { return p.client }
+
+// Draining reports that the consumer shuts down: the handler in flight may
+// finish, no other may start.
+func (p *Partition) Draining() bool { return p.draining.Load() }
+
+// Logger returns the consumer's logger.
+func (p *Partition) Logger() *slog.Logger { return p.c.o.Logger }
+
+func (p *Partition) signal() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *Partition) startDrain() {
+	p.draining.Store(true)
+	p.signal()
+}
+
+func (p *Partition) stop(cause error) {
+	p.draining.Store(true)
+	p.cancel(cause)
+	p.signal()
+}
+
+func (p *Partition) tps() map[string][]int32 { return map[string][]int32{p.Topic: {p.Partition}} }
+
+// push queues fetched records, and pauses the partition's fetches once a
+// whole batch waits.
+func (p *Partition) push(recs []*kgo.Record, hw int64) {
+	p.mu.Lock()
+	p.queue = append(p.queue, recs...)
+	p.hw = hw
+	if !p.paused && len(p.queue) >= p.c.o.MaxBatch {
+		p.paused = true
+		p.client.PauseFetchPartitions(p.tps())
+	}
+	p.mu.Unlock()
+	p.signal()
+}
+
+// take returns the next batch of records, waiting for one; nil once the
+// partition is draining or stopped. It resumes fetches once less than a
+// batch waits.
+func (p *Partition) take() []*kgo.Record {
+	for {
+		if p.draining.Load() {
+			return nil
+		}
+		p.mu.Lock()
+		if n := min(len(p.queue), p.c.o.MaxBatch); n > 0 {
+			recs := p.queue[:n:n]
+			p.queue = p.queue[n:]
+			if len(p.queue) == 0 {
+				p.queue = nil
+			}
+			if p.paused && len(p.queue) < p.c.o.MaxBatch {
+				p.paused = false
+				p.client.ResumeFetchPartitions(p.tps())
+			}
+			p.mu.Unlock()
+			return recs
+		}
+		p.mu.Unlock()
+		<-p.wake
+	}
+}
+
+func (p *Partition) run() {
+	defer p.c.workers.Done()
+	defer close(p.done)
+	defer p.cancel(context.Canceled)
+	for {
+		recs := p.take()
+		if recs == nil || !p.handle(recs) {
+			return
+		}
+	}
+}
+
+// handle gives recs to the Processor until all are done, retrying the
+// first that is not with backoff. It returns false when the partition
+// stopped or drains before they are.
+func (p *Partition) handle(recs []*kgo.Record) bool {
+	c := p.c
+	items := make([]Item, len(recs))
+	for i, r := range recs {
+		items[i] = c.o.Item(r)
+	}
+	backoff := c.o.MinBackoff
+	alone := false // after a failure, the failed record goes alone first
+	for len(items) > 0 {
+		if p.draining.Load() {
+			return false
+		}
+		cur := items
+		if alone {
+			cur = items[:1]
+		}
+		start := time.Now()
+		n, err := c.proc.Process(p.ctx, p, cur)
+		n = max(0, min(n, len(cur)))
+		if n > 0 {
+			p.advance(items[n-1].Rec, n, time.Since(start))
+			items = items[n:]
+			backoff = c.o.MinBackoff
+		}
+		if n == len(cur) {
+			alone = false
+			continue
+		}
+		if p.draining.Load() {
+			return false
+		}
+		alone = true
+		r := items[0].Rec
+		if !errors.Is(err, idem.ErrInProgress) {
+			if p.failures == 0 || p.failedAt != r.Offset {
+				p.failures, p.failedAt = 0, r.Offset
+			}
+			p.failures++
+		}
+		delay := backoff/2 + rand.N(backoff/2+1)
+		level := slog.LevelWarn
+		if errors.Is(err, idem.ErrInProgress) {
+			level = slog.LevelDebug // a duplicate in flight elsewhere: wait for it
+		}
+		c.o.Logger.Log(p.ctx, level, c.o.Prefix+": record not finished; retrying", slog.String("topic", p.Topic), slog.Int("partition", int(p.Partition)),
+			slog.Int64("offset", r.Offset), slog.Duration("delay", delay), slog.Any("error", err))
+		c.observe(p.ctx, Event{Kind: EventRetry, Topic: p.Topic, Partition: p.Partition, Offset: r.Offset, Delay: delay, Err: err})
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-p.ctx.Done():
+			t.Stop()
+			return false
+		}
+		backoff = min(2*backoff, c.o.MaxBackoff)
+	}
+	return true
+}
+
+// advance records that the partition is finished up to and including r,
+// the last of n records just finished.
+func (p *Partition) advance(r *kgo.Record, n int, took time.Duration) {
+	next := kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset + 1}
+	p.mu.Lock()
+	p.next, p.finished = next, true
+	lag := max(p.hw-next.Offset, 0)
+	p.mu.Unlock()
+	if p.c.marks {
+		p.client.MarkCommitOffsets(map[string]map[int32]kgo.EpochOffset{p.Topic: {p.Partition: next}})
+	}
+	p.failures = 0
+	p.c.observe(p.ctx, Event{Kind: EventBatch, Topic: p.Topic, Partition: p.Partition, Offset: next.Offset, Lag: lag, Records: n, Replayed: p.replayed, Duration: took})
+	p.replayed = 0
+}
+
+// Failures returns how many times in a row r failed to finish, a busy key
+// not counted: for a Processor that stops a poison record itself.
+func (p *Partition) Failures(r *kgo.Record) int {
+	if p.failures > 0 && p.failedAt == r.Offset {
+		return p.failures
+	}
+	return 0
+}
+
+// Replayed counts n records the Processor finished as duplicates, for the
+// next EventBatch.
+func (p *Partition) Replayed(n int) { p.replayed += n }
+
+// uncommitted returns the offset to commit, if it is past the committed one.
+func (p *Partition) uncommitted() (kgo.EpochOffset, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.next, p.finished && p.next.Offset > p.committed
+}
+
+func (p *Partition) committedTo(offset int64) {
+	p.mu.Lock()
+	p.committed = max(p.committed, offset)
+	p.mu.Unlock()
+}

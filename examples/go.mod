@@ -6,12 +6,12 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.73.1
 	github.com/idemgo/idem v0.1.0
 	github.com/idemgo/idem/dynamostore v0.1.0
+	github.com/idemgo/idem/idemamqp v0.1.0
 	github.com/idemgo/idem/idemnats v0.1.0
 	github.com/idemgo/idem/pgstore v0.1.0
 	github.com/idemgo/idem/redisstore v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/nats-io/nats.go v1.55.0
-	github.com/idemgo/idem/idemamqp v0.1.0
 	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/goleak v1.3.0

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 	"testing"
 	"time"
 
@@ -57,15 +56,5 @@ func TestDemoThroughRabbitMQ(t *testing.T) {
 				t.Errorf("idem: no takeover after %d crashes before the charge", guarded.crashes[crashBeforeCharge])
 			}
 		})
-	}
-}
-
-func TestDemoBrokerFlag(t *testing.T) {
-	if _, err := parseDemoFlags([]string{"--broker", "nats://127.0.0.1:4222"}, io.Discard); err == nil || !strings.Contains(err.Error(), "--broker") {
-		t.Errorf("--broker nats://…: %v, want a usage error naming --broker", err)
-	}
-	o, err := parseDemoFlags([]string{"--broker", "amqp://guest:guest@127.0.0.1:5672/"}, io.Discard)
-	if err != nil || o.broker != "amqp://guest:guest@127.0.0.1:5672/" {
-		t.Errorf("--broker amqp://…: %+v, %v", o, err)
 	}
 }

@@ -60,7 +60,9 @@ func TestDemoBrokerFlag(t *testing.T) {
 	if _, err := parseDemoFlags([]string{"--broker", "kafka://127.0.0.1:9092"}, io.Discard); err == nil || !strings.Contains(err.Error(), "--broker") {
 		t.Errorf("--broker kafka://…: error %v, want a usage error naming --broker", err)
 	}
-	if o, err := parseDemoFlags([]string{"--broker", "nats://127.0.0.1:4222"}, io.Discard); err != nil || o.broker != "nats://127.0.0.1:4222" {
-		t.Errorf("--broker nats://…: %+v, %v", o, err)
+	for _, url := range []string{"nats://127.0.0.1:4222", "amqp://guest:guest@127.0.0.1:5672/"} {
+		if o, err := parseDemoFlags([]string{"--broker", url}, io.Discard); err != nil || o.broker != url {
+			t.Errorf("--broker %s: %+v, %v", url, o, err)
+		}
 	}
 }

@@ -126,6 +126,7 @@ func TestKilledMidHandler(t *testing.T) {
 			case <-time.After(60 * time.Second):
 				t.Fatal("the child did not reach the stalled key within a minute")
 			}
+			t.Logf("the child holds %s; SIGKILL", stall)
 			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
@@ -148,6 +149,7 @@ func TestKilledMidHandler(t *testing.T) {
 				return ev.Kind(idemamqp.EventAcked) >= len(ks)-25
 			})
 
+			t.Logf("every message acked: %d trips through the delay queue", ev.Kind(idemamqp.EventDelayed))
 			effects := countEffects(t, ledger)
 			for _, k := range ks {
 				if effects[k] != 1 {

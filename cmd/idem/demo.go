@@ -160,13 +160,17 @@ func demo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (naive, 
 
 	fmt.Fprintln(stdout)
 	writeTable(stdout, naive, guarded)
+	back := fmt.Sprintf("after the %v visibility timeout", demoVisibility)
+	if strings.HasPrefix(o.broker, "amqp") {
+		back = "as soon as its connection closes" // RabbitMQ requeues at once
+	}
 	fmt.Fprintf(stdout, "\ncrashes before the charge / after it: naive %d / %d, idem %d / %d. A crashed consumer acks nothing:\n"+
-		"its message comes back after the %v visibility timeout. idem's consumer crashes before the charge\n"+
+		"its message comes back %s. idem's consumer crashes before the charge\n"+
 		"inside Do, holding the order: %d orders were taken over once the %v lease ended, and %d deliveries\n"+
 		"found their order in progress and were nacked for later.\n",
 		naive.crashes[crashBeforeCharge], naive.crashes[crashAfterCharge],
 		guarded.crashes[crashBeforeCharge], guarded.crashes[crashAfterCharge],
-		demoVisibility, guarded.takeovers, demoLease, guarded.busy)
+		back, guarded.takeovers, demoLease, guarded.busy)
 
 	if guarded.doubleCharges > 0 || guarded.lost > 0 {
 		why := ""

@@ -32,13 +32,21 @@ func redacted() string {
 	return fmt.Sprintf("amqp://%s@%s:%d/%s", u.Username, u.Host, u.Port, u.Vhost)
 }
 
-var reachable = sync.OnceValue(func() error {
-	c, err := amqp.DialConfig(URL(), amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
-	if err != nil {
-		return err
-	}
-	return c.Close()
-})
+// probes holds, by URL, whether the broker answered: dialled once per URL
+// and test binary.
+var probes sync.Map // URL → func() error
+
+func reachable() error {
+	url := URL()
+	probe, _ := probes.LoadOrStore(url, sync.OnceValue(func() error {
+		c, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	}))
+	return probe.(func() error)()
+}
 
 // Connect returns a connection to the broker, closed when t ends. It skips
 // t when the broker is unreachable, or fails it under

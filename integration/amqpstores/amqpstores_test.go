@@ -56,8 +56,12 @@ const (
 	childStall     = "IDEMAMQP_CHILD_STALL"  // the key whose handler never returns
 )
 
-// killLease is the Guard's lease in the kill test, parent and child.
-const killLease = 2 * time.Second
+// The kill test's Guard lease and busy delay, parent and child: with one
+// busy delay they share one delay queue, which the test deletes.
+const (
+	killLease     = 2 * time.Second
+	killBusyDelay = 200 * time.Millisecond
+)
 
 // TestKilledMidHandler runs a consumer in a child process over a real store
 // and kills it with SIGKILL while a handler holds a key. The broker
@@ -122,6 +126,7 @@ func TestKilledMidHandler(t *testing.T) {
 			case <-time.After(60 * time.Second):
 				t.Fatal("the child did not reach the stalled key within a minute")
 			}
+			t.Logf("the child holds %s; SIGKILL", stall)
 			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
@@ -139,11 +144,12 @@ func TestKilledMidHandler(t *testing.T) {
 			t.Cleanup(func() { g.Close() })
 			ev := &idemamqptest.Events{}
 			idemamqptest.Start(t, q, idemamqptest.NewConsumer(t, g, q, ev, appendEffect(ledger),
-				idemamqp.WithBusyDelay(200*time.Millisecond)))
+				idemamqp.WithBusyDelay(killBusyDelay)))
 			idemamqptest.Eventually(t, 60*time.Second, "every message acked", func() bool {
 				return ev.Kind(idemamqp.EventAcked) >= len(ks)-25
 			})
 
+			t.Logf("every message acked: %d trips through the delay queue", ev.Kind(idemamqp.EventDelayed))
 			effects := countEffects(t, ledger)
 			for _, k := range ks {
 				if effects[k] != 1 {
@@ -244,7 +250,7 @@ func child() int {
 		return effect(ctx, d)
 	}
 	c, err := idemamqp.New(g, idemamqptest.URL(), os.Getenv(childQueue), h, idemamqp.WithSharedScope(),
-		idemamqp.WithConcurrency(1), idemamqp.WithPrefetch(8))
+		idemamqp.WithConcurrency(1), idemamqp.WithPrefetch(8), idemamqp.WithBusyDelay(killBusyDelay))
 	if err != nil {
 		return fail(err)
 	}

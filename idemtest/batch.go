@@ -202,7 +202,9 @@ func doBatchRoundTrips(t *testing.T, e *env) {
 func doBatchRunsOnce(t *testing.T, e *env) {
 	const workers, n = 8, 32
 	_, s := e.spied()
-	g := e.guard(s, idem.Config{Lease: time.Second, Wait: 20 * time.Second})
+	// A lease well beyond a batch claim's round trip on a slow store
+	// (dynamostore's ClaimBatch writes each key) under the race detector.
+	g := e.guard(s, idem.Config{Lease: 10 * time.Second, Wait: 20 * time.Second})
 	keys := make([]string, n)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("k%02d", i)
@@ -229,6 +231,7 @@ func doBatchRunsOnce(t *testing.T, e *env) {
 			for j, r := range res {
 				if r.Err != nil || string(r.Value) != string(valueOf(mine[j].Key)) {
 					t.Errorf("worker %d, %s: %q, %v", w, mine[j].Key, r.Value, r.Err)
+					continue
 				}
 				if !r.Replayed {
 					fresh.Add(1)
@@ -382,15 +385,19 @@ func doBatchPanic(t *testing.T, e *env) {
 func doBatchHeartbeat(t *testing.T, e *env) {
 	_, s := e.spied()
 	_, claimsAhead := s.(idem.BatchClaimer) // else the key is claimed at its turn
-	g := e.guard(s, idem.Config{Lease: 6 * Lease})
+	// A lease of 40 of the suite's: a slow store's Extend (dynalite under
+	// the race detector, beside the suite's other cases) stays well within
+	// it.
+	const lease = 40 * Lease
+	g := e.guard(s, idem.Config{Lease: lease})
 	c := &counter{ops: ops("slow", "waiting")}
 	res := g.DoBatch(ctx(t), c.ops, func(ctx context.Context, i int) ([]byte, error) {
 		if i == 0 && claimsAhead {
-			// Hold the batch for three of its leases. The second key's
-			// claim is held meanwhile: another claimer finds it busy.
-			deadline := time.Now().Add(18 * Lease)
+			// Hold the batch past the end of its first lease. The second
+			// key's claim is held meanwhile: another claimer finds it busy.
+			deadline := time.Now().Add(lease * 3 / 2)
 			for time.Now().Before(deadline) {
-				time.Sleep(Lease)
+				time.Sleep(lease / 4)
 				a := idem.ClaimArgs{Key: idem.StoreKey(e.ns, "waiting"), Fingerprint: idem.SHA256Fingerprint(nil, []byte("payload of waiting")), Lease: Lease, Retention: time.Minute}
 				if cl := e.mustClaim(a, idem.Busy); cl.Record.Attempt != 1 {
 					t.Errorf("waiting key: attempt %d, want 1", cl.Record.Attempt)

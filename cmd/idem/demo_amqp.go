@@ -296,7 +296,7 @@ func (r *amqpRun) guarded(ctx context.Context, p *amqpProcess, cfg amqp.Config, 
 		if err := ctx.Err(); err != nil {
 			return err // the lease is lost: someone else may charge now
 		}
-		h.ledger.charge(r.msgs[rc.idx].order)
+		p.charge(ctx, h.ledger, r.msgs[rc.idx].order)
 		return nil
 	}
 	c, err := idemamqp.New(g, r.url, r.queue, charge,

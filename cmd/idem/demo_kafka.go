@@ -339,7 +339,7 @@ func (r *kafkaRun) guardedProcess(ctx context.Context, p *process, store idem.St
 		if err := ctx.Err(); err != nil {
 			return err // the lease is lost: someone else may charge now
 		}
-		r.ledger.charge(r.stream[idx].order)
+		p.charge(ctx, r.ledger, r.stream[idx].order)
 		if point == crashAfterCharge {
 			crashAfter.Store(r.stream[idx].key, true)
 		}

@@ -267,7 +267,7 @@ func (r *natsRun) guarded(p *natsProcess, l *ledger) idemnats.Handler {
 		if err := ctx.Err(); err != nil {
 			return err // the lease is lost: someone else may charge now
 		}
-		l.charge(r.msgs[m.idx].order)
+		p.charge(ctx, l, r.msgs[m.idx].order)
 		return nil
 	}
 }

@@ -420,16 +420,33 @@ func redisBenchTarget(ctx context.Context, raw string, maxG int) (*storeBenchTar
 		server: server,
 		cases:  cases(storeSides(shared, dupStore), bare),
 		memory: func(ctx context.Context) (*storeBenchMemory, error) { return redisMemoryPerRecord(ctx, c) },
+		// The run's keys, store's and bare's, all under prefix: millions of
+		// them after a long run, each kept for the retention. Left behind,
+		// they would slow every SCAN of the server's other users for a day.
 		close: func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			keys := bareDupKeys
-			for _, k := range storeBenchDupKeys {
-				keys = append(keys, s.RedisKey(idem.StoreKey(storeBenchNamespace, k)))
-			}
-			return errors.Join(c.Unlink(ctx, keys...).Err(), c.Close())
+			return errors.Join(unlinkPrefix(ctx, c, prefix), c.Close())
 		},
 	}, nil
+}
+
+// unlinkPrefix deletes every key of c's server under prefix.
+func unlinkPrefix(ctx context.Context, c *redis.Client, prefix string) error {
+	it := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	keys := make([]string, 0, 1000)
+	for it.Next(ctx) {
+		if keys = append(keys, it.Val()); len(keys) == cap(keys) {
+			if err := c.Unlink(ctx, keys...).Err(); err != nil {
+				return err
+			}
+			keys = keys[:0]
+		}
+	}
+	if err := it.Err(); err != nil || len(keys) == 0 {
+		return err
+	}
+	return c.Unlink(ctx, keys...).Err()
 }
 
 // redisMemoryPerRecord returns what MEMORY USAGE says a completed record

@@ -129,8 +129,8 @@ func TestBenchStoreUnreachable(t *testing.T) {
 }
 
 // TestBenchStoreOnServers runs every case of Redis and PostgreSQL for a few
-// milliseconds: what the benchmark leaves behind expires (Redis) or is
-// dropped (PostgreSQL's schema).
+// milliseconds and checks the run leaves nothing behind on the shared
+// servers: no key (Redis), no schema (PostgreSQL).
 func TestBenchStoreOnServers(t *testing.T) {
 	t.Run("redis", func(t *testing.T) {
 		c := redisstoretest.Client(t)
@@ -141,18 +141,12 @@ func TestBenchStoreOnServers(t *testing.T) {
 		if m := report.Memory; m == nil || m.Store <= 0 || m.Bare <= 0 {
 			t.Errorf("memory per record %+v, want both measured", m)
 		}
-		ctx := context.Background()
-		keys, err := c.Keys(ctx, prefix+"*").Result()
+		keys, err := c.Keys(context.Background(), prefix+"*").Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(keys) == 0 {
-			t.Fatalf("no keys under %s: the run did not write under ?prefix=", prefix)
-		}
-		for _, k := range keys {
-			if ttl, err := c.PTTL(ctx, k).Result(); err != nil || ttl <= 0 {
-				t.Fatalf("key %s left with TTL %v (%v), want every key left to expire", k, ttl, err)
-			}
+		if len(keys) != 0 {
+			t.Errorf("%d keys left under %s after the run, e.g. %s; want every key deleted", len(keys), prefix, keys[0])
 		}
 	})
 	t.Run("postgres", func(t *testing.T) {

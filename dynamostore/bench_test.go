@@ -114,13 +114,25 @@ func parallel(b *testing.B, goroutines int, op func(n int) error) {
 var goroutineCounts = []int{1, 16}
 
 // The bare sides: "bare" writes the least a check needs (key and token,
-// then the result); "bare-item" writes the item the store writes, with the
-// simplest conditions, so that the two ratios tell what the record's
-// content costs from what the store's conditions and code cost.
+// then the result); "bare-powertools" writes what AWS Lambda Powertools'
+// idempotency utility writes with payload validation on (key, status,
+// TTL, in-progress expiry and payload hash, then the result), with its
+// condition on the claim (absent, expired, or in progress past its
+// expiry); "bare-item" writes the item the store writes, with the
+// simplest conditions. The three ratios tell what the record's content
+// costs from what the store's conditions and code cost.
+type bareShape uint8
+
+const (
+	shapeBare bareShape = iota
+	shapePowertools
+	shapeItem
+)
+
 var bareShapes = []struct {
-	name string
-	item bool
-}{{"bare", false}, {"bare-item", true}}
+	name  string
+	shape bareShape
+}{{"bare", shapeBare}, {"bare-powertools", shapePowertools}, {"bare-item", shapeItem}}
 
 func BenchmarkClaimComplete(b *testing.B) {
 	ctx := context.Background()
@@ -138,7 +150,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 				bb := newBench(b)
 				run := strconv.FormatInt(time.Now().UnixNano(), 36)
 				parallel(b, g, func(n int) error {
-					return bb.bareClaimComplete(ctx, run+"-"+strconv.Itoa(n), strconv.Itoa(n), shape.item)
+					return bb.bareClaimComplete(ctx, run+"-"+strconv.Itoa(n), strconv.Itoa(n), shape.shape)
 				})
 			})
 		}
@@ -158,11 +170,17 @@ func claimComplete(ctx context.Context, s *dynamostore.Store, a idem.ClaimArgs) 
 
 func numAV(v string) types.AttributeValue { return &types.AttributeValueMemberN{Value: v} }
 
-// barePut is the bare claim's item: key and token, and with item the other
-// attributes of the store's (with values of the same sizes).
-func barePut(key, token string, item bool) map[string]types.AttributeValue {
+// barePut is the bare claim's item: key and token, or the other
+// attributes of its shape (with values of the same sizes as the store's).
+func barePut(key, token string, shape bareShape) map[string]types.AttributeValue {
 	m := map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: key}, "token": numAV(token)}
-	if item {
+	switch shape {
+	case shapePowertools:
+		delete(m, "token") // Powertools holds no token: it does not fence
+		m["status"] = &types.AttributeValueMemberS{Value: "INPROGRESS"}
+		m["expiration"], m["in_progress_expiration"] = numAV("1795444377"), numAV("1795440775406")
+		m["validation"] = &types.AttributeValueMemberS{Value: "5e2bf57d3f40c4b6df69daf1936cb766f832374b4fc0259a7cbff06e2f70f269"}
+	case shapeItem:
 		m["status"] = &types.AttributeValueMemberS{Value: "INPROGRESS"}
 		m["attempt"], m["fingerprint"] = numAV("1"), &types.AttributeValueMemberB{Value: benchFP[:]}
 		m["lease_until"], m["expires_at"], m["expiration"] = numAV("1795440775406"), numAV("1795444375406"), numAV("1795444377")
@@ -171,13 +189,26 @@ func barePut(key, token string, item bool) map[string]types.AttributeValue {
 	return m
 }
 
-func (bb *bench) bareClaimComplete(ctx context.Context, key, token string, item bool) error {
-	_, err := bb.c.PutItem(ctx, &dynamodb.PutItemInput{
+// bareClaim is the bare side's conditional put of shape.
+func (bb *bench) bareClaim(ctx context.Context, key, token string, shape bareShape) error {
+	in := &dynamodb.PutItemInput{
 		TableName:           &bb.table,
-		Item:                barePut(key, token, item),
+		Item:                barePut(key, token, shape),
 		ConditionExpression: aws.String("attribute_not_exists(id)"),
-	})
-	if err != nil {
+	}
+	if shape == shapePowertools {
+		in.ConditionExpression = aws.String("attribute_not_exists(id) OR expiration < :now OR (#s = :inprogress AND in_progress_expiration < :nowms)")
+		in.ExpressionAttributeNames = map[string]string{"#s": "status"}
+		in.ExpressionAttributeValues = map[string]types.AttributeValue{
+			":now": numAV("1795440700"), ":nowms": numAV("1795440700000"), ":inprogress": &types.AttributeValueMemberS{Value: "INPROGRESS"},
+		}
+	}
+	_, err := bb.c.PutItem(ctx, in)
+	return err
+}
+
+func (bb *bench) bareClaimComplete(ctx context.Context, key, token string, shape bareShape) error {
+	if err := bb.bareClaim(ctx, key, token, shape); err != nil {
 		return err
 	}
 	in := &dynamodb.UpdateItemInput{
@@ -188,13 +219,19 @@ func (bb *bench) bareClaimComplete(ctx context.Context, key, token string, item 
 		ExpressionAttributeNames:  map[string]string{"#r": "result", "#t": "token"},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":r": &types.AttributeValueMemberB{Value: benchResult}, ":t": numAV(token)},
 	}
-	if item {
+	switch shape {
+	case shapePowertools: // Powertools' outcome write has no condition
+		in.ConditionExpression, in.ExpressionAttributeNames = nil, map[string]string{"#r": "result", "#s": "status"}
+		in.UpdateExpression = aws.String("SET #r = :r, #s = :s, expiration = :x")
+		in.ExpressionAttributeValues = map[string]types.AttributeValue{":r": &types.AttributeValueMemberB{Value: benchResult},
+			":s": &types.AttributeValueMemberS{Value: "COMPLETED"}, ":x": numAV("1795444377")}
+	case shapeItem:
 		in.UpdateExpression = aws.String("SET #r = :r, #s = :s, expires_at = :e, expiration = :x")
 		in.ExpressionAttributeNames["#s"] = "status"
 		v := in.ExpressionAttributeValues
 		v[":s"], v[":e"], v[":x"] = &types.AttributeValueMemberS{Value: "COMPLETED"}, numAV("1795444375406"), numAV("1795444377")
 	}
-	_, err = bb.c.UpdateItem(ctx, in)
+	_, err := bb.c.UpdateItem(ctx, in)
 	return err
 }
 
@@ -225,22 +262,18 @@ func BenchmarkReplay(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/goroutines=%d", shape.name, g), func(b *testing.B) {
 				bb := newBench(b)
 				for i := range replayKeys {
-					if err := bb.bareClaimComplete(ctx, strconv.Itoa(i), strconv.Itoa(i), shape.item); err != nil {
+					if err := bb.bareClaimComplete(ctx, strconv.Itoa(i), strconv.Itoa(i), shape.shape); err != nil {
 						b.Fatal(err)
 					}
 				}
-				parallel(b, g, func(n int) error { return bb.bareReplay(ctx, strconv.Itoa(n%replayKeys), shape.item) })
+				parallel(b, g, func(n int) error { return bb.bareReplay(ctx, strconv.Itoa(n%replayKeys), shape.shape) })
 			})
 		}
 	}
 }
 
-func (bb *bench) bareReplay(ctx context.Context, key string, item bool) error {
-	_, err := bb.c.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName:           &bb.table,
-		Item:                barePut(key, "0", item),
-		ConditionExpression: aws.String("attribute_not_exists(id)"),
-	})
+func (bb *bench) bareReplay(ctx context.Context, key string, shape bareShape) error {
+	err := bb.bareClaim(ctx, key, "0", shape)
 	if ccf := (*types.ConditionalCheckFailedException)(nil); !errors.As(err, &ccf) {
 		return fmt.Errorf("bare replay of %s: the conditional put answered %v", key, err)
 	}

@@ -5,7 +5,8 @@
 # can do (bench_test.go: a PutItem conditioned on the key being absent, an
 # UpdateItem of the result conditioned on the token; a replay is that
 # PutItem failing and a consistent GetItem), "bare" with an item of key and
-# token, "item" with the store's whole item. Store and bare alternate
+# token, "powertools" with the item and conditions of AWS Lambda
+# Powertools' idempotency utility, "item" with the store's whole item. Store and bare alternate
 # within every run; the script prints the medians of COUNT runs
 # (default 5) and the median of the runs' own ratios, with the server's CPU
 # time per key (read from /proc) beside the rates, which the machine's
@@ -46,15 +47,15 @@ awk "$stats"'
 	}
 }
 END {
-	printf "%-18s %23s %17s %26s %20s\n", "", "keys/s", "store ÷", "server CPU µs/key", "client CPU µs/key"
-	printf "%-18s %7s %7s %7s %8s %8s %8s %8s %8s %9s %9s\n", "case, goroutines", "store", "bare", "item", "bare", "item", "store", "bare", "item", "store", "bare"
+	printf "%-18s %31s %26s %35s %20s\n", "", "keys/s", "store ÷", "server CPU µs/key", "client CPU µs/key"
+	printf "%-18s %7s %7s %7s %7s %8s %8s %8s %8s %8s %8s %8s %9s %9s\n", "case, goroutines", "store", "bare", "ptools", "item", "bare", "ptools", "item", "store", "bare", "ptools", "item", "store", "bare"
 	split("ClaimComplete Replay", cases, " ")
 	split("1 16", gs, " ")
 	for (c = 1; c <= 2; c++) for (i = 1; i <= 2; i++) {
 		p = "Benchmark" cases[c] "/"; g = "/goroutines=" gs[i]
-		s = p "store" g; b = p "bare" g; it = p "bare-item" g
-		printf "%-18s %7.0f %7.0f %7.0f %7.0f%% %7.0f%% %8.0f %8.0f %8.0f %9.0f %9.0f\n", cases[c] ", " gs[i],
-			median(s), median(b), median(it), 100 * pratio(s, b), 100 * pratio(s, it),
-			median("server " s), median("server " b), median("server " it), median("client " s), median("client " b)
+		s = p "store" g; b = p "bare" g; pt = p "bare-powertools" g; it = p "bare-item" g
+		printf "%-18s %7.0f %7.0f %7.0f %7.0f %7.0f%% %7.0f%% %7.0f%% %8.0f %8.0f %8.0f %8.0f %9.0f %9.0f\n", cases[c] ", " gs[i],
+			median(s), median(b), median(pt), median(it), 100 * pratio(s, b), 100 * pratio(s, pt), 100 * pratio(s, it),
+			median("server " s), median("server " b), median("server " pt), median("server " it), median("client " s), median("client " b)
 	}
 }' "$go_out"

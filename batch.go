@@ -182,7 +182,9 @@ func (b *batch) run(bc BatchClaimer) {
 		first[c.storeKey] = i
 		a := ClaimArgs{Key: c.storeKey, Fingerprint: c.fingerprint, Lease: g.cfg.Lease, Retention: g.cfg.FailedRetention, MaxAttempts: g.cfg.MaxAttempts}
 		if g.cache != nil {
-			if r, err, ok := g.fromCache(b.ctx, op.Scope, op.Key, a); ok {
+			var kb [256]byte
+			k := g.appendStoreKey(kb[:0], op.Scope, op.Key)
+			if r, err, ok := g.fromCache(b.ctx, op.Scope, op.Key, k, c.fingerprint, time.Now()); ok {
 				b.res[i] = BatchResult{r, err}
 				continue
 			}
@@ -276,7 +278,7 @@ func (b *batch) claim(bc BatchClaimer, args []ClaimArgs, idx []int) {
 			}
 			b.state[i] = opAcquired
 		case cl.Outcome == Duplicate:
-			g.cacheRecord(cl.Record)
+			g.cacheRecord(c.storeKey, c.fingerprint, cl.Record)
 			b.res[i].Result, b.res[i].Err = Replay(cl.Record)
 		case cl.Outcome == Busy && g.cfg.Wait > 0:
 			b.state[i] = opWait

@@ -48,8 +48,12 @@ func TestReplayAllocations(t *testing.T) {
 		want  float64
 	}{
 		// The Guard alone: the store key and fingerprint, one buffer.
-		{"guard", func(*testing.T) idem.Store { return &doneStore{record: idem.Record{Status: idem.StatusCompleted, Result: []byte("receipt")}} }, idem.Config{}, "", 1},
-		{"guard-scoped", func(*testing.T) idem.Store { return &doneStore{record: idem.Record{Status: idem.StatusCompleted, Result: []byte("receipt")}} }, idem.Config{}, "tenant-7", 1},
+		{"guard", func(*testing.T) idem.Store {
+			return &doneStore{record: idem.Record{Status: idem.StatusCompleted, Result: []byte("receipt")}}
+		}, idem.Config{}, "", 1},
+		{"guard-scoped", func(*testing.T) idem.Store {
+			return &doneStore{record: idem.Record{Status: idem.StatusCompleted, Result: []byte("receipt")}}
+		}, idem.Config{}, "tenant-7", 1},
 		// memstore adds the copy of the value it returns.
 		{"memstore", func(t *testing.T) idem.Store { return newMem(t) }, idem.Config{}, "", 2},
 		// A cached duplicate: the copy of the value only.

@@ -10,10 +10,7 @@ import (
 )
 
 func init() {
-	cases = append(cases, []struct {
-		name string
-		run  func(t *testing.T, e *env)
-	}{
+	cases = append(cases, []suiteCase{
 		{"ReplayLeavesRecordUnchanged", replayLeavesRecord},
 		{"ClaimBatchReplayLeavesRecordUnchanged", claimBatchReplayLeavesRecord},
 	}...)

@@ -3,6 +3,7 @@ package idem
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"time"
@@ -162,6 +163,7 @@ func (b *batch) run(bc BatchClaimer) {
 	var args []ClaimArgs
 	var idx []int // args[k] claims ops[idx[k]]
 	first := make(map[string]int, len(b.ops))
+	fps := make([][sha256.Size]byte, len(b.ops)) // room for the default fingerprints
 	for i, op := range b.ops {
 		if err := g.cfg.CheckKey(op.Scope, op.Key); err != nil {
 			b.res[i].Err = err
@@ -170,7 +172,7 @@ func (b *batch) run(bc BatchClaimer) {
 		c := &b.calls[i]
 		c.g, c.scope, c.key = g, op.Scope, op.Key
 		c.storeKey = g.storeKey(op.Scope, op.Key)
-		c.fingerprint = g.cfg.Fingerprint(c.fp[:0], op.Payload)
+		c.fingerprint = g.cfg.Fingerprint(fps[i][:0], op.Payload)
 		if j, ok := first[c.storeKey]; ok {
 			if b.lead == nil {
 				b.lead = make(map[int]int)

@@ -302,15 +302,14 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // call is one acquired run of fn. It is a single allocation holding
-// everything the run needs: the fingerprint buffer, fn's token context, the
-// detached context of the outcome write and the heartbeat's list links.
+// everything the run needs: fn's token context, the detached context of the
+// outcome write and the heartbeat's list links.
 type call struct {
 	g           *Guard
 	scope       string
 	key         string
 	storeKey    string
 	token       Token
-	fp          [32]byte // room for the default fingerprint
 	fingerprint []byte
 	cancel      context.CancelCauseFunc
 

@@ -46,11 +46,14 @@ awk -F'\t' "$(cat scripts/stats.awk)"'
 { k = $2 "\t" $3; if (!(k in seen)) { seen[k] = 1; order[++rows] = k }
   add($1 " kps " k, $4); add($1 " allocs " k, $5); add("bare " k, $6) }
 END {
-	printf "%-14s %10s %14s %10s %14s %10s %9s %14s %9s\n", "case", "goroutines", "old keys/s", "old allocs", "new keys/s", "new allocs", "new÷old", "bare keys/s", "new÷bare"
+	printf "%-14s %10s %14s %10s %14s %10s %9s %14s %9s  %s\n", "case", "goroutines", "old keys/s", "old allocs", "new keys/s", "new allocs", "new÷old", "bare keys/s", "new÷bare", "each run'"'"'s new÷old"
 	for (r = 1; r <= rows; r++) {
 		k = order[r]; split(k, f, "\t")
-		printf "%-14s %10d %14.0f %10.1f %14.0f %10.1f %8.2f× %14.0f %8.0f%%\n", f[1], f[2],
+		ratio = pratio("new kps " k, "old kps " k)
+		each = ""
+		for (i = 1; i <= n["ratio new kps " k]; i++) each = each sprintf(" %.2f", v["ratio new kps " k, i])
+		printf "%-14s %10d %14.0f %10.1f %14.0f %10.1f %8.2f× %14.0f %8.0f%% %s\n", f[1], f[2],
 			median("old kps " k), median("old allocs " k), median("new kps " k), median("new allocs " k),
-			pratio("new kps " k, "old kps " k), median("bare " k), 100 * median("new kps " k) / median("bare " k)
+			ratio, median("bare " k), 100 * median("new kps " k) / median("bare " k), each
 	}
 }' "$dir/runs.tsv"

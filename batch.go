@@ -3,6 +3,7 @@ package idem
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"time"
@@ -162,6 +163,7 @@ func (b *batch) run(bc BatchClaimer) {
 	var args []ClaimArgs
 	var idx []int // args[k] claims ops[idx[k]]
 	first := make(map[string]int, len(b.ops))
+	fps := make([][sha256.Size]byte, len(b.ops)) // room for the default fingerprints
 	for i, op := range b.ops {
 		if err := g.cfg.CheckKey(op.Scope, op.Key); err != nil {
 			b.res[i].Err = err
@@ -170,7 +172,7 @@ func (b *batch) run(bc BatchClaimer) {
 		c := &b.calls[i]
 		c.g, c.scope, c.key = g, op.Scope, op.Key
 		c.storeKey = g.storeKey(op.Scope, op.Key)
-		c.fingerprint = g.cfg.Fingerprint(c.fp[:0], op.Payload)
+		c.fingerprint = g.cfg.Fingerprint(fps[i][:0], op.Payload)
 		if j, ok := first[c.storeKey]; ok {
 			if b.lead == nil {
 				b.lead = make(map[int]int)
@@ -182,7 +184,9 @@ func (b *batch) run(bc BatchClaimer) {
 		first[c.storeKey] = i
 		a := ClaimArgs{Key: c.storeKey, Fingerprint: c.fingerprint, Lease: g.cfg.Lease, Retention: g.cfg.FailedRetention, MaxAttempts: g.cfg.MaxAttempts}
 		if g.cache != nil {
-			if r, err, ok := g.fromCache(b.ctx, op.Scope, op.Key, a); ok {
+			var kb [256]byte
+			k := g.appendStoreKey(kb[:0], op.Scope, op.Key)
+			if r, err, ok := g.fromCache(b.ctx, op.Scope, op.Key, k, c.fingerprint, time.Now()); ok {
 				b.res[i] = BatchResult{r, err}
 				continue
 			}
@@ -276,7 +280,7 @@ func (b *batch) claim(bc BatchClaimer, args []ClaimArgs, idx []int) {
 			}
 			b.state[i] = opAcquired
 		case cl.Outcome == Duplicate:
-			g.cacheRecord(cl.Record)
+			g.cacheRecord(c.storeKey, c.fingerprint, cl.Record)
 			b.res[i].Result, b.res[i].Err = Replay(cl.Record)
 		case cl.Outcome == Busy && g.cfg.Wait > 0:
 			b.state[i] = opWait

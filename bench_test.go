@@ -34,8 +34,8 @@ func benchCharge(context.Context) ([]byte, error) { return benchValue, nil }
 const parallelism = 8
 
 // BenchmarkDo measures Guard.Do on memstore: a first delivery (claim, run,
-// complete) and a duplicate (one claim answered with the stored value), on
-// one goroutine and on 8×GOMAXPROCS goroutines.
+// complete) and a duplicate (one claim answered with the stored value, or
+// the local cache's), on one goroutine and on 8×GOMAXPROCS goroutines.
 func BenchmarkDo(b *testing.B) {
 	ctx := context.Background()
 	b.Run("new-key", func(b *testing.B) {
@@ -49,17 +49,21 @@ func BenchmarkDo(b *testing.B) {
 			}
 		}
 	})
-	b.Run("duplicate", func(b *testing.B) {
-		g := newGuard(b, newMem(b), idem.Config{})
-		g.Do(ctx, "order-dup", benchPayload, benchCharge)
-		b.ReportAllocs()
-		b.ResetTimer()
-		for range b.N {
-			if res, err := g.Do(ctx, "order-dup", benchPayload, benchCharge); err != nil || !res.Replayed {
-				b.Fatal(err)
+	duplicate := func(cfg idem.Config) func(b *testing.B) {
+		return func(b *testing.B) {
+			g := newGuard(b, newMem(b), cfg)
+			g.Do(ctx, "order-dup", benchPayload, benchCharge)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if res, err := g.Do(ctx, "order-dup", benchPayload, benchCharge); err != nil || !res.Replayed {
+					b.Fatal(err)
+				}
 			}
 		}
-	})
+	}
+	b.Run("duplicate", duplicate(idem.Config{}))
+	b.Run("duplicate-cached", duplicate(idem.Config{CacheSize: 16}))
 	b.Run("new-key-parallel", func(b *testing.B) {
 		g := newGuard(b, newMem(b), idem.Config{})
 		ks := keys(b.N)

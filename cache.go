@@ -49,40 +49,49 @@ func newCache(size int, ttl time.Duration) *cache {
 	return c
 }
 
-func (c *cache) shard(key string) *cacheShard {
-	if len(c.shards) == 1 {
-		return &c.shards[0]
+// get returns the entry of key, if it has one that has not expired at now:
+// its status, whether fingerprint is the entry's, and a copy of its result
+// (nil when the fingerprint differs). It keeps neither slice, so a caller
+// may look up a key it has on its stack.
+func (c *cache) get(key, fingerprint []byte, now time.Time) (status Status, same bool, result []byte, ok bool) {
+	sh := &c.shards[0]
+	if len(c.shards) > 1 {
+		// maphash.Bytes and maphash.String agree on the same bytes: put
+		// finds the same shard.
+		sh = &c.shards[maphash.Bytes(c.seed, key)%uint64(len(c.shards))]
 	}
-	return &c.shards[maphash.String(c.seed, key)%uint64(len(c.shards))]
-}
-
-// get returns a copy of the entry's status, fingerprint and result.
-func (c *cache) get(key string, now time.Time) (status Status, fingerprint, result []byte, ok bool) {
-	return c.shard(key).get(key, now)
+	return sh.get(key, fingerprint, now)
 }
 
 func (c *cache) put(key string, status Status, fingerprint, result []byte, expires time.Time) {
 	if limit := time.Now().Add(c.ttl); expires.After(limit) {
 		expires = limit
 	}
-	c.shard(key).put(key, status, fingerprint, result, expires)
+	sh := &c.shards[0]
+	if len(c.shards) > 1 {
+		sh = &c.shards[maphash.String(c.seed, key)%uint64(len(c.shards))]
+	}
+	sh.put(key, status, fingerprint, result, expires)
 }
 
-func (c *cacheShard) get(key string, now time.Time) (status Status, fingerprint, result []byte, ok bool) {
+func (c *cacheShard) get(key, fingerprint []byte, now time.Time) (status Status, same bool, result []byte, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e := c.m[key]
+	e := c.m[string(key)] // no conversion: the compiler looks the bytes up
 	if e == nil {
-		return 0, nil, nil, false
+		return 0, false, nil, false
 	}
 	if !now.Before(e.expires) {
 		c.unlink(e)
-		delete(c.m, key)
-		return 0, nil, nil, false
+		delete(c.m, e.key)
+		return 0, false, nil, false
 	}
 	c.unlink(e)
 	c.pushFront(e)
-	return e.status, e.fingerprint, bytes.Clone(e.result), true
+	if !bytes.Equal(e.fingerprint, fingerprint) {
+		return e.status, false, nil, true
+	}
+	return e.status, true, bytes.Clone(e.result), true
 }
 
 func (c *cacheShard) put(key string, status Status, fingerprint, result []byte, expires time.Time) {
@@ -127,23 +136,27 @@ func (c *cacheShard) pushFront(e *centry) {
 	}
 }
 
-// fromCache answers a duplicate from the local cache, when it has the key.
-func (g *Guard) fromCache(ctx context.Context, scope, key string, a ClaimArgs) (Result, error, bool) {
-	status, fp, result, ok := g.cache.get(a.Key, time.Now())
+// fromCache answers a duplicate from the local cache, when it has storeKey
+// (the store key of key in scope) with an outcome that has not expired at
+// now. It keeps neither storeKey nor fingerprint.
+func (g *Guard) fromCache(ctx context.Context, scope, key string, storeKey, fingerprint []byte, now time.Time) (Result, error, bool) {
+	status, same, result, ok := g.cache.get(storeKey, fingerprint, now)
 	if !ok {
 		return Result{}, nil, false
 	}
 	g.observe(ctx, Event{Op: OpCacheHit, Scope: scope, Key: key})
-	if !bytes.Equal(fp, a.Fingerprint) {
+	if !same {
 		return Result{}, fmt.Errorf("%w (key %q)", ErrKeyReused, key), true
 	}
 	res, err := Replay(Record{Status: status, Result: result})
 	return res, err, true
 }
 
-// cacheRecord keeps a stored outcome in the local cache.
-func (g *Guard) cacheRecord(r Record) {
+// cacheRecord keeps a stored outcome in the local cache, under key and
+// fingerprint, the Guard's own: a store's record may share them with its
+// claim's arguments.
+func (g *Guard) cacheRecord(key string, fingerprint []byte, r Record) {
 	if g.cache != nil && r.Status.Done() {
-		g.cache.put(r.Key, r.Status, r.Fingerprint, bytes.Clone(r.Result), r.ExpiresAt)
+		g.cache.put(key, r.Status, fingerprint, bytes.Clone(r.Result), r.ExpiresAt)
 	}
 }

@@ -3,12 +3,14 @@ package idem
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Guard runs operations at most once per idempotency key, over a [Store].
@@ -16,10 +18,12 @@ import (
 // when done: it owns the heartbeat goroutine.
 type Guard struct {
 	store    Store
-	maxValue int // the store's ValueLimiter, or 0
+	maxValue int  // the store's ValueLimiter, or 0
+	sha256   bool // cfg.Fingerprint is the default, SHA256Fingerprint
 	cfg      Config
 	prefix   []byte // the namespace part of every store key
 	cache    *cache
+	epoch    time.Time // when New ran, for monoNow
 	hb       heartbeats
 	closed   atomic.Bool
 }
@@ -40,11 +44,12 @@ func New(store Store, cfg Config) (*Guard, error) {
 	if store == nil {
 		return nil, errors.New("idem: New: store is nil")
 	}
+	sha := cfg.Fingerprint == nil
 	cfg, err := cfg.WithDefaults()
 	if err != nil {
 		return nil, err
 	}
-	g := &Guard{store: store, cfg: cfg, prefix: appendNamespace(nil, cfg.Namespace)}
+	g := &Guard{store: store, cfg: cfg, sha256: sha, prefix: appendNamespace(nil, cfg.Namespace), epoch: time.Now()}
 	if vl, ok := store.(ValueLimiter); ok {
 		g.maxValue = max(0, vl.MaxValueSize())
 	}
@@ -139,25 +144,36 @@ func (g *Guard) DoScoped(ctx context.Context, scope, key string, payload []byte,
 	if err := g.cfg.CheckKey(scope, key); err != nil {
 		return Result{}, err
 	}
-	c := &call{g: g, scope: scope, key: key}
-	args := ClaimArgs{
-		Key:         g.storeKey(scope, key),
-		Fingerprint: g.cfg.Fingerprint(c.fp[:0], payload),
-		Lease:       g.cfg.Lease,
-		Retention:   g.cfg.FailedRetention,
-		MaxAttempts: g.cfg.MaxAttempts,
-	}
-	c.storeKey, c.fingerprint = args.Key, args.Fingerprint
+	var now time.Time
 	if g.cache != nil {
-		if res, err, ok := g.fromCache(ctx, scope, key, args); ok {
+		now = time.Now() // compared with records' expiry, a wall time
+	} else {
+		now = g.monoNow()
+	}
+	var kb [256]byte
+	k := g.appendStoreKey(kb[:0], scope, key)
+	var args ClaimArgs
+	if g.cache != nil && g.sha256 {
+		// The default configuration answers a cached duplicate with no
+		// allocation but the value's copy: store key and fingerprint are
+		// on the stack until the cache misses.
+		sum := sha256.Sum256(payload)
+		if res, err, ok := g.fromCache(ctx, scope, key, k, sum[:], now); ok {
 			return res, err
+		}
+		args = g.claimArgs(k, sum[:], nil)
+	} else {
+		args = g.claimArgs(k, nil, payload)
+		if g.cache != nil {
+			if res, err, ok := g.fromCache(ctx, scope, key, k, args.Fingerprint, now); ok {
+				return res, err
+			}
 		}
 	}
 
 	var waitUntil time.Time
 	backoff := 5 * time.Millisecond
-	for {
-		sent := time.Now()
+	for sent := now; ; sent = g.monoNow() {
 		cl, err := g.store.Claim(ctx, args)
 		if g.cfg.Observer != nil {
 			g.observe(ctx, Event{Op: OpClaim, Scope: scope, Key: key, Outcome: cl.Outcome, Attempt: cl.Record.Attempt, Duration: time.Since(sent), Err: err})
@@ -175,10 +191,11 @@ func (g *Guard) DoScoped(ctx context.Context, scope, key string, payload []byte,
 		}
 		switch cl.Outcome {
 		case Acquired:
-			c.token = cl.Token
+			// Only now is there a run to keep state for.
+			c := &call{g: g, scope: scope, key: key, storeKey: args.Key, fingerprint: args.Fingerprint, token: cl.Token}
 			return c.run(ctx, sent, fn)
 		case Duplicate:
-			g.cacheRecord(cl.Record)
+			g.cacheRecord(args.Key, args.Fingerprint, cl.Record)
 			return Replay(cl.Record)
 		case Busy:
 			if waitUntil.IsZero() {
@@ -199,9 +216,51 @@ func (g *Guard) DoScoped(ctx context.Context, scope, key string, payload []byte,
 	}
 }
 
+// monoNow returns the time now read from the monotonic clock alone, which
+// costs about two thirds of time.Now's pair of readings, wall and
+// monotonic. Its wall reading is New's, advanced by the monotonic time
+// since: it serves the lease and wait arithmetic (when a claim was sent,
+// the local lease deadline, the end of a wait), which compares monotonic
+// readings only, never a wall time such as a record's expiry.
+func (g *Guard) monoNow() time.Time { return g.epoch.Add(time.Since(g.epoch)) }
+
 func (g *Guard) storeKey(scope, key string) string {
 	var buf [128]byte
-	return string(appendScoped(append(buf[:0], g.prefix...), scope, key))
+	return string(g.appendStoreKey(buf[:0], scope, key))
+}
+
+// appendStoreKey appends the store key of key in scope to b.
+func (g *Guard) appendStoreKey(b []byte, scope, key string) []byte {
+	return appendScoped(append(b, g.prefix...), scope, key)
+}
+
+// claimArgs returns the arguments of the Claim of storeKey with one
+// allocation: the store key and the fingerprint share a buffer, the key's
+// part of it made a string that nothing writes after. The fingerprint is fp
+// when given (the Guard's SHA-256, already computed), else that of payload.
+func (g *Guard) claimArgs(storeKey, fp, payload []byte) ClaimArgs {
+	n := len(storeKey)
+	buf := make([]byte, n, n+sha256.Size)
+	copy(buf, storeKey)
+	var fingerprint []byte
+	switch {
+	case fp != nil:
+		fingerprint = append(buf[n:n:n+sha256.Size], fp...)
+	case g.sha256:
+		sum := sha256.Sum256(payload)
+		fingerprint = append(buf[n:n:n+sha256.Size], sum[:]...)
+	default:
+		fingerprint = g.cfg.Fingerprint(buf[n:n:n+sha256.Size], payload)
+	}
+	return ClaimArgs{
+		// buf[:n] is never written again and does not outlive the string:
+		// the conversion strings.Builder makes.
+		Key:         unsafe.String(unsafe.SliceData(buf), n),
+		Fingerprint: fingerprint,
+		Lease:       g.cfg.Lease,
+		Retention:   g.cfg.FailedRetention,
+		MaxAttempts: g.cfg.MaxAttempts,
+	}
 }
 
 // Replay returns what Do answers a duplicate whose claim found r, a
@@ -243,15 +302,14 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // call is one acquired run of fn. It is a single allocation holding
-// everything the run needs: the fingerprint buffer, fn's token context, the
-// detached context of the outcome write and the heartbeat's list links.
+// everything the run needs: fn's token context, the detached context of the
+// outcome write and the heartbeat's list links.
 type call struct {
 	g           *Guard
 	scope       string
 	key         string
 	storeKey    string
 	token       Token
-	fp          [32]byte // room for the default fingerprint
 	fingerprint []byte
 	cancel      context.CancelCauseFunc
 

@@ -16,10 +16,7 @@ import (
 // them, over its batch calls where it has them and over per-key calls where
 // it has not.
 func init() {
-	cases = append(cases, []struct {
-		name string
-		run  func(t *testing.T, e *env)
-	}{
+	cases = append(cases, []suiteCase{
 		{"DoBatchUsesOneRoundTripEach", doBatchRoundTrips},
 		{"DoBatchRunsOnceUnderConcurrency", doBatchRunsOnce},
 		{"DoBatchSameKeyTwiceRunsOnce", doBatchSameKeyTwice},

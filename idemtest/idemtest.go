@@ -37,10 +37,13 @@ func Run(t *testing.T, newStore func(t *testing.T) idem.Store) {
 	}
 }
 
-var cases = []struct {
+// suiteCase is one case of the suite.
+type suiteCase struct {
 	name string
 	run  func(t *testing.T, e *env)
-}{
+}
+
+var cases = []suiteCase{
 	{"ConcurrentClaimsOneWinner", concurrentClaims},
 	{"GuardRunsOnceUnderConcurrency", guardRunsOnce},
 	{"DuplicateGetsValueByteIdentical", duplicateGetsValue},

@@ -37,6 +37,20 @@ func (b broken) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 			return idem.Claim{Outcome: idem.Acquired, Token: c.Record.Token, Record: c.Record}, cerr
 		}
 		return c, cerr
+	case "writes-on-replay":
+		// Refreshes a replayed outcome's retention from the duplicate's
+		// arguments, as a store that rewrites the record would.
+		c, err := b.Store.Claim(ctx, a)
+		if err == nil && c.Outcome == idem.Duplicate {
+			b.Store.Delete(ctx, a.Key)
+			n, _ := b.Store.Claim(ctx, a)
+			if c.Record.Status == idem.StatusFailed {
+				b.Store.Fail(ctx, a.Key, n.Token, c.Record.Result, a.Retention)
+			} else {
+				b.Store.Complete(ctx, a.Key, n.Token, c.Record.Result, a.Retention)
+			}
+		}
+		return c, err
 	}
 	return b.Store.Claim(ctx, a)
 }
@@ -70,6 +84,7 @@ func TestSuiteCatchesBrokenStores(t *testing.T) {
 		"ignores-fingerprint": "FingerprintMismatchInEveryStatus",
 		"check-then-act":      "ConcurrentClaimsOneWinner",
 		"no-fencing":          "StaleTokenIsFenced",
+		"writes-on-replay":    "ReplayLeavesRecordUnchanged",
 	} {
 		t.Run(bug, func(t *testing.T) {
 			t.Parallel()

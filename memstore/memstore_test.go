@@ -148,3 +148,36 @@ func TestUnreachableStoreStopsItsSweeper(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestClaimOfAFinishedKeyAllocatesOnlyItsValue: a duplicate's claim is a
+// read; its one allocation is the copy of the value it returns, and a Busy
+// key's claim allocates nothing.
+func TestClaimOfAFinishedKeyAllocatesOnlyItsValue(t *testing.T) {
+	s := newStore(t, memstore.Config{})
+	ctx := context.Background()
+	fp := []byte("fingerprint")
+	a := func(k string) idem.ClaimArgs {
+		return idem.ClaimArgs{Key: k, Fingerprint: fp, Lease: time.Minute, Retention: time.Hour, MaxAttempts: 3}
+	}
+	c, err := s.Claim(ctx, a("done"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, "done", c.Token, []byte("receipt"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, a("busy")); err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]float64{"done": 1, "busy": 0} {
+		args := a(key)
+		got := testing.AllocsPerRun(1000, func() {
+			if _, err := s.Claim(ctx, args); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if got > want {
+			t.Errorf("claim of the %s key: %v allocations, want %v", key, got, want)
+		}
+	}
+}

@@ -72,6 +72,8 @@ connections and goroutines, and nothing of idem:
                   complete). Bare: as claim-complete.
   do-duplicate    Guard.Do of a completed key. Bare: one read of the stored
                   outcome (LoadOrStore of a present key; GET; SELECT).
+  do-cached       memory only: Guard.Do of a completed key with the Guard's
+                  local cache (Config.CacheSize) on. Bare: as do-duplicate.
   txguard-do      PostgreSQL only: TxGuard.Do of one ledger INSERT. Bare:
                   BEGIN, the same INSERT, COMMIT.
 
@@ -164,7 +166,7 @@ type storeBenchCase struct {
 }
 
 // storeBenchCases are the cases in the order they run and print.
-var storeBenchCases = []string{"claim-complete", "claim-batch", "do", "do-duplicate", "txguard-do"}
+var storeBenchCases = []string{"claim-complete", "claim-batch", "do", "do-duplicate", "do-cached", "txguard-do"}
 
 // storeBenchWorker is one goroutine of a phase. It makes the phase's keys,
 // each with exactly one allocation, so that they can be left out of the

@@ -95,6 +95,13 @@ func newStoreBenchGuard(s idem.Store) (*idem.Guard, error) {
 	return idem.New(s, idem.Config{Namespace: storeBenchNamespace, Lease: storeBenchLease, Retention: storeBenchRetention})
 }
 
+// newCachedBenchGuard is newStoreBenchGuard with a local cache that holds
+// every key of the duplicate case.
+func newCachedBenchGuard(s idem.Store) (*idem.Guard, error) {
+	return idem.New(s, idem.Config{Namespace: storeBenchNamespace, Lease: storeBenchLease, Retention: storeBenchRetention,
+		CacheSize: 4 * storeBenchDups})
+}
+
 func guardDoOp(g *idem.Guard) storeBenchOp {
 	return func(ctx context.Context, w *storeBenchWorker, i int) error {
 		res, err := g.Do(ctx, w.key(i), storeBenchPayload, storeBenchFn)
@@ -146,13 +153,13 @@ func prepareDuplicates(ctx context.Context, s idem.Store) error {
 // storeSides returns the store's side of each case every store has. A
 // store without ClaimBatch has no claim-batch case.
 func storeSides(newStore, dupStore storeMaker) map[string]storeBenchSide {
-	withGuard := func(makeStore storeMaker, op func(*idem.Guard) storeBenchOp) storeBenchSide {
+	withGuard := func(makeStore storeMaker, newGuard func(idem.Store) (*idem.Guard, error), op func(*idem.Guard) storeBenchOp) storeBenchSide {
 		return func(ctx context.Context, n int) (storeBenchOp, func(), error) {
 			s, release, err := makeStore(ctx, n)
 			if err != nil {
 				return nil, nil, err
 			}
-			g, err := newStoreBenchGuard(s)
+			g, err := newGuard(s)
 			if err != nil {
 				release()
 				return nil, nil, err
@@ -180,8 +187,9 @@ func storeSides(newStore, dupStore storeMaker) map[string]storeBenchSide {
 			}
 			return claimBatchOp(b), release, nil
 		},
-		"do":           withGuard(newStore, guardDoOp),
-		"do-duplicate": withGuard(dupStore, guardDuplicateOp),
+		"do":           withGuard(newStore, newStoreBenchGuard, guardDoOp),
+		"do-duplicate": withGuard(dupStore, newStoreBenchGuard, guardDuplicateOp),
+		"do-cached":    withGuard(dupStore, newCachedBenchGuard, guardDuplicateOp),
 	}
 }
 
@@ -193,6 +201,7 @@ func cases(storeSide, bareSide map[string]storeBenchSide) []storeBenchCase {
 		"claim-batch":    "ClaimBatch of 100",
 		"do":             "Guard.Do, new key",
 		"do-duplicate":   "Guard.Do, duplicate",
+		"do-cached":      "Guard.Do, duplicate, cached",
 		"txguard-do":     "TxGuard.Do",
 	}
 	var cs []storeBenchCase
@@ -268,6 +277,14 @@ func memBenchTarget(ctx context.Context) (*storeBenchTarget, error) {
 			return nil
 		}, func() {}, nil
 	}
+	dupRead := func(ctx context.Context, _ int) (storeBenchOp, func(), error) {
+		return func(_ context.Context, _ *storeBenchWorker, i int) error {
+			if _, loaded := dupMap.LoadOrStore(storeBenchDupKeys[i%storeBenchDups], nil); !loaded {
+				return errors.New("a completed key was missing")
+			}
+			return nil
+		}, func() {}, prepare(ctx)
+	}
 	bare := map[string]storeBenchSide{
 		"claim-complete": claimComplete,
 		"do":             claimComplete,
@@ -282,14 +299,8 @@ func memBenchTarget(ctx context.Context) (*storeBenchTarget, error) {
 				return nil
 			}, func() {}, nil
 		},
-		"do-duplicate": func(ctx context.Context, _ int) (storeBenchOp, func(), error) {
-			return func(_ context.Context, _ *storeBenchWorker, i int) error {
-				if _, loaded := dupMap.LoadOrStore(storeBenchDupKeys[i%storeBenchDups], nil); !loaded {
-					return errors.New("a completed key was missing")
-				}
-				return nil
-			}, func() {}, prepare(ctx)
-		},
+		"do-duplicate": dupRead,
+		"do-cached":    dupRead,
 	}
 	return &storeBenchTarget{url: "mem://", cases: cases(storeSides(newStore, dupStore), bare), close: dups.Close}, nil
 }

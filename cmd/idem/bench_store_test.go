@@ -93,7 +93,7 @@ func wantRounds(t *testing.T, report benchStoreReport, cases []string, goroutine
 
 func TestBenchStoreMem(t *testing.T) {
 	report, stdout := benchStoreJSON(t, "--store", "mem://", "--duration", "20ms", "--rounds", "3", "--goroutines", "1,3")
-	wantRounds(t, report, []string{"claim-complete", "claim-batch", "do", "do-duplicate"}, []int{1, 3}, 3)
+	wantRounds(t, report, []string{"claim-complete", "claim-batch", "do", "do-duplicate", "do-cached"}, []int{1, 3}, 3)
 	if report.Store != "mem://" || report.Memory != nil {
 		t.Errorf("report of %q with memory %v, want mem:// without", report.Store, report.Memory)
 	}

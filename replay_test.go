@@ -1,0 +1,158 @@
+package idem_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/idemgo/idem"
+)
+
+// doneStore answers every claim with the same Completed record, allocating
+// nothing, so that a test counts the Guard's allocations alone.
+type doneStore struct {
+	idem.Store
+	record idem.Record
+}
+
+func (s *doneStore) Claim(context.Context, idem.ClaimArgs) (idem.Claim, error) {
+	return idem.Claim{Outcome: idem.Duplicate, Record: s.record}, nil
+}
+
+// TestReplayAllocations counts the allocations of a Do of a completed key:
+// a duplicate allocates nothing it does not return, but for the store key
+// the Store interface takes as a string (which a store may keep), which
+// shares one allocation with the fingerprint.
+func TestReplayAllocations(t *testing.T) {
+	ctx := context.Background()
+	payload := []byte(`{"amount":1200}`)
+	never := func(context.Context) ([]byte, error) { return nil, errors.New("ran on a duplicate") }
+	replay := func(g *idem.Guard, scope string) func() {
+		return func() {
+			res, err := g.DoScoped(ctx, scope, "order-1", payload, never)
+			if err != nil || !res.Replayed || string(res.Value) != "receipt" {
+				t.Fatalf("replay: %q %v", res.Value, err)
+			}
+		}
+	}
+	for _, c := range []struct {
+		name  string
+		store func(t *testing.T) idem.Store
+		cfg   idem.Config
+		scope string
+		want  float64
+	}{
+		// The Guard alone: the store key and fingerprint, one buffer.
+		{"guard", func(*testing.T) idem.Store {
+			return &doneStore{record: idem.Record{Status: idem.StatusCompleted, Result: []byte("receipt")}}
+		}, idem.Config{}, "", 1},
+		{"guard-scoped", func(*testing.T) idem.Store {
+			return &doneStore{record: idem.Record{Status: idem.StatusCompleted, Result: []byte("receipt")}}
+		}, idem.Config{}, "tenant-7", 1},
+		// memstore adds the copy of the value it returns.
+		{"memstore", func(t *testing.T) idem.Store { return newMem(t) }, idem.Config{}, "", 2},
+		// A cached duplicate: the copy of the value only.
+		{"cache", func(t *testing.T) idem.Store { return newMem(t) }, idem.Config{CacheSize: 16}, "", 1},
+		{"cache-sharded-scoped", func(t *testing.T) idem.Store { return newMem(t) }, idem.Config{CacheSize: 4096}, "tenant-7", 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := newGuard(t, c.store(t), c.cfg)
+			if _, err := g.DoScoped(ctx, c.scope, "order-1", payload, value("receipt")); err != nil {
+				t.Fatal(err)
+			}
+			if got := testing.AllocsPerRun(1000, replay(g, c.scope)); got > c.want {
+				t.Fatalf("%v allocations per replay, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// TestCachedReplayKeepsKeysApart fills a sharded cache with scoped keys,
+// some longer than the Guard's stack buffer, under the default and a custom
+// fingerprint, and checks that every duplicate is answered from the cache
+// with its own value, and that another payload, scope or key is never
+// answered with it.
+func TestCachedReplayKeepsKeysApart(t *testing.T) {
+	ctx := context.Background()
+	custom := func(dst, payload []byte) []byte { // longer than SHA-256
+		sum := sha256.Sum256(payload)
+		return append(append(dst, "fp:"...), sum[:]...)
+	}
+	for name, fp := range map[string]func(dst, payload []byte) []byte{"default": nil, "custom": custom} {
+		t.Run(name, func(t *testing.T) {
+			h := &hookStore{Store: newMem(t)}
+			g := newGuard(t, h, idem.Config{CacheSize: 4096, Fingerprint: fp, MaxKeyLen: 1000})
+			type op struct{ scope, key string }
+			var ops []op
+			for i := range 200 {
+				scope := fmt.Sprintf("tenant-%d", i%7)
+				key := fmt.Sprintf("order-%d", i)
+				if i%10 == 0 {
+					scope, key = strings.Repeat("s", idem.MaxScopeLen), strings.Repeat("k", 300)+key
+				}
+				ops = append(ops, op{scope, key})
+				if _, err := g.DoScoped(ctx, scope, key, []byte(key), value(scope+"/"+key)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := h.claims.Load()
+			for _, o := range ops {
+				res, err := g.DoScoped(ctx, o.scope, o.key, []byte(o.key), value("ran again"))
+				if err != nil || !res.Replayed || string(res.Value) != o.scope+"/"+o.key {
+					t.Fatalf("%s/%s: %.40q replayed=%v %v", o.scope, o.key, res.Value, res.Replayed, err)
+				}
+			}
+			if n := h.claims.Load() - before; n != 0 {
+				t.Fatalf("%d cached duplicates reached the store", n)
+			}
+			for _, o := range ops[:20] {
+				if _, err := g.DoScoped(ctx, o.scope, o.key, []byte("another payload"), value("x")); !errors.Is(err, idem.ErrKeyReused) {
+					t.Fatalf("%s/%s with another payload: %v, want ErrKeyReused", o.scope, o.key, err)
+				}
+				other := "X" + o.scope[1:]
+				res, err := g.DoScoped(ctx, other, o.key, []byte(o.key), value("other scope"))
+				if err != nil || res.Replayed {
+					t.Fatalf("%s/%s: %q replayed=%v %v, want a run of its own", other, o.key, res.Value, res.Replayed, err)
+				}
+			}
+		})
+	}
+}
+
+// TestReplayHonoursExpiry checks that a replay, from the store or the
+// cache, never outlives the record's retention nor the cache's TTL.
+func TestReplayHonoursExpiry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		h := &hookStore{Store: newMem(t)}
+		g := newGuard(t, h, idem.Config{CacheSize: 16, CacheTTL: time.Minute, Retention: 10 * time.Minute})
+		runs := 0
+		fn := func(context.Context) ([]byte, error) { runs++; return fmt.Appendf(nil, "run %d", runs), nil }
+		do := func() idem.Result {
+			t.Helper()
+			res, err := g.Do(ctx, "k", nil, fn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return res
+		}
+		do()
+		claims := h.claims.Load()
+		if res := do(); !res.Replayed || string(res.Value) != "run 1" || h.claims.Load() != claims {
+			t.Fatalf("duplicate: %q replayed=%v, %d claims: want run 1 from the cache", res.Value, res.Replayed, h.claims.Load()-claims)
+		}
+		time.Sleep(2 * time.Minute) // past the cache TTL, within retention
+		if res := do(); !res.Replayed || string(res.Value) != "run 1" || h.claims.Load() != claims+1 {
+			t.Fatalf("after the cache TTL: %q replayed=%v, %d claims: want run 1 from the store", res.Value, res.Replayed, h.claims.Load()-claims)
+		}
+		time.Sleep(10 * time.Minute) // past retention
+		if res := do(); res.Replayed || string(res.Value) != "run 2" {
+			t.Fatalf("after retention: %q replayed=%v, want a new run", res.Value, res.Replayed)
+		}
+	})
+}

@@ -44,3 +44,12 @@ func UnusedDefinitions() []string {
 	}
 	return unused
 }
+
+// SetReadFirstTries sets how many times a claim reads first before the
+// full claim answers, until the test ends. Tests that call it must not run
+// in parallel.
+func SetReadFirstTries(tb interface{ Cleanup(func()) }, n int) {
+	old := readFirstTries
+	readFirstTries = n
+	tb.Cleanup(func() { readFirstTries = old })
+}

@@ -505,15 +505,16 @@ func (g *TxGuard) readClaim(ctx context.Context, tx pgx.Tx, br pgx.BatchResults,
 	for try := 1; err == nil && !found; try++ {
 		// The claim that returned no row restored no lock_timeout: the
 		// guard's is still set.
+		full := try >= readFirstTries
 		claim := g.q.txClaimRead
-		if try == readFirstTries {
+		if full {
 			claim = g.q.txClaim
 		}
 		b := &pgx.Batch{}
 		b.Queue(claim, claimParams(a)...)
 		b.Queue(g.q.savepointFn) // again: after this claim's write
 		r, found, err = readClaimRow(tx.SendBatch(ctx, b), b.Len(), 0)
-		if err == nil && !found && try == readFirstTries {
+		if err == nil && !found && full {
 			err = errors.New("the full claim returned no row")
 		}
 	}

@@ -40,32 +40,38 @@ VALUES ($1::bytea, 1, nextval('{{.seq}}'), 1, $2::bytea, statement_timestamp() +
 --
 --   cur   the key's row as the snapshot has it, and whether this claim
 --         takes it over (take);
---   ins   no row: the insert of the new record;
---   upd   a row to take over: the UPDATE of the takeover, or of the cap
---         (attempts exhausted: Failed(ErrTooManyAttempts), token 0);
+--   ins   no row, or one to take over: the insert of the new record, whose
+--         conflict with the row is the takeover (DO UPDATE … WHERE
+--         takeover): a new token, or the cap (attempts exhausted:
+--         Failed(ErrTooManyAttempts), token 0);
 --
--- and the answer is the row ins or upd returned, or cur's row when it is
--- not to be taken over (an outcome, a live lease, another fingerprint):
--- that claim writes nothing and locks nothing, so a duplicate costs a
--- read, no transaction ID and no commit record. An outcome never changes
--- but by expiring or being deleted, and a live lease is as the snapshot
--- saw it when the statement started: the answer is the record at that
--- instant. ins and upd never both write: one needs cur empty, the other
--- cur's row. upd locks only a row that passes its WHERE, rechecked on the
--- row's latest version when a concurrent write got there first; its SET
--- reads that version.
+-- and the answer is the row ins returned, or cur's row when it is not to
+-- be taken over (an outcome, a live lease, another fingerprint). That
+-- claim writes nothing and locks nothing: ins has no row to insert, so
+-- nothing conflicts. A duplicate costs a read, no transaction ID and no
+-- commit record. An outcome never changes but by expiring or being
+-- deleted, and a live lease is as the snapshot saw it when the statement
+-- started: the answer is the record at that instant. The DO UPDATE's
+-- WHERE and SET read the row's latest version, locked.
 --
 -- No row comes back when a concurrent claim got between the snapshot and
--- the write: ins found a row inserted since (waiting for its transaction
--- first, if open), or upd found the row no longer to be taken over. The
--- client then runs the statement again, with a new snapshot that sees
--- that write (READ COMMITTED).
+-- the write: the row ins conflicted with (inserted since the snapshot, or
+-- changed since, its transaction waited for) is no longer to be taken
+-- over. ins locked it all the same (a DO UPDATE locks the row whatever its
+-- WHERE says): that race costs a row lock, never a duplicate that found
+-- its record. The client then runs the statement again, with a new
+-- snapshot that sees that write (READ COMMITTED).
+--
+-- One write, the insert, and no UPDATE of its own: the server sets up
+-- every data-modifying statement of a WITH on each execution, run or not,
+-- and an UPDATE beside the insert cost a replay a third more of the
+-- server's time.
 --
 -- Arguments: result, the columns of the row r's result (see
 -- capped_result), named result (and result_size), and result_cols their
--- names; null_result, as many NULLs for a new record; restore, when not
--- empty, adds a last column, restore_lock_timeout, computed once the claim
--- has its row (and so after any wait: see set_lock_timeout).
+-- names; restore, when not empty, adds a last column,
+-- restore_lock_timeout, computed once the claim has its row (and so after
+-- any wait: see set_lock_timeout).
 {{define "read_first_claim"}}WITH cur AS MATERIALIZED (
 	SELECT r.status, r.token, r.attempt, r.fingerprint = $2::bytea AS same, r.lease_until,
 		{{.result}}, r.expires_at, coalesce({{template "takeover" args . "fp" "$2::bytea"}}, false) AS take
@@ -75,43 +81,37 @@ ins AS (
 		(key, status, token, attempt, fingerprint, lease_until, retention, result, expires_at)
 	SELECT $1::bytea, 1, nextval('{{.seq}}'), 1, $2::bytea, statement_timestamp() + $3::interval, $4::interval, NULL,
 		statement_timestamp() + $3::interval + $4::interval
-	WHERE NOT EXISTS (SELECT FROM cur)
-	ON CONFLICT (key) DO NOTHING
-	RETURNING r.token, r.lease_until, r.expires_at),
-upd AS (
-	UPDATE {{.table}} AS r SET status = CASE WHEN {{template "capped"}} THEN 3 ELSE 1 END,
-		token = CASE WHEN {{template "capped"}} THEN 0 ELSE nextval('{{.seq}}') END,
+	WHERE NOT EXISTS (SELECT FROM cur) OR (SELECT take FROM cur)
+	ON CONFLICT (key) DO UPDATE SET status = CASE WHEN {{template "capped"}} THEN 3 ELSE 1 END,
+		token = CASE WHEN {{template "capped"}} THEN 0 ELSE excluded.token END,
 		attempt = CASE WHEN r.expires_at <= statement_timestamp() THEN 1
 			WHEN {{template "capped"}} THEN r.attempt ELSE r.attempt + 1 END,
-		fingerprint = $2::bytea,
-		lease_until = CASE WHEN {{template "capped"}} THEN NULL ELSE statement_timestamp() + $3::interval END,
-		retention = $4::interval,
+		fingerprint = excluded.fingerprint,
+		lease_until = CASE WHEN {{template "capped"}} THEN NULL ELSE excluded.lease_until END,
+		retention = excluded.retention,
 		result = CASE WHEN {{template "capped"}} THEN $6::bytea END,
-		expires_at = CASE WHEN {{template "capped"}} THEN statement_timestamp() + $4::interval
-			ELSE statement_timestamp() + $3::interval + $4::interval END
-	WHERE r.key = $1::bytea AND (SELECT take FROM cur) AND {{template "takeover" args . "fp" "$2::bytea"}}
+		expires_at = CASE WHEN {{template "capped"}} THEN statement_timestamp() + excluded.retention
+			ELSE excluded.expires_at END
+	WHERE {{template "takeover" args . "fp" "excluded.fingerprint"}}
 	RETURNING r.status, r.token, r.attempt, r.lease_until, {{.result}}, r.expires_at)
 SELECT *{{if .restore}}, {{template "restore_lock_timeout"}}{{end}} FROM (
-	SELECT 1::smallint, token, 1, true, lease_until, {{.null_result}}, expires_at, true FROM ins
-	UNION ALL
-	SELECT status, token, attempt, true, lease_until, {{.result_cols}}, expires_at, status = 1 FROM upd
+	SELECT status, token, attempt, true, lease_until, {{.result_cols}}, expires_at, status = 1 FROM ins
 	UNION ALL
 	SELECT status, token, attempt, same, lease_until, {{.result_cols}}, expires_at, false FROM cur WHERE NOT take
 ) AS claimed{{end}}
 
--- Whether upd caps the record r: its lease is over (upd takes it over)
--- and its attempts reached $5, the claim's cap (0: none).
+-- Whether a takeover of read_first_claim caps the record r: its lease is
+-- over and its attempts reached $5, the claim's cap (0: none).
 {{define "capped"}}(r.expires_at > statement_timestamp() AND r.attempt >= NULLIF($5::int, 0)){{end}}
 
 -- Store.Claim's claim: $7 the longest result returned.
 {{define "claim_read"}}{{template "read_first_claim" args . "result" "CASE WHEN octet_length(r.result) <= $7::int THEN r.result END AS result, octet_length(r.result) AS result_size"
-	"result_cols" "result, result_size" "null_result" "NULL::bytea, NULL::int" "restore" ""}}{{end}}
+	"result_cols" "result, result_size" "restore" ""}}{{end}}
 
 -- TxGuard's claim, whose result is not capped. A claim that returns no
 -- row restores no lock_timeout: the one that runs next still waits as the
 -- guard's.
-{{define "tx_claim_read"}}{{template "read_first_claim" args . "result" "r.result AS result" "result_cols" "result"
-	"null_result" "NULL::bytea" "restore" "yes"}}{{end}}
+{{define "tx_claim_read"}}{{template "read_first_claim" args . "result" "r.result AS result" "result_cols" "result" "restore" "yes"}}{{end}}
 
 -- The ON CONFLICT branch of the full claims, which answer every outcome
 -- in one statement whatever a concurrent claim did since a snapshot: for

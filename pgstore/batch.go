@@ -20,8 +20,11 @@ import (
 // would, in one round trip.
 //
 // Distinct keys are claimed by one statement over unnest(…) arrays sorted
-// by key, which inserts (and so locks) the rows in key order: concurrent
-// batches sharing keys never deadlock. A key that appears again in the
+// by key. It reads the keys' rows first: a duplicate, a busy key or
+// another fingerprint is answered from the read, with no write and no row
+// lock, so a batch of duplicates writes nothing. The other keys (new ones,
+// takeovers, the attempt cap) are inserted or updated, and so locked, in
+// key order: concurrent batches sharing keys never deadlock. A key that appears again in the
 // batch is claimed in order, the later entry seeing the earlier one's
 // result (usually Busy behind an Acquired): the n-th entries of repeated
 // keys form the n-th statement, and the statements are pipelined in one
@@ -168,9 +171,11 @@ func randomTokens(n int) []int64 {
 }
 
 // scan reads the round's rows into out and closes rows. The statement
-// returns one row per entry, in the arrays' order.
+// returns one row per entry, in no particular order: each is placed by its
+// key, which the round's sorted keys find by binary search.
 func (r claimRound) scan(rows pgx.Rows, args []idem.ClaimArgs, out []idem.Claim) error {
 	defer rows.Close()
+	answered := make([]bool, len(r.idx))
 	n := 0
 	// One row and one destination list for all rows: a row per entry
 	// would be an allocation per key. key and fp are the driver's bytes,
@@ -179,25 +184,32 @@ func (r claimRound) scan(rows pgx.Rows, args []idem.ClaimArgs, out []idem.Claim)
 	var row claimRow
 	dest := []any{&key, &row.status, &row.token, &row.attempt, &fp, &row.leaseUntil, &row.result, &row.resultSize, &row.expiresAt}
 	for rows.Next() {
-		if n == len(r.idx) {
-			return errors.New("claim batch answered more entries than asked")
-		}
 		row = claimRow{}
 		if err := rows.Scan(dest...); err != nil {
 			return err
 		}
-		a := args[r.idx[n]]
-		if string(key) != a.Key {
-			return errors.New("claim batch answered its entries out of order")
+		j, ok := slices.BinarySearchFunc(r.idx, key, func(i int, key pgtype.DriverBytes) int {
+			switch k := args[i].Key; { // string(key) in a comparison is not a copy
+			case k < string(key):
+				return -1
+			case k > string(key):
+				return 1
+			}
+			return 0
+		})
+		if !ok || answered[j] {
+			return errors.New("claim batch answered an entry it was not asked, or twice")
 		}
-		row.acquired = row.token == r.tokens[n]
+		answered[j] = true
+		a := args[r.idx[j]]
+		row.acquired = row.token == r.tokens[j]
 		row.sameFingerprint = bytes.Equal(fp, fingerprint(a))
 		c, err := row.cappedClaim(a, r.maxResult)
 		if err != nil && !errors.Is(err, idem.ErrKeyReused) && !isValueTooLarge(err) {
 			return err
 		}
 		c.Err = err
-		out[r.idx[n]] = c
+		out[r.idx[j]] = c
 		n++
 	}
 	if err := rows.Err(); err != nil {

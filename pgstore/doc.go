@@ -19,11 +19,12 @@
 //
 // The plain mode is an [idem.Store] for the Guard: [New] over a pool, a
 // connection or a transaction ([DB]). Each transition of the state machine
-// is one SQL statement: Claim of a new key, and the takeover of a record
-// whose lease ended, is a single INSERT … ON CONFLICT (key) DO UPDATE …
-// WHERE … RETURNING, one round trip; a claim that finds the key taken (Busy,
-// Duplicate, ErrKeyReused, the MaxAttempts cap) is answered by a second
-// statement that reads it under its row lock. Complete, Fail, Release and
+// is one SQL statement: Claim reads the key's row and, in the same
+// statement, inserts a new key's record or takes over one whose lease
+// ended (INSERT … ON CONFLICT (key) DO UPDATE … WHERE … RETURNING), one
+// round trip; a claim that finds the key taken (Busy, Duplicate,
+// ErrKeyReused) is answered from the read, and writes and locks nothing:
+// a replay is a read. Complete, Fail, Release and
 // Extend are single UPDATEs fenced by the claim's token. Time is the
 // server's; tokens come from a sequence and are never reused (ClaimBatch
 // draws 64 random bits instead: unique but for a 2⁻⁶⁴ chance). The plain

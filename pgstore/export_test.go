@@ -28,8 +28,8 @@ func Statements(table string) (map[string]string, error) {
 // the code renders (newQueries, setLockTimeout, Migrate) nor another
 // definition includes.
 func UnusedDefinitions() []string {
-	rendered := []string{"claim_take", "claim", "claim_batch", "finish", "release", "extend", "complete_batch",
-		"get", "delete", "reap", "tx_claim_new", "tx_claim", "tx_complete", "tx_fail", "savepoint_claim",
+	rendered := []string{"claim_read", "claim", "claim_batch", "finish", "release", "extend", "complete_batch",
+		"get", "delete", "reap", "tx_claim_read", "tx_claim", "tx_complete", "tx_fail", "savepoint_claim",
 		"release_claim", "rollback_claim", "savepoint_fn", "rollback_fn", "commit",
 		"set_lock_timeout", "begin", "migrate_lock"}
 	included := map[string]bool{}
@@ -43,4 +43,13 @@ func UnusedDefinitions() []string {
 		}
 	}
 	return unused
+}
+
+// SetReadFirstTries sets how many times a claim reads first before the
+// full claim answers, until the test ends. Tests that call it must not run
+// in parallel.
+func SetReadFirstTries(tb interface{ Cleanup(func()) }, n int) {
+	old := readFirstTries
+	readFirstTries = n
+	tb.Cleanup(func() { readFirstTries = old })
 }

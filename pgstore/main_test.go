@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
@@ -50,6 +51,22 @@ func (e *env) count(tb testing.TB) int {
 		tb.Fatalf("count: %v", err)
 	}
 	return n
+}
+
+// storeInTx returns a transaction on e's pool, rolled back when tb ends
+// unless committed, and a Store over it on e's table.
+func (e *env) storeInTx(tb testing.TB) (pgx.Tx, *pgstore.Store) {
+	tb.Helper()
+	tx, err := e.pool.Begin(context.Background())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { tx.Rollback(context.Background()) })
+	s, err := pgstore.New(tx, pgstore.Config{Table: e.table})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return tx, s
 }
 
 func testCtx(tb testing.TB) context.Context {

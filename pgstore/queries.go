@@ -68,10 +68,10 @@ func (t table) render(tmpl *template.Template, name string, kv ...string) string
 // queries are the statements of a Store and a TxGuard over a table,
 // rendered from queries.sql; each is described there, under its name.
 type queries struct {
-	claimTake, claim, claimBatch                string
+	claimRead, claim, claimBatch                string
 	finish, release, extend, completeBatch      string
 	get, delete, reap                           string
-	txClaimNew, txClaim, txComplete, txFail     string
+	txClaimRead, txClaim, txComplete, txFail    string
 	savepointClaim, releaseClaim, rollbackClaim string
 	savepointFn, rollbackFn, commit             string
 }
@@ -79,7 +79,7 @@ type queries struct {
 func newQueries(t table) queries {
 	r := func(name string) string { return t.render(sqlTemplates, name) }
 	return queries{
-		claimTake:      r("claim_take"),
+		claimRead:      r("claim_read"),
 		claim:          r("claim"),
 		claimBatch:     r("claim_batch"),
 		finish:         r("finish"),
@@ -89,7 +89,7 @@ func newQueries(t table) queries {
 		get:            r("get"),
 		delete:         r("delete"),
 		reap:           r("reap"),
-		txClaimNew:     r("tx_claim_new"),
+		txClaimRead:    r("tx_claim_read"),
 		txClaim:        r("tx_claim"),
 		txComplete:     r("tx_complete"),
 		txFail:         r("tx_fail"),

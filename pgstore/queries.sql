@@ -25,38 +25,102 @@
 VALUES ($1::bytea, 1, nextval('{{.seq}}'), 1, $2::bytea, statement_timestamp() + $3::interval, $4::interval, NULL,
 	statement_timestamp() + $3::interval + $4::interval){{end}}
 
--- Store.Claim's statement: the insert of a new key, or the takeover of an
--- expired record, a released one or one whose lease ran out (under the
--- attempt cap, $5, 0 for none), as the full claim would decide, with a DO
--- UPDATE that is only that takeover. It returns the row when it acquired
--- the key, and no row when the key is someone else's (a duplicate, a busy
--- key, another fingerprint, the cap): the full claim runs then. PostgreSQL
--- sets up a DO UPDATE's expressions on every execution, taken or not, and
--- the full claim's CASEs cost more than the insert itself; this one's are
--- few.
-{{define "claim_take"}}{{template "insert_claim" .}}
-ON CONFLICT (key) DO UPDATE SET status = 1, token = excluded.token,
-	attempt = CASE WHEN r.expires_at <= statement_timestamp() THEN 1 ELSE r.attempt + 1 END,
-	fingerprint = excluded.fingerprint, lease_until = excluded.lease_until, retention = excluded.retention,
-	result = NULL, expires_at = excluded.expires_at
-WHERE r.expires_at <= statement_timestamp()
-	OR (r.status = 1 AND r.fingerprint = excluded.fingerprint
-		AND (r.token = 0 OR r.lease_until <= statement_timestamp())
-		AND (NULLIF($5::int, 0) IS NULL OR r.attempt < $5::int))
-RETURNING r.token, r.attempt, r.lease_until, r.expires_at{{end}}
+-- Whether a claim with the argument fingerprint takes over the record r:
+-- it expired, or it is in progress with that fingerprint and its lease
+-- was released or ran out. A claim that finds any other record (an
+-- outcome, a live lease, another fingerprint) changes nothing: it answers
+-- from the row. A record in progress always has a lease_until.
+{{define "takeover"}}(r.expires_at <= statement_timestamp()
+	OR (r.status = 1 AND r.fingerprint = {{.fp}}
+		AND (r.token = 0 OR r.lease_until <= statement_timestamp()))){{end}}
 
--- TxGuard's claim of a key without a record, the usual case: the plain
--- INSERT, cheaper for the server than the full claim. It returns no row
--- when the key has a record (or a concurrent claim's insert committed
--- first), and the full claim runs then.
-{{define "tx_claim_new"}}{{template "insert_claim" .}}
-ON CONFLICT (key) DO NOTHING
-RETURNING r.token, r.lease_until, r.expires_at, {{template "restore_lock_timeout"}}{{end}}
+-- The claim that reads first: $1 key, $2 fingerprint, $3 lease, $4
+-- retention, $5 max attempts (0: no cap), $6 the cause stored when capped.
+-- One statement, one snapshot:
+--
+--   cur   the key's row as the snapshot has it, and whether this claim
+--         takes it over (take);
+--   ins   no row, or one to take over: the insert of the new record, whose
+--         conflict with the row is the takeover (DO UPDATE … WHERE
+--         takeover): a new token, or the cap (attempts exhausted:
+--         Failed(ErrTooManyAttempts), token 0);
+--
+-- and the answer is the row ins returned, or cur's row when it is not to
+-- be taken over (an outcome, a live lease, another fingerprint). That
+-- claim writes nothing and locks nothing: ins has no row to insert, so
+-- nothing conflicts. A duplicate costs a read, no transaction ID and no
+-- commit record. An outcome never changes but by expiring or being
+-- deleted, and a live lease is as the snapshot saw it when the statement
+-- started: the answer is the record at that instant. The DO UPDATE's
+-- WHERE and SET read the row's latest version, locked.
+--
+-- No row comes back when a concurrent claim got between the snapshot and
+-- the write: the row ins conflicted with (inserted since the snapshot, or
+-- changed since, its transaction waited for) is no longer to be taken
+-- over. ins locked it all the same (a DO UPDATE locks the row whatever its
+-- WHERE says): that race costs a row lock, never a duplicate that found
+-- its record. The client then runs the statement again, with a new
+-- snapshot that sees that write (READ COMMITTED).
+--
+-- One write, the insert, and no UPDATE of its own: the server sets up
+-- every data-modifying statement of a WITH on each execution, run or not,
+-- and an UPDATE beside the insert cost a replay a third more of the
+-- server's time.
+--
+-- Arguments: result, the columns of the row r's result (see
+-- capped_result), named result (and result_size), and result_cols their
+-- names; restore, when not empty, adds a last column,
+-- restore_lock_timeout, computed once the claim has its row (and so after
+-- any wait: see set_lock_timeout).
+{{define "read_first_claim"}}WITH cur AS MATERIALIZED (
+	SELECT r.status, r.token, r.attempt, r.fingerprint = $2::bytea AS same, r.lease_until,
+		{{.result}}, r.expires_at, coalesce({{template "takeover" args . "fp" "$2::bytea"}}, false) AS take
+	FROM {{.table}} AS r WHERE r.key = $1::bytea),
+ins AS (
+	INSERT INTO {{.table}} AS r
+		(key, status, token, attempt, fingerprint, lease_until, retention, result, expires_at)
+	SELECT $1::bytea, 1, nextval('{{.seq}}'), 1, $2::bytea, statement_timestamp() + $3::interval, $4::interval, NULL,
+		statement_timestamp() + $3::interval + $4::interval
+	WHERE NOT EXISTS (SELECT FROM cur) OR (SELECT take FROM cur)
+	ON CONFLICT (key) DO UPDATE SET status = CASE WHEN {{template "capped"}} THEN 3 ELSE 1 END,
+		token = CASE WHEN {{template "capped"}} THEN 0 ELSE excluded.token END,
+		attempt = CASE WHEN r.expires_at <= statement_timestamp() THEN 1
+			WHEN {{template "capped"}} THEN r.attempt ELSE r.attempt + 1 END,
+		fingerprint = excluded.fingerprint,
+		lease_until = CASE WHEN {{template "capped"}} THEN NULL ELSE excluded.lease_until END,
+		retention = excluded.retention,
+		result = CASE WHEN {{template "capped"}} THEN $6::bytea END,
+		expires_at = CASE WHEN {{template "capped"}} THEN statement_timestamp() + excluded.retention
+			ELSE excluded.expires_at END
+	WHERE {{template "takeover" args . "fp" "excluded.fingerprint"}}
+	RETURNING r.status, r.token, r.attempt, r.lease_until, {{.result}}, r.expires_at)
+SELECT *{{if .restore}}, {{template "restore_lock_timeout"}}{{end}} FROM (
+	SELECT status, token, attempt, true, lease_until, {{.result_cols}}, expires_at, status = 1 FROM ins
+	UNION ALL
+	SELECT status, token, attempt, same, lease_until, {{.result_cols}}, expires_at, false FROM cur WHERE NOT take
+) AS claimed{{end}}
 
--- The ON CONFLICT branch of the full claims. A claim that finds a record
--- always rewrites it, so that RETURNING yields the row as it is under the
--- row lock, whatever happened: every outcome in one statement. Each column
--- is rewritten with its own value unless the branch changes it:
+-- Whether a takeover of read_first_claim caps the record r: its lease is
+-- over and its attempts reached $5, the claim's cap (0: none).
+{{define "capped"}}(r.expires_at > statement_timestamp() AND r.attempt >= NULLIF($5::int, 0)){{end}}
+
+-- Store.Claim's claim: $7 the longest result returned.
+{{define "claim_read"}}{{template "read_first_claim" args . "result" "CASE WHEN octet_length(r.result) <= $7::int THEN r.result END AS result, octet_length(r.result) AS result_size"
+	"result_cols" "result, result_size" "restore" ""}}{{end}}
+
+-- TxGuard's claim, whose result is not capped. A claim that returns no
+-- row restores no lock_timeout: the one that runs next still waits as the
+-- guard's.
+{{define "tx_claim_read"}}{{template "read_first_claim" args . "result" "r.result AS result" "result_cols" "result" "restore" "yes"}}{{end}}
+
+-- The ON CONFLICT branch of the full claims, which answer every outcome
+-- in one statement whatever a concurrent claim did since a snapshot: for
+-- the keys claim_batch did not answer from its read, and for Store.Claim
+-- and TxGuard when their read_first_claim found no row, again and again,
+-- under claims racing on the key. A full claim that finds a record always
+-- rewrites it, so that RETURNING yields the row as it is under the row
+-- lock, whatever happened. Each column is rewritten with its own value
+-- unless the branch changes it:
 --
 --   new   the record expired: replaced as if absent (attempt 1)
 --   keep  fingerprint differs (ErrKeyReused, checked first in every
@@ -90,8 +154,9 @@ RETURNING r.token, r.lease_until, r.expires_at, {{template "restore_lock_timeout
 		WHEN r.attempt >= {{.max_attempts}} THEN 'cap'
 		ELSE 'take' END AS branch OFFSET 0) b){{end}}
 
--- The full claim: $1 key, $2 fingerprint, $3 lease, $4 retention, $5 max
--- attempts (0: no cap), $6 the cause stored when capped. The new token is
+-- The full claim, arguments as read_first_claim's: $1 key, $2
+-- fingerprint, $3 lease, $4 retention, $5 max attempts (0: no cap), $6 the
+-- cause stored when capped. It always returns the row. The new token is
 -- drawn once, for the proposed row; currval reads it back, so the last
 -- column says the row holds this statement's token. Argument: limit, the
 -- parameter of the longest result returned (see capped_result), or empty
@@ -116,23 +181,38 @@ RETURNING r.status, r.token, r.attempt, r.fingerprint = $2::bytea, r.lease_until
 -- Arrays of one round of ClaimBatch, keys distinct and sorted, with the
 -- tokens the client drew for them: $1 keys, $2 fingerprints, $3 leases, $4
 -- retentions, $5 tokens, $6 max attempts (0: no cap), $7 the cause stored
--- when capped; $8 the longest result returned. The plan is a scan of
--- unnest under the insert, with nothing to reorder it: rows are inserted
--- (and locked) in the arrays' order, which is key order, so two batches
--- lock the rows they share in the same order and never deadlock. Every row
--- comes back, inserted or updated, in that order; the client tells the
--- keys it acquired by their tokens. No CTE, join or sort: each cost the
--- server more per key than the insert's own work.
-{{define "claim_batch"}}INSERT INTO {{.table}} AS r
-	(key, status, token, attempt, fingerprint, lease_until, retention, result, expires_at)
-SELECT a.key, 1, a.token, 1, a.fingerprint, statement_timestamp() + a.lease, a.retention, NULL,
-	statement_timestamp() + a.lease + a.retention
-FROM unnest($1::bytea[], $2::bytea[], $3::interval[], $4::interval[], $5::bigint[])
-	AS a(key, fingerprint, lease, retention, token)
-{{template "on_conflict_claim" args . "cause" "$7::bytea"
-	"max_attempts" "(SELECT NULLIF(c.max_attempts, 0) FROM unnest($1::bytea[], $6::int[]) AS c(key, max_attempts) WHERE c.key = excluded.key)"}}
-RETURNING r.key, r.status, r.token, r.attempt, r.fingerprint, r.lease_until,
-	{{template "capped_result" args . "limit" "$8::int"}}, r.expires_at{{end}}
+-- when capped; $8 the longest result returned. It reads first, as
+-- read_first_claim: cur holds the rows of the snapshot that are not to be
+-- taken over (outcomes, live leases, other fingerprints), answered as they
+-- are, written and locked by nothing. The other keys, absent from the
+-- snapshot or to be taken over, go to the full claim's INSERT … ON
+-- CONFLICT DO UPDATE, which always returns their row, whatever a
+-- concurrent claim did since the snapshot (it locks and rewrites the row
+-- then). They are inserted (and locked) in the arrays' order, which is key
+-- order (ORDER BY the ordinality: a join may reorder), so two batches lock
+-- the rows they share in the same order and never deadlock. Every entry
+-- comes back once, in no particular order; the client places the rows by
+-- their keys and tells the keys it acquired by their tokens.
+{{define "claim_batch"}}WITH cur AS MATERIALIZED (
+	SELECT r.key, r.status, r.token, r.attempt, r.fingerprint, r.lease_until,
+		{{template "capped_result" args . "limit" "$8::int"}}, r.expires_at
+	FROM unnest($1::bytea[], $2::bytea[]) AS a(key, fingerprint)
+	JOIN {{.table}} AS r ON r.key = a.key
+	WHERE NOT coalesce({{template "takeover" args . "fp" "a.fingerprint"}}, false)),
+ins AS (
+	INSERT INTO {{.table}} AS r
+		(key, status, token, attempt, fingerprint, lease_until, retention, result, expires_at)
+	SELECT a.key, 1, a.token, 1, a.fingerprint, statement_timestamp() + a.lease, a.retention, NULL,
+		statement_timestamp() + a.lease + a.retention
+	FROM unnest($1::bytea[], $2::bytea[], $3::interval[], $4::interval[], $5::bigint[]) WITH ORDINALITY
+		AS a(key, fingerprint, lease, retention, token, i)
+	WHERE NOT EXISTS (SELECT FROM cur WHERE cur.key = a.key)
+	ORDER BY a.i
+	{{template "on_conflict_claim" args . "cause" "$7::bytea"
+		"max_attempts" "(SELECT NULLIF(c.max_attempts, 0) FROM unnest($1::bytea[], $6::int[]) AS c(key, max_attempts) WHERE c.key = excluded.key)"}}
+	RETURNING r.key, r.status, r.token, r.attempt, r.fingerprint, r.lease_until,
+		{{template "capped_result" args . "limit" "$8::int"}}, r.expires_at)
+SELECT * FROM ins UNION ALL SELECT * FROM cur{{end}}
 
 -- ---------------------------------------------------------------------------
 -- A holder's calls

@@ -146,15 +146,18 @@ func fingerprint(a idem.ClaimArgs) []byte {
 // tooManyAttempts is the cause a capped claim stores.
 var tooManyAttempts = idem.TooManyAttemptsCause()
 
-// Claim implements [idem.Store.Claim]. A new key and a takeover after a
-// crash (an expired record, a released one, a lease that ran out) are one
-// INSERT … ON CONFLICT DO UPDATE … WHERE that takes the key, one round
-// trip. A key it does not take (a duplicate, a busy key, another
-// fingerprint, the attempt cap) gets a second statement, the full claim,
-// which answers every outcome from the row it locks. Of concurrent claims
-// of a key, PostgreSQL's unique index lets one insert and makes the others
-// wait for it and then see its row. A Busy answer's record carries no
-// token: the holder's is the holder's alone.
+// Claim implements [idem.Store.Claim] in one statement and one round trip,
+// which reads the key's row first and writes only to change it: a new key
+// is inserted; a takeover after a crash (an expired record, a released
+// one, a lease that ran out) or a claim over the attempt cap updates the
+// row. A duplicate, a busy key or another fingerprint is answered from the
+// read, with no write and no row lock: no transaction ID, no commit to
+// wait for. Of concurrent claims of a key, PostgreSQL's unique index lets
+// one insert and makes the others wait for it; a claim whose write found
+// the row changed since its read runs again, with a new snapshot, and
+// after readFirstTries such runs (claims racing on the key all along) the
+// full claim answers from the row it locks. A Busy answer's record carries
+// no token: the holder's is the holder's alone.
 // It returns idem.ErrKeyReused for a fingerprint mismatch, a
 // *ValueTooLargeError for a stored result longer than Config.MaxValueSize,
 // and an error wrapping idem.ErrStoreUnavailable when the server cannot be
@@ -163,24 +166,31 @@ func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 	if err := validClaim("Claim", a); err != nil {
 		return idem.Claim{}, err
 	}
+	args := []any{[]byte(a.Key), fingerprint(a), micros(a.Lease), micros(a.Retention),
+		maxAttempts(a.MaxAttempts), tooManyAttempts, int32(s.cfg.MaxValueSize)}
 	var r claimRow
-	err := s.db.QueryRow(ctx, s.q.claimTake, []byte(a.Key), fingerprint(a), micros(a.Lease), micros(a.Retention),
-		maxAttempts(a.MaxAttempts)).Scan(&r.token, &r.attempt, &r.leaseUntil, &r.expiresAt)
-	if err == nil {
-		r.taken()
-		return r.claim(a)
+	dest := []any{&r.status, &r.token, &r.attempt, &r.sameFingerprint, &r.leaseUntil, &r.result, &r.resultSize, &r.expiresAt, &r.acquired}
+	for range readFirstTries {
+		err := s.db.QueryRow(ctx, s.q.claimRead, args...).Scan(dest...)
+		if err == nil {
+			return r.cappedClaim(a, s.cfg.MaxValueSize)
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return idem.Claim{}, translate("claim", err)
+		}
 	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return idem.Claim{}, translate("claim", err)
-	}
-	err = s.db.QueryRow(ctx, s.q.claim, []byte(a.Key), fingerprint(a), micros(a.Lease), micros(a.Retention),
-		maxAttempts(a.MaxAttempts), tooManyAttempts, int32(s.cfg.MaxValueSize)).
-		Scan(&r.status, &r.token, &r.attempt, &r.sameFingerprint, &r.leaseUntil, &r.result, &r.resultSize, &r.expiresAt, &r.acquired)
-	if err != nil {
+	if err := s.db.QueryRow(ctx, s.q.claim, args...).Scan(dest...); err != nil {
 		return idem.Claim{}, translate("claim", err)
 	}
 	return r.cappedClaim(a, s.cfg.MaxValueSize)
 }
+
+// readFirstTries is how many times a claim runs the statement that reads
+// first (read_first_claim in queries.sql) before the full claim, at least
+// 1. Each run that returns no row means that another claim wrote the
+// key's row between that run's read and its write. A variable for the
+// tests, which set it to 1 to make the full claim answer every race.
+var readFirstTries = 3
 
 // claimRow is the row a claim statement returns.
 type claimRow struct {
@@ -203,19 +213,6 @@ func (r *claimRow) cappedClaim(a idem.ClaimArgs, limit int) (idem.Claim, error) 
 		return idem.Claim{}, &ValueTooLargeError{Size: int(r.resultSize.Int32), Max: limit, Key: a.Key, Stored: true}
 	}
 	return c, err
-}
-
-// taken completes the row of a statement that returns the record only
-// when it acquired the key: InProgress, with the caller's fingerprint and
-// no result.
-func (r *claimRow) taken() {
-	r.status, r.sameFingerprint, r.result, r.acquired = statusInProgress, true, nil, true
-}
-
-// inserted completes the row of claimNew, which inserted the record.
-func (r *claimRow) inserted() {
-	r.taken()
-	r.attempt = 1
 }
 
 func (r *claimRow) claim(a idem.ClaimArgs) (idem.Claim, error) {

@@ -434,15 +434,7 @@ func TestOutcomeKeepsTheClaimsExpiry(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 2)
 	ctx := testCtx(t)
-	tx, err := e.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	s, err := pgstore.New(tx, pgstore.Config{Table: e.table})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx, s := e.storeInTx(t)
 	updates := func() (all, hot int) {
 		t.Helper()
 		if err := tx.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables WHERE relid = $1::regclass`,

@@ -161,9 +161,11 @@ func (g *TxGuard) Config() TxConfig { return g.cfg }
 // fn must not commit or roll back tx (both return an error), and tx is
 // closed once fn returned. Over a *pgxpool.Pool or a *pgx.Conn, Do costs
 // three round trips besides fn's: BEGIN pipelined with the claim, and the
-// outcome with COMMIT (a key that has a record costs one more, for the
-// full claim). A completed record is kept at least Retention after its
-// commit, and at most Config.Lease longer.
+// outcome with COMMIT. A duplicate costs two, BEGIN with the claim and
+// ROLLBACK: its claim reads the committed outcome and writes nothing, so
+// its transaction has no ID and nothing to commit. A completed record is
+// kept at least Retention after its commit, and at most Config.Lease
+// longer.
 //
 // fn may run more than once over time (retryable errors, crashes), but its
 // writes commit once. Attempts are not counted in this mode (a rolled back
@@ -268,7 +270,9 @@ func (g *TxGuard) doBegun(ctx context.Context, c *txCall, fn TxFunc) (idem.Resul
 // has rolled back its claim and fn's writes and tx is usable; after a
 // permanent error, tx holds the Failed record (and not fn's writes), to be
 // committed. The outcome's row stays locked until tx ends, so duplicates
-// wait for the caller's commit.
+// wait for the caller's commit. A duplicate leaves nothing in tx: its
+// claim reads the committed outcome, locks and writes nothing, and is
+// rolled back to its savepoint.
 //
 // tx should be READ COMMITTED: under REPEATABLE READ or SERIALIZABLE a
 // duplicate that waited for the holder fails with a serialization error
@@ -478,25 +482,41 @@ func (g *TxGuard) queueClaim(b *pgx.Batch, a idem.ClaimArgs, nested bool) (claim
 		b.Queue(g.setLockTimeout)
 	}
 	claimAt = b.Len()
-	b.Queue(g.q.txClaimNew, []byte(a.Key), fingerprint(a), micros(a.Lease), micros(a.Retention))
+	b.Queue(g.q.txClaimRead, claimParams(a)...)
 	b.Queue(g.q.savepointFn)
 	return claimAt
 }
 
+// claimParams are the parameters of tx_claim_read and tx_claim.
+func claimParams(a idem.ClaimArgs) []any {
+	return []any{[]byte(a.Key), fingerprint(a), micros(a.Lease), micros(a.Retention), maxAttempts(a.MaxAttempts), tooManyAttempts}
+}
+
 // readClaim reads the n results of a batch of queueClaim (the claim at
-// claimAt being claimNew), closing br, and when the key has a record
-// claims it with the full claim, in a second round trip.
+// claimAt), closing br. The claim reads first (tx_claim_read), and writes
+// only a new key's record or a takeover: a duplicate leaves neither a
+// write nor a row lock in the transaction. When it returns no row (a
+// concurrent claim wrote the row between its read and its write), it runs
+// again, each time in a round trip of its own, and after readFirstTries
+// runs the full claim answers from the row it locks.
 func (g *TxGuard) readClaim(ctx context.Context, tx pgx.Tx, br pgx.BatchResults, n, claimAt int, c *txCall) (idem.Claim, error) {
 	a := c.a
-	r, found, err := readClaimRow(br, n, claimAt, true)
-	if err == nil && found {
-		// claimNew restored no lock_timeout: it returned no row, and the
+	r, found, err := readClaimRow(br, n, claimAt)
+	for try := 1; err == nil && !found; try++ {
+		// The claim that returned no row restored no lock_timeout: the
 		// guard's is still set.
+		full := try >= readFirstTries
+		claim := g.q.txClaimRead
+		if full {
+			claim = g.q.txClaim
+		}
 		b := &pgx.Batch{}
-		b.Queue(g.q.txClaim, []byte(a.Key), fingerprint(a), micros(a.Lease), micros(a.Retention), maxAttempts(a.MaxAttempts), tooManyAttempts)
+		b.Queue(claim, claimParams(a)...)
 		b.Queue(g.q.savepointFn) // again: after this claim's write
-		claimAt = 0
-		r, _, err = readClaimRow(tx.SendBatch(ctx, b), b.Len(), claimAt, false)
+		r, found, err = readClaimRow(tx.SendBatch(ctx, b), b.Len(), 0)
+		if err == nil && !found && full {
+			err = errors.New("the full claim returned no row")
+		}
 	}
 	if err != nil {
 		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == pgerrcode.LockNotAvailable {
@@ -511,23 +531,18 @@ func (g *TxGuard) readClaim(ctx context.Context, tx pgx.Tx, br pgx.BatchResults,
 	return cl, err
 }
 
-// readClaimRow reads the n results of br, whose claim at claimAt is
-// claimNew if isNew, and closes br. found reports that claimNew found a
-// record and inserted nothing.
-func readClaimRow(br pgx.BatchResults, n, claimAt int, isNew bool) (r claimRow, found bool, err error) {
+// readClaimRow reads the n results of br, whose claim is at claimAt, and
+// closes br. found reports that the claim returned its row.
+func readClaimRow(br pgx.BatchResults, n, claimAt int) (r claimRow, found bool, err error) {
 	for i := 0; i < n && err == nil; i++ {
-		switch {
-		case i != claimAt:
+		if i != claimAt {
 			_, err = br.Exec()
-		case isNew:
-			err = br.QueryRow().Scan(&r.token, &r.leaseUntil, &r.expiresAt, nil)
-			if errors.Is(err, pgx.ErrNoRows) {
-				found, err = true, nil
-			} else if err == nil {
-				r.inserted()
-			}
-		default:
-			err = br.QueryRow().Scan(&r.status, &r.token, &r.attempt, &r.sameFingerprint, &r.leaseUntil, &r.result, &r.expiresAt, &r.acquired, nil)
+			continue
+		}
+		err = br.QueryRow().Scan(&r.status, &r.token, &r.attempt, &r.sameFingerprint, &r.leaseUntil, &r.result, &r.expiresAt, &r.acquired, nil)
+		found = err == nil
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = nil
 		}
 	}
 	if cerr := br.Close(); err == nil {

@@ -266,6 +266,8 @@ type benchStoreRow struct {
 	BareKeysPS  []float64 `json:"bare_keys_per_s,omitempty"`
 	StoreAllocs []float64 `json:"store_allocs_per_op,omitempty"`
 	BareAllocs  []float64 `json:"bare_allocs_per_op,omitempty"`
+	StoreWAL    []float64 `json:"store_wal_bytes_per_key,omitempty"` // PostgreSQL: the server's WAL over the phase, per key
+	BareWAL     []float64 `json:"bare_wal_bytes_per_key,omitempty"`
 	Ratios      []float64 `json:"ratios_pct,omitempty"` // each round's store ÷ bare, in %
 }
 
@@ -291,6 +293,10 @@ type storeBenchTarget struct {
 	server string // the server's version and settings, for the report
 	cases  []storeBenchCase
 	memory func(ctx context.Context) (*storeBenchMemory, error) // nil when the server cannot tell
+	// walPosition returns the server's WAL position in bytes, read before
+	// and after each phase; nil for a server without WAL. It counts
+	// whatever else writes to the server during the phase too.
+	walPosition func(ctx context.Context) (int64, error)
 	close  func() error
 }
 
@@ -336,15 +342,25 @@ func benchStore(ctx context.Context, o benchStoreOptions, stdout, stderr io.Writ
 				}
 				for _, side := range sides {
 					phase++
-					ready, ops, rates, allocs := c.store, &r.StoreOps, &r.StoreKeysPS, &r.StoreAllocs
+					ready, ops, rates, allocs, wal := c.store, &r.StoreOps, &r.StoreKeysPS, &r.StoreAllocs, &r.StoreWAL
 					if side == "bare" {
-						ready, ops, rates, allocs = c.bare, &r.BareOps, &r.BareKeysPS, &r.BareAllocs
+						ready, ops, rates, allocs, wal = c.bare, &r.BareOps, &r.BareKeysPS, &r.BareAllocs, &r.BareWAL
 					}
 					op, release, err := ready(ctx, g)
 					if err != nil {
 						return report, fmt.Errorf("idem: bench store: %s, %s side: %w", c.name, side, err)
 					}
-					p, err := measureSide(ctx, g, o.duration, o.ops, fmt.Sprintf("order-%d-%d-", report.Started.UnixNano(), phase), op)
+					var walStart, walEnd int64
+					if t.walPosition != nil {
+						walStart, err = t.walPosition(ctx)
+					}
+					var p storeBenchPhase
+					if err == nil {
+						p, err = measureSide(ctx, g, o.duration, o.ops, fmt.Sprintf("order-%d-%d-", report.Started.UnixNano(), phase), op)
+					}
+					if err == nil && t.walPosition != nil {
+						walEnd, err = t.walPosition(ctx)
+					}
 					release()
 					if err != nil {
 						return report, fmt.Errorf("idem: bench store: %s on %d goroutines, %s side: %w", c.name, g, side, err)
@@ -352,6 +368,9 @@ func benchStore(ctx context.Context, o benchStoreOptions, stdout, stderr io.Writ
 					*ops = append(*ops, p.ops)
 					*rates = append(*rates, float64(p.ops*c.keys)/p.elapsed.Seconds())
 					*allocs = append(*allocs, p.allocs)
+					if t.walPosition != nil && p.ops > 0 {
+						*wal = append(*wal, float64(walEnd-walStart)/float64(p.ops*c.keys))
+					}
 				}
 				if len(r.StoreKeysPS) == round+1 && len(r.BareKeysPS) == round+1 && r.BareKeysPS[round] > 0 {
 					r.Ratios = append(r.Ratios, 100*r.StoreKeysPS[round]/r.BareKeysPS[round])
@@ -424,6 +443,15 @@ func writeBenchStoreTable(w io.Writer, r benchStoreReport, o benchStoreOptions) 
 			medianOf(row.StoreAllocs, "%.1f"), medianOf(row.BareAllocs, "%.1f"), rounds)
 	}
 	tw.Flush()
+	if slices.ContainsFunc(r.Rows, func(row benchStoreRow) bool { return len(row.StoreWAL) > 0 }) {
+		fmt.Fprintf(w, "\nthe server's WAL bytes per key, medians of the rounds (all of the server's WAL, whoever wrote it):\n\n")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "%-*s\tgoroutines\tstore WAL B/key\tbare WAL B/key\t\n", width, "case")
+		for _, row := range r.Rows {
+			fmt.Fprintf(tw, "%-*s\t%d\t%s\t%s\t\n", width, row.Title, row.Goroutines, medianOf(row.StoreWAL, "%.1f"), medianOf(row.BareWAL, "%.1f"))
+		}
+		tw.Flush()
+	}
 	if m := r.Memory; m != nil {
 		fmt.Fprintf(w, "\nmemory per completed record (the server's MEMORY USAGE): store %.0f bytes, bare %.0f bytes\n", m.Store, m.Bare)
 	}

@@ -707,5 +707,10 @@ func postgresBenchTarget(ctx context.Context, raw string) (t *storeBenchTarget, 
 		server: fmt.Sprintf("PostgreSQL %s  synchronous_commit=%s  fsync=%s", version, syncCommit, fsync),
 		cases:  cases(stores, bare),
 		close:  dropSchema,
+		walPosition: func(ctx context.Context) (int64, error) {
+			var pos int64
+			err := setup.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint").Scan(&pos)
+			return pos, err
+		},
 	}, nil
 }

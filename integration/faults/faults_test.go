@@ -15,11 +15,15 @@ import (
 	"github.com/idemgo/idem/pgstore/pgstoretest"
 )
 
-// TestMain makes the test binary the consumer too: the harness starts it
-// again with the consumer's spec in the environment.
+// TestMain makes the test binary the consumer and the Kafka cluster too:
+// the harness starts it again with the consumer's or the cluster's spec in
+// the environment.
 func TestMain(m *testing.M) {
 	if os.Getenv(specEnv) != "" {
 		os.Exit(consumeMain())
+	}
+	if os.Getenv(kfakeEnv) != "" {
+		os.Exit(kfakeMain())
 	}
 	goleak.VerifyTestMain(m)
 }
@@ -59,7 +63,7 @@ func needServices(t *testing.T) []string {
 // suite runs cfgs with this test binary as the consumer.
 func suite(t *testing.T, cfgs []runConfig) []*report {
 	t.Helper()
-	reports, err := runSuite(context.WithoutCancel(t.Context()), []string{os.Args[0]}, cfgs, logWriter{t})
+	reports, err := runSuite(context.WithoutCancel(t.Context()), []string{os.Args[0]}, []string{os.Args[0]}, cfgs, logWriter{t})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,21 +93,26 @@ func TestShortProfile(t *testing.T) {
 // effect outside pgstore's transaction applies duplicates. It runs on NATS,
 // where the broken build's early ack waits for the server's confirmation,
 // so the loss does not depend on the ack's race with the kill (AMQP acks
-// have no confirmation).
+// have no confirmation), and the early ack on Kafka too, where it is a
+// synchronous offset commit.
 func TestBrokenBuildsFail(t *testing.T) {
-	if !slices.Contains(needServices(t), "nats") {
-		t.Fatal("the NATS broker is not built into the harness")
-	}
+	have := needServices(t)
 	cases := []struct {
-		broken, config, want string
-		noDuplicates         bool // a published duplicate would make up for the lost message
+		broker, broken, config, want string
+		noDuplicates                 bool // a published duplicate would make up for the lost message
 	}{
-		{brokenAckFirst, "pg-unfenced", "messages lost", true},
-		{brokenNoFence, "redis-noaof-fenced", "duplicate effects where exactly one is promised", false},
-		{brokenOutsideTx, "pgtx-tx", "duplicate effects where exactly one is promised", false},
+		{"nats", brokenAckFirst, "pg-unfenced", "messages lost", true},
+		{"nats", brokenNoFence, "redis-noaof-fenced", "duplicate effects where exactly one is promised", false},
+		{"nats", brokenOutsideTx, "pgtx-tx", "duplicate effects where exactly one is promised", false},
+		// On Kafka the early ack is a synchronous commit of the record's
+		// offset: the member that gets the partition next starts after it.
+		{"kafka", brokenAckFirst, "pg-unfenced", "messages lost", true},
 	}
 	for _, tc := range cases {
-		cfgs, err := profile("short", []string{"nats"})
+		if !slices.Contains(have, tc.broker) {
+			t.Fatalf("the %s broker is not built into the harness", tc.broker)
+		}
+		cfgs, err := profileRuns("short", []string{tc.broker})
 		if err != nil {
 			t.Fatal(err)
 		}

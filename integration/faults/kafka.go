@@ -322,7 +322,7 @@ func kfakeMain() int {
 		kfake.SeedTopics(spec.Partitions, spec.Topic),
 		kfake.AllowAutoTopicCreation(), // the dead-letter topic, if a run ever needs it
 		kfake.GroupMinSessionTimeout(kafkaSession),
-		kfake.WithLogger(kfake.BasicLogger(os.Stderr, kfake.LogLevelInfo)),
+		kfake.WithLogger(kfake.BasicLogger(os.Stderr, kfake.LogLevelWarn)),
 	)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "faults kfake:", err)

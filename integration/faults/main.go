@@ -154,20 +154,7 @@ func envOr(name, def string) string { return cmp.Or(os.Getenv(name), def) }
 // Redis without appendonly, and with appendfsync everysec, unfenced, whose
 // restarts lose outcomes: the loss is measured and its duplicates are
 // allowed for the keys it lost.
-//
-// The short profile, part of make test, runs its three configurations on
-// NATS and RabbitMQ and only the transactional one on Kafka (kafkapg), to
-// stay within make test's time.
 func profile(name string, brokerNames []string) ([]runConfig, error) {
-	cfgs, err := profileRuns(name, brokerNames)
-	if name == "short" {
-		cfgs = slices.DeleteFunc(cfgs, func(c runConfig) bool { return c.Broker == "kafka" && c.Store != storePGTx })
-	}
-	return cfgs, err
-}
-
-// profileRuns returns every run of the named profile on the brokers given.
-func profileRuns(name string, brokerNames []string) ([]runConfig, error) {
 	var base runConfig
 	var stores []runConfig
 	switch name {

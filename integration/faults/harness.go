@@ -47,6 +47,12 @@ type broker interface {
 	close(ctx context.Context) error
 }
 
+// diagnoser is a broker that can tell, from the consumers' logs, a known
+// fault of its own that kept a run from settling.
+type diagnoser interface {
+	diagnose(logs []string) string
+}
+
 // brokers are the brokers built into the harness, by name.
 var brokers = map[string]func(run string) (broker, error){}
 
@@ -279,6 +285,15 @@ func (r *run) execute(ctx context.Context) (*report, error) {
 	rep := r.analyze(effects, unsettled, elapsed)
 	if !settled {
 		rep.fail("the run did not settle within %v", r.cfg.Timeout)
+		if d, ok := r.b.(diagnoser); ok {
+			var logs []string
+			for n := 1; n <= r.nproc; n++ {
+				logs = append(logs, r.logPath(n))
+			}
+			if why := d.diagnose(logs); why != "" {
+				rep.fail("%s", why)
+			}
+		}
 	}
 	if os.Getenv("IDEMFAULTS_KEEP") != "" {
 		r.dumpEvents()
@@ -427,21 +442,8 @@ func (r *run) startProc() error {
 	}
 	r.nproc++
 	n := r.nproc
-	logf, err := os.Create(r.logPath(n))
+	cmd, stdout, logf, err := startChild(r.h.consumerCmd, spec.env(), r.logPath(n))
 	if err != nil {
-		return err
-	}
-	cmd := exec.Command(r.h.consumerCmd[0], r.h.consumerCmd[1:]...)
-	cmd.Env = append(os.Environ(), spec.env())
-	cmd.Stderr = logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		logf.Close()
-		return err
-	}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
 		return fmt.Errorf("starting a consumer: %w", err)
 	}
 	p := &proc{n: n, cmd: cmd, done: make(chan struct{}), plan: plan}
@@ -479,6 +481,30 @@ func (r *run) startProc() error {
 		}
 	})
 	return nil
+}
+
+// startChild starts argv with env added to the harness's environment, its
+// standard error in a new file at logPath, killed when the harness dies;
+// it returns the command, its standard output and the log file, which the
+// caller closes once the command has ended.
+func startChild(argv []string, env, logPath string) (*exec.Cmd, io.ReadCloser, *os.File, error) {
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), env)
+	cmd.Stderr = logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdout, err := cmd.StdoutPipe()
+	if err == nil {
+		err = cmd.Start()
+	}
+	if err != nil {
+		logf.Close()
+		return nil, nil, nil, err
+	}
+	return cmd, stdout, logf, nil
 }
 
 // logTail returns the last n lines of the file at path.

@@ -47,12 +47,6 @@ type broker interface {
 	close(ctx context.Context) error
 }
 
-// diagnoser is a broker that can tell, from the consumers' logs, a known
-// fault of its own that kept a run from settling.
-type diagnoser interface {
-	diagnose(logs []string) string
-}
-
 // brokers are the brokers built into the harness, by name.
 var brokers = map[string]func(run string) (broker, error){}
 
@@ -285,15 +279,6 @@ func (r *run) execute(ctx context.Context) (*report, error) {
 	rep := r.analyze(effects, unsettled, elapsed)
 	if !settled {
 		rep.fail("the run did not settle within %v", r.cfg.Timeout)
-		if d, ok := r.b.(diagnoser); ok {
-			var logs []string
-			for n := 1; n <= r.nproc; n++ {
-				logs = append(logs, r.logPath(n))
-			}
-			if why := d.diagnose(logs); why != "" {
-				rep.fail("%s", why)
-			}
-		}
 	}
 	if os.Getenv("IDEMFAULTS_KEEP") != "" {
 		r.dumpEvents()
@@ -305,7 +290,8 @@ func (r *run) execute(ctx context.Context) (*report, error) {
 // once and a share of them a second time, later, as a producer's retry or
 // a replayed batch would. When it is done and a scripted kill has not
 // happened yet, it goes on publishing new keys at the same pace until it
-// has, so that every kill point is reached (at most cfg.Messages more).
+// has, so that every kill point is reached (at most 4×cfg.Messages more:
+// a Kafka group can take seconds to hand a dead member's partitions on).
 func (r *run) publishAll(ctx context.Context, start time.Time) error {
 	var keys []string
 	for i := range r.cfg.Messages {
@@ -336,7 +322,7 @@ func (r *run) publishAll(ctx context.Context, start time.Time) error {
 		}
 		pace(ctx, start, r.cfg.PublishOver*time.Duration(i+1)/time.Duration(len(copies)))
 	}
-	for extra := range r.cfg.Messages {
+	for extra := range 4 * r.cfg.Messages {
 		if !r.killsOutstanding() || ctx.Err() != nil {
 			break
 		}

@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -322,44 +321,6 @@ func kfakeMain() int {
 	defer stop()
 	<-ctx.Done()
 	return 0
-}
-
-// diagnose names the generations of the group in which kfake told more
-// than one member that it leads the group, from the consumers' kgo logs:
-// kfake's coordinator, when the member that led the generation before is
-// gone (killed), sends every joining member a JoinGroup response naming
-// that member itself as the leader. Runs where this happened were seen to
-// stall for good, every member fetching and none receiving its partitions'
-// records.
-func (b *kafkaBroker) diagnose(logs []string) string {
-	leaders := map[string]int{} // generation → members told they lead it
-	for _, path := range logs {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(data), "\n") {
-			if !strings.Contains(line, "joined, balancing group") || !strings.Contains(line, "leader: true") {
-				continue
-			}
-			_, gen, ok := strings.Cut(line, "generation: ")
-			if gen, _, ok = strings.Cut(gen, ","); ok {
-				leaders[gen]++
-			}
-		}
-	}
-	var gens []string
-	for g, n := range leaders {
-		if n > 1 {
-			gens = append(gens, fmt.Sprintf("%s (%d members)", g, n))
-		}
-	}
-	if len(gens) == 0 {
-		return ""
-	}
-	slices.Sort(gens)
-	return "kfake told more than one member it leads the consumer group in generation " + strings.Join(gens, ", ") +
-		" (a defect of kfake's group coordinator after its leader died: FAULTS.md)"
 }
 
 // advertisedListener is a broker's listener that names another address:

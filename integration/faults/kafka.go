@@ -370,6 +370,8 @@ func consumeKafka(ctx context.Context, s consumerSpec, g *idem.Guard, c *consume
 		kgo.SessionTimeout(kafkaSession),
 		kgo.HeartbeatInterval(kafkaHeartbeat),
 		kgo.RebalanceTimeout(kafkaRebalance),
+		// The group's joins (and who was told it leads), assignments and
+		// retries, in the consumer's log: IDEMFAULTS_KEEP=1 keeps it.
 		kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelInfo, nil)),
 	}
 	var run interface {

@@ -42,15 +42,15 @@ func (b *amqpBroker) name() string    { return "amqp" }
 func (b *amqpBroker) target() string  { return b.queue }
 func (b *amqpBroker) durable() string { return "" }
 
-func (b *amqpBroker) upstream() (string, error) { return urlHost(b.serverURL) }
+func (b *amqpBroker) upstreams() ([]string, error) { return urlHost(b.serverURL) }
 
 // consumerURL is the server's URL with the proxy's address.
-func (b *amqpBroker) consumerURL(proxy string) string {
+func (b *amqpBroker) consumerURL(proxies []string) string {
 	u, err := url.Parse(b.serverURL)
-	if err != nil || proxy == "" {
+	if err != nil {
 		return b.serverURL
 	}
-	u.Host = proxy
+	u.Host = proxies[0]
 	return u.String()
 }
 
@@ -69,7 +69,7 @@ func (b *amqpBroker) probe(ctx context.Context) error {
 	return nil
 }
 
-func (b *amqpBroker) setup(ctx context.Context) error {
+func (b *amqpBroker) setup(ctx context.Context, _ brokerEnv) error {
 	conn, err := amqp.Dial(b.serverURL)
 	if err != nil {
 		return fmt.Errorf("RabbitMQ at %s: %w", redactURL(b.serverURL), err)
@@ -152,7 +152,8 @@ func redactURL(s string) string {
 
 // consumeAMQP is the consumer process on RabbitMQ: idemamqp, reconnecting
 // through the harness's proxy.
-func consumeAMQP(ctx context.Context, s consumerSpec, g *idem.Guard, h handler) error {
+func consumeAMQP(ctx context.Context, s consumerSpec, g *idem.Guard, fc *consumer) error {
+	h := fc.handle
 	c, err := idemamqp.New(g, s.BrokerURL, s.Target, func(ctx context.Context, d amqp.Delivery) error {
 		key, _ := d.Headers[keyHeader].(string)
 		return h(ctx, key, d.Body, func() { d.Ack(false) })

@@ -27,7 +27,7 @@ const (
 	killBeforeClaim  = "before-claim"  // a delivery arrived; its key is not claimed yet
 	killBeforeEffect = "before-effect" // the key is claimed, the handler runs; no side effect yet
 	killAfterEffect  = "after-effect"  // the side effect is applied (tx: written, not committed); no outcome
-	killAfterCommit  = "after-commit"  // tx: the transaction with effect and outcome committed; the outer record not completed
+	killAfterCommit  = "after-commit"  // tx: the transaction with effect and outcome committed; the outer record not completed (Kafka: the offset not committed to Kafka)
 	killAfterOutcome = "after-outcome" // the outcome is stored; the message is not acked
 )
 
@@ -73,6 +73,11 @@ type runConfig struct {
 
 // points returns the kill points of the config's mode.
 func (c runConfig) points() []string {
+	if c.Mode == modeTx && c.Broker == "kafka" {
+		// kafkapg commits the outcome with the effect and the partition's
+		// offset: after the commit the record is done, in PostgreSQL.
+		return []string{killBeforeClaim, killBeforeEffect, killAfterEffect, killAfterCommit}
+	}
 	if c.Mode == modeTx {
 		return []string{killBeforeClaim, killBeforeEffect, killAfterEffect, killAfterCommit, killAfterOutcome}
 	}
@@ -92,6 +97,7 @@ type consumerSpec struct {
 	PGURL      string
 	AppName    string // application_name of every PostgreSQL connection
 	Records    string // schema.table of pgstore's records
+	Offsets    string // Kafka with pgtx: schema.table of kafkapg's offsets
 	Ledger     string // the ledger's schema
 	RedisKeys  string // redisstore's key prefix
 	Namespace  string

@@ -39,8 +39,10 @@ type consumer struct {
 // at once (used only by the ack-first broken build).
 type handler func(ctx context.Context, key string, payload []byte, ack func()) error
 
-// consumeFuncs are the broker drivers' consumer sides, by broker name.
-var consumeFuncs = map[string]func(ctx context.Context, s consumerSpec, g *idem.Guard, h handler) error{}
+// consumeFuncs are the broker drivers' consumer sides, by broker name:
+// each consumes with g, handling each message with c.handle (or c's other
+// handlers, where the adapter runs its own transactions).
+var consumeFuncs = map[string]func(ctx context.Context, s consumerSpec, g *idem.Guard, c *consumer) error{}
 
 // consumeMain runs the consumer process until SIGTERM; its exit code.
 func consumeMain() int {
@@ -101,14 +103,18 @@ func consume(ctx context.Context, spec consumerSpec) error {
 	default:
 		return fmt.Errorf("unknown store %q", spec.Store)
 	}
-	g, err := idem.New(&faultStore{Store: store, c: c}, idem.Config{
+	var fs idem.Store = &faultStore{Store: store, c: c}
+	if bs := newFaultBatchStore(fs.(*faultStore)); bs != nil {
+		fs = bs
+	}
+	g, err := idem.New(fs, idem.Config{
 		Namespace: spec.Namespace, Lease: spec.Lease, StoreTimeout: 2 * time.Second,
 	})
 	if err != nil {
 		return err
 	}
 	defer g.Close()
-	return run(ctx, spec, g, c.handle)
+	return run(ctx, spec, g, c)
 }
 
 // pgPool connects to url with every connection named appName, so that the
@@ -205,6 +211,25 @@ func (c *consumer) handle(ctx context.Context, key string, payload []byte, ack f
 	return nil
 }
 
+// handleInTx is the side effect of one message in tx, a transaction the
+// adapter runs (kafkapg's, which commits the message's outcome and its
+// partition's offset with it).
+func (c *consumer) handleInTx(ctx context.Context, tx pgx.Tx, key string) error {
+	c.point(killBeforeEffect, key)
+	token, _ := idem.TokenFrom(ctx)
+	var db execer = tx
+	if c.spec.Broken == brokenOutsideTx {
+		db = c.pool
+	}
+	events.emit(evRun, key)
+	if err := c.ledger.apply(ctx, db, key, token, c.pid); err != nil {
+		return err
+	}
+	events.emit(evEffect, key)
+	c.point(killAfterEffect, key)
+	return nil
+}
+
 // faultStore is the consumer's store with its kill points before the
 // claim and after the outcome, and the events of both.
 type faultStore struct {
@@ -240,4 +265,53 @@ func (s *faultStore) Complete(ctx context.Context, key string, t idem.Token, val
 	events.emit(evOutcome, k, strconv.FormatUint(uint64(t), 10))
 	s.c.point(killAfterOutcome, k)
 	return nil
+}
+
+// faultBatchStore is faultStore over a store with batch calls, which
+// idemkafka's DoBatch uses: the same kill points and events, for each key
+// of a batch. It is nil when the store has no batch calls.
+type faultBatchStore struct {
+	*faultStore
+	bc idem.BatchClaimer
+	bk idem.BatchCompleter
+}
+
+func newFaultBatchStore(s *faultStore) *faultBatchStore {
+	bc, ok1 := s.Store.(idem.BatchClaimer)
+	bk, ok2 := s.Store.(idem.BatchCompleter)
+	if !ok1 || !ok2 {
+		return nil
+	}
+	return &faultBatchStore{faultStore: s, bc: bc, bk: bk}
+}
+
+// ClaimBatch reaches the before-claim point once for each key, before any
+// is claimed.
+func (s *faultBatchStore) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.Claim, error) {
+	for _, a := range args {
+		key := s.key(a.Key)
+		events.emit(evDelivery, key)
+		s.c.point(killBeforeClaim, key)
+	}
+	return s.bc.ClaimBatch(ctx, args)
+}
+
+// CompleteBatch reaches the after-outcome point once for each key whose
+// outcome it stored, after the whole batch is stored.
+func (s *faultBatchStore) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]error, error) {
+	errs, err := s.bk.CompleteBatch(ctx, cs)
+	var stored []string
+	for i, cm := range cs {
+		k := s.key(cm.Key)
+		if err != nil || (i < len(errs) && errs[i] != nil) {
+			events.emit(evOutcomeErr, k)
+			continue
+		}
+		events.emit(evOutcome, k, strconv.FormatUint(uint64(cm.Token), 10))
+		stored = append(stored, k)
+	}
+	for _, k := range stored {
+		s.c.point(killAfterOutcome, k)
+	}
+	return errs, err
 }

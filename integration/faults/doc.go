@@ -8,7 +8,7 @@
 // does to each store and mode.
 //
 //	make faults                                          # every profile run: under 15 minutes
-//	cd integration && go run ./faults -profile short     # what make test runs (TestShortProfile)
+//	cd integration && go run ./faults -profile short     # what make test runs (TestShortProfile; Kafka: pgtx-tx only)
 //	cd integration && go run ./faults -run 'nats/pg'     # the runs whose name matches
 //	cd integration && go run ./faults -broken no-fence   # a broken consumer: the suite fails
 //
@@ -17,19 +17,28 @@
 // A run starts K consumer processes (this same binary, `faults consume`),
 // publishes N messages, a quarter of them twice, over a few seconds, and
 // meanwhile injects its faults at random moments. Each consumer process
-// consumes through the broker's idem adapter (idemnats, …) with a Guard
-// over the run's store, and kills itself at the point and count the
-// harness gave it:
+// consumes through the broker's idem adapter (idemnats, idemamqp,
+// idemkafka) with a Guard over the run's store, or on Kafka in tx mode
+// through kafkapg, and kills itself at the point and count the harness
+// gave it:
 //
 //	before-claim    a delivery arrived; its key is not claimed
 //	before-effect   the key is claimed and the handler runs; no side effect yet
 //	after-effect    the side effect is applied (tx mode: written in the transaction, not committed)
-//	after-commit    tx mode: the transaction with the effect and the outcome committed
+//	after-commit    tx mode: the transaction with the effect and the outcome committed (kafkapg: and the offset)
 //	after-outcome   the outcome is stored; the message is not acked
 //
 // and the harness SIGKILLs a random process at random moments too. A dead
 // process is replaced at once. A run ends when the broker holds no unacked
 // message: nothing is in flight then, and nothing will be delivered again.
+// On Kafka that is every partition's committed offset (kafkapg: the offset
+// stored in PostgreSQL) at its end offset.
+//
+// Kafka is a kfake cluster the harness starts for each run as a process of
+// its own (this binary, `faults kfake`), three brokers on loopback ports.
+// Each broker advertises the address of the harness's proxy in front of
+// it, so the consumers, which connect to the brokers the metadata names,
+// reach every broker through a proxy the harness can cut.
 //
 // The stores: pgstore (records in PostgreSQL), pgstore's TxGuard (the side
 // effect and the outcome in one transaction), redisstore on a
@@ -63,7 +72,7 @@
 // effect-outside-tx (tx mode with the effect written outside the
 // transaction: duplicates).
 //
-// Environment: IDEM_POSTGRES_URL and the brokers' variables (IDEM_NATS_URL)
-// as for the tests; IDEMFAULTS_KEEP=1 keeps each run's ledger schema,
-// consumer logs and event log.
+// Environment: IDEM_POSTGRES_URL and the brokers' variables (IDEM_NATS_URL,
+// IDEM_AMQP_URL) as for the tests; IDEMFAULTS_KEEP=1 keeps each run's
+// ledger schema, consumer logs and event log.
 package main

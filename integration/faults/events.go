@@ -23,8 +23,8 @@ const (
 	evOutcome    = "C" // the outcome is stored: C key
 	evOutcomeErr = "O" // the outcome write failed: stored or not: O key
 	evAcked      = "A" // the message was acked: A key
-	evDead       = "X" // the message was dead-lettered: X key reason
-	evKill       = "K" // the process kills itself now: K point key
+	evDead       = "X" // the message was dead-lettered: X key reason (key - when the adapter does not say)
+	evKill       = "K" // the process kills itself now: K point key (- when the point has no one key)
 	evReady      = "S" // the consumer is subscribed and handling: S
 )
 
@@ -37,6 +37,11 @@ type emitter struct {
 var events = &emitter{w: os.Stdout}
 
 func (e *emitter) emit(fields ...string) {
+	for i, f := range fields {
+		if f == "" {
+			fields[i] = "-" // a field with nothing to say keeps its place
+		}
+	}
 	line := strings.Join(fields, " ") + "\n"
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -71,6 +76,9 @@ func readEvents(proc int, r io.Reader, out func(event)) {
 			if len(f) >= 3 {
 				ev.detail = f[2]
 			}
+		}
+		if ev.key == "-" {
+			ev.key = ""
 		}
 		out(ev)
 	}

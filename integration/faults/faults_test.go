@@ -15,11 +15,15 @@ import (
 	"github.com/idemgo/idem/pgstore/pgstoretest"
 )
 
-// TestMain makes the test binary the consumer too: the harness starts it
-// again with the consumer's spec in the environment.
+// TestMain makes the test binary the consumer and the Kafka cluster too:
+// the harness starts it again with the consumer's or the cluster's spec in
+// the environment.
 func TestMain(m *testing.M) {
 	if os.Getenv(specEnv) != "" {
 		os.Exit(consumeMain())
+	}
+	if os.Getenv(kfakeEnv) != "" {
+		os.Exit(kfakeMain())
 	}
 	goleak.VerifyTestMain(m)
 }
@@ -59,7 +63,7 @@ func needServices(t *testing.T) []string {
 // suite runs cfgs with this test binary as the consumer.
 func suite(t *testing.T, cfgs []runConfig) []*report {
 	t.Helper()
-	reports, err := runSuite(context.WithoutCancel(t.Context()), []string{os.Args[0]}, cfgs, logWriter{t})
+	reports, err := runSuite(context.WithoutCancel(t.Context()), []string{os.Args[0]}, []string{os.Args[0]}, cfgs, logWriter{t})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +71,7 @@ func suite(t *testing.T, cfgs []runConfig) []*report {
 }
 
 // TestShortProfile is the suite's short profile, part of make test: every
-// broker built in, with pgstore's transactional mode and Redis (losing
+// broker built in but Kafka, with pgstore's transactional mode and Redis (losing
 // everything in a restart) with a fenced side effect, which must show
 // exactly one effect per message, and pgstore with an unfenced one, whose
 // duplicates must each follow a kill or fault in the window.
@@ -76,6 +80,10 @@ func TestShortProfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Not Kafka: its consumer group on kfake can stall for good after a
+	// killed member led it (FAULTS.md, "What this suite does not show"),
+	// which make test cannot afford; make faults runs it.
+	cfgs = slices.DeleteFunc(cfgs, func(c runConfig) bool { return c.Broker == "kafka" })
 	for _, r := range suite(t, cfgs) {
 		if !r.ok() {
 			t.Errorf("%s: %s", r.cfg.Name, strings.Join(r.Failures, "; "))
@@ -91,19 +99,20 @@ func TestShortProfile(t *testing.T) {
 // so the loss does not depend on the ack's race with the kill (AMQP acks
 // have no confirmation).
 func TestBrokenBuildsFail(t *testing.T) {
-	if !slices.Contains(needServices(t), "nats") {
-		t.Fatal("the NATS broker is not built into the harness")
-	}
+	have := needServices(t)
 	cases := []struct {
-		broken, config, want string
-		noDuplicates         bool // a published duplicate would make up for the lost message
+		broker, broken, config, want string
+		noDuplicates                 bool // a published duplicate would make up for the lost message
 	}{
-		{brokenAckFirst, "pg-unfenced", "messages lost", true},
-		{brokenNoFence, "redis-noaof-fenced", "duplicate effects where exactly one is promised", false},
-		{brokenOutsideTx, "pgtx-tx", "duplicate effects where exactly one is promised", false},
+		{"nats", brokenAckFirst, "pg-unfenced", "messages lost", true},
+		{"nats", brokenNoFence, "redis-noaof-fenced", "duplicate effects where exactly one is promised", false},
+		{"nats", brokenOutsideTx, "pgtx-tx", "duplicate effects where exactly one is promised", false},
 	}
 	for _, tc := range cases {
-		cfgs, err := profile("short", []string{"nats"})
+		if !slices.Contains(have, tc.broker) {
+			t.Fatalf("the %s broker is not built into the harness", tc.broker)
+		}
+		cfgs, err := profile("short", []string{tc.broker})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemkafka/kafkapg"
 	"github.com/idemgo/idem/pgstore"
 	"github.com/idemgo/idem/redisstore"
 )
@@ -31,13 +32,15 @@ type broker interface {
 	name() string
 	target() string  // stream, queue or topic
 	durable() string // shared consumer or group
-	// upstream is the host:port the proxy forwards to; "" when the broker
-	// cannot be proxied (consumers then dial consumerURL("") directly).
-	upstream() (string, error)
-	consumerURL(proxy string) string
+	// upstreams are the host:ports the consumers reach the broker at: the
+	// harness puts a proxy of its own in front of each.
+	upstreams() ([]string, error)
+	// consumerURL is what the consumers connect to, through the proxies
+	// (their addresses, in the order of upstreams).
+	consumerURL(proxies []string) string
 	// probe reports whether the broker can be reached.
 	probe(ctx context.Context) error
-	setup(ctx context.Context) error
+	setup(ctx context.Context, env brokerEnv) error
 	publish(ctx context.Context, key string, payload []byte) error
 	// unsettled is how many published messages are not acked yet.
 	unsettled(ctx context.Context) (int, error)
@@ -47,9 +50,19 @@ type broker interface {
 // brokers are the brokers built into the harness, by name.
 var brokers = map[string]func(run string) (broker, error){}
 
+// brokerEnv is what a broker's setup may use of the run.
+type brokerEnv struct {
+	proxies []string      // the proxies' addresses, in the order of upstreams
+	cmd     []string      // the harness's command for a server process of its own (faults kfake)
+	dir     string        // the run's directory
+	db      *pgxpool.Pool // the harness's PostgreSQL
+	offsets string        // schema.table of the consumed offsets kept in PostgreSQL (kafkapg), or ""
+}
+
 // harness is what every run shares.
 type harness struct {
 	consumerCmd []string // the command that starts a consumer process
+	kfakeCmd    []string // the command that starts a Kafka cluster process (faults kfake)
 	pgURL       string
 	dir         string    // runs' files: consumer logs, redis data
 	out         io.Writer // progress
@@ -73,7 +86,7 @@ type run struct {
 	schema string
 	ledger ledger
 	b      broker
-	px     *proxy
+	pxs    []*proxy
 	rs     *redisServer
 	spec   consumerSpec
 
@@ -156,24 +169,35 @@ func (r *run) setup(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := r.b.setup(ctx); err != nil {
-		return err
-	}
-	brokerURL := r.b.consumerURL("")
-	up, err := r.b.upstream()
+	ups, err := r.b.upstreams()
 	if err != nil {
 		return err
 	}
-	if up != "" {
-		if r.px, err = newProxy(up); err != nil {
+	env := brokerEnv{cmd: r.h.kfakeCmd, dir: filepath.Join(r.h.dir, r.id), db: r.h.db}
+	for _, up := range ups {
+		px, err := newProxy(up)
+		if err != nil {
 			return err
 		}
-		brokerURL = r.b.consumerURL(r.px.addr())
+		r.pxs = append(r.pxs, px)
+		env.proxies = append(env.proxies, px.addr())
+	}
+	var offsets string
+	if r.cfg.Broker == "kafka" && r.cfg.Store == storePGTx {
+		// kafkapg: the consumed offsets commit with the effects.
+		offsets = r.schema + ".idem_kafka_offsets"
+		if err := kafkapg.Migrate(ctx, r.h.db, offsets); err != nil {
+			return err
+		}
+		env.offsets = offsets
+	}
+	if err := r.b.setup(ctx, env); err != nil {
+		return err
 	}
 	r.spec = consumerSpec{
-		Broker: r.cfg.Broker, BrokerURL: brokerURL, Target: r.b.target(), Durable: r.b.durable(),
+		Broker: r.cfg.Broker, BrokerURL: r.b.consumerURL(env.proxies), Target: r.b.target(), Durable: r.b.durable(),
 		Store: r.cfg.Store, PGURL: r.h.pgURL, AppName: "idemfaults-" + r.id,
-		Records: records, Ledger: r.schema, RedisKeys: "idemfaults:" + r.id + ":", Namespace: "faults",
+		Records: records, Offsets: offsets, Ledger: r.schema, RedisKeys: "idemfaults:" + r.id + ":", Namespace: "faults",
 		Lease: r.cfg.Lease, BusyDelay: 200 * time.Millisecond, RetryDelay: 200 * time.Millisecond,
 		Mode: r.cfg.Mode, Broken: r.cfg.Broken,
 	}
@@ -195,8 +219,8 @@ func (r *run) teardown() {
 	r.stopAll()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if r.px != nil {
-		r.px.close()
+	for _, px := range r.pxs {
+		px.close()
 	}
 	if r.rs != nil {
 		r.rs.crash()
@@ -265,8 +289,9 @@ func (r *run) execute(ctx context.Context) (*report, error) {
 // publishAll publishes the run's messages over cfg.PublishOver: every key
 // once and a share of them a second time, later, as a producer's retry or
 // a replayed batch would. When it is done and a scripted kill has not
-// happened yet, it publishes one more key every 20ms until it has, so
-// that every kill point is reached (at most cfg.Messages more).
+// happened yet, it goes on publishing new keys at the same pace until it
+// has, so that every kill point is reached (at most 4×cfg.Messages more:
+// a Kafka group can take seconds to hand a dead member's partitions on).
 func (r *run) publishAll(ctx context.Context, start time.Time) error {
 	var keys []string
 	for i := range r.cfg.Messages {
@@ -297,14 +322,14 @@ func (r *run) publishAll(ctx context.Context, start time.Time) error {
 		}
 		pace(ctx, start, r.cfg.PublishOver*time.Duration(i+1)/time.Duration(len(copies)))
 	}
-	for extra := range r.cfg.Messages {
+	for extra := range 4 * r.cfg.Messages {
 		if !r.killsOutstanding() || ctx.Err() != nil {
 			break
 		}
 		if err := publish(fmt.Sprintf("m%06d", r.cfg.Messages+extra)); err != nil {
 			return err
 		}
-		pace(ctx, time.Now(), 20*time.Millisecond)
+		pace(ctx, time.Now(), r.cfg.PublishOver/time.Duration(r.cfg.Messages))
 	}
 	return nil
 }
@@ -372,12 +397,13 @@ func (r *run) injectFaults(ctx context.Context, start time.Time, window time.Dur
 		case "pg":
 			err = r.terminateBackends(ctx)
 		case "broker":
-			if r.px != nil {
-				n := r.px.drop()
-				r.mu.Lock()
-				r.brokerDrops += n
-				r.mu.Unlock()
+			n := 0
+			for _, px := range r.pxs {
+				n += px.drop()
 			}
+			r.mu.Lock()
+			r.brokerDrops += n
+			r.mu.Unlock()
 		}
 		if err != nil {
 			return err
@@ -402,21 +428,8 @@ func (r *run) startProc() error {
 	}
 	r.nproc++
 	n := r.nproc
-	logf, err := os.Create(r.logPath(n))
+	cmd, stdout, logf, err := startChild(r.h.consumerCmd, spec.env(), r.logPath(n))
 	if err != nil {
-		return err
-	}
-	cmd := exec.Command(r.h.consumerCmd[0], r.h.consumerCmd[1:]...)
-	cmd.Env = append(os.Environ(), spec.env())
-	cmd.Stderr = logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		logf.Close()
-		return err
-	}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
 		return fmt.Errorf("starting a consumer: %w", err)
 	}
 	p := &proc{n: n, cmd: cmd, done: make(chan struct{}), plan: plan}
@@ -454,6 +467,30 @@ func (r *run) startProc() error {
 		}
 	})
 	return nil
+}
+
+// startChild starts argv with env added to the harness's environment, its
+// standard error in a new file at logPath, killed when the harness dies;
+// it returns the command, its standard output and the log file, which the
+// caller closes once the command has ended.
+func startChild(argv []string, env, logPath string) (*exec.Cmd, io.ReadCloser, *os.File, error) {
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), env)
+	cmd.Stderr = logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdout, err := cmd.StdoutPipe()
+	if err == nil {
+		err = cmd.Start()
+	}
+	if err != nil {
+		logf.Close()
+		return nil, nil, nil, err
+	}
+	return cmd, stdout, logf, nil
 }
 
 // logTail returns the last n lines of the file at path.

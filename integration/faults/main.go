@@ -20,6 +20,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "consume" {
 		os.Exit(consumeMain())
 	}
+	if len(os.Args) > 1 && os.Args[1] == "kfake" {
+		os.Exit(kfakeMain())
+	}
 	os.Exit(harnessMain(os.Args[1:], os.Stdout))
 }
 
@@ -61,7 +64,7 @@ func harnessMain(args []string, out io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	reports, err := runSuite(ctx, []string{exe, "consume"}, cfgs, out)
+	reports, err := runSuite(ctx, []string{exe, "consume"}, []string{exe, "kfake"}, cfgs, out)
 	if err != nil {
 		fmt.Fprintln(out, "faults:", err)
 		return 1
@@ -81,8 +84,9 @@ func harnessMain(args []string, out io.Writer) int {
 }
 
 // runSuite runs cfgs one after another with consumers started by
-// consumerCmd, printing each report as it comes.
-func runSuite(ctx context.Context, consumerCmd []string, cfgs []runConfig, out io.Writer) ([]*report, error) {
+// consumerCmd and Kafka clusters by kfakeCmd, printing each report as it
+// comes.
+func runSuite(ctx context.Context, consumerCmd, kfakeCmd []string, cfgs []runConfig, out io.Writer) ([]*report, error) {
 	pgURL := envOr("IDEM_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
 	db, err := pgPool(ctx, pgURL, "idemfaults-harness", 4)
 	if err != nil {
@@ -100,7 +104,7 @@ func runSuite(ctx context.Context, consumerCmd []string, cfgs []runConfig, out i
 			fmt.Fprintf(out, "files kept in %s\n", dir)
 		}
 	}()
-	h := &harness{consumerCmd: consumerCmd, pgURL: pgURL, dir: dir, out: out, db: db}
+	h := &harness{consumerCmd: consumerCmd, kfakeCmd: kfakeCmd, pgURL: pgURL, dir: dir, out: out, db: db}
 	var reports []*report
 	start := time.Now()
 	for _, cfg := range cfgs {
@@ -141,7 +145,8 @@ func envOr(name, def string) string { return cmp.Or(os.Getenv(name), def) }
 // profile returns the runs of the named profile on the brokers given.
 //
 // Every broker gets the same stores and modes: pgstore's transactional
-// mode and Redis (on a server that loses everything in a restart) with a
+// mode (on Kafka, kafkapg: the offset commits in the same transaction) and
+// Redis (on a server that loses everything in a restart) with a
 // fenced side effect and memstore with a fenced side effect, which must
 // show exactly one effect per message; pgstore and Redis (appendfsync
 // always) with an unfenced side effect, whose duplicates must each follow

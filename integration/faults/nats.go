@@ -39,9 +39,9 @@ func (b *natsBroker) name() string    { return "nats" }
 func (b *natsBroker) target() string  { return b.stream }
 func (b *natsBroker) durable() string { return "faults" }
 
-func (b *natsBroker) upstream() (string, error) { return urlHost(b.serverURL) }
+func (b *natsBroker) upstreams() ([]string, error) { return urlHost(b.serverURL) }
 
-func (b *natsBroker) consumerURL(proxy string) string { return "nats://" + proxy }
+func (b *natsBroker) consumerURL(proxies []string) string { return "nats://" + proxies[0] }
 
 func (b *natsBroker) probe(context.Context) error {
 	nc, err := nats.Connect(b.serverURL, nats.Timeout(5*time.Second))
@@ -54,7 +54,7 @@ func (b *natsBroker) probe(context.Context) error {
 
 // setup creates the stream and the durable consumer. AckWait is short, so
 // the messages a killed process held come back soon.
-func (b *natsBroker) setup(ctx context.Context) error {
+func (b *natsBroker) setup(ctx context.Context, _ brokerEnv) error {
 	nc, err := nats.Connect(b.serverURL, nats.Timeout(5*time.Second))
 	if err != nil {
 		return fmt.Errorf("NATS at %s: %w", b.serverURL, err)
@@ -109,7 +109,8 @@ func (b *natsBroker) close(ctx context.Context) error {
 
 // consumeNATS is the consumer process on NATS: idemnats over the shared
 // durable consumer, reconnecting through the harness's proxy.
-func consumeNATS(ctx context.Context, s consumerSpec, g *idem.Guard, h handler) error {
+func consumeNATS(ctx context.Context, s consumerSpec, g *idem.Guard, fc *consumer) error {
+	h := fc.handle
 	nc, err := nats.Connect(s.BrokerURL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond),
 		nats.Timeout(2*time.Second))
 	if err != nil {

@@ -10,7 +10,8 @@ import (
 
 // proxy forwards TCP connections from a loopback port of its own to a
 // server, so that the harness can cut every connection to a shared server
-// (the machine's RabbitMQ or NATS) without touching the server: drop
+// (the machine's RabbitMQ or NATS, a Kafka broker) without touching the
+// server: drop
 // closes both sides of every live connection at once, as a network
 // failure or a server's restart would, and clients reconnect through it.
 type proxy struct {
@@ -86,12 +87,12 @@ func (p *proxy) untrack(cs ...net.Conn) {
 }
 
 // urlHost returns the host:port of a server's URL, for a proxy to it.
-func urlHost(s string) (string, error) {
+func urlHost(s string) ([]string, error) {
 	u, err := url.Parse(s)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	return u.Host, nil
+	return []string{u.Host}, nil
 }
 
 // drop closes every live connection and returns how many client

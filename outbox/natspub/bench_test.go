@@ -238,7 +238,7 @@ func relayRate(b *testing.B, ctx context.Context, pool *pgxpool.Pool, pub outbox
 	if err := outbox.Migrate(ctx, pool, cfg.Table); err != nil {
 		b.Fatal(err)
 	}
-	ob, err := outbox.New(outbox.Config{Table: cfg.Table, NoNotify: true})
+	ob, err := outbox.New(outbox.Config{Table: cfg.Table})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -37,8 +37,8 @@ import (
 // goes first; the metrics are the medians of the rates, of each round's
 // own relay ÷ raw ratio and, on Linux, of the CPU time per message of this
 // process (go), of the nats-server processes (nats) and of the relay's
-// PostgreSQL backend (pg) while each ran. BENCH_BATCH sets the batch
-// (default outbox.DefaultBatchSize).
+// PostgreSQL backend (pg) while each ran. Batches are of 100 messages,
+// or 500 in the cases named so.
 //
 //	go test -run '^$' -bench RelayVsRaw -benchtime 1x ./outbox/natspub
 //	go test -run '^$' -bench 'RelayVsRaw/keys1000$' -benchtime 1x ./outbox/natspub  # one case
@@ -47,10 +47,6 @@ func BenchmarkRelayVsRaw(b *testing.B) {
 		messages = 20000
 		rounds   = 5
 	)
-	batch := outbox.DefaultBatchSize
-	if n, err := strconv.Atoi(os.Getenv("BENCH_BATCH")); err == nil && n > 0 {
-		batch = n
-	}
 	js := connect(b, natsURL, nats.ReconnectBufSize(-1))
 	stream, prefix := newStream(b, js, jetstream.StreamConfig{Storage: jetstream.FileStorage})
 	pool := pgstoretest.Pool(b, 8)
@@ -66,9 +62,14 @@ func BenchmarkRelayVsRaw(b *testing.B) {
 		name   string
 		keys   int
 		delete bool
-	}{{"keys1000", 1000, false}, {"keys1000-delete", 1000, true}, {"keys10", 10, false}}
+		batch  int
+	}{
+		{"keys1000", 1000, false, 100}, {"keys1000-delete", 1000, true, 100}, {"keys10", 10, false, 100},
+		{"keys1000-batch500", 1000, false, 500}, {"keys1000-delete-batch500", 1000, true, 500},
+	}
 	for _, v := range variants {
 		b.Run(v.name, func(b *testing.B) {
+			batch := v.batch
 			for range b.N {
 				var raws, relays, ratios, pubs []float64
 				var rawCPU, relayCPU [][3]float64

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -171,11 +172,12 @@ type marks struct {
 
 // queue queues the statements that write m.
 func (m *marks) queue(b *pgx.Batch, q relayQueries) {
+	// FlatArray: encoded without reflection.
 	if len(m.sent) > 0 {
-		b.Queue(q.mark, m.sent)
+		b.Queue(q.mark, pgtype.FlatArray[int64](m.sent))
 	}
 	if len(m.failed) > 0 {
-		b.Queue(q.recordFailures, m.failed, m.errs)
+		b.Queue(q.recordFailures, pgtype.FlatArray[int64](m.failed), m.errs)
 	}
 }
 
@@ -596,7 +598,7 @@ func (s *session) read(ctx context.Context, m marks, after int64) ([]row, error)
 	}
 	s.woken = false
 	br := s.conn.SendBatch(ctx, b)
-	rows, err := readRows(br, b.Len()-1)
+	rows, err := readRows(br, b.Len()-1, r.cfg.BatchSize)
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
@@ -620,8 +622,9 @@ func (s *session) moveCursor(rows []row) {
 }
 
 // readRows reads the results of marks statements, then the rows of the
-// fetch after them.
-func readRows(br pgx.BatchResults, marks int) ([]row, error) {
+// fetch after them, at most batch. It allocates little per row: the rows
+// are a message's worth of garbage for every message published.
+func readRows(br pgx.BatchResults, marks, batch int) ([]row, error) {
 	for range marks {
 		if _, err := br.Exec(); err != nil {
 			return nil, err
@@ -632,16 +635,26 @@ func readRows(br pgx.BatchResults, marks int) ([]row, error) {
 		return nil, err
 	}
 	defer rs.Close()
-	var rows []row
+	rows := make([]row, 0, batch)
+	var (
+		id           int64
+		msgID        string
+		key, headers []byte
+		payload      []byte
+		createdAt    time.Time
+		dest         string // the last destination, shared by the rows that have it
+	)
 	for rs.Next() {
-		var (
-			rw           row
-			key, headers []byte
-		)
-		if err := rs.Scan(&rw.id, &rw.msg.ID, &rw.msg.Destination, &key, &headers, &rw.msg.Payload, &rw.msg.CreatedAt); err != nil {
+		// A batch's rows mostly go to a few destinations: one string
+		// for each run of them. Text is the same bytes in either format.
+		if raw := rs.RawValues(); len(raw) > 2 && string(raw[2]) != dest {
+			dest = string(raw[2])
+		}
+		// pgx copies a bytea into a new slice: the message keeps payload.
+		if err := rs.Scan(&id, &msgID, nil, &key, &headers, &payload, &createdAt); err != nil {
 			return nil, err
 		}
-		rw.msg.Key = string(key)
+		rw := row{id: id, msg: Message{ID: msgID, Destination: dest, Key: string(key), Payload: payload, CreatedAt: createdAt}}
 		rw.msg.Headers, rw.err = DecodeHeaders(headers)
 		rows = append(rows, rw)
 	}

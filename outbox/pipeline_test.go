@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -132,5 +133,70 @@ func awaitRow(t *testing.T, e *relayEnv, id string, cond func(rowState) bool) {
 			t.Fatal(errors.New("timed out waiting for the row of " + id))
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestRelayKeepsTheOrderOfALateCommit: a transaction enqueues the first
+// message of a key and stays open while others commit rows with higher
+// ids; the relay reads a full batch past it. Then the transaction commits
+// and the key's second message is enqueued. The relay, reading ahead,
+// must still publish the first message before the second.
+func TestRelayKeepsTheOrderOfALateCommit(t *testing.T) {
+	t.Parallel()
+	const batch = 5
+	e := newRelayEnv(t)
+	ctx := testCtx(t)
+	ob, err := outbox.New(outbox.Config{Table: e.table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	late, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Rollback(context.Background())
+	if err := ob.Enqueue(ctx, late, outbox.Message{ID: "first", Destination: "d", Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	others, _ := outboxtest.Messages(2*batch, 2*batch, "d")
+	if err := ob.Enqueue(ctx, e.pool, others...); err != nil {
+		t.Fatal(err)
+	}
+
+	// The first batch's publish waits until "first" and "second" are
+	// committed: by then the relay has read past "first".
+	publishing, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	e.rec.Before(func(ctx context.Context, msgs []outbox.Message) {
+		if calls.Add(1) == 1 {
+			close(publishing)
+			<-release
+		}
+	})
+	cfg := relayConfig(e.table)
+	cfg.BatchSize = batch
+	e.start(t, cfg)
+	select {
+	case <-publishing:
+	case <-ctx.Done():
+		t.Fatal("the relay never published")
+	}
+	if err := late.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := ob.Enqueue(ctx, e.pool, outbox.Message{ID: "second", Destination: "d", Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+
+	e.rec.AwaitIDs(t, outboxtest.Timeout, append(outboxtest.IDs(others), "first", "second"))
+	var got []string
+	for _, m := range e.rec.Messages() {
+		if m.Key == "k" {
+			got = append(got, m.ID)
+		}
+	}
+	if !slices.Equal(got, []string{"first", "second"}) {
+		t.Errorf("key k's messages reached the broker as %q, want [first second]", got)
 	}
 }

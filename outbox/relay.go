@@ -359,10 +359,9 @@ type session struct {
 	woken     bool  // a notification arrived since the last fetch
 	held      []int // the partitions held, sorted
 	members   int
-	yielding  bool  // a relay with fewer partitions runs
-	published bool  // some message was published in this session
-	failures  int   // batches in a row of which nothing was published
-	after     int64 // the next read takes the pending rows after this id
+	yielding  bool // a relay with fewer partitions runs
+	published bool // some message was published in this session
+	failures  int  // batches in a row of which nothing was published
 
 	retryAt, rebalanceAt, cleanupAt, lagAt time.Time
 }
@@ -461,7 +460,7 @@ func (s *session) run(ctx context.Context) error {
 			continue
 		}
 		rows := ahead
-		if rows == nil {
+		if len(rows) == 0 {
 			var err error
 			if rows, err = s.fetch(ctx); err != nil {
 				return err
@@ -483,10 +482,11 @@ func (s *session) run(ctx context.Context) error {
 
 // publishReadingAhead publishes rows and, when they are a full batch (so
 // more may be pending), meanwhile writes the marks of the batch before and
-// reads the batch after rows, which it returns: the database's work hides
-// behind the broker's. The batch read ahead is dropped, and the next read
-// starts from the first pending row, when a message of rows failed: it
-// must be published again before the messages after it.
+// reads the next batch, the first pending rows but rows, which it
+// returns: the database's work hides behind the broker's. The batch read
+// ahead is dropped when a message of rows failed: that message must be
+// published again before the messages of its key after it, and the next
+// read, with rows marked or not, starts from it.
 func (s *session) publishReadingAhead(ctx context.Context, rows []row) ([]row, error) {
 	r := s.r
 	if len(rows) < r.cfg.BatchSize {
@@ -497,10 +497,13 @@ func (s *session) publishReadingAhead(ctx context.Context, rows []row) ([]row, e
 		rows []row
 		err  error
 	}
-	m, after := r.takeMarks(), rows[len(rows)-1].id
+	m, inFlight := r.takeMarks(), make([]int64, len(rows))
+	for i, rw := range rows {
+		inFlight[i] = rw.id
+	}
 	next := make(chan read, 1)
 	go func() { // the connection is this goroutine's until it sends
-		rs, err := s.read(ctx, m, after)
+		rs, err := s.read(ctx, m, inFlight)
 		next <- read{rs, err}
 	}()
 	received := false
@@ -517,10 +520,8 @@ func (s *session) publishReadingAhead(ctx context.Context, rows []row) ([]row, e
 		return nil, res.err
 	}
 	if !ok {
-		s.after = 0
 		return nil, nil
 	}
-	s.moveCursor(res.rows)
 	return res.rows, nil
 }
 
@@ -566,35 +567,45 @@ type row struct {
 	err error // the headers column could not be decoded
 }
 
-// fetch writes the pending marks and reads the next batch, after the
-// cursor, in one round trip.
+// fetch writes the pending marks and reads the next batch in one round
+// trip.
 func (s *session) fetch(ctx context.Context) ([]row, error) {
 	m := s.r.takeMarks()
-	rows, err := s.read(ctx, m, s.after)
+	rows, err := s.read(ctx, m, nil)
 	if err != nil {
 		s.r.restoreMarks(m)
 		return nil, err
 	}
-	s.moveCursor(rows)
 	return rows, nil
 }
 
-// read writes m and reads the batch of pending rows after the id after, in
-// one round trip: the statements run as one implicit transaction, in
-// order. It touches nothing of the session but its connection (and woken,
-// which the connection sets), so it may run beside a Publish.
-func (s *session) read(ctx context.Context, m marks, after int64) ([]row, error) {
+// read writes m and reads the first batch of pending rows but those of
+// inFlight (being published, not marked yet), in one round trip: the
+// statements run as one implicit transaction, in order. It touches nothing
+// of the session but its connection (and woken, which the connection
+// sets), so it may run beside a Publish.
+//
+// Every read starts from the first pending row. A row can become visible
+// after rows with higher ids were read, its transaction having drawn its
+// id first and committed last; a read that started after the rows it had
+// read (a cursor) would pass it by and publish the next message of its
+// key first.
+func (s *session) read(ctx context.Context, m marks, inFlight []int64) ([]row, error) {
 	r := s.r
 	b := &pgx.Batch{}
 	m.queue(b, r.q)
+	skip := pgtype.FlatArray[int64](inFlight)
+	if skip == nil {
+		skip = pgtype.FlatArray[int64]{} // not NULL: id <> ALL(NULL) holds for no row
+	}
 	if len(s.held) == r.cfg.Partitions {
-		b.Queue(r.q.fetchAll, after, r.cfg.BatchSize)
+		b.Queue(r.q.fetchAll, skip, r.cfg.BatchSize)
 	} else {
 		parts := make([]int64, len(s.held))
 		for i, p := range s.held {
 			parts[i] = int64(p)
 		}
-		b.Queue(r.q.fetch, after, int64(r.cfg.Partitions), parts, r.cfg.BatchSize)
+		b.Queue(r.q.fetch, skip, int64(r.cfg.Partitions), parts, r.cfg.BatchSize)
 	}
 	s.woken = false
 	br := s.conn.SendBatch(ctx, b)
@@ -606,19 +617,6 @@ func (s *session) read(ctx context.Context, m marks, after int64) ([]row, error)
 		return nil, dbError("fetch", err)
 	}
 	return rows, nil
-}
-
-// moveCursor sets where the next read starts, given the batch just read.
-// After a full batch, the next one starts after it, skipping the index
-// entries of the rows just published, which stay in the index until vacuum
-// and would otherwise be walked again by every read. Short of a full
-// batch, the next read starts from the first pending row again, which
-// finds rows of transactions that committed late with lower ids.
-func (s *session) moveCursor(rows []row) {
-	s.after = 0
-	if len(rows) == s.r.cfg.BatchSize {
-		s.after = rows[len(rows)-1].id
-	}
 }
 
 // readRows reads the results of marks statements, then the rows of the
@@ -635,7 +633,7 @@ func readRows(br pgx.BatchResults, marks, batch int) ([]row, error) {
 		return nil, err
 	}
 	defer rs.Close()
-	rows := make([]row, 0, batch)
+	var rows []row // nil when none: no batch read ahead
 	var (
 		id           int64
 		msgID        string
@@ -656,6 +654,9 @@ func readRows(br pgx.BatchResults, marks, batch int) ([]row, error) {
 		}
 		rw := row{id: id, msg: Message{ID: msgID, Destination: dest, Key: string(key), Payload: payload, CreatedAt: createdAt}}
 		rw.msg.Headers, rw.err = DecodeHeaders(headers)
+		if rows == nil {
+			rows = make([]row, 0, batch)
+		}
 		rows = append(rows, rw)
 	}
 	return rows, rs.Err()
@@ -724,7 +725,6 @@ func (s *session) publish(ctx context.Context, rows []row) bool {
 	}
 	r.observe(ctx, Event{Op: OpPublish, Sent: sent, Failed: failed, Duration: elapsed, Err: firstErr})
 	if failed > 0 {
-		s.after = 0 // start again from the first that failed
 	}
 	if sent > 0 {
 		s.published = true
@@ -734,7 +734,6 @@ func (s *session) publish(ctx context.Context, rows []row) bool {
 	wait := r.backoff(s.failures)
 	s.failures++
 	s.retryAt = time.Now().Add(wait)
-	s.after = 0
 	r.cfg.Logger.WarnContext(ctx, "outbox: publishing failed; backing off",
 		slog.String("table", r.t.name), slog.Int("messages", failed), slog.Duration("for", wait), slog.Any("error", firstErr))
 	r.observe(ctx, Event{Op: OpBackoff, Duration: wait, Err: firstErr})
@@ -820,8 +819,8 @@ type relayQueries struct {
 func newRelayQueries(t table, cfg RelayConfig) relayQueries {
 	const cols = "SELECT id, message_id, destination, key, headers, payload, created_at FROM "
 	q := relayQueries{
-		fetchAll: cols + t.ident + " WHERE sent_at IS NULL AND id > $1 ORDER BY id LIMIT $2",
-		fetch:    cols + t.ident + " WHERE sent_at IS NULL AND id > $1 AND key_hash % $2 = ANY($3::int8[]) ORDER BY id LIMIT $4",
+		fetchAll: cols + t.ident + " WHERE sent_at IS NULL AND id <> ALL($1::int8[]) ORDER BY id LIMIT $2",
+		fetch:    cols + t.ident + " WHERE sent_at IS NULL AND id <> ALL($1::int8[]) AND key_hash % $2 = ANY($3::int8[]) ORDER BY id LIMIT $4",
 		mark:     "UPDATE " + t.ident + " SET sent_at = statement_timestamp() WHERE id = ANY($1::int8[]) AND sent_at IS NULL",
 		recordFailures: "UPDATE " + t.ident + " AS o SET attempts = o.attempts + 1, last_error = f.err" +
 			" FROM unnest($1::int8[], $2::text[]) AS f(id, err) WHERE o.id = f.id AND o.sent_at IS NULL",

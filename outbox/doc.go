@@ -49,7 +49,10 @@
 // the batch before and reads the next, so the database's work hides
 // behind the broker's. Its session runs with synchronous_commit off: a
 // mark lost with the server's last transactions in a crash only means
-// the message is published again. Sent rows are deleted after
+// the message is published again; and with plan_cache_mode
+// force_generic_plan, so that its prepared statements, whose plans do not
+// depend on their parameters, are planned once rather than at every
+// execution. Sent rows are deleted after
 // RelayConfig.Retention. An idle relay polls every
 // RelayConfig.PollInterval (100ms by default), and wakes at once on the
 // NOTIFY of a transaction that enqueued with Config.Notify.
@@ -86,7 +89,10 @@
 // others take them at their next rebalance. A relay gives a partition up
 // only after it has marked what it published from it.
 //
-// Within a partition the relay publishes in id order and, after a failure,
+// Within a partition the relay publishes in id order. Every read starts
+// from the first pending row (skipping only the batch being published), so
+// a row whose transaction drew its id early and committed late is still
+// read before the later messages of its key; after a failure, the relay
 // starts again from the first unpublished row; [Publisher] implementations
 // keep the order of one call (see its documentation). A key's messages
 // therefore reach the broker in the order of their ids, through broker

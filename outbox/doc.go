@@ -16,7 +16,7 @@
 //	_ = tx.Commit(ctx)
 //
 // [Migrate] creates the table. [Enqueue] writes to [DefaultTable]; an
-// [Outbox] from [New] writes to another, or without NOTIFY.
+// [Outbox] from [New] writes to another, or with a NOTIFY.
 //
 // # With idem
 //
@@ -49,9 +49,24 @@
 // the batch before and reads the next, so the database's work hides
 // behind the broker's. Its session runs with synchronous_commit off: a
 // mark lost with the server's last transactions in a crash only means
-// the message is published again. Sent rows are deleted after RelayConfig.Retention. An idle relay
-// waits for the NOTIFY that Enqueue's transaction sends on commit, and
-// polls every RelayConfig.PollInterval in case one is missed. When no
+// the message is published again; and with plan_cache_mode
+// force_generic_plan, so that its prepared statements, whose plans do not
+// depend on their parameters, are planned once rather than at every
+// execution. Sent rows are deleted after
+// RelayConfig.Retention. An idle relay polls every
+// RelayConfig.PollInterval (100ms by default), and wakes at once on the
+// NOTIFY of a transaction that enqueued with Config.Notify.
+//
+// Enqueue does not notify by default: PostgreSQL serializes the commits of
+// transactions that sent a NOTIFY (a database-wide lock held through the
+// commit and its WAL flush), which at 16 concurrent writers cut the
+// enqueuing transactions' rate by about a third in BENCHMARKS.md, and
+// which would cap every notifying writer of the database at one commit per
+// WAL flush. Polling costs an idle relay one indexed read per interval,
+// and an idle outbox at most PollInterval of latency (50ms on average by
+// default). Config.Notify buys that latency back where writers are few.
+//
+// When no
 // message of a batch is accepted (the broker is down) it backs off,
 // exponentially with jitter, and publishes the same rows again, from the
 // first: nothing is skipped, and a key's messages go out in order. The
@@ -74,7 +89,10 @@
 // others take them at their next rebalance. A relay gives a partition up
 // only after it has marked what it published from it.
 //
-// Within a partition the relay publishes in id order and, after a failure,
+// Within a partition the relay publishes in id order. Every read starts
+// from the first pending row (skipping only the batch being published), so
+// a row whose transaction drew its id early and committed late is still
+// read before the later messages of its key; after a failure, the relay
 // starts again from the first unpublished row; [Publisher] implementations
 // keep the order of one call (see its documentation). A key's messages
 // therefore reach the broker in the order of their ids, through broker

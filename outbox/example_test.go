@@ -75,8 +75,8 @@ func ExampleRelay() {
 	}
 }
 
-// An Outbox writes to a table of its own, here without NOTIFY: the relays
-// of that table find its messages when they poll.
+// An Outbox writes to a table of its own, here with a NOTIFY that wakes
+// idle relays at commit rather than at their next poll.
 func ExampleOutbox_Enqueue() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/test")
@@ -84,7 +84,7 @@ func ExampleOutbox_Enqueue() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	ob, err := outbox.New(outbox.Config{Table: "billing.outbox", NoNotify: true})
+	ob, err := outbox.New(outbox.Config{Table: "billing.outbox", Notify: true})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -29,12 +29,18 @@ type Config struct {
 	// Relay that publishes it must name the same table.
 	Table string
 
-	// NoNotify leaves out the NOTIFY that wakes the relays when the
-	// transaction commits: they find the messages at their next poll
-	// instead (RelayConfig.PollInterval). NOTIFY makes PostgreSQL take a
-	// database-wide lock while the transaction commits; at thousands of
-	// commits a second that lock shows. Default false: notify.
-	NoNotify bool
+	// Notify adds a NOTIFY to Enqueue, which wakes idle relays the moment
+	// the transaction commits, instead of at their next poll (within
+	// RelayConfig.PollInterval, 100ms by default). It costs every
+	// enqueuing transaction: PostgreSQL takes a database-wide lock while a
+	// transaction that notified commits, so such transactions commit one
+	// at a time, their WAL flush included. At 16 concurrent writers that
+	// cut the rate of enqueuing transactions by about a third on the
+	// machine of BENCHMARKS.md, and it caps them at one commit per flush
+	// on a server whose flushes are slow. Worth it when an idle outbox
+	// must publish within milliseconds and writers are few. Default
+	// false.
+	Notify bool
 }
 
 // Outbox writes messages to one outbox table. It holds no connection and
@@ -57,7 +63,7 @@ func New(cfg Config) (*Outbox, error) {
 	const cols = "(message_id, destination, key, key_hash, headers, payload)"
 	return &Outbox{
 		t:       t,
-		notify:  !cfg.NoNotify,
+		notify:  cfg.Notify,
 		insert1: "INSERT INTO " + t.ident + " " + cols + " VALUES ($1, $2, $3, $4, $5, $6)",
 		insertN: "INSERT INTO " + t.ident + " " + cols +
 			" SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::int8[], $5::bytea[], $6::bytea[])",
@@ -71,8 +77,8 @@ func (o *Outbox) Table() string { return o.t.ident }
 
 var defaultOutbox, _ = New(Config{})
 
-// Enqueue writes msgs to [DefaultTable] with db, the caller's transaction:
-// see [Outbox.Enqueue].
+// Enqueue writes msgs to [DefaultTable] with db, the caller's transaction,
+// without a NOTIFY: see [Outbox.Enqueue].
 func Enqueue(ctx context.Context, db DB, msgs ...Message) error {
 	return defaultOutbox.Enqueue(ctx, db, msgs...)
 }
@@ -80,9 +86,10 @@ func Enqueue(ctx context.Context, db DB, msgs ...Message) error {
 // Enqueue writes msgs to the outbox table with db, normally the caller's
 // transaction, so that they are published if and only if it commits. The
 // messages of one call are ordered among themselves as given. It is one
-// round trip: the INSERT and, unless Config.NoNotify, a NOTIFY that wakes
-// the relays once the transaction commits (PostgreSQL sends it then, and
-// once per transaction however many calls notified).
+// round trip: the INSERT and, with Config.Notify, a NOTIFY that wakes the
+// relays once the transaction commits (PostgreSQL sends it then, and once
+// per transaction however many calls notified). Without it, the relays
+// find the messages at their next poll.
 //
 // A message without an ID gets a random one ([NewID]). Enqueue validates
 // every message before it writes any: a refused message fails the call with

@@ -105,9 +105,6 @@ func (s *session) rebalance(ctx context.Context) (changed bool, err error) {
 		slices.Sort(s.held)
 	}
 	changed = !slices.Equal(before, s.held)
-	if changed {
-		s.after = 0 // a partition taken may hold rows below the cursor
-	}
 	if changed || members != s.members {
 		s.members = members
 		r.cfg.Logger.DebugContext(ctx, "outbox: relay partitions", slog.String("table", r.t.name),

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -52,8 +53,9 @@ type RelayConfig struct {
 	CleanupInterval time.Duration
 
 	// PollInterval is the longest an idle relay waits before it looks for
-	// pending messages again, should a notification be missed (or
-	// Config.NoNotify be set). Default 1s.
+	// pending messages again: the latency of a message enqueued while the
+	// relay is idle, unless it was enqueued with Config.Notify. Each poll
+	// is one read of the pending rows' index. Default 100ms.
 	PollInterval time.Duration
 
 	// RebalanceInterval is how often a relay counts the relays of its
@@ -119,7 +121,7 @@ func (c RelayConfig) withDefaults() (RelayConfig, error) {
 	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
 	c.Retention = cmp.Or(c.Retention, 24*time.Hour)
 	c.CleanupInterval = cmp.Or(c.CleanupInterval, time.Minute)
-	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
+	c.PollInterval = cmp.Or(c.PollInterval, 100*time.Millisecond)
 	c.RebalanceInterval = cmp.Or(c.RebalanceInterval, 2*time.Second)
 	c.PublishTimeout = cmp.Or(c.PublishTimeout, 30*time.Second)
 	c.MinBackoff = cmp.Or(c.MinBackoff, 100*time.Millisecond)
@@ -170,11 +172,12 @@ type marks struct {
 
 // queue queues the statements that write m.
 func (m *marks) queue(b *pgx.Batch, q relayQueries) {
+	// FlatArray: encoded without reflection.
 	if len(m.sent) > 0 {
-		b.Queue(q.mark, m.sent)
+		b.Queue(q.mark, pgtype.FlatArray[int64](m.sent))
 	}
 	if len(m.failed) > 0 {
-		b.Queue(q.recordFailures, m.failed, m.errs)
+		b.Queue(q.recordFailures, pgtype.FlatArray[int64](m.failed), m.errs)
 	}
 }
 
@@ -356,10 +359,9 @@ type session struct {
 	woken     bool  // a notification arrived since the last fetch
 	held      []int // the partitions held, sorted
 	members   int
-	yielding  bool  // a relay with fewer partitions runs
-	published bool  // some message was published in this session
-	failures  int   // batches in a row of which nothing was published
-	after     int64 // the next read takes the pending rows after this id
+	yielding  bool // a relay with fewer partitions runs
+	published bool // some message was published in this session
+	failures  int  // batches in a row of which nothing was published
 
 	retryAt, rebalanceAt, cleanupAt, lagAt time.Time
 }
@@ -382,6 +384,15 @@ func (r *Relay) connect(ctx context.Context) (*session, error) {
 	// with its ID. Not waiting for the WAL flush of each keeps the marks off
 	// the publishing path.
 	cfg.RuntimeParams["synchronous_commit"] = "off"
+	// The relay's statements are prepared, and their best plans (index
+	// scans by id) do not depend on their parameters: planning them again
+	// at every execution, as PostgreSQL may do for a prepared statement
+	// with parameters, cost the relay's backend a third of its CPU time
+	// per message (see BENCHMARKS.md). The one statement whose plan could
+	// depend on its parameters, the clean-up's, has none.
+	if _, set := cfg.RuntimeParams["plan_cache_mode"]; !set {
+		cfg.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, dbError("connect", err)
@@ -449,7 +460,7 @@ func (s *session) run(ctx context.Context) error {
 			continue
 		}
 		rows := ahead
-		if rows == nil {
+		if len(rows) == 0 {
 			var err error
 			if rows, err = s.fetch(ctx); err != nil {
 				return err
@@ -471,10 +482,11 @@ func (s *session) run(ctx context.Context) error {
 
 // publishReadingAhead publishes rows and, when they are a full batch (so
 // more may be pending), meanwhile writes the marks of the batch before and
-// reads the batch after rows, which it returns: the database's work hides
-// behind the broker's. The batch read ahead is dropped, and the next read
-// starts from the first pending row, when a message of rows failed: it
-// must be published again before the messages after it.
+// reads the next batch, the first pending rows but rows, which it
+// returns: the database's work hides behind the broker's. The batch read
+// ahead is dropped when a message of rows failed: that message must be
+// published again before the messages of its key after it, and the next
+// read, with rows marked or not, starts from it.
 func (s *session) publishReadingAhead(ctx context.Context, rows []row) ([]row, error) {
 	r := s.r
 	if len(rows) < r.cfg.BatchSize {
@@ -485,10 +497,13 @@ func (s *session) publishReadingAhead(ctx context.Context, rows []row) ([]row, e
 		rows []row
 		err  error
 	}
-	m, after := r.takeMarks(), rows[len(rows)-1].id
+	m, inFlight := r.takeMarks(), make([]int64, len(rows))
+	for i, rw := range rows {
+		inFlight[i] = rw.id
+	}
 	next := make(chan read, 1)
 	go func() { // the connection is this goroutine's until it sends
-		rs, err := s.read(ctx, m, after)
+		rs, err := s.read(ctx, m, inFlight)
 		next <- read{rs, err}
 	}()
 	received := false
@@ -505,10 +520,8 @@ func (s *session) publishReadingAhead(ctx context.Context, rows []row) ([]row, e
 		return nil, res.err
 	}
 	if !ok {
-		s.after = 0
 		return nil, nil
 	}
-	s.moveCursor(res.rows)
 	return res.rows, nil
 }
 
@@ -554,39 +567,49 @@ type row struct {
 	err error // the headers column could not be decoded
 }
 
-// fetch writes the pending marks and reads the next batch, after the
-// cursor, in one round trip.
+// fetch writes the pending marks and reads the next batch in one round
+// trip.
 func (s *session) fetch(ctx context.Context) ([]row, error) {
 	m := s.r.takeMarks()
-	rows, err := s.read(ctx, m, s.after)
+	rows, err := s.read(ctx, m, nil)
 	if err != nil {
 		s.r.restoreMarks(m)
 		return nil, err
 	}
-	s.moveCursor(rows)
 	return rows, nil
 }
 
-// read writes m and reads the batch of pending rows after the id after, in
-// one round trip: the statements run as one implicit transaction, in
-// order. It touches nothing of the session but its connection (and woken,
-// which the connection sets), so it may run beside a Publish.
-func (s *session) read(ctx context.Context, m marks, after int64) ([]row, error) {
+// read writes m and reads the first batch of pending rows but those of
+// inFlight (being published, not marked yet), in one round trip: the
+// statements run as one implicit transaction, in order. It touches nothing
+// of the session but its connection (and woken, which the connection
+// sets), so it may run beside a Publish.
+//
+// Every read starts from the first pending row. A row can become visible
+// after rows with higher ids were read, its transaction having drawn its
+// id first and committed last; a read that started after the rows it had
+// read (a cursor) would pass it by and publish the next message of its
+// key first.
+func (s *session) read(ctx context.Context, m marks, inFlight []int64) ([]row, error) {
 	r := s.r
 	b := &pgx.Batch{}
 	m.queue(b, r.q)
+	skip := pgtype.FlatArray[int64](inFlight)
+	if skip == nil {
+		skip = pgtype.FlatArray[int64]{} // not NULL: id <> ALL(NULL) holds for no row
+	}
 	if len(s.held) == r.cfg.Partitions {
-		b.Queue(r.q.fetchAll, after, r.cfg.BatchSize)
+		b.Queue(r.q.fetchAll, skip, r.cfg.BatchSize)
 	} else {
 		parts := make([]int64, len(s.held))
 		for i, p := range s.held {
 			parts[i] = int64(p)
 		}
-		b.Queue(r.q.fetch, after, int64(r.cfg.Partitions), parts, r.cfg.BatchSize)
+		b.Queue(r.q.fetch, skip, int64(r.cfg.Partitions), parts, r.cfg.BatchSize)
 	}
 	s.woken = false
 	br := s.conn.SendBatch(ctx, b)
-	rows, err := readRows(br, b.Len()-1)
+	rows, err := readRows(br, b.Len()-1, r.cfg.BatchSize)
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
@@ -596,22 +619,10 @@ func (s *session) read(ctx context.Context, m marks, after int64) ([]row, error)
 	return rows, nil
 }
 
-// moveCursor sets where the next read starts, given the batch just read.
-// After a full batch, the next one starts after it, skipping the index
-// entries of the rows just published, which stay in the index until vacuum
-// and would otherwise be walked again by every read. Short of a full
-// batch, the next read starts from the first pending row again, which
-// finds rows of transactions that committed late with lower ids.
-func (s *session) moveCursor(rows []row) {
-	s.after = 0
-	if len(rows) == s.r.cfg.BatchSize {
-		s.after = rows[len(rows)-1].id
-	}
-}
-
 // readRows reads the results of marks statements, then the rows of the
-// fetch after them.
-func readRows(br pgx.BatchResults, marks int) ([]row, error) {
+// fetch after them, at most batch. It allocates little per row: the rows
+// are a message's worth of garbage for every message published.
+func readRows(br pgx.BatchResults, marks, batch int) ([]row, error) {
 	for range marks {
 		if _, err := br.Exec(); err != nil {
 			return nil, err
@@ -622,17 +633,30 @@ func readRows(br pgx.BatchResults, marks int) ([]row, error) {
 		return nil, err
 	}
 	defer rs.Close()
-	var rows []row
+	var rows []row // nil when none: no batch read ahead
+	var (
+		id           int64
+		msgID        string
+		key, headers []byte
+		payload      []byte
+		createdAt    time.Time
+		dest         string // the last destination, shared by the rows that have it
+	)
 	for rs.Next() {
-		var (
-			rw           row
-			key, headers []byte
-		)
-		if err := rs.Scan(&rw.id, &rw.msg.ID, &rw.msg.Destination, &key, &headers, &rw.msg.Payload, &rw.msg.CreatedAt); err != nil {
+		// A batch's rows mostly go to a few destinations: one string
+		// for each run of them. Text is the same bytes in either format.
+		if raw := rs.RawValues(); len(raw) > 2 && string(raw[2]) != dest {
+			dest = string(raw[2])
+		}
+		// pgx copies a bytea into a new slice: the message keeps payload.
+		if err := rs.Scan(&id, &msgID, nil, &key, &headers, &payload, &createdAt); err != nil {
 			return nil, err
 		}
-		rw.msg.Key = string(key)
+		rw := row{id: id, msg: Message{ID: msgID, Destination: dest, Key: string(key), Payload: payload, CreatedAt: createdAt}}
 		rw.msg.Headers, rw.err = DecodeHeaders(headers)
+		if rows == nil {
+			rows = make([]row, 0, batch)
+		}
 		rows = append(rows, rw)
 	}
 	return rows, rs.Err()
@@ -701,7 +725,6 @@ func (s *session) publish(ctx context.Context, rows []row) bool {
 	}
 	r.observe(ctx, Event{Op: OpPublish, Sent: sent, Failed: failed, Duration: elapsed, Err: firstErr})
 	if failed > 0 {
-		s.after = 0 // start again from the first that failed
 	}
 	if sent > 0 {
 		s.published = true
@@ -711,7 +734,6 @@ func (s *session) publish(ctx context.Context, rows []row) bool {
 	wait := r.backoff(s.failures)
 	s.failures++
 	s.retryAt = time.Now().Add(wait)
-	s.after = 0
 	r.cfg.Logger.WarnContext(ctx, "outbox: publishing failed; backing off",
 		slog.String("table", r.t.name), slog.Int("messages", failed), slog.Duration("for", wait), slog.Any("error", firstErr))
 	r.observe(ctx, Event{Op: OpBackoff, Duration: wait, Err: firstErr})
@@ -755,7 +777,7 @@ func (s *session) cleanup(ctx context.Context) {
 	var err error
 	for range cleanupRounds {
 		var tag pgconn.CommandTag
-		tag, err = s.conn.Exec(ctx, r.q.cleanup, r.cfg.Retention, cleanupBatch)
+		tag, err = s.conn.Exec(ctx, r.q.cleanup)
 		if err != nil {
 			err = dbError("cleanup", err)
 			break
@@ -797,13 +819,16 @@ type relayQueries struct {
 func newRelayQueries(t table, cfg RelayConfig) relayQueries {
 	const cols = "SELECT id, message_id, destination, key, headers, payload, created_at FROM "
 	q := relayQueries{
-		fetchAll: cols + t.ident + " WHERE sent_at IS NULL AND id > $1 ORDER BY id LIMIT $2",
-		fetch:    cols + t.ident + " WHERE sent_at IS NULL AND id > $1 AND key_hash % $2 = ANY($3::int8[]) ORDER BY id LIMIT $4",
+		fetchAll: cols + t.ident + " WHERE sent_at IS NULL AND id <> ALL($1::int8[]) ORDER BY id LIMIT $2",
+		fetch:    cols + t.ident + " WHERE sent_at IS NULL AND id <> ALL($1::int8[]) AND key_hash % $2 = ANY($3::int8[]) ORDER BY id LIMIT $4",
 		mark:     "UPDATE " + t.ident + " SET sent_at = statement_timestamp() WHERE id = ANY($1::int8[]) AND sent_at IS NULL",
 		recordFailures: "UPDATE " + t.ident + " AS o SET attempts = o.attempts + 1, last_error = f.err" +
 			" FROM unnest($1::int8[], $2::text[]) AS f(id, err) WHERE o.id = f.id AND o.sent_at IS NULL",
-		cleanup: "DELETE FROM " + t.ident + " WHERE id IN (SELECT id FROM " + t.ident +
-			" WHERE sent_at < statement_timestamp() - $1::interval LIMIT $2 FOR UPDATE SKIP LOCKED)",
+		// Constants, not parameters: planned with the retention, it finds
+		// the rows past it through the sent rows' index.
+		cleanup: fmt.Sprintf("DELETE FROM %s WHERE id IN (SELECT id FROM %s"+
+			" WHERE sent_at < statement_timestamp() - interval '%d microseconds' LIMIT %d FOR UPDATE SKIP LOCKED)",
+			t.ident, t.ident, cfg.Retention.Microseconds(), cleanupBatch),
 		lag: "SELECT count(*), coalesce(statement_timestamp() - min(created_at), '0') FROM " + t.ident +
 			" WHERE sent_at IS NULL",
 		memberID: int32(-cfg.Partitions),

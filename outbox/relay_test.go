@@ -95,8 +95,8 @@ func TestRelayDeleteSent(t *testing.T) {
 }
 
 // TestRelayWakesOnNotify publishes with a poll interval (and every other
-// interval) of an hour: only the NOTIFY of Enqueue's commit can wake the
-// relay.
+// interval) of an hour: only the NOTIFY of an Outbox with Config.Notify
+// can wake the relay.
 func TestRelayWakesOnNotify(t *testing.T) {
 	t.Parallel()
 	e := newRelayEnv(t)
@@ -107,7 +107,14 @@ func TestRelayWakesOnNotify(t *testing.T) {
 	cfg.CleanupInterval = time.Hour
 	e.start(t, cfg)
 	awaitIdle(t, e)
-	msgs, _ := e.enqueue(t, 3, 1, 1)
+	ob, err := outbox.New(outbox.Config{Table: e.table, Notify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, _ := outboxtest.Messages(3, 1, "d")
+	if err := ob.Enqueue(testCtx(t), e.pool, msgs...); err != nil {
+		t.Fatal(err)
+	}
 	e.rec.AwaitIDs(t, outboxtest.Timeout, outboxtest.IDs(msgs))
 }
 
@@ -137,7 +144,7 @@ func awaitIdle(t *testing.T, e *relayEnv) {
 func TestRelayPollsWithoutNotify(t *testing.T) {
 	t.Parallel()
 	e := newRelayEnv(t)
-	ob, err := outbox.New(outbox.Config{Table: e.table, NoNotify: true})
+	ob, err := outbox.New(outbox.Config{Table: e.table})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,8 +46,12 @@ type checkout struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	orders *pgstore.TxGuard // POST /orders: the order and its message, once per request key
-	charge *pgstore.TxGuard // the consumer: the charge, once per message
-	box    *outbox.Outbox
+	charge *pgstore.TxGuard // the consumer's handler: the charge, once per message
+	// deliveries is idemnats's Guard: each message handled once, then
+	// acked. A short lease: a consumer that dies mid-charge holds its
+	// message that long, and its heartbeat keeps a live one's.
+	deliveries *idem.Guard
+	box        *outbox.Outbox
 }
 
 // open connects to PostgreSQL and NATS and creates what is missing: the
@@ -88,6 +92,13 @@ func open(ctx context.Context, cfg config, log *slog.Logger) (*checkout, error) 
 	if c.charge, err = c.txGuard("checkout.charges"); err != nil {
 		return nil, err
 	}
+	store, err := pgstore.New(c.pool, pgstore.Config{Table: c.table("idem_records")})
+	if err != nil {
+		return nil, err
+	}
+	if c.deliveries, err = idem.New(store, idem.Config{Namespace: "checkout.deliveries", Lease: 5 * time.Second, Logger: c.log}); err != nil {
+		return nil, err
+	}
 	if c.box, err = outbox.New(outbox.Config{Table: c.table("outbox")}); err != nil {
 		return nil, err
 	}
@@ -110,6 +121,9 @@ func open(ctx context.Context, cfg config, log *slog.Logger) (*checkout, error) 
 }
 
 func (c *checkout) close() {
+	if c.deliveries != nil {
+		c.deliveries.Close()
+	}
 	if c.nc != nil {
 		c.nc.Close()
 	}

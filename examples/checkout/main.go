@@ -5,7 +5,7 @@
 //
 //	POST /orders ──idemhttp──▶ TxGuard.DoTxScoped: order + outbox row, one transaction
 //	outbox relay ──natspub──▶ JetStream stream (Nats-Msg-Id = the message ID)
-//	consumer ──TxGuard.DoScoped(message ID)──▶ charge row + outcome, one transaction, then ack
+//	idemnats consumer ──Guard(message ID)──▶ TxGuard.DoScoped: charge row + its record, one transaction; outcome, then ack
 //
 // One command runs all three on this machine's PostgreSQL and NATS:
 //

@@ -29,7 +29,7 @@ import (
 // A child process runs one part of the checkout with a crash built in: the
 // test binary again, told by these variables what to run and where.
 const (
-	childEnv  = "CHECKOUT_TEST_CHILD"  // "relay" or "consumer"
+	childEnv  = "CHECKOUT_TEST_CHILD"  // "relay", "consumer" or "consumer-charged"
 	configEnv = "CHECKOUT_TEST_CONFIG" // childConfig as JSON
 )
 
@@ -51,9 +51,11 @@ func (c childConfig) config() config {
 }
 
 // child runs role until it is killed: a relay that, once the stream took a
-// batch, says "published" and stops before marking it; or a consumer that,
+// batch, says "published" and stops before marking it; a consumer that,
 // with its first charge written and not committed, says "charging" and
-// stops.
+// stops; or one ("consumer-charged") that, once its first charge and the
+// charge's record committed, says "charged" and stops before the
+// delivery's outcome is stored.
 func child(role string) int {
 	var cc childConfig
 	if err := json.Unmarshal([]byte(os.Getenv(configEnv)), &cc); err != nil {
@@ -78,6 +80,9 @@ func child(role string) int {
 		}
 	case "consumer":
 		h.charging = func(id string) { stall("charging " + id) }
+	case "consumer-charged":
+		h.charged = func(id string) { stall("charged " + id) }
+		role = "consumer"
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if err := run(context.Background(), cc.config(), role, "", log, h); err != nil {
@@ -147,6 +152,9 @@ var natsServer = testenv.Server{Name: "NATS", Env: "IDEM_NATS_URL", Default: "na
 //     it marked the rows sent, so the next relay publishes them again;
 //   - a consumer process is killed with a charge written and not
 //     committed, so NATS delivers that message again;
+//   - another is killed with a charge committed and the delivery's
+//     outcome not stored, so the message is handled again once its lease
+//     ends;
 //   - the surviving consumer drops the ack of every third message once, so
 //     NATS delivers those again too.
 func TestExactlyOneChargePerOrder(t *testing.T) {
@@ -236,8 +244,10 @@ func TestExactlyOneChargePerOrder(t *testing.T) {
 		}
 	})
 
-	// A consumer dies mid-charge.
+	// A consumer dies mid-charge, and another between its charge and the
+	// outcome of the delivery.
 	charging := strings.TrimPrefix(killChildAt(t, "consumer", cc, "charging"), "charging ")
+	charged := strings.TrimPrefix(killChildAt(t, "consumer-charged", cc, "charged"), "charged ")
 
 	// The last consumer loses the first ack of every third message.
 	var deliveries sync.Map // message ID → *atomic.Int32
@@ -307,6 +317,9 @@ func TestExactlyOneChargePerOrder(t *testing.T) {
 	}
 	if d, _ := deliveries.Load(charging); d == nil {
 		t.Errorf("the message %s, whose consumer was killed mid-charge, never came to the last consumer", charging)
+	}
+	if d, _ := deliveries.Load(charged); d == nil {
+		t.Errorf("the message %s, whose consumer was killed after the charge, never came to the last consumer", charged)
 	}
 	if s.CachedInfo().State.Msgs <= orders {
 		t.Errorf("the stream holds %d messages for %d orders; want the relay's second publish in it too", s.CachedInfo().State.Msgs, orders)

@@ -3,6 +3,8 @@ package natspub_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,21 +26,25 @@ import (
 // 20,000 messages into JetStream (this machine's NATS, a file-backed
 // stream of the benchmark's own) beside the broker's own limit, measured
 // in the same process with the same batching: "raw" publishes the same
-// messages, 100 at a time, with PublishMsgAsync and Nats-Msg-Id, and
+// messages, a batch at a time, with PublishMsgAsync and Nats-Msg-Id, and
 // waits for the batch's acks before the next. The relay does that plus
 // reading each batch from PostgreSQL and marking it sent (one round trip
 // for both, while the broker takes the batch before), and sends a batch in
 // rounds of one message per key. Messages are spread over 1,000 keys (a
-// batch of 100 holds 100 keys: one round), with sent rows marked or
-// deleted (RelayConfig.DeleteSent), or over 10 keys (ten rounds of ten). Each round measures raw and relay one
-// after the other, alternating which goes first; the metrics are the
-// medians of the rates and of each round's own relay ÷ raw ratio.
+// batch holds as many keys as messages: one round), with sent rows marked
+// or deleted (RelayConfig.DeleteSent), or over 10 keys (rounds of ten).
+// Each round measures raw and relay one after the other, alternating which
+// goes first; the metrics are the medians of the rates, of each round's
+// own relay ÷ raw ratio and, on Linux, of the CPU time per message of this
+// process (go), of the nats-server processes (nats) and of the relay's
+// PostgreSQL backend (pg) while each ran. Batches are of 100 messages,
+// or 500 in the cases named so.
 //
 //	go test -run '^$' -bench RelayVsRaw -benchtime 1x ./outbox/natspub
+//	go test -run '^$' -bench 'RelayVsRaw/keys1000$' -benchtime 1x ./outbox/natspub  # one case
 func BenchmarkRelayVsRaw(b *testing.B) {
 	const (
 		messages = 20000
-		batch    = 100
 		rounds   = 5
 	)
 	js := connect(b, natsURL, nats.ReconnectBufSize(-1))
@@ -56,43 +62,131 @@ func BenchmarkRelayVsRaw(b *testing.B) {
 		name   string
 		keys   int
 		delete bool
-	}{{"keys1000", 1000, false}, {"keys1000-delete", 1000, true}, {"keys10", 10, false}}
-	for range b.N {
-		for _, v := range variants {
-			keys := v.keys
-			var raws, relays, ratios, pubs []float64
-			for round := range rounds {
-				run := fmt.Sprintf("%s_r%d", strings.ReplaceAll(v.name, "-", "_"), round)
-				msgs := make([]outbox.Message, messages)
-				for i := range msgs {
-					msgs[i] = outbox.Message{ID: run + "-" + strconv.Itoa(i), Destination: prefix + "." + run, Key: "key-" + strconv.Itoa(i%keys), Payload: payload}
+		batch  int
+	}{
+		{"keys1000", 1000, false, 100}, {"keys1000-delete", 1000, true, 100}, {"keys10", 10, false, 100},
+		{"keys1000-batch500", 1000, false, 500}, {"keys1000-delete-batch500", 1000, true, 500},
+	}
+	for _, v := range variants {
+		b.Run(v.name, func(b *testing.B) {
+			batch := v.batch
+			for range b.N {
+				var raws, relays, ratios, pubs []float64
+				var rawCPU, relayCPU [][3]float64
+				for round := range rounds {
+					run := fmt.Sprintf("%s_r%d", strings.ReplaceAll(v.name, "-", "_"), round)
+					msgs := make([]outbox.Message, messages)
+					for i := range msgs {
+						msgs[i] = outbox.Message{ID: run + "-" + strconv.Itoa(i), Destination: prefix + "." + run, Key: "key-" + strconv.Itoa(i%v.keys), Payload: payload}
+					}
+					raw := func() float64 {
+						before := cpuNow(0)
+						r := rawRate(b, js, msgs, batch)
+						rawCPU = append(rawCPU, perMessage(cpuNow(0).minus(before), messages))
+						return r
+					}
+					relay := func() float64 {
+						r, used := relayRate(b, ctx, pool, pub, outbox.RelayConfig{Table: schema + ".outbox_" + run, BatchSize: batch, DeleteSent: v.delete}, msgs)
+						relayCPU = append(relayCPU, perMessage(used, messages))
+						return r
+					}
+					var r, rl float64
+					if round%2 == 0 {
+						r, rl = raw(), relay()
+					} else {
+						rl, r = relay(), raw()
+					}
+					raws, relays, ratios = append(raws, r), append(relays, rl), append(ratios, rl/r)
+					if v.keys == 1000 && !v.delete {
+						pubs = append(pubs, publisherRate(b, pub, msgs, batch)/r)
+					}
+					if err := purge(ctx, js, stream); err != nil { // keep the stream small
+						b.Fatal(err)
+					}
 				}
-				raw := func() float64 { return rawRate(b, js, msgs, batch) }
-				relay := func() float64 {
-					return relayRate(b, ctx, pool, pub, outbox.RelayConfig{Table: schema + ".outbox_" + run, BatchSize: batch, DeleteSent: v.delete}, msgs)
+				b.ReportMetric(median(raws), "raw-msg/s")
+				b.ReportMetric(median(relays), "relay-msg/s")
+				b.ReportMetric(median(ratios), "relay÷raw")
+				if len(pubs) > 0 {
+					b.ReportMetric(median(pubs), "natspub÷raw")
 				}
-				var r, rl float64
-				if round%2 == 0 {
-					r, rl = raw(), relay()
-				} else {
-					rl, r = relay(), raw()
-				}
-				raws, relays, ratios = append(raws, r), append(relays, rl), append(ratios, rl/r)
-				if keys == 1000 && !v.delete {
-					pubs = append(pubs, publisherRate(b, pub, msgs, batch)/r)
-				}
-				if err := purge(ctx, js, stream); err != nil { // keep the stream small
-					b.Fatal(err)
+				if cpuAccounting {
+					for i, who := range []string{"go", "nats", "pg"} {
+						if i < 2 {
+							b.ReportMetric(median(column(rawCPU, i)), "raw-"+who+"-cpu-µs/msg")
+						}
+						b.ReportMetric(median(column(relayCPU, i)), "relay-"+who+"-cpu-µs/msg")
+					}
 				}
 			}
-			b.ReportMetric(median(raws), "raw-"+v.name+"-msg/s")
-			b.ReportMetric(median(relays), "relay-"+v.name+"-msg/s")
-			b.ReportMetric(median(ratios), "relay÷raw-"+v.name)
-			if len(pubs) > 0 {
-				b.ReportMetric(median(pubs), "natspub÷raw-"+v.name)
-			}
+		})
+	}
+}
+
+// cpuAccounting is whether /proc gives the CPU time of processes.
+var cpuAccounting = func() bool { _, err := os.Stat("/proc/self/stat"); return err == nil }()
+
+// cpuTime is CPU time in clock ticks (1/100 s on Linux) of this process,
+// of the nats-server processes and of one PostgreSQL backend.
+type cpuTime [3]int64
+
+func (c cpuTime) minus(d cpuTime) cpuTime { return cpuTime{c[0] - d[0], c[1] - d[1], c[2] - d[2]} }
+
+// cpuNow reads the CPU time used so far; backend is the PostgreSQL
+// backend's pid, 0 for none.
+func cpuNow(backend int) cpuTime {
+	var c cpuTime
+	if !cpuAccounting {
+		return c
+	}
+	c[0], _ = procTicks(strconv.Itoa(os.Getpid()))
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		if t, comm := procTicks(filepath.Base(d)); comm == "nats-server" {
+			c[1] += t
 		}
 	}
+	if backend != 0 {
+		c[2], _ = procTicks(strconv.Itoa(backend))
+	}
+	return c
+}
+
+// procTicks returns the user and system time of process pid, and its name.
+func procTicks(pid string) (int64, string) {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0, ""
+	}
+	s := string(b)
+	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || end < open {
+		return 0, ""
+	}
+	f := strings.Fields(s[end+1:])
+	if len(f) < 13 {
+		return 0, ""
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return utime + stime, s[open+1 : end]
+}
+
+// perMessage converts ticks to microseconds per message.
+func perMessage(c cpuTime, n int) [3]float64 {
+	var out [3]float64
+	for i, t := range c {
+		out[i] = float64(t) * 1e4 / float64(n)
+	}
+	return out
+}
+
+func column(rows [][3]float64, i int) []float64 {
+	out := make([]float64, len(rows))
+	for j, r := range rows {
+		out[j] = r[i]
+	}
+	return out
 }
 
 // rawRate publishes msgs batch by batch, as fast as JetStream acks them,
@@ -140,12 +234,12 @@ func publisherRate(b *testing.B, pub outbox.Publisher, msgs []outbox.Message, ba
 
 // relayRate enqueues msgs into a new outbox table (not timed), then runs a
 // relay over it until every message was published, and returns messages
-// per second.
-func relayRate(b *testing.B, ctx context.Context, pool *pgxpool.Pool, pub outbox.Publisher, cfg outbox.RelayConfig, msgs []outbox.Message) float64 {
+// per second and the CPU time used meanwhile.
+func relayRate(b *testing.B, ctx context.Context, pool *pgxpool.Pool, pub outbox.Publisher, cfg outbox.RelayConfig, msgs []outbox.Message) (float64, cpuTime) {
 	if err := outbox.Migrate(ctx, pool, cfg.Table); err != nil {
 		b.Fatal(err)
 	}
-	ob, err := outbox.New(outbox.Config{Table: cfg.Table, NoNotify: true})
+	ob, err := outbox.New(outbox.Config{Table: cfg.Table})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -166,16 +260,22 @@ func relayRate(b *testing.B, ctx context.Context, pool *pgxpool.Pool, pub outbox
 	if err != nil {
 		b.Fatal(err)
 	}
+	before := cpuNow(0) // the relay's backend starts with Run
 	start := time.Now()
 	ran := make(chan error, 1)
 	go func() { ran <- relay.Run(ctx) }()
 	<-done
 	elapsed := time.Since(start)
+	var backend int
+	if err := pool.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = left($1, 63)", "outbox relay "+cfg.Table).Scan(&backend); err != nil {
+		b.Fatal(err)
+	}
+	used := cpuNow(backend).minus(before)
 	relay.Close()
 	if err := <-ran; err != nil {
 		b.Fatal(err)
 	}
-	return float64(len(msgs)) / elapsed.Seconds()
+	return float64(len(msgs)) / elapsed.Seconds(), used
 }
 
 func purge(ctx context.Context, js jetstream.JetStream, stream string) error {

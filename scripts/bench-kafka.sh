@@ -17,7 +17,7 @@
 # prints the medians of records/s and, per case, the median of the runs'
 # own ratios to the case it is measured against.
 #   scripts/bench-kafka.sh [count] [records] [same|other]
-# records: per run (default 50000). same (default): a duplicate lands on
+# records: per run (default 200000). same (default): a duplicate lands on
 # its original's partition, as a producer's retry does; other: on another
 # partition, three records after it.
 # Redis: IDEM_REDIS_ADDR; PostgreSQL: IDEM_POSTGRES_URL (a schema of the
@@ -26,7 +26,7 @@ set -euo pipefail
 stats=$(cat "$(dirname "$0")/stats.awk") # median, pratio: see the file
 cd "$(dirname "$0")/../idemkafka/kafkabench"
 count=${1:-5}
-export IDEM_KAFKA_BENCH_RECORDS=${2:-50000}
+export IDEM_KAFKA_BENCH_RECORDS=${2:-200000}
 export IDEM_KAFKA_BENCH_DUPLICATES=${3:-same}
 out=$(mktemp)
 trap 'rm -f "$out" "$out.test"' EXIT

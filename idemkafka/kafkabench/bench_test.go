@@ -30,11 +30,12 @@ import (
 	"github.com/idemgo/idem/pgstore"
 	"github.com/idemgo/idem/pgstore/pgstoretest"
 	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/redisstore/redisstoretest"
 )
 
 // BenchmarkKafka consumes one topic of 16 partitions, records of which a
-// fifth are duplicates of a recent record on another partition, once per
-// case, each case with a consumer group of its own and one member. The
+// fifth are duplicates of a recent record (on its partition, or on another
+// with IDEM_KAFKA_BENCH_DUPLICATES=other), once per case, each case with a consumer group of its own and one member. The
 // cases run one after the other in one process, each beside the limit it
 // is measured against:
 //
@@ -51,9 +52,9 @@ import (
 //	tx/batch           kafkapg per batch: the same rows, the idem records and the offset
 //	tx/record          kafkapg per record
 //
-// Each reports records/s, from its first finished batch to its last (the
-// group's join is not counted). The number of records is
-// IDEM_KAFKA_BENCH_RECORDS (default 50000). Run it with
+// Each reports records/s, from the partitions' assignment to the last
+// record finished (the group's join is not counted). The number of records is
+// IDEM_KAFKA_BENCH_RECORDS (default 200000). Run it with
 // scripts/bench-kafka.sh, which repeats it and prints the ratios.
 func BenchmarkKafka(b *testing.B) {
 	f := newFixture(b)
@@ -107,7 +108,7 @@ type fixture struct {
 func newFixture(b *testing.B) *fixture {
 	n, _ := strconv.Atoi(os.Getenv("IDEM_KAFKA_BENCH_RECORDS"))
 	otherPartition := os.Getenv("IDEM_KAFKA_BENCH_DUPLICATES") == "other"
-	f := &fixture{cluster: kafkatest.NewCluster(b, kfake.SeedTopics(partitions, topic)), n: cmp.Or(n, 50000), run: random()}
+	f := &fixture{cluster: kafkatest.NewCluster(b, kfake.SeedTopics(partitions, topic)), n: cmp.Or(n, 200000), run: random()}
 	recs := make([]*kgo.Record, f.n)
 	for i := range recs {
 		o, p := i, int32(i%partitions)
@@ -356,11 +357,7 @@ func (f *fixture) mem(b *testing.B) idem.Store {
 }
 
 func (f *fixture) redisStore(b *testing.B) idem.Store {
-	s, err := redisstore.New(f.redisClient(b), redisstore.Config{Prefix: "idembench:" + f.run + ":"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return s
+	return redisstoretest.Store(b, f.redisClient(b), redisstore.Config{}) // its keys deleted after the case
 }
 
 func (f *fixture) pgStore(b *testing.B) idem.Store {
@@ -375,7 +372,7 @@ func (f *fixture) pgStore(b *testing.B) idem.Store {
 // with SET NX in one pipeline, store every outcome with SET in another.
 func (f *fixture) redisLimit(b *testing.B) func(context.Context, int32, []*kgo.Record) error {
 	c := f.redisClient(b)
-	prefix := "idembench:" + f.run + ":limit-" + random() + ":"
+	prefix := redisstoretest.Prefix(b, c) // its keys deleted after the case
 	return func(ctx context.Context, _ int32, recs []*kgo.Record) error {
 		p := c.Pipeline()
 		for _, r := range recs {

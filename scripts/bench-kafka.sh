@@ -10,7 +10,8 @@
 #     bare consumer plus the store's own ClaimBatch and CompleteBatch;
 #   - a handler that takes 1ms: the bare consumer and idemkafka over Redis;
 #   - exactly-once into PostgreSQL: a bare consumer that writes the same
-#     business rows and the offset in one transaction per batch, and
+#     business rows and the offset in one transaction per batch, the same
+#     with pgstore's ClaimBatch and CompleteBatch in its transaction, and
 #     kafkapg per batch and per record.
 # The cases run one after the other in each of COUNT runs (default 5), so
 # that load that comes and goes weighs on both sides of a ratio alike. It
@@ -66,6 +67,8 @@ END {
 	row("1ms/bare")
 	row("1ms/redis", "1ms/bare", ">= 95%")
 	row("tx/bare")
+	row("tx/store", "tx/bare", "")
 	row("tx/batch", "tx/bare", ">= 70%")
+	row("tx/batch", "tx/store", "")
 	row("tx/record", "tx/bare", "")
 }' "$out"

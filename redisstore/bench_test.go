@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -229,13 +230,16 @@ func BenchmarkMemoryPerRecord(b *testing.B) {
 // BenchmarkBatch500 is a consumer's batch of 500 new keys: the store's
 // ClaimBatch and CompleteBatch against the least a batch check can send,
 // a pipeline of SET NX with an expiry and one of SET, on 16 goroutines (a
-// consumer's partitions). Keys expire after benchRetention.
+// consumer's partitions). Each also reports the server's CPU time per key
+// (server-cpu-us/key), which the machine's load moves less than a rate.
+// Keys expire after benchRetention.
 func BenchmarkBatch500(b *testing.B) {
 	const size, goroutines = 500, 16
 	ctx := context.Background()
 	c := benchClient(b)
 	b.Run("store", func(b *testing.B) {
 		s := benchStore(b, c)
+		defer serverCPU(b, c, size)()
 		parallel(b, goroutines, size, func(n int) error {
 			args := orderArgs(n, size)
 			got, err := s.ClaimBatch(ctx, args)
@@ -258,6 +262,7 @@ func BenchmarkBatch500(b *testing.B) {
 	})
 	b.Run("pipeline", func(b *testing.B) {
 		prefix := randomPrefix(b) + "bare:"
+		defer serverCPU(b, c, size)()
 		parallel(b, goroutines, size, func(n int) error {
 			p := c.Pipeline()
 			for i := range size {
@@ -282,4 +287,22 @@ func orderArgs(n, size int) []idem.ClaimArgs {
 		args[i] = idem.ClaimArgs{Key: idem.StoreKey("orders", "order-"+strconv.Itoa(n*size+i)), Fingerprint: benchFP[:], Lease: 30 * time.Second, Retention: benchRetention}
 	}
 	return args
+}
+
+// serverCPU reads the server's CPU time (INFO cpu, user and system) and
+// returns the function that reports, at the end of b, how much of it each
+// of the b.N*perOp keys took.
+func serverCPU(b *testing.B, c *redis.Client, perOp int) func() {
+	used := func() float64 {
+		var total float64
+		for _, field := range strings.Fields(c.Info(context.Background(), "cpu").Val()) {
+			if k, v, ok := strings.Cut(field, ":"); ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
+				f, _ := strconv.ParseFloat(v, 64)
+				total += f
+			}
+		}
+		return total
+	}
+	start := used()
+	return func() { b.ReportMetric((used()-start)*1e6/float64(b.N*perOp), "server-cpu-us/key") }
 }

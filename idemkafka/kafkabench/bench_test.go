@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -54,7 +55,8 @@ import (
 //	tx/record          kafkapg per record
 //
 // Each reports records/s, from the partitions' assignment to the last
-// record finished (the group's join is not counted). The number of records is
+// record finished (the group's join is not counted), and the CPU time the
+// Redis server used per record (redis-cpu-us/record, read from INFO cpu). The number of records is
 // IDEM_KAFKA_BENCH_RECORDS (default 200000). Run it with
 // scripts/bench-kafka.sh, which repeats it and prints the ratios.
 func BenchmarkKafka(b *testing.B) {
@@ -80,10 +82,12 @@ func BenchmarkKafka(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			var rate float64
+			cpu := f.redisCPU(b)
 			for range b.N {
 				rate = c.run(b, f)
 			}
 			b.ReportMetric(rate, "records/s")
+			b.ReportMetric((f.redisCPU(b)-cpu).Seconds()*1e6/float64(b.N*f.n), "redis-cpu-us/record")
 			b.ReportMetric(0, "ns/op") // one op is one whole consumption: the rate says it
 		})
 	}
@@ -173,6 +177,26 @@ func (f *fixture) connect(b *testing.B) {
 }
 
 func (f *fixture) redisClient(*testing.B) *redis.Client { return f.redis }
+
+// redisCPU returns the CPU time the Redis server has used (INFO cpu: user
+// and system, its main thread and the others), so that a case can report
+// the server's work per record, which the machine's load moves less than
+// a rate.
+func (f *fixture) redisCPU(b *testing.B) time.Duration {
+	info, err := f.redis.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sec float64
+	for line := range strings.Lines(info) {
+		name, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if name == "used_cpu_sys" || name == "used_cpu_user" {
+			x, _ := strconv.ParseFloat(v, 64)
+			sec += x
+		}
+	}
+	return time.Duration(sec * float64(time.Second))
+}
 
 func (f *fixture) pgPool(*testing.B) *pgxpool.Pool { return f.pool }
 

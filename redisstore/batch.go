@@ -13,8 +13,12 @@ import (
 // maxScriptBatch is the most keys one batch script claims or completes: Redis
 // runs nothing else while a script runs, so a large batch is split into
 // scripts of this many keys (well under a millisecond each), sent in one
-// pipeline.
-const maxScriptBatch = 128
+// pipeline. A complete batch script also ends before its values pass
+// maxScriptBytes, so that large values do not make one long script.
+const (
+	maxScriptBatch = 128
+	maxScriptBytes = 1 << 20
+)
 
 // ClaimBatch implements [idem.BatchClaimer] in one round trip. On a client
 // of one server (*redis.Client: standalone or Sentinel), every
@@ -113,16 +117,31 @@ func eachReplies(cmds []*evalCmd) batchReplies {
 // chunkCmds returns one claim batch script per maxScriptBatch entries.
 func (s *Store) chunkCmds(ctx context.Context, args []idem.ClaimArgs, tokens []idem.Token) []*evalCmd {
 	return s.batchCmds(ctx, claimBatchScript, resendable, len(args), func(i int) string { return args[i].Key }, s.cfg.MaxValueSize,
-		func(a []any, i int) []any { return appendClaimArgs(a, args[i], tokens[i]) })
+		func(a []any, i int) []any { return appendClaimArgs(a, args[i], tokens[i]) }, nil)
 }
 
-// batchCmds returns the calls of sc, a batch script, over n entries, one
-// call per maxScriptBatch of them: its keys are those of key(i) for its
-// entries i, its arguments head then each entry's, appended by args.
-func (s *Store) batchCmds(ctx context.Context, sc *script, d delivery, n int, key func(i int) string, head any, args func(a []any, i int) []any) []*evalCmd {
+// batchCmds returns the calls of sc, a batch script, over n entries in
+// order, each call of up to maxScriptBatch of them and, when size is not
+// nil, ending before their sizes pass maxScriptBytes (one entry at
+// least): a call's keys are those of key(i) for its entries i, its
+// arguments head then each entry's, appended by args. chunkReplies splits
+// their answers.
+func (s *Store) batchCmds(ctx context.Context, sc *script, d delivery, n int, key func(i int) string, head any,
+	args func(a []any, i int) []any, size func(i int) int) []*evalCmd {
 	var cmds []*evalCmd
-	for lo := 0; lo < n; lo += maxScriptBatch {
-		hi := min(lo+maxScriptBatch, n)
+	for lo := 0; lo < n; {
+		hi, bytes := lo+1, 0
+		if size != nil {
+			bytes = size(lo)
+		}
+		for hi < min(lo+maxScriptBatch, n) {
+			if size != nil {
+				if bytes += size(hi); bytes > maxScriptBytes {
+					break
+				}
+			}
+			hi++
+		}
 		a := make([]any, 0, 4+(hi-lo)*4)
 		a = append(a, "evalsha", sc.sha, hi-lo)
 		for i := lo; i < hi; i++ {
@@ -133,17 +152,19 @@ func (s *Store) batchCmds(ctx context.Context, sc *script, d delivery, n int, ke
 			a = args(a, i)
 		}
 		cmds = append(cmds, newEval(ctx, sc, d, a))
+		lo = hi
 	}
 	return cmds
 }
 
 // chunkReplies returns the answers of the n entries of the sent batch
-// scripts cmds of op, each of maxScriptBatch entries but the last.
+// scripts cmds of op (see batchCmds).
 func chunkReplies(op string, cmds []*evalCmd, n int) batchReplies {
 	r := batchReplies{replies: make([]any, n), errs: make([]error, n)}
-	for k, cmd := range cmds {
-		lo := k * maxScriptBatch
-		size := min(maxScriptBatch, n-lo)
+	lo := 0
+	for _, cmd := range cmds {
+		size, _ := cmd.Args()[2].(int) // EVALSHA sha numkeys: the call's entries
+		size = max(0, min(size, n-lo))
 		list, _ := cmd.Val().([]any)
 		err := cmd.Err()
 		if err == nil && len(list) != size {
@@ -156,13 +177,14 @@ func chunkReplies(op string, cmds []*evalCmd, n int) batchReplies {
 			}
 			r.replies[lo+j] = list[j]
 		}
+		lo += size
 	}
 	return r
 }
 
 // CompleteBatch implements [idem.BatchCompleter] in one round trip. On a
-// client of one server (*redis.Client), every maxScriptBatch entries are
-// completed by one script, in order, the scripts in one pipeline (with
+// client of one server (*redis.Client), every maxScriptBatch entries (or
+// fewer, whose values pass a MiB) are completed by one script, in order, the scripts in one pipeline (with
 // Config.WaitReplicas, followed by one WAIT). On any other client
 // (Cluster), the Complete script of each entry goes in the pipeline, and
 // go-redis sends one pipeline to each primary concerned (with
@@ -219,14 +241,15 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]erro
 }
 
 // completeChunks completes cs on c, the client of one server, with one
-// complete batch script per maxScriptBatch entries, the scripts in one
+// complete batch script per maxScriptBatch entries (fewer when their
+// values pass maxScriptBytes), the scripts in one
 // pipeline (ending with WAIT when Config.WaitReplicas is set), and returns
 // each entry's verdict as completeAll does.
 func (s *Store) completeChunks(ctx context.Context, c *redis.Client, cs []idem.Completion) completions {
 	cmds := s.batchCmds(ctx, completeBatchScript, atMostOnce, len(cs), func(i int) string { return cs[i].Key }, []byte{formatV2, byte(idem.StatusCompleted)},
 		func(a []any, i int) []any {
 			return append(a, holderPrefix(cs[i].Token), cs[i].Value, millis(cs[i].Retention))
-		})
+		}, func(i int) int { return len(cs[i].Value) })
 	var waited error // the WAIT's verdict, for every entry stored
 	if s.cfg.WaitReplicas == 0 {
 		s.pipeline(ctx, c, cmds)

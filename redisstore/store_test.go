@@ -153,6 +153,37 @@ func TestClaimBatchIsOneRoundTrip(t *testing.T) {
 	}
 }
 
+// TestCompleteBatchSplitsLargeValues: a complete batch script carries at
+// most about a MiB of values, so that no one script holds the server long;
+// the batch is still one round trip.
+func TestCompleteBatchSplitsLargeValues(t *testing.T) {
+	const n, size = 6, 300 << 10 // three values to a script
+	s, h, args := batchFixture(t, n+1)
+	ctx := ctxT(t)
+	got, err := s.ClaimBatch(ctx, args[1:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := make([]idem.Completion, n)
+	for i, c := range got {
+		cs[i] = idem.Completion{Key: args[i+1].Key, Token: c.Token, Value: bytes.Repeat([]byte{byte('a' + i)}, size), Retention: time.Minute}
+	}
+	h.reset()
+	errs, err := s.CompleteBatch(ctx, cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cmds, pipes := h.seen(); len(cmds) != 0 || len(pipes) != 1 || pipes[0] != 2 {
+		t.Fatalf("CompleteBatch of %d values of %d bytes sent commands %v and pipelines of %v; want one pipeline of two scripts", n, size, cmds, pipes)
+	}
+	for i, err := range errs {
+		r, gerr := s.Get(ctx, cs[i].Key)
+		if err != nil || gerr != nil || r.Status != idem.StatusCompleted || !bytes.Equal(r.Result, cs[i].Value) {
+			t.Errorf("entry %d: %v; record %v, %d bytes, %v; want Completed with its value", i, err, r.Status, len(r.Result), gerr)
+		}
+	}
+}
+
 // TestCompleteBatchAcrossScripts: a batch larger than one script's share
 // is still one round trip, and each entry gets its own verdict, wherever
 // it falls: stored, ErrLeaseLost for a token that is not current or a

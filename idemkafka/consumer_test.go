@@ -3,6 +3,7 @@ package idemkafka_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -172,4 +173,40 @@ func TestRebalanceMidStream(t *testing.T) {
 	await(t, groupTimeout, "every order to be charged", func() bool { return l.count() == orders })
 	wantCommitted(t, c, group, topic)
 	l.wantOnce(t, keys)
+}
+
+// Each EventBatch reports the partition's lag after the batch: its high
+// watermark at the last fetch less the next offset, down to 0 at the end.
+func TestBatchEventsReportLag(t *testing.T) {
+	t.Parallel()
+	const topic, group, n = "orders", "payments", 50
+	c := newCluster(t, map[string]int32{topic: 1})
+	recs, _ := keyedRange(topic, n)
+	produce(t, c, recs...) // all before the first fetch: the high watermark is n throughout
+	var mu sync.Mutex
+	var batches []idemkafka.Event
+	g := newGuard(t, newMem(t), idem.Config{})
+	start(t, c, group, topic, g, func(context.Context, *kgo.Record) error { return nil }, idemkafka.WithSharedScope(), idemkafka.WithMaxBatch(7),
+		idemkafka.WithObserver(func(_ context.Context, e idemkafka.Event) {
+			if e.Kind == idemkafka.EventBatch {
+				mu.Lock()
+				batches = append(batches, e)
+				mu.Unlock()
+			}
+		}))
+	await(t, groupTimeout, "every record to be finished", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(batches) > 0 && batches[len(batches)-1].Offset == n
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(batches) < n/7 {
+		t.Fatalf("%d batches of at most 7 records for %d records", len(batches), n)
+	}
+	for _, e := range batches {
+		if e.Lag != n-e.Offset {
+			t.Errorf("batch up to offset %d: lag %d, want %d", e.Offset, e.Lag, n-e.Offset)
+		}
+	}
 }

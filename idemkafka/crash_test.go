@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -229,4 +230,89 @@ func TestStalledHandlerIsFenced(t *testing.T) {
 		t.Fatalf("k-5's record: %+v, %v; want Completed by the second holder", rec, err)
 	}
 	wantCommitted(t, c, group, topic)
+}
+
+// A partition revoked mid-handler: the handler's context is cancelled with
+// ErrRevoked, its key is released, and the records finished before it are
+// committed before the revoke completes, so that the new owner starts
+// right at the interrupted record and runs it at once (the Guard's lease,
+// ten minutes, would otherwise hold it).
+func TestRevokeCancelsHandlersAndCommitsFirst(t *testing.T) {
+	t.Parallel()
+	const topic, group = "orders", "payments"
+	c := newCluster(t, map[string]int32{topic: 2})
+	var recs []*kgo.Record
+	for p := range int32(2) {
+		for _, k := range []string{"0", "1", "block", "3"} {
+			key := fmt.Sprintf("p%d-%s", p, k)
+			recs = append(recs, keyed(topic, p, key, key))
+		}
+	}
+	produce(t, c, recs...)
+	store := newMem(t)
+	l := newLedger()
+	blocked := make(chan struct{}, 2)
+	causes := make(chan error, 2)
+	a := start(t, c, group, topic, newGuard(t, store, idem.Config{Lease: 10 * time.Minute}), func(ctx context.Context, r *kgo.Record) error {
+		if strings.HasSuffix(headerKey(r), "-block") {
+			blocked <- struct{}{}
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return ctx.Err()
+		}
+		return l.handler(ctx, r)
+	}, idemkafka.WithSharedScope(), idemkafka.WithDrainTimeout(time.Second))
+	for range 2 {
+		select {
+		case <-blocked:
+		case <-time.After(groupTimeout):
+			t.Fatal("the first member's handlers never reached the blocking records")
+		}
+	}
+
+	var mu sync.Mutex
+	moved := int32(-1)
+	var committedAtAssign kgo.EpochOffset
+	start(t, c, group, topic, newGuard(t, store, idem.Config{Lease: 10 * time.Minute}), l.handler, idemkafka.WithSharedScope(),
+		idemkafka.WithObserver(func(_ context.Context, e idemkafka.Event) {
+			if e.Kind != idemkafka.EventAssigned {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			moved = e.Partition
+			if gi := c.GroupInfo(group); gi != nil {
+				committedAtAssign = kgo.EpochOffset{Offset: gi.Commits[topic][e.Partition].Offset}
+			}
+		}))
+	select {
+	case cause := <-causes:
+		if !errors.Is(cause, idemkafka.ErrRevoked) {
+			t.Fatalf("the revoked handler's context ended with %v, want ErrRevoked", cause)
+		}
+	case <-time.After(groupTimeout):
+		t.Fatal("the handler of the revoked partition was not cancelled")
+	}
+	var keys []string
+	await(t, groupTimeout, "the new owner to run the moved partition's records", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if moved < 0 {
+			return false
+		}
+		keys = []string{fmt.Sprintf("p%d-0", moved), fmt.Sprintf("p%d-1", moved), fmt.Sprintf("p%d-block", moved), fmt.Sprintf("p%d-3", moved)}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.effects[keys[2]] > 0 && l.effects[keys[3]] > 0
+	})
+	mu.Lock()
+	if committedAtAssign.Offset != 2 {
+		t.Errorf("partition %d: committed offset %d when the new owner got it, want 2 (the records before the interrupted one)", moved, committedAtAssign.Offset)
+	}
+	mu.Unlock()
+	if err := a.stop(); err != nil {
+		t.Fatalf("the first member's Run: %v", err)
+	}
+	kept := fmt.Sprintf("p%d-", 1-moved)
+	l.wantOnce(t, append(keys, kept+"0", kept+"1"))
 }

@@ -10,11 +10,15 @@ import (
 	"github.com/idemgo/idem"
 )
 
-// maxScriptBatch is the most keys one claim batch script claims: Redis
+// maxScriptBatch is the most keys one batch script claims or completes: Redis
 // runs nothing else while a script runs, so a large batch is split into
 // scripts of this many keys (well under a millisecond each), sent in one
-// pipeline.
-const maxScriptBatch = 128
+// pipeline. A complete batch script also ends before its values pass
+// maxScriptBytes, so that large values do not make one long script.
+const (
+	maxScriptBatch = 128
+	maxScriptBytes = 1 << 20
+)
 
 // ClaimBatch implements [idem.BatchClaimer] in one round trip. On a client
 // of one server (*redis.Client: standalone or Sentinel), every
@@ -57,7 +61,7 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 	r, err := await(ctx, func() batchReplies {
 		s.pipeline(ctx, s.client, cmds)
 		if oneServer {
-			return chunkReplies(cmds, len(args))
+			return chunkReplies("ClaimBatch", cmds, len(args))
 		}
 		return eachReplies(cmds)
 	})
@@ -112,34 +116,59 @@ func eachReplies(cmds []*evalCmd) batchReplies {
 
 // chunkCmds returns one claim batch script per maxScriptBatch entries.
 func (s *Store) chunkCmds(ctx context.Context, args []idem.ClaimArgs, tokens []idem.Token) []*evalCmd {
+	return s.batchCmds(ctx, claimBatchScript, resendable, len(args), func(i int) string { return args[i].Key }, s.cfg.MaxValueSize,
+		func(a []any, i int) []any { return appendClaimArgs(a, args[i], tokens[i]) }, nil)
+}
+
+// batchCmds returns the calls of sc, a batch script, over n entries in
+// order, each call of up to maxScriptBatch of them and, when size is not
+// nil, ending before their sizes pass maxScriptBytes (one entry at
+// least): a call's keys are those of key(i) for its entries i, its
+// arguments head then each entry's, appended by args. chunkReplies splits
+// their answers.
+func (s *Store) batchCmds(ctx context.Context, sc *script, d delivery, n int, key func(i int) string, head any,
+	args func(a []any, i int) []any, size func(i int) int) []*evalCmd {
 	var cmds []*evalCmd
-	for lo := 0; lo < len(args); lo += maxScriptBatch {
-		chunk := args[lo:min(lo+maxScriptBatch, len(args))]
-		a := make([]any, 0, 4+len(chunk)*4)
-		a = append(a, "evalsha", claimBatchScript.sha, len(chunk))
-		for _, ca := range chunk {
-			a = append(a, s.RedisKey(ca.Key))
+	for lo := 0; lo < n; {
+		hi, bytes := lo+1, 0
+		if size != nil {
+			bytes = size(lo)
 		}
-		a = append(a, s.cfg.MaxValueSize)
-		for j, ca := range chunk {
-			a = appendClaimArgs(a, ca, tokens[lo+j])
+		for hi < min(lo+maxScriptBatch, n) {
+			if size != nil {
+				if bytes += size(hi); bytes > maxScriptBytes {
+					break
+				}
+			}
+			hi++
 		}
-		cmds = append(cmds, newEval(ctx, claimBatchScript, resendable, a))
+		a := make([]any, 0, 4+(hi-lo)*4)
+		a = append(a, "evalsha", sc.sha, hi-lo)
+		for i := lo; i < hi; i++ {
+			a = append(a, s.RedisKey(key(i)))
+		}
+		a = append(a, head)
+		for i := lo; i < hi; i++ {
+			a = args(a, i)
+		}
+		cmds = append(cmds, newEval(ctx, sc, d, a))
+		lo = hi
 	}
 	return cmds
 }
 
-// chunkReplies returns the answers of the n entries of the sent
-// chunkCmds.
-func chunkReplies(cmds []*evalCmd, n int) batchReplies {
+// chunkReplies returns the answers of the n entries of the sent batch
+// scripts cmds of op (see batchCmds).
+func chunkReplies(op string, cmds []*evalCmd, n int) batchReplies {
 	r := batchReplies{replies: make([]any, n), errs: make([]error, n)}
-	for k, cmd := range cmds {
-		lo := k * maxScriptBatch
-		size := min(maxScriptBatch, n-lo)
+	lo := 0
+	for _, cmd := range cmds {
+		size, _ := cmd.Args()[2].(int) // EVALSHA sha numkeys: the call's entries
+		size = max(0, min(size, n-lo))
 		list, _ := cmd.Val().([]any)
 		err := cmd.Err()
 		if err == nil && len(list) != size {
-			err = badReply("ClaimBatch", cmd.Val())
+			err = badReply(op, cmd.Val())
 		}
 		for j := range size {
 			if err != nil {
@@ -148,13 +177,19 @@ func chunkReplies(cmds []*evalCmd, n int) batchReplies {
 			}
 			r.replies[lo+j] = list[j]
 		}
+		lo += size
 	}
 	return r
 }
 
-// CompleteBatch implements [idem.BatchCompleter]: the Complete scripts of
-// all cs in one pipeline (with Config.WaitReplicas, one pipeline and one
-// WAIT per primary concerned). Each entry's error is nil, idem.ErrLeaseLost
+// CompleteBatch implements [idem.BatchCompleter] in one round trip. On a
+// client of one server (*redis.Client), every maxScriptBatch entries (or
+// fewer, whose values pass a MiB) are completed by one script, in order, the scripts in one pipeline (with
+// Config.WaitReplicas, followed by one WAIT). On any other client
+// (Cluster), the Complete script of each entry goes in the pipeline, and
+// go-redis sends one pipeline to each primary concerned (with
+// Config.WaitReplicas, one pipeline and one WAIT per primary concerned).
+// Each entry's error is nil, idem.ErrLeaseLost
 // or ErrUnknownFormat, or ErrNotReplicated when its primary's WAIT fell
 // short. The returned error is *ValueTooLargeError or ErrInvalidArgs when
 // an entry is out of range (nothing is written), or wraps
@@ -168,34 +203,75 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]erro
 		}
 	}
 	errs := make([]error, len(cs))
-	cmds := make([]*evalCmd, 0, len(cs))
-	idx := make([]int, 0, len(cs)) // cmds[j] completes cs[idx[j]]
+	todo := make([]idem.Completion, 0, len(cs))
+	idx := make([]int, 0, len(cs)) // todo[j] is cs[idx[j]]
 	for i, c := range cs {
 		if c.Token == 0 {
 			errs[i] = idem.ErrLeaseLost
 			continue
 		}
-		cmds = append(cmds, s.outcomeCmd(ctx, c.Key, c.Token, idem.StatusCompleted, c.Value, c.Retention))
+		todo = append(todo, c)
 		idx = append(idx, i)
 	}
-	if len(cmds) == 0 {
+	if len(todo) == 0 {
 		return errs, nil
 	}
-	keys := make([]string, len(cmds))
-	for j, i := range idx {
-		keys[j] = cs[i].Key
-	}
-	r, err := await(ctx, func() completions { return s.completeAll(ctx, cmds, keys) })
+	r, err := await(ctx, func() completions {
+		if one, ok := s.client.(*redis.Client); ok {
+			return s.completeChunks(ctx, one, todo)
+		}
+		cmds := make([]*evalCmd, len(todo))
+		keys := make([]string, len(todo))
+		for j, c := range todo {
+			cmds[j] = s.outcomeCmd(ctx, c.Key, c.Token, idem.StatusCompleted, c.Value, c.Retention)
+			keys[j] = c.Key
+		}
+		return s.completeAll(ctx, cmds, keys)
+	})
 	if err != nil {
 		return nil, unavailable(ctx, "CompleteBatch", err)
 	}
-	if r.unanswered == len(cmds) {
+	if r.unanswered == len(todo) {
 		return nil, r.first
 	}
 	for j, verdict := range r.verdicts {
 		errs[idx[j]] = verdict
 	}
 	return errs, nil
+}
+
+// completeChunks completes cs on c, the client of one server, with one
+// complete batch script per maxScriptBatch entries (fewer when their
+// values pass maxScriptBytes), the scripts in one
+// pipeline (ending with WAIT when Config.WaitReplicas is set), and returns
+// each entry's verdict as completeAll does.
+func (s *Store) completeChunks(ctx context.Context, c *redis.Client, cs []idem.Completion) completions {
+	cmds := s.batchCmds(ctx, completeBatchScript, atMostOnce, len(cs), func(i int) string { return cs[i].Key }, []byte{formatV2, byte(idem.StatusCompleted)},
+		func(a []any, i int) []any {
+			return append(a, holderPrefix(cs[i].Token), cs[i].Value, millis(cs[i].Retention))
+		}, func(i int) int { return len(cs[i].Value) })
+	var waited error // the WAIT's verdict, for every entry stored
+	if s.cfg.WaitReplicas == 0 {
+		s.pipeline(ctx, c, cmds)
+	} else {
+		acked, err := s.pipelineAndWait(ctx, c, cmds)
+		waited = s.replicated(ctx, "CompleteBatch", acked, err)
+	}
+	replies := chunkReplies("CompleteBatch", cmds, len(cs))
+	r := completions{verdicts: make([]error, len(cs))}
+	for j, err := range replies.errs {
+		if err != nil {
+			r.verdicts[j] = unavailable(ctx, "CompleteBatch", err)
+			r.unanswered++
+			r.first = cmp.Or(r.first, r.verdicts[j])
+			continue
+		}
+		r.verdicts[j] = holderReply("CompleteBatch", replies.replies[j])
+		if r.verdicts[j] == nil {
+			r.verdicts[j] = waited
+		}
+	}
+	return r
 }
 
 // completions are the answers to the Complete scripts of a batch: each

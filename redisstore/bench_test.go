@@ -3,8 +3,10 @@ package redisstore_test
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -151,10 +153,7 @@ func BenchmarkClaimBatch100(b *testing.B) {
 		b.Run(fmt.Sprintf("store/goroutines=%d", g), func(b *testing.B) {
 			s := benchStore(b, c)
 			parallel(b, g, size, func(n int) error {
-				args := make([]idem.ClaimArgs, size)
-				for i := range args {
-					args[i] = idem.ClaimArgs{Key: idem.StoreKey("orders", "order-"+strconv.Itoa(n*size+i)), Fingerprint: benchFP[:], Lease: 30 * time.Second, Retention: benchRetention}
-				}
+				args := orderArgs(n, size)
 				got, err := s.ClaimBatch(ctx, args)
 				if err == nil && got[size-1].Outcome != idem.Acquired {
 					err = fmt.Errorf("batch %d: %v", n, got[size-1].Outcome)
@@ -226,4 +225,84 @@ func BenchmarkMemoryPerRecord(b *testing.B) {
 	b.ReportMetric(0, "ns/op") // a measure of space, not time
 	b.ReportMetric(float64(store)/n, "bytes/record")
 	b.ReportMetric(float64(bare)/n, "bare-bytes/record")
+}
+
+// BenchmarkBatch500 is a consumer's batch of 500 new keys: the store's
+// ClaimBatch and CompleteBatch against the least a batch check can send,
+// a pipeline of SET NX with an expiry and one of SET, on 16 goroutines (a
+// consumer's partitions). Each also reports the server's CPU time per key
+// (server-cpu-us/key), which the machine's load moves less than a rate.
+// Keys expire after benchRetention.
+func BenchmarkBatch500(b *testing.B) {
+	const size, goroutines = 500, 16
+	ctx := context.Background()
+	c := benchClient(b)
+	b.Run("store", func(b *testing.B) {
+		s := benchStore(b, c)
+		defer serverCPU(b, c, size)()
+		parallel(b, goroutines, size, func(n int) error {
+			args := orderArgs(n, size)
+			got, err := s.ClaimBatch(ctx, args)
+			if err != nil {
+				return err
+			}
+			cs := make([]idem.Completion, size)
+			for i, cl := range got {
+				if cl.Outcome != idem.Acquired {
+					return fmt.Errorf("batch %d, entry %d: %v %v", n, i, cl.Outcome, cl.Err)
+				}
+				cs[i] = idem.Completion{Key: args[i].Key, Token: cl.Token, Value: benchResult, Retention: benchRetention}
+			}
+			errs, err := s.CompleteBatch(ctx, cs)
+			if err == nil {
+				err = errors.Join(errs...)
+			}
+			return err
+		})
+	})
+	b.Run("pipeline", func(b *testing.B) {
+		prefix := randomPrefix(b) + "bare:"
+		defer serverCPU(b, c, size)()
+		parallel(b, goroutines, size, func(n int) error {
+			p := c.Pipeline()
+			for i := range size {
+				p.SetNX(ctx, prefix+"order-"+strconv.Itoa(n*size+i), "t", benchRetention)
+			}
+			if _, err := p.Exec(ctx); err != nil {
+				return err
+			}
+			for i := range size {
+				p.Set(ctx, prefix+"order-"+strconv.Itoa(n*size+i), benchResult, benchRetention)
+			}
+			_, err := p.Exec(ctx)
+			return err
+		})
+	})
+}
+
+// orderArgs returns the claims of the n-th batch of size keys.
+func orderArgs(n, size int) []idem.ClaimArgs {
+	args := make([]idem.ClaimArgs, size)
+	for i := range args {
+		args[i] = idem.ClaimArgs{Key: idem.StoreKey("orders", "order-"+strconv.Itoa(n*size+i)), Fingerprint: benchFP[:], Lease: 30 * time.Second, Retention: benchRetention}
+	}
+	return args
+}
+
+// serverCPU reads the server's CPU time (INFO cpu, user and system) and
+// returns the function that reports, at the end of b, how much of it each
+// of the b.N*perOp keys took.
+func serverCPU(b *testing.B, c *redis.Client, perOp int) func() {
+	used := func() float64 {
+		var total float64
+		for _, field := range strings.Fields(c.Info(context.Background(), "cpu").Val()) {
+			if k, v, ok := strings.Cut(field, ":"); ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
+				f, _ := strconv.ParseFloat(v, 64)
+				total += f
+			}
+		}
+		return total
+	}
+	start := used()
+	return func() { b.ReportMetric((used()-start)*1e6/float64(b.N*perOp), "server-cpu-us/key") }
 }

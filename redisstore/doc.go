@@ -72,10 +72,10 @@
 // [Store.ClaimBatch] and [Store.CompleteBatch] send their scripts in one
 // pipeline: n keys in one round trip on a standalone server; on Cluster,
 // go-redis sends one pipeline per primary, in parallel. On a client of one
-// server (standalone or Sentinel), ClaimBatch claims up to 128 keys per
-// script, in order, which spares Redis a script call per key; on Cluster,
-// where keys live in different slots, it pipelines one claim script per
-// key.
+// server (standalone or Sentinel), ClaimBatch claims and CompleteBatch
+// completes up to 128 keys per script, in order, which spares Redis a
+// script call per key; on Cluster, where keys live in different slots,
+// they pipeline one single-key script per key.
 //
 // Errors from the client or the server are returned wrapping
 // idem.ErrStoreUnavailable, with standard-library causes (context,

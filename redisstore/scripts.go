@@ -124,6 +124,31 @@ return LOST
 var outcomeScript = holderScript(`
   redis.call('SET', KEYS[1], ARGV[2] .. string.sub(v, TOKEN) .. ARGV[3], 'PX', ARGV[4])`)
 
+// completeBatchScript completes every key of KEYS in order, as
+// outcomeScript does with the status Completed, and replies with the list
+// of their answers (DONE, LOST or UNKNOWN). ARGV: the version and new
+// status, then for each key the holder's prefix, the result and the
+// retention ms. Like claimBatchScript it serves a client of one server
+// only; on Cluster, CompleteBatch pipelines outcomeScript. Completing n
+// keys in one script spares Redis n script calls, most of what a complete
+// costs it.
+var completeBatchScript = newScript("", knownFn+`
+local out = {}
+for i = 1, #KEYS do
+  local key, a = KEYS[i], i * 3 - 1
+  local v = redis.call('GET', key)
+  if v and string.sub(v, VERSION, TOKEN_END) == ARGV[a] then
+    redis.call('SET', key, ARGV[1] .. string.sub(v, TOKEN) .. ARGV[a + 1], 'PX', ARGV[a + 2])
+    out[i] = DONE
+  elseif v and not known(v) then
+    out[i] = UNKNOWN
+  else
+    out[i] = LOST
+  end
+end
+return out
+`)
+
 // releaseScript: ARGV the holder's prefix. It zeroes the token, so no
 // token is current, and ends the lease now: the key expires the claim's
 // retention from now, so the next claim takes over at once.

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -147,8 +148,101 @@ func TestClaimBatchIsOneRoundTrip(t *testing.T) {
 			t.Fatalf("CompleteBatch entry %d: %v", i, err)
 		}
 	}
-	if cmds, pipes := h.seen(); len(cmds) != 0 || len(pipes) != 1 || pipes[0] != 99 {
-		t.Fatalf("CompleteBatch of 99 sent commands %v and pipelines of %v; want one pipeline of 99", cmds, pipes)
+	if cmds, pipes := h.seen(); len(cmds) != 0 || len(pipes) != 1 || pipes[0] != 1 {
+		t.Fatalf("CompleteBatch of 99 sent commands %v and pipelines of %v; want one pipeline of one script", cmds, pipes)
+	}
+}
+
+// TestCompleteBatchSplitsLargeValues: a complete batch script carries at
+// most about a MiB of values, so that no one script holds the server long;
+// the batch is still one round trip.
+func TestCompleteBatchSplitsLargeValues(t *testing.T) {
+	const n, size = 6, 300 << 10 // three values to a script
+	s, h, args := batchFixture(t, n+1)
+	ctx := ctxT(t)
+	got, err := s.ClaimBatch(ctx, args[1:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := make([]idem.Completion, n)
+	for i, c := range got {
+		cs[i] = idem.Completion{Key: args[i+1].Key, Token: c.Token, Value: bytes.Repeat([]byte{byte('a' + i)}, size), Retention: time.Minute}
+	}
+	h.reset()
+	errs, err := s.CompleteBatch(ctx, cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cmds, pipes := h.seen(); len(cmds) != 0 || len(pipes) != 1 || pipes[0] != 2 {
+		t.Fatalf("CompleteBatch of %d values of %d bytes sent commands %v and pipelines of %v; want one pipeline of two scripts", n, size, cmds, pipes)
+	}
+	for i, err := range errs {
+		r, gerr := s.Get(ctx, cs[i].Key)
+		if err != nil || gerr != nil || r.Status != idem.StatusCompleted || !bytes.Equal(r.Result, cs[i].Value) {
+			t.Errorf("entry %d: %v; record %v, %d bytes, %v; want Completed with its value", i, err, r.Status, len(r.Result), gerr)
+		}
+	}
+}
+
+// TestCompleteBatchAcrossScripts: a batch larger than one script's share
+// is still one round trip, and each entry gets its own verdict, wherever
+// it falls: stored, ErrLeaseLost for a token that is not current or a
+// key that is gone, ErrUnknownFormat for a value this package did not
+// write (left as it is).
+func TestCompleteBatchAcrossScripts(t *testing.T) {
+	const n = 300 // three scripts of at most 128 keys
+	s, h, args := batchFixture(t, n)
+	ctx := ctxT(t)
+	got, err := s.ClaimBatch(ctx, args[1:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := make([]idem.Completion, 0, n-1)
+	for i, c := range got {
+		if c.Outcome != idem.Acquired {
+			t.Fatalf("claim %d: %v %v", i+1, c.Outcome, c.Err)
+		}
+		cs = append(cs, idem.Completion{Key: args[i+1].Key, Token: c.Token, Value: []byte("v" + strconv.Itoa(i+1)), Retention: time.Minute})
+	}
+	const lost, gone, foreign = 100, 140, 260 // in the first, second and third scripts
+	cs[lost].Token++
+	if err := s.Delete(ctx, cs[gone].Key); err != nil {
+		t.Fatal(err)
+	}
+	c := sharedClient(t)
+	if err := c.Set(ctx, s.RedisKey(cs[foreign].Key), "not a record", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h.reset()
+	errs, err := s.CompleteBatch(ctx, cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cmds, pipes := h.seen(); len(cmds) != 0 || len(pipes) != 1 || pipes[0] != 3 {
+		t.Fatalf("CompleteBatch of %d sent commands %v and pipelines of %v; want one pipeline of three scripts", len(cs), cmds, pipes)
+	}
+	for i, err := range errs {
+		switch i {
+		case lost, gone:
+			if !errors.Is(err, idem.ErrLeaseLost) {
+				t.Errorf("entry %d: %v, want ErrLeaseLost", i, err)
+			}
+		case foreign:
+			if !errors.Is(err, redisstore.ErrUnknownFormat) {
+				t.Errorf("entry %d: %v, want ErrUnknownFormat", i, err)
+			}
+			if v, _ := c.Get(ctx, s.RedisKey(cs[i].Key)).Result(); v != "not a record" {
+				t.Errorf("entry %d: the foreign value became %q", i, v)
+			}
+		default:
+			r, gerr := s.Get(ctx, cs[i].Key)
+			if err != nil || gerr != nil || r.Status != idem.StatusCompleted || string(r.Result) != string(cs[i].Value) || r.Token != cs[i].Token {
+				t.Errorf("entry %d: %v; record %v %q %v, want Completed with %q", i, err, r.Status, r.Result, gerr, cs[i].Value)
+			}
+		}
+	}
+	if r, err := s.Get(ctx, cs[lost].Key); err != nil || r.Status != idem.StatusInProgress || r.Token != cs[lost].Token-1 {
+		t.Errorf("the record of the wrong token: %v token %d %v, want InProgress under its holder's", r.Status, r.Token, err)
 	}
 }
 

@@ -10,14 +10,16 @@
 #     bare consumer plus the store's own ClaimBatch and CompleteBatch;
 #   - a handler that takes 1ms: the bare consumer and idemkafka over Redis;
 #   - exactly-once into PostgreSQL: a bare consumer that writes the same
-#     business rows and the offset in one transaction per batch, and
+#     business rows and the offset in one transaction per batch, the same
+#     with pgstore's ClaimBatch and CompleteBatch in its transaction, and
 #     kafkapg per batch and per record.
 # The cases run one after the other in each of COUNT runs (default 5), so
 # that load that comes and goes weighs on both sides of a ratio alike. It
 # prints the medians of records/s and, per case, the median of the runs'
-# own ratios to the case it is measured against.
+# own ratios to the case it is measured against; and, for the no-op Redis
+# cases, the Redis server's CPU time per record beside the limit's.
 #   scripts/bench-kafka.sh [count] [records] [same|other]
-# records: per run (default 50000). same (default): a duplicate lands on
+# records: per run (default 200000). same (default): a duplicate lands on
 # its original's partition, as a producer's retry does; other: on another
 # partition, three records after it.
 # Redis: IDEM_REDIS_ADDR; PostgreSQL: IDEM_POSTGRES_URL (a schema of the
@@ -26,7 +28,7 @@ set -euo pipefail
 stats=$(cat "$(dirname "$0")/stats.awk") # median, pratio: see the file
 cd "$(dirname "$0")/../idemkafka/kafkabench"
 count=${1:-5}
-export IDEM_KAFKA_BENCH_RECORDS=${2:-50000}
+export IDEM_KAFKA_BENCH_RECORDS=${2:-200000}
 export IDEM_KAFKA_BENCH_DUPLICATES=${3:-same}
 out=$(mktemp)
 trap 'rm -f "$out" "$out.test"' EXIT
@@ -45,7 +47,13 @@ echo
 awk "$stats"'
 /^BenchmarkKafka\// {
 	name = $1; sub(/-[0-9]+$/, "", name); sub(/^BenchmarkKafka\//, "", name)
-	for (i = 2; i < NF; i++) if ($(i + 1) == "records/s") add(name, $i)
+	for (i = 2; i < NF; i++) {
+		if ($(i + 1) == "records/s") add(name, $i)
+		if ($(i + 1) == "redis-cpu-us/record") add(name " cpu", $i)
+	}
+}
+function cpu(c, against) {
+	printf "%-18s %10.2f us   %-18s %10.2f us %7.0f%%\n", c, median(c " cpu"), against, median(against " cpu"), 100 * pratio(against " cpu", c " cpu")
 }
 function row(c, against, target) {
 	if (against == "") { printf "%-18s %12.0f\n", c, median(c); return }
@@ -66,6 +74,12 @@ END {
 	row("1ms/bare")
 	row("1ms/redis", "1ms/bare", ">= 95%")
 	row("tx/bare")
+	row("tx/store", "tx/bare", "")
 	row("tx/batch", "tx/bare", ">= 70%")
+	row("tx/batch", "tx/store", "")
 	row("tx/record", "tx/bare", "")
+	print ""
+	print "Redis server CPU per record (INFO cpu); ratio = the limit CPU / the case CPU"
+	cpu("noop/redis-store", "noop/redis-limit")
+	cpu("noop/redis", "noop/redis-limit")
 }' "$out"

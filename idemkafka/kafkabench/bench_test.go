@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -30,30 +31,33 @@ import (
 	"github.com/idemgo/idem/pgstore"
 	"github.com/idemgo/idem/pgstore/pgstoretest"
 	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/redisstore/redisstoretest"
 )
 
 // BenchmarkKafka consumes one topic of 16 partitions, records of which a
-// fifth are duplicates of a recent record on another partition, once per
-// case, each case with a consumer group of its own and one member. The
+// fifth are duplicates of a recent record (on its partition, or on another
+// with IDEM_KAFKA_BENCH_DUPLICATES=other), once per case, each case with a consumer group of its own and one member. The
 // cases run one after the other in one process, each beside the limit it
 // is measured against:
 //
 //	noop/bare          a bare franz-go group consumer: a goroutine per partition, mark, autocommit the marks
 //	noop/mem           idemkafka over memstore, a handler that does nothing
 //	noop/redis-limit   bare, plus per batch the least a Redis check writes: a pipeline of SET NX, one of SET
-//	noop/redis-store   bare, plus per batch redisstore's ClaimBatch and CompleteBatch, no Guard: the store's own cost
+//	noop/redis-store   bare, plus per batch redisstore's ClaimBatch and CompleteBatch of its keys, no Guard: the store's own cost
 //	noop/redis         idemkafka over redisstore (ClaimBatch, CompleteBatch)
 //	noop/pg-limit      bare, plus per batch an INSERT … ON CONFLICT DO NOTHING and an UPDATE over unnest
 //	noop/pg-store      bare, plus per batch pgstore's ClaimBatch and CompleteBatch
 //	noop/pg            idemkafka over pgstore
 //	1ms/bare, 1ms/redis  the same with a handler that takes 1ms
 //	tx/bare            bare, one transaction per batch: a business row per record and the offset
+//	tx/store           tx/bare, plus in its transaction pgstore's ClaimBatch and CompleteBatch, no Guard
 //	tx/batch           kafkapg per batch: the same rows, the idem records and the offset
 //	tx/record          kafkapg per record
 //
-// Each reports records/s, from its first finished batch to its last (the
-// group's join is not counted). The number of records is
-// IDEM_KAFKA_BENCH_RECORDS (default 50000). Run it with
+// Each reports records/s, from the partitions' assignment to the last
+// record finished (the group's join is not counted), and the CPU time the
+// Redis server used per record (redis-cpu-us/record, read from INFO cpu). The number of records is
+// IDEM_KAFKA_BENCH_RECORDS (default 200000). Run it with
 // scripts/bench-kafka.sh, which repeats it and prints the ratios.
 func BenchmarkKafka(b *testing.B) {
 	f := newFixture(b)
@@ -71,16 +75,19 @@ func BenchmarkKafka(b *testing.B) {
 		{"noop/pg", func(b *testing.B, f *fixture) float64 { return f.idem(b, f.pgStore(b), 0) }},
 		{"1ms/bare", func(b *testing.B, f *fixture) float64 { return f.bare(b, sleep(time.Millisecond)) }},
 		{"1ms/redis", func(b *testing.B, f *fixture) float64 { return f.idem(b, f.redisStore(b), time.Millisecond) }},
-		{"tx/bare", func(b *testing.B, f *fixture) float64 { return f.bare(b, f.txBare(b)) }},
+		{"tx/bare", func(b *testing.B, f *fixture) float64 { return f.bare(b, f.txBare(b, false)) }},
+		{"tx/store", func(b *testing.B, f *fixture) float64 { return f.bare(b, f.txBare(b, true)) }},
 		{"tx/batch", func(b *testing.B, f *fixture) float64 { return f.tx(b, false) }},
 		{"tx/record", func(b *testing.B, f *fixture) float64 { return f.tx(b, true) }},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			var rate float64
+			cpu := f.redisCPU(b)
 			for range b.N {
 				rate = c.run(b, f)
 			}
 			b.ReportMetric(rate, "records/s")
+			b.ReportMetric((f.redisCPU(b)-cpu).Seconds()*1e6/float64(b.N*f.n), "redis-cpu-us/record")
 			b.ReportMetric(0, "ns/op") // one op is one whole consumption: the rate says it
 		})
 	}
@@ -107,7 +114,7 @@ type fixture struct {
 func newFixture(b *testing.B) *fixture {
 	n, _ := strconv.Atoi(os.Getenv("IDEM_KAFKA_BENCH_RECORDS"))
 	otherPartition := os.Getenv("IDEM_KAFKA_BENCH_DUPLICATES") == "other"
-	f := &fixture{cluster: kafkatest.NewCluster(b, kfake.SeedTopics(partitions, topic)), n: cmp.Or(n, 50000), run: random()}
+	f := &fixture{cluster: kafkatest.NewCluster(b, kfake.SeedTopics(partitions, topic)), n: cmp.Or(n, 200000), run: random()}
 	recs := make([]*kgo.Record, f.n)
 	for i := range recs {
 		o, p := i, int32(i%partitions)
@@ -170,6 +177,26 @@ func (f *fixture) connect(b *testing.B) {
 }
 
 func (f *fixture) redisClient(*testing.B) *redis.Client { return f.redis }
+
+// redisCPU returns the CPU time the Redis server has used (INFO cpu: user
+// and system, its main thread and the others), so that a case can report
+// the server's work per record, which the machine's load moves less than
+// a rate.
+func (f *fixture) redisCPU(b *testing.B) time.Duration {
+	info, err := f.redis.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sec float64
+	for line := range strings.Lines(info) {
+		name, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if name == "used_cpu_sys" || name == "used_cpu_user" {
+			x, _ := strconv.ParseFloat(v, 64)
+			sec += x
+		}
+	}
+	return time.Duration(sec * float64(time.Second))
+}
 
 func (f *fixture) pgPool(*testing.B) *pgxpool.Pool { return f.pool }
 
@@ -356,11 +383,7 @@ func (f *fixture) mem(b *testing.B) idem.Store {
 }
 
 func (f *fixture) redisStore(b *testing.B) idem.Store {
-	s, err := redisstore.New(f.redisClient(b), redisstore.Config{Prefix: "idembench:" + f.run + ":"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return s
+	return redisstoretest.Store(b, f.redisClient(b), redisstore.Config{}) // its keys deleted after the case
 }
 
 func (f *fixture) pgStore(b *testing.B) idem.Store {
@@ -375,7 +398,7 @@ func (f *fixture) pgStore(b *testing.B) idem.Store {
 // with SET NX in one pipeline, store every outcome with SET in another.
 func (f *fixture) redisLimit(b *testing.B) func(context.Context, int32, []*kgo.Record) error {
 	c := f.redisClient(b)
-	prefix := "idembench:" + f.run + ":limit-" + random() + ":"
+	prefix := redisstoretest.Prefix(b, c) // its keys deleted after the case
 	return func(ctx context.Context, _ int32, recs []*kgo.Record) error {
 		p := c.Pipeline()
 		for _, r := range recs {
@@ -397,24 +420,42 @@ func (f *fixture) redisLimit(b *testing.B) func(context.Context, int32, []*kgo.R
 func (f *fixture) storeBatches(s idem.Store) func(context.Context, int32, []*kgo.Record) error {
 	ns := "bench-" + random()
 	return func(ctx context.Context, _ int32, recs []*kgo.Record) error {
-		args := make([]idem.ClaimArgs, len(recs))
-		for i, r := range recs {
-			args[i] = idem.ClaimArgs{Key: idem.StoreKey(ns, kafkatest.HeaderKey(r)), Fingerprint: idem.SHA256Fingerprint(nil, r.Value),
-				Lease: 30 * time.Second, Retention: time.Hour}
-		}
-		cls, err := s.(idem.BatchClaimer).ClaimBatch(ctx, args)
+		complete, err := storeBatch(ctx, s, ns, recs)
 		if err != nil {
 			return err
 		}
-		var cs []idem.Completion
-		for i, c := range cls {
-			if c.Outcome == idem.Acquired {
-				cs = append(cs, idem.Completion{Key: args[i].Key, Token: c.Token, Retention: time.Hour})
-			}
-		}
-		_, err = s.(idem.BatchCompleter).CompleteBatch(ctx, cs)
-		return err
+		return complete()
 	}
+}
+
+// storeBatch claims the keys of recs under ns with one ClaimBatch of s,
+// each key once (as Guard.DoBatch and kafkapg do: a key's later records
+// are its duplicates), and returns the CompleteBatch of those acquired.
+func storeBatch(ctx context.Context, s idem.Store, ns string, recs []*kgo.Record) (complete func() error, err error) {
+	args := make([]idem.ClaimArgs, 0, len(recs))
+	seen := make(map[string]bool, len(recs))
+	for _, r := range recs {
+		k := idem.StoreKey(ns, kafkatest.HeaderKey(r))
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		args = append(args, idem.ClaimArgs{Key: k, Fingerprint: idem.SHA256Fingerprint(nil, r.Value), Lease: 30 * time.Second, Retention: time.Hour})
+	}
+	cls, err := s.(idem.BatchClaimer).ClaimBatch(ctx, args)
+	if err != nil {
+		return nil, err
+	}
+	var cs []idem.Completion
+	for i, c := range cls {
+		if c.Outcome == idem.Acquired {
+			cs = append(cs, idem.Completion{Key: args[i].Key, Token: c.Token, Retention: time.Hour})
+		}
+	}
+	return func() error {
+		_, err := s.(idem.BatchCompleter).CompleteBatch(ctx, cs)
+		return err
+	}, nil
 }
 
 // pgLimit is the least a PostgreSQL check does per batch: insert every key
@@ -437,17 +478,36 @@ func (f *fixture) pgLimit(b *testing.B) func(context.Context, int32, []*kgo.Reco
 }
 
 // txBare is the bare transactional consumer: per batch, a transaction
-// with a business row per record and the partition's offset.
-func (f *fixture) txBare(b *testing.B) func(context.Context, int32, []*kgo.Record) error {
+// with a business row per record and the partition's offset; withStore
+// adds in it pgstore's ClaimBatch of the records' keys before the rows and
+// its CompleteBatch after, the least kafkapg does with pgstore.
+func (f *fixture) txBare(b *testing.B, withStore bool) func(context.Context, int32, []*kgo.Record) error {
 	pool := f.pgPool(b)
+	records := f.schema + ".idem_records"
 	group := f.group()
+	ns := "bench-" + random()
 	insert := "INSERT INTO " + f.schema + ".charges (order_key, body) VALUES ($1, $2)"
 	offsets := "INSERT INTO " + f.schema + ".bare_offsets AS o (consumer_group, topic, partition, next_offset, leader_epoch) VALUES ($1, $2, $3, $4, $5) " +
 		"ON CONFLICT (consumer_group, topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset WHERE o.next_offset < EXCLUDED.next_offset"
 	return func(ctx context.Context, partition int32, recs []*kgo.Record) error {
 		return pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+			var done func() error
+			if withStore {
+				s, err := pgstore.New(tx, pgstore.Config{Table: records})
+				if err != nil {
+					return err
+				}
+				if done, err = storeBatch(ctx, s, ns, recs); err != nil {
+					return err
+				}
+			}
 			for _, r := range recs {
 				if _, err := tx.Exec(ctx, insert, kafkatest.HeaderKey(r), r.Value); err != nil {
+					return err
+				}
+			}
+			if done != nil {
+				if err := done(); err != nil {
 					return err
 				}
 			}

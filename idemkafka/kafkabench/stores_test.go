@@ -19,6 +19,7 @@ import (
 	"github.com/idemgo/idem/pgstore"
 	"github.com/idemgo/idem/pgstore/pgstoretest"
 	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/redisstore/redisstoretest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -38,11 +39,7 @@ func TestBatchPathOnStores(t *testing.T) {
 			if err := c.Ping(context.Background()).Err(); err != nil {
 				redisServer.Unreachable(t, redisServer.Addr(), err)
 			}
-			st, err := redisstore.New(c, redisstore.Config{Prefix: "idemtest:" + random() + ":"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return st
+			return redisstoretest.Store(t, c, redisstore.Config{}) // its keys deleted when the test ends
 		}},
 		{"postgres", func(t *testing.T) idem.Store { return pgstoretest.Store(t, pgstoretest.Pool(t, 8), pgstore.Config{}) }},
 	} {

@@ -189,7 +189,7 @@ func (c processor) batch(ctx context.Context, p *consume.Partition, items []cons
 loop:
 	for i, it := range items {
 		if p.Draining() {
-			stop, stopErr = i, errors.New("kafkapg: not started: the consumer is shutting down")
+			stop, stopErr = i, errDraining
 			break
 		}
 		switch {
@@ -223,6 +223,16 @@ loop:
 			}
 		}
 	}
+	if acquiredFrom(claimOf[stop:], claims) {
+		// The claims past the stop must not commit: a record left in
+		// progress would hold its key until its lease ends. Before a busy
+		// key the records are done again without them; when draining,
+		// the records are left to the next owner.
+		if stopErr != errDraining {
+			return c.retryAt(ctx, p, items, stop, stopErr, tx)
+		}
+		return 0, stopErr, false
+	}
 	if stop == 0 {
 		return 0, stopErr, false
 	}
@@ -241,6 +251,19 @@ loop:
 	committed = true
 	p.Replayed(replayed)
 	return stop, stopErr, false
+}
+
+var errDraining = errors.New("kafkapg: not started: the consumer is shutting down")
+
+// acquiredFrom reports whether any of the claims of claimOf (indexes into
+// claims, or -1 for an item without a claim of its own) was acquired.
+func acquiredFrom(claimOf []int, claims []idem.Claim) bool {
+	for _, k := range claimOf {
+		if k >= 0 && claims[k].Err == nil && claims[k].Outcome == idem.Acquired {
+			return true
+		}
+	}
+	return false
 }
 
 // retryAt answers a handler's error at items[i] in batch: a permanent

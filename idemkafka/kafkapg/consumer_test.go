@@ -16,6 +16,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemkafka"
 	"github.com/idemgo/idem/idemkafka/kafkapg"
+	"github.com/idemgo/idem/pgstore"
 )
 
 func TestExactlyOnce(t *testing.T) {
@@ -182,4 +183,54 @@ func (noDB) BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error) {
 }
 func (noDB) Query(context.Context, string, ...any) (pgx.Rows, error) {
 	return nil, errors.New("no database")
+}
+
+// A batch that meets a key held by a plain Guard's lease commits the
+// records before it and leaves the keys after it as it found them: once
+// the lease's holder stores its outcome, they run at once, on their first
+// attempt, rather than wait out leases that no one holds.
+func TestBusyKeyLeavesTheRestUnclaimed(t *testing.T) {
+	t.Parallel()
+	const topic, group, ns = "orders", "payments", "charges"
+	e := newPG(t)
+	c := newCluster(t, kfake.SeedTopics(1, topic))
+	store, err := pgstore.New(e.pool, pgstore.Config{Table: e.records})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := idem.New(store, idem.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { plain.Close() })
+	held, release, plainDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		_, err := plain.Do(context.Background(), "k-2", []byte("v"), func(context.Context) ([]byte, error) {
+			close(held)
+			<-release
+			return nil, nil
+		})
+		plainDone <- err
+	}()
+	<-held
+	produce(t, c.ListenAddrs(), keyed(topic, 0, "k-1", "v"), keyed(topic, 0, "k-2", "v"), keyed(topic, 0, "k-3", "v"), keyed(topic, 0, "k-4", "v"))
+	var once sync.Once
+	run(t, c.ListenAddrs(), group, topic, e.pool, e.record, kafkapg.WithRecordsTable(e.records), kafkapg.WithOffsetsTable(e.offsets), kafkapg.WithNamespace(ns),
+		kafkapg.WithConsumerOptions(idemkafka.WithSharedScope(), idemkafka.WithRetryBackoff(10*time.Millisecond, 50*time.Millisecond),
+			idemkafka.WithObserver(func(_ context.Context, ev idemkafka.Event) {
+				if ev.Kind == idemkafka.EventRetry && errors.Is(ev.Err, idem.ErrInProgress) && ev.Offset == 1 {
+					once.Do(func() { close(release) }) // the batch met the held key: let its holder finish
+				}
+			})))
+	e.storedAtEnds(t, c, group, topic)
+	if err := <-plainDone; err != nil {
+		t.Fatalf("the plain Guard's Do: %v", err)
+	}
+	e.wantLedger(t, []string{"k-1", "k-3", "k-4"})
+	for _, k := range []string{"k-3", "k-4"} {
+		var attempt int
+		if err := e.pool.QueryRow(context.Background(), "SELECT attempt FROM "+e.records+" WHERE position($1::bytea IN key) > 0", []byte(k)).Scan(&attempt); err != nil || attempt != 1 {
+			t.Errorf("%s's record: attempt %d, %v; want 1 (claimed once, when its turn came)", k, attempt, err)
+		}
+	}
 }

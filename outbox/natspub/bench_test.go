@@ -33,8 +33,13 @@ import (
 // rounds of one message per key. Messages are spread over 1,000 keys (a
 // batch holds as many keys as messages: one round), with sent rows marked
 // or deleted (RelayConfig.DeleteSent), or over 10 keys (rounds of ten).
-// Each round measures raw and relay one after the other, alternating which
-// goes first; the metrics are the medians of the rates, of each round's
+// "bare-relay" is the least a relay can do, the limit of any relay over
+// this database and broker: a SELECT of the next pending rows in id order,
+// their publication as raw does, then one UPDATE marking them sent (or a
+// DELETE), batch after batch, with no partitions, no per-key rounds, no
+// retries and no overlap of the database's work with the broker's. Each
+// round measures raw, relay and bare-relay one after the other, alternating
+// the order; the metrics are the medians of the rates, of each round's
 // own relay ÷ raw ratio and, on Linux, of the CPU time per message of this
 // process (go), of the nats-server processes (nats) and of the relay's
 // PostgreSQL backend (pg) while each ran. Batches are of 100 messages,
@@ -71,7 +76,7 @@ func BenchmarkRelayVsRaw(b *testing.B) {
 		b.Run(v.name, func(b *testing.B) {
 			batch := v.batch
 			for range b.N {
-				var raws, relays, ratios, pubs []float64
+				var raws, relays, ratios, pubs, bares, bareRatios, overBare []float64
 				var rawCPU, relayCPU [][3]float64
 				for round := range rounds {
 					run := fmt.Sprintf("%s_r%d", strings.ReplaceAll(v.name, "-", "_"), round)
@@ -90,13 +95,17 @@ func BenchmarkRelayVsRaw(b *testing.B) {
 						relayCPU = append(relayCPU, perMessage(used, messages))
 						return r
 					}
-					var r, rl float64
+					bare := func() float64 {
+						return bareRelayRate(b, ctx, pool, js, schema+".bare_"+run, v.delete, msgs, batch)
+					}
+					var r, rl, br float64
 					if round%2 == 0 {
-						r, rl = raw(), relay()
+						r, rl, br = raw(), relay(), bare()
 					} else {
-						rl, r = relay(), raw()
+						br, rl, r = bare(), relay(), raw()
 					}
 					raws, relays, ratios = append(raws, r), append(relays, rl), append(ratios, rl/r)
+					bares, bareRatios, overBare = append(bares, br), append(bareRatios, br/r), append(overBare, rl/br)
 					if v.keys == 1000 && !v.delete {
 						pubs = append(pubs, publisherRate(b, pub, msgs, batch)/r)
 					}
@@ -107,6 +116,9 @@ func BenchmarkRelayVsRaw(b *testing.B) {
 				b.ReportMetric(median(raws), "raw-msg/s")
 				b.ReportMetric(median(relays), "relay-msg/s")
 				b.ReportMetric(median(ratios), "relay÷raw")
+				b.ReportMetric(median(bares), "bare-relay-msg/s")
+				b.ReportMetric(median(bareRatios), "bare-relay÷raw")
+				b.ReportMetric(median(overBare), "relay÷bare-relay")
 				if len(pubs) > 0 {
 					b.ReportMetric(median(pubs), "natspub÷raw")
 				}
@@ -276,6 +288,74 @@ func relayRate(b *testing.B, ctx context.Context, pool *pgxpool.Pool, pub outbox
 		b.Fatal(err)
 	}
 	return float64(len(msgs)) / elapsed.Seconds(), used
+}
+
+// bareRelayRate enqueues msgs into a new outbox table (not timed), drains
+// it as the least a relay does (see BenchmarkRelayVsRaw), with message IDs
+// of its own, and returns messages per second.
+func bareRelayRate(b *testing.B, ctx context.Context, pool *pgxpool.Pool, js jetstream.JetStream, table string, deleteSent bool, msgs []outbox.Message, batch int) float64 {
+	if err := outbox.Migrate(ctx, pool, table); err != nil {
+		b.Fatal(err)
+	}
+	ob, err := outbox.New(outbox.Config{Table: table})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for chunk := range slices.Chunk(msgs, 1000) {
+		if err := ob.Enqueue(ctx, pool, chunk...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Release()
+	read := "SELECT id, message_id, destination, payload FROM " + table + " WHERE sent_at IS NULL ORDER BY id LIMIT $1"
+	mark := "UPDATE " + table + " SET sent_at = statement_timestamp() WHERE id = ANY($1)"
+	if deleteSent {
+		mark = "DELETE FROM " + table + " WHERE id = ANY($1)"
+	}
+	ids := make([]int64, 0, batch)
+	futures := make([]jetstream.PubAckFuture, 0, batch)
+	start := time.Now()
+	for sent := 0; sent < len(msgs); sent += len(ids) {
+		ids, futures = ids[:0], futures[:0]
+		rows, err := conn.Query(ctx, read, batch)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for rows.Next() {
+			var id int64
+			var messageID, destination string
+			var payload []byte
+			if err := rows.Scan(&id, &messageID, &destination, &payload); err != nil {
+				b.Fatal(err)
+			}
+			f, err := js.PublishMsgAsync(&nats.Msg{Subject: destination, Data: payload}, jetstream.WithMsgID("bare-"+messageID), jetstream.WithRetryAttempts(0))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ids, futures = append(ids, id), append(futures, f)
+		}
+		if err := rows.Err(); err != nil {
+			b.Fatal(err)
+		}
+		if len(ids) == 0 {
+			b.Fatalf("%s: no pending row after %d of %d messages", table, sent, len(msgs))
+		}
+		for _, f := range futures {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				b.Fatal(err)
+			}
+		}
+		if _, err := conn.Exec(ctx, mark, ids); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return float64(len(msgs)) / time.Since(start).Seconds()
 }
 
 func purge(ctx context.Context, js jetstream.JetStream, stream string) error {

@@ -68,6 +68,26 @@ var ErrNotRun = errors.New("idem: not run: an earlier operation of the batch did
 // stored runs their operations again once their leases end, as Do does
 // after a crash between fn and its outcome.
 func (g *Guard) DoBatch(ctx context.Context, ops []BatchOp, fn func(ctx context.Context, i int) ([]byte, error)) []BatchResult {
+	return g.doBatch(ctx, ops, fn, false)
+}
+
+// DoBatchUnordered is [Guard.DoBatch] for operations that do not depend on
+// each other's order, such as the messages of a queue whose handlers run
+// concurrently anyway. It differs past an operation that does not finish
+// (fn's retryable error, a busy key, a lost lease): DoBatch stops there and
+// releases the keys it claimed for the operations after it, so each of
+// those claims counts toward Config.MaxAttempts without fn having run;
+// DoBatchUnordered goes on and runs them. A busy key that Config.Wait lets
+// it wait for is waited for last, once the other operations' values are
+// stored, so that the batch holds no key while it waits. It stops only
+// where the operations after could not run either: the store failed
+// (ErrStoreUnavailable), ctx ended or the Guard was closed; those get
+// ErrNotRun, their keys left as DoBatch leaves them.
+func (g *Guard) DoBatchUnordered(ctx context.Context, ops []BatchOp, fn func(ctx context.Context, i int) ([]byte, error)) []BatchResult {
+	return g.doBatch(ctx, ops, fn, true)
+}
+
+func (g *Guard) doBatch(ctx context.Context, ops []BatchOp, fn func(ctx context.Context, i int) ([]byte, error), unordered bool) []BatchResult {
 	res := make([]BatchResult, len(ops))
 	var err error
 	switch {
@@ -84,10 +104,10 @@ func (g *Guard) DoBatch(ctx context.Context, ops []BatchOp, fn func(ctx context.
 	}
 	bc, ok := g.store.(BatchClaimer)
 	if !ok {
-		return g.doEach(ctx, ops, fn, res)
+		return g.doEach(ctx, ops, fn, res, unordered)
 	}
 	b := &batch{
-		g: g, ctx: ctx, ops: ops, fn: fn, res: res,
+		g: g, ctx: ctx, ops: ops, fn: fn, res: res, unordered: unordered,
 		state: make([]opState, len(ops)),
 		calls: make([]call, len(ops)),
 		fnCtx: make([]context.Context, len(ops)),
@@ -97,8 +117,9 @@ func (g *Guard) DoBatch(ctx context.Context, ops []BatchOp, fn func(ctx context.
 }
 
 // doEach is DoBatch over a store without batch calls: DoScoped for each
-// operation, stopping at the first that does not finish.
-func (g *Guard) doEach(ctx context.Context, ops []BatchOp, fn func(context.Context, int) ([]byte, error), res []BatchResult) []BatchResult {
+// operation, stopping at the first that does not finish (unordered: at the
+// first after which none can run).
+func (g *Guard) doEach(ctx context.Context, ops []BatchOp, fn func(context.Context, int) ([]byte, error), res []BatchResult, unordered bool) []BatchResult {
 	stopped := false
 	for i, op := range ops {
 		if stopped {
@@ -107,9 +128,20 @@ func (g *Guard) doEach(ctx context.Context, ops []BatchOp, fn func(context.Conte
 		}
 		r, err := g.DoScoped(ctx, op.Scope, op.Key, op.Payload, func(ctx context.Context) ([]byte, error) { return fn(ctx, i) })
 		res[i] = BatchResult{r, err}
-		stopped = stops(err)
+		if unordered {
+			stopped = stopsAll(ctx, err)
+		} else {
+			stopped = stops(err)
+		}
 	}
 	return res
+}
+
+// stopsAll reports whether an operation's error means that no operation
+// after it can run: the store failed, ctx ended or the Guard was closed.
+// DoBatchUnordered stops there.
+func stopsAll(ctx context.Context, err error) bool {
+	return err != nil && (errors.Is(err, ErrStoreUnavailable) || errors.Is(err, ErrClosed) || ctx.Err() != nil)
 }
 
 // stops reports whether an operation's error leaves it unfinished, so that
@@ -146,6 +178,8 @@ type batch struct {
 	calls []call            // by operation; the claim's state when acquired
 	fnCtx []context.Context // by operation, when acquired
 	lead  map[int]int       // follower → the earlier operation with its key
+
+	unordered bool // DoBatchUnordered: go on past an operation that does not finish
 
 	ran     bool      // values wait to be stored
 	flushed time.Time // when values were last stored, or the operations began
@@ -215,17 +249,52 @@ func (b *batch) run(bc BatchClaimer) {
 			}
 			b.runOne(i)
 		case opWait:
-			b.complete() // hold no key while waiting for another holder's
-			op := b.ops[i]
-			r, err := g.DoScoped(b.ctx, op.Scope, op.Key, op.Payload, func(ctx context.Context) ([]byte, error) { return b.fn(ctx, i) })
-			b.res[i] = BatchResult{r, err}
-			b.state[i] = opDecided
+			if b.unordered {
+				continue // waited for last, below
+			}
+			b.wait(i)
 		}
-		stopped = b.state[i] == opDecided && stops(b.res[i].Err)
+		stopped = b.state[i] == opDecided && b.stopsAt(i)
+	}
+	if b.unordered {
+		b.complete() // hold no key while waiting for another holder's
+		for i, s := range b.state {
+			if s != opWait {
+				continue
+			}
+			if stopped {
+				b.skip(i)
+				continue
+			}
+			b.wait(i)
+			stopped = b.stopsAt(i)
+		}
 	}
 	panicked = false
 	b.complete()
 	b.follow()
+}
+
+// wait runs the operation i, whose key another holder had, through
+// DoScoped, which waits for that holder's outcome up to Config.Wait. The
+// batch stores the values it has first, so that it holds no key while it
+// waits.
+func (b *batch) wait(i int) {
+	b.complete()
+	op := b.ops[i]
+	r, err := b.g.DoScoped(b.ctx, op.Scope, op.Key, op.Payload, func(ctx context.Context) ([]byte, error) { return b.fn(ctx, i) })
+	b.res[i] = BatchResult{r, err}
+	b.state[i] = opDecided
+}
+
+// stopsAt reports whether the batch stops at operation i, decided: DoBatch
+// at one that did not finish, DoBatchUnordered at one after which none can
+// run.
+func (b *batch) stopsAt(i int) bool {
+	if b.unordered {
+		return stopsAll(b.ctx, b.res[i].Err)
+	}
+	return stops(b.res[i].Err)
 }
 
 // claim claims args in one round trip and sets the state of each
@@ -299,8 +368,9 @@ func (b *batch) holdNothingPastStop() {
 	for i, s := range b.state {
 		switch {
 		case !hit:
-			hit = s == opWait || (s == opDecided && stops(b.res[i].Err))
-			waiting = s == opWait
+			// DoBatchUnordered waits for busy keys last, holding nothing.
+			waiting = s == opWait && !b.unordered
+			hit = waiting || (s == opDecided && b.stopsAt(i))
 		case s == opAcquired && waiting:
 			c := &b.calls[i]
 			b.g.hb.stop(c)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -182,6 +183,7 @@ type batch struct {
 	unordered bool // DoBatchUnordered: go on past an operation that does not finish
 
 	ran     bool      // values wait to be stored
+	slow    bool      // the last operation run took the flush time or longer
 	flushed time.Time // when values were last stored, or the operations began
 }
 
@@ -244,7 +246,7 @@ func (b *batch) run(bc BatchClaimer) {
 		}
 		switch b.state[i] {
 		case opAcquired:
-			if b.ran && time.Since(b.flushed) >= batchFlush {
+			if b.ran && (b.slow || time.Since(b.flushed) >= batchFlush) {
 				b.complete()
 			}
 			b.runOne(i)
@@ -400,7 +402,12 @@ func (b *batch) runOne(i int) {
 	if g.cfg.Observer != nil {
 		started = time.Now()
 	}
+	stopFlush := b.flushDuring()
+	defer stopFlush() // when fn panics: before abort stores values
+	began := time.Now()
 	value, ferr := b.fn(ctx, i) // a panic finds the key acquired, and abort releases it
+	stopFlush()
+	b.slow = time.Since(began) >= batchFlush
 	c.cancel(context.Canceled)
 	if g.cfg.Observer != nil {
 		g.observe(b.ctx, Event{Op: OpRun, Scope: c.scope, Key: c.key, Duration: time.Since(started), Err: ferr})
@@ -425,6 +432,31 @@ func (b *batch) runOne(i int) {
 	}
 	b.state[i] = opDecided
 	b.res[i].Err = ferr
+}
+
+// flushDuring arranges for the values waiting to be stored to be stored
+// once the batch's flush time has passed, if an operation still runs
+// then: a slow or stalled operation does not keep the ones before it
+// unstored, which a crash would run again. The batch's state is the
+// flush's alone until the returned function, which waits for a flush under
+// way, has returned; calling it again does nothing.
+func (b *batch) flushDuring() (stop func()) {
+	if !b.ran {
+		return func() {}
+	}
+	flushed := make(chan struct{})
+	t := time.AfterFunc(max(batchFlush-time.Since(b.flushed), 0), func() {
+		defer close(flushed)
+		b.complete()
+	})
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			if !t.Stop() {
+				<-flushed
+			}
+		})
+	}
 }
 
 // skip gives up operation i after the batch stopped.

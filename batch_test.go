@@ -126,8 +126,8 @@ func TestDoBatchStoresSlowValuesEarly(t *testing.T) {
 				t.Fatal(r.Err)
 			}
 		}
-		if n := cs.batches.Load(); n != 2 {
-			t.Fatalf("%d CompleteBatch calls, want 2: the three before the slow one's end, the two after", n)
+		if n := cs.batches.Load(); n != 3 {
+			t.Fatalf("%d CompleteBatch calls, want 3: the two before the slow one while it runs, the slow one, the two after", n)
 		}
 	})
 }
@@ -246,5 +246,45 @@ func TestDoBatchUnorderedStopsWhenContextEnds(t *testing.T) {
 		if _, err := g.Do(context.Background(), k, nil, func(context.Context) ([]byte, error) { ran = true; return nil, nil }); err != nil || !ran {
 			t.Fatalf("Do(%s) after the batch: ran=%v err=%v; want its key released", k, ran, err)
 		}
+	}
+}
+
+// An operation that runs past the batch's flush time does not keep the
+// values of the operations before it unstored: they are stored while it
+// runs, so that a crash then would not run them again.
+func TestDoBatchStoresValuesWhileAnOperationStalls(t *testing.T) {
+	for _, unordered := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			s, err := memstore.New(memstore.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			g, err := idem.New(s, idem.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			do := g.DoBatch
+			if unordered {
+				do = g.DoBatchUnordered
+			}
+			ops := []idem.BatchOp{{Key: "before"}, {Key: "stalls"}}
+			res := do(context.Background(), ops, func(ctx context.Context, i int) ([]byte, error) {
+				if ops[i].Key == "stalls" {
+					time.Sleep(time.Minute)
+					rec, err := s.Get(ctx, g.StoreKey("before"))
+					if err != nil || rec.Status != idem.StatusCompleted {
+						return nil, fmt.Errorf("the record before the stalled operation while it runs: %v, %v; want Completed", rec.Status, err)
+					}
+				}
+				return []byte("v"), nil
+			})
+			for _, r := range res {
+				if r.Err != nil {
+					t.Fatalf("unordered=%v: %v", unordered, r.Err)
+				}
+			}
+		})
 	}
 }

@@ -335,10 +335,20 @@ func (r *runner) guarded(ks []keyed) {
 			ops = append(ops, idem.BatchOp{Scope: k.ev.Scope, Key: k.ev.Key, Payload: payload})
 		}
 		ran := make([]bool, len(ks))
-		res := r.c.g.DoBatchUnordered(r.hctx, ops, func(ctx context.Context, i int) ([]byte, error) {
+		fn := func(ctx context.Context, i int) ([]byte, error) {
 			ran[i] = true
 			return nil, r.callInSlot(ctx, ks[i].j.d)
-		})
+		}
+		var res []idem.BatchResult
+		if len(ops) == 1 {
+			// A group of one, the common case when deliveries arrive one
+			// at a time: Do's own path, without a batch's bookkeeping.
+			op := ops[0]
+			v, err := r.c.g.DoScoped(r.hctx, op.Scope, op.Key, op.Payload, func(ctx context.Context) ([]byte, error) { return fn(ctx, 0) })
+			res = []idem.BatchResult{{Result: v, Err: err}}
+		} else {
+			res = r.c.g.DoBatchUnordered(r.hctx, ops, fn)
+		}
 		var again []keyed
 		var outage error
 		for i, br := range res {

@@ -46,9 +46,9 @@ func (r *running) leave(key string) {
 	r.n--
 }
 
-// Deliveries claimed in groups run at most WithConcurrency handlers at
-// once, and each key once, when every key is published many times over
-// and the copies arrive in the same groups and in parallel ones.
+// At most WithConcurrency handlers run at once, and each key's once, when
+// every key is published many times over, the copies in different orders,
+// so that copies of one key reach handlers at the same time.
 func TestConcurrentHandlersRunEachKeyOnce(t *testing.T) {
 	t.Parallel()
 	q, g, ev := setup(t, idemamqptest.Classic, nil, idem.Config{})
@@ -88,7 +88,7 @@ func TestConcurrentHandlersRunEachKeyOnce(t *testing.T) {
 }
 
 // With a concurrency of 1 the handlers run one after another in the order
-// the broker delivered the messages, though they are claimed in groups.
+// the broker delivered the messages.
 func TestConcurrencyOneKeepsDeliveryOrder(t *testing.T) {
 	t.Parallel()
 	q, g, ev := setup(t, idemamqptest.Classic, nil, idem.Config{})
@@ -118,10 +118,10 @@ func TestConcurrencyOneKeepsDeliveryOrder(t *testing.T) {
 	}
 }
 
-// A shutdown with handlers running beside deliveries claimed and waiting
-// for a handler slot: the running handlers finish and their outcomes are
-// stored and acked; the waiting deliveries' handlers never start, their
-// keys are released and the broker has them back.
+// A shutdown with several handlers running and deliveries waiting behind
+// them: the running handlers finish and their outcomes are stored and
+// acked; the waiting deliveries' handlers never start, their keys are
+// left unclaimed (or released) and the broker has them back.
 func TestShutdownWithConcurrentHandlers(t *testing.T) {
 	t.Parallel()
 	q, g, ev := setup(t, idemamqptest.Classic, nil, idem.Config{})

@@ -1,7 +1,6 @@
 package idemamqp
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -119,10 +118,8 @@ func (c *Consumer) DelayQueue() string { return *c.o.delayQueue }
 //     for them to return and closes the connection; the broker requeues
 //     every delivery not settled.
 //
-// At most [WithConcurrency] handlers run at once, on goroutines none of
-// which outlives Run; a handler that had not started when ctx ended does
-// not start (its key is released, its delivery requeued). Run returns
-// ErrRunning if the Consumer is already running.
+// Handlers run on at most [WithConcurrency] goroutines, none of which
+// outlives Run. Run returns ErrRunning if the Consumer is already running.
 func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return ErrRunning
@@ -131,13 +128,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 	hctx, cancelHandlers := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancelHandlers(nil)
-	r := &runner{c: c, hctx: hctx, stopping: ctx.Done(), slots: make(chan struct{}, c.o.concurrency),
-		groupSize: c.o.groupSize(), lanes: make(chan struct{}, c.o.lanes())}
-	// Each session has a dispatcher that takes its deliveries from
-	// amqp091 and hands them to goroutines in groups; the slots bound the
-	// handlers running at once across sessions, since the handlers of a
-	// dropped connection run on.
-	var dispatchers sync.WaitGroup
+	r := &runner{c: c, hctx: hctx, stopping: ctx.Done(), slots: make(chan struct{}, c.o.concurrency)}
+	// Each session has concurrency workers that take its deliveries
+	// straight from amqp091, as a bare consumer's would; the slots bound
+	// the handlers running at once across sessions, since the handlers of
+	// a dropped connection run on.
+	var workers sync.WaitGroup
 
 	var last *session
 	pause := c.o.reconnectMin
@@ -147,7 +143,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 			pause = c.o.reconnectMin
 			r.observe(ctx, Event{Kind: EventConnected, Queue: c.queue})
 			c.o.Logger().InfoContext(ctx, "idemamqp: consuming", slog.String("queue", c.queue))
-			dispatchers.Go(func() { r.dispatch(s) })
+			for range c.o.concurrency {
+				workers.Go(func() { r.work(s) })
+			}
 			err = s.watch(ctx)
 			if ctx.Err() != nil {
 				last = s
@@ -170,54 +168,35 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 	r.drain(cancelHandlers)
 	if last != nil {
-		last.close() // ends its deliveries, and so its dispatcher
+		last.close() // ends its deliveries, and so its workers
 	}
-	dispatchers.Wait()
+	workers.Wait()
 	return nil
 }
 
-// dispatch takes the deliveries of s until its delivery channel closes and
-// hands them, in groups, to goroutines that run them under the Guard: the
-// deliveries already waiting when one arrives (up to the group size, see
-// [WithConcurrency]) form one group, whose keys are claimed in one store
-// round trip and whose outcomes are stored in one. With a concurrency of 1,
-// one group at a time, so that the handlers run in the order of the
-// deliveries. Once Run is stopping it
-// takes the deliveries without handling them: the broker requeues them when
-// the connection closes.
-func (r *runner) dispatch(s *session) {
+// work handles the deliveries of s until its delivery channel closes. Once
+// Run is stopping it takes them without handling them: the broker requeues
+// them when the connection closes.
+func (r *runner) work(s *session) {
 	for d := range s.deliveries {
-		group := []job{{s: s, d: d, start: time.Now()}}
+		start := time.Now()
 		select {
-		case r.lanes <- struct{}{}:
+		case r.slots <- struct{}{}:
 		case <-r.stopping:
 			continue
 		}
-	gather:
-		for len(group) < r.groupSize {
-			select {
-			case d, ok := <-s.deliveries:
-				if !ok {
-					break gather
-				}
-				group = append(group, job{s: s, d: d, start: time.Now()})
-			default:
-				break gather
-			}
-		}
-		r.mu.Lock()
-		if r.closing {
-			r.mu.Unlock()
-			<-r.lanes
-			continue
-		}
-		r.inflight.Add(1)
-		r.mu.Unlock()
-		go func() {
-			defer r.inflight.Done()
-			defer func() { <-r.lanes }()
-			r.handleGroup(group)
-		}()
+		r.handleInSlot(job{s: s, d: d, start: start})
+	}
+}
+
+// handleInSlot handles j unless Run is stopping, and gives its slot back
+// even if the handler ends its goroutine (runtime.Goexit).
+func (r *runner) handleInSlot(j job) {
+	defer func() { <-r.slots }()
+	select {
+	case <-r.stopping:
+	default:
+		r.handle(j)
 	}
 }
 
@@ -225,14 +204,9 @@ func (r *runner) dispatch(s *session) {
 // passes.
 var errShutdown = errors.New("idemamqp: the consumer stopped and its shutdown timeout passed")
 
-// errStopping is the outcome of a delivery whose handler was about to start
-// when Run began to stop: its key is released and it is requeued.
-var errStopping = errors.New("idemamqp: the consumer is stopping; the handler did not start")
-
 // drain waits until no handler runs (it holds every slot, so none can
 // start); past the shutdown timeout it cancels the handlers' contexts and
-// waits for them to return. Then it waits for the groups in flight to
-// store their outcomes and settle their deliveries.
+// waits for them to return.
 func (r *runner) drain(cancel context.CancelCauseFunc) {
 	t := time.NewTimer(r.c.o.shutdownTimeout)
 	defer t.Stop()
@@ -246,181 +220,78 @@ func (r *runner) drain(cancel context.CancelCauseFunc) {
 			cancel(errShutdown)
 		}
 	}
-	r.mu.Lock()
-	r.closing = true // no group starts from here on
-	r.mu.Unlock()
-	r.inflight.Wait()
 }
 
 // runner is one Run of a Consumer.
 type runner struct {
-	c         *Consumer
-	hctx      context.Context // the handlers' context: Run's values, cancelled after the shutdown timeout
-	stopping  <-chan struct{} // closed when Run's context ends
-	slots     chan struct{}   // one per handler running, at most the concurrency
-	groupSize int             // the most deliveries one group holds
-	lanes     chan struct{}   // one per group being handled
-
-	mu       sync.Mutex
-	closing  bool           // guarded by mu: no group may start
-	inflight sync.WaitGroup // the groups being handled
+	c        *Consumer
+	hctx     context.Context // the handlers' context: Run's values, cancelled after the shutdown timeout
+	stopping <-chan struct{} // closed when Run's context ends
+	slots    chan struct{}   // one per handler running, at most the concurrency
 }
 
-// job is one delivery, with the session it came from.
+// job is one delivery a worker handles, with the session it came from.
 type job struct {
 	s     *session
 	d     amqp.Delivery
 	start time.Time
 }
 
-// keyed is a delivery whose key goes to the Guard, with its event.
-type keyed struct {
-	j  job
-	ev Event
-}
-
-// handleGroup handles a group of deliveries of one session: those without
-// a usable key at once, the others under the Guard.
-func (r *runner) handleGroup(js []job) {
+func (r *runner) handle(j job) {
 	o := &r.c.o
-	var ks []keyed
-	for _, j := range js {
-		d := j.d
-		ev := Event{Queue: r.c.queue, DeliveryTag: d.DeliveryTag, Redelivered: d.Redelivered}
-		if j.s.isDead() {
-			// Taken before the channel closed: the broker delivers it again.
-			r.settled(j, ev, EventUnsettled, errChannelClosed)
-			continue
-		}
-		key, err := o.keyOf(d)
-		ev.Key = key
-		ev.Scope = o.Scope(d)
-		switch {
-		case err != nil:
-			r.settle(j, ev, decision{action: actDeadLetter, reason: ReasonInvalidKey, cause: err})
-		case key == "" && o.unkeyed == RunUnkeyed:
-			r.settleLater(j, ev, o.decide(idem.Result{}, r.callInSlot(r.hctx, d)))
-		case key == "":
-			r.settle(j, ev, decision{action: actDeadLetter, reason: ReasonMissingKey, cause: ErrNoKey})
-		default:
-			ks = append(ks, keyed{j: j, ev: ev})
-		}
-	}
-	if len(ks) > 0 {
-		r.guarded(ks)
-	}
-}
-
-// guarded runs the handlers of ks under the Guard and settles their
-// deliveries: DoBatchUnordered claims their keys in one store round trip,
-// runs the handlers one after another, each once a handler slot is free,
-// and stores their outcomes in one round trip. It goes on past a delivery
-// that does not finish, and stops only where none after can run (the
-// store down, the Guard closed): those (idem.ErrNotRun) are tried again.
-// A claim the store could not answer is tried again, with a backoff, while
-// the deliveries are held: the broker's redelivery count is not spent on a
-// store outage.
-func (r *runner) guarded(ks []keyed) {
-	o := &r.c.o
-	s := ks[0].j.s
-	pause := 50 * time.Millisecond
-	ops := make([]idem.BatchOp, 0, len(ks))
-	for len(ks) > 0 {
-		ops = ops[:0]
-		for _, k := range ks {
-			payload := k.j.d.Body
-			if o.fingerprint != nil {
-				payload = o.fingerprint(k.j.d)
-			}
-			ops = append(ops, idem.BatchOp{Scope: k.ev.Scope, Key: k.ev.Key, Payload: payload})
-		}
-		ran := make([]bool, len(ks))
-		fn := func(ctx context.Context, i int) ([]byte, error) {
-			ran[i] = true
-			return nil, r.callInSlot(ctx, ks[i].j.d)
-		}
-		var res []idem.BatchResult
-		if len(ops) == 1 {
-			// A group of one, the common case when deliveries arrive one
-			// at a time: Do's own path, without a batch's bookkeeping.
-			op := ops[0]
-			v, err := r.c.g.DoScoped(r.hctx, op.Scope, op.Key, op.Payload, func(ctx context.Context) ([]byte, error) { return fn(ctx, 0) })
-			res = []idem.BatchResult{{Result: v, Err: err}}
-		} else {
-			res = r.c.g.DoBatchUnordered(r.hctx, ops, fn)
-		}
-		var again []keyed
-		var outage error
-		for i, br := range res {
-			k := ks[i]
-			switch {
-			case errors.Is(br.Err, idem.ErrNotRun):
-				again = append(again, k)
-			case !ran[i] && errors.Is(br.Err, idem.ErrStoreUnavailable):
-				again = append(again, k)
-				outage = cmp.Or(outage, br.Err)
-			default:
-				k.ev.Replayed = br.Err == nil && br.Replayed
-				r.settleLater(k.j, k.ev, o.decide(br.Result, br.Err))
-			}
-		}
-		ks = again
-		if len(ks) == 0 {
-			return
-		}
-		wait := time.Duration(0)
-		if outage != nil {
-			o.Logger().Warn("idemamqp: the store cannot claim the keys; holding the deliveries and trying again",
-				slog.String("queue", r.c.queue), slog.Int("deliveries", len(ks)), slog.String("key", ks[0].ev.Key),
-				slog.Duration("pause", pause), slog.Any("error", outage))
-			wait = pause
-			pause = min(2*pause, 5*time.Second)
-		}
-		if !r.wait(s, wait) {
-			cause := cmp.Or(outage, errStopping)
-			for _, k := range ks {
-				r.settleLater(k.j, k.ev, decision{action: actRetry, cause: cause})
-			}
-			return
-		}
-	}
-}
-
-// callInSlot runs the handler once a handler slot is free, unless Run is
-// stopping: then it returns errStopping without running it.
-func (r *runner) callInSlot(ctx context.Context, d amqp.Delivery) error {
-	select {
-	case <-r.stopping:
-		return errStopping
-	default:
-	}
-	select {
-	case r.slots <- struct{}{}:
-	case <-r.stopping:
-		return errStopping
-	}
-	defer func() { <-r.slots }()
-	select {
-	case <-r.stopping:
-		return errStopping
-	default:
-	}
-	return r.call(ctx, d)
-}
-
-// settleLater settles j as dec says; a settlement that holds the delivery
-// for a delay does so on a goroutine of its own, so that the group's other
-// deliveries are settled meanwhile.
-func (r *runner) settleLater(j job, ev Event, dec decision) {
-	if dec.action != actRetry {
-		r.settle(j, ev, dec)
+	d := j.d
+	ev := Event{Queue: r.c.queue, DeliveryTag: d.DeliveryTag, Redelivered: d.Redelivered}
+	if j.s.isDead() {
+		// Taken before the channel closed: the broker delivers it again.
+		r.settled(j, ev, EventUnsettled, errChannelClosed)
 		return
 	}
-	r.inflight.Add(1) // within a group in flight: the count is not zero
-	go func() {
-		defer r.inflight.Done()
-		r.settle(j, ev, dec)
-	}()
+	key, err := o.keyOf(d)
+	ev.Key = key
+	ev.Scope = o.Scope(d)
+	var dec decision
+	switch {
+	case err != nil:
+		dec = decision{action: actDeadLetter, reason: ReasonInvalidKey, cause: err}
+	case key == "" && o.unkeyed == RunUnkeyed:
+		dec = o.decide(idem.Result{}, r.call(r.hctx, d))
+	case key == "":
+		dec = decision{action: actDeadLetter, reason: ReasonMissingKey, cause: ErrNoKey}
+	default:
+		dec, ev.Replayed = r.guarded(j, ev.Scope, key)
+	}
+	r.settle(j, ev, dec)
+}
+
+// guarded runs the handler under the Guard and decides the settlement. A
+// claim the store could not answer is tried again, with a backoff, while
+// the delivery is held: the broker's redelivery count is not spent on a
+// store outage. It reports whether the outcome was replayed.
+func (r *runner) guarded(j job, scope, key string) (decision, bool) {
+	o := &r.c.o
+	payload := j.d.Body
+	if o.fingerprint != nil {
+		payload = o.fingerprint(j.d)
+	}
+	var ran bool
+	fn := func(ctx context.Context) ([]byte, error) {
+		ran = true
+		return nil, r.call(ctx, j.d)
+	}
+	pause := 50 * time.Millisecond
+	for {
+		res, err := r.c.g.DoScoped(r.hctx, scope, key, payload, fn)
+		if ran || !errors.Is(err, idem.ErrStoreUnavailable) {
+			return o.decide(res, err), err == nil && res.Replayed
+		}
+		o.Logger().Warn("idemamqp: the store cannot claim the key; holding the delivery and trying again",
+			slog.String("queue", r.c.queue), slog.String("scope", scope), slog.String("key", key),
+			slog.Duration("pause", pause), slog.Any("error", err))
+		if !r.wait(j.s, pause) {
+			return decision{action: actRetry, cause: err}, false
+		}
+		pause = min(2*pause, 5*time.Second)
+	}
 }
 
 // call runs the handler on a copy of d that cannot settle itself, and

@@ -118,23 +118,6 @@
 // spend none of it. Classic queues have no delivery limit; MaxAttempts is
 // the cap there. Both kinds of queue work the same otherwise.
 //
-// # Concurrency, round trips and order
-//
-// At most [WithConcurrency] handlers run at once. The deliveries waiting
-// in amqp091's channel when one arrives are taken together, in groups of
-// up to prefetch/concurrency (rounded up): each group's keys are claimed
-// in one store round trip where the store can ([idem.BatchClaimer]), its
-// handlers run one after another, and its outcomes are stored in one round
-// trip ([idem.BatchCompleter]) before its deliveries are acked
-// ([idem.Guard.DoBatchUnordered]). A handler slot is held only while the
-// handler runs, so the store's round trips do not cost handler time. One
-// delivery's failure does not hold up the others of its group. With a
-// concurrency of 1 the handlers run one after another in delivery order.
-// Otherwise handlers of different deliveries run in any order, as on a
-// bare consumer's goroutines: RabbitMQ keeps no per-key order among the deliveries it sends
-// ahead, and a requeue puts a message behind later ones. The Guard keeps a
-// key's handler from running twice at once.
-//
 // # Connections
 //
 // amqp091 does not reconnect by default, and its optional Config.Recovery

@@ -152,28 +152,18 @@ func WithPrefetch(n int) Option {
 	}
 }
 
-// WithConcurrency sets how many handlers run at once: the bound a bare
-// consumer sets with as many goroutines reading its deliveries. Default
+// WithConcurrency sets how many handlers run at once. Default
 // [DefaultConcurrency], or the prefetch when that is lower; at least 1 and
 // at most the prefetch (more would wait for deliveries the broker holds
 // back).
 //
-// The store's round trips are not counted against it: a handler slot is
-// taken when the handler starts and given back when it returns, while the
-// claim before it and the outcome after it go to the store beside the
-// other handlers. The deliveries waiting when one arrives are claimed
-// together, in groups of up to prefetch/concurrency (rounded up), each in
-// one store round trip, and their outcomes stored in one; a group's
-// handlers run one after another. Raising the prefetch above the
-// concurrency makes the groups, and so the round trips saved, larger.
-//
-// With a concurrency of 1 the handlers run one after another in the order
-// the broker delivered the messages. Otherwise handlers of different
-// deliveries run in any order and in parallel, as
-// they would on as many goroutines reading amqp091's delivery channel: the
-// broker keeps no per-key order among the deliveries it has sent ahead,
-// and requeues put a message behind later ones. The Guard keeps one key's
-// handler from running twice at once, whatever the concurrency.
+// Each handler runs on one of as many goroutines reading amqp091's
+// delivery channel, as a bare consumer's would: handlers of different
+// deliveries run in parallel and finish in any order, since RabbitMQ keeps
+// no per-key order among the deliveries it sends ahead and a requeue puts
+// a message behind later ones. With a concurrency of 1 they run one after
+// another in delivery order. Whatever the concurrency, the Guard keeps a
+// key's handler from running twice at once.
 func WithConcurrency(n int) Option {
 	return func(o *options) {
 		if n < 1 {
@@ -338,22 +328,4 @@ func (o *options) check(queue string) error {
 // the other's arguments.
 func DelayQueueName(queue string, delay time.Duration) string {
 	return queue + ".idem-delay." + delay.String()
-}
-
-// lanes is the most groups handled at once: one with a concurrency of 1, so
-// that the handlers run one after another in the order of the deliveries;
-// otherwise as many as the prefetch allows, so that the groups waiting for
-// the store do not keep the handler slots idle.
-func (o *options) lanes() int {
-	if o.concurrency == 1 {
-		return 1
-	}
-	return o.prefetch
-}
-
-// groupSize is the most deliveries one group holds: the prefetch shared
-// among the handler goroutines, so that the groups in flight can keep
-// every handler goroutine busy.
-func (o *options) groupSize() int {
-	return max(1, (o.prefetch+o.concurrency-1)/o.concurrency)
 }

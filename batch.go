@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -69,6 +70,26 @@ var ErrNotRun = errors.New("idem: not run: an earlier operation of the batch did
 // stored runs their operations again once their leases end, as Do does
 // after a crash between fn and its outcome.
 func (g *Guard) DoBatch(ctx context.Context, ops []BatchOp, fn func(ctx context.Context, i int) ([]byte, error)) []BatchResult {
+	return g.doBatch(ctx, ops, fn, false)
+}
+
+// DoBatchUnordered is [Guard.DoBatch] for operations that do not depend on
+// each other's order, such as the messages of a queue whose handlers run
+// concurrently anyway. It differs past an operation that does not finish
+// (fn's retryable error, a busy key, a lost lease): DoBatch stops there and
+// releases the keys it claimed for the operations after it, so each of
+// those claims counts toward Config.MaxAttempts without fn having run;
+// DoBatchUnordered goes on and runs them. A busy key that Config.Wait lets
+// it wait for is waited for last, once the other operations' values are
+// stored, so that the batch holds no key while it waits. It stops only
+// where the operations after could not run either: the store failed
+// (ErrStoreUnavailable), ctx ended or the Guard was closed; those get
+// ErrNotRun, their keys left as DoBatch leaves them.
+func (g *Guard) DoBatchUnordered(ctx context.Context, ops []BatchOp, fn func(ctx context.Context, i int) ([]byte, error)) []BatchResult {
+	return g.doBatch(ctx, ops, fn, true)
+}
+
+func (g *Guard) doBatch(ctx context.Context, ops []BatchOp, fn func(ctx context.Context, i int) ([]byte, error), unordered bool) []BatchResult {
 	res := make([]BatchResult, len(ops))
 	var err error
 	switch {
@@ -85,10 +106,10 @@ func (g *Guard) DoBatch(ctx context.Context, ops []BatchOp, fn func(ctx context.
 	}
 	bc, ok := g.store.(BatchClaimer)
 	if !ok {
-		return g.doEach(ctx, ops, fn, res)
+		return g.doEach(ctx, ops, fn, res, unordered)
 	}
 	b := &batch{
-		g: g, ctx: ctx, ops: ops, fn: fn, res: res,
+		g: g, ctx: ctx, ops: ops, fn: fn, res: res, unordered: unordered,
 		state: make([]opState, len(ops)),
 		calls: make([]call, len(ops)),
 		fnCtx: make([]context.Context, len(ops)),
@@ -98,8 +119,9 @@ func (g *Guard) DoBatch(ctx context.Context, ops []BatchOp, fn func(ctx context.
 }
 
 // doEach is DoBatch over a store without batch calls: DoScoped for each
-// operation, stopping at the first that does not finish.
-func (g *Guard) doEach(ctx context.Context, ops []BatchOp, fn func(context.Context, int) ([]byte, error), res []BatchResult) []BatchResult {
+// operation, stopping at the first that does not finish (unordered: at the
+// first after which none can run).
+func (g *Guard) doEach(ctx context.Context, ops []BatchOp, fn func(context.Context, int) ([]byte, error), res []BatchResult, unordered bool) []BatchResult {
 	stopped := false
 	for i, op := range ops {
 		if stopped {
@@ -108,9 +130,20 @@ func (g *Guard) doEach(ctx context.Context, ops []BatchOp, fn func(context.Conte
 		}
 		r, err := g.DoScoped(ctx, op.Scope, op.Key, op.Payload, func(ctx context.Context) ([]byte, error) { return fn(ctx, i) })
 		res[i] = BatchResult{r, err}
-		stopped = stops(err)
+		if unordered {
+			stopped = stopsAll(ctx, err)
+		} else {
+			stopped = stops(err)
+		}
 	}
 	return res
+}
+
+// stopsAll reports whether an operation's error means that no operation
+// after it can run: the store failed, ctx ended or the Guard was closed.
+// DoBatchUnordered stops there.
+func stopsAll(ctx context.Context, err error) bool {
+	return err != nil && (errors.Is(err, ErrStoreUnavailable) || errors.Is(err, ErrClosed) || ctx.Err() != nil)
 }
 
 // stops reports whether an operation's error leaves it unfinished, so that
@@ -148,7 +181,10 @@ type batch struct {
 	fnCtx []context.Context // by operation, when acquired
 	lead  map[int]int       // follower → the earlier operation with its key
 
+	unordered bool // DoBatchUnordered: go on past an operation that does not finish
+
 	ran     bool      // values wait to be stored
+	slow    bool      // the last operation run took the flush time or longer
 	flushed time.Time // when values were last stored, or the operations began
 }
 
@@ -214,22 +250,57 @@ func (b *batch) run(bc BatchClaimer) {
 		}
 		switch b.state[i] {
 		case opAcquired:
-			if b.ran && time.Since(b.flushed) >= batchFlush {
+			if b.ran && (b.slow || time.Since(b.flushed) >= batchFlush) {
 				b.complete()
 			}
 			b.runOne(i)
 		case opWait:
-			b.complete() // hold no key while waiting for another holder's
-			op := b.ops[i]
-			r, err := g.DoScoped(b.ctx, op.Scope, op.Key, op.Payload, func(ctx context.Context) ([]byte, error) { return b.fn(ctx, i) })
-			b.res[i] = BatchResult{r, err}
-			b.state[i] = opDecided
+			if b.unordered {
+				continue // waited for last, below
+			}
+			b.wait(i)
 		}
-		stopped = b.state[i] == opDecided && stops(b.res[i].Err)
+		stopped = b.state[i] == opDecided && b.stopsAt(i)
+	}
+	if b.unordered {
+		b.complete() // hold no key while waiting for another holder's
+		for i, s := range b.state {
+			if s != opWait {
+				continue
+			}
+			if stopped {
+				b.skip(i)
+				continue
+			}
+			b.wait(i)
+			stopped = b.stopsAt(i)
+		}
 	}
 	panicked = false
 	b.complete()
 	b.follow()
+}
+
+// wait runs the operation i, whose key another holder had, through
+// DoScoped, which waits for that holder's outcome up to Config.Wait. The
+// batch stores the values it has first, so that it holds no key while it
+// waits.
+func (b *batch) wait(i int) {
+	b.complete()
+	op := b.ops[i]
+	r, err := b.g.DoScoped(b.ctx, op.Scope, op.Key, op.Payload, func(ctx context.Context) ([]byte, error) { return b.fn(ctx, i) })
+	b.res[i] = BatchResult{r, err}
+	b.state[i] = opDecided
+}
+
+// stopsAt reports whether the batch stops at operation i, decided: DoBatch
+// at one that did not finish, DoBatchUnordered at one after which none can
+// run.
+func (b *batch) stopsAt(i int) bool {
+	if b.unordered {
+		return stopsAll(b.ctx, b.res[i].Err)
+	}
+	return stops(b.res[i].Err)
 }
 
 // claim claims args in one round trip and sets the state of each
@@ -303,8 +374,9 @@ func (b *batch) holdNothingPastStop() {
 	for i, s := range b.state {
 		switch {
 		case !hit:
-			hit = s == opWait || (s == opDecided && stops(b.res[i].Err))
-			waiting = s == opWait
+			// DoBatchUnordered waits for busy keys last, holding nothing.
+			waiting = s == opWait && !b.unordered
+			hit = waiting || (s == opDecided && b.stopsAt(i))
 		case s == opAcquired && waiting:
 			c := &b.calls[i]
 			b.g.hb.stop(c)
@@ -334,7 +406,12 @@ func (b *batch) runOne(i int) {
 	if g.cfg.Observer != nil {
 		started = time.Now()
 	}
+	stopFlush := b.flushDuring()
+	defer stopFlush() // when fn panics: before abort stores values
+	began := time.Now()
 	value, ferr := b.fn(ctx, i) // a panic finds the key acquired, and abort releases it
+	stopFlush()
+	b.slow = time.Since(began) >= batchFlush
 	c.cancel(context.Canceled)
 	if g.cfg.Observer != nil {
 		g.observe(b.ctx, Event{Op: OpRun, Scope: c.scope, Key: c.key, Duration: time.Since(started), Err: ferr})
@@ -359,6 +436,31 @@ func (b *batch) runOne(i int) {
 	}
 	b.state[i] = opDecided
 	b.res[i].Err = ferr
+}
+
+// flushDuring arranges for the values waiting to be stored to be stored
+// once the batch's flush time has passed, if an operation still runs
+// then: a slow or stalled operation does not keep the ones before it
+// unstored, which a crash would run again. The batch's state is the
+// flush's alone until the returned function, which waits for a flush under
+// way, has returned; calling it again does nothing.
+func (b *batch) flushDuring() (stop func()) {
+	if !b.ran {
+		return func() {}
+	}
+	flushed := make(chan struct{})
+	t := time.AfterFunc(max(batchFlush-time.Since(b.flushed), 0), func() {
+		defer close(flushed)
+		b.complete()
+	})
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			if !t.Stop() {
+				<-flushed
+			}
+		})
+	}
 }
 
 // skip gives up operation i after the batch stopped.

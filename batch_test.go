@@ -126,8 +126,8 @@ func TestDoBatchStoresSlowValuesEarly(t *testing.T) {
 				t.Fatal(r.Err)
 			}
 		}
-		if n := cs.batches.Load(); n != 2 {
-			t.Fatalf("%d CompleteBatch calls, want 2: the three before the slow one's end, the two after", n)
+		if n := cs.batches.Load(); n != 3 {
+			t.Fatalf("%d CompleteBatch calls, want 3: the two before the slow one while it runs, the slow one, the two after", n)
 		}
 	})
 }
@@ -141,4 +141,150 @@ type completeCounter struct {
 func (c *completeCounter) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]error, error) {
 	c.batches.Add(1)
 	return c.Store.CompleteBatch(ctx, cs)
+}
+
+// DoBatchUnordered goes on past operations that do not finish, and runs the
+// operations after them under their first claim: with MaxAttempts 1 a
+// second claim would fail them, as DoBatch's release and claim again does.
+// Over a store without batch calls it answers the same.
+func TestDoBatchUnorderedGoesOnPastFailures(t *testing.T) {
+	for name, s := range map[string]idem.Store{"batch calls": newMem(t), "per key": plainStore{newMem(t)}} {
+		t.Run(name, func(t *testing.T) {
+			g := newGuard(t, s, idem.Config{MaxAttempts: 1})
+			held := idemtestHold(t, g, "busy")
+			flaky := errors.New("payment provider timed out")
+			ops := []idem.BatchOp{{Key: "flaky"}, {Key: "busy"}, {Key: "permanent"}, {Key: "ok"}}
+			var ran []string
+			res := g.DoBatchUnordered(context.Background(), ops, func(_ context.Context, i int) ([]byte, error) {
+				ran = append(ran, ops[i].Key)
+				switch ops[i].Key {
+				case "flaky":
+					return nil, flaky
+				case "permanent":
+					return nil, idem.Permanent(errors.New("card declined"))
+				}
+				return []byte("v"), nil
+			})
+			if !errors.Is(res[0].Err, flaky) || !errors.Is(res[1].Err, idem.ErrInProgress) || !idem.IsPermanent(res[2].Err) ||
+				res[3].Err != nil || string(res[3].Value) != "v" {
+				t.Fatalf("results %+v; want flaky, busy, permanent, a value", res)
+			}
+			if fmt.Sprint(ran) != "[flaky permanent ok]" {
+				t.Fatalf("ran %v, want [flaky permanent ok]", ran)
+			}
+			held()
+		})
+	}
+}
+
+// idemtestHold claims key through g on a goroutine of its own and holds it
+// until the returned function is called.
+func idemtestHold(t *testing.T, g *idem.Guard, key string) (release func()) {
+	t.Helper()
+	claimed, done, ended := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		g.Do(context.Background(), key, nil, func(context.Context) ([]byte, error) {
+			close(claimed)
+			<-done
+			return []byte("held"), nil
+		})
+	}()
+	<-claimed
+	return func() { close(done); <-ended }
+}
+
+// A busy key that Config.Wait lets DoBatchUnordered wait for is waited for
+// last, once the other operations' values are stored: the batch holds no
+// key while it waits, and gets the holder's outcome.
+func TestDoBatchUnorderedWaitsForBusyKeysLast(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, err := memstore.New(memstore.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		g, err := idem.New(s, idem.Config{Wait: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		release := idemtestHold(t, g, "busy")
+		ops := []idem.BatchOp{{Key: "busy"}, {Key: "after"}}
+		done := make(chan []idem.BatchResult)
+		go func() {
+			done <- g.DoBatchUnordered(context.Background(), ops, func(context.Context, int) ([]byte, error) { return []byte("v"), nil })
+		}()
+		synctest.Wait() // the batch waits for the holder
+		rec, err := s.Get(context.Background(), g.StoreKey("after"))
+		if err != nil || rec.Status != idem.StatusCompleted {
+			t.Fatalf("the record of the operation after the busy key while the batch waits: %v, %v; want Completed", rec.Status, err)
+		}
+		release()
+		res := <-done
+		if res[0].Err != nil || string(res[0].Value) != "held" || !res[0].Replayed || res[1].Err != nil {
+			t.Fatalf("results %+v; want the holder's value replayed, then a value", res)
+		}
+	})
+}
+
+// DoBatchUnordered stops where no operation after can run: ctx ended.
+func TestDoBatchUnorderedStopsWhenContextEnds(t *testing.T) {
+	g := newGuard(t, newMem(t), idem.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ops := []idem.BatchOp{{Key: "a"}, {Key: "b"}, {Key: "c"}}
+	res := g.DoBatchUnordered(ctx, ops, func(ctx context.Context, i int) ([]byte, error) {
+		cancel()
+		return nil, ctx.Err()
+	})
+	if !errors.Is(res[0].Err, context.Canceled) || !errors.Is(res[1].Err, idem.ErrNotRun) || !errors.Is(res[2].Err, idem.ErrNotRun) {
+		t.Fatalf("results %+v; want the cancelled operation's error, then ErrNotRun", res)
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		ran := false
+		if _, err := g.Do(context.Background(), k, nil, func(context.Context) ([]byte, error) { ran = true; return nil, nil }); err != nil || !ran {
+			t.Fatalf("Do(%s) after the batch: ran=%v err=%v; want its key released", k, ran, err)
+		}
+	}
+}
+
+// An operation that runs past the batch's flush time does not keep the
+// values of the operations before it unstored: they are stored while it
+// runs, so that a crash then would not run them again.
+func TestDoBatchStoresValuesWhileAnOperationStalls(t *testing.T) {
+	for _, unordered := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			s, err := memstore.New(memstore.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			g, err := idem.New(s, idem.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			do := g.DoBatch
+			if unordered {
+				do = g.DoBatchUnordered
+			}
+			ops := []idem.BatchOp{{Key: "before"}, {Key: "stalls"}}
+			res := do(context.Background(), ops, func(ctx context.Context, i int) ([]byte, error) {
+				if ops[i].Key == "stalls" {
+					time.Sleep(time.Minute)
+					rec, err := s.Get(ctx, g.StoreKey("before"))
+					if err != nil || rec.Status != idem.StatusCompleted {
+						return nil, fmt.Errorf("the record before the stalled operation while it runs: %v, %v; want Completed", rec.Status, err)
+					}
+				}
+				return []byte("v"), nil
+			})
+			for _, r := range res {
+				if r.Err != nil {
+					t.Fatalf("unordered=%v: %v", unordered, r.Err)
+				}
+			}
+		})
+	}
 }

@@ -12,10 +12,14 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemnats"
+	"github.com/idemgo/idem/internal/testenv"
 )
 
 // benchBatch is the Fetch batch of the bare consumer and of idemnats alike.
 const benchBatch = 64
+
+// benchServers are the servers whose CPU time the benchmark reports.
+var benchServers = []string{"nats-server", "redis-server", "postgres"}
 
 // benchPGConns is the size of PostgreSQL's pool in the benchmarks: go-redis's
 // default for two cores (10 per GOMAXPROCS).
@@ -85,6 +89,7 @@ func work(d time.Duration) {
 
 func benchBare(b *testing.B, d time.Duration) {
 	cons := benchStream(b, b.N)
+	cpu := testenv.NewCPUMeter(benchServers...)
 	b.ResetTimer()
 	acked := 0
 	for acked < b.N {
@@ -107,11 +112,13 @@ func benchBare(b *testing.B, d time.Duration) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	cpu.Report(b, b.N)
 }
 
 func benchIdem(b *testing.B, store idem.Store, d time.Duration) {
 	cons := benchStream(b, b.N)
-	g := newGuard(b, store, idem.Config{})
+	trips := &tripCounter{Store: store}
+	g := newGuard(b, trips, idem.Config{})
 	var handled atomic.Int64
 	all := make(chan struct{})
 	n := int64(b.N)
@@ -127,6 +134,7 @@ func benchIdem(b *testing.B, store idem.Store, d time.Duration) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	cpu := testenv.NewCPUMeter(benchServers...)
 	b.ResetTimer()
 	go func() { done <- c.Run(ctx) }()
 	<-all
@@ -136,4 +144,69 @@ func benchIdem(b *testing.B, store idem.Store, d time.Duration) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	b.ReportMetric(float64(trips.n.Load())/float64(b.N), "trips/msg")
+	cpu.Report(b, b.N)
+}
+
+// tripCounter counts the store round trips the Guard makes: every call of
+// the store, a batch call counting one.
+type tripCounter struct {
+	idem.Store
+	n atomic.Int64
+}
+
+func (s *tripCounter) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+	s.n.Add(1)
+	return s.Store.Claim(ctx, a)
+}
+
+func (s *tripCounter) Complete(ctx context.Context, key string, t idem.Token, value []byte, retention time.Duration) error {
+	s.n.Add(1)
+	return s.Store.Complete(ctx, key, t, value, retention)
+}
+
+func (s *tripCounter) Fail(ctx context.Context, key string, t idem.Token, cause []byte, retention time.Duration) error {
+	s.n.Add(1)
+	return s.Store.Fail(ctx, key, t, cause, retention)
+}
+
+func (s *tripCounter) Release(ctx context.Context, key string, t idem.Token) error {
+	s.n.Add(1)
+	return s.Store.Release(ctx, key, t)
+}
+
+func (s *tripCounter) Extend(ctx context.Context, key string, t idem.Token, lease time.Duration) error {
+	s.n.Add(1)
+	return s.Store.Extend(ctx, key, t, lease)
+}
+
+// ClaimBatch and CompleteBatch pass through to the store's own, or make one
+// call per key where it has none, as the Guard does.
+func (s *tripCounter) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.Claim, error) {
+	bc, ok := s.Store.(idem.BatchClaimer)
+	if !ok {
+		cls := make([]idem.Claim, len(args))
+		for i, a := range args {
+			var err error
+			if cls[i], err = s.Claim(ctx, a); err != nil {
+				return nil, err
+			}
+		}
+		return cls, nil
+	}
+	s.n.Add(1)
+	return bc.ClaimBatch(ctx, args)
+}
+
+func (s *tripCounter) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]error, error) {
+	bc, ok := s.Store.(idem.BatchCompleter)
+	if !ok {
+		errs := make([]error, len(cs))
+		for i, c := range cs {
+			errs[i] = s.Complete(ctx, c.Key, c.Token, c.Value, c.Retention)
+		}
+		return errs, nil
+	}
+	s.n.Add(1)
+	return bc.CompleteBatch(ctx, cs)
 }

@@ -178,20 +178,22 @@ type run struct {
 func (r *run) fetchLoop() {
 	backoff := minBackoff
 	prev := closedTurn
-	var inFlight *inFlightBatch
+	var inFlight []*inFlightBatch
 	defer func() {
-		if inFlight != nil {
-			inFlight.wait(r)
+		for _, f := range inFlight {
+			f.wait(r)
 		}
 	}()
 	for r.stopping.Err() == nil {
 		next, err := r.fetchBatch(prev)
-		if inFlight != nil {
-			inFlight.wait(r)
-		}
-		inFlight = next
 		if next != nil {
+			inFlight = append(inFlight, next)
 			prev = next.last
+		}
+		for len(inFlight) >= maxInFlight {
+			inFlight[0].wait(r)
+			inFlight[0] = nil
+			inFlight = inFlight[1:]
 		}
 		switch {
 		case err == nil:
@@ -214,6 +216,10 @@ func (r *run) fetchLoop() {
 	}
 }
 
+// maxInFlight is how many batches a fetch loop holds: the one whose
+// handlers run, and the next, fetched and claimed meanwhile.
+const maxInFlight = 2
+
 // The backoff of a fetch loop after a failed fetch.
 const (
 	minBackoff = 50 * time.Millisecond
@@ -234,11 +240,14 @@ func (f *inFlightBatch) wait(r *run) {
 }
 
 // fetchBatch fetches one batch and starts handling its messages as they
-// arrive: a goroutine per message claims its key at once, and the
-// handlers run one after another in the order of the batch, the first
-// after prev is closed. It returns once the last message has arrived, with
-// the batch in flight (nil when the fetch failed at once), and the fetch's
-// error.
+// arrive: the messages that have arrived when a chunk starts (all of a
+// batch the server sends at once) form one chunk, whose keys the Guard
+// claims in one store round trip ([idem.Guard.DoBatchUnordered]) and whose outcomes
+// it stores in one. The handlers of a chunk run one after another in the
+// order of the batch, the first once the chunk before it passed its turn
+// (prev for the first chunk). It returns once the last message has
+// arrived, with the batch in flight (nil when the fetch failed at once),
+// and the fetch's error.
 func (r *run) fetchBatch(prev chan struct{}) (*inFlightBatch, error) {
 	fctx, cancel := context.WithTimeout(r.stopping, r.c.o.fetchWait)
 	defer cancel()
@@ -251,14 +260,29 @@ func (r *run) fetchBatch(prev chan struct{}) (*inFlightBatch, error) {
 		return nil, err
 	}
 	f := &inFlightBatch{b: r.progress.track(), last: prev}
-	for msg := range mb.Messages() {
-		d := f.b.add(msg)
+	msgs := mb.Messages()
+	for msg := range msgs {
+		chunk := []*delivery{f.b.add(msg)}
+	gather: // the messages already here join the chunk
+		for {
+			select {
+			case m, ok := <-msgs:
+				if !ok {
+					break gather
+				}
+				chunk = append(chunk, f.b.add(m))
+			default:
+				break gather
+			}
+		}
 		if r.stopping.Err() != nil {
-			r.settle(d, "", "", verdict{action: actRetry, cause: errStopping})
+			for _, d := range chunk {
+				r.settle(d, "", "", verdict{action: actRetry, cause: errStopping})
+			}
 			continue
 		}
 		before, turn := f.last, make(chan struct{})
-		f.wg.Go(func() { r.deliver(d, before, turn) })
+		f.wg.Go(func() { r.deliver(chunk, before, turn) })
 		f.last = turn
 	}
 	err = mb.Error()
@@ -268,18 +292,29 @@ func (r *run) fetchBatch(prev chan struct{}) (*inFlightBatch, error) {
 	return f, err
 }
 
-// closedTurn is the turn of the message before a batch's first.
+// closedTurn is the turn of the chunk before a loop's first.
 var closedTurn = func() chan struct{} {
 	c := make(chan struct{})
 	close(c)
 	return c
 }()
 
-// deliver handles one message of a batch. Its handler starts once prev is
-// closed, the turn of the message before it; turn is closed once this
-// message's turn is over: its handler returned, or the Guard answered
-// without running it and the messages before it had their turn.
-func (r *run) deliver(d *delivery, prev <-chan struct{}, turn chan struct{}) {
+// guarded is a message of a chunk whose key goes to the Guard.
+type guarded struct {
+	d          *delivery
+	scope, key string
+	pos        int // its place in the chunk
+}
+
+// deliver handles one chunk of a batch. Its first handler starts once
+// prev is closed, the turn of the chunk before it; turn is closed once no
+// handler of this chunk is left to run: the handler of its last message
+// returned, or every message was answered, and the chunks before it had
+// their turn.
+//
+// Runs of keyed messages go to the Guard together (see guard); a message
+// without a key that runs unguarded takes its place between them.
+func (r *run) deliver(chunk []*delivery, prev <-chan struct{}, turn chan struct{}) {
 	var once sync.Once
 	pass := func() { once.Do(func() { close(turn) }) }
 	defer func() {
@@ -298,34 +333,65 @@ func (r *run) deliver(d *delivery, prev <-chan struct{}, turn chan struct{}) {
 		}
 		return r.stopping.Err() == nil
 	}
+	// handled runs after the handler of the message at pos returned.
+	last := len(chunk) - 1
+	handled := func(pos int) {
+		if pos == last {
+			pass()
+		}
+	}
 
 	c := r.c
-	scope := c.o.Scope(d.msg)
-	key, err := c.key(d.msg)
-	switch {
-	case err != nil:
-		r.settle(d, scope, key, verdict{action: actDeadLetter, reason: ReasonInvalidKey, cause: err})
-		return
-	case key == "" && c.o.unkeyed == DeadLetterUnkeyed:
-		r.settle(d, scope, key, verdict{action: actDeadLetter, reason: ReasonMissingKey, cause: ErrNoKey})
-		return
-	case key == "":
-		// RunUnkeyed: the handler runs without idempotency.
-		if !waitTurn() {
-			r.settle(d, scope, key, verdict{action: actRetry, cause: errStopping})
-			return
+	var run []guarded
+	for pos, d := range chunk {
+		scope := c.o.Scope(d.msg)
+		key, err := c.key(d.msg)
+		switch {
+		case err != nil:
+			r.settle(d, scope, key, verdict{action: actDeadLetter, reason: ReasonInvalidKey, cause: err})
+		case key == "" && c.o.unkeyed == DeadLetterUnkeyed:
+			r.settle(d, scope, key, verdict{action: actDeadLetter, reason: ReasonMissingKey, cause: ErrNoKey})
+		case key == "":
+			// RunUnkeyed: the handler runs without idempotency, in its
+			// place among the others.
+			r.guard(run, waitTurn, handled)
+			run = run[:0]
+			if !waitTurn() {
+				r.settle(d, scope, key, verdict{action: actRetry, cause: errStopping})
+				continue
+			}
+			err := c.handle(r.work, d.msg)
+			handled(pos)
+			r.settle(d, scope, key, c.o.verdictOf(idem.Result{}, err))
+		default:
+			run = append(run, guarded{d: d, scope: scope, key: key, pos: pos})
 		}
-		err := c.handle(r.work, d.msg)
-		pass()
-		r.settle(d, scope, key, c.o.verdictOf(idem.Result{}, err))
+	}
+	r.guard(run, waitTurn, handled)
+}
+
+// guard runs the handlers of ms under the Guard, in order, and settles
+// their messages. DoBatchUnordered claims their keys in one store round
+// trip and stores their outcomes in one, and goes on past a message that
+// does not finish (its retryable error, a busy key), which is naked and
+// comes back later, after the ones behind it: order holds for the messages
+// that succeed at their first try. The batch stops only where no message
+// after can run (the store down, the Guard closed, the shutdown timeout
+// passed): those are handed back.
+func (r *run) guard(ms []guarded, waitTurn func() bool, handled func(pos int)) {
+	if len(ms) == 0 {
 		return
 	}
-
-	payload := d.msg.Data()
-	if c.o.fingerprint != nil {
-		payload = c.o.fingerprint(d.msg)
+	c := r.c
+	ops := make([]idem.BatchOp, len(ms))
+	for i, m := range ms {
+		payload := m.d.msg.Data()
+		if c.o.fingerprint != nil {
+			payload = c.o.fingerprint(m.d.msg)
+		}
+		ops[i] = idem.BatchOp{Scope: m.scope, Key: m.key, Payload: payload}
 	}
-	res, err := c.g.DoScoped(r.work, scope, key, payload, func(ctx context.Context) ([]byte, error) {
+	res := c.g.DoBatchUnordered(r.work, ops, func(ctx context.Context, i int) ([]byte, error) {
 		if !waitTurn() {
 			return nil, errStopping
 		}
@@ -333,18 +399,29 @@ func (r *run) deliver(d *delivery, prev <-chan struct{}, turn chan struct{}) {
 			// The lease was lost while the message waited its turn.
 			return nil, context.Cause(ctx)
 		}
-		err := c.handle(ctx, d.msg)
-		pass()
+		err := c.handle(ctx, ms[i].d.msg)
+		handled(ms[i].pos)
 		return nil, err
 	})
-	if errors.Is(err, idem.ErrClosed) {
-		r.stop(fmt.Errorf("idemnats: %w", idem.ErrClosed))
+	var why error // why the batch stopped
+	for i, br := range res {
+		m := ms[i]
+		v := c.o.verdictOf(br.Result, br.Err)
+		switch {
+		case errors.Is(br.Err, idem.ErrClosed):
+			r.stop(fmt.Errorf("idemnats: %w", idem.ErrClosed))
+		case errors.Is(br.Err, idem.ErrNotRun) && r.stopping.Err() != nil:
+			v = verdict{action: actRetry, cause: errStopping}
+		case errors.Is(br.Err, idem.ErrNotRun):
+			v = c.o.verdictOf(idem.Result{}, fmt.Errorf("%w: %w", br.Err, why))
+		case v.action == actAck:
+			m.d.replayed = br.Replayed
+		}
+		if br.Err != nil && !errors.Is(br.Err, idem.ErrNotRun) {
+			why = br.Err
+		}
+		r.settle(m.d, m.scope, m.key, v)
 	}
-	v := c.o.verdictOf(res, err)
-	if v.action == actAck {
-		d.replayed = res.Replayed
-	}
-	r.settle(d, scope, key, v)
 }
 
 // handle runs the handler, turning a panic into an error so that the key

@@ -84,17 +84,26 @@
 //
 // # Batches, order and AckWait
 //
-// Run fetches up to [WithBatchSize] messages at a time. As messages
-// arrive, their keys are claimed concurrently (one Guard.DoScoped per
-// message), and their handlers run one after another, in stream order. The
-// next Fetch starts as soon as the batch's last message has arrived, so its
-// claims overlap the handlers before it, and its handlers follow theirs:
-// a fetch loop holds at most two batches. [WithConcurrency] runs several
-// fetch loops, with order kept within each. A handler starts
-// when the one before it returned, while that one's outcome is still on
-// its way to the store. Each message is claimed and completed in store
-// round trips of its own: the stores' batch calls ([idem.BatchClaimer],
-// [idem.BatchCompleter]) are not used yet.
+// Run fetches up to [WithBatchSize] messages at a time. The messages that
+// have arrived when one is taken (under load, a whole batch) form a chunk:
+// the Guard claims the chunk's keys in one store round trip where the
+// store can ([idem.BatchClaimer]), the handlers run one after another, in
+// stream order, and the outcomes are stored in one round trip
+// ([idem.BatchCompleter]) before the messages are acked
+// ([idem.Guard.DoBatchUnordered]). A handler starts when the one before it
+// returned, while that one's outcome is still on its way to the store. The
+// next Fetch starts as soon as the batch's last message has arrived, so
+// its claims overlap the handlers before it, and its handlers follow
+// theirs: a fetch loop holds at most two batches, so keep the consumer's
+// MaxAckPending at least twice the batch size times the concurrency.
+// [WithConcurrency] runs several fetch loops, with order kept within each.
+//
+// Order holds for the messages handled at their first try. A message that
+// does not finish (a retryable error, a busy key) does not hold up the
+// others of its chunk: it is naked and comes back after them. With the
+// Guard's Config.Wait set, a busy key is waited for once the rest of its
+// chunk is handled and stored, and its handler, if the holder gave up,
+// runs then, possibly beside the next chunk's.
 //
 // Every message of a batch is delivered at once, so a message may wait its
 // turn longer than AckWait. Every AckWait/3 the consumer sends InProgress

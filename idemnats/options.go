@@ -158,7 +158,8 @@ func WithDeadLetter(js jetstream.JetStream, subject string) Option {
 }
 
 // WithBatchSize sets how many messages one Fetch asks for. Their keys are
-// claimed concurrently and their handlers run one after another, in stream
+// claimed in one store round trip and their outcomes stored in one (where
+// the store can), and their handlers run one after another, in stream
 // order; the next batch is fetched while they run. Default
 // [DefaultBatchSize]; at least 1. Keep the consumer's MaxAckPending at
 // least twice the batch size times the concurrency.

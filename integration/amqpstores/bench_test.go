@@ -17,6 +17,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemamqp"
 	"github.com/idemgo/idem/idemamqp/idemamqptest"
+	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/memstore"
 	"github.com/idemgo/idem/pgstore"
 	"github.com/idemgo/idem/pgstore/pgstoretest"
@@ -94,6 +95,7 @@ func benchGuard(b *testing.B, s idem.Store, d time.Duration) {
 	defer g.Close()
 	run := rand.Text()[:8]
 	var next atomic.Int64
+	cpu := testenv.NewCPUMeter(benchServers...)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for range benchConcurrency {
@@ -112,7 +114,7 @@ func benchGuard(b *testing.B, s idem.Store, d time.Duration) {
 		})
 	}
 	wg.Wait()
-	report(b, b.N, time.Since(start))
+	report(b, b.N, time.Since(start), cpu)
 }
 
 // fill returns a new classic queue holding n messages with distinct keys.
@@ -141,16 +143,23 @@ func pause(d time.Duration) {
 	}
 }
 
-// report reports the rate of n messages in elapsed.
-func report(b *testing.B, n int, elapsed time.Duration) {
+// report reports the rate of n messages in elapsed, and what they cost
+// the CPU of this process and of the servers.
+func report(b *testing.B, n int, elapsed time.Duration, cpu *testenv.CPUMeter) {
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "msgs/s")
 	b.ReportMetric(0, "ns/op")
+	cpu.Report(b, n)
 }
+
+// benchServers are the servers whose CPU time the benchmark reports:
+// RabbitMQ's Erlang VM, Redis and PostgreSQL.
+var benchServers = []string{"beam.smp", "redis-server", "postgres"}
 
 // benchBare consumes with amqp091 alone: the least a consumer with manual
 // acks does.
 func benchBare(b *testing.B, d time.Duration) {
 	q := fill(b, b.N)
+	cpu := testenv.NewCPUMeter(benchServers...)
 	start := time.Now()
 	conn, err := amqp.Dial(idemamqptest.URL())
 	if err != nil {
@@ -186,7 +195,7 @@ func benchBare(b *testing.B, d time.Duration) {
 		})
 	}
 	<-done
-	report(b, b.N, time.Since(start))
+	report(b, b.N, time.Since(start), cpu)
 	b.StopTimer()
 	ch.Close()
 	wg.Wait()
@@ -218,11 +227,12 @@ func benchIdem(b *testing.B, s idem.Store, d time.Duration) {
 	}
 	q.DeleteAtEnd(c.DelayQueue())
 	ctx, cancel := context.WithCancel(context.Background())
+	cpu := testenv.NewCPUMeter(benchServers...)
 	start := time.Now()
 	ran := make(chan error, 1)
 	go func() { ran <- c.Run(ctx) }()
 	<-done
-	report(b, b.N, time.Since(start))
+	report(b, b.N, time.Since(start), cpu)
 	b.StopTimer()
 	cancel()
 	if err := <-ran; err != nil {

@@ -295,7 +295,7 @@ type storeBenchTarget struct {
 	// and after each phase; nil for a server without WAL. It counts
 	// whatever else writes to the server during the phase too.
 	walPosition func(ctx context.Context) (int64, error)
-	close  func() error
+	close       func() error
 }
 
 // benchStore opens the store, runs the rounds and writes the table (and

@@ -35,15 +35,14 @@ VALUES ($1::bytea, 1, nextval('{{.seq}}'), 1, $2::bytea, statement_timestamp() +
 		AND (r.token = 0 OR r.lease_until <= statement_timestamp()))){{end}}
 
 -- The claim that reads first: $1 key, $2 fingerprint, $3 lease, $4
--- retention, $5 max attempts (0: no cap), $6 the cause stored when capped.
--- One statement, one snapshot:
+-- retention, $5 max attempts (0: no cap). One statement, one snapshot:
 --
---   cur   the key's row as the snapshot has it, and whether this claim
---         takes it over (take);
---   ins   no row, or one to take over: the insert of the new record, whose
---         conflict with the row is the takeover (DO UPDATE … WHERE
---         takeover): a new token, or the cap (attempts exhausted:
---         Failed(ErrTooManyAttempts), token 0);
+--   cur   the key's row as the snapshot has it, whether this claim takes
+--         it over (take), and whether it would cap it (attempts
+--         exhausted);
+--   ins   no row, or one to take over under the cap: the insert of the new
+--         record, whose conflict with the row is the takeover (DO UPDATE …
+--         WHERE takeover, not capped): a new token, attempt + 1;
 --
 -- and the answer is the row ins returned, or cur's row when it is not to
 -- be taken over (an outcome, a live lease, another fingerprint). That
@@ -59,59 +58,62 @@ VALUES ($1::bytea, 1, nextval('{{.seq}}'), 1, $2::bytea, statement_timestamp() +
 -- changed since, its transaction waited for) is no longer to be taken
 -- over. ins locked it all the same (a DO UPDATE locks the row whatever its
 -- WHERE says): that race costs a row lock, never a duplicate that found
--- its record. The client then runs the statement again, with a new
--- snapshot that sees that write (READ COMMITTED).
+-- its record. No row comes back either for a takeover over the cap, which
+-- stores Failed(ErrTooManyAttempts): the full claim does that, rarely
+-- enough that its CASEs are not worth setting up in every execution of
+-- this one. The client then runs the statement again, with a new snapshot
+-- that sees what changed (READ COMMITTED), and after a few runs the full
+-- claim.
 --
--- One write, the insert, and no UPDATE of its own: the server sets up
--- every data-modifying statement of a WITH on each execution, run or not,
--- and an UPDATE beside the insert cost a replay a third more of the
--- server's time.
+-- One write, the insert, with the takeover's plain SET, and no UPDATE of
+-- its own: the server sets up every data-modifying statement of a WITH,
+-- and a DO UPDATE's expressions, on each execution, run or not. Counted
+-- with scripts/bench-pg-instructions.sh, the cap's CASEs in the DO UPDATE
+-- cost a replay 230k instructions of the server's, 209k without (a bare
+-- SELECT of the row: 45k); an UPDATE beside the insert took a third more
+-- of the server's CPU time.
 --
 -- Arguments: result, the columns of the row r's result (see
 -- capped_result), named result (and result_size), and result_cols their
--- names; restore, when not empty, adds a last column,
--- restore_lock_timeout, computed once the claim has its row (and so after
--- any wait: see set_lock_timeout).
+-- names; null_result, as many NULLs for a new record; restore, when not
+-- empty, adds a last column, restore_lock_timeout, computed once the claim
+-- has its row (and so after any wait: see set_lock_timeout).
 {{define "read_first_claim"}}WITH cur AS MATERIALIZED (
 	SELECT r.status, r.token, r.attempt, r.fingerprint = $2::bytea AS same, r.lease_until,
-		{{.result}}, r.expires_at, coalesce({{template "takeover" args . "fp" "$2::bytea"}}, false) AS take
+		{{.result}}, r.expires_at, coalesce({{template "takeover" args . "fp" "$2::bytea"}}, false) AS take,
+		coalesce({{template "capped"}}, false) AS capped
 	FROM {{.table}} AS r WHERE r.key = $1::bytea),
 ins AS (
 	INSERT INTO {{.table}} AS r
 		(key, status, token, attempt, fingerprint, lease_until, retention, result, expires_at)
 	SELECT $1::bytea, 1, nextval('{{.seq}}'), 1, $2::bytea, statement_timestamp() + $3::interval, $4::interval, NULL,
 		statement_timestamp() + $3::interval + $4::interval
-	WHERE NOT EXISTS (SELECT FROM cur) OR (SELECT take FROM cur)
-	ON CONFLICT (key) DO UPDATE SET status = CASE WHEN {{template "capped"}} THEN 3 ELSE 1 END,
-		token = CASE WHEN {{template "capped"}} THEN 0 ELSE excluded.token END,
-		attempt = CASE WHEN r.expires_at <= statement_timestamp() THEN 1
-			WHEN {{template "capped"}} THEN r.attempt ELSE r.attempt + 1 END,
-		fingerprint = excluded.fingerprint,
-		lease_until = CASE WHEN {{template "capped"}} THEN NULL ELSE excluded.lease_until END,
-		retention = excluded.retention,
-		result = CASE WHEN {{template "capped"}} THEN $6::bytea END,
-		expires_at = CASE WHEN {{template "capped"}} THEN statement_timestamp() + excluded.retention
-			ELSE excluded.expires_at END
-	WHERE {{template "takeover" args . "fp" "excluded.fingerprint"}}
-	RETURNING r.status, r.token, r.attempt, r.lease_until, {{.result}}, r.expires_at)
+	WHERE NOT EXISTS (SELECT FROM cur) OR (SELECT take AND NOT capped FROM cur)
+	ON CONFLICT (key) DO UPDATE SET status = 1, token = excluded.token,
+		attempt = CASE WHEN r.expires_at <= statement_timestamp() THEN 1 ELSE r.attempt + 1 END,
+		fingerprint = excluded.fingerprint, lease_until = excluded.lease_until, retention = excluded.retention,
+		result = NULL, expires_at = excluded.expires_at
+	WHERE {{template "takeover" args . "fp" "excluded.fingerprint"}} AND NOT coalesce({{template "capped"}}, false)
+	RETURNING r.token, r.attempt, r.lease_until, r.expires_at)
 SELECT *{{if .restore}}, {{template "restore_lock_timeout"}}{{end}} FROM (
-	SELECT status, token, attempt, true, lease_until, {{.result_cols}}, expires_at, status = 1 FROM ins
+	SELECT 1::smallint, token, attempt, true, lease_until, {{.null_result}}, expires_at, true FROM ins
 	UNION ALL
 	SELECT status, token, attempt, same, lease_until, {{.result_cols}}, expires_at, false FROM cur WHERE NOT take
 ) AS claimed{{end}}
 
--- Whether a takeover of read_first_claim caps the record r: its lease is
--- over and its attempts reached $5, the claim's cap (0: none).
+-- Whether a takeover of the record r by read_first_claim would cap it:
+-- the record has not expired and its attempts reached $5, the claim's cap
+-- (0: none).
 {{define "capped"}}(r.expires_at > statement_timestamp() AND r.attempt >= NULLIF($5::int, 0)){{end}}
 
--- Store.Claim's claim: $7 the longest result returned.
-{{define "claim_read"}}{{template "read_first_claim" args . "result" "CASE WHEN octet_length(r.result) <= $7::int THEN r.result END AS result, octet_length(r.result) AS result_size"
-	"result_cols" "result, result_size" "restore" ""}}{{end}}
+-- Store.Claim's claim: $6 the longest result returned.
+{{define "claim_read"}}{{template "read_first_claim" args . "result" "CASE WHEN octet_length(r.result) <= $6::int THEN r.result END AS result, octet_length(r.result) AS result_size"
+	"result_cols" "result, result_size" "null_result" "NULL::bytea, NULL::int" "restore" ""}}{{end}}
 
 -- TxGuard's claim, whose result is not capped. A claim that returns no
 -- row restores no lock_timeout: the one that runs next still waits as the
 -- guard's.
-{{define "tx_claim_read"}}{{template "read_first_claim" args . "result" "r.result AS result" "result_cols" "result" "restore" "yes"}}{{end}}
+{{define "tx_claim_read"}}{{template "read_first_claim" args . "result" "r.result AS result" "result_cols" "result" "null_result" "NULL::bytea" "restore" "yes"}}{{end}}
 
 -- The ON CONFLICT branch of the full claims, which answer every outcome
 -- in one statement whatever a concurrent claim did since a snapshot: for

@@ -166,8 +166,8 @@ func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 	if err := validClaim("Claim", a); err != nil {
 		return idem.Claim{}, err
 	}
-	args := []any{[]byte(a.Key), fingerprint(a), micros(a.Lease), micros(a.Retention),
-		maxAttempts(a.MaxAttempts), tooManyAttempts, int32(s.cfg.MaxValueSize)}
+	limit := int32(s.cfg.MaxValueSize)
+	args := []any{[]byte(a.Key), fingerprint(a), micros(a.Lease), micros(a.Retention), maxAttempts(a.MaxAttempts), limit}
 	var r claimRow
 	dest := []any{&r.status, &r.token, &r.attempt, &r.sameFingerprint, &r.leaseUntil, &r.result, &r.resultSize, &r.expiresAt, &r.acquired}
 	for range readFirstTries {
@@ -179,6 +179,7 @@ func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 			return idem.Claim{}, translate("claim", err)
 		}
 	}
+	args = append(args[:5], tooManyAttempts, limit)
 	if err := s.db.QueryRow(ctx, s.q.claim, args...).Scan(dest...); err != nil {
 		return idem.Claim{}, translate("claim", err)
 	}

@@ -482,14 +482,19 @@ func (g *TxGuard) queueClaim(b *pgx.Batch, a idem.ClaimArgs, nested bool) (claim
 		b.Queue(g.setLockTimeout)
 	}
 	claimAt = b.Len()
-	b.Queue(g.q.txClaimRead, claimParams(a)...)
+	b.Queue(g.q.txClaimRead, claimParams(a, false)...)
 	b.Queue(g.q.savepointFn)
 	return claimAt
 }
 
-// claimParams are the parameters of tx_claim_read and tx_claim.
-func claimParams(a idem.ClaimArgs) []any {
-	return []any{[]byte(a.Key), fingerprint(a), micros(a.Lease), micros(a.Retention), maxAttempts(a.MaxAttempts), tooManyAttempts}
+// claimParams are the parameters of tx_claim_read, or of tx_claim (full),
+// which takes the cause it stores when capped too.
+func claimParams(a idem.ClaimArgs, full bool) []any {
+	p := []any{[]byte(a.Key), fingerprint(a), micros(a.Lease), micros(a.Retention), maxAttempts(a.MaxAttempts)}
+	if full {
+		p = append(p, tooManyAttempts)
+	}
+	return p
 }
 
 // readClaim reads the n results of a batch of queueClaim (the claim at
@@ -511,7 +516,7 @@ func (g *TxGuard) readClaim(ctx context.Context, tx pgx.Tx, br pgx.BatchResults,
 			claim = g.q.txClaim
 		}
 		b := &pgx.Batch{}
-		b.Queue(claim, claimParams(a)...)
+		b.Queue(claim, claimParams(a, full)...)
 		b.Queue(g.q.savepointFn) // again: after this claim's write
 		r, found, err = readClaimRow(tx.SendBatch(ctx, b), b.Len(), 0)
 		if err == nil && !found && full {

@@ -147,9 +147,12 @@ func (p *Publisher) open() error {
 	if p.ch != nil {
 		select {
 		case <-p.closed:
-			p.drop()
 		default:
-			return nil
+			// NotifyClose is sent after the channel is marked closed:
+			// a call in between must not take it for open.
+			if !p.ch.IsClosed() && !p.conn.IsClosed() {
+				return nil
+			}
 		}
 	}
 	p.drop()
@@ -195,9 +198,10 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) error {
 	err := outbox.PublishInRounds(ctx, msgs, func(ctx context.Context, round []outbox.Message) []error {
 		return p.send(ctx, ch, round)
 	})
-	if ctx.Err() != nil {
-		// Confirms and returns of this call may still arrive: the next
-		// call starts on a connection of its own.
+	if ctx.Err() != nil || errors.Is(err, ErrConnection) {
+		// Confirms and returns of this call may still arrive, or the
+		// connection is lost: the next call starts on a connection of
+		// its own.
 		p.drop()
 	}
 	return err

@@ -142,7 +142,7 @@ func startServer(t *testing.T) *server {
 	t.Helper()
 	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
 	if len(bins) == 0 {
-		testenv.Unavailable(t, "no /usr/lib/postgresql/*/bin/initdb: cannot start a throwaway server to stop")
+		testenv.Unavailable(t, "no /usr/lib/postgresql/*/bin/initdb: cannot start a throwaway server")
 	}
 	slices.Sort(bins)
 	binDir := filepath.Dir(bins[len(bins)-1])

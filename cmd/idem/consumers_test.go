@@ -94,3 +94,51 @@ func TestCrashPlan(t *testing.T) {
 		t.Errorf("rate 0.5, 10000 deliveries: %d without crash, %d before the charge, %d after", counts[0], counts[1], counts[2])
 	}
 }
+
+// A process that dies while another of its calls has charged and not yet
+// stored the outcome: that call still stores it (the demo's crash points
+// are before a charge and after an outcome, never between), so no other
+// process takes the order over and charges it again. A call that had not
+// charged when the process died stores nothing.
+func TestCrashLandsAfterChargedCallsStoreTheirOutcome(t *testing.T) {
+	ctx := context.Background()
+	s, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var stats runStats
+	p := &process{stats: &stats}
+	g, err := idem.New(processStore{store: s, p: p}, idem.Config{Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	l := newLedger(2)
+
+	// Order 0 charges, then its process dies (another call crashed)
+	// before Do stores the outcome.
+	res, err := g.Do(ctx, "order-0", []byte("pay"), func(ctx context.Context) ([]byte, error) {
+		receipt := p.charge(ctx, l, 0)
+		p.dead.Store(true)
+		return receipt, nil
+	})
+	if err != nil || string(res.Value) != "ch_1" {
+		t.Fatalf("Do of the call that charged: %q, %v; want its receipt stored", res.Value, err)
+	}
+	if r, err := s.Get(ctx, g.StoreKey("order-0")); err != nil || r.Status != idem.StatusCompleted {
+		t.Fatalf("order-0 after the crash: %v, %v; want Completed", r.Status, err)
+	}
+	// Order 1 has not charged when the process is found dead: its outcome
+	// is refused, as a dead process writes nothing.
+	_, err = g.Do(ctx, "order-1", []byte("pay"), func(ctx context.Context) ([]byte, error) { return nil, nil })
+	if err == nil {
+		t.Fatal("Do in a dead process succeeded")
+	}
+	if err := (processStore{store: s, p: p}).Complete(ctx, "order-1", 42, nil, time.Minute); !errors.Is(err, errProcessDead) {
+		t.Errorf("Complete of a call that did not charge, in a dead process: %v, want errProcessDead", err)
+	}
+	if got := l.charges[0].Load(); got != 1 {
+		t.Errorf("order 0 charged %d times, want 1", got)
+	}
+}

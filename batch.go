@@ -200,6 +200,7 @@ func (b *batch) run(bc BatchClaimer) {
 	var idx []int // args[k] claims ops[idx[k]]
 	first := make(map[string]int, len(b.ops))
 	fps := make([][sha256.Size]byte, len(b.ops)) // room for the default fingerprints
+	var kb [256]byte                             // each op's store key, before it is a string
 	for i, op := range b.ops {
 		if err := g.cfg.CheckKey(op.Scope, op.Key); err != nil {
 			b.res[i].Err = err
@@ -207,7 +208,8 @@ func (b *batch) run(bc BatchClaimer) {
 		}
 		c := &b.calls[i]
 		c.g, c.scope, c.key = g, op.Scope, op.Key
-		c.storeKey = g.storeKey(op.Scope, op.Key)
+		k := g.appendStoreKey(kb[:0], op.Scope, op.Key)
+		c.storeKey = string(k)
 		c.fingerprint = g.cfg.Fingerprint(fps[i][:0], op.Payload)
 		if j, ok := first[c.storeKey]; ok {
 			if b.lead == nil {
@@ -220,8 +222,6 @@ func (b *batch) run(bc BatchClaimer) {
 		first[c.storeKey] = i
 		a := ClaimArgs{Key: c.storeKey, Fingerprint: c.fingerprint, Lease: g.cfg.Lease, Retention: g.cfg.FailedRetention, MaxAttempts: g.cfg.MaxAttempts}
 		if g.cache != nil {
-			var kb [256]byte
-			k := g.appendStoreKey(kb[:0], op.Scope, op.Key)
 			if r, err, ok := g.fromCache(b.ctx, op.Scope, op.Key, k, c.fingerprint, time.Now()); ok {
 				b.res[i] = BatchResult{r, err}
 				continue

@@ -224,11 +224,6 @@ func (g *Guard) DoScoped(ctx context.Context, scope, key string, payload []byte,
 // readings only, never a wall time such as a record's expiry.
 func (g *Guard) monoNow() time.Time { return g.epoch.Add(time.Since(g.epoch)) }
 
-func (g *Guard) storeKey(scope, key string) string {
-	var buf [128]byte
-	return string(g.appendStoreKey(buf[:0], scope, key))
-}
-
 // appendStoreKey appends the store key of key in scope to b.
 func (g *Guard) appendStoreKey(b []byte, scope, key string) []byte {
 	return appendScoped(append(b, g.prefix...), scope, key)

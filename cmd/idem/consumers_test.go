@@ -10,16 +10,23 @@ import (
 	"github.com/idemgo/idem/memstore"
 )
 
+// memStore returns a new memstore, closed when the test ends.
+func memStore(t *testing.T) *memstore.Store {
+	t.Helper()
+	s, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 // A crash inside fn is a process death: the key stays held by the dead
 // claim, as if nobody could tell the store. Returning an error or panicking
 // from fn would release it instead.
 func TestCrashInsideDoLeavesTheKeyHeld(t *testing.T) {
 	ctx := context.Background()
-	s, err := memstore.New(memstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := memStore(t)
 	var stats runStats
 	cfg := idem.Config{Lease: time.Minute}
 	dying := &process{stats: &stats}
@@ -102,11 +109,7 @@ func TestCrashPlan(t *testing.T) {
 // charged when the process died stores nothing.
 func TestCrashLandsAfterChargedCallsStoreTheirOutcome(t *testing.T) {
 	ctx := context.Background()
-	s, err := memstore.New(memstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := memStore(t)
 	var stats runStats
 	p := &process{stats: &stats}
 	g, err := idem.New(processStore{store: s, p: p}, idem.Config{Lease: time.Minute})

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -23,6 +24,7 @@ type Guard struct {
 	cfg      Config
 	prefix   []byte // the namespace part of every store key
 	cache    *cache
+	lend     bool      // the store is an ArgsCopier: claims borrow their bytes
 	epoch    time.Time // when New ran, for monoNow
 	hb       heartbeats
 	closed   atomic.Bool
@@ -52,6 +54,9 @@ func New(store Store, cfg Config) (*Guard, error) {
 	g := &Guard{store: store, cfg: cfg, sha256: sha, prefix: appendNamespace(nil, cfg.Namespace), epoch: time.Now()}
 	if vl, ok := store.(ValueLimiter); ok {
 		g.maxValue = max(0, vl.MaxValueSize())
+	}
+	if ac, ok := store.(ArgsCopier); ok {
+		g.lend = ac.CopiesClaimArgs()
 	}
 	if cfg.CacheSize > 0 {
 		g.cache = newCache(cfg.CacheSize, cfg.CacheTTL)
@@ -153,6 +158,7 @@ func (g *Guard) DoScoped(ctx context.Context, scope, key string, payload []byte,
 	var kb [256]byte
 	k := g.appendStoreKey(kb[:0], scope, key)
 	var args ClaimArgs
+	var buf *[]byte // args' bytes, lent to the store: see claimArgs
 	if g.cache != nil && g.sha256 {
 		// The default configuration answers a cached duplicate with no
 		// allocation but the value's copy: store key and fingerprint are
@@ -161,16 +167,27 @@ func (g *Guard) DoScoped(ctx context.Context, scope, key string, payload []byte,
 		if res, err, ok := g.fromCache(ctx, scope, key, k, sum[:], now); ok {
 			return res, err
 		}
-		args = g.claimArgs(k, sum[:], nil)
+		args, buf = g.claimArgs(k, sum[:], nil)
 	} else {
-		args = g.claimArgs(k, nil, payload)
+		args, buf = g.claimArgs(k, nil, payload)
 		if g.cache != nil {
 			if res, err, ok := g.fromCache(ctx, scope, key, k, args.Fingerprint, now); ok {
+				lent.put(buf)
 				return res, err
 			}
 		}
 	}
+	res, err := g.claimAndRun(ctx, scope, key, args, buf != nil, now, fn)
+	lent.put(buf)
+	return res, err
+}
 
+// claimAndRun claims args, sent at now, and runs fn if it acquires the key,
+// else answers from the record, waiting while the key is busy. args' bytes
+// are lent when borrowed is set: the store keeps nothing of them, and they
+// go back to the pool once claimAndRun returns, so whatever outlives the
+// claim (the call, a cached record) gets copies.
+func (g *Guard) claimAndRun(ctx context.Context, scope, key string, args ClaimArgs, borrowed bool, now time.Time, fn func(ctx context.Context) ([]byte, error)) (Result, error) {
 	var waitUntil time.Time
 	backoff := 5 * time.Millisecond
 	for sent := now; ; sent = g.monoNow() {
@@ -192,10 +209,18 @@ func (g *Guard) DoScoped(ctx context.Context, scope, key string, payload []byte,
 		switch cl.Outcome {
 		case Acquired:
 			// Only now is there a run to keep state for.
+			if borrowed {
+				args = args.own()
+			}
 			c := &call{g: g, scope: scope, key: key, storeKey: args.Key, fingerprint: args.Fingerprint, token: cl.Token}
 			return c.run(ctx, sent, fn)
 		case Duplicate:
-			g.cacheRecord(args.Key, args.Fingerprint, cl.Record)
+			if g.cache != nil && cl.Record.Status.Done() {
+				if borrowed {
+					args = args.own()
+				}
+				g.cacheRecord(args.Key, args.Fingerprint, cl.Record)
+			}
 			return Replay(cl.Record)
 		case Busy:
 			if waitUntil.IsZero() {
@@ -229,14 +254,26 @@ func (g *Guard) appendStoreKey(b []byte, scope, key string) []byte {
 	return appendScoped(append(b, g.prefix...), scope, key)
 }
 
-// claimArgs returns the arguments of the Claim of storeKey with one
-// allocation: the store key and the fingerprint share a buffer, the key's
-// part of it made a string that nothing writes after. The fingerprint is fp
-// when given (the Guard's SHA-256, already computed), else that of payload.
-func (g *Guard) claimArgs(storeKey, fp, payload []byte) ClaimArgs {
+// claimArgs returns the arguments of the Claim of storeKey, the store key
+// and the fingerprint in one buffer. The fingerprint is fp when given (the
+// Guard's SHA-256, already computed), else that of payload.
+//
+// Over a store that copies what it keeps of a claim's arguments
+// ([ArgsCopier]) the buffer is lent: it comes from a pool, and claimArgs
+// returns it for the caller to put back once the claim is answered, with
+// no allocation. Over any other store it is one allocation, never written
+// again, and the returned buffer is nil.
+func (g *Guard) claimArgs(storeKey, fp, payload []byte) (ClaimArgs, *[]byte) {
 	n := len(storeKey)
-	buf := make([]byte, n, n+sha256.Size)
-	copy(buf, storeKey)
+	var buf []byte
+	var pooled *[]byte
+	if g.lend {
+		pooled = lent.get(n + sha256.Size)
+		buf = append((*pooled)[:0], storeKey...)
+	} else {
+		buf = make([]byte, n, n+sha256.Size)
+		copy(buf, storeKey)
+	}
 	var fingerprint []byte
 	switch {
 	case fp != nil:
@@ -247,14 +284,56 @@ func (g *Guard) claimArgs(storeKey, fp, payload []byte) ClaimArgs {
 	default:
 		fingerprint = g.cfg.Fingerprint(buf[n:n:n+sha256.Size], payload)
 	}
+	if pooled != nil {
+		*pooled = buf
+	}
 	return ClaimArgs{
-		// buf[:n] is never written again and does not outlive the string:
-		// the conversion strings.Builder makes.
+		// buf[:n] is not written while the string is in use: never, or,
+		// lent, not before the claim is answered and its bytes copied.
 		Key:         unsafe.String(unsafe.SliceData(buf), n),
 		Fingerprint: fingerprint,
 		Lease:       g.cfg.Lease,
 		Retention:   g.cfg.FailedRetention,
 		MaxAttempts: g.cfg.MaxAttempts,
+	}, pooled
+}
+
+// own returns a with a key and fingerprint of its own, in one allocation,
+// for a claim whose bytes were lent.
+func (a ClaimArgs) own() ClaimArgs {
+	n := len(a.Key)
+	buf := make([]byte, n+len(a.Fingerprint))
+	copy(buf, a.Key)
+	copy(buf[n:], a.Fingerprint)
+	a.Key = unsafe.String(unsafe.SliceData(buf), n)
+	if a.Fingerprint != nil {
+		a.Fingerprint = buf[n:len(buf):len(buf)]
+	}
+	return a
+}
+
+// lent is the pool of the buffers a Guard lends an [ArgsCopier] store.
+var lent lendPool
+
+type lendPool struct{ p sync.Pool }
+
+// maxLent is the largest buffer lendPool keeps: longer keys are rare, and
+// a pool of them would hold their memory.
+const maxLent = 1 << 10
+
+// get returns a buffer with room for n bytes.
+func (l *lendPool) get(n int) *[]byte {
+	if b, ok := l.p.Get().(*[]byte); ok && cap(*b) >= n {
+		return b
+	}
+	b := make([]byte, 0, max(n, 128))
+	return &b
+}
+
+// put gives b back once its bytes are no longer in use; nil is ignored.
+func (l *lendPool) put(b *[]byte) {
+	if b != nil && cap(*b) <= maxLent {
+		l.p.Put(b)
 	}
 }
 

@@ -26,8 +26,7 @@ func (s *doneStore) Claim(context.Context, idem.ClaimArgs) (idem.Claim, error) {
 
 // TestReplayAllocations counts the allocations of a Do of a completed key:
 // a duplicate allocates nothing it does not return, but for the store key
-// the Store interface takes as a string (which a store may keep), which
-// shares one allocation with the fingerprint.
+// and fingerprint (one buffer) over a store that may keep them.
 func TestReplayAllocations(t *testing.T) {
 	ctx := context.Background()
 	payload := []byte(`{"amount":1200}`)
@@ -54,8 +53,12 @@ func TestReplayAllocations(t *testing.T) {
 		{"guard-scoped", func(*testing.T) idem.Store {
 			return &doneStore{record: idem.Record{Status: idem.StatusCompleted, Result: []byte("receipt")}}
 		}, idem.Config{}, "tenant-7", 1},
-		// memstore adds the copy of the value it returns.
-		{"memstore", func(t *testing.T) idem.Store { return newMem(t) }, idem.Config{}, "", 2},
+		// memstore copies what it keeps of a claim (idem.ArgsCopier): the
+		// Guard lends it store key and fingerprint from a pool, and the one
+		// allocation is the copy of the value it returns.
+		{"memstore", func(t *testing.T) idem.Store { return newMem(t) }, idem.Config{}, "", 1},
+		{"memstore-scoped-custom-fingerprint", func(t *testing.T) idem.Store { return newMem(t) },
+			idem.Config{Fingerprint: func(dst, p []byte) []byte { return append(dst, p...) }}, "tenant-7", 1},
 		// A cached duplicate: the copy of the value only.
 		{"cache", func(t *testing.T) idem.Store { return newMem(t) }, idem.Config{CacheSize: 16}, "", 1},
 		{"cache-sharded-scoped", func(t *testing.T) idem.Store { return newMem(t) }, idem.Config{CacheSize: 4096}, "tenant-7", 1},
@@ -155,4 +158,59 @@ func TestReplayHonoursExpiry(t *testing.T) {
 			t.Fatalf("after retention: %q replayed=%v, want a new run", res.Value, res.Replayed)
 		}
 	})
+}
+
+// TestLentKeysStayApart runs Do on many goroutines over memstore, which
+// borrows each claim's key and fingerprint from the Guard's pool
+// (idem.ArgsCopier), with keys short and long (past the pool's largest
+// buffer), new and repeated, with and without the local cache: every call
+// gets its own key's value, never another's, and every record is stored
+// under its own key.
+func TestLentKeysStayApart(t *testing.T) {
+	for _, cacheSize := range []int{0, 64} {
+		t.Run(fmt.Sprintf("cache-%d", cacheSize), func(t *testing.T) {
+			ctx := context.Background()
+			store := newMem(t)
+			g := newGuard(t, store, idem.Config{CacheSize: cacheSize, MaxKeyLen: 4096, Wait: 10 * time.Second})
+			const goroutines, keys = 16, 300
+			key := func(i int) string {
+				if i%7 == 0 {
+					return fmt.Sprintf("%s-%d", strings.Repeat("k", 1200+i), i)
+				}
+				return fmt.Sprintf("order-%d", i)
+			}
+			errc := make(chan error, goroutines)
+			for w := range goroutines {
+				go func() {
+					for n := range 2 * keys {
+						k := key((n*7 + w*13) % keys)
+						res, err := g.Do(ctx, k, []byte("payload of "+k), value("value of "+k))
+						if err == nil && string(res.Value) != "value of "+k {
+							err = fmt.Errorf("= %.30q", res.Value)
+						}
+						if err != nil {
+							err = fmt.Errorf("Do(%.20q): %.200v", k, err)
+						}
+						if err != nil {
+							errc <- err
+							return
+						}
+					}
+					errc <- nil
+				}()
+			}
+			for range goroutines {
+				if err := <-errc; err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := range keys {
+				r, err := store.Get(ctx, g.StoreKey(key(i)))
+				if err != nil || string(r.Result) != "value of "+key(i) ||
+					string(r.Fingerprint) != string(idem.SHA256Fingerprint(nil, []byte("payload of "+key(i)))) {
+					t.Fatalf("record of %.20q: %.30q %v", key(i), r.Result, err)
+				}
+			}
+		})
+	}
 }

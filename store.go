@@ -91,6 +91,20 @@ type BatchCompleter interface {
 	CompleteBatch(ctx context.Context, cs []Completion) ([]error, error)
 }
 
+// ArgsCopier is implemented by stores whose Claim keeps nothing of its
+// arguments' Key and Fingerprint bytes once it returns: what it stores, it
+// copies. The Claim it returns may hold them, as the caller's own. A Guard
+// over such a store builds each claim's key and fingerprint in a buffer it
+// reuses, so that a duplicate allocates nothing but what Do returns. A
+// store that reports true and keeps them anyway lets one key's bytes turn
+// into another's; [github.com/idemgo/idem/idemtest]'s conformance suite
+// checks it.
+type ArgsCopier interface {
+	// CopiesClaimArgs reports whether Claim copies what it keeps of its
+	// arguments. A store that wraps another answers for both.
+	CopiesClaimArgs() bool
+}
+
 // StoreKey returns the store key of an unscoped key in namespace: what
 // [ScopedStoreKey] returns for the empty scope.
 func StoreKey(namespace, key string) string { return ScopedStoreKey(namespace, "", key) }

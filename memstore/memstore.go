@@ -9,6 +9,7 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -170,7 +171,12 @@ var (
 	_ idem.Store          = (*Store)(nil)
 	_ idem.BatchClaimer   = (*Store)(nil)
 	_ idem.BatchCompleter = (*Store)(nil)
+	_ idem.ArgsCopier     = (*Store)(nil)
 )
+
+// CopiesClaimArgs implements [idem.ArgsCopier]: Claim copies the key and
+// fingerprint it keeps, so a Guard may hand it bytes it reuses.
+func (*Store) CopiesClaimArgs() bool { return true }
 
 // New returns a Store. It fails when a Config field is out of range; the
 // error names it.
@@ -336,6 +342,7 @@ func (s *store) claimLocked(sh *shard, a idem.ClaimArgs, clock time.Time) (idem.
 	now := clock.UnixNano()
 	e, ok := s.live(sh, a.Key, now)
 	if !ok {
+		a.Key = strings.Clone(a.Key) // kept as the map's key: the caller's bytes may be reused (CopiesClaimArgs)
 		e = entry{status: idem.StatusInProgress, attempt: 1, retention: a.Retention}
 		e.setFingerprint(a.Fingerprint)
 		if err := s.reserve(1, entrySize(a.Key, &e)); err != nil {
@@ -355,7 +362,10 @@ func (s *store) claimLocked(sh *shard, a idem.ClaimArgs, clock time.Time) (idem.
 		busy := e.record(a.Key, a.Fingerprint, nil)
 		busy.Token = 0 // the holder's token is the holder's alone: it would complete or release its lease
 		return idem.Claim{Outcome: idem.Busy, Record: busy}, nil
-	case a.MaxAttempts > 0 && int(e.attempt) >= a.MaxAttempts:
+	}
+	// A write from here: the map's key and the expiry queue keep a.Key.
+	a.Key = strings.Clone(a.Key)
+	if a.MaxAttempts > 0 && int(e.attempt) >= a.MaxAttempts {
 		cause := idem.TooManyAttemptsCause()
 		if err := s.reserve(0, int64(len(cause))); err != nil {
 			return idem.Claim{}, err

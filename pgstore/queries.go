@@ -68,7 +68,7 @@ func (t table) render(tmpl *template.Template, name string, kv ...string) string
 // queries are the statements of a Store and a TxGuard over a table,
 // rendered from queries.sql; each is described there, under its name.
 type queries struct {
-	claimRead, claim, claimBatch                string
+	claimPeek, claimRead, claim, claimBatch     string
 	finish, release, extend, completeBatch      string
 	get, delete, reap                           string
 	txClaimRead, txClaim, txComplete, txFail    string
@@ -79,6 +79,7 @@ type queries struct {
 func newQueries(t table) queries {
 	r := func(name string) string { return t.render(sqlTemplates, name) }
 	return queries{
+		claimPeek:      r("claim_peek"),
 		claimRead:      r("claim_read"),
 		claim:          r("claim"),
 		claimBatch:     r("claim_batch"),

@@ -110,6 +110,16 @@ SELECT *{{if .restore}}, {{template "restore_lock_timeout"}}{{end}} FROM (
 {{define "claim_read"}}{{template "read_first_claim" args . "result" "CASE WHEN octet_length(r.result) <= $6::int THEN r.result END AS result, octet_length(r.result) AS result_size"
 	"result_cols" "result, result_size" "null_result" "NULL::bytea, NULL::int" "restore" ""}}{{end}}
 
+-- Store.Claim's peek, a plain read before the claim (Config.Peek): $1
+-- key, $2 fingerprint, $3 the longest result returned. It returns the row
+-- when the row answers the claim as it is (an outcome, a live lease,
+-- another fingerprint), in claim_read's columns, and no row when the
+-- claim has to write (a new key, a takeover, an attempt cap): the claim
+-- statement follows then.
+{{define "claim_peek"}}SELECT r.status, r.token, r.attempt, r.fingerprint = $2::bytea, r.lease_until,
+	{{template "capped_result" args . "limit" "$3::int"}}, r.expires_at, false
+FROM {{.table}} AS r WHERE r.key = $1::bytea AND NOT {{template "takeover" args . "fp" "$2::bytea"}}{{end}}
+
 -- TxGuard's claim, whose result is not capped. A claim that returns no
 -- row restores no lock_timeout: the one that runs next still waits as the
 -- guard's.

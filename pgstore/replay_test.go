@@ -151,10 +151,16 @@ func TestReplayWritesNothing(t *testing.T) {
 	ctx := testCtx(t)
 	tx, s := e.storeInTx(t)
 	w0 := writesOf(t, tx, e.store.Table())
+	peeking, err := pgstore.New(tx, pgstore.Config{Table: e.table, Peek: pgstore.PeekAlways})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range replays {
 		want := f.claims[i%len(f.claims)]
 		c, err := s.Claim(ctx, want.args)
 		f.check(t, "Claim", want, c, err)
+		c, err = peeking.Claim(ctx, want.args)
+		f.check(t, "Claim after a peek", want, c, err)
 	}
 	// Batches of every kind, one of them with each key twice (two rounds,
 	// pipelined).
@@ -453,18 +459,22 @@ func TestTakeoverAndCapStillWrite(t *testing.T) {
 // between its read and its write reads again; the second run lets the
 // full claim answer at once instead (so it does not run in parallel).
 func TestClaimersRacingOnOneKey(t *testing.T) {
-	t.Run("reads again", testClaimersRacingOnOneKey)
+	t.Run("reads again", func(t *testing.T) { testClaimersRacingOnOneKey(t, pgstore.PeekNever) })
 	t.Run("full claim", func(t *testing.T) {
 		pgstore.SetReadFirstTries(t, 1)
-		testClaimersRacingOnOneKey(t)
+		testClaimersRacingOnOneKey(t, pgstore.PeekNever)
 	})
+	t.Run("peeks first", func(t *testing.T) { testClaimersRacingOnOneKey(t, pgstore.PeekAlways) })
 }
 
-func testClaimersRacingOnOneKey(t *testing.T) {
+func testClaimersRacingOnOneKey(t *testing.T, peek pgstore.Peek) {
 	const goroutines, rounds = 32, 10
 	e := newEnv(t, 8)
 	ctx := testCtx(t)
-	s := e.store
+	s, err := pgstore.New(e.pool, pgstore.Config{Table: e.table, Peek: peek})
+	if err != nil {
+		t.Fatal(err)
+	}
 	race := func(key string) (acquired []idem.Claim) {
 		var mu sync.Mutex
 		var wg sync.WaitGroup

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemgo/idem"
@@ -43,7 +45,36 @@ type Config struct {
 	// ClaimBatch and Get with a *ValueTooLargeError, and the server does
 	// not send it. Default 1 MiB; at most MaxValueSizeLimit.
 	MaxValueSize int
+
+	// Peek is when Claim first reads the key's row with a plain SELECT,
+	// which answers a duplicate, a busy key or another fingerprint for the
+	// least a read costs, and leaves the claim statement to the keys it
+	// does not answer (a new key, a takeover), one more statement and
+	// round trip for them. Without a peek, the claim statement reads and
+	// writes in one: a new key's fastest path, while a duplicate costs the
+	// server the setup of a statement that may insert, 3 to 4 times a
+	// SELECT's (BENCHMARKS.md). Both write nothing and lock nothing for a
+	// claim answered from the row, and answer alike. Default PeekAuto.
+	Peek Peek
 }
+
+// Peek is when a [Store]'s Claim reads the key before it claims it: see
+// Config.Peek.
+type Peek uint8
+
+// The values of [Peek].
+const (
+	// PeekAuto peeks while most of the Store's recent claims were
+	// answered from the row, as in a storm of retries or redeliveries,
+	// and claims in one statement while most wrote. It starts without.
+	PeekAuto Peek = iota
+	// PeekAlways peeks before every claim: for stores that answer
+	// duplicates far more often than they see new keys.
+	PeekAlways
+	// PeekNever never peeks: one statement and one round trip for every
+	// claim.
+	PeekNever
+)
 
 // Defaults and limits of [Config].
 const (
@@ -62,10 +93,42 @@ const (
 // [Store.Reap] or a [Reaper] deletes them or a Claim of the key replaces
 // them.
 type Store struct {
-	db  DB
-	cfg Config
-	t   table
-	q   queries
+	db   DB
+	cfg  Config
+	t    table
+	q    queries
+	lean lean // of recent claims, under PeekAuto
+}
+
+// lean is the balance of a Store's recent claims: up by one for a claim
+// answered from the row as it was (a duplicate, a busy key, another
+// fingerprint), down by one for a claim that wrote (a new key, a takeover),
+// within ±leanLimit. Under PeekAuto a Claim peeks while it is positive.
+// Concurrent claims may lose a step to each other (one compare-and-swap,
+// no retry): the balance is a statistic, and at its bounds it is only
+// read, so a steady workload writes no shared memory.
+type lean struct{ n atomic.Int32 }
+
+const leanLimit = 16
+
+func (l *lean) note(read bool) {
+	switch n := l.n.Load(); {
+	case read && n < leanLimit:
+		l.n.CompareAndSwap(n, n+1)
+	case !read && n > -leanLimit:
+		l.n.CompareAndSwap(n, n-1)
+	}
+}
+
+// peeks reports whether the next Claim reads first (Config.Peek).
+func (s *Store) peeks() bool {
+	switch s.cfg.Peek {
+	case PeekAlways:
+		return true
+	case PeekNever:
+		return false
+	}
+	return s.lean.n.Load() > 0
 }
 
 var (
@@ -87,6 +150,9 @@ func New(db DB, cfg Config) (*Store, error) {
 	}
 	if cfg.MaxValueSize < 0 || cfg.MaxValueSize > MaxValueSizeLimit {
 		return nil, fmt.Errorf("pgstore: Config.MaxValueSize %d: must be between 1 and %d", cfg.MaxValueSize, MaxValueSizeLimit)
+	}
+	if cfg.Peek > PeekNever {
+		return nil, fmt.Errorf("pgstore: Config.Peek %d: not a Peek", cfg.Peek)
 	}
 	cfg.Table = t.name
 	cfg.MaxValueSize = cmp.Or(cfg.MaxValueSize, DefaultMaxValueSize)
@@ -152,7 +218,10 @@ var tooManyAttempts = idem.TooManyAttemptsCause()
 // one, a lease that ran out) or a claim over the attempt cap updates the
 // row. A duplicate, a busy key or another fingerprint is answered from the
 // read, with no write and no row lock: no transaction ID, no commit to
-// wait for. Of concurrent claims of a key, PostgreSQL's unique index lets
+// wait for. While most recent claims were answered so (Config.Peek), a
+// claim first reads the row with a plain SELECT, which answers them at the
+// cost of a read, and sends the claim statement only when the read does
+// not answer. Of concurrent claims of a key, PostgreSQL's unique index lets
 // one insert and makes the others wait for it; a claim whose write found
 // the row changed since its read runs again, with a new snapshot, and
 // after readFirstTries such runs (claims racing on the key all along) the
@@ -167,12 +236,25 @@ func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 		return idem.Claim{}, err
 	}
 	limit := int32(s.cfg.MaxValueSize)
-	args := []any{[]byte(a.Key), fingerprint(a), micros(a.Lease), micros(a.Retention), maxAttempts(a.MaxAttempts), limit}
-	var r claimRow
-	dest := []any{&r.status, &r.token, &r.attempt, &r.sameFingerprint, &r.leaseUntil, &r.result, &r.resultSize, &r.expiresAt, &r.acquired}
+	key, fp := []byte(a.Key), fingerprint(a)
+	sc := claimScans.Get().(*claimScan)
+	defer sc.put()
+	r, dest := &sc.row, sc.dest
+	if s.peeks() {
+		err := s.db.QueryRow(ctx, s.q.claimPeek, key, fp, limit).Scan(dest...)
+		if err == nil {
+			s.lean.note(true)
+			return r.cappedClaim(a, s.cfg.MaxValueSize)
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return idem.Claim{}, translate("claim", err)
+		}
+	}
+	args := []any{key, fp, micros(a.Lease), micros(a.Retention), maxAttempts(a.MaxAttempts), limit}
 	for range readFirstTries {
 		err := s.db.QueryRow(ctx, s.q.claimRead, args...).Scan(dest...)
 		if err == nil {
+			s.lean.note(!r.acquired)
 			return r.cappedClaim(a, s.cfg.MaxValueSize)
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
@@ -183,6 +265,7 @@ func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 	if err := s.db.QueryRow(ctx, s.q.claim, args...).Scan(dest...); err != nil {
 		return idem.Claim{}, translate("claim", err)
 	}
+	s.lean.note(!r.acquired)
 	return r.cappedClaim(a, s.cfg.MaxValueSize)
 }
 
@@ -192,6 +275,29 @@ func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 // key's row between that run's read and its write. A variable for the
 // tests, which set it to 1 to make the full claim answer every race.
 var readFirstTries = 3
+
+// claimScan is a claimRow with the scan destinations of its columns, kept
+// in a pool: a claim that reads a duplicate allocates little more than
+// what it returns.
+type claimScan struct {
+	row  claimRow
+	dest []any
+}
+
+var claimScans = sync.Pool{New: func() any {
+	sc := new(claimScan)
+	r := &sc.row
+	sc.dest = []any{&r.status, &r.token, &r.attempt, &r.sameFingerprint, &r.leaseUntil, &r.result, &r.resultSize, &r.expiresAt, &r.acquired}
+	return sc
+}}
+
+// put returns sc to the pool, without the result the claim returned: a
+// scan writes every column, so nothing else of the last row survives the
+// next.
+func (sc *claimScan) put() {
+	sc.row.result = nil
+	claimScans.Put(sc)
+}
 
 // claimRow is the row a claim statement returns.
 type claimRow struct {

@@ -92,6 +92,14 @@ func TestPostgresIsLinearizableWithExpiry(t *testing.T) {
 	checkExpiring(t, pgstoretest.Store(t, pgstoretest.Pool(t, 0), pgstore.Config{}), 0)
 }
 
+// TestPostgresPeekingIsLinearizableWithExpiry: a Store whose every claim
+// reads the row first, and answers from that read alone when it can, is
+// as linearizable as the one-statement claim.
+func TestPostgresPeekingIsLinearizableWithExpiry(t *testing.T) {
+	t.Parallel()
+	checkExpiring(t, pgstoretest.Store(t, pgstoretest.Pool(t, 0), pgstore.Config{Peek: pgstore.PeekAlways}), 0)
+}
+
 // TestDynamoDBIsLinearizableWithExpiry runs dynamostore with a clock skew
 // margin of 1ms instead of its default second: the store sees a lease or
 // record over only that long after its end, which the model takes as clock

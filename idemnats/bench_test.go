@@ -9,10 +9,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemnats"
 	"github.com/idemgo/idem/internal/testenv"
+	"github.com/idemgo/idem/redisstore/redisstoretest"
 )
 
 // benchBatch is the Fetch batch of the bare consumer and of idemnats alike.
@@ -42,6 +44,7 @@ func BenchmarkConsume(b *testing.B) {
 	for _, h := range handlers {
 		b.Run("handler="+h.name, func(b *testing.B) {
 			b.Run("bare", func(b *testing.B) { benchBare(b, h.work) })
+			b.Run("bare-redis", func(b *testing.B) { benchBareRedis(b, h.work) })
 			// A pool as large as the Redis client's, so that PostgreSQL's
 			// commits of a batch's claims share their fsyncs.
 			for _, st := range storesWith(benchPGConns) {
@@ -113,6 +116,85 @@ func benchBare(b *testing.B, d time.Duration) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 	cpu.Report(b, b.N)
+}
+
+// benchBareRedis is the least a consumer that dedupes through Redis does,
+// with no library: bare's Fetch, then for each batch one pipeline of SET
+// NX PX (a claim with a lease) of its keys, the handlers of the keys it
+// set, one pipeline of SET PX (the outcome) of those keys, and an Ack per
+// message. It is the bare limit of the Redis rows: what a claim and an
+// outcome per message cost the consumer and Redis at the least, without
+// fencing, fingerprints, takeovers or an outcome to replay.
+func benchBareRedis(b *testing.B, d time.Duration) {
+	ctx := context.Background()
+	rdb := redisstoretest.Client(b)
+	cons := benchStream(b, b.N)
+	prefix := "idemnats-bench-bare:" + random(4) + ":"
+	b.Cleanup(func() { unlinkPrefix(b, rdb, prefix) })
+	msgs := make([]jetstream.Msg, 0, benchBatch)
+	claims := make([]*redis.BoolCmd, 0, benchBatch)
+	cpu := testenv.NewCPUMeter(benchServers...)
+	b.ResetTimer()
+	acked := 0
+	for acked < b.N {
+		mb, err := cons.Fetch(min(benchBatch, b.N-acked), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			b.Fatal(err)
+		}
+		msgs = msgs[:0]
+		for msg := range mb.Messages() {
+			msgs = append(msgs, msg)
+		}
+		if err := mb.Error(); err != nil {
+			b.Fatal(err)
+		}
+		claims = claims[:0]
+		pipe := rdb.Pipeline()
+		for _, msg := range msgs {
+			claims = append(claims, pipe.SetNX(ctx, prefix+msg.Headers().Get(jetstream.MsgIDHeader), "1", time.Minute))
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			b.Fatal(err)
+		}
+		for i, msg := range msgs {
+			if claims[i].Val() {
+				work(d)
+				pipe.Set(ctx, prefix+msg.Headers().Get(jetstream.MsgIDHeader), "done", 24*time.Hour)
+			}
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			b.Fatal(err)
+		}
+		for _, msg := range msgs {
+			if err := msg.Ack(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		acked += len(msgs)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	cpu.Report(b, b.N)
+}
+
+// unlinkPrefix deletes the keys under prefix, so that a benchmark leaves
+// nothing in the shared Redis.
+func unlinkPrefix(tb testing.TB, rdb *redis.Client, prefix string) {
+	ctx := context.Background()
+	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		if keys = append(keys, iter.Val()); len(keys) == 1000 {
+			rdb.Unlink(ctx, keys...)
+			keys = keys[:0]
+		}
+	}
+	if len(keys) > 0 {
+		rdb.Unlink(ctx, keys...)
+	}
+	if err := iter.Err(); err != nil {
+		tb.Errorf("deleting the benchmark's keys: %v", err)
+	}
 }
 
 func benchIdem(b *testing.B, store idem.Store, d time.Duration) {

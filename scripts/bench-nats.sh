@@ -34,18 +34,29 @@ echo
 awk "$stats"'
 /^Benchmark/ {
 	name = $1; sub(/-[0-9]+$/, "", name)
-	for (i = 2; i < NF; i++) if ($(i + 1) == "msgs/s") add(name, $i)
+	cpu = 0
+	for (i = 2; i < NF; i++) {
+		if ($(i + 1) == "msgs/s") add(name, $i)
+		if ($(i + 1) ~ /-µs\/msg$/) cpu += $i
+	}
+	add("cpu " name, cpu)
 }
 END {
-	printf "%-10s %-10s %12s %12s %8s\n", "handler", "consumer", "msgs/s", "bare msgs/s", "ratio"
+	printf "%-10s %-10s %12s %12s %8s %14s %10s\n", "handler", "consumer", "msgs/s", "bare msgs/s", "÷ bare", "÷ bare-redis", "CPU µs/msg"
 	split("noop 1ms", hs, " ")
-	split("memstore redis postgres", ss, " ")
+	split("bare-redis idem=memstore idem=redis idem=postgres", ss, " ")
 	for (h = 1; h <= 2; h++) {
-		bare = "BenchmarkConsume/handler=" hs[h] "/bare"
-		printf "%-10s %-10s %12.0f %12s %8s\n", hs[h], "bare", median(bare), "", ""
-		for (s = 1; s <= 3; s++) {
-			k = "BenchmarkConsume/handler=" hs[h] "/idem=" ss[s]
-			printf "%-10s %-10s %12.0f %12.0f %7.0f%%\n", hs[h], ss[s], median(k), median(bare), 100 * pratio(k, bare)
+		pre = "BenchmarkConsume/handler=" hs[h] "/"
+		bare = pre "bare"
+		printf "%-10s %-10s %12.0f %12s %8s %14s %10.1f\n", hs[h], "bare", median(bare), "", "", "", median("cpu " bare)
+		for (s = 1; s <= 4; s++) {
+			k = pre ss[s]
+			vs = (ss[s] == "idem=redis") ? sprintf("%13.0f%%", 100 * pratio(k, pre "bare-redis")) : ""
+			c = ss[s]; sub(/^idem=/, "", c)
+			printf "%-10s %-10s %12.0f %12.0f %7.0f%% %14s %10.1f\n", hs[h], c, median(k), median(bare), 100 * pratio(k, bare), vs, median("cpu " k)
 		}
 	}
+	print ""
+	print "bare-redis: bare plus one SET NX PX pipeline per batch before the handlers and one SET PX pipeline after"
+	print "CPU: the consumer process + nats-server + redis-server + postgres, per message (servers shared)"
 }' "$out"

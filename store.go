@@ -93,7 +93,8 @@ type BatchCompleter interface {
 
 // ArgsCopier is implemented by stores whose Claim keeps nothing of its
 // arguments' Key and Fingerprint bytes once it returns: what it stores, it
-// copies. The Claim it returns may hold them, as the caller's own. A Guard
+// copies, and no error it returns holds them. The Claim it returns may
+// hold them, as the caller's own. A Guard
 // over such a store builds each claim's key and fingerprint in a buffer it
 // reuses, so that a duplicate allocates nothing but what Do returns. A
 // store that reports true and keeps them anyway lets one key's bytes turn

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -98,6 +99,8 @@ type Store struct {
 	t    table
 	q    queries
 	lean lean // of recent claims, under PeekAuto
+
+	limitArg any // int32(cfg.MaxValueSize), boxed once
 }
 
 // lean is the balance of a Store's recent claims: up by one for a claim
@@ -135,7 +138,13 @@ var (
 	_ idem.Store          = (*Store)(nil)
 	_ idem.BatchClaimer   = (*Store)(nil)
 	_ idem.BatchCompleter = (*Store)(nil)
+	_ idem.ArgsCopier     = (*Store)(nil)
 )
+
+// CopiesClaimArgs implements [idem.ArgsCopier]: Claim sends the key and
+// fingerprint to the server and keeps neither, so a Guard may hand it bytes
+// it reuses.
+func (*Store) CopiesClaimArgs() bool { return true }
 
 // New returns a Store over db. It fails when db is nil or a field of cfg is
 // out of range (cfg.Table not a valid name); the error names the field. It
@@ -156,7 +165,7 @@ func New(db DB, cfg Config) (*Store, error) {
 	}
 	cfg.Table = t.name
 	cfg.MaxValueSize = cmp.Or(cfg.MaxValueSize, DefaultMaxValueSize)
-	return &Store{db: db, cfg: cfg, t: t, q: newQueries(t)}, nil
+	return &Store{db: db, cfg: cfg, t: t, q: newQueries(t), limitArg: int32(cfg.MaxValueSize)}, nil
 }
 
 // MaxValueSize returns Config.MaxValueSize: the longest value or cause, in
@@ -235,7 +244,7 @@ func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 	if err := validClaim("Claim", a); err != nil {
 		return idem.Claim{}, err
 	}
-	limit := int32(s.cfg.MaxValueSize)
+	limit := s.limitArg
 	key, fp := []byte(a.Key), fingerprint(a)
 	sc := claimScans.Get().(*claimScan)
 	defer sc.put()
@@ -317,7 +326,8 @@ type claimRow struct {
 func (r *claimRow) cappedClaim(a idem.ClaimArgs, limit int) (idem.Claim, error) {
 	c, err := r.claim(a)
 	if err == nil && r.resultSize.Valid && int(r.resultSize.Int32) > limit {
-		return idem.Claim{}, &ValueTooLargeError{Size: int(r.resultSize.Int32), Max: limit, Key: a.Key, Stored: true}
+		// A copy of the key: Claim's may be lent (CopiesClaimArgs).
+		return idem.Claim{}, &ValueTooLargeError{Size: int(r.resultSize.Int32), Max: limit, Key: strings.Clone(a.Key), Stored: true}
 	}
 	return c, err
 }

@@ -82,7 +82,14 @@ var (
 	_ idem.Store          = (*Store)(nil)
 	_ idem.BatchClaimer   = (*Store)(nil)
 	_ idem.BatchCompleter = (*Store)(nil)
+	_ idem.ArgsCopier     = (*Store)(nil)
 )
+
+// CopiesClaimArgs implements [idem.ArgsCopier]: Claim sends copies of the
+// key (within the Redis key) and the fingerprint (within the new record),
+// even when its context ends before Redis answers, and keeps neither, so a
+// Guard may hand it bytes it reuses.
+func (*Store) CopiesClaimArgs() bool { return true }
 
 // New returns a Store over client. It fails when client is nil or a Config
 // field is out of range; the error names the field. It also refuses a
@@ -488,7 +495,8 @@ func (s *Store) recordReply(key string, r []any) (idem.Record, error) {
 	rec, err := decodeRecord(key, v, expires)
 	if err == nil && len(r) > 2 {
 		size, _ := r[2].(int64)
-		return idem.Record{}, &ValueTooLargeError{Size: int(size), Max: s.cfg.MaxValueSize, Key: key, Stored: true}
+		// A copy of the key: Claim's may be lent (CopiesClaimArgs).
+		return idem.Record{}, &ValueTooLargeError{Size: int(size), Max: s.cfg.MaxValueSize, Key: strings.Clone(key), Stored: true}
 	}
 	return rec, err
 }

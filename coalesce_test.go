@@ -52,6 +52,17 @@ func (s *gatedStore) note(ctx context.Context, call string, batch bool) error {
 	}
 }
 
+// open lets one call waiting at the gate run, and fails t if none comes
+// (in a synctest bubble, where time runs as soon as all wait).
+func (s *gatedStore) open(t *testing.T) {
+	t.Helper()
+	select {
+	case s.gate <- struct{}{}:
+	case <-time.After(time.Hour):
+		t.Fatal("no store call waits at the gate")
+	}
+}
+
 func (s *gatedStore) calls() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -147,13 +158,13 @@ func TestCoalesceBatchesQueuedClaims(t *testing.T) {
 			synctest.Wait()                                                            // keeps their order
 		}
 		wantCalls(t, g, "Claim")
-		g.gate <- struct{}{}
+		g.open(t)
 		if a := <-first; a.err != nil || a.claim.Outcome != idem.Acquired {
 			t.Fatalf("first claim: %v, %v", a.claim.Outcome, a.err)
 		}
 		synctest.Wait()
 		wantCalls(t, g, "Claim", fmt.Sprint("ClaimBatch ", n))
-		g.gate <- struct{}{}
+		g.open(t)
 		for i, ch := range queued {
 			a := <-ch
 			want := idem.Acquired
@@ -167,7 +178,7 @@ func TestCoalesceBatchesQueuedClaims(t *testing.T) {
 		// Idle again: the next claim goes alone.
 		next := claimAsync(ctx, s, claimOf("next"))
 		synctest.Wait()
-		g.gate <- struct{}{}
+		g.open(t)
 		<-next
 		wantCalls(t, g, "Claim", fmt.Sprint("ClaimBatch ", n), "Claim")
 	})
@@ -186,7 +197,7 @@ func TestCoalesceSplitsAtMaxBatch(t *testing.T) {
 		}
 		synctest.Wait()
 		for range 4 {
-			g.gate <- struct{}{}
+			g.open(t)
 		}
 		<-first
 		for i, ch := range queued {
@@ -209,7 +220,7 @@ func TestCoalesceBatchesQueuedCompletes(t *testing.T) {
 		var tokens []idem.Token
 		for i := range 4 {
 			a := claimAsync(ctx, s, claimOf(fmt.Sprint("k", i)))
-			g.gate <- struct{}{}
+			g.open(t)
 			tokens = append(tokens, (<-a).claim.Token)
 		}
 		complete := func(key string, tok idem.Token) <-chan error {
@@ -222,9 +233,9 @@ func TestCoalesceBatchesQueuedCompletes(t *testing.T) {
 		good := complete("k1", tokens[1])
 		stale := complete("k2", tokens[2]+1000)
 		good2 := complete("k3", tokens[3])
-		g.gate <- struct{}{}
+		g.open(t)
 		synctest.Wait()
-		g.gate <- struct{}{}
+		g.open(t)
 		for i, ch := range []<-chan error{first, good, good2} {
 			if err := <-ch; err != nil {
 				t.Errorf("Complete %d: %v", i, err)
@@ -270,7 +281,7 @@ func TestCoalesceCallerGivesUp(t *testing.T) {
 			t.Fatal("a gave up while queued and is still waiting")
 		}
 
-		g.gate <- struct{}{}
+		g.open(t)
 		<-first
 		synctest.Wait()
 		wantCalls(t, g, "Claim", "ClaimBatch 2") // b and c, not a
@@ -288,7 +299,7 @@ func TestCoalesceCallerGivesUp(t *testing.T) {
 		if err := g.batchCtx[0].Err(); err != nil {
 			t.Fatalf("the batch's context ended when one of its two callers gave up: %v", err)
 		}
-		g.gate <- struct{}{}
+		g.open(t)
 		if got := <-c; got.err != nil || got.claim.Outcome != idem.Acquired {
 			t.Fatalf("c: %v, %v", got.claim.Outcome, got.err)
 		}
@@ -304,7 +315,7 @@ func TestCoalesceCallerGivesUp(t *testing.T) {
 		// Released: the next claim takes over at once.
 		again := claimAsync(bg, s, claimOf("b"))
 		synctest.Wait()
-		g.gate <- struct{}{}
+		g.open(t)
 		if got := <-again; got.err != nil || got.claim.Outcome != idem.Acquired || got.claim.Record.Attempt != 2 {
 			t.Errorf("claim of b after the release: %v attempt %d, %v", got.claim.Outcome, got.claim.Record.Attempt, got.err)
 		}
@@ -322,7 +333,7 @@ func TestCoalesceBatchEndsWhenAllGiveUp(t *testing.T) {
 		a1 := claimAsync(ctx1, s, claimOf("a1"))
 		a2 := claimAsync(ctx2, s, claimOf("a2"))
 		synctest.Wait()
-		g.gate <- struct{}{}
+		g.open(t)
 		<-first
 		synctest.Wait()
 		wantCalls(t, g, "Claim", "ClaimBatch 2")
@@ -368,14 +379,14 @@ func TestCoalescePerKeyErrors(t *testing.T) {
 		b := claimAsync(bg, s, bad) // the memstore refuses it alone, gate held by first
 		synctest.Wait()
 		wantCalls(t, g, "Claim", "Claim")
-		g.gate <- struct{}{}
-		g.gate <- struct{}{}
+		g.open(t)
+		g.open(t)
 		<-first
 		if err := (<-b).err; err == nil {
 			t.Error("a claim without a lease succeeded")
 		}
 		synctest.Wait()
-		g.gate <- struct{}{}
+		g.open(t)
 		if got := <-r; !errors.Is(got.err, idem.ErrKeyReused) || got.claim.Err != nil {
 			t.Errorf("reused key: %+v, %v; want ErrKeyReused as the error", got.claim, got.err)
 		}
@@ -411,8 +422,8 @@ func TestCoalesceBatchErrorGoesToAll(t *testing.T) {
 			queued = append(queued, claimAsync(bg, s, claimOf(fmt.Sprint("k", i))))
 		}
 		synctest.Wait()
-		g.gate <- struct{}{}
-		g.gate <- struct{}{}
+		g.open(t)
+		g.open(t)
 		<-first
 		for i, ch := range queued {
 			if got := <-ch; !errors.Is(got.err, errBatch) {

@@ -291,7 +291,7 @@ func (p *pipe[A, R]) send(batch []*waiter[A, R]) {
 			left = append(left, w)
 		}
 	}
-	for _, w := range left {
+	for _, w := range left { // rare, and bounded: the next batch may wait for it
 		p.gaveUp(w.arg, w.res, w.err)
 	}
 }
@@ -304,6 +304,9 @@ func batchContext[A, R any](batch []*waiter[A, R]) (context.Context, context.Can
 	live.Store(int64(len(batch)))
 	stops := make([]func() bool, len(batch))
 	for i, w := range batch {
+		if w.ctx.Done() == nil {
+			continue // it never ends, so neither does the batch but by the store's answer
+		}
 		stops[i] = context.AfterFunc(w.ctx, func() {
 			if live.Add(-1) == 0 {
 				cancel()
@@ -312,7 +315,9 @@ func batchContext[A, R any](batch []*waiter[A, R]) (context.Context, context.Can
 	}
 	return ctx, func() {
 		for _, stop := range stops {
-			stop()
+			if stop != nil {
+				stop()
+			}
 		}
 		cancel()
 	}

@@ -357,6 +357,27 @@ func TestCoalesceBatchEndsWhenAllGiveUp(t *testing.T) {
 	})
 }
 
+// A caller whose context ends gets its context's error, also when the
+// batch it was in failed because of it: the batch's error and the end of
+// the caller's wait race, so the case runs many times.
+func TestCoalesceCallerGetsItsContextsError(t *testing.T) {
+	for range 100 {
+		synctest.Test(t, func(t *testing.T) {
+			g, s, first := holding(t)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			a := claimAsync(ctx, s, claimOf("a"))
+			synctest.Wait()
+			g.open(t)
+			<-first
+			synctest.Wait() // the batch waits at the gate, until a's deadline ends it
+			if err := (<-a).err; !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("a: %v, want its context's error", err)
+			}
+		})
+	}
+}
+
 // An error of one key goes to its caller alone; a claim the batch would
 // refuse as a whole goes to the store alone.
 func TestCoalescePerKeyErrors(t *testing.T) {

@@ -27,9 +27,11 @@ const CoalesceMaxBatch = 128
 // and less CPU per call, in the store's server and in its client: a Redis
 // store runs a batch as one script, a PostgreSQL store as one statement.
 // It costs a mutex on every call and, for a call made under load, a
-// handoff to the batch's goroutine and a wait for the call in flight. Over
-// a local store such as memstore, or where calls seldom overlap, it buys
-// nothing.
+// handoff to the batch's goroutine and a wait for the call in flight: no
+// call gets faster, so where throughput is bound by each call's latency
+// rather than by CPU (handlers that wait on I/O, cores to spare) it buys
+// little or nothing. Over a local store such as memstore, or where calls
+// seldom overlap, it buys nothing.
 //
 // Each call keeps the semantics of s's own: the same answers, in the same
 // order for one key (a batch holds the queued calls in their order, and
@@ -57,7 +59,8 @@ const CoalesceMaxBatch = 128
 // when s does not implement BatchCompleter; when it implements neither,
 // Coalesce returns s. The returned Store never implements [ArgsCopier],
 // whatever s does: a claim in a batch outlives its caller when the caller
-// gives up, so the caller cannot reuse the claim's bytes. Coalesce of a
+// gives up, so the caller cannot reuse the claim's bytes. Other methods
+// of s (Close, say) are not passed through: call them on s. Coalesce of a
 // store it returned returns that store; Coalesce(nil) is nil.
 //
 // A batch's goroutine ends once the queue is empty and the store has

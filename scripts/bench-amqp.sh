@@ -4,8 +4,9 @@
 # classic queue filled beforehand, with a handler that does nothing and one
 # that sleeps 1ms, first with a bare consumer (same prefetch and handler
 # goroutines, an ack per message), then with idemamqp over memstore, Redis
-# and PostgreSQL; and, as the stores' own ceiling, Guard.Do alone over
-# Redis and PostgreSQL on as many goroutines, without a broker. Each run
+# and PostgreSQL (each also wrapped in idem.Coalesce); and, as the stores'
+# own ceiling, Guard.Do alone over the same stores on as many goroutines,
+# without a broker. Each run
 # does all of them one after the other, so that load that comes and goes
 # weighs on both sides of a ratio alike.
 #   scripts/bench-amqp.sh [count] [messages]
@@ -35,19 +36,28 @@ echo
 awk "$stats"'
 /^BenchmarkConsume/ {
 	name = $1; sub(/-[0-9]+$/, "", name); sub(/^BenchmarkConsume\//, "", name)
-	for (i = 2; i < NF; i++) if ($(i + 1) == "msgs/s") add(name, $i)
+	for (i = 2; i < NF; i++) {
+		if ($(i + 1) == "msgs/s") add(name, $i)
+		if ($(i + 1) ~ /µs\/msg$/) add(name " " $(i + 1), $i)
+	}
 }
 END {
-	printf "%-8s %-10s %12s %12s %10s %14s %10s\n", "handler", "consumer", "msgs/s", "bare msgs/s", "÷ bare", "Guard.Do alone", "÷ alone"
+	printf "%-8s %-18s %12s %12s %7s %14s %8s   %s\n", "handler", "consumer", "msgs/s", "bare msgs/s", "÷ bare", "Guard.Do alone", "÷ alone", "CPU µs/msg: consumer rabbitmq redis postgres"
 	split("noop 1ms", hs, " ")
-	split("memstore redis postgres", ss, " ")
+	split("memstore redis redis-coalesced postgres postgres-coalesced", ss, " ")
+	split("cpu beam.smp redis-server postgres", cs, " ")
 	for (i = 1; i <= 2; i++) {
 		h = "handler=" hs[i]
-		printf "%-8s %-10s %12.0f\n", hs[i], "bare", median(h "/bare")
-		for (j = 1; j <= 3; j++) {
+		printf "%-8s %-18s %12.0f %12s %7s %14s %8s  ", hs[i], "bare", median(h "/bare"), "", "", "", ""
+		for (c = 1; c <= 4; c++) printf " %6.1f", median(h "/bare " cs[c] "-µs/msg")
+		printf "\n"
+		for (j = 1; j <= 5; j++) {
 			k = h "/" ss[j]
-			printf "%-8s %-10s %12.0f %12.0f %9.0f%%", hs[i], ss[j], median(k), median(h "/bare"), 100 * pratio(k, h "/bare")
-			if (n[k "-guard"] > 0) printf " %14.0f %9.0f%%", median(k "-guard"), 100 * pratio(k, k "-guard")
+			if (n[k] == 0) continue
+			printf "%-8s %-18s %12.0f %12.0f %6.0f%%", hs[i], ss[j], median(k), median(h "/bare"), 100 * pratio(k, h "/bare")
+			if (n[k "-guard"] > 0) printf " %14.0f %7.0f%%  ", median(k "-guard"), 100 * pratio(k, k "-guard")
+			else printf " %14s %8s  ", "", ""
+			for (c = 1; c <= 4; c++) printf " %6.1f", median(k " " cs[c] "-µs/msg")
 			printf "\n"
 		}
 	}

@@ -42,7 +42,8 @@ func envInt(name string, def int) int {
 // BenchmarkConsume measures messages/s through a classic queue filled
 // beforehand with b.N messages, each with its own key: a bare amqp091
 // consumer (benchConcurrency goroutines, the same prefetch, an ack per
-// message) beside idemamqp over memstore, Redis and PostgreSQL, with a
+// message) beside idemamqp over memstore, Redis and PostgreSQL (each
+// remote store also wrapped in idem.Coalesce), with a
 // handler that does nothing and one that sleeps 1ms. Run it with a fixed
 // count (-benchtime 20000x) and the runs interleaved: scripts/bench-amqp.sh.
 func BenchmarkConsume(b *testing.B) {
@@ -63,8 +64,12 @@ func BenchmarkConsume(b *testing.B) {
 			})
 			b.Run("redis", func(b *testing.B) { benchIdem(b, benchRedis(b), h.pause) })
 			b.Run("redis-guard", func(b *testing.B) { benchGuard(b, benchRedis(b), h.pause) })
+			b.Run("redis-coalesced", func(b *testing.B) { benchIdem(b, idem.Coalesce(benchRedis(b)), h.pause) })
+			b.Run("redis-coalesced-guard", func(b *testing.B) { benchGuard(b, idem.Coalesce(benchRedis(b)), h.pause) })
 			b.Run("postgres", func(b *testing.B) { benchIdem(b, benchPostgres(b), h.pause) })
 			b.Run("postgres-guard", func(b *testing.B) { benchGuard(b, benchPostgres(b), h.pause) })
+			b.Run("postgres-coalesced", func(b *testing.B) { benchIdem(b, idem.Coalesce(benchPostgres(b)), h.pause) })
+			b.Run("postgres-coalesced-guard", func(b *testing.B) { benchGuard(b, idem.Coalesce(benchPostgres(b)), h.pause) })
 		})
 	}
 }

@@ -1,0 +1,327 @@
+package idem
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// CoalesceMaxBatch is the most calls a store wrapped by [Coalesce] receives
+// in one ClaimBatch or CompleteBatch; the calls queued beyond it go in the
+// batches that follow.
+const CoalesceMaxBatch = 128
+
+// Coalesce returns a Store that sends the Claim calls made concurrently on
+// it, from any number of goroutines, to s as one [BatchClaimer.ClaimBatch],
+// and concurrent Complete calls as one [BatchCompleter.CompleteBatch]: group
+// commit. A call made while no call of its kind is in flight goes to s at
+// once, as s's own Claim or Complete, on the caller's goroutine: there is no
+// timer, and no latency is added when the store is idle. Calls made while
+// one is in flight are queued and sent together, up to [CoalesceMaxBatch],
+// as soon as it returns, by a goroutine that runs while there is a queue.
+//
+// Use it where many Do calls run at once over a remote store: a consumer
+// with many handler goroutines, an HTTP server. It buys fewer round trips
+// and less CPU per call, in the store's server and in its client: a Redis
+// store runs a batch as one script, a PostgreSQL store as one statement.
+// It costs a mutex on every call and, for a call made under load, a
+// handoff to the batch's goroutine and a wait for the call in flight: no
+// call gets faster, so where throughput is bound by each call's latency
+// rather than by CPU (handlers that wait on I/O, cores to spare) it buys
+// little or nothing. Over a local store such as memstore, or where calls
+// seldom overlap, it buys nothing.
+//
+// Each call keeps the semantics of s's own: the same answers, in the same
+// order for one key (a batch holds the queued calls in their order, and
+// ClaimBatch claims two entries for the same key in order). An error of
+// one key (ErrKeyReused, ErrLeaseLost) goes to its caller alone, as Claim
+// and Complete return it; an error s returns for a batch as a whole (it
+// could not be reached) goes to every caller in the batch. A call that a
+// batch would refuse as a whole, a claim without a positive lease or
+// retention or a value over s's [ValueLimiter] limit, goes to s alone.
+//
+// A caller whose context ends stops waiting and gets the context's error
+// at once; its call is not sent if it was still queued. A batch runs under
+// a context of its own, which carries none of the callers' values and ends
+// when every caller in the batch has given up. A claim that comes back
+// Acquired for a caller that gave up is released (Release, bounded by
+// [DefaultStoreTimeout]), so the key is not held until its lease ends. A
+// Complete whose caller gave up once it was sent lands or fails as its
+// batch does.
+//
+// Fail, Release, Extend, Get and Delete go straight to s, and so do
+// ClaimBatch and CompleteBatch (their callers batch already) and
+// MaxValueSize: the returned Store implements [BatchClaimer],
+// [BatchCompleter] and [ValueLimiter] exactly when s does. When s does not
+// implement BatchClaimer, Claim goes straight to s, and so does Complete
+// when s does not implement BatchCompleter; when it implements neither,
+// Coalesce returns s. The returned Store never implements [ArgsCopier],
+// whatever s does: a claim in a batch outlives its caller when the caller
+// gives up, so the caller cannot reuse the claim's bytes. Other methods
+// of s (Close, say) are not passed through: call them on s. Coalesce of a
+// store it returned returns that store; Coalesce(nil) is nil.
+//
+// A batch's goroutine ends once the queue is empty and the store has
+// answered: there is nothing to close.
+func Coalesce(s Store) Store {
+	if _, ok := s.(interface{ coalesces() }); ok || s == nil {
+		return s
+	}
+	bc, claims := s.(BatchClaimer)
+	bk, completes := s.(BatchCompleter)
+	vl, limits := s.(ValueLimiter)
+	c := &coalesced{Store: s}
+	if claims {
+		c.claims = &pipe[ClaimArgs, Claim]{one: s.Claim, many: bc.ClaimBatch, gaveUp: c.release}
+	}
+	if completes {
+		c.completes = &pipe[Completion, error]{
+			one: func(ctx context.Context, a Completion) (error, error) {
+				return s.Complete(ctx, a.Key, a.Token, a.Value, a.Retention), nil
+			},
+			many: bk.CompleteBatch,
+		}
+	}
+	if limits {
+		c.limit = max(0, vl.MaxValueSize())
+	}
+	switch {
+	case claims && completes && limits:
+		return struct {
+			*coalesced
+			BatchClaimer
+			BatchCompleter
+			ValueLimiter
+		}{c, bc, bk, vl}
+	case claims && completes:
+		return struct {
+			*coalesced
+			BatchClaimer
+			BatchCompleter
+		}{c, bc, bk}
+	case claims && limits:
+		return struct {
+			*coalesced
+			BatchClaimer
+			ValueLimiter
+		}{c, bc, vl}
+	case claims:
+		return struct {
+			*coalesced
+			BatchClaimer
+		}{c, bc}
+	case completes && limits:
+		return struct {
+			*coalesced
+			BatchCompleter
+			ValueLimiter
+		}{c, bk, vl}
+	case completes:
+		return struct {
+			*coalesced
+			BatchCompleter
+		}{c, bk}
+	}
+	return s
+}
+
+// coalesced is the Store of Coalesce: Claim and Complete go through their
+// pipes (nil when the store cannot batch them), the rest to the store.
+type coalesced struct {
+	Store
+	claims    *pipe[ClaimArgs, Claim]
+	completes *pipe[Completion, error]
+	limit     int // the store's MaxValueSize, or 0
+}
+
+func (c *coalesced) coalesces() {}
+
+// Claim implements [Store.Claim].
+func (c *coalesced) Claim(ctx context.Context, a ClaimArgs) (Claim, error) {
+	if c.claims == nil || a.Lease <= 0 || a.Retention <= 0 {
+		return c.Store.Claim(ctx, a)
+	}
+	cl, err := c.claims.do(ctx, a)
+	if err == nil && cl.Err != nil {
+		return Claim{}, cl.Err
+	}
+	return cl, err
+}
+
+// Complete implements [Store.Complete].
+func (c *coalesced) Complete(ctx context.Context, key string, t Token, value []byte, retention time.Duration) error {
+	if c.completes == nil || retention <= 0 || c.limit > 0 && len(value) > c.limit {
+		return c.Store.Complete(ctx, key, t, value, retention)
+	}
+	verdict, err := c.completes.do(ctx, Completion{Key: key, Token: t, Value: value, Retention: retention})
+	if err != nil {
+		return err
+	}
+	return verdict
+}
+
+// release gives up the claim a batch acquired for a caller that had gone.
+func (c *coalesced) release(a ClaimArgs, cl Claim, err error) {
+	if err != nil || cl.Err != nil || cl.Outcome != Acquired {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultStoreTimeout)
+	defer cancel()
+	c.Store.Release(ctx, a.Key, cl.Token) // nothing to tell anyone: the lease ends on its own if this fails
+}
+
+// pipe coalesces the calls of one kind: one call at a time on the store,
+// either a caller's own (one) when it found the pipe idle, or a batch of
+// the queued calls (many) on the pipe's goroutine.
+type pipe[A, R any] struct {
+	one    func(ctx context.Context, a A) (R, error)
+	many   func(ctx context.Context, as []A) ([]R, error)
+	gaveUp func(a A, r R, err error) // the answer of a call whose caller had gone; may be nil
+
+	mu    sync.Mutex
+	busy  bool            // a call is in flight, or the pipe's goroutine runs
+	queue []*waiter[A, R] // calls waiting for the next batch, in arrival order
+}
+
+// waiter is one queued call.
+type waiter[A, R any] struct {
+	ctx   context.Context
+	arg   A
+	res   R
+	err   error
+	state atomic.Int32  // waiting, then answered (by the pipe) or gone (by the caller)
+	done  chan struct{} // closed once answered
+}
+
+const (
+	waiting int32 = iota
+	answered
+	gone
+)
+
+// do makes the call a: at once when the pipe is idle, else in the next
+// batch.
+func (p *pipe[A, R]) do(ctx context.Context, a A) (R, error) {
+	p.mu.Lock()
+	if !p.busy {
+		p.busy = true
+		p.mu.Unlock()
+		defer p.next()
+		return p.one(ctx, a)
+	}
+	var zero R
+	if err := ctx.Err(); err != nil {
+		p.mu.Unlock()
+		return zero, err
+	}
+	w := &waiter[A, R]{ctx: ctx, arg: a, done: make(chan struct{})}
+	p.queue = append(p.queue, w)
+	p.mu.Unlock()
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		if w.state.CompareAndSwap(waiting, gone) {
+			return zero, ctx.Err()
+		}
+		<-w.done // answered meanwhile: a claim may have been acquired
+	}
+	if w.err != nil && ctx.Err() != nil {
+		return zero, ctx.Err() // the batch may have failed because its callers gave up
+	}
+	return w.res, w.err
+}
+
+// next hands the queue to the pipe's goroutine once a caller's own call
+// returned, or marks the pipe idle when there is none.
+func (p *pipe[A, R]) next() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.queue) == 0 {
+		p.busy = false
+		return
+	}
+	go p.run()
+}
+
+// run sends the queued calls in batches until the queue is empty.
+func (p *pipe[A, R]) run() {
+	for {
+		p.mu.Lock()
+		var batch []*waiter[A, R]
+		n := 0
+		for ; n < len(p.queue) && len(batch) < CoalesceMaxBatch; n++ {
+			if w := p.queue[n]; w.state.Load() != gone {
+				batch = append(batch, w)
+			}
+		}
+		rest := copy(p.queue, p.queue[n:])
+		clear(p.queue[rest:])
+		p.queue = p.queue[:rest]
+		if len(batch) == 0 {
+			p.busy = false
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+		p.send(batch)
+	}
+}
+
+// send sends batch as one call and answers its callers.
+func (p *pipe[A, R]) send(batch []*waiter[A, R]) {
+	ctx, cancel := batchContext(batch)
+	args := make([]A, len(batch))
+	for i, w := range batch {
+		args[i] = w.arg
+	}
+	res, err := p.many(ctx, args)
+	cancel()
+	if err == nil && len(res) != len(batch) {
+		err = fmt.Errorf("idem: Coalesce: the store answered %d of a batch of %d", len(res), len(batch))
+	}
+	var left []*waiter[A, R]
+	for i, w := range batch {
+		if err != nil {
+			w.err = err
+		} else {
+			w.res = res[i]
+		}
+		if w.state.CompareAndSwap(waiting, answered) {
+			close(w.done)
+		} else if p.gaveUp != nil {
+			left = append(left, w)
+		}
+	}
+	for _, w := range left { // rare, and bounded: the next batch may wait for it
+		p.gaveUp(w.arg, w.res, w.err)
+	}
+}
+
+// batchContext returns the context of a batch, which ends once every
+// caller in it has given up, and the func that ends it.
+func batchContext[A, R any](batch []*waiter[A, R]) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var live atomic.Int64
+	live.Store(int64(len(batch)))
+	stops := make([]func() bool, len(batch))
+	for i, w := range batch {
+		if w.ctx.Done() == nil {
+			continue // it never ends, so neither does the batch but by the store's answer
+		}
+		stops[i] = context.AfterFunc(w.ctx, func() {
+			if live.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			if stop != nil {
+				stop()
+			}
+		}
+		cancel()
+	}
+}

@@ -1,0 +1,26 @@
+package redisstore_test
+
+import (
+	"testing"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/redisstore"
+)
+
+func TestCoalesceConformance(t *testing.T) {
+	s := idem.Coalesce(newStore(t, sharedClient(t), redisstore.Config{}))
+	idemtest.Run(t, func(t *testing.T) idem.Store { return s })
+}
+
+// 32 goroutines each do the same 200 keys through a Guard over Coalesce:
+// every key's fn runs once, every other call replays its value, and the
+// calls share round trips.
+func TestCoalesceGuardManyGoroutines(t *testing.T) {
+	const n, keys = 32, 200
+	h := &counter{}
+	idemtest.GuardManyGoroutines(t, idem.Coalesce(newStore(t, sharedClient(t, h), redisstore.Config{})), n, keys)
+	cmds, pipes := h.seen()
+	t.Logf("%d Do calls: %d single commands, %d pipelines (%.2f round trips per call)",
+		n*keys, len(cmds), len(pipes), float64(len(cmds)+len(pipes))/float64(n*keys))
+}

@@ -129,8 +129,7 @@ func benchBareRedis(b *testing.B, d time.Duration) {
 	ctx := context.Background()
 	rdb := redisstoretest.Client(b)
 	cons := benchStream(b, b.N)
-	prefix := "idemnats-bench-bare:" + random(4) + ":"
-	b.Cleanup(func() { unlinkPrefix(b, rdb, prefix) })
+	prefix := redisstoretest.Prefix(b, rdb) // its keys deleted when b ends
 	msgs := make([]jetstream.Msg, 0, benchBatch)
 	claims := make([]*redis.BoolCmd, 0, benchBatch)
 	cpu := testenv.NewCPUMeter(benchServers...)
@@ -175,26 +174,6 @@ func benchBareRedis(b *testing.B, d time.Duration) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 	cpu.Report(b, b.N)
-}
-
-// unlinkPrefix deletes the keys under prefix, so that a benchmark leaves
-// nothing in the shared Redis.
-func unlinkPrefix(tb testing.TB, rdb *redis.Client, prefix string) {
-	ctx := context.Background()
-	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		if keys = append(keys, iter.Val()); len(keys) == 1000 {
-			rdb.Unlink(ctx, keys...)
-			keys = keys[:0]
-		}
-	}
-	if len(keys) > 0 {
-		rdb.Unlink(ctx, keys...)
-	}
-	if err := iter.Err(); err != nil {
-		tb.Errorf("deleting the benchmark's keys: %v", err)
-	}
 }
 
 func benchIdem(b *testing.B, store idem.Store, d time.Duration) {

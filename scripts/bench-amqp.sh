@@ -44,21 +44,24 @@ awk "$stats"'
 END {
 	printf "%-8s %-18s %12s %12s %7s %14s %8s   %s\n", "handler", "consumer", "msgs/s", "bare msgs/s", "÷ bare", "Guard.Do alone", "÷ alone", "CPU µs/msg: consumer rabbitmq redis postgres"
 	split("noop 1ms", hs, " ")
-	split("memstore redis redis-coalesced postgres postgres-coalesced", ss, " ")
+	split("bare-redis memstore redis redis-coalesced postgres postgres-coalesced", ss, " ")
 	split("cpu beam.smp redis-server postgres", cs, " ")
 	for (i = 1; i <= 2; i++) {
 		h = "handler=" hs[i]
 		printf "%-8s %-18s %12.0f %12s %7s %14s %8s  ", hs[i], "bare", median(h "/bare"), "", "", "", ""
 		for (c = 1; c <= 4; c++) printf " %6.1f", median(h "/bare " cs[c] "-µs/msg")
 		printf "\n"
-		for (j = 1; j <= 5; j++) {
+		for (j = 1; j <= 6; j++) {
 			k = h "/" ss[j]
 			if (n[k] == 0) continue
 			printf "%-8s %-18s %12.0f %12.0f %6.0f%%", hs[i], ss[j], median(k), median(h "/bare"), 100 * pratio(k, h "/bare")
 			if (n[k "-guard"] > 0) printf " %14.0f %7.0f%%  ", median(k "-guard"), 100 * pratio(k, k "-guard")
 			else printf " %14s %8s  ", "", ""
 			for (c = 1; c <= 4; c++) printf " %6.1f", median(k " " cs[c] "-µs/msg")
+			if (ss[j] ~ /^redis/) printf "   %.0f%% of bare-redis", 100 * pratio(k, h "/bare-redis")
 			printf "\n"
 		}
 	}
+	print ""
+	print "bare-redis: bare with the handler between a SET NX PX of the key and a SET PX of its outcome, a round trip each"
 }' "$out"

@@ -53,7 +53,8 @@ func BenchmarkConsume(b *testing.B) {
 	}{{"noop", 0}, {"1ms", time.Millisecond}}
 	for _, h := range handlers {
 		b.Run("handler="+h.name, func(b *testing.B) {
-			b.Run("bare", func(b *testing.B) { benchBare(b, h.pause) })
+			b.Run("bare", func(b *testing.B) { benchBare(b, h.pause, nil) })
+			b.Run("bare-redis", func(b *testing.B) { benchBareRedis(b, h.pause) })
 			b.Run("memstore", func(b *testing.B) {
 				s, err := memstore.New(memstore.Config{MaxEntries: 1 << 22})
 				if err != nil {
@@ -161,8 +162,12 @@ func report(b *testing.B, n int, elapsed time.Duration, cpu *testenv.CPUMeter) {
 var benchServers = []string{"beam.smp", "redis-server", "postgres"}
 
 // benchBare consumes with amqp091 alone: the least a consumer with manual
-// acks does.
-func benchBare(b *testing.B, d time.Duration) {
+// acks does. handle, when not nil, runs each delivery's handler (a pause
+// of d) in place of the bare pause.
+func benchBare(b *testing.B, d time.Duration, handle func(m amqp.Delivery) error) {
+	if handle == nil {
+		handle = func(amqp.Delivery) error { pause(d); return nil }
+	}
 	q := fill(b, b.N)
 	cpu := testenv.NewCPUMeter(benchServers...)
 	start := time.Now()
@@ -188,7 +193,10 @@ func benchBare(b *testing.B, d time.Duration) {
 	for range benchConcurrency {
 		wg.Go(func() {
 			for m := range deliveries {
-				pause(d)
+				if err := handle(m); err != nil {
+					b.Error(err)
+					return
+				}
 				if err := m.Ack(false); err != nil {
 					b.Error(err)
 					return
@@ -246,4 +254,28 @@ func benchIdem(b *testing.B, s idem.Store, d time.Duration) {
 	if n := acked.Load(); n != int64(b.N) {
 		b.Errorf("%d acks, want %d", n, b.N)
 	}
+}
+
+// benchBareRedis is the least a consumer that dedupes each delivery
+// through Redis does, with no library: bare, with the handler between a
+// SET NX PX of the delivery's key (a claim with a lease) and a SET PX of
+// its outcome, one round trip each, on a client with a connection per
+// handler goroutine. It is the bare limit of the Redis rows: what a claim
+// and an outcome per message cost at the least, without fencing,
+// fingerprints, takeovers or an outcome to replay.
+func benchBareRedis(b *testing.B, d time.Duration) {
+	redisstoretest.Client(b) // skips or fails when unreachable
+	rdb := redis.NewClient(&redis.Options{Addr: redisstoretest.Addr(), PoolSize: benchConcurrency})
+	b.Cleanup(func() { rdb.Close() })
+	prefix := redisstoretest.Prefix(b, rdb) // its keys deleted when b ends
+	ctx := context.Background()
+	benchBare(b, d, func(m amqp.Delivery) error {
+		key, _ := m.Headers["idempotency-key"].(string)
+		set, err := rdb.SetNX(ctx, prefix+key, "1", time.Minute).Result()
+		if err != nil || !set {
+			return err
+		}
+		pause(d)
+		return rdb.Set(ctx, prefix+key, "done", 24*time.Hour).Err()
+	})
 }

@@ -79,7 +79,7 @@ type queries struct {
 func newQueries(t table) queries {
 	r := func(name string) string { return t.render(sqlTemplates, name) }
 	return queries{
-		claimPeek:      r("claim_peek"),
+		claimPeek:      t.claimPeek(DefaultMaxValueSize),
 		claimRead:      r("claim_read"),
 		claim:          r("claim"),
 		claimBatch:     r("claim_batch"),
@@ -110,4 +110,10 @@ func (t table) setLockTimeout(ms int64) (set, begin string) {
 	arg := strconv.FormatInt(ms, 10)
 	return t.render(sqlTemplates, "set_lock_timeout", "lock_timeout_ms", arg),
 		t.render(sqlTemplates, "begin", "lock_timeout_ms", arg)
+}
+
+// claimPeek returns the peek of a Store whose Config.MaxValueSize is limit
+// (claim_peek in queries.sql).
+func (t table) claimPeek(limit int) string {
+	return t.render(sqlTemplates, "claim_peek", "limit", strconv.Itoa(limit))
 }

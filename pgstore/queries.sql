@@ -111,13 +111,15 @@ SELECT *{{if .restore}}, {{template "restore_lock_timeout"}}{{end}} FROM (
 	"result_cols" "result, result_size" "null_result" "NULL::bytea, NULL::int" "restore" ""}}{{end}}
 
 -- Store.Claim's peek, a plain read before the claim (Config.Peek): $1
--- key, $2 fingerprint, $3 the longest result returned. It returns the row
--- when the row answers the claim as it is (an outcome, a live lease,
--- another fingerprint), in claim_read's columns, and no row when the
--- claim has to write (a new key, a takeover, an attempt cap): the claim
--- statement follows then.
+-- key, $2 fingerprint; argument limit, the longest result returned, the
+-- Store's Config.MaxValueSize as a literal (a validated integer: one
+-- parameter fewer to send and bind on every duplicate). It returns the
+-- row when the row answers the claim as it is (an outcome, a live lease,
+-- another fingerprint), in claim_read's columns but the last, and no row
+-- when the claim has to write (a new key, a takeover, an attempt cap):
+-- the claim statement follows then.
 {{define "claim_peek"}}SELECT r.status, r.token, r.attempt, r.fingerprint = $2::bytea, r.lease_until,
-	{{template "capped_result" args . "limit" "$3::int"}}, r.expires_at, false
+	{{template "capped_result" .}}, r.expires_at
 FROM {{.table}} AS r WHERE r.key = $1::bytea AND NOT {{template "takeover" args . "fp" "$2::bytea"}}{{end}}
 
 -- TxGuard's claim, whose result is not capped. A claim that returns no

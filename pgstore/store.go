@@ -165,7 +165,9 @@ func New(db DB, cfg Config) (*Store, error) {
 	}
 	cfg.Table = t.name
 	cfg.MaxValueSize = cmp.Or(cfg.MaxValueSize, DefaultMaxValueSize)
-	return &Store{db: db, cfg: cfg, t: t, q: newQueries(t), limitArg: int32(cfg.MaxValueSize)}, nil
+	q := newQueries(t)
+	q.claimPeek = t.claimPeek(cfg.MaxValueSize)
+	return &Store{db: db, cfg: cfg, t: t, q: q, limitArg: int32(cfg.MaxValueSize)}, nil
 }
 
 // MaxValueSize returns Config.MaxValueSize: the longest value or cause, in
@@ -250,8 +252,9 @@ func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 	defer sc.put()
 	r, dest := &sc.row, sc.dest
 	if s.peeks() {
-		err := s.db.QueryRow(ctx, s.q.claimPeek, key, fp, limit).Scan(dest...)
+		err := s.db.QueryRow(ctx, s.q.claimPeek, key, fp).Scan(dest[:len(dest)-1]...)
 		if err == nil {
+			r.acquired = false // the peek's row has no such column
 			s.lean.note(true)
 			return r.cappedClaim(a, s.cfg.MaxValueSize)
 		}

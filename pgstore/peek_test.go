@@ -38,17 +38,27 @@ func TestConfigPeekIsValidated(t *testing.T) {
 	}
 }
 
-// sqlLog is a DB that logs the statements of its QueryRow calls.
+// sqlLog is a DB that logs the statements of its Query and QueryRow
+// calls.
 type sqlLog struct {
 	pgstore.DB
 	mu  sync.Mutex
 	sql []string
 }
 
-func (l *sqlLog) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+func (l *sqlLog) log(sql string) {
 	l.mu.Lock()
 	l.sql = append(l.sql, sql)
 	l.mu.Unlock()
+}
+
+func (l *sqlLog) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	l.log(sql)
+	return l.DB.Query(ctx, sql, args...)
+}
+
+func (l *sqlLog) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	l.log(sql)
 	return l.DB.QueryRow(ctx, sql, args...)
 }
 

@@ -112,15 +112,17 @@ SELECT *{{if .restore}}, {{template "restore_lock_timeout"}}{{end}} FROM (
 
 -- Store.Claim's peek, a plain read before the claim (Config.Peek): $1
 -- key, $2 fingerprint; argument limit, the longest result returned, the
--- Store's Config.MaxValueSize as a literal (a validated integer: one
--- parameter fewer to send and bind on every duplicate). It returns the
--- row when the row answers the claim as it is (an outcome, a live lease,
--- another fingerprint), in claim_read's columns but the last, and no row
--- when the claim has to write (a new key, a takeover, an attempt cap):
--- the claim statement follows then.
-{{define "claim_peek"}}SELECT r.status, r.token, r.attempt, r.fingerprint = $2::bytea, r.lease_until,
-	{{template "capped_result" .}}, r.expires_at
-FROM {{.table}} AS r WHERE r.key = $1::bytea AND NOT {{template "takeover" args . "fp" "$2::bytea"}}{{end}}
+-- Store's Config.MaxValueSize as a literal (a validated integer). It
+-- returns the row when the row answers the claim as it is (an outcome, a
+-- live lease, another fingerprint) and holds a result within the limit,
+-- and no row when the claim has to write (a new key, a takeover, an
+-- attempt cap) or refuse the result: the claim statement follows then.
+-- Its columns are the row's own, with no expression to set up on each
+-- execution: the client compares the fingerprint, and the limit is a
+-- condition of the row rather than a CASE in the columns.
+{{define "claim_peek"}}SELECT r.status, r.token, r.attempt, r.fingerprint, r.lease_until, r.result, r.expires_at
+FROM {{.table}} AS r WHERE r.key = $1::bytea AND NOT {{template "takeover" args . "fp" "$2::bytea"}}
+	AND coalesce(octet_length(r.result), 0) <= {{.limit}}{{end}}
 
 -- TxGuard's claim, whose result is not capped. A claim that returns no
 -- row restores no lock_timeout: the one that runs next still waits as the

@@ -301,6 +301,10 @@ func TestReplayWritesNoWAL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	peeking, err := pgstore.New(pool, pgstore.Config{Peek: pgstore.PeekAlways})
+	if err != nil {
+		t.Fatal(err)
+	}
 	keys := make([]string, 100)
 	batch := make([]idem.ClaimArgs, len(keys))
 	for i := range keys {
@@ -324,7 +328,14 @@ func TestReplayWritesNoWAL(t *testing.T) {
 		replay func(i int) error
 	}{
 		{"Claim", 1, func(i int) error {
-			c, err := s.Claim(ctx, batch[i%len(batch)])
+			c, err := s.Claim(ctx, batch[i%len(batch)]) // peeks once the replays lead
+			if err == nil && c.Outcome != idem.Duplicate {
+				err = fmt.Errorf("outcome %v", c.Outcome)
+			}
+			return err
+		}},
+		{"Claim after a peek", 1, func(i int) error {
+			c, err := peeking.Claim(ctx, batch[i%len(batch)])
 			if err == nil && c.Outcome != idem.Duplicate {
 				err = fmt.Errorf("outcome %v", c.Outcome)
 			}

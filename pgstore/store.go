@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -252,14 +253,13 @@ func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 	defer sc.put()
 	r, dest := &sc.row, sc.dest
 	if s.peeks() {
-		err := s.db.QueryRow(ctx, s.q.claimPeek, key, fp).Scan(dest[:len(dest)-1]...)
-		if err == nil {
-			r.acquired = false // the peek's row has no such column
-			s.lean.note(true)
-			return r.cappedClaim(a, s.cfg.MaxValueSize)
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
+		found, err := sc.peek(ctx, s.db, s.q.claimPeek, key, fp)
+		if err != nil {
 			return idem.Claim{}, translate("claim", err)
+		}
+		if found {
+			s.lean.note(true)
+			return r.claim(a)
 		}
 	}
 	args := []any{key, fp, micros(a.Lease), micros(a.Retention), maxAttempts(a.MaxAttempts), limit}
@@ -292,16 +292,44 @@ var readFirstTries = 3
 // in a pool: a claim that reads a duplicate allocates little more than
 // what it returns.
 type claimScan struct {
-	row  claimRow
-	dest []any
+	row      claimRow
+	dest     []any
+	fp       pgtype.DriverBytes // the peek's fingerprint, read in place
+	peekDest []any
 }
 
 var claimScans = sync.Pool{New: func() any {
 	sc := new(claimScan)
 	r := &sc.row
 	sc.dest = []any{&r.status, &r.token, &r.attempt, &r.sameFingerprint, &r.leaseUntil, &r.result, &r.resultSize, &r.expiresAt, &r.acquired}
+	sc.peekDest = []any{&r.status, &r.token, &r.attempt, &sc.fp, &r.leaseUntil, &r.result, &r.expiresAt}
 	return sc
 }}
+
+// peek runs the peek (claim_peek in queries.sql) of key with fingerprint
+// fp, and reports whether it found a row that answers the claim; sc.row
+// holds it then. The row's columns are plain: the fingerprint is compared
+// here, read where the driver holds it, and a result over the Store's
+// limit leaves the row out (the claim statement answers it).
+func (sc *claimScan) peek(ctx context.Context, db DB, sql string, key, fp []byte) (bool, error) {
+	rows, err := db.Query(ctx, sql, key, fp)
+	if err != nil {
+		return false, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return false, rows.Err()
+	}
+	if err := rows.Scan(sc.peekDest...); err != nil {
+		return false, err
+	}
+	r := &sc.row
+	r.sameFingerprint = bytes.Equal(sc.fp, fp)
+	r.resultSize, r.acquired = pgtype.Int4{}, false
+	sc.fp = nil // the driver's memory, valid until Close
+	rows.Close()
+	return true, rows.Err()
+}
 
 // put returns sc to the pool, without the result the claim returned: a
 // scan writes every column, so nothing else of the last row survives the

@@ -54,14 +54,18 @@ func TestValueCapOnWrite(t *testing.T) {
 func TestStoredValueOverTheCapIsRefusedOnRead(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 2)
-	reader, err := pgstore.New(e.pool, pgstore.Config{Table: e.table, MaxValueSize: 1024})
-	if err != nil {
-		t.Fatal(err)
+	for name, peek := range map[string]pgstore.Peek{"peek": pgstore.PeekAlways, "no peek": pgstore.PeekNever} {
+		t.Run(name, func(t *testing.T) {
+			reader, err := pgstore.New(e.pool, pgstore.Config{Table: e.table, MaxValueSize: 1024, Peek: peek})
+			if err != nil {
+				t.Fatal(err)
+			}
+			idemtest.RunStoredValueOverLimit(t, e.store, reader, func(err error, key string, size int) bool {
+				tooLarge, ok := errors.AsType[*pgstore.ValueTooLargeError](err)
+				return ok && tooLarge.Stored && tooLarge.Key == key && tooLarge.Size == size && tooLarge.Max == 1024
+			})
+		})
 	}
-	idemtest.RunStoredValueOverLimit(t, e.store, reader, func(err error, key string, size int) bool {
-		tooLarge, ok := errors.AsType[*pgstore.ValueTooLargeError](err)
-		return ok && tooLarge.Stored && tooLarge.Key == key && tooLarge.Size == size && tooLarge.Max == 1024
-	})
 }
 
 func TestMaxValueSizeConfig(t *testing.T) {

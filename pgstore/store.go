@@ -331,11 +331,12 @@ func (sc *claimScan) peek(ctx context.Context, db DB, sql string, key, fp []byte
 	return true, rows.Err()
 }
 
-// put returns sc to the pool, without the result the claim returned: a
-// scan writes every column, so nothing else of the last row survives the
-// next.
+// put returns sc to the pool, without the result the claim returned or
+// the driver's memory a failed peek may have left: a scan writes every
+// column it reads, and the peek sets the rest, so nothing else of the last
+// row survives the next.
 func (sc *claimScan) put() {
-	sc.row.result = nil
+	sc.row.result, sc.fp = nil, nil
 	claimScans.Put(sc)
 }
 

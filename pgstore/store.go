@@ -124,6 +124,15 @@ func (l *lean) note(read bool) {
 	}
 }
 
+// noteClaim counts a claim in the balance PeekAuto follows: read when the
+// row answered it. Under PeekAlways and PeekNever there is no balance to
+// keep.
+func (s *Store) noteClaim(read bool) {
+	if s.cfg.Peek == PeekAuto {
+		s.lean.note(read)
+	}
+}
+
 // peeks reports whether the next Claim reads first (Config.Peek).
 func (s *Store) peeks() bool {
 	switch s.cfg.Peek {
@@ -258,7 +267,7 @@ func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 			return idem.Claim{}, translate("claim", err)
 		}
 		if found {
-			s.lean.note(true)
+			s.noteClaim(true)
 			return r.claim(a)
 		}
 	}
@@ -266,7 +275,7 @@ func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 	for range readFirstTries {
 		err := s.db.QueryRow(ctx, s.q.claimRead, args...).Scan(dest...)
 		if err == nil {
-			s.lean.note(!r.acquired)
+			s.noteClaim(!r.acquired)
 			return r.cappedClaim(a, s.cfg.MaxValueSize)
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
@@ -277,7 +286,7 @@ func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 	if err := s.db.QueryRow(ctx, s.q.claim, args...).Scan(dest...); err != nil {
 		return idem.Claim{}, translate("claim", err)
 	}
-	s.lean.note(!r.acquired)
+	s.noteClaim(!r.acquired)
 	return r.cappedClaim(a, s.cfg.MaxValueSize)
 }
 

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# Makes sure the servers the integration tests use are up on this machine:
-# PostgreSQL, Redis, RabbitMQ, NATS with JetStream, and dynalite (a
-# DynamoDB-compatible server). A server that is installed but stopped is
-# started; one that is missing is installed first, from Debian's packages
-# (dynalite: from npm, into $IDEM_DYNALITE_DIR, default /opt/idem-dynalite). Exits non-zero, naming the server, when one
-# cannot be reached: `make test` must fail then, not skip.
+# Makes sure the servers the integration tests use are up on this machine,
+# from nothing: PostgreSQL, Redis, RabbitMQ, NATS with JetStream, dynalite
+# (a DynamoDB-compatible server) and Apache Kafka. A server that is up is
+# left alone; one that is installed but stopped is started; one that is
+# missing is installed first: from Debian's packages, dynalite from npm
+# (into $IDEM_DYNALITE_DIR, default /opt/idem-dynalite), Apache Kafka from
+# Maven Central (scripts/kafka.sh; into $IDEM_KAFKA_HOME, default
+# /opt/idem-kafka/VERSION). It prints what it did for each and how long
+# that took. Exits non-zero, naming the server, when one cannot be reached:
+# `make test` must fail then, not skip. Run it as root on Debian 12.
 #
 #   scripts/services.sh                 # all of them
-#   scripts/services.sh postgres redis  # only these (also: rabbitmq, nats, dynamodb)
+#   scripts/services.sh postgres redis  # only these (also: rabbitmq, nats, dynamodb, kafka)
 set -uo pipefail
 
 PG_URL=${IDEM_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable}
@@ -17,6 +21,9 @@ NATS_URL=${IDEM_NATS_URL:-nats://127.0.0.1:4222}
 DYNAMODB_URL=${IDEM_DYNAMODB_URL:-http://127.0.0.1:8000}
 DYNALITE_DIR=${IDEM_DYNALITE_DIR:-/opt/idem-dynalite}
 DYNALITE_VERSION=4.0.0
+KAFKA_BROKERS=${IDEM_KAFKA_BROKERS:-127.0.0.1:9092}
+KAFKA_DIR=${IDEM_KAFKA_DIR:-/var/lib/idem-kafka}
+here=$(cd "$(dirname "$0")" && pwd)
 
 log() { echo "services: $*" >&2; }
 
@@ -42,6 +49,7 @@ install() {
 		apt_updated=1
 	fi
 	log "installing $*"
+	did="installed, started"
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
 }
 
@@ -60,6 +68,7 @@ postgres() {
 	if ! port_open "$host" "$port"; then
 		command -v pg_ctlcluster >/dev/null || install postgresql postgresql-client || return 1
 		log "starting PostgreSQL"
+		did=${did:-started}
 		pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | sort -V | tail -1)" main start || true
 		wait_for PostgreSQL "$host" "$port" || return 1
 	fi
@@ -86,6 +95,7 @@ redis() {
 	port_open "$host" "$port" && return 0
 	command -v redis-server >/dev/null || install redis-server redis-tools || return 1
 	log "starting Redis"
+	did=${did:-started}
 	mkdir -p /var/lib/redis /var/log/redis
 	redis-server --daemonize yes --bind 127.0.0.1 -::1 --port "$port" --save "" --appendonly no \
 		--dir /var/lib/redis --logfile /var/log/redis/ci.log || return 1
@@ -97,6 +107,7 @@ rabbitmq() {
 	port_open "$host" "$port" && return 0
 	command -v rabbitmq-server >/dev/null || install rabbitmq-server || return 1
 	log "starting RabbitMQ"
+	did=${did:-started}
 	rabbitmq-server -detached || return 1
 	wait_for RabbitMQ "$host" "$port" 120
 }
@@ -106,6 +117,7 @@ nats() {
 	port_open "$host" "$port" && return 0
 	command -v nats-server >/dev/null || install nats-server || return 1
 	log "starting NATS"
+	did=${did:-started}
 	mkdir -p /var/lib/nats-server
 	start-stop-daemon --start --oknodo --background --exec "$(command -v nats-server)" -- \
 		-a 127.0.0.1 -p "$port" -js -sd /var/lib/nats-server -l /var/log/nats-server.log || return 1
@@ -123,21 +135,79 @@ dynamodb() {
 		command -v npm >/dev/null || install nodejs npm || return 1
 		log "installing dynalite $DYNALITE_VERSION into $DYNALITE_DIR"
 		mkdir -p "$DYNALITE_DIR" || return 1
+		did="installed, started"
 		npm install --prefix "$DYNALITE_DIR" --no-audit --no-fund --loglevel=error "dynalite@$DYNALITE_VERSION" >/dev/null || return 1
 	fi
 	log "starting dynalite"
+	did=${did:-started}
 	mkdir -p /var/log
 	setsid nohup node "$pkg/cli.js" --host "$host" --port "$port" --createTableMs 50 --deleteTableMs 50 --updateTableMs 50 \
 		>>/var/log/idem-dynalite.log 2>&1 </dev/null &
 	wait_for dynalite "$host" "$port"
 }
 
+# kafka: Apache Kafka, one KRaft node in combined mode (broker and
+# controller) on the first address of IDEM_KAFKA_BROKERS, its controller on
+# the next port, its data in $IDEM_KAFKA_DIR (default /var/lib/idem-kafka),
+# its log in /var/log/idem-kafka.log. Sessions as short as a second are
+# allowed, as the tests' consumer groups use them.
+kafka() {
+	read -r host port < <(hostport "${KAFKA_BROKERS%%,*}" 9092)
+	port_open "$host" "$port" && return 0
+	if ! command -v java >/dev/null; then install openjdk-17-jre-headless || return 1; fi
+	if ! command -v mvn >/dev/null; then install maven || return 1; fi
+	if [ ! -f "$("$here/kafka.sh" home)/installed" ]; then
+		log "installing Apache Kafka from Maven Central into $("$here/kafka.sh" home)"
+		did="installed, started"
+		"$here/kafka.sh" install 2>/tmp/idem-kafka-install.log || { cat /tmp/idem-kafka-install.log >&2; return 1; }
+	fi
+	mkdir -p "$KAFKA_DIR/data" || return 1
+	cat >"$KAFKA_DIR/server.properties" <<-PROPS
+		# Written by scripts/services.sh: the shared broker of idem's tests.
+		process.roles=broker,controller
+		node.id=1
+		controller.quorum.voters=1@$host:$((port + 1))
+		listeners=PLAINTEXT://$host:$port,CONTROLLER://$host:$((port + 1))
+		advertised.listeners=PLAINTEXT://$host:$port
+		controller.listener.names=CONTROLLER
+		listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+		inter.broker.listener.name=PLAINTEXT
+		log.dirs=$KAFKA_DIR/data
+		num.partitions=1
+		auto.create.topics.enable=true
+		offsets.topic.replication.factor=1
+		offsets.topic.num.partitions=10
+		transaction.state.log.replication.factor=1
+		transaction.state.log.min.isr=1
+		share.coordinator.state.topic.replication.factor=1
+		share.coordinator.state.topic.min.isr=1
+		group.initial.rebalance.delay.ms=0
+		group.min.session.timeout.ms=1000
+		group.consumer.min.session.timeout.ms=1000
+		group.consumer.min.heartbeat.interval.ms=500
+		num.network.threads=2
+		num.io.threads=4
+	PROPS
+	log "starting Apache Kafka"
+	did=${did:-started}
+	setsid nohup "$here/kafka.sh" run "$KAFKA_DIR" >>/var/log/idem-kafka.log 2>&1 </dev/null &
+	wait_for Kafka "$host" "$port" 90
+}
+
 services=("$@")
-[ ${#services[@]} -gt 0 ] || services=(postgres redis rabbitmq nats dynamodb)
+[ ${#services[@]} -gt 0 ] || services=(postgres redis rabbitmq nats dynamodb kafka)
 failed=()
 for s in "${services[@]}"; do
 	case $s in
-	postgres | redis | rabbitmq | nats | dynamodb) "$s" || failed+=("$s") ;;
+	postgres | redis | rabbitmq | nats | dynamodb | kafka)
+		started=${EPOCHREALTIME/./} did=
+		if "$s"; then
+			took=$(((${EPOCHREALTIME/./} - started) / 100000))
+			log "$(printf '%-8s %-18s %3d.%ds' "$s" "${did:-up already}" $((took / 10)) $((took % 10)))"
+		else
+			failed+=("$s")
+		fi
+		;;
 	*) log "unknown service $s"; exit 2 ;;
 	esac
 done

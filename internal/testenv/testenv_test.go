@@ -69,3 +69,23 @@ func TestRecordRunsCleanupsAndKeepsErrors(t *testing.T) {
 		t.Errorf("ending %+v, want a failure with the error e1", end)
 	}
 }
+
+func TestKafkaBrokersSkipsOrFailsWhenNoneAnswers(t *testing.T) {
+	t.Setenv(testenv.Kafka.Env, "127.0.0.1:1, 127.0.0.1:2")
+	skip, fatal := testenv.CheckUnreachable(t, testenv.Kafka.Env, func(tb testing.TB) {
+		testenv.KafkaBrokers(tb)
+		tb.Error("KafkaBrokers returned")
+	})
+	for _, msg := range []string{skip, fatal} {
+		if !strings.Contains(msg, "127.0.0.1:2") || !strings.Contains(msg, "Apache Kafka") {
+			t.Errorf("message %q does not name the server and its addresses", msg)
+		}
+	}
+}
+
+func TestSplitBrokers(t *testing.T) {
+	got := fmt.Sprint(testenv.SplitBrokers(" a:1,, b:2 ,"))
+	if got != "[a:1 b:2]" {
+		t.Errorf("SplitBrokers = %s, want [a:1 b:2]", got)
+	}
+}

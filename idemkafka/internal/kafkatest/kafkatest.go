@@ -1,25 +1,127 @@
 // Package kafkatest holds what the tests and benchmarks of idemkafka and
-// kafkapg share: an in-process kfake cluster, a producer, the clients'
+// kafkapg share: the Apache Kafka of the tests (IDEM_KAFKA_BROKERS) and
+// topics of a test's own on it, an in-process kfake cluster for the few
+// tests that must run with nothing installed, a producer, the clients'
 // options, and a wait on a condition.
 package kafkatest
 
 import (
 	"context"
+	"crypto/rand"
+	"fmt"
+	"regexp"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/idemgo/idem/idemkafka/internal/consume"
+	"github.com/idemgo/idem/internal/testenv"
 )
 
+// Brokers returns the seed brokers of the Apache Kafka the tests use,
+// IDEM_KAFKA_BROKERS (default 127.0.0.1:9092, as scripts/services.sh
+// starts it). It skips tb when no broker answers, or fails it under
+// IDEM_REQUIRE_SERVICES=1.
+func Brokers(tb testing.TB) []string {
+	tb.Helper()
+	return testenv.KafkaBrokers(tb)
+}
+
+var unsafeTopicChars = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
+
+// TopicName returns a topic name of tb's own: the test's name and a random
+// suffix, so that tests sharing a broker, and runs of one test, never meet.
+func TopicName(tb testing.TB) string {
+	name := unsafeTopicChars.ReplaceAllString(tb.Name(), "_")
+	if len(name) > 180 {
+		name = name[len(name)-180:]
+	}
+	return "idemtest." + name + "." + rand.Text()[:10]
+}
+
+// CreateTopics creates the topics named, each with partitions partitions
+// and one replica, and deletes them when tb ends.
+func CreateTopics(tb testing.TB, brokers []string, partitions int32, names ...string) {
+	tb.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), GroupTimeout)
+	defer cancel()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	req.TimeoutMillis = 30000
+	for _, name := range names {
+		t := kmsg.NewCreateTopicsRequestTopic()
+		t.Topic, t.NumPartitions, t.ReplicationFactor = name, partitions, 1
+		req.Topics = append(req.Topics, t)
+	}
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		tb.Fatalf("create topics %v: %v", names, err)
+	}
+	for _, t := range resp.Topics {
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+			tb.Fatalf("create topic %s: %v", t.Topic, err)
+		}
+	}
+	tb.Cleanup(func() { deleteTopics(tb, brokers, names) })
+}
+
+// deleteTopics deletes the topics named, logging what fails: a topic left
+// behind costs the shared broker a little disk, not a test.
+func deleteTopics(tb testing.TB, brokers, names []string) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		tb.Logf("delete topics %v: %v", names, err)
+		return
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrDeleteTopicsRequest()
+	req.TimeoutMillis = 30000
+	for _, name := range names {
+		t := kmsg.NewDeleteTopicsRequestTopic()
+		t.Topic = kmsg.StringPtr(name)
+		req.Topics = append(req.Topics, t)
+	}
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		tb.Logf("delete topics %v: %v", names, err)
+		return
+	}
+	for _, t := range resp.Topics {
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil && t.Topic != nil {
+			tb.Logf("delete topic %s: %v", *t.Topic, err)
+		}
+	}
+}
+
+// Topic creates a topic of tb's own with partitions partitions on brokers
+// (see [TopicName], [CreateTopics]) and returns its name.
+func Topic(tb testing.TB, brokers []string, partitions int32) string {
+	tb.Helper()
+	name := TopicName(tb)
+	CreateTopics(tb, brokers, partitions, name)
+	return name
+}
+
+// Group returns a consumer group name of tb's own.
+func Group(tb testing.TB) string { return fmt.Sprintf("%s.group", TopicName(tb)) }
+
 // GroupTimeout bounds a wait on consumer-group rebalances, which take
-// seconds on kfake.
+// seconds on Apache Kafka and on kfake.
 const GroupTimeout = 60 * time.Second
 
-// NewCluster starts an in-process Kafka cluster of one broker that
-// accepts session timeouts from a second, closed when tb ends.
+// NewCluster starts an in-process kfake cluster of one broker that accepts
+// session timeouts from a second, closed when tb ends. It is for tests that
+// must run with nothing installed; the others use [Brokers].
 func NewCluster(tb testing.TB, opts ...kfake.Opt) *kfake.Cluster {
 	tb.Helper()
 	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.GroupMinSessionTimeout(time.Second)}, opts...)...)

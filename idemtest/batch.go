@@ -421,7 +421,7 @@ func doBatchFenced(t *testing.T, e *env) {
 		}
 		// Another holder takes the key over and stores its outcome while
 		// this one goes on regardless.
-		deadline := time.Now().Add(40 * Lease)
+		deadline := time.Now().Add(AwaitTimeout)
 		for {
 			_, otherErr = other.Do(context.Background(), "k", []byte("payload of k"), func(context.Context) ([]byte, error) { return []byte("other's"), nil })
 			if !errors.Is(otherErr, idem.ErrInProgress) || time.Now().After(deadline) {

@@ -168,3 +168,69 @@ func TestRunStoredValueOverLimitCatchesAReplay(t *testing.T) {
 		t.Fatalf("RunStoredValueOverLimit passed a store that replays oversized values:\n%s", out)
 	}
 }
+
+// slow is memstore behind a network whose round trip is two of the
+// suite's leases, as a store on a loaded machine can be: a case that bets a lease
+// outlives a few round trips finds it taken over.
+type slow struct{ *memstore.Store }
+
+// rtt is slow's delay, half before each call and half after it.
+const rtt = 2 * idemtest.Lease
+
+func (s slow) delay() func() {
+	time.Sleep(rtt / 2)
+	return func() { time.Sleep(rtt / 2) }
+}
+
+func (s slow) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+	defer s.delay()()
+	return s.Store.Claim(ctx, a)
+}
+func (s slow) Complete(ctx context.Context, key string, t idem.Token, v []byte, r time.Duration) error {
+	defer s.delay()()
+	return s.Store.Complete(ctx, key, t, v, r)
+}
+func (s slow) Fail(ctx context.Context, key string, t idem.Token, v []byte, r time.Duration) error {
+	defer s.delay()()
+	return s.Store.Fail(ctx, key, t, v, r)
+}
+func (s slow) Release(ctx context.Context, key string, t idem.Token) error {
+	defer s.delay()()
+	return s.Store.Release(ctx, key, t)
+}
+func (s slow) Extend(ctx context.Context, key string, t idem.Token, lease time.Duration) error {
+	defer s.delay()()
+	return s.Store.Extend(ctx, key, t, lease)
+}
+func (s slow) Get(ctx context.Context, key string) (idem.Record, error) {
+	defer s.delay()()
+	return s.Store.Get(ctx, key)
+}
+func (s slow) Delete(ctx context.Context, key string) error {
+	defer s.delay()()
+	return s.Store.Delete(ctx, key)
+}
+func (s slow) ClaimBatch(ctx context.Context, as []idem.ClaimArgs) ([]idem.Claim, error) {
+	defer s.delay()()
+	return s.Store.ClaimBatch(ctx, as)
+}
+func (s slow) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]error, error) {
+	defer s.delay()()
+	return s.Store.CompleteBatch(ctx, cs)
+}
+
+// TestSuiteToleratesASlowStore runs the suite over a correct store whose
+// every call takes longer than the suite's lease: it must pass. A case
+// that claims with the suite's short lease and then expects no takeover a
+// few calls later fails here, as it would on a loaded machine.
+func TestSuiteToleratesASlowStore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: every store call takes 100 ms")
+	}
+	s, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	idemtest.Run(t, func(*testing.T) idem.Store { return slow{s} })
+}

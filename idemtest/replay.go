@@ -3,6 +3,7 @@ package idemtest
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -92,21 +93,34 @@ func (e *env) checkUnchanged(args []idem.ClaimArgs, before []idem.Record) {
 // and fingerprint.
 func replayLeavesRecord(t *testing.T, e *env) {
 	args, g, before := e.replayKeys()
-	c := ctx(t)
+	dup := func(context.Context) ([]byte, error) { return nil, errors.New("ran on a duplicate") }
 	for range replays {
+		// A round's calls go out at once, and with a deadline of their own:
+		// concurrent duplicates are the common case, and a slow store
+		// takes long over all the rounds.
+		c := ctx(t)
+		claims, claimErrs := make([]idem.Claim, len(args)), make([]error, len(args))
+		var done, failed, busy error
+		var replayed idem.Result
+		var wg sync.WaitGroup
 		for i, a := range args {
-			cl, err := e.s.Claim(c, a)
-			checkReplay(t, i, cl, err)
+			wg.Go(func() { claims[i], claimErrs[i] = e.s.Claim(c, a) })
 		}
-		res, err := g.Do(c, "done", []byte("charge 10"), func(context.Context) ([]byte, error) { return nil, errors.New("ran on a duplicate") })
-		if err != nil || !res.Replayed || string(res.Value) != "receipt" {
-			t.Fatalf("Guard replay of the completed key: %q %v", res.Value, err)
+		wg.Go(func() { replayed, done = g.Do(c, "done", []byte("charge 10"), dup) })
+		wg.Go(func() { _, failed = g.Do(c, "failed", []byte("charge 10"), dup) })
+		wg.Go(func() { _, busy = g.Do(c, "busy", []byte("charge 10"), dup) })
+		wg.Wait()
+		for i := range args {
+			checkReplay(t, i, claims[i], claimErrs[i])
 		}
-		if _, err := g.Do(c, "failed", []byte("charge 10"), func(context.Context) ([]byte, error) { return nil, errors.New("ran on a duplicate") }); !idem.IsPermanent(err) || err.Error() != "card declined" {
-			t.Fatalf("Guard replay of the failed key: %v, want the permanent error", err)
+		if done != nil || !replayed.Replayed || string(replayed.Value) != "receipt" {
+			t.Fatalf("Guard replay of the completed key: %q %v", replayed.Value, done)
 		}
-		if _, err := g.Do(c, "busy", []byte("charge 10"), func(context.Context) ([]byte, error) { return nil, errors.New("ran while held") }); !errors.Is(err, idem.ErrInProgress) {
-			t.Fatalf("Guard call of the held key: %v, want ErrInProgress", err)
+		if !idem.IsPermanent(failed) || failed.Error() != "card declined" {
+			t.Fatalf("Guard replay of the failed key: %v, want the permanent error", failed)
+		}
+		if !errors.Is(busy, idem.ErrInProgress) {
+			t.Fatalf("Guard call of the held key: %v, want ErrInProgress", busy)
 		}
 	}
 	e.checkUnchanged(args, before)

@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"go.uber.org/goleak"
+
+	"github.com/idemgo/idem/internal/testenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -37,18 +38,15 @@ func TestInProcessRunChargesEachOrderOnce(t *testing.T) {
 	}
 }
 
-// With --brokers: the producer publishes duplicates, the consumer charges
-// each order once.
+// With --brokers, against Apache Kafka (IDEM_KAFKA_BROKERS): the producer
+// publishes duplicates, the consumer charges each order once.
 func TestProduceThenConsumeWithBrokers(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	brokers := strings.Join(cluster.ListenAddrs(), ",")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	brokers := testenv.KafkaBrokers(t)
+	topic := kafkaTopic(t, brokers, "idemtest.payments", 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	o, err := parseFlags([]string{"--brokers", brokers, "--orders", "30", "produce"}, io.Discard)
+	o, err := parseFlags([]string{"--brokers", strings.Join(brokers, ","), "--topic", topic, "--group", topic + ".group",
+		"--orders", "30", "produce"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +60,7 @@ func TestProduceThenConsumeWithBrokers(t *testing.T) {
 	}
 	o.mode = "consume"
 	p := newProvider(io.Discard)
-	finished, err := consumeOrders(ctx, cluster.ListenAddrs(), o, io.Discard, p, len(events))
+	finished, err := consumeOrders(ctx, brokers, o, io.Discard, p, len(events))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,10 +75,15 @@ func (s *store) makeRoomFor(err error) (again bool, _ error) {
 }
 
 // makeRoom evicts records until n more of b more bytes fit, released ones
-// first, then the oldest finished, and reports whether they fit. It takes
-// the shards' locks one at a time: the caller holds none.
+// first, then the oldest finished, and reports whether they did fit. It
+// takes the shards' locks one at a time: the caller holds none. The room
+// is not reserved: a concurrent caller may take it before the caller's
+// transition runs again, which then asks for room again. So it answers
+// false only when nothing could go, never because another took the room
+// it made: each false is a refusal the caps leave no way around.
 func (s *store) makeRoom(n, b int64) bool {
 	var evicted []Eviction
+	defer func() { s.report(evicted) }()
 	swept := false
 	for !s.fits(n, b) {
 		sh, ok := s.oldestVictim()
@@ -87,7 +92,7 @@ func (s *store) makeRoom(n, b int64) bool {
 			// (claims nobody finished) still count until swept: sweep once,
 			// at most once a second, before giving up.
 			if swept || !s.mayFullSweep() {
-				break
+				return s.fits(n, b)
 			}
 			s.sweep()
 			swept = true
@@ -97,8 +102,7 @@ func (s *store) makeRoom(n, b int64) bool {
 			evicted = append(evicted, ev)
 		}
 	}
-	s.report(evicted)
-	return s.fits(n, b)
+	return true
 }
 
 // oldestVictim returns the shard whose queues hold the next record to

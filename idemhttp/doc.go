@@ -86,8 +86,11 @@
 //
 // The status, the body and the end-to-end header fields the handler set,
 // except: fields already set on the ResponseWriter before the middleware
-// ran (an outer handler's request id, a rotated cookie), which belong to
-// that request and are neither stored nor overwritten on a replay; the
+// ran (an outer handler's request id, a rotated cookie) and left as they
+// were by the handler, which belong to that request and are neither stored
+// nor overwritten on a replay (a field the handler changed, a
+// Content-Type or Cache-Control over an outer default, is stored and
+// replaces the outer value on a replay, as in the first response); the
 // per-caller fields of [DefaultUnstoredHeaders] (Set-Cookie and the like,
 // see [WithUnstoredHeaders]); hop-by-hop fields, Date and trailers.
 //

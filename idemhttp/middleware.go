@@ -156,17 +156,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// presetFields returns the names of the fields set on h before the
-// middleware ran: an outer handler's, for this request alone.
-func presetFields(h http.Header) []string {
+// presetFields returns a copy of the fields set on h before the handler
+// ran, by an outer middleware for this request; nil when there are none.
+func presetFields(h http.Header) http.Header {
 	if len(h) == 0 {
 		return nil
 	}
-	names := make([]string, 0, len(h))
-	for name := range h {
-		names = append(names, name)
-	}
-	return names
+	return h.Clone()
 }
 
 func (m *middleware) parseKey(v string) (string, error) { return ParseKey(v, m.o.syntax) }
@@ -219,8 +215,9 @@ func newBody(b []byte) *bodyReader {
 }
 
 // replay writes a stored response with Idempotent-Replayed: true. Fields
-// already set on w (by an outer handler, for this request) are kept: the
-// stored response never overwrites them. A response stored without its
+// already set on w (by an outer handler, for this request) are kept, but
+// for those the stored response holds: the handler had changed them, and
+// the replay answers as the first response did. A response stored without its
 // body is replayed with its status, its kept fields and a problem saying
 // the body was too large to keep, through the error handler.
 func (m *middleware) replay(w http.ResponseWriter, r *http.Request, key string, value []byte) {

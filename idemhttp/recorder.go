@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/idemgo/idem/internal/adapter"
@@ -24,7 +25,7 @@ import (
 type recorder struct {
 	rw         http.ResponseWriter
 	m          *middleware
-	preset     []string // fields set before the middleware ran: not stored
+	preset     http.Header // fields set before the middleware ran: stored only if the handler changed them
 	max        int      // body bytes kept at most
 	buf        []byte   // the encoded head, then the body so far
 	head       int      // len of the head in buf
@@ -59,14 +60,18 @@ func (w *recorder) writeHead(code int) {
 }
 
 // skip reports whether the field name is left out of the stored response:
-// set before the middleware ran (an outer middleware's, for this request
-// only), or one of the unstored fields (per caller, like Set-Cookie).
+// set before the middleware ran and left as it was by the handler (an
+// outer middleware's, for this request only), or one of the unstored
+// fields (per caller, like Set-Cookie). A field the handler changed after
+// an outer middleware set it (Content-Type, Cache-Control) is the
+// handler's answer, and is stored.
 func (w *recorder) skip(name string) bool {
-	for _, list := range [2][]string{w.preset, w.m.o.unstored} {
-		for _, f := range list {
-			if strings.EqualFold(f, name) {
-				return true
-			}
+	if before, ok := w.preset[name]; ok && slices.Equal(before, w.rw.Header()[name]) {
+		return true
+	}
+	for _, f := range w.m.o.unstored {
+		if strings.EqualFold(f, name) {
+			return true
 		}
 	}
 	return false

@@ -66,8 +66,8 @@ func DecodeResponse(b []byte) (*Response, error) {
 	return r, nil
 }
 
-// decodeInto decodes b, adding to h the fields h does not have yet, and
-// returns its status and body, and whether the body was omitted. It checks
+// decodeInto decodes b, setting its fields in h (a stored field replaces
+// one h has), and returns its status and body, and whether the body was omitted. It checks
 // everything before it changes h: on an error h is as it was.
 func decodeInto(b []byte, h http.Header) (status int, body []byte, omitted bool, err error) {
 	// The first pass checks and allocates nothing; the second takes every
@@ -146,9 +146,7 @@ func (d *decoder) fill(s string, h http.Header, values []string) {
 			vs[j] = s[off() : off()+n]
 			d.b = d.b[n:]
 		}
-		if _, set := h[name]; !set {
-			h[name] = vs
-		}
+		h[name] = vs
 	}
 }
 

@@ -65,6 +65,7 @@ var cases = []adaptertest.Case{
 	{"StoreLimitNeverExceeded", storeLimitNeverExceeded},
 	{"PerCallerHeadersNotStored", perCallerHeadersNotStored},
 	{"OuterHeadersNeitherStoredNorOverwritten", outerHeadersKept},
+	{"OverriddenOuterHeadersReplayed", overriddenOuterHeadersReplayed},
 	{"EndedRequestNotStored", endedRequestNotStored},
 	{"StoredPermanentFailure", storedPermanentFailure},
 	{"StoreUnavailable", storeUnavailable},
@@ -882,6 +883,42 @@ func outerHeadersKept(t *testing.T, s idem.Store) {
 	}
 	if id, c := resp.Header.Values("X-Request-Id"), resp.Header.Values("Set-Cookie"); !slices.Equal(id, []string{"req-2"}) || !slices.Equal(c, []string{"rotated=2"}) {
 		t.Errorf("replay: X-Request-Id %q, Set-Cookie %q; want the retry's own, req-2 and rotated=2", id, c)
+	}
+}
+
+// A field an outer handler sets and the handler overrides (a default
+// Content-Type, Cache-Control) is the handler's answer: the replay carries
+// the handler's value, as the first response did, while the outer fields
+// the handler left alone stay the retry's own.
+func overriddenOuterHeadersReplayed(t *testing.T, s idem.Store) {
+	var seq atomic.Int32
+	inner := wrap(t, newGuard(t, s, idem.Config{}), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "private, max-age=60")
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, `{"id":1}`)
+	}))
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("X-Request-Id", "req-"+strconv.Itoa(int(seq.Add(1))))
+		inner.ServeHTTP(w, r)
+	})
+	first := serve(h, post(quoted("k"), "x"))
+	resp := serve(h, post(quoted("k"), "x"))
+	if resp.Header.Get(idemhttp.ReplayedHeader) != "true" {
+		t.Fatalf("retry: %d %v, want the replay", resp.StatusCode, resp.Header)
+	}
+	for _, f := range []string{"Content-Type", "Cache-Control"} {
+		if got, want := resp.Header.Values(f), first.Header.Values(f); !slices.Equal(got, want) {
+			t.Errorf("replayed %s %q, want the first response's %q", f, got, want)
+		}
+	}
+	if got := resp.Header.Get("Content-Type"); got != "application/json" {
+		t.Errorf("replayed Content-Type %q, want the handler's application/json", got)
+	}
+	if id := resp.Header.Values("X-Request-Id"); !slices.Equal(id, []string{"req-2"}) {
+		t.Errorf("replayed X-Request-Id %q, want the retry's own req-2", id)
 	}
 }
 

@@ -26,14 +26,14 @@ type recorder struct {
 	rw         http.ResponseWriter
 	m          *middleware
 	preset     http.Header // fields set before the middleware ran: stored only if the handler changed them
-	max        int      // body bytes kept at most
-	buf        []byte   // the encoded head, then the body so far
-	head       int      // len of the head in buf
-	status     int      // the final status once written, else 0
-	overflow   bool     // the body outgrew max: buf holds the head only
-	size       int      // the body's length, kept or not
-	unstorable string   // why the response cannot be replayed (hijacked)
-	clientErr  error    // the first failed write to the client
+	max        int         // body bytes kept at most
+	buf        []byte      // the encoded head, then the body so far
+	head       int         // len of the head in buf
+	status     int         // the final status once written, else 0
+	overflow   bool        // the body outgrew max: buf holds the head only
+	size       int         // the body's length, kept or not
+	unstorable string      // why the response cannot be replayed (hijacked)
+	clientErr  error       // the first failed write to the client
 }
 
 func (w *recorder) Header() http.Header { return w.rw.Header() }

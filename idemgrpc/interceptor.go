@@ -46,18 +46,21 @@ func New(g *idem.Guard, opts ...Option) (*Interceptor, error) {
 }
 
 // UnaryServerInterceptor returns the unary interceptor of [New](g, opts...).
-// If New fails, every call through the returned interceptor fails with
-// codes.Internal and New's error as the message: call New to see the error
-// at start-up.
+// It panics with New's error when New fails, as the server is being built:
+// a misconfigured interceptor stops the program at start-up rather than
+// answering every call with an error, and never sends its configuration
+// to remote clients. Call New to handle the error instead.
 func UnaryServerInterceptor(g *idem.Guard, opts ...Option) grpc.UnaryServerInterceptor {
+	return mustNew(g, opts).Unary()
+}
+
+// mustNew returns New(g, opts...), or panics with its error.
+func mustNew(g *idem.Guard, opts []Option) *Interceptor {
 	i, err := New(g, opts...)
 	if err != nil {
-		st := status.New(codes.Internal, err.Error())
-		return func(context.Context, any, *grpc.UnaryServerInfo, grpc.UnaryHandler) (any, error) {
-			return nil, st.Err()
-		}
+		panic(err)
 	}
-	return i.Unary()
+	return i
 }
 
 // Unary returns the interceptor as a [grpc.UnaryServerInterceptor].
@@ -161,17 +164,10 @@ func declaredRead(fullMethod string) bool {
 }
 
 // StreamServerInterceptor returns the stream interceptor of [New](g,
-// opts...): see [Interceptor.Stream]. If New fails, every streaming call
-// that carries a key fails with codes.Internal and New's error.
+// opts...): see [Interceptor.Stream]. Like [UnaryServerInterceptor], it
+// panics with New's error when New fails.
 func StreamServerInterceptor(g *idem.Guard, opts ...Option) grpc.StreamServerInterceptor {
-	i, err := New(g, opts...)
-	if err != nil {
-		st := status.New(codes.Internal, err.Error())
-		return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-			return st.Err()
-		}
-	}
-	return i.Stream()
+	return mustNew(g, opts).Stream()
 }
 
 // Stream returns the interceptor of streaming calls. A streaming call has

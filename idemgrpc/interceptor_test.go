@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -119,12 +120,30 @@ func TestNewRefusesBadConfiguration(t *testing.T) {
 			t.Errorf("%s: New = %v, %v; want an error starting with idemgrpc: naming %s", tc.name, i, err, tc.want)
 		}
 	}
-	// The one-step constructor refuses every call instead.
-	var runs atomic.Int32
-	_, err := charge(idemgrpc.UnaryServerInterceptor(g, shared, idemgrpc.WithTypes(nil)), "k", &runs)
-	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "WithTypes") || runs.Load() != 0 {
-		t.Errorf("misconfigured: %v, %d runs; want Internal naming the bad option, and no run", err, runs.Load())
+	// The one-step constructors stop the program as the server is built:
+	// a configuration error never reaches a remote client.
+	for name, build := range map[string]func(){
+		"UnaryServerInterceptor":  func() { idemgrpc.UnaryServerInterceptor(g, shared, idemgrpc.WithTypes(nil)) },
+		"StreamServerInterceptor": func() { idemgrpc.StreamServerInterceptor(g, shared, idemgrpc.WithTypes(nil)) },
+	} {
+		if err := panicOf(build); err == nil || !strings.HasPrefix(err.Error(), "idemgrpc: ") || !strings.Contains(err.Error(), "WithTypes") {
+			t.Errorf("%s misconfigured: panicked with %v, want New's error naming WithTypes", name, err)
+		}
 	}
+}
+
+// panicOf calls f and returns the error it panicked with, or nil.
+func panicOf(f func()) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err, _ = r.(error)
+			if err == nil {
+				err = fmt.Errorf("panicked with a %T: %v", r, r)
+			}
+		}
+	}()
+	f()
+	return nil
 }
 
 // Without a scope decision New refuses to build the interceptor, and says
@@ -136,8 +155,7 @@ func TestScopeIsADecision(t *testing.T) {
 	if i != nil {
 		t.Error("New returned an interceptor with its error")
 	}
-	var runs atomic.Int32
-	if _, err := charge(idemgrpc.UnaryServerInterceptor(g), "k", &runs); status.Code(err) != codes.Internal || runs.Load() != 0 {
-		t.Errorf("UnaryServerInterceptor without a scope decision: %v, %d runs; want Internal and no run", err, runs.Load())
+	if err := panicOf(func() { idemgrpc.UnaryServerInterceptor(g) }); err == nil || !strings.Contains(err.Error(), "WithSharedScope") {
+		t.Errorf("UnaryServerInterceptor without a scope decision panicked with %v, want New's error", err)
 	}
 }

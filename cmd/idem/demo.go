@@ -39,7 +39,8 @@ type demoOptions struct {
 	seed      uint64
 	store     string
 	keep      bool          // keep the records in the store after the run
-	broker    string        // "": the in-process queue; kafka: Kafka on an in-process cluster; nats://…: NATS JetStream; amqp://…: RabbitMQ
+	broker    string        // "": the in-process queue; kafka: Kafka; nats://…: NATS JetStream; amqp://…: RabbitMQ
+	brokers   string        // kafka: seed brokers, host:port,…; "": an in-process cluster (kfake)
 	timeout   time.Duration // per run
 }
 
@@ -53,7 +54,8 @@ func parseDemoFlags(args []string, stderr io.Writer) (demoOptions, error) {
 	fs.Float64Var(&o.crashRate, "crash-rate", 0.02, "chance that a consumer crashes while handling a delivery, in [0, 1)")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed of the messages, duplicates and crash points (default: from the clock, printed)")
 	fs.StringVar(&o.store, "store", "mem://", storeUsage)
-	fs.StringVar(&o.broker, "broker", "", "the broker the stream goes through: kafka for Kafka consumer groups on an in-process cluster, nats://host:port for NATS JetStream, amqp://user:password@host:port/vhost for RabbitMQ (default: an in-process queue)")
+	fs.StringVar(&o.broker, "broker", "", "the broker the stream goes through: kafka for Kafka consumer groups (on an in-process cluster, kfake, unless --brokers), nats://host:port for NATS JetStream, amqp://user:password@host:port/vhost for RabbitMQ (default: an in-process queue)")
+	fs.StringVar(&o.brokers, "brokers", "", "with --broker kafka: the seed brokers host:port,... of a Kafka cluster to run on instead of the in-process one; the demo creates topics and consumer groups of its own there (unique names) and deletes the topics at the end")
 	fs.DurationVar(&o.timeout, "timeout", time.Minute, "how long each run may take; orders not acked by then count as lost")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run's records in the store (they expire after an hour) instead of deleting them at the end")
 	fs.Usage = func() {
@@ -90,6 +92,8 @@ Flags:
 		return o, usageErrorf("idem: --timeout %v: must be positive", o.timeout)
 	case o.broker != "" && o.broker != "kafka" && !strings.HasPrefix(o.broker, "nats://") && !strings.HasPrefix(o.broker, "amqp://") && !strings.HasPrefix(o.broker, "amqps://"):
 		return o, usageErrorf("idem: --broker %q: kafka, or a nats:// or amqp:// URL", o.broker)
+	case o.brokers != "" && o.broker != "kafka":
+		return o, usageErrorf("idem: --brokers %q: only with --broker kafka", o.brokers)
 	}
 	return o, nil
 }

@@ -11,8 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemkafka"
@@ -26,8 +28,10 @@ const kafkaPartitions = 8
 const msgHeader = "demo-msg"
 
 // demoKafka is the demo over Kafka: the same stream, published to a topic
-// of an in-process cluster (franz-go's kfake), consumed by a consumer
-// group of o.consumers processes, naive ones, then idemkafka ones. A
+// of an in-process cluster (franz-go's kfake) or, with o.brokers, of a real
+// Kafka cluster, consumed by a consumer group of o.consumers processes,
+// naive ones, then idemkafka ones. Each run has a topic and a group of its
+// own, named after the run; on o.brokers the topics are deleted at the end. A
 // process that crashes dies where the plan says: it charges or commits
 // nothing more, its store calls fail, and its client leaves the group
 // without committing; a new process takes its slot. Kafka redelivers what
@@ -38,30 +42,62 @@ func demoKafka(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (na
 		return naive, guarded, err
 	}
 	defer func() { err = errors.Join(err, closeStore()) }()
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
+	var addrs []string
+	where, repeat := "", "--broker kafka"
+	if o.brokers != "" {
+		for _, b := range strings.Split(o.brokers, ",") {
+			if b = strings.TrimSpace(b); b != "" {
+				addrs = append(addrs, b)
+			}
+		}
+		if len(addrs) == 0 {
+			return naive, guarded, fmt.Errorf("idem: --brokers %q: no broker address", o.brokers)
+		}
+		where = "Kafka at " + strings.Join(addrs, ",")
+		repeat += " --brokers " + strings.Join(addrs, ",")
+	} else {
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
+		if err != nil {
+			return naive, guarded, err
+		}
+		defer cluster.Close()
+		addrs = cluster.ListenAddrs()
+		where = "Kafka, an in-process cluster (kfake) at " + strings.Join(addrs, ",")
+	}
+	admin, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
 	if err != nil {
 		return naive, guarded, err
 	}
-	defer cluster.Close()
+	defer admin.Close()
+	run := time.Now().UnixNano()
+	naiveTopic, topic := fmt.Sprintf("idem-demo.orders-naive.%d", run), fmt.Sprintf("idem-demo.orders-idem.%d", run)
+	if err := createKafkaTopics(ctx, admin, naiveTopic, topic); err != nil {
+		return naive, guarded, err
+	}
+	if o.brokers != "" {
+		defer func() {
+			err = errors.Join(err, deleteKafkaTopics(ctx, admin, naiveTopic, topic))
+			if err == nil {
+				fmt.Fprintf(stdout, "Deleted the topics %s and %s.\n", naiveTopic, topic)
+			}
+		}()
+	}
 
 	stream := newStream(o.seed, o.messages, o.dupRate)
 	plan := crashPlan{seed: o.seed, rate: o.crashRate}
 	fmt.Fprintf(stdout, "idem demo: %d orders, %d consumers, dup rate %v, crash rate %v, store %s\n",
 		o.messages, o.consumers, o.dupRate, o.crashRate, redactURL(o.store))
-	fmt.Fprintf(stdout, "broker: Kafka, an in-process cluster (kfake) at %s, topics of %d partitions\n",
-		strings.Join(cluster.ListenAddrs(), ","), kafkaPartitions)
-	fmt.Fprintf(stdout, "seed %d (repeat this run with --seed %d --broker kafka)\n", o.seed, o.seed)
+	fmt.Fprintf(stdout, "broker: %s, topics %s and %s of %d partitions\n", where, naiveTopic, topic, kafkaPartitions)
+	fmt.Fprintf(stdout, "seed %d (repeat this run with --seed %d %s)\n", o.seed, o.seed, repeat)
 
-	run := time.Now().UnixNano()
-	naive, err = runKafkaStream(ctx, o, cluster, fmt.Sprintf("orders-naive-%d", run), "naive", stream, plan, stderr, nil)
+	naive, err = runKafkaStream(ctx, o, addrs, admin, naiveTopic, "naive", stream, plan, stderr, nil)
 	if err != nil {
 		return naive, guarded, err
 	}
-	topic := fmt.Sprintf("orders-idem-%d", run)
 	defer func() {
 		err = errors.Join(err, cleanUpDemo(ctx, o, store, idem.Config{Namespace: kafkaNamespace(topic), Retention: time.Hour}, stream, stdout))
 	}()
-	guarded, err = runKafkaStream(ctx, o, cluster, topic, "idem", stream, plan, stderr, store)
+	guarded, err = runKafkaStream(ctx, o, addrs, admin, topic, "idem", stream, plan, stderr, store)
 	if err != nil {
 		return naive, guarded, err
 	}
@@ -77,8 +113,8 @@ func demoKafka(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (na
 		guarded.crashes[crashBeforeCharge], guarded.crashes[crashAfterCharge],
 		guarded.takeovers, demoLease, guarded.busy)
 	if guarded.doubleCharges > 0 || guarded.lost > 0 {
-		return naive, guarded, fmt.Errorf("idem: demo failed: the idem consumer made %d double charges and lost %d orders (seed %d, --broker kafka)",
-			guarded.doubleCharges, guarded.lost, o.seed)
+		return naive, guarded, fmt.Errorf("idem: demo failed: the idem consumer made %d double charges and lost %d orders (seed %d, %s)",
+			guarded.doubleCharges, guarded.lost, o.seed, repeat)
 	}
 	fmt.Fprintf(stdout, "\nOK: idem charged every order exactly once; the naive consumer made %d double charges.\n", naive.doubleCharges)
 	return naive, guarded, nil
@@ -89,10 +125,58 @@ func demoKafka(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (na
 // the way.
 func kafkaNamespace(topic string) string { return "idem-demo/" + topic }
 
+// createKafkaTopics creates the topics named, of kafkaPartitions
+// partitions each and as many replicas as the brokers' default
+// (default.replication.factor).
+func createKafkaTopics(ctx context.Context, admin *kgo.Client, names ...string) error {
+	req := kmsg.NewPtrCreateTopicsRequest()
+	req.TimeoutMillis = 30000
+	for _, name := range names {
+		t := kmsg.NewCreateTopicsRequestTopic()
+		t.Topic, t.NumPartitions, t.ReplicationFactor = name, kafkaPartitions, -1
+		req.Topics = append(req.Topics, t)
+	}
+	resp, err := req.RequestWith(ctx, admin)
+	if err != nil {
+		return fmt.Errorf("idem: demo: creating the topics %v: %w", names, err)
+	}
+	for _, t := range resp.Topics {
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+			return fmt.Errorf("idem: demo: creating the topic %s: %w", t.Topic, err)
+		}
+	}
+	return nil
+}
+
+// deleteKafkaTopics deletes the topics named, even once ctx has ended
+// (an interrupted run still cleans up), within 30 seconds.
+func deleteKafkaTopics(ctx context.Context, admin *kgo.Client, names ...string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrDeleteTopicsRequest()
+	req.TimeoutMillis = 30000
+	for _, name := range names {
+		t := kmsg.NewDeleteTopicsRequestTopic()
+		t.Topic = kmsg.StringPtr(name)
+		req.Topics = append(req.Topics, t)
+	}
+	resp, err := req.RequestWith(ctx, admin)
+	if err != nil {
+		return fmt.Errorf("idem: demo: deleting the topics %v: %w", names, err)
+	}
+	for _, t := range resp.Topics {
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil && t.Topic != nil {
+			return fmt.Errorf("idem: demo: deleting the topic %s: %w", *t.Topic, err)
+		}
+	}
+	return nil
+}
+
 // kafkaRun is one run of the stream through a consumer group.
 type kafkaRun struct {
 	o        demoOptions
-	cluster  *kfake.Cluster
+	addrs    []string    // the seed brokers
+	admin    *kgo.Client // for the group's committed offsets
 	name     string
 	topic    string
 	stream   []message
@@ -102,17 +186,19 @@ type kafkaRun struct {
 	stats    runStats
 	attempts []atomic.Int32 // by message: deliveries so far
 	delivers atomic.Int64
-	acked    atomic.Int64  // records committed, for the progress bar
-	released chan struct{} // closed at the end: dead handlers return
+	acked    atomic.Int64                  // records committed, for the progress bar
+	commits  [kafkaPartitions]atomic.Int64 // by partition: the group's committed offset, as last fetched
+	released chan struct{}                 // closed at the end: dead handlers return
 }
 
-// runKafkaStream publishes the stream to topic and consumes
-// it with o.consumers slots, each running one process after another, until
+// runKafkaStream publishes the stream to topic (on the brokers addrs, with
+// admin a client of theirs) and consumes it, as the group named topic,
+// with o.consumers slots, each running one process after another, until
 // every record is committed or o.timeout passes. store is nil for the
 // naive consumer.
-func runKafkaStream(ctx context.Context, o demoOptions, cluster *kfake.Cluster, topic, name string, stream []message, plan crashPlan,
+func runKafkaStream(ctx context.Context, o demoOptions, addrs []string, admin *kgo.Client, topic, name string, stream []message, plan crashPlan,
 	stderr io.Writer, store idem.Store) (runReport, error) {
-	r := &kafkaRun{o: o, cluster: cluster, name: name, topic: topic,
+	r := &kafkaRun{o: o, addrs: addrs, admin: admin, name: name, topic: topic,
 		stream: stream, pos: make([]kgo.EpochOffset, len(stream)), plan: plan, ledger: newLedger(o.messages),
 		attempts: make([]atomic.Int32, len(stream)), released: make(chan struct{})}
 	if err := r.publish(ctx); err != nil {
@@ -147,6 +233,9 @@ func runKafkaStream(ctx context.Context, o demoOptions, cluster *kfake.Cluster, 
 	if ctx.Err() != nil {
 		return runReport{}, fmt.Errorf("idem: demo interrupted: %w", context.Cause(ctx))
 	}
+	if err := r.fetchCommits(ctx); err != nil {
+		return runReport{}, err
+	}
 	return tally(name, r.ledger, r.brokerStats(), &r.stats, elapsed, !r.complete()), nil
 }
 
@@ -154,10 +243,7 @@ func runKafkaStream(ctx context.Context, o demoOptions, cluster *kfake.Cluster, 
 // partitions, so that an order's copies land on different partitions and
 // meet different consumers.
 func (r *kafkaRun) publish(ctx context.Context) error {
-	if err := r.cluster.CreateTopic(r.topic, kafkaPartitions, nil); err != nil {
-		return err
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(r.cluster.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(r.addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		return err
 	}
@@ -179,15 +265,40 @@ func (r *kafkaRun) publish(ctx context.Context) error {
 	return nil
 }
 
-// committed returns the group's committed offset of each partition.
-func (r *kafkaRun) committed() [kafkaPartitions]int64 {
-	var out [kafkaPartitions]int64
-	if gi := r.cluster.GroupInfo(r.topic); gi != nil {
-		for p, c := range gi.Commits[r.topic] {
-			if p >= 0 && p < kafkaPartitions {
-				out[p] = c.Offset
+// fetchCommits asks Kafka for the group's committed offset of each
+// partition and keeps them in r.commits.
+func (r *kafkaRun) fetchCommits(ctx context.Context) error {
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.Group = r.topic
+	t := kmsg.NewOffsetFetchRequestTopic()
+	t.Topic = r.topic
+	for p := range int32(kafkaPartitions) {
+		t.Partitions = append(t.Partitions, p)
+	}
+	req.Topics = append(req.Topics, t)
+	resp, err := req.RequestWith(ctx, r.admin)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.ErrorCode)
+	}
+	if err != nil {
+		return fmt.Errorf("idem: demo: fetching the committed offsets of group %s: %w", r.topic, err)
+	}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if t.Topic == r.topic && p.Partition >= 0 && p.Partition < kafkaPartitions && p.ErrorCode == 0 && p.Offset > 0 {
+				r.commits[p.Partition].Store(p.Offset)
 			}
 		}
+	}
+	return nil
+}
+
+// committed returns the group's committed offset of each partition, as
+// last fetched.
+func (r *kafkaRun) committed() [kafkaPartitions]int64 {
+	var out [kafkaPartitions]int64
+	for p := range out {
+		out[p] = r.commits[p].Load()
 	}
 	return out
 }
@@ -199,6 +310,7 @@ func (r *kafkaRun) complete() bool { return r.acked.Load() == int64(len(r.stream
 // record is committed.
 func (r *kafkaRun) watchCommits(ctx context.Context, done context.CancelFunc) {
 	for ctx.Err() == nil {
+		_ = r.fetchCommits(ctx) // a failed fetch is tried again at the next tick
 		var n int64
 		for _, c := range r.committed() {
 			n += c
@@ -232,15 +344,23 @@ func (r *kafkaRun) brokerStats() brokerStats {
 }
 
 // clientOpts are a consumer process's client options: quick fetches, and
-// rebalances within a second of a member's leaving.
+// rebalances within a second of a member's leaving. A crashed process's
+// client leaves the group as it closes, so the session timeout only bounds
+// what the demo does not do, a member that vanishes: 2 seconds on kfake;
+// on --brokers, the 6 seconds every broker accepts by default
+// (group.min.session.timeout.ms).
 func (r *kafkaRun) clientOpts(extra ...kgo.Opt) []kgo.Opt {
+	session := 2 * time.Second
+	if r.o.brokers != "" {
+		session = 6 * time.Second
+	}
 	return append([]kgo.Opt{
-		kgo.SeedBrokers(r.cluster.ListenAddrs()...),
+		kgo.SeedBrokers(r.addrs...),
 		kgo.ConsumerGroup(r.topic),
 		kgo.ConsumeTopics(r.topic),
 		kgo.FetchMaxWait(50 * time.Millisecond),
 		kgo.HeartbeatInterval(100 * time.Millisecond),
-		kgo.SessionTimeout(2 * time.Second),
+		kgo.SessionTimeout(session),
 		kgo.RebalanceTimeout(10 * time.Second),
 	}, extra...)
 }

@@ -39,6 +39,16 @@
 //
 //	go run ./cmd/idem demo --messages 5000 --dup-rate 0.3 --crash-rate 0.05
 //
+// --broker sends the stream through a real broker's redeliveries instead:
+// kafka for Kafka consumer groups, nats://host:port for NATS JetStream,
+// amqp://user:password@host:port/vhost for RabbitMQ. With --broker kafka
+// the demo runs on an in-process cluster (franz-go's kfake), so that it
+// needs nothing installed, or, with --brokers host:port,..., on those
+// Kafka brokers: it creates topics of its own there (unique names, 8
+// partitions) and deletes them at the end.
+//
+//	go run ./cmd/idem demo --broker kafka --brokers 127.0.0.1:9092
+//
 // # idem bench http
 //
 // What idempotency costs a request. A POST handler that sleeps --sleep

@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,6 +63,13 @@ const CoalesceMaxBatch = 128
 // gives up, so the caller cannot reuse the claim's bytes. Other methods
 // of s (Close, say) are not passed through: call them on s. Coalesce of a
 // store it returned returns that store; Coalesce(nil) is nil.
+//
+// A panic of s's ClaimBatch or CompleteBatch is caught on the batch's
+// goroutine, where nothing else could recover it, and raised again on the
+// goroutine of every caller in the batch, as an error that wraps the value
+// s panicked with and carries the batch goroutine's stack: each caller's
+// recover (net/http's, a consumer's) sees it as it would a panic of s's
+// Claim. A claim that such a batch may have acquired ends with its lease.
 //
 // A batch's goroutine ends once the queue is empty and the store has
 // answered: there is nothing to close.
@@ -191,9 +199,26 @@ type waiter[A, R any] struct {
 	arg   A
 	res   R
 	err   error
+	panic *batchPanic   // the store panicked on the batch: re-raised on the caller's goroutine
 	state atomic.Int32  // waiting, then answered (by the pipe) or gone (by the caller)
 	done  chan struct{} // closed once answered
 }
+
+// batchPanic is a panic of the store's batch call, with the stack of the
+// batch's goroutine where it was raised. The batch's callers each panic
+// with it on their own goroutines, where a recover of theirs (net/http's,
+// a consumer's) catches it as it would a panic of the store's Claim.
+type batchPanic struct {
+	value any
+	stack []byte
+}
+
+func (p *batchPanic) Error() string {
+	return fmt.Sprintf("idem: Coalesce: the store panicked in a batch call: %v\n\n%s", p.value, p.stack)
+}
+
+// Unwrap returns the value the store panicked with, when it is an error.
+func (p *batchPanic) Unwrap() error { err, _ := p.value.(error); return err }
 
 const (
 	waiting int32 = iota
@@ -226,6 +251,9 @@ func (p *pipe[A, R]) do(ctx context.Context, a A) (R, error) {
 			return zero, ctx.Err()
 		}
 		<-w.done // answered meanwhile: a claim may have been acquired
+	}
+	if w.panic != nil {
+		panic(w.panic)
 	}
 	if w.err != nil && ctx.Err() != nil {
 		return zero, ctx.Err() // the batch may have failed because its callers gave up
@@ -276,27 +304,44 @@ func (p *pipe[A, R]) send(batch []*waiter[A, R]) {
 	for i, w := range batch {
 		args[i] = w.arg
 	}
-	res, err := p.many(ctx, args)
+	res, err, panicked := p.call(ctx, args)
 	cancel()
-	if err == nil && len(res) != len(batch) {
+	if err == nil && panicked == nil && len(res) != len(batch) {
 		err = fmt.Errorf("idem: Coalesce: the store answered %d of a batch of %d", len(res), len(batch))
 	}
 	var left []*waiter[A, R]
 	for i, w := range batch {
-		if err != nil {
+		switch {
+		case panicked != nil:
+			w.panic = panicked
+		case err != nil:
 			w.err = err
-		} else {
+		default:
 			w.res = res[i]
 		}
 		if w.state.CompareAndSwap(waiting, answered) {
 			close(w.done)
-		} else if p.gaveUp != nil {
+		} else if p.gaveUp != nil && panicked == nil {
+			// A batch that panicked tells nothing of what it claimed: a
+			// claim of a caller that gave up ends with its lease.
 			left = append(left, w)
 		}
 	}
 	for _, w := range left { // rare, and bounded: the next batch may wait for it
 		p.gaveUp(w.arg, w.res, w.err)
 	}
+}
+
+// call makes the batch call, catching a panic of the store's: on the
+// batch's goroutine nothing would recover it, and the process would end.
+func (p *pipe[A, R]) call(ctx context.Context, args []A) (res []R, err error, panicked *batchPanic) {
+	defer func() {
+		if r := recover(); r != nil {
+			panicked = &batchPanic{value: r, stack: debug.Stack()}
+		}
+	}()
+	res, err = p.many(ctx, args)
+	return res, err, nil
 }
 
 // batchContext returns the context of a batch, which ends once every

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -450,6 +451,54 @@ func TestCoalesceBatchErrorGoesToAll(t *testing.T) {
 			if got := <-ch; !errors.Is(got.err, errBatch) {
 				t.Errorf("claim %d: %v, want the batch's error", i, got.err)
 			}
+		}
+	})
+}
+
+// panickingBatches is a memstore whose ClaimBatch panics.
+type panickingBatches struct {
+	*gatedStore
+}
+
+func (s panickingBatches) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.Claim, error) {
+	s.gatedStore.ClaimBatch(ctx, args)
+	panic(errBatch)
+}
+
+// A panic of the store's batch call does not end the process on the
+// batch's goroutine: every caller in the batch panics with it on its own
+// goroutine, where its recover catches it, and the store goes on.
+func TestCoalesceBatchPanicReachesEveryCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGated(t)
+		s := idem.Coalesce(panickingBatches{g})
+		bg := context.Background()
+		first := claimAsync(bg, s, claimOf("first"))
+		synctest.Wait()
+		recovered := make(chan any, 3)
+		for i := range 3 {
+			go func() {
+				defer func() { recovered <- recover() }()
+				s.Claim(bg, claimOf(fmt.Sprint("k", i)))
+			}()
+		}
+		synctest.Wait()
+		g.open(t)
+		g.open(t)
+		<-first
+		for range 3 {
+			r := <-recovered
+			err, ok := r.(error)
+			if !ok || !errors.Is(err, errBatch) || !strings.Contains(err.Error(), "panicked") {
+				t.Errorf("a caller in the batch recovered %v, want the store's panic", r)
+			}
+		}
+		// The pipe goes on: the next claim, alone, is answered.
+		next := claimAsync(bg, s, claimOf("next"))
+		synctest.Wait()
+		g.open(t)
+		if a := <-next; a.err != nil || a.claim.Outcome != idem.Acquired {
+			t.Fatalf("claim after the panic: %v, %v", a.claim.Outcome, a.err)
 		}
 	})
 }

@@ -7,12 +7,17 @@
 # cost of one key, whatever the command's own set-up costs (connections,
 # SCRIPT LOAD). Instructions per key do not move with the load of a shared
 # machine the way keys/s do.
+# IDEM_CALLGRIND_CASE picks the case of `idem bench store --cases`:
+# claim-complete (the default: a new key's claim and complete, what one
+# Guard.Do of a new key costs the server) or do-duplicate (a replay).
 #   scripts/bench-redis-instructions.sh      (IDEM_CALLGRIND_OPS="N1 N2", default "500 4500")
+#   IDEM_CALLGRIND_CASE=do-duplicate scripts/bench-redis-instructions.sh
 # Needs valgrind and redis-server; the shared Redis is not touched.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 read -r n1 n2 <<<"${IDEM_CALLGRIND_OPS:-500 4500}"
 port=${IDEM_CALLGRIND_PORT:-6391}
+case=${IDEM_CALLGRIND_CASE:-claim-complete}
 dir=$(mktemp -d)
 pid=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$dir"' EXIT
@@ -29,7 +34,7 @@ redis-cli -p "$port" ping >/dev/null
 
 count() { # count SIDE OPS: the server's instructions while the command runs OPS operations of SIDE
 	callgrind_control -z "$pid" >/dev/null 2>&1
-	"$dir/idem" bench store --store "redis://127.0.0.1:$port/0" --cases claim-complete --sides "$1" \
+	"$dir/idem" bench store --store "redis://127.0.0.1:$port/0" --cases "$case" --sides "$1" \
 		--goroutines 16 --rounds 1 --ops "$2" >"$dir/bench.out" 2>&1 || { cat "$dir/bench.out" >&2; return 1; }
 	rm -f "$dir"/cg."$pid".*
 	callgrind_control -d "$pid" >/dev/null 2>&1
@@ -44,5 +49,5 @@ per() { # per SIDE: instructions per key
 store=$(per store)
 bare=$(per bare)
 echo "date: $(date -u +%Y-%m-%dT%H:%MZ)  redis-server $(redis-server --version | cut -d' ' -f3 | cut -d= -f2)  keys: $n2 - $n1 per side"
-printf "Redis server instructions per key (claim + complete), 16 goroutines:\n"
+printf "Redis server instructions per key (%s), 16 goroutines:\n" "$case"
 awk -v s="$store" -v b="$bare" 'BEGIN { printf "  store %d   bare scripts %d   store/bare %.2f\n", s, b, s / b }'

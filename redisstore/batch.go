@@ -60,6 +60,7 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 	sent := time.Now()
 	r, err := await(ctx, func() batchReplies {
 		s.pipeline(ctx, s.client, cmds)
+		s.peekRefused(ctx, s.client, cmds) // a full Redis still answers duplicates
 		if oneServer {
 			return chunkReplies("ClaimBatch", cmds, len(args))
 		}
@@ -79,7 +80,7 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 			}
 			continue
 		}
-		c, err := s.claimReply(args[i], tokens[i], sent, r.replies[i])
+		c, err := s.claimReply("ClaimBatch", args[i], tokens[i], sent, r.replies[i])
 		c.Err = err
 		out[i] = c
 	}
@@ -143,7 +144,7 @@ func (s *Store) batchCmds(ctx context.Context, sc *script, d delivery, n int, ke
 			hi++
 		}
 		a := make([]any, 0, 4+(hi-lo)*4)
-		a = append(a, "evalsha", sc.sha, hi-lo)
+		a = append(a, sc.evalsha(), sc.sha, hi-lo)
 		for i := lo; i < hi; i++ {
 			a = append(a, s.RedisKey(key(i)))
 		}

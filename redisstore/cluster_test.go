@@ -181,6 +181,24 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	// New reads the policy of every primary: one that may evict is named.
+	t.Run("EvictionPolicyOfEachPrimary", func(t *testing.T) {
+		ctx := ctxT(t)
+		c := redis.NewClient(&redis.Options{Addr: servers[1].addr()})
+		defer c.Close()
+		if err := c.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
+			t.Fatal(err)
+		}
+		defer c.ConfigSet(ctx, "maxmemory-policy", "noeviction")
+		_, err := redisstore.New(cc, redisstore.Config{})
+		if pe, ok := errors.AsType[*redisstore.EvictionPolicyError](err); !ok || pe.Policy != "allkeys-lru" || pe.Addr != servers[1].addr() {
+			t.Fatalf("New with one primary of three under allkeys-lru: %v, want an *EvictionPolicyError naming %s", err, servers[1].addr())
+		}
+		if _, err := redisstore.New(cc, redisstore.Config{AllowEviction: true}); err != nil {
+			t.Fatalf("New with AllowEviction: %v", err)
+		}
+	})
+
 	// Last, as it stops a primary: a batch that reaches only some nodes
 	// answers those, and says which entries got no answer.
 	t.Run("PrimaryDown", func(t *testing.T) {

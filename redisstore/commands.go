@@ -73,7 +73,7 @@ func (c *evalCmd) NoRetry() bool { return c.delivery == atMostOnce }
 // eval returns the EVALSHA of sc on key's record with args.
 func (s *Store) eval(ctx context.Context, sc *script, d delivery, key string, args ...any) *evalCmd {
 	a := make([]any, 0, 4+len(args))
-	a = append(a, "evalsha", sc.sha, 1, s.RedisKey(key))
+	a = append(a, sc.evalsha(), sc.sha, 1, s.RedisKey(key))
 	return newEval(ctx, sc, d, append(a, args...))
 }
 
@@ -92,7 +92,62 @@ func newEval(ctx context.Context, sc *script, d delivery, args []any) *evalCmd {
 func (c *evalCmd) asEval(ctx context.Context) *evalCmd {
 	a := append([]any{}, c.Args()...)
 	a[0], a[1] = "eval", c.script.src
+	if c.script.ro {
+		a[0] = "eval_ro"
+	}
 	return newEval(ctx, c.script, c.delivery, a)
+}
+
+// evalsha returns the command that runs sc by its SHA-1.
+func (sc *script) evalsha() string {
+	if sc.ro {
+		return "evalsha_ro"
+	}
+	return "evalsha"
+}
+
+// peekOf returns the peek script that reads what the claim script sc
+// would, with its arguments, or nil when sc is not a claim script.
+func peekOf(sc *script) *script {
+	switch sc {
+	case claimScript:
+		return peekScript
+	case claimBatchScript:
+		return peekBatchScript
+	}
+	return nil
+}
+
+// asPeek returns c, a claim script that a full Redis refused (so did not
+// run), as the EVALSHA_RO of its peek script with the same keys and
+// arguments.
+func (c *evalCmd) asPeek(ctx context.Context) *evalCmd {
+	peek := peekOf(c.script)
+	a := append([]any{}, c.Args()...)
+	a[0], a[1] = peek.evalsha(), peek.sha
+	return newEval(ctx, peek, resendable, a)
+}
+
+// peekRefused replaces the claim scripts of cmds that a full Redis
+// refused with OOM (they did not run) by their peek scripts, sent in one
+// pipeline on c (see pipeline): their answers answer a duplicate that
+// needs no write. The caller runs it under await.
+func (s *Store) peekRefused(ctx context.Context, c redis.Cmdable, cmds []*evalCmd) {
+	var peeks []*evalCmd
+	var at []int
+	for i, cmd := range cmds {
+		if redis.IsOOMError(cmd.Err()) && peekOf(cmd.script) != nil {
+			peeks = append(peeks, cmd.asPeek(ctx))
+			at = append(at, i)
+		}
+	}
+	if len(peeks) == 0 {
+		return
+	}
+	s.pipeline(ctx, c, peeks)
+	for k, i := range at {
+		cmds[i] = peeks[k]
+	}
 }
 
 // run sends c, and its EVAL when the server answers NOSCRIPT, and returns

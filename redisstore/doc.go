@@ -92,6 +92,18 @@
 // client's ReadTimeout and WriteTimeout, which [New] therefore requires
 // to be finite.
 //
+// # Redis must not evict
+//
+// Every record has a TTL, so under any volatile-* or allkeys-*
+// maxmemory-policy a full Redis evicts records, and a duplicate of an
+// evicted key runs again with no error anywhere. [New] reads the policy
+// of every primary (INFO memory) and refuses anything but noeviction with
+// an [EvictionPolicyError], unless Config.AllowEviction accepts the risk.
+// Under noeviction a full Redis refuses writes: the store then still
+// answers a duplicate of a key that holds an outcome, and a Busy, with a
+// read-only script, and fails what needs a write with [ErrOutOfMemory]
+// (wrapping idem.ErrStoreUnavailable).
+//
 // # What Redis can lose
 //
 // Redis acknowledges a write once it is in the primary's memory. Two

@@ -29,7 +29,43 @@ var (
 	// Config.WaitTimeout. The record is Completed (or Failed) on the
 	// primary; a failover before the replicas catch up may lose it.
 	ErrNotReplicated = errors.New("redisstore: outcome not acknowledged by enough replicas")
+
+	// ErrOutOfMemory: Redis refused a write because its used memory is
+	// over maxmemory (under the noeviction policy a full Redis refuses
+	// writes rather than forget records). Errors that wrap it also wrap
+	// idem.ErrStoreUnavailable. A duplicate of a key that holds an outcome
+	// is still answered (Duplicate), and a key held by another caller
+	// still answers Busy; what needs a write (the claim of a new key or a
+	// takeover, Complete, Fail, Release, Extend) fails with it until memory
+	// is freed or maxmemory raised.
+	ErrOutOfMemory = errors.New("redisstore: Redis is out of memory (used memory over maxmemory) and refuses writes")
 )
+
+// EvictionPolicyError is returned by New when a primary's
+// maxmemory-policy is not noeviction, or cannot be read, and
+// Config.AllowEviction is not set: every record has a TTL, so any
+// volatile-* or allkeys-* policy lets Redis evict records when it is
+// full, and a duplicate of an evicted key runs again, with no error
+// anywhere.
+type EvictionPolicyError struct {
+	Addr      string // the primary, as the client names it
+	Policy    string // its maxmemory-policy, e.g. "volatile-lru"; "" when its INFO memory reply has none
+	MaxMemory int64  // its maxmemory in bytes; 0: no limit yet (it can be set at run time)
+}
+
+func (e *EvictionPolicyError) Error() string {
+	if e.Policy == "" {
+		return fmt.Sprintf("redisstore: New: the INFO memory reply of %s has no maxmemory_policy, so New cannot tell whether Redis "+
+			"may evict idempotency records; if you made sure its policy is noeviction, set Config.AllowEviction to skip the check", e.Addr)
+	}
+	limit := "no maxmemory set yet (it can be set at run time)"
+	if e.MaxMemory > 0 {
+		limit = fmt.Sprintf("maxmemory %d bytes", e.MaxMemory)
+	}
+	return fmt.Sprintf("redisstore: New: Redis at %s has maxmemory-policy %s (%s): when full it may evict idempotency records, "+
+		"and a duplicate of an evicted key runs again with no error; set maxmemory-policy noeviction, "+
+		"or set Config.AllowEviction to accept that risk", e.Addr, e.Policy, limit)
+}
 
 // ValueTooLargeError is returned for a value (or cause) longer than
 // Config.MaxValueSize: by Complete, Fail and CompleteBatch, which then write
@@ -69,6 +105,9 @@ func unavailable(ctx context.Context, op string, err error) error {
 	}
 	if cerr != nil && !errors.Is(err, cerr) {
 		err = fmt.Errorf("%w: %w", cerr, err)
+	}
+	if redis.IsOOMError(err) {
+		return fmt.Errorf("redisstore: %s: %w: %w (%s)", op, idem.ErrStoreUnavailable, ErrOutOfMemory, err.Error())
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {

@@ -31,3 +31,11 @@ func EncodeRecord(r idem.Record, retention time.Duration) []byte {
 func (s *Store) ClaimWithToken(ctx context.Context, a idem.ClaimArgs, t idem.Token) (idem.Claim, error) {
 	return s.claim(ctx, a, t)
 }
+
+// SetPolicyCheckTimeout sets the bound of New's check of the eviction
+// policy until the test ends. Not for parallel tests.
+func SetPolicyCheckTimeout(t interface{ Cleanup(func()) }, d time.Duration) {
+	old := policyCheckTimeout
+	policyCheckTimeout = d
+	t.Cleanup(func() { policyCheckTimeout = old })
+}

@@ -66,6 +66,11 @@ const (
 // value} for a value this package did not write, cut after the longest
 // header and fingerprint a value of ours has (MAX_HEAD).
 //
+// The peek scripts, which a full Redis still runs, answer a key as the
+// claim script does when its claim writes nothing (a Duplicate, a Busy,
+// a reused key, an unknown value), and replyNeedsWrite as a bare integer
+// for any other.
+//
 // The holder scripts (Complete, Fail, Release, Extend) answer replyDone,
 // replyLost when the record is not InProgress with the caller's token, or
 // replyUnknown.
@@ -78,6 +83,10 @@ const (
 	replyBusy      = 2
 	replyDuplicate = 3
 	replyKeyReused = 4
+
+	// replyNeedsWrite: the peek scripts' answer for a key whose claim
+	// needs a write.
+	replyNeedsWrite = 0
 )
 
 // luaConst is a constant the scripts read, under its Lua name.
@@ -115,6 +124,7 @@ var luaConstants = []luaConst{
 	luaInt("BUSY", replyBusy),
 	luaInt("DUPLICATE", replyDuplicate),
 	luaInt("KEY_REUSED", replyKeyReused),
+	luaInt("NEEDS_WRITE", replyNeedsWrite),
 
 	{"NO_TOKEN", luaString(make([]byte, offAttempt-offToken))},
 	{"TOO_MANY_ATTEMPTS", luaString(idem.TooManyAttemptsCause())},

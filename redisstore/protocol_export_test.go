@@ -20,6 +20,7 @@ func ScriptBodies() map[string]string {
 	for name, sc := range map[string]*script{
 		"claim": claimScript, "claimBatch": claimBatchScript, "outcome": outcomeScript,
 		"release": releaseScript, "extend": extendScript, "get": getScript,
+		"peek": peekScript, "peekBatch": peekBatchScript,
 	} {
 		_, body, _ := cut(sc.src, luaPrelude())
 		bodies[name] = body

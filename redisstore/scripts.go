@@ -100,6 +100,48 @@ end
 return out
 `)
 
+// peekFn is the read-only half of claimFn, over the same arguments (px
+// and cap unused): it answers as claimFn does a key whose claim writes
+// nothing, a Duplicate, a Busy, a reused key or an unknown value, and
+// NEEDS_WRITE for every other (no record, a lease to take over, the
+// claim's own token, a cap to apply). A full Redis refuses the claim
+// script, a write script, before it runs; the store then peeks, so that
+// a duplicate is still answered.
+const peekFn = knownFn + answerFn + `
+local function peek(key, nv, maxResult)
+  local v = redis.call('GET', key)
+  if not v then return NEEDS_WRITE end
+  local fl = known(v)
+  if not fl then return {UNKNOWN, string.sub(v, 1, MAX_HEAD)} end
+  local fpEnd = HEADER_LEN + fl
+  if string.sub(v, FINGERPRINT, fpEnd) ~= string.sub(nv, FINGERPRINT) then return {KEY_REUSED} end
+  if string.byte(v, STATUS) ~= IN_PROGRESS then return {DUPLICATE, answer(key, v, fpEnd, maxResult)} end
+  if string.sub(v, TOKEN, TOKEN_END) ~= string.sub(nv, TOKEN, TOKEN_END) and
+    redis.call('PTTL', key) > struct.unpack('>i8', v, RETENTION) then
+    return {BUSY, answer(key, v, fpEnd, maxResult)}
+  end
+  return NEEDS_WRITE
+end
+`
+
+// peekScript peeks at KEYS[1] (see peekFn), with the arguments of
+// claimScript. It is flagged no-writes, which a full Redis runs, and
+// sent with EVALSHA_RO.
+var peekScript = newReadOnlyScript(peekFn + `
+return peek(KEYS[1], ARGV[1], ARGV[4])
+`)
+
+// peekBatchScript peeks at every key of KEYS in order, with the
+// arguments of claimBatchScript, and replies with the list of their
+// peekFn replies.
+var peekBatchScript = newReadOnlyScript(peekFn + `
+local out = {}
+for i = 1, #KEYS do
+  out[i] = peek(KEYS[i], ARGV[i * 3 - 1], ARGV[1])
+end
+return out
+`)
+
 // holderScript returns the script of a transition that needs the current
 // token on an InProgress record: ARGV[1] is the first holderPrefixLen
 // bytes of such a record (version, status, token). When they match, the
@@ -177,6 +219,16 @@ return {answer(KEYS[1], v, HEADER_LEN + fl, ARGV[1])}
 type script struct {
 	src string
 	sha string
+	ro  bool // sent with EVALSHA_RO and EVAL_RO
+}
+
+// newReadOnlyScript returns the script of body flagged no-writes, which
+// Redis runs when it is out of memory, to be sent with EVALSHA_RO, which
+// the server refuses to run anything but a read with.
+func newReadOnlyScript(body string) *script {
+	sc := newScript("flags=no-writes", body)
+	sc.ro = true
+	return sc
 }
 
 // newScript returns the script of body, under the '#!lua' line with

@@ -49,6 +49,19 @@ type Config struct {
 	// than the client's ReadTimeout, which bounds the reply of the round
 	// trip that carries the WAIT.
 	WaitTimeout time.Duration
+
+	// AllowEviction lets New accept a Redis whose maxmemory-policy may
+	// evict keys, and skips New's check of the policy (and its round
+	// trip). Every record has a TTL, so under any volatile-* policy
+	// (ElastiCache's default is volatile-lru) or allkeys-* policy a full
+	// Redis evicts records to make room: an evicted InProgress record lets
+	// a duplicate run while the first holder still runs, an evicted
+	// outcome lets a later duplicate run the operation again, and no call
+	// returns an error. Set it only if the data this Redis holds can never
+	// fill maxmemory, or if running some duplicates again is acceptable.
+	// Default false: New refuses any policy but noeviction, under which a
+	// full Redis refuses new claims (ErrOutOfMemory) rather than forget.
+	AllowEviction bool
 }
 
 // Defaults and limits of [Config].
@@ -97,8 +110,19 @@ func (*Store) CopiesClaimArgs() bool { return true }
 // ReadTimeout or WriteTimeout lets a command wait for the server forever
 // (-1, -2): every call returns when its context ends, leaving the command
 // it sent to the client, which must give up on a server that does not
-// answer. It does not contact Redis: an unreachable server shows in the
-// first call, as idem.ErrStoreUnavailable.
+// answer.
+//
+// Unless Config.AllowEviction is set, New then reads the maxmemory-policy
+// of the server with INFO memory (of every primary of a Cluster, of every
+// shard of a Ring), and returns an *EvictionPolicyError for any policy
+// but noeviction, whatever maxmemory is (0, no limit, can be changed at
+// run time), or for a reply with no policy. A server it cannot reach or
+// that does not answer within 5 seconds gives an error wrapping
+// idem.ErrStoreUnavailable, and no Store: New does not pass what it could
+// not check. A program that may start before Redis does calls New again
+// until it succeeds, as it would retry its first call. The check is made
+// once: a policy changed later (CONFIG SET, a failover to a primary
+// configured otherwise) is not seen.
 func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: New: client is nil")
@@ -133,6 +157,11 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 		}
 		if readTimeout > 0 && cfg.WaitTimeout >= readTimeout {
 			return nil, fmt.Errorf("redisstore: Config.WaitTimeout %v: must be shorter than the client's ReadTimeout %v", cfg.WaitTimeout, readTimeout)
+		}
+	}
+	if !cfg.AllowEviction {
+		if err := checkEviction(client); err != nil {
+			return nil, err
 		}
 	}
 	return &Store{client: client, cfg: cfg}, nil
@@ -201,9 +230,15 @@ func (s *Store) RedisKey(key string) string {
 // end and expiry as the client reckons them (see the package doc). A Busy
 // answer's record carries no token: the holder's is the holder's alone.
 //
+// A Redis out of memory refuses the claim script, which may write, before
+// it runs; Claim then sends a read-only script with the same arguments,
+// which answers a key that holds an outcome (Duplicate) or a live lease
+// (Busy), and a reused key; any other claim needs a write, and fails
+// with ErrOutOfMemory.
+//
 // Errors: idem.ErrKeyReused; ErrInvalidArgs for a lease or retention that
 // is not positive or longer than 100 years or a fingerprint over 65535
-// bytes; ErrUnknownFormat when the key holds a value this package did not
+// bytes; ErrOutOfMemory (wrapping idem.ErrStoreUnavailable); ErrUnknownFormat when the key holds a value this package did not
 // write; *ValueTooLargeError when it holds a result longer than
 // Config.MaxValueSize; any other failure wraps idem.ErrStoreUnavailable.
 func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
@@ -216,11 +251,17 @@ func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 // claim claims a with the token t.
 func (s *Store) claim(ctx context.Context, a idem.ClaimArgs, t idem.Token) (idem.Claim, error) {
 	sent := time.Now()
-	reply, err := s.run(ctx, s.eval(ctx, claimScript, resendable, a.Key, s.claimArgs(a, t)...))
+	cmd := s.eval(ctx, claimScript, resendable, a.Key, s.claimArgs(a, t)...)
+	reply, err := s.run(ctx, cmd)
+	if redis.IsOOMError(err) {
+		// A full Redis refuses the claim script, a write script, before it
+		// runs: a read-only peek still answers a duplicate.
+		reply, err = s.run(ctx, cmd.asPeek(ctx))
+	}
 	if err != nil {
 		return idem.Claim{}, unavailable(ctx, "Claim", err)
 	}
-	return s.claimReply(a, t, sent, reply)
+	return s.claimReply("Claim", a, t, sent, reply)
 }
 
 func checkClaim(op string, a idem.ClaimArgs) error {
@@ -273,8 +314,12 @@ func (s *Store) claimArgs(a idem.ClaimArgs, t idem.Token) []any {
 }
 
 // claimReply turns the reply of the claim of a with token t, sent at
-// sent, into a Claim.
-func (s *Store) claimReply(a idem.ClaimArgs, t idem.Token, sent time.Time, reply any) (idem.Claim, error) {
+// sent (or of the peek that followed a claim a full Redis refused), into
+// a Claim.
+func (s *Store) claimReply(op string, a idem.ClaimArgs, t idem.Token, sent time.Time, reply any) (idem.Claim, error) {
+	if n, ok := reply.(int64); ok && n == replyNeedsWrite {
+		return idem.Claim{}, fmt.Errorf("redisstore: %s: %w: %w: the key needs a write", op, idem.ErrStoreUnavailable, ErrOutOfMemory)
+	}
 	if n, ok := reply.(int64); ok && n == replyCreated {
 		// The script created the record from the claim's own arguments
 		// and said no more. The lease started when Redis ran it, between
@@ -296,7 +341,7 @@ func (s *Store) claimReply(a idem.ClaimArgs, t idem.Token, sent time.Time, reply
 	}
 	r, _ := reply.([]any)
 	if len(r) == 0 {
-		return idem.Claim{}, badReply("Claim", reply)
+		return idem.Claim{}, badReply(op, reply)
 	}
 	var outcome idem.Outcome
 	switch code, _ := r[0].(int64); code {
@@ -310,10 +355,10 @@ func (s *Store) claimReply(a idem.ClaimArgs, t idem.Token, sent time.Time, reply
 		outcome = idem.Duplicate
 	case replyUnknown:
 	default:
-		return idem.Claim{}, badReply("Claim", reply)
+		return idem.Claim{}, badReply(op, reply)
 	}
 	if len(r) < 2 {
-		return idem.Claim{}, badReply("Claim", reply)
+		return idem.Claim{}, badReply(op, reply)
 	}
 	rec, err := s.recordReply(a.Key, r[1:])
 	if err != nil {

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -132,8 +133,41 @@ var luaConstants = []luaConst{
 
 func luaInt(name string, v int) luaConst { return luaConst{name, strconv.Itoa(v)} }
 
+// luaName matches a name a script may read (upper case, digits,
+// underscores), or a string literal between single quotes, which
+// renderConstants leaves as it is ('GET', '>i8').
+var luaName = regexp.MustCompile(`'[^']*'|\b[A-Z][A-Z0-9_]*\b`)
+
+// luaValues maps the name of each of luaConstants to its value.
+var luaValues = func() map[string]string {
+	m := make(map[string]string, len(luaConstants))
+	for _, c := range luaConstants {
+		m[c.name] = c.value
+	}
+	return m
+}()
+
+// renderConstants returns body with each name of luaConstants replaced by
+// its value (KEYS, ARGV, any other name and string literals are left as
+// they are). A
+// negative value is put between parentheses, so that "x - UNKNOWN" stays
+// a subtraction of -1.
+func renderConstants(body string) string {
+	return luaName.ReplaceAllStringFunc(body, func(name string) string {
+		v, ok := luaValues[name]
+		if !ok {
+			return name
+		}
+		if strings.HasPrefix(v, "-") {
+			return "(" + v + ")"
+		}
+		return v
+	})
+}
+
 // luaPrelude declares luaConstants as locals of a script, in one
-// statement.
+// statement: the tests read the fields of a record with the scripts'
+// names this way.
 func luaPrelude() string {
 	names := make([]string, len(luaConstants))
 	values := make([]string, len(luaConstants))

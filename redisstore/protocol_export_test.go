@@ -22,17 +22,20 @@ func ScriptBodies() map[string]string {
 		"release": releaseScript, "extend": extendScript, "get": getScript,
 		"peek": peekScript, "peekBatch": peekBatchScript,
 	} {
-		_, body, _ := cut(sc.src, luaPrelude())
-		bodies[name] = body
+		bodies[name] = sc.body
 	}
 	return bodies
 }
 
-func cut(s, sep string) (before, after string, found bool) {
-	for i := 0; i+len(sep) <= len(s); i++ {
-		if s[i:i+len(sep)] == sep {
-			return s[:i], s[i+len(sep):], true
-		}
+// ScriptSources are the scripts' sources as Redis runs them.
+func ScriptSources() map[string]string {
+	srcs := map[string]string{}
+	for name, sc := range map[string]*script{
+		"claim": claimScript, "claimBatch": claimBatchScript, "outcome": outcomeScript,
+		"release": releaseScript, "extend": extendScript, "get": getScript,
+		"peek": peekScript, "peekBatch": peekBatchScript,
+	} {
+		srcs[name] = sc.src
 	}
-	return s, "", false
+	return srcs
 }

@@ -64,3 +64,18 @@ return {string.byte(v, VERSION) == FORMAT and 1 or 0, string.byte(v, STATUS), st
 		t.Fatalf("Lua read the fields as\n%q\nwant\n%q", got, want)
 	}
 }
+
+// TestScriptsCarryTheirConstants: a script's source holds the value of
+// every name of the protocol it reads, and none of the names.
+func TestScriptsCarryTheirConstants(t *testing.T) {
+	declared := redisstore.LuaConstantNames()
+	word := regexp.MustCompile(`\b[A-Z][A-Z0-9_]*\b`)
+	literal := regexp.MustCompile(`'[^']*'`)
+	for name, src := range redisstore.ScriptSources() {
+		for _, w := range word.FindAllString(literal.ReplaceAllString(src, ""), -1) {
+			if slices.Contains(declared, w) {
+				t.Errorf("script %s still reads the name %s", name, w)
+			}
+		}
+	}
+}

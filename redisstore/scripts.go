@@ -220,6 +220,8 @@ type script struct {
 	src string
 	sha string
 	ro  bool // sent with EVALSHA_RO and EVAL_RO
+
+	body string // as written, with the names of luaConstants
 }
 
 // newReadOnlyScript returns the script of body flagged no-writes, which
@@ -232,13 +234,18 @@ func newReadOnlyScript(body string) *script {
 }
 
 // newScript returns the script of body, under the '#!lua' line with
-// flags and the declarations of luaConstants.
+// flags, each name of luaConstants in body replaced by its value. Literals
+// rather than locals declared at the top: Redis runs a script's body
+// anew at each call, where every local that a function of the script
+// reads would become an upvalue of that function's closure, allocated
+// and closed at each call; a literal is a constant of the compiled
+// function, and costs nothing per call.
 func newScript(flags, body string) *script {
 	shebang := "#!lua"
 	if flags != "" {
 		shebang += " " + flags
 	}
-	src := shebang + "\n" + luaPrelude() + body
+	src := shebang + "\n" + renderConstants(body)
 	sum := sha1.Sum([]byte(src))
-	return &script{src: src, sha: hex.EncodeToString(sum[:])}
+	return &script{src: src, sha: hex.EncodeToString(sum[:]), body: body}
 }

@@ -39,3 +39,13 @@ func SetPolicyCheckTimeout(t interface{ Cleanup(func()) }, d time.Duration) {
 	policyCheckTimeout = d
 	t.Cleanup(func() { policyCheckTimeout = old })
 }
+
+// Peek runs the read-only peek script that answers a claim on a full
+// Redis, with the arguments of the claim of a with the token t.
+func (s *Store) Peek(ctx context.Context, a idem.ClaimArgs, t idem.Token) (idem.Claim, error) {
+	reply, err := s.run(ctx, s.eval(ctx, peekScript, resendable, a.Key, s.claimArgs(a, t)...))
+	if err != nil {
+		return idem.Claim{}, unavailable(ctx, "Peek", err)
+	}
+	return s.claimReply("Peek", a, t, time.Now(), reply)
+}

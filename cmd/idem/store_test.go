@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/pgstore/pgstoretest"
 	"github.com/idemgo/idem/redisstore/redisstoretest"
 )
@@ -182,4 +186,38 @@ func demoRecords(t *testing.T, kind, raw string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// A Redis whose maxmemory-policy may evict records is refused with the
+// reason, as a runtime error (exit 1), not taken for a usage error.
+func TestEvictingRedisRefused(t *testing.T) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		testenv.Unavailable(t, "redis-server is not installed: %v", err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	srv := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--maxmemory", "64mb", "--maxmemory-policy", "volatile-lru")
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if c, err := net.Dial("tcp", l.Addr().String()); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the private redis-server did not listen within 20s")
+		}
+	}
+	code, _, stderr := runArgs(t, "demo", "--messages", "10", "--store", fmt.Sprintf("redis://127.0.0.1:%d/0", port))
+	if code != 1 || !strings.Contains(stderr, "volatile-lru") || !strings.Contains(stderr, "noeviction") {
+		t.Errorf("demo over a volatile-lru Redis: exit status %d, stderr %q; want 1, naming the policy and noeviction", code, stderr)
+	}
 }

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemgo/idem"
@@ -17,19 +16,13 @@ import (
 
 // wantCommitted fails unless the group committed, for every partition of
 // topic, the partition's end: every record is done.
-func wantCommitted(t testing.TB, c *kfake.Cluster, group, topic string) {
+func wantCommitted(t testing.TB, c *cluster, group, topic string) {
 	t.Helper()
-	ends := map[int32]int64{}
-	for _, p := range c.PartitionInfos(topic) {
-		ends[p.Partition] = p.HighWatermark
-	}
+	ends := c.endOffsets(topic)
 	await(t, groupTimeout, "the group's commits to reach the partitions' ends", func() bool {
-		gi := c.GroupInfo(group)
-		if gi == nil {
-			return false
-		}
+		committed := c.committed(group, topic)
 		for p, end := range ends {
-			if end > 0 && gi.Commits[topic][p].Offset != end {
+			if end > 0 && committed[p] != end {
 				return false
 			}
 		}
@@ -39,8 +32,9 @@ func wantCommitted(t testing.TB, c *kfake.Cluster, group, topic string) {
 
 func TestDuplicatesHaveOneEffect(t *testing.T) {
 	t.Parallel()
-	const topic, group, orders = "orders", "payments", 200
-	c := newCluster(t, map[string]int32{topic: 4})
+	const orders = 200
+	c := newCluster(t, map[string]int32{"orders": 4})
+	topic, group := c.name("orders"), c.name("payments")
 	// Each order is published once, a fifth of them two or three more
 	// times, on other partitions too: a producer retrying after a timeout.
 	var recs []*kgo.Record
@@ -115,8 +109,9 @@ func (w *commitWatch) observer() idemkafka.Option {
 
 func TestRebalanceMidStream(t *testing.T) {
 	t.Parallel()
-	const topic, group, orders = "orders", "payments", 600
-	c := newCluster(t, map[string]int32{topic: 6})
+	const orders = 600
+	c := newCluster(t, map[string]int32{"orders": 6})
+	topic, group := c.name("orders"), c.name("payments")
 	store := newMem(t)
 	l := newLedger()
 	slow := func(ctx context.Context, r *kgo.Record) error {
@@ -179,8 +174,9 @@ func TestRebalanceMidStream(t *testing.T) {
 // watermark at the last fetch less the next offset, down to 0 at the end.
 func TestBatchEventsReportLag(t *testing.T) {
 	t.Parallel()
-	const topic, group, n = "orders", "payments", 50
-	c := newCluster(t, map[string]int32{topic: 1})
+	const n = 50
+	c := newCluster(t, map[string]int32{"orders": 1})
+	topic, group := c.name("orders"), c.name("payments")
 	recs, _ := keyedRange(topic, n)
 	produce(t, c, recs...) // all before the first fetch: the high watermark is n throughout
 	var mu sync.Mutex

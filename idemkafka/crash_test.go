@@ -114,8 +114,8 @@ func keyedRange(topic string, n int) ([]*kgo.Record, []string) {
 // lease ends, runs it: once.
 func TestMemberKilledMidHandler(t *testing.T) {
 	t.Parallel()
-	const topic, group = "orders", "payments"
-	c := newCluster(t, map[string]int32{topic: 1})
+	c := newCluster(t, map[string]int32{"orders": 1})
+	topic, group := c.name("orders"), c.name("payments")
 	recs, keys := keyedRange(topic, 10)
 	produce(t, c, recs...)
 	shared := newMem(t)
@@ -190,8 +190,8 @@ func (f *fencedLedger) handler(ctx context.Context, r *kgo.Record) error {
 // token, and its outcome by the store.
 func TestStalledHandlerIsFenced(t *testing.T) {
 	t.Parallel()
-	const topic, group = "orders", "payments"
-	c := newCluster(t, map[string]int32{topic: 1})
+	c := newCluster(t, map[string]int32{"orders": 1})
+	topic, group := c.name("orders"), c.name("payments")
 	recs, keys := keyedRange(topic, 10)
 	produce(t, c, recs...)
 	shared := newMem(t)
@@ -239,8 +239,8 @@ func TestStalledHandlerIsFenced(t *testing.T) {
 // ten minutes, would otherwise hold it).
 func TestRevokeCancelsHandlersAndCommitsFirst(t *testing.T) {
 	t.Parallel()
-	const topic, group = "orders", "payments"
-	c := newCluster(t, map[string]int32{topic: 2})
+	c := newCluster(t, map[string]int32{"orders": 2})
+	topic, group := c.name("orders"), c.name("payments")
 	var recs []*kgo.Record
 	for p := range int32(2) {
 		for _, k := range []string{"0", "1", "block", "3"} {
@@ -281,9 +281,7 @@ func TestRevokeCancelsHandlersAndCommitsFirst(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			moved = e.Partition
-			if gi := c.GroupInfo(group); gi != nil {
-				committedAtAssign = kgo.EpochOffset{Offset: gi.Commits[topic][e.Partition].Offset}
-			}
+			committedAtAssign = kgo.EpochOffset{Offset: c.committed(group, topic)[e.Partition]}
 		}))
 	select {
 	case cause := <-causes:

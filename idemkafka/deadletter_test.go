@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemgo/idem"
@@ -17,7 +16,7 @@ import (
 
 // readAll returns the records of topic's partition 0, waiting until there
 // are n.
-func readAll(t testing.TB, c *kfake.Cluster, topic string, n int) []*kgo.Record {
+func readAll(t testing.TB, c *cluster, topic string, n int) []*kgo.Record {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}),
@@ -50,8 +49,8 @@ func header(r *kgo.Record, name string) (string, bool) {
 
 func TestPoisonRecordsGoToDeadLetterTopic(t *testing.T) {
 	t.Parallel()
-	const topic, group = "orders", "payments"
-	c := newCluster(t, map[string]int32{topic: 1, topic + idemkafka.DeadLetterSuffix: 1})
+	c := newCluster(t, map[string]int32{"orders": 1, "orders" + idemkafka.DeadLetterSuffix: 1})
+	topic, group := c.name("orders"), c.name("payments")
 	declined := errors.New("card declined")
 	twoKeys := keyed(topic, 0, "k-a", "v")
 	twoKeys.Headers = append(twoKeys.Headers, kgo.RecordHeader{Key: idemkafka.DefaultKeyHeader, Value: []byte("k-b")})

@@ -49,7 +49,8 @@ func TestNewNeedsAScopeDecision(t *testing.T) {
 func TestRunRefusesAClientThatCouldLoseRecords(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, map[string]int32{"orders": 1})
-	produce(t, c, keyed("orders", 0, "k", "v"))
+	topic, group := c.name("orders"), c.name("g")
+	produce(t, c, keyed(topic, 0, "k", "v"))
 	g := newGuard(t, newMem(t), idem.Config{})
 	ran := atomic.Bool{}
 	cons, err := idemkafka.New(g, func(context.Context, *kgo.Record) error { ran.Store(true); return nil }, idemkafka.WithSharedScope())
@@ -62,11 +63,11 @@ func TestRunRefusesAClientThatCouldLoseRecords(t *testing.T) {
 		opts []kgo.Opt
 		want string
 	}{
-		{"no group", []kgo.Opt{seed, kgo.ConsumeTopics("orders")}, "kgo.ConsumerGroup"},
-		{"no topics", append([]kgo.Opt{seed, kgo.ConsumerGroup("g")}, cons.ClientOpts()...), "no topics"},
-		{"autocommit", []kgo.Opt{seed, kgo.ConsumerGroup("g"), kgo.ConsumeTopics("orders"), kgo.BlockRebalanceOnPoll()}, "autocommits"},
-		{"rebalance not blocked", []kgo.Opt{seed, kgo.ConsumerGroup("g"), kgo.ConsumeTopics("orders"), kgo.DisableAutoCommit()}, "BlockRebalanceOnPoll"},
-		{"without the callbacks", []kgo.Opt{seed, kgo.ConsumerGroup("g"), kgo.ConsumeTopics("orders"), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll()}, "OnPartitionsAssigned"},
+		{"no group", []kgo.Opt{seed, kgo.ConsumeTopics(topic)}, "kgo.ConsumerGroup"},
+		{"no topics", append([]kgo.Opt{seed, kgo.ConsumerGroup(group)}, cons.ClientOpts()...), "no topics"},
+		{"autocommit", []kgo.Opt{seed, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.BlockRebalanceOnPoll()}, "autocommits"},
+		{"rebalance not blocked", []kgo.Opt{seed, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.DisableAutoCommit()}, "BlockRebalanceOnPoll"},
+		{"without the callbacks", []kgo.Opt{seed, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll()}, "OnPartitionsAssigned"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cl, err := kgo.NewClient(tc.opts...)
@@ -91,8 +92,8 @@ func TestRunRefusesAClientThatCouldLoseRecords(t *testing.T) {
 // each partition is handled in offset order.
 func TestStuckPartitionDoesNotStallOthers(t *testing.T) {
 	t.Parallel()
-	const topic, group = "orders", "payments"
-	c := newCluster(t, map[string]int32{topic: 2})
+	c := newCluster(t, map[string]int32{"orders": 2})
+	topic, group := c.name("orders"), c.name("payments")
 	var recs []*kgo.Record
 	var keys []string
 	for i := range 200 {
@@ -131,8 +132,8 @@ func TestStuckPartitionDoesNotStallOthers(t *testing.T) {
 // finished offsets are committed: a new member starts where it stopped.
 func TestGracefulShutdownCommitsWhatFinished(t *testing.T) {
 	t.Parallel()
-	const topic, group = "orders", "payments"
-	c := newCluster(t, map[string]int32{topic: 1})
+	c := newCluster(t, map[string]int32{"orders": 1})
+	topic, group := c.name("orders"), c.name("payments")
 	recs, keys := keyedRange(topic, 100)
 	produce(t, c, recs...)
 	store := newMem(t)
@@ -158,7 +159,7 @@ func TestGracefulShutdownCommitsWhatFinished(t *testing.T) {
 		t.Fatalf("after Run returned: %d handlers in flight, %d cancelled; want 0 and 0", inFlight.Load(), cancelled.Load())
 	}
 	done := int64(l.count())
-	if got := c.GroupInfo(group).Commits[topic][0].Offset; got != done {
+	if got := c.committed(group, topic)[0]; got != done {
 		t.Fatalf("committed offset %d after %d records finished, want %d", got, done, done)
 	}
 	start(t, c, group, topic, newGuard(t, store, idem.Config{}), slow, idemkafka.WithSharedScope())
@@ -168,8 +169,8 @@ func TestGracefulShutdownCommitsWhatFinished(t *testing.T) {
 
 func TestUnkeyedRecordsRunUnguardedWhenAsked(t *testing.T) {
 	t.Parallel()
-	const topic, group = "orders", "payments"
-	c := newCluster(t, map[string]int32{topic: 1})
+	c := newCluster(t, map[string]int32{"orders": 1})
+	topic, group := c.name("orders"), c.name("payments")
 	produce(t, c, keyed(topic, 0, "k-1", "a"), &kgo.Record{Topic: topic, Value: []byte("b")}, keyed(topic, 0, "k-1", "a"))
 	var mu sync.Mutex
 	var seen []string
@@ -194,8 +195,8 @@ func TestUnkeyedRecordsRunUnguardedWhenAsked(t *testing.T) {
 
 func TestScopesSeparateTenants(t *testing.T) {
 	t.Parallel()
-	const topic, group = "orders", "payments"
-	c := newCluster(t, map[string]int32{topic: 1})
+	c := newCluster(t, map[string]int32{"orders": 1})
+	topic, group := c.name("orders"), c.name("payments")
 	rec := func(tenant string) *kgo.Record {
 		r := keyed(topic, 0, "order-1", "v")
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: "tenant", Value: []byte(tenant)})

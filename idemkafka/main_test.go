@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
@@ -21,21 +20,55 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const groupTimeout = kafkatest.GroupTimeout
 
-// newCluster starts an in-process Kafka cluster with the topics given (name
-// → partitions), closed when t ends.
-func newCluster(t testing.TB, topics map[string]int32) *kfake.Cluster {
+// cluster is the Apache Kafka of the tests (IDEM_KAFKA_BROKERS) as one
+// test sees it: its topics and groups carry a prefix of the test's own, so
+// that tests sharing the broker, and runs of one test, never meet.
+type cluster struct {
+	t      testing.TB
+	addrs  []string
+	prefix string
+	admin  *kgo.Client
+}
+
+// newCluster returns the tests' broker with the topics given (name →
+// partitions) created for t under c.name, and deleted when t ends. It
+// skips t when the broker is unreachable, or fails it under
+// IDEM_REQUIRE_SERVICES=1.
+func newCluster(t testing.TB, topics map[string]int32) *cluster {
 	t.Helper()
-	c := kafkatest.NewCluster(t)
+	addrs := kafkatest.Brokers(t)
+	c := &cluster{t: t, addrs: addrs, prefix: kafkatest.TopicName(t), admin: kafkatest.AdminClient(t, addrs)}
 	for name, n := range topics {
-		if err := c.CreateTopic(name, n, nil); err != nil {
-			t.Fatal(err)
-		}
+		kafkatest.CreateTopics(t, addrs, n, c.name(name))
 	}
 	return c
 }
 
+// name returns the test's own name of a topic or group.
+func (c *cluster) name(s string) string { return c.prefix + "." + s }
+
+// ListenAddrs returns the seed brokers.
+func (c *cluster) ListenAddrs() []string { return c.addrs }
+
+// endOffsets returns each partition's end offset.
+func (c *cluster) endOffsets(topic string) map[int32]int64 {
+	c.t.Helper()
+	return kafkatest.EndOffsets(c.t, c.admin, topic)
+}
+
+// committed returns the offsets group committed on topic, by partition.
+func (c *cluster) committed(group, topic string) map[int32]int64 {
+	c.t.Helper()
+	return kafkatest.Committed(c.t, c.admin, group, topic)
+}
+
+// WaitGroupStable waits until group is stable with n members.
+func (c *cluster) WaitGroupStable(ctx context.Context, group string, n int) (struct{}, error) {
+	return struct{}{}, kafkatest.WaitGroupStable(ctx, c.admin, group, n)
+}
+
 // produce publishes recs on the partitions they name.
-func produce(t testing.TB, c *kfake.Cluster, recs ...*kgo.Record) {
+func produce(t testing.TB, c *cluster, recs ...*kgo.Record) {
 	t.Helper()
 	kafkatest.Produce(t, c.ListenAddrs(), recs...)
 }
@@ -46,7 +79,7 @@ var (
 	await     = kafkatest.Await
 )
 
-func clientOpts(c *kfake.Cluster, group string, topics ...string) []kgo.Opt {
+func clientOpts(c *cluster, group string, topics ...string) []kgo.Opt {
 	return kafkatest.ClientOpts(c.ListenAddrs(), group, topics...)
 }
 
@@ -81,7 +114,7 @@ type member struct {
 
 // start creates a consumer of g with h and the options, its client, and
 // runs it until stop (or t's end).
-func start(t testing.TB, c *kfake.Cluster, group, topic string, g *idem.Guard, h idemkafka.Handler, opts ...idemkafka.Option) *member {
+func start(t testing.TB, c *cluster, group, topic string, g *idem.Guard, h idemkafka.Handler, opts ...idemkafka.Option) *member {
 	t.Helper()
 	cons, err := idemkafka.New(g, h, opts...)
 	if err != nil {

@@ -187,3 +187,114 @@ func Await(tb testing.TB, timeout time.Duration, what string, cond func() bool) 
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// EndOffsets returns the end offset (high watermark) of each partition of
+// topic, asked through cl (see [AdminClient]).
+func EndOffsets(tb testing.TB, cl *kgo.Client, topic string) map[int32]int64 {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	meta := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(topic)
+	meta.Topics = append(meta.Topics, mt)
+	mresp, err := meta.RequestWith(ctx, cl)
+	if err != nil || len(mresp.Topics) != 1 {
+		tb.Fatalf("metadata of %s: %v", topic, err)
+	}
+	if err := kerr.ErrorForCode(mresp.Topics[0].ErrorCode); err != nil {
+		tb.Fatalf("metadata of %s: %v", topic, err)
+	}
+	req := kmsg.NewPtrListOffsetsRequest()
+	lt := kmsg.NewListOffsetsRequestTopic()
+	lt.Topic = topic
+	for _, p := range mresp.Topics[0].Partitions {
+		lp := kmsg.NewListOffsetsRequestTopicPartition()
+		lp.Partition, lp.Timestamp = p.Partition, -1 // latest
+		lt.Partitions = append(lt.Partitions, lp)
+	}
+	req.Topics = append(req.Topics, lt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		tb.Fatalf("end offsets of %s: %v", topic, err)
+	}
+	ends := map[int32]int64{}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				tb.Fatalf("end offset of %s/%d: %v", topic, p.Partition, err)
+			}
+			ends[p.Partition] = p.Offset
+		}
+	}
+	return ends
+}
+
+// Committed returns the offsets group committed for the partitions of
+// topic; a partition without a commit is absent. It fails tb when the
+// request fails; a group that does not exist yet has no commits.
+func Committed(tb testing.TB, cl *kgo.Client, group, topic string) map[int32]int64 {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.Group = group
+	ot := kmsg.NewOffsetFetchRequestTopic()
+	ot.Topic = topic
+	for p := range EndOffsets(tb, cl, topic) {
+		ot.Partitions = append(ot.Partitions, p)
+	}
+	req.Topics = append(req.Topics, ot)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		tb.Fatalf("committed offsets of %s: %v", group, err)
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		tb.Fatalf("committed offsets of %s: %v", group, err)
+	}
+	out := map[int32]int64{}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				tb.Fatalf("committed offset of %s on %s/%d: %v", group, topic, p.Partition, err)
+			}
+			if p.Offset >= 0 {
+				out[p.Partition] = p.Offset
+			}
+		}
+	}
+	return out
+}
+
+// AdminClient returns a client of brokers for a test's admin requests
+// (EndOffsets, Committed), closed when tb ends.
+func AdminClient(tb testing.TB, brokers []string) *kgo.Client {
+	tb.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(cl.Close)
+	return cl
+}
+
+// WaitGroupStable waits until group is Stable with members members, as the
+// broker describes it (a classic consumer group), or ctx ends.
+func WaitGroupStable(ctx context.Context, cl *kgo.Client, group string, members int) error {
+	for {
+		req := kmsg.NewPtrDescribeGroupsRequest()
+		req.Groups = []string{group}
+		resp, err := req.RequestWith(ctx, cl)
+		if err == nil && len(resp.Groups) == 1 {
+			g := resp.Groups[0]
+			if g.ErrorCode == 0 && g.State == "Stable" && len(g.Members) == members {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("group %s not stable with %d members: %w (last: %v)", group, members, ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

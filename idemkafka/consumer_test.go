@@ -18,9 +18,9 @@ import (
 // topic, the partition's end: every record is done.
 func wantCommitted(t testing.TB, c *cluster, group, topic string) {
 	t.Helper()
-	ends := c.endOffsets(topic)
+	ends := c.EndOffsets(topic)
 	await(t, groupTimeout, "the group's commits to reach the partitions' ends", func() bool {
-		committed := c.committed(group, topic)
+		committed := c.Committed(group, topic)
 		for p, end := range ends {
 			if end > 0 && committed[p] != end {
 				return false
@@ -34,7 +34,7 @@ func TestDuplicatesHaveOneEffect(t *testing.T) {
 	t.Parallel()
 	const orders = 200
 	c := newCluster(t, map[string]int32{"orders": 4})
-	topic, group := c.name("orders"), c.name("payments")
+	topic, group := c.Name("orders"), c.Name("payments")
 	// Each order is published once, a fifth of them two or three more
 	// times, on other partitions too: a producer retrying after a timeout.
 	var recs []*kgo.Record
@@ -111,7 +111,7 @@ func TestRebalanceMidStream(t *testing.T) {
 	t.Parallel()
 	const orders = 600
 	c := newCluster(t, map[string]int32{"orders": 6})
-	topic, group := c.name("orders"), c.name("payments")
+	topic, group := c.Name("orders"), c.Name("payments")
 	store := newMem(t)
 	l := newLedger()
 	slow := func(ctx context.Context, r *kgo.Record) error {
@@ -152,12 +152,12 @@ func TestRebalanceMidStream(t *testing.T) {
 	m1, w1 := newMember()
 	await(t, groupTimeout, "the first member to finish records", func() bool { return w1.batches.Load() > 50 })
 	_, w2 := newMember()
-	if _, err := c.WaitGroupStable(ctx, group, 2); err != nil {
+	if err := c.WaitGroupStable(ctx, group, 2); err != nil {
 		t.Fatal(err)
 	}
 	await(t, groupTimeout, "the second member to finish records", func() bool { return w2.batches.Load() > 0 })
 	_, w3 := newMember()
-	if _, err := c.WaitGroupStable(ctx, group, 3); err != nil {
+	if err := c.WaitGroupStable(ctx, group, 3); err != nil {
 		t.Fatal(err)
 	}
 	await(t, groupTimeout, "the third member to finish records", func() bool { return w3.batches.Load() > 0 })
@@ -176,7 +176,7 @@ func TestBatchEventsReportLag(t *testing.T) {
 	t.Parallel()
 	const n = 50
 	c := newCluster(t, map[string]int32{"orders": 1})
-	topic, group := c.name("orders"), c.name("payments")
+	topic, group := c.Name("orders"), c.Name("payments")
 	recs, _ := keyedRange(topic, n)
 	produce(t, c, recs...) // all before the first fetch: the high watermark is n throughout
 	var mu sync.Mutex

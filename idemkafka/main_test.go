@@ -20,51 +20,14 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const groupTimeout = kafkatest.GroupTimeout
 
-// cluster is the Apache Kafka of the tests (IDEM_KAFKA_BROKERS) as one
-// test sees it: its topics and groups carry a prefix of the test's own, so
-// that tests sharing the broker, and runs of one test, never meet.
-type cluster struct {
-	t      testing.TB
-	addrs  []string
-	prefix string
-	admin  *kgo.Client
-}
+// cluster is the tests' Apache Kafka, topics and groups of a test's own.
+type cluster = kafkatest.Cluster
 
 // newCluster returns the tests' broker with the topics given (name →
-// partitions) created for t under c.name, and deleted when t ends. It
-// skips t when the broker is unreachable, or fails it under
-// IDEM_REQUIRE_SERVICES=1.
+// partitions) created under c.Name for t.
 func newCluster(t testing.TB, topics map[string]int32) *cluster {
 	t.Helper()
-	addrs := kafkatest.Brokers(t)
-	c := &cluster{t: t, addrs: addrs, prefix: kafkatest.TopicName(t), admin: kafkatest.AdminClient(t, addrs)}
-	for name, n := range topics {
-		kafkatest.CreateTopics(t, addrs, n, c.name(name))
-	}
-	return c
-}
-
-// name returns the test's own name of a topic or group.
-func (c *cluster) name(s string) string { return c.prefix + "." + s }
-
-// ListenAddrs returns the seed brokers.
-func (c *cluster) ListenAddrs() []string { return c.addrs }
-
-// endOffsets returns each partition's end offset.
-func (c *cluster) endOffsets(topic string) map[int32]int64 {
-	c.t.Helper()
-	return kafkatest.EndOffsets(c.t, c.admin, topic)
-}
-
-// committed returns the offsets group committed on topic, by partition.
-func (c *cluster) committed(group, topic string) map[int32]int64 {
-	c.t.Helper()
-	return kafkatest.Committed(c.t, c.admin, group, topic)
-}
-
-// WaitGroupStable waits until group is stable with n members.
-func (c *cluster) WaitGroupStable(ctx context.Context, group string, n int) (struct{}, error) {
-	return struct{}{}, kafkatest.WaitGroupStable(ctx, c.admin, group, n)
+	return kafkatest.NewCluster(t, topics)
 }
 
 // produce publishes recs on the partitions they name.

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemgo/idem"
@@ -30,9 +29,9 @@ func TestExactlyOnce(t *testing.T) {
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
-			const topic, group = "orders", "payments"
 			e := newPG(t)
-			c := newCluster(t, kfake.SeedTopics(4, topic))
+			c := newCluster(t, map[string]int32{"orders": 4})
+			topic, group := c.Name("orders"), c.Name("payments")
 			recs, ids := orders(topic, 4, 300)
 			produce(t, c.ListenAddrs(), recs...)
 			opts := append([]kafkapg.Option{
@@ -51,9 +50,9 @@ func TestExactlyOnce(t *testing.T) {
 
 func TestPermanentErrorUndoesTheRecordAlone(t *testing.T) {
 	t.Parallel()
-	const topic, group = "orders", "payments"
 	e := newPG(t)
-	c := newCluster(t, kfake.SeedTopics(1, topic), kfake.SeedTopics(1, topic+idemkafka.DeadLetterSuffix))
+	c := newCluster(t, map[string]int32{"orders": 1, "orders" + idemkafka.DeadLetterSuffix: 1})
+	topic, group := c.Name("orders"), c.Name("payments")
 	recs := []*kgo.Record{keyed(topic, 0, "k-1", "v"), keyed(topic, 0, "declined", "v"), keyed(topic, 0, "k-3", "v")}
 	produce(t, c.ListenAddrs(), recs...)
 	var dead atomic.Int32
@@ -84,9 +83,9 @@ func TestPermanentErrorUndoesTheRecordAlone(t *testing.T) {
 
 func TestRetryableErrorKeepsWhatCameBefore(t *testing.T) {
 	t.Parallel()
-	const topic, group = "orders", "payments"
 	e := newPG(t)
-	c := newCluster(t, kfake.SeedTopics(1, topic), kfake.SeedTopics(1, topic+idemkafka.DeadLetterSuffix))
+	c := newCluster(t, map[string]int32{"orders": 1, "orders" + idemkafka.DeadLetterSuffix: 1})
+	topic, group := c.Name("orders"), c.Name("payments")
 	recs := []*kgo.Record{keyed(topic, 0, "k-1", "v"), keyed(topic, 0, "flaky", "v"), keyed(topic, 0, "poison", "v"), keyed(topic, 0, "k-4", "v")}
 	produce(t, c.ListenAddrs(), recs...)
 	var mu sync.Mutex
@@ -126,9 +125,9 @@ func TestRetryableErrorKeepsWhatCameBefore(t *testing.T) {
 
 func TestStartsAtTheStoredOffset(t *testing.T) {
 	t.Parallel()
-	const topic, group = "orders", "payments"
 	e := newPG(t)
-	c := newCluster(t, kfake.SeedTopics(2, topic))
+	c := newCluster(t, map[string]int32{"orders": 2})
+	topic, group := c.Name("orders"), c.Name("payments")
 	recs, _ := orders(topic, 2, 100)
 	produce(t, c.ListenAddrs(), recs...)
 	// The database says partition 0 is done up to offset 30, Kafka knows
@@ -191,9 +190,10 @@ func (noDB) Query(context.Context, string, ...any) (pgx.Rows, error) {
 // attempt, rather than wait out leases that no one holds.
 func TestBusyKeyLeavesTheRestUnclaimed(t *testing.T) {
 	t.Parallel()
-	const topic, group, ns = "orders", "payments", "charges"
+	const ns = "charges"
 	e := newPG(t)
-	c := newCluster(t, kfake.SeedTopics(1, topic))
+	c := newCluster(t, map[string]int32{"orders": 1})
+	topic, group := c.Name("orders"), c.Name("payments")
 	store, err := pgstore.New(e.pool, pgstore.Config{Table: e.records})
 	if err != nil {
 		t.Fatal(err)

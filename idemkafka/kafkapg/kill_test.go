@@ -19,7 +19,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemgo/idem/idemkafka"
@@ -37,8 +36,8 @@ const (
 	killAfterEnv   = "KAFKAPG_KILL_AFTER"  // stop dead after this many commits; 0: never
 	expectEnv      = "KAFKAPG_KILL_EXPECT" // ledger ids at which to shut down
 	appEnv         = "KAFKAPG_KILL_APP"    // the child's application_name in PostgreSQL
-	killTopic      = "orders"
-	killGroup      = "payments"
+	topicEnv       = "KAFKAPG_KILL_TOPIC"  // the topic the children consume
+	groupEnv       = "KAFKAPG_KILL_GROUP"  // and their group
 	killPartitions = 3
 )
 
@@ -105,7 +104,7 @@ func runChild() int {
 			select {} // dead: nothing after the PostgreSQL commit happens, no Kafka commit
 		}
 	})
-	cl, err := kgo.NewClient(append(clientOpts(strings.Split(os.Getenv(brokersEnv), ","), killGroup, killTopic), c.ClientOpts()...)...)
+	cl, err := kgo.NewClient(append(clientOpts(strings.Split(os.Getenv(brokersEnv), ","), os.Getenv(groupEnv), os.Getenv(topicEnv)), c.ClientOpts()...)...)
 	if err != nil {
 		return fail(err)
 	}
@@ -135,13 +134,14 @@ type child struct {
 	stderr *bytes.Buffer
 }
 
-func startChild(t *testing.T, c *kfake.Cluster, e *pgEnv, killAfter, expect int) *child {
+func startChild(t *testing.T, c *kafkatest.Cluster, e *pgEnv, killAfter, expect int) *child {
 	t.Helper()
 	var b [6]byte
 	rand.Read(b[:])
 	app := "kafkapg-kill-" + hex.EncodeToString(b[:])
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"=1", appEnv+"="+app, brokersEnv+"="+strings.Join(c.ListenAddrs(), ","), schemaEnv+"="+e.schema,
+		topicEnv+"="+c.Name("orders"), groupEnv+"="+c.Name("payments"),
 		killAfterEnv+"="+strconv.Itoa(killAfter), expectEnv+"="+strconv.Itoa(expect))
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -205,13 +205,13 @@ func (ch *child) next(t *testing.T, prefix string, starts map[int32]int64) []str
 	}
 }
 
-// stored returns the offsets table's next offset of every partition (0
-// where none is stored).
-func (e *pgEnv) stored(t *testing.T) map[int32]int64 {
+// stored returns the offsets table's next offset of every partition of
+// group on topic (0 where none is stored).
+func (e *pgEnv) stored(t *testing.T, group, topic string) map[int32]int64 {
 	t.Helper()
 	out := map[int32]int64{}
 	for p := range int32(killPartitions) {
-		next, err := kafkapg.StoredOffset(context.Background(), e.pool, e.offsets, killGroup, killTopic, p)
+		next, err := kafkapg.StoredOffset(context.Background(), e.pool, e.offsets, group, topic, p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -230,7 +230,8 @@ func TestKilledBetweenCommits(t *testing.T) {
 		t.Skip("starts consumer processes")
 	}
 	e := newPG(t)
-	c := newCluster(t, kfake.SeedTopics(killPartitions, killTopic))
+	c := newCluster(t, map[string]int32{"orders": killPartitions})
+	killTopic, killGroup := c.Name("orders"), c.Name("payments")
 	recs, ids := orders(killTopic, killPartitions, 600)
 	produce(t, c.ListenAddrs(), recs...)
 
@@ -252,12 +253,12 @@ func TestKilledBetweenCommits(t *testing.T) {
 		}
 		p, _ := strconv.Atoi(f[1])
 		next, _ := strconv.ParseInt(f[2], 10, 64)
-		now := e.stored(t)
+		now := e.stored(t, killGroup, killTopic)
 		if now[int32(p)] < next {
 			t.Fatalf("run %d: partition %d committed to %d in PostgreSQL, the table says %d", run, p, next, now[int32(p)])
 		}
-		if gi := c.GroupInfo(killGroup); gi != nil && len(gi.Commits[killTopic]) > 0 {
-			t.Fatalf("run %d: Kafka has commits %v: the kill was to come before any", run, gi.Commits[killTopic])
+		if commits := c.Committed(killGroup, killTopic); len(commits) > 0 {
+			t.Fatalf("run %d: Kafka has commits %v: the kill was to come before any", run, commits)
 		}
 		want = now
 	}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
@@ -116,15 +115,16 @@ func (e *pgEnv) wantLedger(t testing.TB, ids []string) {
 
 // storedAtEnds waits until the offsets table holds, for every partition of
 // topic with records, the partition's end.
-func (e *pgEnv) storedAtEnds(t testing.TB, c *kfake.Cluster, group, topic string) {
+func (e *pgEnv) storedAtEnds(t testing.TB, c *kafkatest.Cluster, group, topic string) {
 	t.Helper()
+	ends := c.EndOffsets(topic)
 	kafkatest.Await(t, groupTimeout, "the stored offsets of "+topic+" to reach the partitions' ends", func() bool {
-		for _, p := range c.PartitionInfos(topic) {
-			next, err := kafkapg.StoredOffset(context.Background(), e.pool, e.offsets, group, topic, p.Partition)
+		for p, end := range ends {
+			next, err := kafkapg.StoredOffset(context.Background(), e.pool, e.offsets, group, topic, p)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if p.HighWatermark > 0 && next != p.HighWatermark {
+			if end > 0 && next != end {
 				return false
 			}
 		}
@@ -132,8 +132,11 @@ func (e *pgEnv) storedAtEnds(t testing.TB, c *kfake.Cluster, group, topic string
 	})
 }
 
-func newCluster(t testing.TB, opts ...kfake.Opt) *kfake.Cluster {
-	return kafkatest.NewCluster(t, opts...)
+// newCluster returns the tests' Apache Kafka with the topics given (name →
+// partitions) created under c.Name for t.
+func newCluster(t testing.TB, topics map[string]int32) *kafkatest.Cluster {
+	t.Helper()
+	return kafkatest.NewCluster(t, topics)
 }
 
 var (

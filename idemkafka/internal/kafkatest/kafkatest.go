@@ -22,6 +22,54 @@ import (
 	"github.com/idemgo/idem/internal/testenv"
 )
 
+// Cluster is the Apache Kafka of the tests (IDEM_KAFKA_BROKERS) as one
+// test sees it: its topics and groups carry a prefix of the test's own
+// (see [Cluster.Name]), so that tests sharing the broker, and runs of one
+// test, never meet.
+type Cluster struct {
+	tb     testing.TB
+	addrs  []string
+	prefix string
+	admin  *kgo.Client
+}
+
+// NewCluster returns the tests' broker with the topics given (name →
+// partitions) created for tb under [Cluster.Name], and deleted when tb
+// ends. It skips tb when the broker is unreachable, or fails it under
+// IDEM_REQUIRE_SERVICES=1.
+func NewCluster(tb testing.TB, topics map[string]int32) *Cluster {
+	tb.Helper()
+	addrs := Brokers(tb)
+	c := &Cluster{tb: tb, addrs: addrs, prefix: TopicName(tb), admin: AdminClient(tb, addrs)}
+	for name, n := range topics {
+		CreateTopics(tb, addrs, n, c.Name(name))
+	}
+	return c
+}
+
+// Name returns the test's own name of a topic or group.
+func (c *Cluster) Name(s string) string { return c.prefix + "." + s }
+
+// ListenAddrs returns the seed brokers.
+func (c *Cluster) ListenAddrs() []string { return c.addrs }
+
+// EndOffsets returns each partition's end offset of topic.
+func (c *Cluster) EndOffsets(topic string) map[int32]int64 {
+	c.tb.Helper()
+	return EndOffsets(c.tb, c.admin, topic)
+}
+
+// Committed returns the offsets group committed on topic, by partition.
+func (c *Cluster) Committed(group, topic string) map[int32]int64 {
+	c.tb.Helper()
+	return Committed(c.tb, c.admin, group, topic)
+}
+
+// WaitGroupStable waits until group is stable with members members.
+func (c *Cluster) WaitGroupStable(ctx context.Context, group string, members int) error {
+	return WaitGroupStable(ctx, c.admin, group, members)
+}
+
 // Brokers returns the seed brokers of the Apache Kafka the tests use,
 // IDEM_KAFKA_BROKERS (default 127.0.0.1:9092, as scripts/services.sh
 // starts it). It skips tb when no broker answers, or fails it under
@@ -119,10 +167,10 @@ func Group(tb testing.TB) string { return fmt.Sprintf("%s.group", TopicName(tb))
 // seconds on Apache Kafka and on kfake.
 const GroupTimeout = 60 * time.Second
 
-// NewCluster starts an in-process kfake cluster of one broker that accepts
+// NewFake starts an in-process kfake cluster of one broker that accepts
 // session timeouts from a second, closed when tb ends. It is for tests that
-// must run with nothing installed; the others use [Brokers].
-func NewCluster(tb testing.TB, opts ...kfake.Opt) *kfake.Cluster {
+// must run with nothing installed; the others use [NewCluster].
+func NewFake(tb testing.TB, opts ...kfake.Opt) *kfake.Cluster {
 	tb.Helper()
 	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.GroupMinSessionTimeout(time.Second)}, opts...)...)
 	if err != nil {

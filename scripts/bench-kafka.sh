@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # idemkafka and kafkapg beside their limits, in one run: BenchmarkKafka of
-# idemkafka/kafkabench consumes one topic of 16 partitions on an in-process
-# Kafka cluster (kfake), a fifth of its records duplicates, once per case:
+# idemkafka/kafkabench consumes one topic of 16 partitions on the Apache
+# Kafka of IDEM_KAFKA_BROKERS (default 127.0.0.1:9092, as
+# scripts/services.sh starts it), a fifth of its records duplicates, once
+# per case:
 #   - a no-op handler: a bare franz-go group consumer; idemkafka over
 #     memstore, Redis and PostgreSQL; and, beside each remote store, the
 #     bare consumer plus the least that store's check writes per batch

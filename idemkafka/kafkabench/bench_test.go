@@ -18,7 +18,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemgo/idem"
@@ -94,7 +93,6 @@ func BenchmarkKafka(b *testing.B) {
 }
 
 const (
-	topic      = "orders"
 	partitions = 16
 	maxBatch   = 500
 )
@@ -102,8 +100,9 @@ const (
 // fixture is the benchmark's cluster, with the topic produced once, and
 // its stores.
 type fixture struct {
-	cluster *kfake.Cluster
-	n       int // records in the topic
+	cluster *kafkatest.Cluster
+	topic   string // the benchmark's own, of partitions partitions
+	n       int    // records in the topic
 	run     string
 
 	redis  *redis.Client
@@ -114,7 +113,8 @@ type fixture struct {
 func newFixture(b *testing.B) *fixture {
 	n, _ := strconv.Atoi(os.Getenv("IDEM_KAFKA_BENCH_RECORDS"))
 	otherPartition := os.Getenv("IDEM_KAFKA_BENCH_DUPLICATES") == "other"
-	f := &fixture{cluster: kafkatest.NewCluster(b, kfake.SeedTopics(partitions, topic)), n: cmp.Or(n, 200000), run: random()}
+	c := kafkatest.NewCluster(b, map[string]int32{"orders": partitions})
+	f := &fixture{cluster: c, topic: c.Name("orders"), n: cmp.Or(n, 200000), run: random()}
 	recs := make([]*kgo.Record, f.n)
 	for i := range recs {
 		o, p := i, int32(i%partitions)
@@ -128,7 +128,7 @@ func newFixture(b *testing.B) *fixture {
 			}
 		}
 		key := fmt.Sprintf("order-%s-%07d", f.run, o)
-		recs[i] = kafkatest.Keyed(topic, p, key, fmt.Sprintf(`{"type":"OrderCreated","order":%q,"customer":"cus_%04d","amount_cents":%d}`, key, o%9973, 500+o%50000))
+		recs[i] = kafkatest.Keyed(f.topic, p, key, fmt.Sprintf(`{"type":"OrderCreated","order":%q,"customer":"cus_%04d","amount_cents":%d}`, key, o%9973, 500+o%50000))
 	}
 	kafkatest.Produce(b, f.cluster.ListenAddrs(), recs...)
 	f.connect(b)
@@ -252,7 +252,7 @@ func (f *fixture) group() string { return "bench-" + random() }
 // nothing), marks the last, and the client autocommits the marks.
 func (f *fixture) bare(b *testing.B, handle func(ctx context.Context, p int32, recs []*kgo.Record) error) float64 {
 	prog := newProgress(f.n)
-	cl, err := kgo.NewClient(append(kafkatest.ClientOpts(f.cluster.ListenAddrs(), f.group(), topic),
+	cl, err := kgo.NewClient(append(kafkatest.ClientOpts(f.cluster.ListenAddrs(), f.group(), f.topic),
 		kgo.AutoCommitMarks(), kgo.AutoCommitInterval(time.Second),
 		kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) { prog.assigned() }))...)
 	if err != nil {
@@ -348,7 +348,7 @@ func progressObserver(p *progress) func(context.Context, idemkafka.Event) {
 
 // consume runs a consumer (its ClientOpts and Run) until prog is done.
 func (f *fixture) consume(b *testing.B, prog *progress, opts []kgo.Opt, run func(context.Context, *kgo.Client) error) float64 {
-	cl, err := kgo.NewClient(append(kafkatest.ClientOpts(f.cluster.ListenAddrs(), f.group(), topic), opts...)...)
+	cl, err := kgo.NewClient(append(kafkatest.ClientOpts(f.cluster.ListenAddrs(), f.group(), f.topic), opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -512,7 +512,7 @@ func (f *fixture) txBare(b *testing.B, withStore bool) func(context.Context, int
 				}
 			}
 			last := recs[len(recs)-1]
-			_, err := tx.Exec(ctx, offsets, group, topic, partition, last.Offset+1, last.LeaderEpoch)
+			_, err := tx.Exec(ctx, offsets, group, f.topic, partition, last.Offset+1, last.LeaderEpoch)
 			return err
 		})
 	}

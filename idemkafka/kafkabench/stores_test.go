@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
@@ -46,7 +45,8 @@ func TestBatchPathOnStores(t *testing.T) {
 		t.Run(s.name, func(t *testing.T) {
 			t.Parallel()
 			store := s.open(t)
-			c := kafkatest.NewCluster(t, kfake.SeedTopics(partitions, topic))
+			c := kafkatest.NewCluster(t, map[string]int32{"orders": partitions})
+			topic := c.Name("orders")
 			const orders = 900
 			var recs []*kgo.Record
 			keys := make([]string, orders)
@@ -84,7 +84,7 @@ func TestBatchPathOnStores(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				cl, err := kgo.NewClient(append(kafkatest.ClientOpts(c.ListenAddrs(), "payments", topic), cons.ClientOpts()...)...)
+				cl, err := kgo.NewClient(append(kafkatest.ClientOpts(c.ListenAddrs(), c.Name("payments"), topic), cons.ClientOpts()...)...)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -1,8 +1,7 @@
 // Package kafkatest holds what the tests and benchmarks of idemkafka and
 // kafkapg share: the Apache Kafka of the tests (IDEM_KAFKA_BROKERS) and
-// topics of a test's own on it, an in-process kfake cluster for the few
-// tests that must run with nothing installed, a producer, the clients'
-// options, and a wait on a condition.
+// topics of a test's own on it, a producer, the clients' options, and a
+// wait on a condition.
 package kafkatest
 
 import (
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -164,21 +162,8 @@ func Topic(tb testing.TB, brokers []string, partitions int32) string {
 func Group(tb testing.TB) string { return fmt.Sprintf("%s.group", TopicName(tb)) }
 
 // GroupTimeout bounds a wait on consumer-group rebalances, which take
-// seconds on Apache Kafka and on kfake.
+// seconds.
 const GroupTimeout = 60 * time.Second
-
-// NewFake starts an in-process kfake cluster of one broker that accepts
-// session timeouts from a second, closed when tb ends. It is for tests that
-// must run with nothing installed; the others use [NewCluster].
-func NewFake(tb testing.TB, opts ...kfake.Opt) *kfake.Cluster {
-	tb.Helper()
-	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.GroupMinSessionTimeout(time.Second)}, opts...)...)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(c.Close)
-	return c
-}
 
 // Produce publishes recs on the partitions they name and waits for their
 // acknowledgement.

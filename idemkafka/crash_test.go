@@ -115,7 +115,7 @@ func keyedRange(topic string, n int) ([]*kgo.Record, []string) {
 func TestMemberKilledMidHandler(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, map[string]int32{"orders": 1})
-	topic, group := c.name("orders"), c.name("payments")
+	topic, group := c.Name("orders"), c.Name("payments")
 	recs, keys := keyedRange(topic, 10)
 	produce(t, c, recs...)
 	shared := newMem(t)
@@ -191,7 +191,7 @@ func (f *fencedLedger) handler(ctx context.Context, r *kgo.Record) error {
 func TestStalledHandlerIsFenced(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, map[string]int32{"orders": 1})
-	topic, group := c.name("orders"), c.name("payments")
+	topic, group := c.Name("orders"), c.Name("payments")
 	recs, keys := keyedRange(topic, 10)
 	produce(t, c, recs...)
 	shared := newMem(t)
@@ -240,7 +240,7 @@ func TestStalledHandlerIsFenced(t *testing.T) {
 func TestRevokeCancelsHandlersAndCommitsFirst(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, map[string]int32{"orders": 2})
-	topic, group := c.name("orders"), c.name("payments")
+	topic, group := c.Name("orders"), c.Name("payments")
 	var recs []*kgo.Record
 	for p := range int32(2) {
 		for _, k := range []string{"0", "1", "block", "3"} {
@@ -281,7 +281,7 @@ func TestRevokeCancelsHandlersAndCommitsFirst(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			moved = e.Partition
-			committedAtAssign = kgo.EpochOffset{Offset: c.committed(group, topic)[e.Partition]}
+			committedAtAssign = kgo.EpochOffset{Offset: c.Committed(group, topic)[e.Partition]}
 		}))
 	select {
 	case cause := <-causes:

@@ -50,7 +50,7 @@ func header(r *kgo.Record, name string) (string, bool) {
 func TestPoisonRecordsGoToDeadLetterTopic(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, map[string]int32{"orders": 1, "orders" + idemkafka.DeadLetterSuffix: 1})
-	topic, group := c.name("orders"), c.name("payments")
+	topic, group := c.Name("orders"), c.Name("payments")
 	declined := errors.New("card declined")
 	twoKeys := keyed(topic, 0, "k-a", "v")
 	twoKeys.Headers = append(twoKeys.Headers, kgo.RecordHeader{Key: idemkafka.DefaultKeyHeader, Value: []byte("k-b")})

@@ -49,7 +49,7 @@ func TestNewNeedsAScopeDecision(t *testing.T) {
 func TestRunRefusesAClientThatCouldLoseRecords(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, map[string]int32{"orders": 1})
-	topic, group := c.name("orders"), c.name("g")
+	topic, group := c.Name("orders"), c.Name("g")
 	produce(t, c, keyed(topic, 0, "k", "v"))
 	g := newGuard(t, newMem(t), idem.Config{})
 	ran := atomic.Bool{}
@@ -93,7 +93,7 @@ func TestRunRefusesAClientThatCouldLoseRecords(t *testing.T) {
 func TestStuckPartitionDoesNotStallOthers(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, map[string]int32{"orders": 2})
-	topic, group := c.name("orders"), c.name("payments")
+	topic, group := c.Name("orders"), c.Name("payments")
 	var recs []*kgo.Record
 	var keys []string
 	for i := range 200 {
@@ -133,7 +133,7 @@ func TestStuckPartitionDoesNotStallOthers(t *testing.T) {
 func TestGracefulShutdownCommitsWhatFinished(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, map[string]int32{"orders": 1})
-	topic, group := c.name("orders"), c.name("payments")
+	topic, group := c.Name("orders"), c.Name("payments")
 	recs, keys := keyedRange(topic, 100)
 	produce(t, c, recs...)
 	store := newMem(t)
@@ -159,7 +159,7 @@ func TestGracefulShutdownCommitsWhatFinished(t *testing.T) {
 		t.Fatalf("after Run returned: %d handlers in flight, %d cancelled; want 0 and 0", inFlight.Load(), cancelled.Load())
 	}
 	done := int64(l.count())
-	if got := c.committed(group, topic)[0]; got != done {
+	if got := c.Committed(group, topic)[0]; got != done {
 		t.Fatalf("committed offset %d after %d records finished, want %d", got, done, done)
 	}
 	start(t, c, group, topic, newGuard(t, store, idem.Config{}), slow, idemkafka.WithSharedScope())
@@ -170,7 +170,7 @@ func TestGracefulShutdownCommitsWhatFinished(t *testing.T) {
 func TestUnkeyedRecordsRunUnguardedWhenAsked(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, map[string]int32{"orders": 1})
-	topic, group := c.name("orders"), c.name("payments")
+	topic, group := c.Name("orders"), c.Name("payments")
 	produce(t, c, keyed(topic, 0, "k-1", "a"), &kgo.Record{Topic: topic, Value: []byte("b")}, keyed(topic, 0, "k-1", "a"))
 	var mu sync.Mutex
 	var seen []string
@@ -196,7 +196,7 @@ func TestUnkeyedRecordsRunUnguardedWhenAsked(t *testing.T) {
 func TestScopesSeparateTenants(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, map[string]int32{"orders": 1})
-	topic, group := c.name("orders"), c.name("payments")
+	topic, group := c.Name("orders"), c.Name("payments")
 	rec := func(tenant string) *kgo.Record {
 		r := keyed(topic, 0, "order-1", "v")
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: "tenant", Value: []byte(tenant)})

@@ -150,9 +150,13 @@ dynamodb() {
 # controller) on the first address of IDEM_KAFKA_BROKERS, its controller on
 # the next port, its data in $IDEM_KAFKA_DIR (default /var/lib/idem-kafka),
 # its log in /var/log/idem-kafka.log. Sessions as short as a second are
-# allowed, as the tests' consumer groups use them.
+# allowed, as the tests' consumer groups use them. Also kcat, a Kafka
+# client on librdkafka.
 kafka() {
 	read -r host port < <(hostport "${KAFKA_BROKERS%%,*}" 9092)
+	# kcat (librdkafka): a Kafka client not written in Go, which the tests
+	# produce with beside franz-go.
+	if ! command -v kcat >/dev/null; then install kcat || return 1; fi
 	port_open "$host" "$port" && return 0
 	if ! command -v java >/dev/null; then install openjdk-17-jre-headless || return 1; fi
 	if ! command -v mvn >/dev/null; then install maven || return 1; fi

@@ -69,11 +69,16 @@ func NewID() string { return rand.Text() }
 // for a message it refuses.
 var ErrInvalidMessage = errors.New("outbox: invalid message")
 
+// ErrTooLarge is wrapped, beside [ErrInvalidMessage], by the
+// [*MessageError] of a message whose payload is larger than the outbox's
+// cap (Config.MaxPayload).
+var ErrTooLarge = errors.New("outbox: payload too large")
+
 // MessageError says which message Enqueue refused, and why. It wraps
-// [ErrInvalidMessage].
+// [ErrInvalidMessage], and [ErrTooLarge] for a payload over the cap.
 type MessageError struct {
 	Index  int    // the message's position among Enqueue's arguments
-	Field  string // "ID", "Destination", "Key" or "Headers"
+	Field  string // "ID", "Destination", "Key", "Headers" or "Payload"
 	Reason string
 }
 
@@ -81,12 +86,18 @@ func (e *MessageError) Error() string {
 	return fmt.Sprintf("outbox: message %d: %s %s", e.Index, e.Field, e.Reason)
 }
 
-// Unwrap returns [ErrInvalidMessage].
-func (e *MessageError) Unwrap() error { return ErrInvalidMessage }
+// Unwrap returns [ErrInvalidMessage], and [ErrTooLarge] for a payload
+// over the cap.
+func (e *MessageError) Unwrap() []error {
+	if e.Field == "Payload" {
+		return []error{ErrInvalidMessage, ErrTooLarge}
+	}
+	return []error{ErrInvalidMessage}
+}
 
-// check validates m, the i-th message of a call, and returns m with its ID
-// set.
-func check(i int, m Message) (Message, error) {
+// check validates m, the i-th message of a call, against the limits of a
+// Message and maxPayload, and returns m with its ID set.
+func check(i int, m Message, maxPayload int) (Message, error) {
 	fail := func(field, format string, args ...any) (Message, error) {
 		return m, &MessageError{Index: i, Field: field, Reason: fmt.Sprintf(format, args...)}
 	}
@@ -103,6 +114,9 @@ func check(i int, m Message) (Message, error) {
 	}
 	if len(m.Key) > MaxKeyLen {
 		return fail("Key", "is %d bytes, longer than %d", len(m.Key), MaxKeyLen)
+	}
+	if len(m.Payload) > maxPayload {
+		return fail("Payload", "is %d bytes, larger than the cap of %d (Config.MaxPayload)", len(m.Payload), maxPayload)
 	}
 	if len(m.Headers) > maxHeaders {
 		return fail("Headers", "has %d entries, more than %d", len(m.Headers), maxHeaders)

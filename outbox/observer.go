@@ -19,7 +19,8 @@ const (
 	// trying again (Event.Err is the failure).
 	OpBackoff
 	// OpLag: the outbox's backlog, sampled every RelayConfig.LagInterval:
-	// Event.Pending messages wait, the oldest for Event.OldestPending.
+	// Event.Pending messages wait, the oldest for Event.OldestPending, and
+	// Event.Dead rows are dead.
 	OpLag
 	// OpRebalance: the relay now holds Event.Partitions (sorted), of
 	// Event.Members relays sharing the table.
@@ -30,9 +31,14 @@ const (
 	// OpDisconnect: the relay's database session failed (Event.Err); it
 	// lost its partitions and reconnects after Event.Duration.
 	OpDisconnect
+	// OpDead: Event.Dead rows were moved to the dead rows (see [Dead]),
+	// for a permanent error ([Permanent]) or after RelayConfig.MaxAttempts
+	// failed publications; Event.Err is the first one's last error. The
+	// later messages of their keys are published without them.
+	OpDead
 )
 
-var opNames = [...]string{"", "publish", "backoff", "lag", "rebalance", "cleanup", "disconnect"}
+var opNames = [...]string{"", "publish", "backoff", "lag", "rebalance", "cleanup", "disconnect", "dead"}
 
 // String returns the event's name in snake case, for metric labels.
 func (o Op) String() string {
@@ -50,6 +56,7 @@ type Event struct {
 	Sent          int
 	Failed        int
 	Deleted       int
+	Dead          int // OpDead: rows moved to the dead rows; OpLag: dead rows in all
 	Pending       int64
 	OldestPending time.Duration
 	Partitions    []int
@@ -66,4 +73,5 @@ type Observer func(ctx context.Context, e Event)
 type Lag struct {
 	Pending       int64         // messages not yet published
 	OldestPending time.Duration // age of the oldest of them, by the database's clock; 0 if none
+	Dead          int64         // dead rows, waiting for an operator (see [Dead])
 }

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -41,7 +42,24 @@ type Config struct {
 	// must publish within milliseconds and writers are few. Default
 	// false.
 	Notify bool
+
+	// MaxPayload is the largest payload, in bytes, that Enqueue accepts:
+	// a larger one fails the call with a [*MessageError] wrapping
+	// [ErrTooLarge], and nothing is written. Brokers refuse large messages
+	// (NATS, Kafka: 1 MiB by default), and the relay holds a batch in
+	// memory. Default [DefaultMaxPayload]; at most [MaxMaxPayload].
+	MaxPayload int
 }
+
+// Limits of Config.MaxPayload.
+const (
+	// DefaultMaxPayload is the payload cap of Enqueue by default: 1 MiB,
+	// what NATS and Kafka accept by default.
+	DefaultMaxPayload = 1 << 20
+	// MaxMaxPayload is the highest Config.MaxPayload: a bytea column
+	// holds less than 1 GiB.
+	MaxMaxPayload = 1<<30 - 1<<20
+)
 
 // Outbox writes messages to one outbox table. It holds no connection and
 // no goroutine; it is safe for concurrent use.
@@ -51,14 +69,19 @@ type Outbox struct {
 	insert1   string
 	insertN   string
 	notifySQL string
+	max       int // payload cap
 }
 
 // New returns an Outbox for cfg. It fails when cfg.Table is not a valid
-// name; it does not touch the database (run [Migrate] once first).
+// name or cfg.MaxPayload is out of range; it does not touch the database
+// (run [Migrate] once first).
 func New(cfg Config) (*Outbox, error) {
 	t, err := parseTable(cfg.Table)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: Config.Table %w", err)
+	}
+	if cfg.MaxPayload < 0 || cfg.MaxPayload > MaxMaxPayload {
+		return nil, fmt.Errorf("outbox: Config.MaxPayload %d: must be 1 to %d (0: the default, %d)", cfg.MaxPayload, MaxMaxPayload, DefaultMaxPayload)
 	}
 	const cols = "(message_id, destination, key, key_hash, headers, payload)"
 	return &Outbox{
@@ -68,6 +91,7 @@ func New(cfg Config) (*Outbox, error) {
 		insertN: "INSERT INTO " + t.ident + " " + cols +
 			" SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::int8[], $5::bytea[], $6::bytea[])",
 		notifySQL: fmt.Sprintf("SELECT pg_notify('%s', '')", t.channel),
+		max:       cmp.Or(cfg.MaxPayload, DefaultMaxPayload),
 	}, nil
 }
 
@@ -78,7 +102,8 @@ func (o *Outbox) Table() string { return o.t.ident }
 var defaultOutbox, _ = New(Config{})
 
 // Enqueue writes msgs to [DefaultTable] with db, the caller's transaction,
-// without a NOTIFY: see [Outbox.Enqueue].
+// without a NOTIFY, with payloads of at most [DefaultMaxPayload] bytes: see
+// [Outbox.Enqueue].
 func Enqueue(ctx context.Context, db DB, msgs ...Message) error {
 	return defaultOutbox.Enqueue(ctx, db, msgs...)
 }
@@ -93,7 +118,8 @@ func Enqueue(ctx context.Context, db DB, msgs ...Message) error {
 //
 // A message without an ID gets a random one ([NewID]). Enqueue validates
 // every message before it writes any: a refused message fails the call with
-// a [*MessageError] (wrapping [ErrInvalidMessage]) and nothing is written.
+// a [*MessageError] (wrapping [ErrInvalidMessage], and [ErrTooLarge] for a
+// payload over Config.MaxPayload) and nothing is written.
 // Database errors are wrapped with "outbox: Enqueue: ", and with
 // [ErrUnavailable] when the server cannot serve now; inside a transaction
 // such an error aborts it, as any failed statement does. Enqueue with no
@@ -107,7 +133,7 @@ func (o *Outbox) Enqueue(ctx context.Context, db DB, msgs ...Message) error {
 	}
 	b := &pgx.Batch{}
 	if len(msgs) == 1 {
-		m, err := check(0, msgs[0])
+		m, err := check(0, msgs[0], o.max)
 		if err != nil {
 			return err
 		}
@@ -119,7 +145,7 @@ func (o *Outbox) Enqueue(ctx context.Context, db DB, msgs ...Message) error {
 			hashes           = make([]int64, len(msgs))
 		)
 		for i, m := range msgs {
-			m, err := check(i, m)
+			m, err := check(i, m, o.max)
 			if err != nil {
 				return err
 			}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -34,6 +35,25 @@ type RelayConfig struct {
 	// BatchSize is the most messages read and handed to the Publisher at
 	// once. Default [DefaultBatchSize]; 1 to 10000.
 	BatchSize int
+
+	// MaxBatchBytes bounds the payloads of a batch, in bytes, as BatchSize
+	// bounds its messages: the relay holds a batch in memory (and, while
+	// the broker takes a full batch, reads the next). A batch holds at
+	// least one message, however large. Default [DefaultMaxBatchBytes].
+	MaxBatchBytes int
+
+	// MaxAttempts is how many failed publications of a message the relay
+	// makes before it moves the row to the dead rows (see [Dead]) and
+	// publishes the later messages of its key without it. Between
+	// attempts a row waits out a backoff of its own, MinBackoff doubled at
+	// each failure up to MaxBackoff, with jitter; meanwhile the rows of
+	// other keys are published. A failure the Publisher marks as
+	// permanent ([Permanent]) makes the row dead at once. With the
+	// default backoffs, a message that fails at every attempt is dead
+	// after about six minutes: a broker outage longer than that makes
+	// dead rows of the messages tried during it (redrive them). Default
+	// [DefaultMaxAttempts]; 1 to 1,000,000.
+	MaxAttempts int
 
 	// DeleteSent deletes each row once its message is published, instead
 	// of setting its sent_at and deleting it after Retention. A DELETE
@@ -70,7 +90,8 @@ type RelayConfig struct {
 	// MinBackoff and MaxBackoff bound the wait after a batch of which no
 	// message was published (the broker is down, say) and after a lost
 	// database session: it starts at MinBackoff and doubles, with jitter,
-	// up to MaxBackoff, and resets once a message is published. Defaults
+	// up to MaxBackoff, and resets once a message is published. They bound
+	// the backoff of a failed row (see MaxAttempts) the same way. Defaults
 	// 100ms and 10s.
 	MinBackoff, MaxBackoff time.Duration
 
@@ -89,10 +110,13 @@ type RelayConfig struct {
 
 // Defaults and limits of [RelayConfig].
 const (
-	DefaultPartitions = 16
-	MaxPartitions     = 1024
-	DefaultBatchSize  = 100
-	maxBatchSize      = 10000
+	DefaultPartitions    = 16
+	MaxPartitions        = 1024
+	DefaultBatchSize     = 100
+	maxBatchSize         = 10000
+	DefaultMaxBatchBytes = 4 << 20 // 4 MiB
+	DefaultMaxAttempts   = 50
+	maxMaxAttempts       = 1000000
 )
 
 func (c RelayConfig) withDefaults() (RelayConfig, error) {
@@ -114,11 +138,17 @@ func (c RelayConfig) withDefaults() (RelayConfig, error) {
 		return c, fmt.Errorf("outbox: RelayConfig.Partitions %d: must be 1 to %d", c.Partitions, MaxPartitions)
 	case c.BatchSize < 0 || c.BatchSize > maxBatchSize:
 		return c, fmt.Errorf("outbox: RelayConfig.BatchSize %d: must be 1 to %d", c.BatchSize, maxBatchSize)
+	case c.MaxBatchBytes < 0:
+		return c, fmt.Errorf("outbox: RelayConfig.MaxBatchBytes %d: must not be negative", c.MaxBatchBytes)
+	case c.MaxAttempts < 0 || c.MaxAttempts > maxMaxAttempts:
+		return c, fmt.Errorf("outbox: RelayConfig.MaxAttempts %d: must be 1 to %d", c.MaxAttempts, maxMaxAttempts)
 	case c.Retention > 0 && c.Retention < time.Second:
 		return c, fmt.Errorf("outbox: RelayConfig.Retention %v: must be at least 1s", c.Retention)
 	}
 	c.Partitions = cmp.Or(c.Partitions, DefaultPartitions)
 	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
+	c.MaxBatchBytes = cmp.Or(c.MaxBatchBytes, DefaultMaxBatchBytes)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
 	c.Retention = cmp.Or(c.Retention, 24*time.Hour)
 	c.CleanupInterval = cmp.Or(c.CleanupInterval, time.Minute)
 	c.PollInterval = cmp.Or(c.PollInterval, 100*time.Millisecond)
@@ -163,22 +193,32 @@ type Relay struct {
 
 // marks are the outcomes of published rows, to write to the table with
 // the next read: the rows to mark sent (or delete), and those whose
-// publication failed, with the errors to record.
+// publication failed, with the errors to record and whether each failed
+// for good.
 type marks struct {
-	sent   []int64
-	failed []int64
-	errs   []string
+	sent      []int64
+	failed    []int64
+	errs      []string
+	permanent []bool
 }
 
-// queue queues the statements that write m.
-func (m *marks) queue(b *pgx.Batch, q relayQueries) {
+// queue queues the statements that write m, and returns the position in b
+// of the one that moves rows to the dead rows, -1 if none. The happy path
+// queues one statement; failures add two: the first moves the rows that
+// failed for good or for the last allowed time to the dead rows, the
+// second records the failure of the others and sets their next attempt.
+func (m *marks) queue(b *pgx.Batch, q relayQueries) (kill int) {
 	// FlatArray: encoded without reflection.
 	if len(m.sent) > 0 {
 		b.Queue(q.mark, pgtype.FlatArray[int64](m.sent))
 	}
-	if len(m.failed) > 0 {
-		b.Queue(q.recordFailures, pgtype.FlatArray[int64](m.failed), m.errs)
+	if len(m.failed) == 0 {
+		return -1
 	}
+	kill = b.Len()
+	b.Queue(q.kill, pgtype.FlatArray[int64](m.failed), m.errs, pgtype.FlatArray[bool](m.permanent))
+	b.Queue(q.recordFailures, pgtype.FlatArray[int64](m.failed), m.errs)
+	return kill
 }
 
 // takeMarks hands the pending marks over to a statement that writes them.
@@ -193,6 +233,7 @@ func (r *Relay) restoreMarks(m marks) {
 	r.pending.sent = append(m.sent, r.pending.sent...)
 	r.pending.failed = append(m.failed, r.pending.failed...)
 	r.pending.errs = append(m.errs, r.pending.errs...)
+	r.pending.permanent = append(m.permanent, r.pending.permanent...)
 }
 
 // NewRelay returns a Relay that reads the outbox table with connections
@@ -308,10 +349,10 @@ func (r *Relay) Close() error {
 
 // Lag returns the backlog of the relay's table, read with the pool: how
 // many messages are pending and how old the oldest is, by the database's
-// clock.
+// clock, and how many rows are dead.
 func (r *Relay) Lag(ctx context.Context) (Lag, error) {
 	var l Lag
-	if err := r.pool.QueryRow(ctx, r.q.lag).Scan(&l.Pending, &l.OldestPending); err != nil {
+	if err := r.pool.QueryRow(ctx, r.q.lag).Scan(&l.Pending, &l.OldestPending, &l.Dead); err != nil {
 		return Lag{}, dbError("Lag", err)
 	}
 	return l, nil
@@ -495,6 +536,7 @@ func (s *session) publishReadingAhead(ctx context.Context, rows []row) ([]row, e
 	}
 	type read struct {
 		rows []row
+		dead int
 		err  error
 	}
 	m, inFlight := r.takeMarks(), make([]int64, len(rows))
@@ -503,8 +545,8 @@ func (s *session) publishReadingAhead(ctx context.Context, rows []row) ([]row, e
 	}
 	next := make(chan read, 1)
 	go func() { // the connection is this goroutine's until it sends
-		rs, err := s.read(ctx, m, inFlight)
-		next <- read{rs, err}
+		rs, dead, err := s.read(ctx, m, inFlight)
+		next <- read{rs, dead, err}
 	}()
 	received := false
 	defer func() {
@@ -519,6 +561,7 @@ func (s *session) publishReadingAhead(ctx context.Context, rows []row) ([]row, e
 		r.restoreMarks(m)
 		return nil, res.err
 	}
+	s.observeDead(ctx, m, res.dead)
 	if !ok {
 		return nil, nil
 	}
@@ -571,12 +614,28 @@ type row struct {
 // trip.
 func (s *session) fetch(ctx context.Context) ([]row, error) {
 	m := s.r.takeMarks()
-	rows, err := s.read(ctx, m, nil)
+	rows, dead, err := s.read(ctx, m, nil)
 	if err != nil {
 		s.r.restoreMarks(m)
 		return nil, err
 	}
+	s.observeDead(ctx, m, dead)
 	return rows, nil
+}
+
+// observeDead reports that writing m moved dead rows to the dead rows.
+func (s *session) observeDead(ctx context.Context, m marks, dead int) {
+	if dead == 0 {
+		return
+	}
+	r := s.r
+	var err error
+	if len(m.errs) > 0 {
+		err = errors.New(m.errs[0])
+	}
+	r.cfg.Logger.WarnContext(ctx, "outbox: messages moved to the dead rows; the later messages of their keys go on without them",
+		slog.String("table", r.t.name), slog.Int("messages", dead), slog.Any("error", err))
+	r.observe(ctx, Event{Op: OpDead, Dead: dead, Err: err})
 }
 
 // read writes m and reads the first batch of pending rows but those of
@@ -590,10 +649,10 @@ func (s *session) fetch(ctx context.Context) ([]row, error) {
 // id first and committed last; a read that started after the rows it had
 // read (a cursor) would pass it by and publish the next message of its
 // key first.
-func (s *session) read(ctx context.Context, m marks, inFlight []int64) ([]row, error) {
+func (s *session) read(ctx context.Context, m marks, inFlight []int64) (rows []row, dead int, err error) {
 	r := s.r
 	b := &pgx.Batch{}
-	m.queue(b, r.q)
+	kill := m.queue(b, r.q)
 	skip := pgtype.FlatArray[int64](inFlight)
 	if skip == nil {
 		skip = pgtype.FlatArray[int64]{} // not NULL: id <> ALL(NULL) holds for no row
@@ -609,28 +668,34 @@ func (s *session) read(ctx context.Context, m marks, inFlight []int64) ([]row, e
 	}
 	s.woken = false
 	br := s.conn.SendBatch(ctx, b)
-	rows, err := readRows(br, b.Len()-1, r.cfg.BatchSize)
+	rows, dead, err = readRows(br, b.Len()-1, kill, r.cfg.BatchSize)
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return nil, dbError("fetch", err)
+		return nil, 0, dbError("fetch", err)
 	}
-	return rows, nil
+	return rows, dead, nil
 }
 
-// readRows reads the results of marks statements, then the rows of the
-// fetch after them, at most batch. It allocates little per row: the rows
-// are a message's worth of garbage for every message published.
-func readRows(br pgx.BatchResults, marks, batch int) ([]row, error) {
-	for range marks {
-		if _, err := br.Exec(); err != nil {
-			return nil, err
+// readRows reads the results of marks statements, the kill-th of which
+// moved rows to the dead rows (-1: none), then the rows of the fetch after
+// them, at most batch. It returns how many rows died. It allocates little
+// per row: the rows are a message's worth of garbage for every message
+// published.
+func readRows(br pgx.BatchResults, marks, kill, batch int) (_ []row, dead int, _ error) {
+	for i := range marks {
+		tag, err := br.Exec()
+		if err != nil {
+			return nil, 0, err
+		}
+		if i == kill {
+			dead = int(tag.RowsAffected())
 		}
 	}
 	rs, err := br.Query()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer rs.Close()
 	var rows []row // nil when none: no batch read ahead
@@ -650,7 +715,7 @@ func readRows(br pgx.BatchResults, marks, batch int) ([]row, error) {
 		}
 		// pgx copies a bytea into a new slice: the message keeps payload.
 		if err := rs.Scan(&id, &msgID, nil, &key, &headers, &payload, &createdAt); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		rw := row{id: id, msg: Message{ID: msgID, Destination: dest, Key: string(key), Payload: payload, CreatedAt: createdAt}}
 		rw.msg.Headers, rw.err = DecodeHeaders(headers)
@@ -659,7 +724,7 @@ func readRows(br pgx.BatchResults, marks, batch int) ([]row, error) {
 		}
 		rows = append(rows, rw)
 	}
-	return rows, rs.Err()
+	return rows, dead, rs.Err()
 }
 
 // publish hands rows to the Publisher, notes which were published (to
@@ -667,6 +732,10 @@ func readRows(br pgx.BatchResults, marks, batch int) ([]row, error) {
 // published. When none was, the relay backs off. A row whose headers cannot
 // be decoded fails without being published, and holds back the later rows
 // of its key.
+//
+// Of the failed messages of a key, only the first is charged a failed
+// attempt (and waits out a backoff of its own, or dies): the later ones
+// failed behind it, as a Publisher fails them, and are published after it.
 func (s *session) publish(ctx context.Context, rows []row) bool {
 	r := s.r
 	msgs := make([]Message, 0, len(rows))
@@ -716,16 +785,25 @@ func (s *session) publish(ctx context.Context, rows []row) bool {
 		if firstErr == nil {
 			firstErr = err
 		}
-		if ctx.Err() == nil { // not a failure of the message's: Run is ending
-			r.noteFailed(ok[i].id, err)
+		if ctx.Err() != nil { // not a failure of the message's: Run is ending
+			continue
+		}
+		key := ok[i].msg.Key
+		if key != "" && blocked[key] || errors.Is(err, ErrHeldBack) {
+			continue // behind a failure of its key
+		}
+		r.noteFailed(ok[i].id, err)
+		if key != "" {
+			if blocked == nil {
+				blocked = map[string]bool{}
+			}
+			blocked[key] = true
 		}
 	}
 	if ctx.Err() != nil {
 		return false
 	}
 	r.observe(ctx, Event{Op: OpPublish, Sent: sent, Failed: failed, Duration: elapsed, Err: firstErr})
-	if failed > 0 {
-	}
 	if sent > 0 {
 		s.published = true
 		s.failures = 0
@@ -740,7 +818,9 @@ func (s *session) publish(ctx context.Context, rows []row) bool {
 	return false
 }
 
-// noteFailed notes that row id failed with err, to record in the row.
+// noteFailed notes that row id failed with err, to record in the row, or
+// to move the row to the dead rows when err is permanent or the row has
+// failed MaxAttempts times.
 func (r *Relay) noteFailed(id int64, err error) {
 	msg := err.Error()
 	if len(msg) > 1000 {
@@ -748,20 +828,37 @@ func (r *Relay) noteFailed(id int64, err error) {
 	}
 	r.pending.failed = append(r.pending.failed, id)
 	r.pending.errs = append(r.pending.errs, strings.ToValidUTF8(msg, "?"))
+	r.pending.permanent = append(r.pending.permanent, IsPermanent(err))
 }
 
 // flush writes the pending marks, if any.
 func (s *session) flush(ctx context.Context) error {
 	m := s.r.takeMarks()
 	b := &pgx.Batch{}
-	m.queue(b, s.r.q)
+	kill := m.queue(b, s.r.q)
 	if b.Len() == 0 {
 		return nil
 	}
-	if err := s.conn.SendBatch(ctx, b).Close(); err != nil {
+	br := s.conn.SendBatch(ctx, b)
+	dead := 0
+	var err error
+	for i := range b.Len() {
+		var tag pgconn.CommandTag
+		if tag, err = br.Exec(); err != nil {
+			break
+		}
+		if i == kill {
+			dead = int(tag.RowsAffected())
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		s.r.restoreMarks(m)
 		return dbError("mark", err)
 	}
+	s.observeDead(ctx, m, dead)
 	return nil
 }
 
@@ -799,17 +896,17 @@ const cleanupBatch, cleanupRounds = 1000, 10
 
 func (s *session) sampleLag(ctx context.Context) {
 	var l Lag
-	if err := s.conn.QueryRow(ctx, s.r.q.lag).Scan(&l.Pending, &l.OldestPending); err != nil {
+	if err := s.conn.QueryRow(ctx, s.r.q.lag).Scan(&l.Pending, &l.OldestPending, &l.Dead); err != nil {
 		s.r.cfg.Logger.WarnContext(ctx, "outbox: reading the lag failed", slog.String("table", s.r.t.name), slog.Any("error", err))
 		return
 	}
-	s.r.observe(ctx, Event{Op: OpLag, Pending: l.Pending, OldestPending: l.OldestPending})
+	s.r.observe(ctx, Event{Op: OpLag, Pending: l.Pending, OldestPending: l.OldestPending, Dead: int(l.Dead)})
 }
 
 // relayQueries are a Relay's statements, with the table's name in them.
 type relayQueries struct {
-	fetch, fetchAll, mark, recordFailures, cleanup, lag string
-	join, members, release, acquire                     string
+	fetch, fetchAll, mark, kill, recordFailures, cleanup, lag string
+	join, members, release, acquire                           string
 	// memberID is the second key of the lock every relay of the table
 	// holds shared while it runs: -Partitions, so relays with different
 	// partition counts see each other (partition locks use 0…n-1).
@@ -817,19 +914,48 @@ type relayQueries struct {
 }
 
 func newRelayQueries(t table, cfg RelayConfig) relayQueries {
-	const cols = "SELECT id, message_id, destination, key, headers, payload, created_at FROM "
+	const cols = "id, message_id, destination, key, headers, payload, created_at"
+	// A batch: the first pending rows in id order, but those of keys
+	// (key_hash: a collision makes another key wait too) of which a row
+	// waits out its backoff, through the small index of the failed rows;
+	// then the longest run of them whose payloads add up to at most
+	// MaxBatchBytes, or the first alone. octet_length reads a TOASTed payload's
+	// size without reading the payload.
+	batch := func(where string) string {
+		return "SELECT " + cols + " FROM (SELECT *, sum(size) OVER w AS upto, row_number() OVER w AS n FROM (" +
+			"SELECT " + cols + ", octet_length(payload) AS size FROM " + t.ident +
+			" WHERE sent_at IS NULL AND id <> ALL($1::int8[])" + where +
+			" AND key_hash NOT IN (SELECT key_hash FROM " + t.ident +
+			" WHERE sent_at IS NULL AND next_attempt_at IS NOT NULL AND next_attempt_at > statement_timestamp())" +
+			" ORDER BY id LIMIT $" + strconv.Itoa(strings.Count(where, "$")+2) + ") AS b WINDOW w AS (ORDER BY id)) AS w" +
+			" WHERE upto <= " + strconv.Itoa(cfg.MaxBatchBytes) + " OR n = 1 ORDER BY id"
+	}
 	q := relayQueries{
-		fetchAll: cols + t.ident + " WHERE sent_at IS NULL AND id <> ALL($1::int8[]) ORDER BY id LIMIT $2",
-		fetch:    cols + t.ident + " WHERE sent_at IS NULL AND id <> ALL($1::int8[]) AND key_hash % $2 = ANY($3::int8[]) ORDER BY id LIMIT $4",
+		fetchAll: batch(""),
+		fetch:    batch(" AND key_hash % $2 = ANY($3::int8[])"),
 		mark:     "UPDATE " + t.ident + " SET sent_at = statement_timestamp() WHERE id = ANY($1::int8[]) AND sent_at IS NULL",
-		recordFailures: "UPDATE " + t.ident + " AS o SET attempts = o.attempts + 1, last_error = f.err" +
+		// The rows that failed for good, or for the last allowed time,
+		// move to the dead rows (ON CONFLICT: a row redriven and dead
+		// again replaces its old copy, which Redrive deleted anyway).
+		kill: "WITH f AS (SELECT * FROM unnest($1::int8[], $2::text[], $3::bool[]) AS f(id, err, permanent))," +
+			" d AS (DELETE FROM " + t.ident + " AS o USING f WHERE o.id = f.id AND o.sent_at IS NULL" +
+			" AND (f.permanent OR o.attempts + 1 >= " + strconv.Itoa(cfg.MaxAttempts) + ")" +
+			" RETURNING o.id, o.message_id, o.destination, o.key, o.key_hash, o.headers, o.payload, o.created_at, o.attempts + 1, f.err)" +
+			" INSERT INTO " + t.dead + " AS x (id, message_id, destination, key, key_hash, headers, payload, created_at, attempts, last_error)" +
+			" SELECT * FROM d ON CONFLICT (id) DO UPDATE SET attempts = excluded.attempts, last_error = excluded.last_error, dead_at = excluded.dead_at",
+		// The others wait MinBackoff doubled at each failure, at most
+		// MaxBackoff, the upper half of it at random, as the relay's own
+		// backoff.
+		recordFailures: "UPDATE " + t.ident + " AS o SET attempts = o.attempts + 1, last_error = f.err," +
+			fmt.Sprintf(" next_attempt_at = statement_timestamp() + make_interval(secs => least(%g, %g * power(2, least(o.attempts, 40))) * (0.5 + random() / 2))",
+				cfg.MaxBackoff.Seconds(), cfg.MinBackoff.Seconds()) +
 			" FROM unnest($1::int8[], $2::text[]) AS f(id, err) WHERE o.id = f.id AND o.sent_at IS NULL",
 		// Constants, not parameters: planned with the retention, it finds
 		// the rows past it through the sent rows' index.
 		cleanup: fmt.Sprintf("DELETE FROM %s WHERE id IN (SELECT id FROM %s"+
 			" WHERE sent_at < statement_timestamp() - interval '%d microseconds' LIMIT %d FOR UPDATE SKIP LOCKED)",
 			t.ident, t.ident, cfg.Retention.Microseconds(), cleanupBatch),
-		lag: "SELECT count(*), coalesce(statement_timestamp() - min(created_at), '0') FROM " + t.ident +
+		lag: "SELECT count(*), coalesce(statement_timestamp() - min(created_at), '0'), (SELECT count(*) FROM " + t.dead + ") FROM " + t.ident +
 			" WHERE sent_at IS NULL",
 		memberID: int32(-cfg.Partitions),
 	}

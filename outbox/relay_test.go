@@ -427,7 +427,9 @@ func TestRelayHoldsBackAKeyBehindAnUndecodableRow(t *testing.T) {
 	msgs, want := outboxtest.Messages(12, 3, "d") // key-0: messages 0, 3, 6, 9
 	outboxtest.Enqueue(t, e.pool, e.table, msgs, 1)
 	e.exec(t, "UPDATE {table} SET headers = '\\x09'::bytea WHERE message_id = $1", msgs[3].ID)
-	_, ev, _ := e.start(t, relayConfig(e.table))
+	cfg := relayConfig(e.table)
+	cfg.MaxAttempts = 1000000 // the row is repaired, not dead
+	_, ev, _ := e.start(t, cfg)
 	e.rec.Await(t, outboxtest.Timeout, func(m []outbox.Message) bool { return len(m) == 9 })
 	got := ev.await(t, "failed publish", func(e outbox.Event) bool { return e.Op == outbox.OpPublish && e.Failed > 0 })
 	if !errors.Is(got.Err, outbox.ErrCorruptHeaders) {
@@ -532,6 +534,8 @@ func TestNewRelayRefusesBadConfig(t *testing.T) {
 		{outbox.RelayConfig{Partitions: -1}, "Partitions"},
 		{outbox.RelayConfig{Partitions: outbox.MaxPartitions + 1}, "Partitions"},
 		{outbox.RelayConfig{BatchSize: 10001}, "BatchSize"},
+		{outbox.RelayConfig{MaxBatchBytes: -1}, "MaxBatchBytes"},
+		{outbox.RelayConfig{MaxAttempts: -1}, "MaxAttempts"},
 		{outbox.RelayConfig{Retention: time.Millisecond}, "Retention"},
 		{outbox.RelayConfig{PollInterval: -time.Second}, "PollInterval"},
 		{outbox.RelayConfig{MinBackoff: time.Second, MaxBackoff: time.Millisecond}, "MaxBackoff"},

@@ -30,6 +30,8 @@ type table struct {
 	ident   string // quoted, schema-qualified if given
 	pending string // quoted name of the pending rows' index
 	sent    string // quoted name of the sent rows' index
+	retry   string // quoted name of the retrying rows' index
+	dead    string // quoted, schema-qualified if given: the dead rows' table
 	// channel is the LISTEN/NOTIFY channel: a hash of the name, since a
 	// schema-qualified name may be longer than a channel name may be.
 	channel string
@@ -58,6 +60,8 @@ func parseTable(name string) (table, error) {
 		ident:       ident,
 		pending:     pgx.Identifier{base + "_pending_idx"}.Sanitize(),
 		sent:        pgx.Identifier{base + "_sent_idx"}.Sanitize(),
+		retry:       pgx.Identifier{base + "_retry_idx"}.Sanitize(),
+		dead:        pgx.Identifier(append(parts[:len(parts)-1:len(parts)-1], base+"_dead")).Sanitize(),
 		channel:     fmt.Sprintf("outbox_%016x", sum),
 		lockClass:   int32(sum >> 32),
 		migrateLock: int64(sum),
@@ -66,12 +70,15 @@ func parseTable(name string) (table, error) {
 
 // expand puts the table's quoted names into a statement.
 func (t table) expand(sql string) string {
-	return strings.NewReplacer("{table}", t.ident, "{pending_idx}", t.pending, "{sent_idx}", t.sent).Replace(sql)
+	return strings.NewReplacer("{table}", t.ident, "{pending_idx}", t.pending, "{sent_idx}", t.sent,
+		"{retry_idx}", t.retry, "{dead}", t.dead).Replace(sql)
 }
 
 // Migrate creates or upgrades the outbox table named table ("" for
 // [DefaultTable]; schema.name is accepted, the schema must exist) and its
-// indexes. It is idempotent and safe to run from several processes at once:
+// indexes, and the table of its dead rows, named after it with "_dead"
+// (see [Dead]). It upgrades a table created by an earlier version in place:
+// the migrations (migrations/*.sql) only add what is missing. It is idempotent and safe to run from several processes at once:
 // its statements run as one transaction that holds an advisory lock for the
 // table. With db a pgx.Tx, they run in that transaction.
 func Migrate(ctx context.Context, db DB, table string) error {

@@ -63,6 +63,13 @@ func (c *Cluster) Committed(group, topic string) map[int32]int64 {
 	return Committed(c.tb, c.admin, group, topic)
 }
 
+// FetchCommitted returns the offsets group committed on topic, by
+// partition, or the request's error: unlike [Cluster.Committed] it may be
+// called off the test's goroutine (in a consumer's observer, say).
+func (c *Cluster) FetchCommitted(ctx context.Context, group, topic string) (map[int32]int64, error) {
+	return FetchCommitted(ctx, c.admin, group, topic)
+}
+
 // WaitGroupStable waits until group is stable with members members.
 func (c *Cluster) WaitGroupStable(ctx context.Context, group string, members int) error {
 	return WaitGroupStable(ctx, c.admin, group, members)
@@ -222,21 +229,37 @@ func Await(tb testing.TB, timeout time.Duration, what string, cond func() bool) 
 }
 
 // EndOffsets returns the end offset (high watermark) of each partition of
-// topic, asked through cl (see [AdminClient]).
+// topic, asked through cl (see [AdminClient]). It fails tb when the
+// request fails.
 func EndOffsets(tb testing.TB, cl *kgo.Client, topic string) map[int32]int64 {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	ends, err := FetchEndOffsets(ctx, cl, topic)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ends
+}
+
+// FetchEndOffsets returns the end offset (high watermark) of each
+// partition of topic, asked through cl. Unlike [EndOffsets] it only
+// returns its error, so that it can be called off the test's goroutine
+// (in a consumer's observer, say).
+func FetchEndOffsets(ctx context.Context, cl *kgo.Client, topic string) (map[int32]int64, error) {
 	meta := kmsg.NewPtrMetadataRequest()
 	mt := kmsg.NewMetadataRequestTopic()
 	mt.Topic = kmsg.StringPtr(topic)
 	meta.Topics = append(meta.Topics, mt)
 	mresp, err := meta.RequestWith(ctx, cl)
-	if err != nil || len(mresp.Topics) != 1 {
-		tb.Fatalf("metadata of %s: %v", topic, err)
+	if err != nil {
+		return nil, fmt.Errorf("metadata of %s: %w", topic, err)
+	}
+	if len(mresp.Topics) != 1 {
+		return nil, fmt.Errorf("metadata of %s: %d topics in the answer", topic, len(mresp.Topics))
 	}
 	if err := kerr.ErrorForCode(mresp.Topics[0].ErrorCode); err != nil {
-		tb.Fatalf("metadata of %s: %v", topic, err)
+		return nil, fmt.Errorf("metadata of %s: %w", topic, err)
 	}
 	req := kmsg.NewPtrListOffsetsRequest()
 	lt := kmsg.NewListOffsetsRequestTopic()
@@ -249,18 +272,18 @@ func EndOffsets(tb testing.TB, cl *kgo.Client, topic string) map[int32]int64 {
 	req.Topics = append(req.Topics, lt)
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		tb.Fatalf("end offsets of %s: %v", topic, err)
+		return nil, fmt.Errorf("end offsets of %s: %w", topic, err)
 	}
 	ends := map[int32]int64{}
 	for _, t := range resp.Topics {
 		for _, p := range t.Partitions {
 			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-				tb.Fatalf("end offset of %s/%d: %v", topic, p.Partition, err)
+				return nil, fmt.Errorf("end offset of %s/%d: %w", topic, p.Partition, err)
 			}
 			ends[p.Partition] = p.Offset
 		}
 	}
-	return ends
+	return ends, nil
 }
 
 // Committed returns the offsets group committed for the partitions of
@@ -270,33 +293,47 @@ func Committed(tb testing.TB, cl *kgo.Client, group, topic string) map[int32]int
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	out, err := FetchCommitted(ctx, cl, group, topic)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return out
+}
+
+// FetchCommitted is [Committed] returning its error rather than failing a
+// test, for callers off the test's goroutine.
+func FetchCommitted(ctx context.Context, cl *kgo.Client, group, topic string) (map[int32]int64, error) {
+	ends, err := FetchEndOffsets(ctx, cl, topic)
+	if err != nil {
+		return nil, err
+	}
 	req := kmsg.NewPtrOffsetFetchRequest()
 	req.Group = group
 	ot := kmsg.NewOffsetFetchRequestTopic()
 	ot.Topic = topic
-	for p := range EndOffsets(tb, cl, topic) {
+	for p := range ends {
 		ot.Partitions = append(ot.Partitions, p)
 	}
 	req.Topics = append(req.Topics, ot)
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		tb.Fatalf("committed offsets of %s: %v", group, err)
+		return nil, fmt.Errorf("committed offsets of %s: %w", group, err)
 	}
 	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-		tb.Fatalf("committed offsets of %s: %v", group, err)
+		return nil, fmt.Errorf("committed offsets of %s: %w", group, err)
 	}
 	out := map[int32]int64{}
 	for _, t := range resp.Topics {
 		for _, p := range t.Partitions {
 			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-				tb.Fatalf("committed offset of %s on %s/%d: %v", group, topic, p.Partition, err)
+				return nil, fmt.Errorf("committed offset of %s on %s/%d: %w", group, topic, p.Partition, err)
 			}
 			if p.Offset >= 0 {
 				out[p.Partition] = p.Offset
 			}
 		}
 	}
-	return out
+	return out, nil
 }
 
 // AdminClient returns a client of brokers for a test's admin requests

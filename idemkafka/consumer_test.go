@@ -144,7 +144,7 @@ func TestRebalanceMidStream(t *testing.T) {
 	}()
 	newMember := func() (*member, *commitWatch) {
 		w := newCommitWatch(t)
-		g := newGuard(t, store, idem.Config{Lease: 5 * time.Second})
+		g := newGuard(t, store, idem.Config{Lease: 30 * time.Second})
 		return start(t, c, group, topic, g, slow, idemkafka.WithSharedScope(), idemkafka.WithCommitInterval(100*time.Millisecond), w.observer()), w
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)

@@ -65,7 +65,7 @@ func TestPoisonRecordsGoToDeadLetterTopic(t *testing.T) {
 	}
 	produce(t, c, recs...)
 	l := newLedger()
-	g := newGuard(t, newMem(t), idem.Config{MaxAttempts: 3, Lease: time.Second})
+	g := newGuard(t, newMem(t), idem.Config{MaxAttempts: 3})
 	start(t, c, group, topic, g, func(ctx context.Context, r *kgo.Record) error {
 		switch headerKey(r) {
 		case "declined":

@@ -70,7 +70,7 @@ func TestBatchPathOnStores(t *testing.T) {
 			}
 			ns := "kafka-" + random()
 			for range 2 {
-				g, err := idem.New(store, idem.Config{Namespace: ns, Lease: 5 * time.Second})
+				g, err := idem.New(store, idem.Config{Namespace: ns, Lease: 30 * time.Second})
 				if err != nil {
 					t.Fatal(err)
 				}

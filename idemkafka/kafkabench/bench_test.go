@@ -245,7 +245,7 @@ func (p *progress) rate(b *testing.B) float64 {
 	return float64(p.n) / p.last.Sub(p.start).Seconds()
 }
 
-func (f *fixture) group() string { return "bench-" + random() }
+func (f *fixture) group() string { return f.cluster.Name("bench-" + random()) }
 
 // bare consumes the topic with a bare group consumer: a goroutine per
 // partition runs handle over chunks of at most maxBatch records (nil:

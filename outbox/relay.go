@@ -629,9 +629,14 @@ func (s *session) observeDead(ctx context.Context, m marks, dead int) {
 		return
 	}
 	r := s.r
-	var err error
-	if len(m.errs) > 0 {
-		err = errors.New(m.errs[0])
+	var err error // the first permanent failure, else the first
+	for i, e := range m.errs {
+		if err == nil || m.permanent[i] {
+			err = errors.New(e)
+		}
+		if m.permanent[i] {
+			break
+		}
 	}
 	r.cfg.Logger.WarnContext(ctx, "outbox: messages moved to the dead rows; the later messages of their keys go on without them",
 		slog.String("table", r.t.name), slog.Int("messages", dead), slog.Any("error", err))
@@ -736,6 +741,7 @@ func readRows(br pgx.BatchResults, marks, kill, batch int) (_ []row, dead int, _
 // Of the failed messages of a key, only the first is charged a failed
 // attempt (and waits out a backoff of its own, or dies): the later ones
 // failed behind it, as a Publisher fails them, and are published after it.
+// A later one that failed with a permanent error of its own dies too.
 func (s *session) publish(ctx context.Context, rows []row) bool {
 	r := s.r
 	msgs := make([]Message, 0, len(rows))
@@ -789,8 +795,8 @@ func (s *session) publish(ctx context.Context, rows []row) bool {
 			continue
 		}
 		key := ok[i].msg.Key
-		if key != "" && blocked[key] || errors.Is(err, ErrHeldBack) {
-			continue // behind a failure of its key
+		if errors.Is(err, ErrHeldBack) || key != "" && blocked[key] && !IsPermanent(err) {
+			continue // behind a failure of its key; a permanent one is its own
 		}
 		r.noteFailed(ok[i].id, err)
 		if key != "" {

@@ -16,7 +16,8 @@ var ErrHeldBack = errors.New("outbox: held back behind a failed message of its k
 // successive rounds. send gets a round's messages, sends them all before
 // waiting for the broker, and returns one error per message, nil for each
 // the broker accepted. A message whose key failed in an earlier round is
-// not sent: its error wraps [ErrHeldBack] and the failure. Unkeyed messages
+// not sent: its error wraps [ErrHeldBack] and the failure (not as a
+// [*PermanentError]: the message itself may be fine). Unkeyed messages
 // are all sent in the first round.
 //
 // A publisher whose broker can answer one message with an error and
@@ -55,6 +56,9 @@ func PublishInRounds(ctx context.Context, msgs []Message, send func(ctx context.
 		batch, idx := batch[:0], make([]int, 0, len(round))
 		for _, i := range round {
 			if cause, ok := failed[msgs[i].Key]; ok {
+				if p, ok := cause.(*PermanentError); ok {
+					cause = p.Err // this message may well pass
+				}
 				errs[i] = fmt.Errorf("%w: %w", ErrHeldBack, cause)
 				continue
 			}

@@ -26,6 +26,11 @@ var (
 	ErrConnection = errors.New("amqppub: connection to the broker failed")
 	// ErrClosed: Publish after Close.
 	ErrClosed = errors.New("amqppub: publisher closed")
+	// ErrRefused: the broker closed the channel because the exchange
+	// does not exist (404 NOT_FOUND) or may not be published to (403
+	// ACCESS_REFUSED). It comes as an outbox.PermanentError: the relay
+	// moves the rows to the dead rows rather than retrying them.
+	ErrRefused = errors.New("amqppub: the broker refused the exchange")
 )
 
 // Publisher publishes outbox messages to RabbitMQ. Create it with [New];
@@ -39,7 +44,9 @@ type Publisher struct {
 	// returns and closed are the channel's notifications.
 	returns chan amqp.Return
 	closed  chan *amqp.Error
-	done    bool
+	// closeErr is why the channel closed, once read from closed.
+	closeErr *amqp.Error
+	done     bool
 }
 
 var _ outbox.Publisher = (*Publisher)(nil)
@@ -171,6 +178,7 @@ func (p *Publisher) open() error {
 	p.conn, p.ch = conn, ch
 	p.returns = ch.NotifyReturn(make(chan amqp.Return, 64))
 	p.closed = ch.NotifyClose(make(chan *amqp.Error, 1))
+	p.closeErr = nil
 	return nil
 }
 
@@ -178,7 +186,13 @@ func (p *Publisher) open() error {
 // outbox.Publisher. A message fails with [ErrUnroutable] when no queue
 // took it, [ErrNacked] on a negative confirm, [ErrConnection] when the
 // connection could not be opened or was lost first, and ctx's error when
-// ctx ended first.
+// ctx ended first; the relay retries those. It fails with an
+// [outbox.PermanentError] wrapping [ErrRefused], which the relay does not
+// retry, when the broker closed the channel because the exchange does not
+// exist or may not be published to: every message of the Publisher goes
+// to that exchange, and every one would fail the same way. Declare the
+// exchange before the relay runs, or redrive the dead rows (outbox.Redrive)
+// after.
 func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -259,6 +273,15 @@ func (p *Publisher) send(ctx context.Context, ch *amqp.Channel, round []outbox.M
 			}
 		}
 	}
+	if ch.IsClosed() {
+		if reason := p.closeReason(ctx); reason != nil && (reason.Code == amqp.NotFound || reason.Code == amqp.AccessRefused) {
+			for i, err := range errs {
+				if errors.Is(err, ErrConnection) {
+					errs[i] = outbox.Permanent(fmt.Errorf("%w %q: %w", ErrRefused, p.o.exchange, reason))
+				}
+			}
+		}
+	}
 	for returns != nil {
 		select {
 		case r, ok := <-returns:
@@ -268,6 +291,26 @@ func (p *Publisher) send(ctx context.Context, ch *amqp.Channel, round []outbox.M
 		}
 	}
 	return errs
+}
+
+// closeReason returns why the broker closed the channel, nil if it did not
+// say (the connection was lost). The channel is marked closed before the
+// reason is sent: it waits for it a little.
+func (p *Publisher) closeReason(ctx context.Context) *amqp.Error {
+	if p.closeErr != nil {
+		return p.closeErr
+	}
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case e, ok := <-p.closed:
+		if ok {
+			p.closeErr = e
+		}
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return p.closeErr
 }
 
 // publishing is m as an AMQP message.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemgo/idem/outbox"
@@ -71,6 +72,12 @@ func New(client *kgo.Client, opts ...Option) (*Publisher, error) {
 // Publish produces msgs and waits until each is written or failed, or
 // ctx ends; see outbox.Publisher. A failed message carries the client's
 // error (a kerr.Error from the broker, kgo.ErrRecordTimeout, ctx's error).
+// The errors that publishing again cannot mend come as an
+// [outbox.PermanentError], which the relay does not retry (it moves the
+// row to the dead rows): kerr.MessageTooLarge (a record larger than the
+// client's ProducerBatchMaxBytes or the broker's message.max.bytes; of the
+// records of one call refused so, the largest), kerr.TopicAuthorizationFailed
+// and kerr.InvalidTopicException.
 //
 // When ctx ends first, the records already sent stay with the client,
 // which retries them until they are written (the idempotent producer
@@ -120,7 +127,41 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) error {
 			return outbox.NewPublishError(errs)
 		}
 	}
+	markPermanent(msgs, errs)
 	return outbox.NewPublishError(errs)
+}
+
+// markPermanent wraps with outbox.Permanent the errors of msgs that
+// publishing again cannot mend: a topic the client may not write or whose
+// name is invalid, and a record too large. The broker refuses a whole
+// batch for the size of one of its records, so of the records of a call
+// that failed as too large only the largest is permanent; the others are
+// published again, and fail again if they are too large too.
+func markPermanent(msgs []outbox.Message, errs []error) {
+	largest := -1
+	for i, err := range errs {
+		switch {
+		case err == nil:
+		case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.InvalidTopicException):
+			errs[i] = outbox.Permanent(err)
+		case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
+			if largest < 0 || size(msgs[i]) > size(msgs[largest]) {
+				largest = i
+			}
+		}
+	}
+	if largest >= 0 {
+		errs[largest] = outbox.Permanent(errs[largest])
+	}
+}
+
+// size is about the bytes of m's record.
+func size(m outbox.Message) int {
+	n := len(m.Key) + len(m.Payload) + len(m.ID)
+	for name, v := range m.Headers {
+		n += len(name) + len(v)
+	}
+	return n
 }
 
 // record is m as a Kafka record.

@@ -54,7 +54,13 @@ func New(js jetstream.JetStream) (*Publisher, error) {
 // retry: every message while the connection is down ([ErrNotConnected]);
 // the rest of the call once it reconnected ([ErrReconnected]); a message
 // JetStream refused or did not acknowledge before ctx ended, with that
-// error (no stream for the subject gives jetstream.ErrNoStreamResponse).
+// error. A message that cannot be published as it is fails with an
+// [outbox.PermanentError], which the relay does not retry (it moves the
+// row to the dead rows): one larger than the server's max_payload
+// (nats.ErrMaxPayload) or than its stream's max_msg_size
+// (jetstream.ErrStreamMessageExceedsMaximum). A subject no stream takes
+// (jetstream.ErrNoStreamResponse) is retried, as a server that restarts
+// answers so until its streams are ready, until RelayConfig.MaxAttempts.
 func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -92,6 +98,10 @@ func (p *Publisher) send(ctx context.Context, round []outbox.Message, reconnects
 		// No retry inside the client: it would send the message again
 		// later, behind others. The relay retries, in order.
 		f, err := p.js.PublishMsgAsync(msg, jetstream.WithMsgID(m.ID), jetstream.WithRetryAttempts(0))
+		if errors.Is(err, nats.ErrMaxPayload) { // refused before it was sent: the next may go
+			errs[i] = outbox.Permanent(fmt.Errorf("natspub: publish to %q: %w", m.Destination, err))
+			continue
+		}
 		if err != nil {
 			for j := i; j < len(round); j++ {
 				errs[j] = fmt.Errorf("natspub: publish to %q: %w", m.Destination, err)
@@ -108,9 +118,21 @@ func (p *Publisher) send(ctx context.Context, round []outbox.Message, reconnects
 		case <-f.Ok():
 		case err := <-f.Err():
 			errs[i] = fmt.Errorf("natspub: publish to %q: %w", round[i].Destination, err)
+			if permanent(err) {
+				errs[i] = outbox.Permanent(errs[i])
+			}
 		case <-ctx.Done():
 			errs[i] = fmt.Errorf("natspub: publish to %q: no ack: %w", round[i].Destination, ctx.Err())
 		}
 	}
 	return errs
+}
+
+// permanent reports whether JetStream refused a message for itself, so
+// that publishing it again would fail again: it is larger than its stream
+// allows. No stream for a subject (jetstream.ErrNoStreamResponse) is not
+// permanent: a server that restarts answers so until its streams are
+// ready.
+func permanent(err error) bool {
+	return errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum)
 }

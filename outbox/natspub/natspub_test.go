@@ -2,6 +2,7 @@ package natspub_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/idemgo/idem/outbox"
 	"github.com/idemgo/idem/outbox/natspub"
 	"github.com/idemgo/idem/outbox/outboxtest"
+	"github.com/idemgo/idem/pgstore/pgstoretest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -170,5 +172,71 @@ func TestAMessageWithoutAStreamFails(t *testing.T) {
 	pe, ok := err.(*outbox.PublishError)
 	if !ok || pe.Errs[0] == nil || pe.Errs[1] == nil {
 		t.Fatalf("Publish to a subject without a stream = %v, want both messages failed", err)
+	}
+}
+
+// TestAMessageOverMaxPayloadIsPermanent: a message larger than the
+// server's max_payload fails as permanent without holding back the next
+// message of the call, and a relay moves its row to the dead rows and
+// publishes the others.
+func TestAMessageOverMaxPayloadIsPermanent(t *testing.T) {
+	js := connect(t, natsURL)
+	stream, prefix := newStream(t, js, jetstream.StreamConfig{})
+	pub, err := natspub.New(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	max := int(js.Conn().MaxPayload())
+	subject := prefix + ".big"
+	got := subscribe(t, js, stream, subject)
+	run := outboxtest.NewRunID()
+	big := outbox.Message{ID: "big-" + run, Destination: subject, Key: "a", Payload: make([]byte, max+1)}
+	small := outbox.Message{ID: "small-" + run, Destination: subject, Key: "b", Payload: []byte("s")}
+	ctx, cancel := context.WithTimeout(context.Background(), outboxtest.Timeout)
+	defer cancel()
+	err = pub.Publish(ctx, []outbox.Message{big, small})
+	pe, ok := err.(*outbox.PublishError)
+	if !ok || !outbox.IsPermanent(pe.Errs[0]) || !errors.Is(pe.Errs[0], nats.ErrMaxPayload) || pe.Errs[1] != nil {
+		t.Fatalf("Publish(over max_payload, small) = %v, want the first failed as permanent, the second published", err)
+	}
+	if r := <-got; r.ID != small.ID {
+		t.Fatalf("received %q, want %q", r.ID, small.ID)
+	}
+
+	pool := pgstoretest.Pool(t, 4)
+	table := outboxtest.Table(t, pool)
+	msgs, want := outboxtest.Messages(20, 3, subject)
+	poison := big
+	poison.ID, poison.Key = "relayed-big-"+run, "key-1"
+	msgs = append(msgs[:10], append([]outbox.Message{poison}, msgs[10:]...)...)
+	ob, err := outbox.New(outbox.Config{Table: table, MaxPayload: 2 * max})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ob.Enqueue(ctx, pool, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	relay, err := outbox.NewRelay(pool, pub, outbox.RelayConfig{Table: table, BatchSize: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	outboxtest.RunRelay(t, relay)
+	ids := make([]string, 0, 20)
+	for range 20 {
+		select {
+		case r := <-got:
+			ids = append(ids, r.ID)
+		case <-ctx.Done():
+			t.Fatalf("received %d of the 20 good messages", len(ids))
+		}
+	}
+	outboxtest.CheckOrder(t, want, ids)
+	outboxtest.AwaitPending(t, pool, table, 0)
+	dead, err := outbox.Dead(ctx, pool, table, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dead) != 1 || dead[0].Message.ID != poison.ID || dead[0].Attempts != 1 || !strings.Contains(dead[0].LastError, "maximum payload") {
+		t.Errorf("dead rows %+v, want %s after 1 attempt, with its error", dead, poison.ID)
 	}
 }

@@ -3,6 +3,7 @@ package outboxtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -35,7 +36,8 @@ func NewRecorder() *Recorder { return &Recorder{changed: make(chan struct{})} }
 // Publish records msgs, but for those that fail: every one while the
 // Recorder is down, and those FailWith's function refuses. A message
 // refused fails its call's later messages of the same key too, as a
-// publisher must (see outbox.Publisher).
+// publisher must (see outbox.Publisher), with an error that wraps
+// outbox.ErrHeldBack and the failure, as outbox.PublishInRounds does.
 func (r *Recorder) Publish(ctx context.Context, msgs []outbox.Message) error {
 	r.mu.Lock()
 	before := r.before
@@ -57,7 +59,10 @@ func (r *Recorder) Publish(ctx context.Context, msgs []outbox.Message) error {
 	failedKeys := map[string]error{}
 	for i, m := range msgs {
 		if err, ok := failedKeys[m.Key]; ok && m.Key != "" {
-			errs[i] = err
+			if p, ok := err.(*outbox.PermanentError); ok {
+				err = p.Err // this message may well pass
+			}
+			errs[i] = fmt.Errorf("%w: %w", outbox.ErrHeldBack, err)
 			continue
 		}
 		if r.fail != nil {

@@ -1,0 +1,90 @@
+package kafkapub_test
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemgo/idem/outbox"
+	"github.com/idemgo/idem/outbox/outboxtest"
+	"github.com/idemgo/idem/pgstore/pgstoretest"
+)
+
+// TestARecordTooLargeIsPermanent: Apache Kafka refuses a record over its
+// message.max.bytes (about 1 MiB by default) with MESSAGE_TOO_LARGE, and
+// so does the client before sending one over its ProducerBatchMaxBytes.
+// Either way the record fails as permanent and the other records of the
+// call do not; a relay moves its row to the dead rows and publishes the
+// others, each key's in order.
+func TestARecordTooLargeIsPermanent(t *testing.T) {
+	t.Parallel()
+	brokers := sharedBrokers(t)
+	ctx, cancel := context.WithTimeout(context.Background(), outboxtest.Timeout)
+	defer cancel()
+	run := outboxtest.NewRunID()
+	big := make([]byte, 3<<20/2) // 1.5 MiB, random: compressed, as large
+	rand.Read(big)
+	for _, tc := range []struct {
+		name string
+		opts []kgo.Opt
+	}{
+		{"by the client", nil},
+		// A batch that may hold the record: the broker refuses it.
+		{"by the broker", []kgo.Opt{kgo.ProducerBatchMaxBytes(4 << 20), kgo.BrokerMaxWriteBytes(8 << 20)}},
+	} {
+		pub := newPublisher(t, newClient(t, brokers, tc.opts...))
+		topic := topic(t, brokers, 1)
+		err := pub.Publish(ctx, []outbox.Message{
+			{ID: "big-" + run, Destination: topic, Key: "a", Payload: big},
+			{ID: "small-" + run, Destination: topic, Key: "b", Payload: []byte("s")},
+		})
+		pe, ok := err.(*outbox.PublishError)
+		if !ok || !outbox.IsPermanent(pe.Errs[0]) || !errors.Is(pe.Errs[0], kerr.MessageTooLarge) || outbox.IsPermanent(pe.Errs[1]) {
+			t.Fatalf("%s: Publish(1.5 MiB, small) = %v, want the first failed as permanent (MESSAGE_TOO_LARGE), the second not", tc.name, err)
+		}
+	}
+
+	pub := newPublisher(t, newClient(t, brokers, kgo.ProducerBatchMaxBytes(4<<20), kgo.BrokerMaxWriteBytes(8<<20)))
+	topic := topic(t, brokers, 1)
+	got := consume(t, brokers, topic)
+	pool := pgstoretest.Pool(t, 4)
+	table := outboxtest.Table(t, pool)
+	msgs, want := outboxtest.Messages(20, 3, topic)
+	poison := outbox.Message{ID: "relayed-big-" + run, Destination: topic, Key: "key-1", Payload: big}
+	msgs = append(msgs[:10], append([]outbox.Message{poison}, msgs[10:]...)...)
+	ob, err := outbox.New(outbox.Config{Table: table, MaxPayload: 2 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ob.Enqueue(ctx, pool, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	relay, err := outbox.NewRelay(pool, pub, outbox.RelayConfig{Table: table, BatchSize: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	outboxtest.RunRelay(t, relay)
+	outboxtest.AwaitPending(t, pool, table, 0)
+	dead, err := outbox.Dead(ctx, pool, table, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dead) != 1 || dead[0].Message.ID != poison.ID || !strings.Contains(dead[0].LastError, "MESSAGE_TOO_LARGE") {
+		t.Fatalf("dead rows %+v, want %s with its error", dead, poison.ID)
+	}
+	ids := make([]string, 0, 20)
+	for len(ids) < 20 {
+		select {
+		case r := <-got:
+			ids = append(ids, r.ID)
+		case <-ctx.Done():
+			t.Fatalf("consumed %d of the 20 good records", len(ids))
+		}
+	}
+	outboxtest.CheckOrder(t, want, ids)
+}

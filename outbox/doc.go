@@ -68,10 +68,41 @@
 //
 // When no
 // message of a batch is accepted (the broker is down) it backs off,
-// exponentially with jitter, and publishes the same rows again, from the
-// first: nothing is skipped, and a key's messages go out in order. The
-// backlog (pending count, age of the oldest) goes to RelayConfig.Observer
-// every RelayConfig.LagInterval, and [Relay.Lag] reads it on demand.
+// exponentially with jitter. A batch holds at most RelayConfig.BatchSize
+// rows and RelayConfig.MaxBatchBytes (4 MiB) of payload, and at least one
+// row; [Enqueue] refuses a payload over Config.MaxPayload (1 MiB by
+// default) with [ErrTooLarge], so that the relay's memory stays bounded.
+// The backlog (pending count, age of the oldest, dead rows) goes to
+// RelayConfig.Observer every RelayConfig.LagInterval, and [Relay.Lag]
+// reads it on demand.
+//
+// # Failed rows and dead rows
+//
+// A row whose publication failed records the attempt (attempts,
+// last_error) and waits out a backoff of its own (next_attempt_at:
+// MinBackoff doubled at each failure, at most MaxBackoff, with jitter).
+// While it waits, the later rows of its key wait too, and every other key
+// is published: a batch is read without the keys that wait, so rows the
+// broker keeps refusing never fill it. Of the failed messages of a key in
+// one Publish, only the first is charged an attempt: the later ones failed
+// behind it.
+//
+// A row that failed RelayConfig.MaxAttempts times (50 by default: with the
+// default backoffs, four to seven minutes of failures), or once with an error
+// its Publisher wrapped with [Permanent] (too large, a destination that
+// does not exist, not authorised), is dead: the relay moves it to the
+// table's dead rows, <table>_dead, with its last error, reports it (OpDead,
+// Lag.Dead) and goes on. The later messages of its key do not wait for
+// it: they are published as if it had been. A dead row waits for an
+// operator, who may take minutes or weeks: holding its key back until then
+// would stop that key's messages (and, sharing a key_hash, a few others')
+// for as long, and a message the broker refuses for good is a message the
+// consumers will not see in order anyway. So a dead message is a gap in
+// its key's order, and the events, the logs and [Dead] say where. [Redrive]
+// puts a dead row back, with its id, once the cause is mended: it is
+// published after the messages of its key that went on without it.
+// [Discard] deletes it. A broker outage longer than the attempts allow
+// makes dead rows of the messages tried during it: redrive them.
 //
 // # Several relays, and the order of a key's messages
 //
@@ -112,18 +143,21 @@
 // (a row lock on the entity it names) when that matters.
 //
 // The limits of the design: a relay needs a session of its own (a pooler in
-// transaction mode breaks advisory locks and LISTEN); a message the broker
-// refuses for itself (too large, no route) is retried with backoff and
-// holds nothing else back, so messages of its key published after it in
-// the same batch may reach the broker first; and partitions bound how many
-// relays share the work.
+// transaction mode breaks advisory locks and LISTEN); a dead row's later
+// messages go on without it (see above); a row waiting out its backoff
+// holds back the keys that share its key_hash (32 bits: rarely another);
+// and partitions bound how many relays share the work.
 //
 // # The table
 //
-// One row per message (migrations/0001_outbox.sql): id (identity, the
-// publication order), message_id, destination, key (bytea), key_hash,
-// headers, payload, created_at, sent_at (NULL while pending), attempts and
-// last_error (failed publications). headers is NULL or a version byte (1),
+// One row per message (migrations/0001_outbox.sql, 0002_retries.sql): id
+// (identity, the publication order), message_id, destination, key
+// (bytea), key_hash, headers, payload, created_at, sent_at (NULL while
+// pending), attempts and last_error (failed publications), next_attempt_at
+// (NULL unless the row failed: not published before). The dead rows'
+// table, <table>_dead, has the same columns but sent_at and
+// next_attempt_at, and dead_at. [Migrate] upgrades a table of an earlier
+// version in place. headers is NULL or a version byte (1),
 // the number of headers as a uvarint, then each header, sorted by name, as
 // its name and its value, each a uvarint length and the bytes;
 // [DecodeHeaders] reads it.

@@ -101,3 +101,34 @@ func ExampleOutbox_Enqueue() {
 		log.Fatal(err)
 	}
 }
+
+// An operator lists the dead rows, redrives those whose stream now exists
+// and discards the rest: what an "outbox dead" command does.
+func ExampleDead() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/test")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	dead, err := outbox.Dead(ctx, pool, outbox.DefaultTable, 100)
+	if err != nil {
+		log.Fatal(err)
+	}
+	var redrive, discard []int64
+	for _, d := range dead {
+		log.Printf("row %d: message %s to %s, %d attempts, dead since %v: %s",
+			d.RowID, d.Message.ID, d.Message.Destination, d.Attempts, d.DeadAt, d.LastError)
+		if d.Message.Destination == "orders.created" { // its stream was created since
+			redrive = append(redrive, d.RowID)
+		} else {
+			discard = append(discard, d.RowID)
+		}
+	}
+	if _, err := outbox.Redrive(ctx, pool, outbox.DefaultTable, redrive...); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := outbox.Discard(ctx, pool, outbox.DefaultTable, discard...); err != nil {
+		log.Fatal(err)
+	}
+}

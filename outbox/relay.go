@@ -50,7 +50,7 @@ type RelayConfig struct {
 	// other keys are published. A failure the Publisher marks as
 	// permanent ([Permanent]) makes the row dead at once. With the
 	// default backoffs, a message that fails at every attempt is dead
-	// after about six minutes: a broker outage longer than that makes
+	// after four to seven minutes: a broker outage longer than that makes
 	// dead rows of the messages tried during it (redrive them). Default
 	// [DefaultMaxAttempts]; 1 to 1,000,000.
 	MaxAttempts int

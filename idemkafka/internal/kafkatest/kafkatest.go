@@ -124,6 +124,63 @@ func CreateTopics(tb testing.TB, brokers []string, partitions int32, names ...st
 		}
 	}
 	tb.Cleanup(func() { deleteTopics(tb, brokers, names) })
+	if err := awaitTopics(ctx, cl, partitions, names); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// awaitTopics waits until the broker's metadata has every topic named with
+// partitions partitions, each with a leader: a client that asks before
+// then is told the topic is unknown and, by franz-go's default, waits out
+// its metadata's minimum age (5 s) before it asks again.
+func awaitTopics(ctx context.Context, cl *kgo.Client, partitions int32, names []string) error {
+	req := kmsg.NewPtrMetadataRequest()
+	for _, name := range names {
+		t := kmsg.NewMetadataRequestTopic()
+		t.Topic = kmsg.StringPtr(name)
+		req.Topics = append(req.Topics, t)
+	}
+	var last error
+	for {
+		resp, err := req.RequestWith(ctx, cl)
+		if last = err; err == nil {
+			last = topicsReady(resp, partitions, len(names))
+		}
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("topics %v not ready: %w (last: %v)", names, ctx.Err(), last)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// topicsReady says why the metadata in resp does not yet show n topics of
+// partitions partitions, each partition with a leader; nil once it does.
+func topicsReady(resp *kmsg.MetadataResponse, partitions int32, n int) error {
+	if len(resp.Topics) != n {
+		return fmt.Errorf("%d topics in the metadata, want %d", len(resp.Topics), n)
+	}
+	for _, t := range resp.Topics {
+		name := kmsg.StringPtr("?")
+		if t.Topic != nil {
+			name = t.Topic
+		}
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+			return fmt.Errorf("topic %s: %w", *name, err)
+		}
+		if len(t.Partitions) != int(partitions) {
+			return fmt.Errorf("topic %s: %d partitions, want %d", *name, len(t.Partitions), partitions)
+		}
+		for _, p := range t.Partitions {
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil || p.Leader < 0 {
+				return fmt.Errorf("topic %s partition %d: leader %d, %v", *name, p.Partition, p.Leader, err)
+			}
+		}
+	}
+	return nil
 }
 
 // deleteTopics deletes the topics named, logging what fails: a topic left
@@ -176,7 +233,8 @@ const GroupTimeout = 60 * time.Second
 // acknowledgement.
 func Produce(tb testing.TB, addrs []string, recs ...*kgo.Record) {
 	tb.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0),
+		kgo.MetadataMinAge(metadataMinAge))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -201,11 +259,18 @@ func HeaderKey(r *kgo.Record) string {
 	return k
 }
 
-// ClientOpts are the consuming test clients' options: quick fetches and
-// rebalances, a session that ends 3s after a member dies.
+// metadataMinAge is the test clients' least time between metadata
+// refreshes: franz-go's default, 5 s, is what a client waits when its
+// first look at a topic comes too early.
+const metadataMinAge = 100 * time.Millisecond
+
+// ClientOpts are the consuming test clients' options: quick fetches,
+// metadata refreshes and rebalances, a session that ends 3s after a
+// member dies.
 func ClientOpts(addrs []string, group string, topics ...string) []kgo.Opt {
 	return []kgo.Opt{
 		kgo.SeedBrokers(addrs...),
+		kgo.MetadataMinAge(metadataMinAge),
 		kgo.ConsumerGroup(group),
 		kgo.ConsumeTopics(topics...),
 		kgo.FetchMaxWait(100 * time.Millisecond),

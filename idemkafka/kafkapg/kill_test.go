@@ -38,6 +38,7 @@ const (
 	appEnv         = "KAFKAPG_KILL_APP"    // the child's application_name in PostgreSQL
 	topicEnv       = "KAFKAPG_KILL_TOPIC"  // the topic the children consume
 	groupEnv       = "KAFKAPG_KILL_GROUP"  // and their group
+	instanceEnv    = "KAFKAPG_KILL_MEMBER" // the group.instance.id every child takes
 	killPartitions = 3
 )
 
@@ -104,7 +105,11 @@ func runChild() int {
 			select {} // dead: nothing after the PostgreSQL commit happens, no Kafka commit
 		}
 	})
-	cl, err := kgo.NewClient(append(clientOpts(strings.Split(os.Getenv(brokersEnv), ","), os.Getenv(groupEnv), os.Getenv(topicEnv)), c.ClientOpts()...)...)
+	// Every child is the same static member of the group: a restarted child
+	// takes its killed predecessor's place at once, where a new member
+	// would wait for the dead one's session to time out.
+	opts := append(clientOpts(strings.Split(os.Getenv(brokersEnv), ","), os.Getenv(groupEnv), os.Getenv(topicEnv)), kgo.InstanceID(os.Getenv(instanceEnv)))
+	cl, err := kgo.NewClient(append(opts, c.ClientOpts()...)...)
 	if err != nil {
 		return fail(err)
 	}
@@ -141,7 +146,7 @@ func startChild(t *testing.T, c *kafkatest.Cluster, e *pgEnv, killAfter, expect 
 	app := "kafkapg-kill-" + hex.EncodeToString(b[:])
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"=1", appEnv+"="+app, brokersEnv+"="+strings.Join(c.ListenAddrs(), ","), schemaEnv+"="+e.schema,
-		topicEnv+"="+c.Name("orders"), groupEnv+"="+c.Name("payments"),
+		topicEnv+"="+c.Name("orders"), groupEnv+"="+c.Name("payments"), instanceEnv+"="+c.Name("member"),
 		killAfterEnv+"="+strconv.Itoa(killAfter), expectEnv+"="+strconv.Itoa(expect))
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -4,13 +4,19 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/outbox"
+	"github.com/idemgo/idem/outbox/kafkapub"
 	"github.com/idemgo/idem/outbox/outboxtest"
 	"github.com/idemgo/idem/pgstore/pgstoretest"
 )
@@ -23,35 +29,36 @@ import (
 // others, each key's in order.
 func TestARecordTooLargeIsPermanent(t *testing.T) {
 	t.Parallel()
-	brokers := sharedBrokers(t)
+	brokers := testenv.KafkaBrokers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), outboxtest.Timeout)
 	defer cancel()
 	run := outboxtest.NewRunID()
 	big := make([]byte, 3<<20/2) // 1.5 MiB, random: compressed, as large
 	rand.Read(big)
+	// A client whose batches may hold the record: the broker refuses it.
+	brokerSide := []kgo.Opt{kgo.ProducerBatchMaxBytes(4 << 20), kgo.BrokerMaxWriteBytes(8 << 20)}
 	for _, tc := range []struct {
 		name string
 		opts []kgo.Opt
 	}{
 		{"by the client", nil},
-		// A batch that may hold the record: the broker refuses it.
-		{"by the broker", []kgo.Opt{kgo.ProducerBatchMaxBytes(4 << 20), kgo.BrokerMaxWriteBytes(8 << 20)}},
+		{"by the broker", brokerSide},
 	} {
-		pub := newPublisher(t, newClient(t, brokers, tc.opts...))
-		topic := topic(t, brokers, 1)
+		pub := permanentPublisher(t, brokers, tc.opts...)
+		topic := permanentTopic(t, brokers)
 		err := pub.Publish(ctx, []outbox.Message{
 			{ID: "big-" + run, Destination: topic, Key: "a", Payload: big},
 			{ID: "small-" + run, Destination: topic, Key: "b", Payload: []byte("s")},
 		})
-		pe, ok := err.(*outbox.PublishError)
+		pe, ok := errors.AsType[*outbox.PublishError](err)
 		if !ok || !outbox.IsPermanent(pe.Errs[0]) || !errors.Is(pe.Errs[0], kerr.MessageTooLarge) || outbox.IsPermanent(pe.Errs[1]) {
 			t.Fatalf("%s: Publish(1.5 MiB, small) = %v, want the first failed as permanent (MESSAGE_TOO_LARGE), the second not", tc.name, err)
 		}
 	}
 
-	pub := newPublisher(t, newClient(t, brokers, kgo.ProducerBatchMaxBytes(4<<20), kgo.BrokerMaxWriteBytes(8<<20)))
-	topic := topic(t, brokers, 1)
-	got := consume(t, brokers, topic)
+	pub := permanentPublisher(t, brokers, brokerSide...)
+	topic := permanentTopic(t, brokers)
+	got := permanentConsume(t, brokers, topic)
 	pool := pgstoretest.Pool(t, 4)
 	table := outboxtest.Table(t, pool)
 	msgs, want := outboxtest.Messages(20, 3, topic)
@@ -74,17 +81,106 @@ func TestARecordTooLargeIsPermanent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(dead) != 1 || dead[0].Message.ID != poison.ID || !strings.Contains(dead[0].LastError, "MESSAGE_TOO_LARGE") {
-		t.Fatalf("dead rows %+v, want %s with its error", dead, poison.ID)
+	if len(dead) != 1 || dead[0].Message.ID != poison.ID || dead[0].Attempts != 1 || !strings.Contains(dead[0].LastError, "MESSAGE_TOO_LARGE") {
+		t.Fatalf("dead rows %+v, want %s after 1 attempt, with its error", dead, poison.ID)
 	}
 	ids := make([]string, 0, 20)
 	for len(ids) < 20 {
 		select {
-		case r := <-got:
-			ids = append(ids, r.ID)
+		case id := <-got:
+			ids = append(ids, id)
 		case <-ctx.Done():
 			t.Fatalf("consumed %d of the 20 good records", len(ids))
 		}
 	}
 	outboxtest.CheckOrder(t, want, ids)
+}
+
+// permanentPublisher returns a Publisher over a client of brokers with
+// opts, closed when t ends.
+func permanentPublisher(t *testing.T, brokers []string, opts ...kgo.Opt) *kafkapub.Publisher {
+	t.Helper()
+	cl := permanentClient(t, brokers, opts...)
+	pub, err := kafkapub.New(cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pub
+}
+
+func permanentClient(t *testing.T, brokers []string, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// permanentTopic creates a topic of one partition of t's own, deleted when
+// t ends, and returns its name.
+func permanentTopic(t *testing.T, brokers []string) string {
+	t.Helper()
+	name := "idemtest.permanent." + outboxtest.NewRunID()
+	cl := permanentClient(t, brokers)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	req.TimeoutMillis = 30000
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, 1, 1
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
+	}
+	if err != nil {
+		t.Fatalf("create topic %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		req := kmsg.NewPtrDeleteTopicsRequest()
+		req.TimeoutMillis = 30000
+		rt := kmsg.NewDeleteTopicsRequestTopic()
+		rt.Topic = kmsg.StringPtr(name)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, cl)
+		if err == nil {
+			err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
+		}
+		if err != nil { // a topic left behind costs the broker a little disk
+			t.Logf("delete topic %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+// permanentConsume reads topic from its start and sends the outbox IDs of
+// its records on the channel returned, until t ends.
+func permanentConsume(t *testing.T, brokers []string, topic string) <-chan string {
+	t.Helper()
+	cl := permanentClient(t, brokers, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan string, 1000)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+				id := fmt.Sprintf("(no %s header)", kafkapub.DefaultIDHeader)
+				for _, h := range r.Headers {
+					if h.Key == kafkapub.DefaultIDHeader {
+						id = string(h.Value)
+					}
+				}
+				select {
+				case got <- id:
+				case <-ctx.Done():
+				}
+			})
+		}
+	})
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return got
 }

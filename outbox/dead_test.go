@@ -415,3 +415,124 @@ func TestMigrateUpgradesATableOfThePreviousVersion(t *testing.T) {
 	rec.AwaitIDs(t, outboxtest.Timeout, []string{"old"})
 	outboxtest.AwaitPending(t, pool, table, 0)
 }
+
+// TestRelayChargesNoAttemptWhileTheBrokerIsUnavailable: for its first
+// rounds the broker cannot be reached, in each of the ways a Publisher
+// reports it (the whole call or each message wrapped with
+// outbox.Unavailable, a message without an answer before PublishTimeout, a
+// call that failed once PublishTimeout ran out). With MaxAttempts 1 no row
+// dies and none is charged an attempt; the relay backs off as a whole, the
+// events say why, and once the broker is back every message is published
+// once, each key's in order.
+func TestRelayChargesNoAttemptWhileTheBrokerIsUnavailable(t *testing.T) {
+	t.Parallel()
+	e := newRelayEnv(t)
+	const rounds = 8
+	var calls atomic.Int64
+	pub := publisherFunc(func(ctx context.Context, msgs []outbox.Message) error {
+		n := calls.Add(1)
+		if n > rounds {
+			return e.rec.Publish(ctx, msgs)
+		}
+		errs := make([]error, len(msgs))
+		switch n % 4 {
+		case 0:
+			return outbox.Unavailable(errors.New("dial tcp 127.0.0.1:1: connect: connection refused"))
+		case 1:
+			for i := range errs {
+				errs[i] = outbox.Unavailable(errors.New("connection lost"))
+			}
+		case 2:
+			<-ctx.Done() // PublishTimeout
+			for i := range errs {
+				errs[i] = fmt.Errorf("no ack: %w", ctx.Err())
+			}
+		case 3:
+			<-ctx.Done()
+			return errors.New("the broker did not answer")
+		}
+		return outbox.NewPublishError(errs)
+	})
+	msgs, want := outboxtest.Messages(60, 6, "d")
+	outboxtest.Enqueue(t, e.pool, e.table, msgs, 1)
+	cfg := relayConfig(e.table)
+	cfg.MaxAttempts, cfg.PublishTimeout = 1, 20*time.Millisecond
+	ev := newEvents()
+	cfg.Observer = ev.observe
+	r, err := outbox.NewRelay(e.pool, pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outboxtest.RunRelay(t, r)
+
+	for range rounds {
+		got := ev.await(t, "failed publish", func(e outbox.Event) bool { return e.Op == outbox.OpPublish })
+		if got.Sent != 0 || got.Failed == 0 || got.Unavailable != got.Failed || got.Err == nil {
+			t.Errorf("OpPublish %+v while the broker is unavailable, want every message failed as unavailable", got)
+		}
+		ev.await(t, "backoff", func(e outbox.Event) bool { return e.Op == outbox.OpBackoff })
+	}
+	e.rec.AwaitIDs(t, outboxtest.Timeout, outboxtest.IDs(msgs))
+	if dups := outboxtest.CheckOrder(t, want, outboxtest.IDs(e.rec.Messages())); dups > 0 {
+		t.Errorf("%d duplicates, though no failed message reached the broker", dups)
+	}
+	outboxtest.AwaitPending(t, e.pool, e.table, 0)
+	if dead := awaitDead(t, e, 0); len(dead) != 0 {
+		t.Errorf("dead rows %+v, want none", dead)
+	}
+	var charged int
+	if err := e.pool.QueryRow(testCtx(t), "SELECT count(*) FROM "+quoteTable(e.table)+" WHERE attempts > 0").Scan(&charged); err != nil {
+		t.Fatal(err)
+	}
+	if charged != 0 {
+		t.Errorf("%d rows charged an attempt, want none", charged)
+	}
+	if lag, err := r.Lag(testCtx(t)); err != nil || lag.Dead != 0 {
+		t.Errorf("Lag() = %+v, %v; want no dead row", lag, err)
+	}
+}
+
+// TestRelayChargesARefusalBesideAnUnavailableBroker: in the same calls, the
+// broker refuses one message and cannot be reached for the others. With
+// MaxAttempts 1 the refused message dies at its first attempt; the others
+// are not charged and are published once the broker is back.
+func TestRelayChargesARefusalBesideAnUnavailableBroker(t *testing.T) {
+	t.Parallel()
+	e := newRelayEnv(t)
+	var calls atomic.Int64
+	pub := publisherFunc(func(ctx context.Context, msgs []outbox.Message) error {
+		if calls.Add(1) > 3 {
+			return e.rec.Publish(ctx, msgs)
+		}
+		errs := make([]error, len(msgs))
+		for i, m := range msgs {
+			if m.ID == "poison" {
+				errs[i] = errors.New("refused")
+			} else {
+				errs[i] = outbox.Unavailable(errors.New("partition leader unreachable"))
+			}
+		}
+		return outbox.NewPublishError(errs)
+	})
+	msgs := []outbox.Message{
+		{ID: "a-0", Destination: "d", Key: "a"},
+		{ID: "poison", Destination: "d", Key: "p"},
+		{ID: "a-1", Destination: "d", Key: "a"},
+		{ID: "b-0", Destination: "d", Key: "b"},
+	}
+	outboxtest.Enqueue(t, e.pool, e.table, msgs, 1)
+	cfg := relayConfig(e.table)
+	cfg.MaxAttempts = 1
+	r, err := outbox.NewRelay(e.pool, pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outboxtest.RunRelay(t, r)
+	e.rec.AwaitIDs(t, outboxtest.Timeout, []string{"a-0", "a-1", "b-0"})
+	outboxtest.CheckOrder(t, map[string][]string{"a": {"a-0", "a-1"}, "b": {"b-0"}}, outboxtest.IDs(e.rec.Messages()))
+	dead := awaitDead(t, e, 1)
+	if d := dead[0]; d.Message.ID != "poison" || d.Attempts != 1 || !strings.Contains(d.LastError, "refused") {
+		t.Errorf("dead row %+v, want poison after 1 attempt", d)
+	}
+	outboxtest.AwaitPending(t, e.pool, e.table, 0)
+}

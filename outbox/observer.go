@@ -12,11 +12,14 @@ type Op uint8
 // The events an [Observer] sees.
 const (
 	// OpPublish: a batch was handed to the Publisher. Event.Sent messages
-	// were accepted and Event.Failed were not (Event.Err says why);
-	// Event.Duration is the Publish call's.
+	// were accepted and Event.Failed were not (Event.Err says why), of
+	// which Event.Unavailable because the broker could not be reached (see
+	// [Unavailable]: no attempt counted); Event.Duration is the Publish
+	// call's.
 	OpPublish Op = iota + 1
-	// OpBackoff: publishing failed; the relay waits Event.Duration before
-	// trying again (Event.Err is the failure).
+	// OpBackoff: nothing of a batch was published (the broker is down, or
+	// refused every message); the relay waits Event.Duration before
+	// trying again (Event.Err is the first failure).
 	OpBackoff
 	// OpLag: the outbox's backlog, sampled every RelayConfig.LagInterval:
 	// Event.Pending messages wait, the oldest for Event.OldestPending, and
@@ -55,6 +58,7 @@ type Event struct {
 	Table         string // the outbox table, as configured
 	Sent          int
 	Failed        int
+	Unavailable   int // OpPublish: of Failed, those the broker was unavailable for
 	Deleted       int
 	Dead          int // OpDead: rows moved to the dead rows; OpLag: dead rows in all
 	Pending       int64

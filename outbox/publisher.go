@@ -80,18 +80,19 @@ func (e *PublishError) Unwrap() []error {
 }
 
 // failures returns, for a Publish of n messages that returned err, which
-// failed: all of them unless err is a *PublishError with n entries.
-func failures(n int, err error) []error {
+// failed: all of them unless err is a *PublishError with n entries; and
+// whether the call failed as a whole (err is not such a *PublishError).
+func failures(n int, err error) (_ []error, whole bool) {
 	errs := make([]error, n)
 	if err == nil {
-		return errs
+		return errs, false
 	}
 	if pe, ok := errors.AsType[*PublishError](err); ok && len(pe.Errs) == n {
 		copy(errs, pe.Errs)
-		return errs
+		return errs, false
 	}
 	for i := range errs {
 		errs[i] = err
 	}
-	return errs
+	return errs, true
 }

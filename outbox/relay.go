@@ -44,15 +44,19 @@ type RelayConfig struct {
 
 	// MaxAttempts is how many failed publications of a message the relay
 	// makes before it moves the row to the dead rows (see [Dead]) and
-	// publishes the later messages of its key without it. Between
-	// attempts a row waits out a backoff of its own, MinBackoff doubled at
-	// each failure up to MaxBackoff, with jitter; meanwhile the rows of
-	// other keys are published. A failure the Publisher marks as
-	// permanent ([Permanent]) makes the row dead at once. With the
-	// default backoffs, a message that fails at every attempt is dead
-	// after four to seven minutes: a broker outage longer than that makes
-	// dead rows of the messages tried during it (redrive them). Default
-	// [DefaultMaxAttempts]; 1 to 1,000,000.
+	// publishes the later messages of its key without it. Only a failure
+	// that says something about the message counts, a refusal of a broker
+	// that answered: a failure the Publisher marks [Unavailable] (the
+	// broker could not be reached) or a message that got no answer before
+	// PublishTimeout counts no attempt, and a broker outage, however long,
+	// makes no dead row (the relay backs off as a whole, see MinBackoff).
+	// Between attempts a row waits out a backoff of its own, MinBackoff
+	// doubled at each failure up to MaxBackoff, with jitter; meanwhile the
+	// rows of other keys are published. A failure the Publisher marks as
+	// permanent ([Permanent]) makes the row dead at once. With the default
+	// backoffs, a message a live broker refuses at every attempt is dead
+	// after four to seven minutes. Default [DefaultMaxAttempts]; 1 to
+	// 1,000,000.
 	MaxAttempts int
 
 	// DeleteSent deletes each row once its message is published, instead
@@ -84,12 +88,14 @@ type RelayConfig struct {
 	// others take them within this interval. Default 2s.
 	RebalanceInterval time.Duration
 
-	// PublishTimeout bounds one Publish call. Default 30s.
+	// PublishTimeout bounds one Publish call. A message that failed
+	// because it ran out (the broker did not answer in time) counts no
+	// attempt: it is retried after the relay's backoff. Default 30s.
 	PublishTimeout time.Duration
 
 	// MinBackoff and MaxBackoff bound the wait after a batch of which no
-	// message was published (the broker is down, say) and after a lost
-	// database session: it starts at MinBackoff and doubles, with jitter,
+	// message was published (the broker is down, say, for as long as it
+	// stays down) and after a lost database session: it starts at MinBackoff and doubles, with jitter,
 	// up to MaxBackoff, and resets once a message is published. They bound
 	// the backoff of a failed row (see MaxAttempts) the same way. Defaults
 	// 100ms and 10s.
@@ -772,15 +778,19 @@ func (s *session) publish(ctx context.Context, rows []row) bool {
 			ok = append(ok, rw)
 		}
 	}
-	var errs []error
+	var (
+		errs            []error
+		whole, timedOut bool
+	)
 	start := time.Now()
 	if len(msgs) > 0 {
 		pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
-		errs = failures(len(msgs), r.pub.Publish(pctx, msgs))
+		errs, whole = failures(len(msgs), r.pub.Publish(pctx, msgs))
+		timedOut = pctx.Err() != nil
 		cancel()
 	}
 	elapsed := time.Since(start)
-	sent, failed := 0, undecodable
+	sent, failed, unavailable := 0, undecodable, 0
 	for i, err := range errs {
 		if err == nil {
 			r.pending.sent = append(r.pending.sent, ok[i].id)
@@ -795,10 +805,14 @@ func (s *session) publish(ctx context.Context, rows []row) bool {
 			continue
 		}
 		key := ok[i].msg.Key
-		if errors.Is(err, ErrHeldBack) || key != "" && blocked[key] && !IsPermanent(err) {
+		switch {
+		case brokerUnavailable(err, whole && timedOut):
+			unavailable++ // not the message's failure: no attempt, no backoff of its own
+		case errors.Is(err, ErrHeldBack) || key != "" && blocked[key] && !IsPermanent(err):
 			continue // behind a failure of its key; a permanent one is its own
+		default:
+			r.noteFailed(ok[i].id, err)
 		}
-		r.noteFailed(ok[i].id, err)
 		if key != "" {
 			if blocked == nil {
 				blocked = map[string]bool{}
@@ -809,7 +823,7 @@ func (s *session) publish(ctx context.Context, rows []row) bool {
 	if ctx.Err() != nil {
 		return false
 	}
-	r.observe(ctx, Event{Op: OpPublish, Sent: sent, Failed: failed, Duration: elapsed, Err: firstErr})
+	r.observe(ctx, Event{Op: OpPublish, Sent: sent, Failed: failed, Unavailable: unavailable, Duration: elapsed, Err: firstErr})
 	if sent > 0 {
 		s.published = true
 		s.failures = 0
@@ -818,10 +832,30 @@ func (s *session) publish(ctx context.Context, rows []row) bool {
 	wait := r.backoff(s.failures)
 	s.failures++
 	s.retryAt = time.Now().Add(wait)
-	r.cfg.Logger.WarnContext(ctx, "outbox: publishing failed; backing off",
-		slog.String("table", r.t.name), slog.Int("messages", failed), slog.Duration("for", wait), slog.Any("error", firstErr))
+	msg := "outbox: publishing failed; backing off"
+	if unavailable == failed {
+		msg = "outbox: the broker is unavailable; backing off (no attempt counted)"
+	}
+	r.cfg.Logger.WarnContext(ctx, msg, slog.String("table", r.t.name), slog.Int("messages", failed),
+		slog.Int("unavailable", unavailable), slog.Duration("for", wait), slog.Any("error", firstErr))
 	r.observe(ctx, Event{Op: OpBackoff, Duration: wait, Err: firstErr})
 	return false
+}
+
+// brokerUnavailable reports whether err, a message's failure in a Publish
+// while Run goes on, says the broker could not be reached rather than
+// anything of the message: the Publisher said so ([Unavailable]), or the
+// message failed with a context's error (PublishTimeout ran out before the
+// broker answered), or the call failed as a whole once its PublishTimeout
+// had run out (timedOut). A permanent failure is never one.
+func brokerUnavailable(err error, timedOut bool) bool {
+	switch {
+	case IsPermanent(err):
+		return false
+	case IsUnavailable(err), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return true
+	}
+	return timedOut
 }
 
 // noteFailed notes that row id failed with err, to record in the row, or

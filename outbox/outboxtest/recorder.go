@@ -12,7 +12,9 @@ import (
 	"github.com/idemgo/idem/outbox"
 )
 
-// ErrDown is what a [Recorder] that is down fails every message with.
+// ErrDown is what a [Recorder] that is down fails every message with,
+// wrapped with outbox.Unavailable: the broker could not be reached, which
+// charges no message an attempt.
 var ErrDown = errors.New("outboxtest: broker down")
 
 // Recorder is an in-memory [outbox.Publisher] that keeps what it was given,
@@ -53,7 +55,7 @@ func (r *Recorder) Publish(ctx context.Context, msgs []outbox.Message) error {
 		return err
 	}
 	if r.down {
-		return ErrDown
+		return outbox.Unavailable(ErrDown)
 	}
 	errs := make([]error, len(msgs))
 	failedKeys := map[string]error{}
@@ -81,7 +83,8 @@ func (r *Recorder) notify() {
 	r.changed = make(chan struct{})
 }
 
-// SetDown makes every Publish fail with [ErrDown] (down) or accept again.
+// SetDown makes every Publish fail with [ErrDown], unavailable (down), or
+// accept again.
 func (r *Recorder) SetDown(down bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -54,13 +54,24 @@ func New(js jetstream.JetStream) (*Publisher, error) {
 // retry: every message while the connection is down ([ErrNotConnected]);
 // the rest of the call once it reconnected ([ErrReconnected]); a message
 // JetStream refused or did not acknowledge before ctx ended, with that
-// error. A message that cannot be published as it is fails with an
-// [outbox.PermanentError], which the relay does not retry (it moves the
-// row to the dead rows): one larger than the server's max_payload
-// (nats.ErrMaxPayload) or than its stream's max_msg_size
-// (jetstream.ErrStreamMessageExceedsMaximum). A subject no stream takes
-// (jetstream.ErrNoStreamResponse) is retried, as a server that restarts
-// answers so until its streams are ready, until RelayConfig.MaxAttempts.
+// error.
+//
+// The failures that say the server could not be reached come as an
+// [outbox.UnavailableError], which counts no attempt of the message (the
+// relay backs off and tries again, however long the outage): the
+// connection down or lost (ErrNotConnected, ErrReconnected,
+// nats.ErrDisconnected, a closed, reconnecting or draining connection),
+// no ack in time (nats.ErrTimeout, jetstream.ErrAsyncPublishTimeout, ctx),
+// a JetStream that answers 503, and no responders for a subject whose
+// stream exists (jetstream.ErrNoStreamResponse from a restarting server,
+// whose streams are not loaded yet; the Publisher asks JetStream which
+// stream takes the subject, and the failure is unavailable unless the
+// answer is none). A subject no stream takes is a refusal: retried until
+// RelayConfig.MaxAttempts. A message that cannot be published as it is
+// fails with an [outbox.PermanentError], which the relay does not retry
+// (it moves the row to the dead rows): one larger than the server's
+// max_payload (nats.ErrMaxPayload) or than its stream's max_msg_size
+// (jetstream.ErrStreamMessageExceedsMaximum).
 func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -69,7 +80,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) error {
 		return err
 	}
 	if !p.nc.IsConnected() {
-		return fmt.Errorf("%w (%s)", ErrNotConnected, p.nc.Status())
+		return outbox.Unavailable(fmt.Errorf("%w (%s)", ErrNotConnected, p.nc.Status()))
 	}
 	reconnects := p.nc.Stats().Reconnects
 	return outbox.PublishInRounds(ctx, msgs, func(ctx context.Context, round []outbox.Message) []error {
@@ -84,7 +95,7 @@ func (p *Publisher) send(ctx context.Context, round []outbox.Message, reconnects
 	for i, m := range round {
 		if p.nc.Stats().Reconnects != reconnects || !p.nc.IsConnected() {
 			for j := i; j < len(round); j++ {
-				errs[j] = ErrReconnected
+				errs[j] = outbox.Unavailable(ErrReconnected)
 			}
 			break
 		}
@@ -105,11 +116,15 @@ func (p *Publisher) send(ctx context.Context, round []outbox.Message, reconnects
 		if err != nil {
 			for j := i; j < len(round); j++ {
 				errs[j] = fmt.Errorf("natspub: publish to %q: %w", m.Destination, err)
+				if unavailable(err) {
+					errs[j] = outbox.Unavailable(errs[j])
+				}
 			}
 			break
 		}
 		futures[i] = f
 	}
+	var streams map[string]bool // whether a stream takes a subject, once asked
 	for i, f := range futures {
 		if f == nil {
 			continue
@@ -117,15 +132,64 @@ func (p *Publisher) send(ctx context.Context, round []outbox.Message, reconnects
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
-			errs[i] = fmt.Errorf("natspub: publish to %q: %w", round[i].Destination, err)
-			if permanent(err) {
+			subject := round[i].Destination
+			errs[i] = fmt.Errorf("natspub: publish to %q: %w", subject, err)
+			switch {
+			case permanent(err):
 				errs[i] = outbox.Permanent(errs[i])
+			case errors.Is(err, jetstream.ErrNoStreamResponse):
+				if streams == nil {
+					streams = map[string]bool{}
+				}
+				taken, asked := streams[subject]
+				if !asked {
+					taken = p.streamTakes(ctx, subject)
+					streams[subject] = taken
+				}
+				if taken {
+					errs[i] = outbox.Unavailable(fmt.Errorf("%w (its stream is not ready)", errs[i]))
+				}
+			case unavailable(err):
+				errs[i] = outbox.Unavailable(errs[i])
 			}
 		case <-ctx.Done():
 			errs[i] = fmt.Errorf("natspub: publish to %q: no ack: %w", round[i].Destination, ctx.Err())
 		}
 	}
 	return errs
+}
+
+// unavailable reports whether err says the server could not be reached or
+// cannot take any message now, rather than anything of the message: the
+// connection is closed, reconnecting, draining or was lost before the ack
+// (nats.ErrDisconnected), a request timed out, or JetStream answered 503
+// (not enabled, not ready, out of resources). No stream for the subject
+// (jetstream.ErrNoStreamResponse) is decided by [Publisher.streamTakes].
+func unavailable(err error) bool {
+	for _, target := range []error{
+		nats.ErrConnectionClosed, nats.ErrConnectionReconnecting, nats.ErrConnectionDraining,
+		nats.ErrDisconnected, nats.ErrNoServers, nats.ErrStaleConnection, nats.ErrTimeout,
+		jetstream.ErrAsyncPublishTimeout, jetstream.ErrTooManyStalledMsgs,
+	} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	if apiErr, ok := errors.AsType[*jetstream.APIError](err); ok {
+		return apiErr.Code == 503
+	}
+	return false
+}
+
+// streamTakes reports whether the subject belongs to a stream, after
+// JetStream answered a publish to it with no responders: true when the
+// stream exists (it is not ready: a restarting server answers so until its
+// streams are loaded) or the question cannot be answered (the server is
+// not reachable); false only when JetStream says no stream takes the
+// subject, a refusal the relay charges to the message.
+func (p *Publisher) streamTakes(ctx context.Context, subject string) bool {
+	_, err := p.js.StreamNameBySubject(ctx, subject)
+	return !errors.Is(err, jetstream.ErrStreamNotFound)
 }
 
 // permanent reports whether JetStream refused a message for itself, so

@@ -158,7 +158,8 @@ func TestTheStreamDropsARepublishedMessage(t *testing.T) {
 }
 
 // TestAMessageWithoutAStreamFails: a subject no stream takes fails, so the
-// relay keeps the message.
+// relay keeps the message, and as a refusal of the server (not as
+// unavailable), so the relay counts the attempt.
 func TestAMessageWithoutAStreamFails(t *testing.T) {
 	js := connect(t, natsURL)
 	pub, err := natspub.New(js)
@@ -172,6 +173,9 @@ func TestAMessageWithoutAStreamFails(t *testing.T) {
 	pe, ok := err.(*outbox.PublishError)
 	if !ok || pe.Errs[0] == nil || pe.Errs[1] == nil {
 		t.Fatalf("Publish to a subject without a stream = %v, want both messages failed", err)
+	}
+	if outbox.IsUnavailable(pe.Errs[0]) || outbox.IsPermanent(pe.Errs[0]) {
+		t.Errorf("Publish to a subject without a stream = %v, want a refusal, neither unavailable nor permanent", pe.Errs[0])
 	}
 }
 

@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
 	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -77,7 +81,17 @@ func New(client *kgo.Client, opts ...Option) (*Publisher, error) {
 // row to the dead rows): kerr.MessageTooLarge (a record larger than the
 // client's ProducerBatchMaxBytes or the broker's message.max.bytes; of the
 // records of one call refused so, the largest), kerr.TopicAuthorizationFailed
-// and kerr.InvalidTopicException.
+// and kerr.InvalidTopicException. The errors that say the brokers could not
+// be reached or could not take any record now come as an
+// [outbox.UnavailableError], which counts no attempt of the message (the
+// relay backs off and tries again, however long the outage): records that
+// timed out or ran out of the client's retries (kgo.ErrRecordTimeout,
+// kgo.ErrRecordRetries) unless a broker refused them (their last error
+// UNKNOWN_TOPIC_OR_PARTITION, say), dial, connection and I/O errors, a
+// closed client, no answer before ctx ended, and the broker errors of a
+// partition without a leader or replicas in sync (NOT_LEADER_FOR_PARTITION,
+// LEADER_NOT_AVAILABLE, NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT, …). Any
+// other failure is a refusal, retried until RelayConfig.MaxAttempts.
 //
 // When ctx ends first, the records already sent stay with the client,
 // which retries them until they are written (the idempotent producer
@@ -92,7 +106,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) error {
 	select {
 	case p.turn <- struct{}{}:
 	case <-ctx.Done():
-		return fmt.Errorf("kafkapub: the records of an earlier call are still in flight: %w", ctx.Err())
+		return outbox.Unavailable(fmt.Errorf("kafkapub: the records of an earlier call are still in flight: %w", ctx.Err()))
 	}
 	type result struct {
 		i   int
@@ -124,11 +138,64 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) error {
 			}
 			// Those answered in the meantime (written or not) are still
 			// reported as failed: the relay publishes them again.
+			markUnavailable(errs)
 			return outbox.NewPublishError(errs)
 		}
 	}
 	markPermanent(msgs, errs)
+	markUnavailable(errs)
 	return outbox.NewPublishError(errs)
+}
+
+// markUnavailable wraps with outbox.Unavailable the errors that say the
+// brokers could not be reached or could not take any record now, so that
+// the relay counts no attempt of the message for them: see [unavailable].
+func markUnavailable(errs []error) {
+	for i, err := range errs {
+		if err != nil && !outbox.IsPermanent(err) && unavailable(err) {
+			errs[i] = outbox.Unavailable(err)
+		}
+	}
+}
+
+// unavailableCodes are the broker errors of a cluster that cannot take a
+// partition's records now, whatever the records: no leader, a leader that
+// moved or is not known yet, too few in-sync replicas, a request that
+// timed out inside the cluster, a broken disk.
+var unavailableCodes = []*kerr.Error{
+	kerr.NotLeaderForPartition, kerr.LeaderNotAvailable, kerr.RequestTimedOut,
+	kerr.BrokerNotAvailable, kerr.ReplicaNotAvailable, kerr.NetworkException,
+	kerr.NotEnoughReplicas, kerr.NotEnoughReplicasAfterAppend, kerr.KafkaStorageError,
+	kerr.FencedLeaderEpoch, kerr.UnknownLeaderEpoch, kerr.NotController,
+	kerr.EligibleLeadersNotAvailable, kerr.PreferredLeaderNotAvailable,
+}
+
+// unavailable reports whether a record's failure says the brokers could
+// not be reached or could not take it now, rather than anything of the
+// record. A broker error (kerr.Error, alone or as the last error of a
+// timeout) decides: one of unavailableCodes is, any other
+// (UNKNOWN_TOPIC_OR_PARTITION, CORRUPT_MESSAGE, …) is a refusal. Without
+// one: records that timed out or ran out of retries (kgo.ErrRecordTimeout,
+// kgo.ErrRecordRetries: brokers unreachable), a closed client, a context's
+// end, and dial, connection and I/O errors.
+func unavailable(err error) bool {
+	if ke, ok := errors.AsType[*kerr.Error](err); ok {
+		return slices.Contains(unavailableCodes, ke)
+	}
+	for _, target := range []error{
+		kgo.ErrRecordTimeout, kgo.ErrRecordRetries, kgo.ErrClientClosed,
+		context.DeadlineExceeded, context.Canceled,
+		io.EOF, io.ErrUnexpectedEOF, net.ErrClosed,
+	} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	if _, ok := errors.AsType[*net.OpError](err); ok {
+		return true
+	}
+	_, ok := errors.AsType[*os.SyscallError](err)
+	return ok
 }
 
 // markPermanent wraps with outbox.Permanent the errors of msgs that

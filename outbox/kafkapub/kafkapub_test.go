@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -238,7 +239,9 @@ func TestAKeyGoesToOnePartition(t *testing.T) {
 // TestRelayThroughBrokerOutages: the broker drops every produce request
 // during two outages longer than the client's delivery timeout, while
 // messages are enqueued before, during and after them; the relay backs off
-// and gets every message into the topic, each key's in order.
+// and gets every message into the topic, each key's in order, and no row
+// died of the outages, though MaxAttempts is 2: a broker that cannot be
+// reached counts no attempt.
 //
 // It runs on kfake, whose ControlKey drops exactly the produce requests,
 // at once and for as long as the test wants: a quick unit test of the
@@ -261,13 +264,16 @@ func TestRelayThroughBrokerOutages(t *testing.T) {
 	topic := "outboxtest-" + outboxtest.NewRunID()
 	pool := pgstoretest.Pool(t, 8)
 	table := outboxtest.Table(t, pool)
-	var sent, failed atomic.Int64
+	var sent, failed, failedCalls atomic.Int64
 	relay, err := outbox.NewRelay(pool, newPublisher(t, cl), outbox.RelayConfig{
 		Table: table, BatchSize: 50, MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
-		PublishTimeout: 300 * time.Millisecond,
+		PublishTimeout: 300 * time.Millisecond, MaxAttempts: 2,
 		Observer: func(_ context.Context, e outbox.Event) {
 			sent.Add(int64(e.Sent))
 			failed.Add(int64(e.Failed))
+			if e.Op == outbox.OpPublish && e.Failed > 0 {
+				failedCalls.Add(1)
+			}
 		},
 	})
 	if err != nil {
@@ -286,17 +292,20 @@ func TestRelayThroughBrokerOutages(t *testing.T) {
 	}
 	outboxtest.Enqueue(t, pool, table, msgs[:200], 6)
 	await("100 sent", func() bool { return sent.Load() >= 100 })
+	// Each outage lasts several failed publishes: more than MaxAttempts
+	// would allow, were they counted.
 	down.Store(true)
 	outboxtest.Enqueue(t, pool, table, msgs[200:400], 6)
-	await("a failed publish", func() bool { return failed.Load() > 0 })
+	await("4 failed publishes", func() bool { return failedCalls.Load() >= 4 })
 	down.Store(false)
 	await("more sent", func() bool { return sent.Load() >= 250 })
 	down.Store(true)
 	outboxtest.Enqueue(t, pool, table, msgs[400:], 6)
-	before := failed.Load()
-	await("another failed publish", func() bool { return failed.Load() > before })
+	before := failedCalls.Load()
+	await("4 more failed publishes", func() bool { return failedCalls.Load() >= before+4 })
 	down.Store(false)
 	outboxtest.AwaitPending(t, pool, table, 0)
+	noDeadRows(t, pool, table)
 
 	got := consume(t, c.ListenAddrs(), topic)
 	ctx, cancel := context.WithTimeout(context.Background(), outboxtest.Timeout)
@@ -335,7 +344,7 @@ func TestNewRefusesAClientThatIsNotIdempotent(t *testing.T) {
 // is killed (SIGKILL) while the relay produces to it and messages are
 // enqueued, stays down while more are, and comes back on the same ports
 // and data. The relay gets every message into the topic, each key's in
-// order.
+// order, and no row died of the crash, though MaxAttempts is 2.
 func TestRelayThroughABrokerCrash(t *testing.T) {
 	t.Parallel()
 	node := startKafkaNode(t)
@@ -347,7 +356,7 @@ func TestRelayThroughABrokerCrash(t *testing.T) {
 	var sent, failed atomic.Int64
 	relay, err := outbox.NewRelay(pool, newPublisher(t, cl), outbox.RelayConfig{
 		Table: table, BatchSize: 50, MinBackoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
-		PublishTimeout: time.Second,
+		PublishTimeout: time.Second, MaxAttempts: 2,
 		Observer: func(_ context.Context, e outbox.Event) {
 			sent.Add(int64(e.Sent))
 			failed.Add(int64(e.Failed))
@@ -383,6 +392,7 @@ func TestRelayThroughABrokerCrash(t *testing.T) {
 	node.start()
 	outboxtest.Enqueue(t, pool, table, msgs[450:], 6)
 	outboxtest.AwaitPending(t, pool, table, 0)
+	noDeadRows(t, pool, table)
 
 	got := consume(t, brokers, topic)
 	ctx, cancel := context.WithTimeout(context.Background(), outboxtest.Timeout)
@@ -400,4 +410,18 @@ func TestRelayThroughABrokerCrash(t *testing.T) {
 	}
 	dups := outboxtest.CheckOrder(t, want, ids)
 	t.Logf("%d messages sent before the crash, %d failed, %d duplicate records", sentAtCrash, failed.Load(), dups)
+}
+
+// noDeadRows fails t if table has dead rows.
+func noDeadRows(t *testing.T, pool *pgxpool.Pool, table string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), outboxtest.Timeout)
+	defer cancel()
+	dead, err := outbox.Dead(ctx, pool, table, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dead {
+		t.Errorf("dead row %s after %d attempts: %s", d.Message.ID, d.Attempts, d.LastError)
+	}
 }

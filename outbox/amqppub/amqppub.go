@@ -163,9 +163,10 @@ func (p *Publisher) open() error {
 		}
 	}
 	p.drop()
+	// Not reached, or not let in: nothing of a message.
 	conn, err := amqp.DialConfig(p.url, p.o.config)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrConnection, err)
+		return outbox.Unavailable(fmt.Errorf("%w: %w", ErrConnection, err))
 	}
 	ch, err := conn.Channel()
 	if err == nil {
@@ -173,7 +174,7 @@ func (p *Publisher) open() error {
 	}
 	if err != nil {
 		_ = conn.Close()
-		return fmt.Errorf("%w: %w", ErrConnection, err)
+		return outbox.Unavailable(fmt.Errorf("%w: %w", ErrConnection, err))
 	}
 	p.conn, p.ch = conn, ch
 	p.returns = ch.NotifyReturn(make(chan amqp.Return, 64))
@@ -186,7 +187,15 @@ func (p *Publisher) open() error {
 // outbox.Publisher. A message fails with [ErrUnroutable] when no queue
 // took it, [ErrNacked] on a negative confirm, [ErrConnection] when the
 // connection could not be opened or was lost first, and ctx's error when
-// ctx ended first; the relay retries those. It fails with an
+// ctx ended first; the relay retries those. The failures that say the
+// broker could not be reached come as an [outbox.UnavailableError], which
+// counts no attempt of the message (the relay backs off and tries again,
+// however long the outage): a connection that could not be opened (dial
+// errors, and a broker that would not let the client in), a connection or
+// channel lost before the confirm (an I/O error, the broker shutting down
+// with 320 CONNECTION_FORCED), and a confirm that did not come before ctx
+// ended. A channel the broker closed for another reason, a nack and an
+// unroutable message are refusals, retried until RelayConfig.MaxAttempts. It fails with an
 // [outbox.PermanentError] wrapping [ErrRefused], which the relay does not
 // retry, when the broker closed the channel because the exchange does not
 // exist or may not be published to: every message of the Publisher goes
@@ -261,7 +270,7 @@ func (p *Publisher) send(ctx context.Context, ch *amqp.Channel, round []outbox.M
 			case r, ok := <-returns:
 				returned(r, ok)
 			case <-ctx.Done():
-				errs[i] = fmt.Errorf("amqppub: no confirm: %w", ctx.Err())
+				errs[i] = outbox.Unavailable(fmt.Errorf("amqppub: no confirm: %w", ctx.Err()))
 				break wait
 			}
 		}
@@ -273,13 +282,20 @@ func (p *Publisher) send(ctx context.Context, ch *amqp.Channel, round []outbox.M
 			}
 		}
 	}
-	if ch.IsClosed() {
-		if reason := p.closeReason(ctx); reason != nil && (reason.Code == amqp.NotFound || reason.Code == amqp.AccessRefused) {
-			for i, err := range errs {
-				if errors.Is(err, ErrConnection) {
-					errs[i] = outbox.Permanent(fmt.Errorf("%w %q: %w", ErrRefused, p.o.exchange, reason))
-				}
-			}
+	var reason *amqp.Error // why the broker closed the channel, if it did
+	closed := ch.IsClosed()
+	if closed {
+		reason = p.closeReason(ctx)
+	}
+	for i, err := range errs {
+		if !errors.Is(err, ErrConnection) || outbox.IsUnavailable(err) {
+			continue
+		}
+		switch {
+		case reason != nil && (reason.Code == amqp.NotFound || reason.Code == amqp.AccessRefused):
+			errs[i] = outbox.Permanent(fmt.Errorf("%w %q: %w", ErrRefused, p.o.exchange, reason))
+		case !closed || lost(reason):
+			errs[i] = outbox.Unavailable(err)
 		}
 	}
 	for returns != nil {
@@ -291,6 +307,16 @@ func (p *Publisher) send(ctx context.Context, ch *amqp.Channel, round []outbox.M
 		}
 	}
 	return errs
+}
+
+// lost reports whether a channel closed for reason was lost with its
+// connection rather than closed by a broker that refused something of a
+// message: no reason, a reason of the client's (an I/O error), or the
+// broker closing the connection (320 CONNECTION_FORCED: shutting down).
+// A broker that closed the channel for another reason (406
+// PRECONDITION_FAILED, say) refused the message.
+func lost(reason *amqp.Error) bool {
+	return reason == nil || !reason.Server || reason.Code == amqp.ConnectionForced
 }
 
 // closeReason returns why the broker closed the channel, nil if it did not

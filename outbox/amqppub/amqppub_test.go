@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/idemgo/idem/outbox"
 	"github.com/idemgo/idem/outbox/amqppub"
 	"github.com/idemgo/idem/outbox/outboxtest"
+	"github.com/idemgo/idem/pgstore/pgstoretest"
 )
 
 func TestMain(m *testing.M) {
@@ -239,7 +241,8 @@ func (p *proxy) setDown(down bool) {
 }
 
 // TestRedialsAfterTheBrokerWasDown: while the broker cannot be reached,
-// Publish fails; once it can, the next Publish dials again and succeeds.
+// Publish fails, as unavailable (no attempt of the message); once it can,
+// the next Publish dials again and succeeds.
 func TestRedialsAfterTheBrokerWasDown(t *testing.T) {
 	t.Parallel()
 	conn := dial(t)
@@ -259,8 +262,8 @@ func TestRedialsAfterTheBrokerWasDown(t *testing.T) {
 	}
 	px.setDown(true)
 	for _, id := range []string{"down-1", "down-2"} {
-		if err := pub.Publish(ctx, msg(id)); !errors.Is(err, amqppub.ErrConnection) {
-			t.Errorf("Publish while the broker is down = %v, want ErrConnection", err)
+		if err := pub.Publish(ctx, msg(id)); !errors.Is(err, amqppub.ErrConnection) || !outbox.IsUnavailable(err) {
+			t.Errorf("Publish while the broker is down = %v, want ErrConnection, unavailable", err)
 		}
 	}
 	px.setDown(false)
@@ -279,6 +282,79 @@ func TestRedialsAfterTheBrokerWasDown(t *testing.T) {
 	if strings.Join(ids, ",") != "before,after" {
 		t.Errorf("received %q, want before and after", ids)
 	}
+}
+
+// TestRelayThroughABrokerOutage: the broker cannot be reached (the proxy
+// cuts the relay's connections and refuses new ones) for several failed
+// publishes, more than MaxAttempts (2) would allow were they counted, while
+// messages are enqueued before, during and after. No row dies; once the
+// broker is back the queue gets every message, each key's in order.
+func TestRelayThroughABrokerOutage(t *testing.T) {
+	t.Parallel()
+	conn := dial(t)
+	q := declareQueue(t, conn)
+	got := consume(t, conn, q)
+	u, err := url.Parse(amqpURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newProxy(t, u.Host)
+	u.Host = px.l.Addr().String()
+	pool := pgstoretest.Pool(t, 4)
+	table := outboxtest.Table(t, pool)
+	var sent, failedCalls atomic.Int64
+	relay, err := outbox.NewRelay(pool, newPublisher(t, u.String()), outbox.RelayConfig{
+		Table: table, BatchSize: 20, MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+		PublishTimeout: 5 * time.Second, MaxAttempts: 2,
+		Observer: func(_ context.Context, e outbox.Event) {
+			sent.Add(int64(e.Sent))
+			if e.Op == outbox.OpPublish && e.Failed > 0 {
+				failedCalls.Add(1)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	outboxtest.RunRelay(t, relay)
+	await := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(outboxtest.Timeout); !cond(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s within %v", what, outboxtest.Timeout)
+			}
+		}
+	}
+	msgs, want := outboxtest.Messages(150, 5, q)
+	outboxtest.Enqueue(t, pool, table, msgs[:50], 2)
+	await("50 sent", func() bool { return sent.Load() >= 50 })
+	px.setDown(true)
+	outboxtest.Enqueue(t, pool, table, msgs[50:100], 2)
+	await("4 failed publishes", func() bool { return failedCalls.Load() >= 4 })
+	px.setDown(false)
+	outboxtest.Enqueue(t, pool, table, msgs[100:], 2)
+	outboxtest.AwaitPending(t, pool, table, 0)
+	dead, err := outbox.Dead(publishCtx(t), pool, table, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dead {
+		t.Errorf("dead row %s after %d attempts: %s", d.Message.ID, d.Attempts, d.LastError)
+	}
+	var ids []string
+	seen := map[string]bool{}
+	timeout := time.After(outboxtest.Timeout)
+	for len(seen) < len(msgs) {
+		select {
+		case r := <-got:
+			ids = append(ids, r.ID)
+			seen[r.ID] = true
+		case <-timeout:
+			t.Fatalf("received %d distinct of %d messages", len(seen), len(msgs))
+		}
+	}
+	dups := outboxtest.CheckOrder(t, want, ids)
+	t.Logf("%d failed publishes, %d duplicates", failedCalls.Load(), dups)
 }
 
 func TestNewRefusesBadArguments(t *testing.T) {

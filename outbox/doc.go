@@ -68,7 +68,7 @@
 //
 // When no
 // message of a batch is accepted (the broker is down) it backs off,
-// exponentially with jitter. A batch holds at most RelayConfig.BatchSize
+// exponentially with jitter, for as long as that lasts. A batch holds at most RelayConfig.BatchSize
 // rows and RelayConfig.MaxBatchBytes (4 MiB) of payload, and at least one
 // row; [Enqueue] refuses a payload over Config.MaxPayload (1 MiB by
 // default) with [ErrTooLarge], so that the relay's memory stays bounded.
@@ -78,7 +78,21 @@
 //
 // # Failed rows and dead rows
 //
-// A row whose publication failed records the attempt (attempts,
+// A failure counts as an attempt of a message only if it says something
+// about the message: a refusal of a broker that answered. A failure that
+// says the broker could not be reached (the Publisher wrapped it with
+// [Unavailable]: a dial error, a lost connection, a cluster without a
+// leader), or a message that got no answer before
+// RelayConfig.PublishTimeout, is not the message's: its row is not
+// charged, keeps no error and waits out no backoff of its own. The relay
+// backs off as a whole instead, and tries again; OpPublish events count
+// such failures (Event.Unavailable), OpBackoff events and the log say
+// why. So during a broker outage, however long, an operator sees the
+// backlog grow (Lag.Pending, Lag.OldestPending), the backoffs and the
+// warnings, and no dead row; once the broker is back the relay publishes
+// the backlog, each key's in order, and nobody redrives anything.
+//
+// A row whose publication was refused records the attempt (attempts,
 // last_error) and waits out a backoff of its own (next_attempt_at:
 // MinBackoff doubled at each failure, at most MaxBackoff, with jitter).
 // While it waits, the later rows of its key wait too, and every other key
@@ -87,8 +101,8 @@
 // one Publish, only the first is charged an attempt: the later ones failed
 // behind it.
 //
-// A row that failed RelayConfig.MaxAttempts times (50 by default: with the
-// default backoffs, four to seven minutes of failures), or once with an error
+// A row refused RelayConfig.MaxAttempts times (50 by default: with the
+// default backoffs, four to seven minutes of refusals), or once with an error
 // its Publisher wrapped with [Permanent] (too large, a destination that
 // does not exist, not authorised), is dead: the relay moves it to the
 // table's dead rows, <table>_dead, with its last error, reports it (OpDead,
@@ -101,8 +115,7 @@
 // its key's order, and the events, the logs and [Dead] say where. [Redrive]
 // puts a dead row back, with its id, once the cause is mended: it is
 // published after the messages of its key that went on without it.
-// [Discard] deletes it. A broker outage longer than the attempts allow
-// makes dead rows of the messages tried during it: redrive them.
+// [Discard] deletes it.
 //
 // # Several relays, and the order of a key's messages
 //

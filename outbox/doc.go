@@ -66,9 +66,9 @@
 // and an idle outbox at most PollInterval of latency (50ms on average by
 // default). Config.Notify buys that latency back where writers are few.
 //
-// When no
-// message of a batch is accepted (the broker is down) it backs off,
-// exponentially with jitter, for as long as that lasts. A batch holds at most RelayConfig.BatchSize
+// When no message of a batch is accepted because the broker cannot be
+// reached, it backs off, exponentially with jitter, for as long as that
+// lasts. A batch holds at most RelayConfig.BatchSize
 // rows and RelayConfig.MaxBatchBytes (4 MiB) of payload, and at least one
 // row; [Enqueue] refuses a payload over Config.MaxPayload (1 MiB by
 // default) with [ErrTooLarge], so that the relay's memory stays bounded.
@@ -97,7 +97,9 @@
 // MinBackoff doubled at each failure, at most MaxBackoff, with jitter).
 // While it waits, the later rows of its key wait too, and every other key
 // is published: a batch is read without the keys that wait, so rows the
-// broker keeps refusing never fill it. Of the failed messages of a key in
+// broker keeps refusing never fill it, and the relay itself does not wait
+// after a batch the broker refused (no OpBackoff), so a message of another
+// key is published at the next read. Of the failed messages of a key in
 // one Publish, only the first is charged an attempt: the later ones failed
 // behind it.
 //

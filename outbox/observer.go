@@ -17,9 +17,12 @@ const (
 	// [Unavailable]: no attempt counted); Event.Duration is the Publish
 	// call's.
 	OpPublish Op = iota + 1
-	// OpBackoff: nothing of a batch was published (the broker is down, or
-	// refused every message); the relay waits Event.Duration before
-	// trying again (Event.Err is the first failure).
+	// OpBackoff: nothing of a batch was published because the broker
+	// could not be reached (or the Publish call failed as a whole); the
+	// relay waits Event.Duration before trying again (Event.Err is the
+	// first failure). A batch the broker refused, message by message, makes
+	// no OpBackoff: those rows wait out their own backoffs, the relay
+	// does not.
 	OpBackoff
 	// OpLag: the outbox's backlog, sampled every RelayConfig.LagInterval:
 	// Event.Pending messages wait, the oldest for Event.OldestPending, and

@@ -93,11 +93,16 @@ type RelayConfig struct {
 	// attempt: it is retried after the relay's backoff. Default 30s.
 	PublishTimeout time.Duration
 
-	// MinBackoff and MaxBackoff bound the wait after a batch of which no
-	// message was published (the broker is down, say, for as long as it
-	// stays down) and after a lost database session: it starts at MinBackoff and doubles, with jitter,
-	// up to MaxBackoff, and resets once a message is published. They bound
-	// the backoff of a failed row (see MaxAttempts) the same way. Defaults
+	// MinBackoff and MaxBackoff bound the relay's wait after a batch of
+	// which no message was published because the broker could not be
+	// reached (a failure the Publisher marks [Unavailable], a Publish that
+	// ran out of time or failed as a whole), for as long as it stays away,
+	// and after a lost database session: it starts at MinBackoff and
+	// doubles, with jitter, up to MaxBackoff, and resets once a message is
+	// published. They bound the backoff of a failed row (see MaxAttempts)
+	// the same way. A batch whose messages the broker refused, each for
+	// itself, does not make the relay wait: those rows wait out their own
+	// backoffs, and the next batch holds the rows of other keys. Defaults
 	// 100ms and 10s.
 	MinBackoff, MaxBackoff time.Duration
 
@@ -740,7 +745,10 @@ func readRows(br pgx.BatchResults, marks, kill, batch int) (_ []row, dead int, _
 
 // publish hands rows to the Publisher, notes which were published (to
 // mark with the next read) and which failed, and reports whether all were
-// published. When none was, the relay backs off. A row whose headers cannot
+// published. When none was because the broker could not be reached, or the
+// call failed as a whole, the relay backs off as a whole; when the broker
+// refused the messages each for itself, it does not (their rows wait out
+// their own backoffs, see RelayConfig.MaxAttempts). A row whose headers cannot
 // be decoded fails without being published, and holds back the later rows
 // of its key.
 //
@@ -790,7 +798,7 @@ func (s *session) publish(ctx context.Context, rows []row) bool {
 		cancel()
 	}
 	elapsed := time.Since(start)
-	sent, failed, unavailable := 0, undecodable, 0
+	sent, failed, unavailable, charged := 0, undecodable, 0, undecodable
 	for i, err := range errs {
 		if err == nil {
 			r.pending.sent = append(r.pending.sent, ok[i].id)
@@ -812,6 +820,7 @@ func (s *session) publish(ctx context.Context, rows []row) bool {
 			continue // behind a failure of its key; a permanent one is its own
 		default:
 			r.noteFailed(ok[i].id, err)
+			charged++
 		}
 		if key != "" {
 			if blocked == nil {
@@ -828,6 +837,15 @@ func (s *session) publish(ctx context.Context, rows []row) bool {
 		s.published = true
 		s.failures = 0
 		return failed == 0
+	}
+	if unavailable == 0 && !whole && charged > 0 {
+		// The broker answered, refusing messages each for itself: every
+		// failed key has a row charged, which waits out its own backoff
+		// (or is dead), and the next read passes its key by. Waiting here
+		// would hold back the other keys for a few poison rows.
+		r.cfg.Logger.WarnContext(ctx, "outbox: the broker refused messages; each waits out its own backoff",
+			slog.String("table", r.t.name), slog.Int("messages", failed), slog.Any("error", firstErr))
+		return false
 	}
 	wait := r.backoff(s.failures)
 	s.failures++

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -188,9 +189,16 @@ func unavailable(err error) bool {
 // not reachable); false only when JetStream says no stream takes the
 // subject, a refusal the relay charges to the message.
 func (p *Publisher) streamTakes(ctx context.Context, subject string) bool {
+	// A server still loading its streams may not answer at all: the
+	// question must not hold the call until ctx ends.
+	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	defer cancel()
 	_, err := p.js.StreamNameBySubject(ctx, subject)
 	return !errors.Is(err, jetstream.ErrStreamNotFound)
 }
+
+// lookupTimeout bounds the question of [Publisher.streamTakes].
+const lookupTimeout = 2 * time.Second
 
 // permanent reports whether JetStream refused a message for itself, so
 // that publishing it again would fail again: it is larger than its stream

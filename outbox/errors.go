@@ -37,6 +37,8 @@ func dbError(op string, err error) error {
 			return fmt.Errorf("outbox: %s: %w: %w", op, ErrUnavailable, err)
 		case pgErr.Code == "42P01": // undefined_table
 			return fmt.Errorf("outbox: %s: the outbox table is missing (run outbox.Migrate): %w", op, err)
+		case pgErr.Code == "42703": // undefined_column: a table of an earlier version
+			return fmt.Errorf("outbox: %s: the outbox table is of an earlier version (run outbox.Migrate): %w", op, err)
 		}
 		return fmt.Errorf("outbox: %s: %w", op, err)
 	}

@@ -64,6 +64,7 @@ type runConfig struct {
 	RedisRestarts int // crashes and restarts of the harness's redis-server
 	PGTerminates  int // rounds of pg_terminate_backend on the consumers' connections
 	BrokerDrops   int // rounds of cutting every broker connection
+	BrokerKills   int // crashes (SIGKILL) and restarts of a broker node: Kafka's, the node leading a partition
 
 	PublishOver time.Duration // publishing is spread over this long; faults land in it too
 

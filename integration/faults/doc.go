@@ -1,11 +1,11 @@
 // Command faults is idem's fault suite: it runs consumer processes against
 // a real broker and a real store, kills them with SIGKILL at every point of
-// a message's handling, crashes and restarts the store, terminates the
-// consumers' PostgreSQL backends and cuts their broker connections, and
-// counts the side effects in a PostgreSQL ledger: exactly one per message
-// where idem promises it, and no message lost anywhere. FAULTS.md at the
-// root of the repository holds the table of runs and what each kill point
-// does to each store and mode.
+// a message's handling, crashes and restarts the store and Kafka's nodes,
+// terminates the consumers' PostgreSQL backends and cuts their broker
+// connections, and counts the side effects in a PostgreSQL ledger: exactly
+// one per message where idem promises it, and no message lost anywhere.
+// FAULTS.md at the root of the repository holds the table of runs and
+// what each kill point does to each store and mode.
 //
 //	make faults                                          # every profile run: under 15 minutes
 //	cd integration && go run ./faults -profile short     # what make test runs (TestShortProfile; Kafka: pgtx-tx only)
@@ -34,11 +34,28 @@
 // On Kafka that is every partition's committed offset (kafkapg: the offset
 // stored in PostgreSQL) at its end offset.
 //
-// Kafka is a kfake cluster the harness starts for each run as a process of
-// its own (this binary, `faults kfake`), three brokers on loopback ports.
-// Each broker advertises the address of the harness's proxy in front of
-// it, so the consumers, which connect to the brokers the metadata names,
-// reach every broker through a proxy the harness can cut.
+// Kafka is an Apache Kafka cluster the harness starts for each run: three
+// KRaft nodes (each broker and controller), each the process of
+// `scripts/kafka.sh run DIR` (found in the working directory or above it,
+// or at $IDEMFAULTS_KAFKA_SH; the Kafka runs fail if Apache Kafka is not
+// installed: run scripts/services.sh), on loopback ports of the run's own
+// with its data in the run's directory, never the machine's shared broker.
+// The run's topic has 6 partitions, each replicated on every node, with
+// min.insync.replicas=2; the harness publishes with acks=all and franz-go's
+// idempotent producer, so a crash neither loses an acknowledged record
+// nor writes a retried one twice, and the run fails if the topic does not
+// hold exactly the records published. Each node advertises the address of
+// the harness's proxy in front of it to clients, so the consumers, which
+// connect to the brokers the metadata names, reach every node through a
+// proxy the harness can cut; the nodes replicate on a listener no proxy
+// cuts.
+//
+// Meanwhile the harness crashes Kafka itself: it SIGKILLs the node leading
+// a partition of the run's topic, while records flow, starts it again on
+// the same ports with the same data, and goes on once the node answers and
+// every replica is in sync again (a few seconds). The partitions it led,
+// and the group's coordinator if it was there, move to the others, and
+// producer and consumers find the new leaders.
 //
 // The stores: pgstore (records in PostgreSQL), pgstore's TxGuard (the side
 // effect and the outcome in one transaction), redisstore on a
@@ -60,7 +77,9 @@
 // side effect to its stored outcome (with memstore: its ack), was open when
 // its process died, or whose side effect or outcome write failed with an
 // unknown result (a terminated backend, a restarted Redis), or whose
-// stored outcome a Redis restart lost; one per such event. Redis with
+// stored outcome a Redis restart lost; one per such event. A Kafka crash
+// opens no window of its own: it cuts connections, moves leaders and
+// rebalances the group, and what comes again is answered from the store. Redis with
 // appendfsync always loses no stored outcome in a restart; without
 // appendonly, the outcomes it lost and when they were stored are reported.
 // Every kill point of the run's mode is hit at least once.
@@ -73,6 +92,8 @@
 // transaction: duplicates).
 //
 // Environment: IDEM_POSTGRES_URL and the brokers' variables (IDEM_NATS_URL,
-// IDEM_AMQP_URL) as for the tests; IDEMFAULTS_KEEP=1 keeps each run's
-// ledger schema, consumer logs and event log.
+// IDEM_AMQP_URL) as for the tests; IDEMFAULTS_KAFKA_SH names
+// scripts/kafka.sh; IDEMFAULTS_KEEP=1 keeps each run's ledger schema,
+// consumer logs, event log (with the crashes: which node, how long it took
+// to come back) and Kafka nodes' logs and data.
 package main

@@ -47,13 +47,27 @@ type broker interface {
 	close(ctx context.Context) error
 }
 
+// crasher is a broker the harness runs itself, which it can crash: kill a
+// node with SIGKILL while records flow and start it again on the same
+// ports with the same data. crash returns once the broker is whole again,
+// saying what it did.
+type crasher interface {
+	crash(ctx context.Context) (string, error)
+}
+
+// logger is a broker that can say how many messages its log holds: as
+// many as were published, when a crash neither lost an acknowledged one
+// nor wrote a producer's retry twice.
+type logger interface {
+	logged(ctx context.Context) (int, error)
+}
+
 // brokers are the brokers built into the harness, by name.
 var brokers = map[string]func(run string) (broker, error){}
 
 // brokerEnv is what a broker's setup may use of the run.
 type brokerEnv struct {
 	proxies []string      // the proxies' addresses, in the order of upstreams
-	cmd     []string      // the harness's command for a server process of its own (faults kfake)
 	dir     string        // the run's directory
 	db      *pgxpool.Pool // the harness's PostgreSQL
 	offsets string        // schema.table of the consumed offsets kept in PostgreSQL (kafkapg), or ""
@@ -62,7 +76,6 @@ type brokerEnv struct {
 // harness is what every run shares.
 type harness struct {
 	consumerCmd []string // the command that starts a consumer process
-	kfakeCmd    []string // the command that starts a Kafka cluster process (faults kfake)
 	pgURL       string
 	dir         string    // runs' files: consumer logs, redis data
 	out         io.Writer // progress
@@ -102,6 +115,7 @@ type run struct {
 	lostAt       map[string]time.Time // key → the crash that lost its outcome
 	pgTerminated int
 	brokerDrops  int
+	brokerKills  int
 	procWG       sync.WaitGroup
 }
 
@@ -136,9 +150,11 @@ func (h *harness) runOne(ctx context.Context, cfg runConfig) (*report, error) {
 		return nil, err
 	}
 	defer r.teardown()
+	began := time.Now()
 	if err := r.setup(ctx); err != nil {
 		return nil, err
 	}
+	r.evs = append(r.evs, event{at: time.Now(), kind: evSetup, detail: time.Since(began).Round(100 * time.Millisecond).String()})
 	return r.execute(ctx)
 }
 
@@ -173,7 +189,7 @@ func (r *run) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	env := brokerEnv{cmd: r.h.kfakeCmd, dir: filepath.Join(r.h.dir, r.id), db: r.h.db}
+	env := brokerEnv{dir: filepath.Join(r.h.dir, r.id), db: r.h.db}
 	for _, up := range ups {
 		px, err := newProxy(up)
 		if err != nil {
@@ -274,9 +290,18 @@ func (r *run) execute(ctx context.Context) (*report, error) {
 	if err != nil {
 		return nil, err
 	}
+	logged := -1
+	if l, ok := r.b.(logger); ok {
+		if logged, err = l.logged(cctx); err != nil {
+			return nil, err
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rep := r.analyze(effects, unsettled, elapsed)
+	if logged >= 0 && logged != r.published {
+		rep.fail("the broker's log holds %d messages, %d were published: a crash lost acknowledged ones or a retry wrote one twice", logged, r.published)
+	}
 	if !settled {
 		rep.fail("the run did not settle within %v", r.cfg.Timeout)
 	}
@@ -382,6 +407,11 @@ func (r *run) injectFaults(ctx context.Context, start time.Time, window time.Dur
 	}
 	add(r.cfg.PGTerminates, "pg")
 	add(r.cfg.BrokerDrops, "broker")
+	// Broker crashes come in the middle of the window: records flow
+	// before, during and after each.
+	for range r.cfg.BrokerKills {
+		fs = append(fs, fault{window/4 + time.Duration(mrand.Int64N(int64(window/2))), "crash"})
+	}
 	slices.SortFunc(fs, func(a, b fault) int { return int(a.at - b.at) })
 	for _, f := range fs {
 		pace(ctx, start, f.at)
@@ -404,6 +434,8 @@ func (r *run) injectFaults(ctx context.Context, start time.Time, window time.Dur
 			r.mu.Lock()
 			r.brokerDrops += n
 			r.mu.Unlock()
+		case "crash":
+			err = r.crashBroker(ctx)
 		}
 		if err != nil {
 			return err
@@ -505,8 +537,12 @@ func (r *run) logPath(n int) string {
 	return filepath.Join(r.h.dir, r.id, "consumer-"+strconv.Itoa(n)+".log")
 }
 
-// evExit is the harness's own event: the process ended.
-const evExit = "exit"
+// The harness's own events.
+const (
+	evExit       = "exit"        // the process ended
+	evSetup      = "setup"       // the run's servers are up, after detail
+	evBrokerKill = "broker-kill" // a broker node was crashed and restarted: detail says which and how long it took
+)
 
 func (r *run) record(ev event) {
 	r.mu.Lock()
@@ -526,7 +562,9 @@ func (r *run) dumpEvents() {
 		return
 	}
 	defer f.Close()
-	for _, ev := range r.evs {
+	evs := slices.Clone(r.evs)
+	slices.SortStableFunc(evs, func(a, b event) int { return a.at.Compare(b.at) })
+	for _, ev := range evs {
 		fmt.Fprintf(f, "%s p%d %s %s %s\n", ev.at.Format("15:04:05.000000"), ev.proc, ev.kind, ev.key, ev.detail)
 	}
 }
@@ -604,6 +642,25 @@ func (r *run) awaitSettled(ctx context.Context) bool {
 		case <-tick.C:
 		}
 	}
+}
+
+// crashBroker crashes a node of the run's broker and starts it again (see
+// crasher), and records it.
+func (r *run) crashBroker(ctx context.Context) error {
+	c, ok := r.b.(crasher)
+	if !ok {
+		return fmt.Errorf("the %s broker cannot be crashed by the harness", r.b.name())
+	}
+	at := time.Now()
+	what, err := c.crash(ctx)
+	if err != nil {
+		return fmt.Errorf("crashing %s: %w", r.b.name(), err)
+	}
+	r.mu.Lock()
+	r.brokerKills++
+	r.evs = append(r.evs, event{at: at, kind: evBrokerKill, detail: what})
+	r.mu.Unlock()
+	return nil
 }
 
 // terminateBackends terminates every PostgreSQL backend of the run's

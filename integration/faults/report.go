@@ -22,6 +22,7 @@ type report struct {
 	RedisRestarts int
 	PGTerminated  int // backends
 	BrokerDrops   int // connections cut
+	BrokerKills   int // broker nodes crashed and restarted
 	StoreErrors   int // side effects or outcome writes whose result was unknown or refused
 
 	EffectsMin, EffectsMax int
@@ -63,7 +64,7 @@ func (r *run) analyze(effects map[string]int, unsettled int, elapsed time.Durati
 	keys := r.keys
 	rep := &report{cfg: r.cfg, Messages: len(keys), Published: r.published, Unsettled: unsettled, Elapsed: elapsed,
 		Kills: map[string]int{}, PlannedKill: map[string]int{},
-		RedisRestarts: len(r.restarts), PGTerminated: r.pgTerminated, BrokerDrops: r.brokerDrops}
+		RedisRestarts: len(r.restarts), PGTerminated: r.pgTerminated, BrokerDrops: r.brokerDrops, BrokerKills: r.brokerKills}
 	for _, p := range r.cfg.points() {
 		rep.PlannedKill[p] = r.cfg.KillsPerPoint
 	}
@@ -218,9 +219,9 @@ func (r *report) line() string {
 	if r.ConsumerErrors > 0 {
 		verdict = fmt.Sprintf("%d consumers gave up with an error and were replaced; %s", r.ConsumerErrors, verdict)
 	}
-	s := fmt.Sprintf("%-34s msgs %d (+%d dup) deliveries %d kills %d [%s] restarts %d pg-terminated %d drops %d | effects/key %d..%d dup %d (explained %d) refused %d lost %d | %v | %s",
+	s := fmt.Sprintf("%-34s msgs %d (+%d dup) deliveries %d kills %d [%s] restarts %d pg-terminated %d drops %d broker-crashes %d | effects/key %d..%d dup %d (explained %d) refused %d lost %d | %v | %s",
 		r.cfg.Name, r.Messages, r.Published-r.Messages, r.Deliveries, r.totalKills(), r.killsString(), r.RedisRestarts,
-		r.PGTerminated, r.BrokerDrops, r.EffectsMin, r.EffectsMax, r.Duplicates, r.Explained, r.Refused, r.Lost,
+		r.PGTerminated, r.BrokerDrops, r.BrokerKills, r.EffectsMin, r.EffectsMax, r.Duplicates, r.Explained, r.Refused, r.Lost,
 		r.Elapsed.Round(100*time.Millisecond), verdict)
 	if r.LossWindow != "" {
 		s += "\n    Redis " + r.LossWindow
@@ -243,7 +244,7 @@ func (r *report) markdownRow() string {
 		what string
 	}{
 		{r.RedisRestarts, "Redis restarts"}, {r.PGTerminated, "backends terminated"},
-		{r.BrokerDrops, "broker connections cut"}, {r.StoreErrors, "writes with unknown result"},
+		{r.BrokerDrops, "broker connections cut"}, {r.BrokerKills, "broker nodes crashed"}, {r.StoreErrors, "writes with unknown result"},
 	} {
 		if f.n > 0 {
 			faults = append(faults, fmt.Sprintf("%s %d", f.what, f.n))

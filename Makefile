@@ -53,11 +53,12 @@ bench:
 # processes killed with SIGKILL at every point of a message's handling,
 # Redis crashed and restarted, the consumers' PostgreSQL backends
 # terminated and their broker connections cut, on every broker (Kafka: a
-# kfake cluster the harness starts as a process of its own) and store;
-# under 15 minutes. Its short profile, without Kafka, is
-# integration/faults's TestShortProfile, which the unit step of make test
-# runs with the rest of the integration module. FAULTS_MD=file also writes
-# the table of runs.
+# 3-node Apache Kafka cluster the harness starts for each run with
+# scripts/kafka.sh, whose partition leaders it SIGKILLs and restarts) and
+# store; under 15 minutes. Its short profile, with Kafka's kafkapg run
+# only, is integration/faults's TestShortProfile, which the unit step of
+# make test runs with the rest of the integration module. FAULTS_MD=file
+# also writes the table of runs.
 .PHONY: faults
 faults: services
 	cd integration && go run ./faults -profile full $(if $(FAULTS_MD),-md $(abspath $(FAULTS_MD)))

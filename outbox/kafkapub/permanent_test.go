@@ -4,19 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"fmt"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/outbox"
-	"github.com/idemgo/idem/outbox/kafkapub"
 	"github.com/idemgo/idem/outbox/outboxtest"
 	"github.com/idemgo/idem/pgstore/pgstoretest"
 )
@@ -44,8 +39,8 @@ func TestARecordTooLargeIsPermanent(t *testing.T) {
 		{"by the client", nil},
 		{"by the broker", brokerSide},
 	} {
-		pub := permanentPublisher(t, brokers, tc.opts...)
-		topic := permanentTopic(t, brokers)
+		pub := newPublisher(t, newClient(t, brokers, tc.opts...))
+		topic := topic(t, brokers, 1)
 		err := pub.Publish(ctx, []outbox.Message{
 			{ID: "big-" + run, Destination: topic, Key: "a", Payload: big},
 			{ID: "small-" + run, Destination: topic, Key: "b", Payload: []byte("s")},
@@ -56,9 +51,9 @@ func TestARecordTooLargeIsPermanent(t *testing.T) {
 		}
 	}
 
-	pub := permanentPublisher(t, brokers, brokerSide...)
-	topic := permanentTopic(t, brokers)
-	got := permanentConsume(t, brokers, topic)
+	pub := newPublisher(t, newClient(t, brokers, brokerSide...))
+	topic := topic(t, brokers, 1)
+	got := consume(t, brokers, topic)
 	pool := pgstoretest.Pool(t, 4)
 	table := outboxtest.Table(t, pool)
 	msgs, want := outboxtest.Messages(20, 3, topic)
@@ -87,100 +82,11 @@ func TestARecordTooLargeIsPermanent(t *testing.T) {
 	ids := make([]string, 0, 20)
 	for len(ids) < 20 {
 		select {
-		case id := <-got:
-			ids = append(ids, id)
+		case r := <-got:
+			ids = append(ids, r.ID)
 		case <-ctx.Done():
 			t.Fatalf("consumed %d of the 20 good records", len(ids))
 		}
 	}
 	outboxtest.CheckOrder(t, want, ids)
-}
-
-// permanentPublisher returns a Publisher over a client of brokers with
-// opts, closed when t ends.
-func permanentPublisher(t *testing.T, brokers []string, opts ...kgo.Opt) *kafkapub.Publisher {
-	t.Helper()
-	cl := permanentClient(t, brokers, opts...)
-	pub, err := kafkapub.New(cl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pub
-}
-
-func permanentClient(t *testing.T, brokers []string, opts ...kgo.Opt) *kgo.Client {
-	t.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	return cl
-}
-
-// permanentTopic creates a topic of one partition of t's own, deleted when
-// t ends, and returns its name.
-func permanentTopic(t *testing.T, brokers []string) string {
-	t.Helper()
-	name := "idemtest.permanent." + outboxtest.NewRunID()
-	cl := permanentClient(t, brokers)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	req := kmsg.NewPtrCreateTopicsRequest()
-	req.TimeoutMillis = 30000
-	rt := kmsg.NewCreateTopicsRequestTopic()
-	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, 1, 1
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, cl)
-	if err == nil {
-		err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
-	}
-	if err != nil {
-		t.Fatalf("create topic %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		req := kmsg.NewPtrDeleteTopicsRequest()
-		req.TimeoutMillis = 30000
-		rt := kmsg.NewDeleteTopicsRequestTopic()
-		rt.Topic = kmsg.StringPtr(name)
-		req.Topics = append(req.Topics, rt)
-		resp, err := req.RequestWith(ctx, cl)
-		if err == nil {
-			err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
-		}
-		if err != nil { // a topic left behind costs the broker a little disk
-			t.Logf("delete topic %s: %v", name, err)
-		}
-	})
-	return name
-}
-
-// permanentConsume reads topic from its start and sends the outbox IDs of
-// its records on the channel returned, until t ends.
-func permanentConsume(t *testing.T, brokers []string, topic string) <-chan string {
-	t.Helper()
-	cl := permanentClient(t, brokers, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	ctx, cancel := context.WithCancel(context.Background())
-	got := make(chan string, 1000)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for ctx.Err() == nil {
-			cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
-				id := fmt.Sprintf("(no %s header)", kafkapub.DefaultIDHeader)
-				for _, h := range r.Headers {
-					if h.Key == kafkapub.DefaultIDHeader {
-						id = string(h.Value)
-					}
-				}
-				select {
-				case got <- id:
-				case <-ctx.Done():
-				}
-			})
-		}
-	})
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	return got
 }

@@ -196,7 +196,7 @@ func (r *run) setup(ctx context.Context) error {
 			return err
 		}
 		r.pxs = append(r.pxs, px)
-		env.proxies = append(env.proxies, px.addr())
+		env.proxies = append(env.proxies, px.Addr())
 	}
 	var offsets string
 	if r.cfg.Broker == "kafka" && r.cfg.Store == storePGTx {
@@ -236,7 +236,7 @@ func (r *run) teardown() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, px := range r.pxs {
-		px.close()
+		px.Close()
 	}
 	if r.rs != nil {
 		r.rs.crash()
@@ -429,7 +429,7 @@ func (r *run) injectFaults(ctx context.Context, start time.Time, window time.Dur
 		case "broker":
 			n := 0
 			for _, px := range r.pxs {
-				n += px.drop()
+				n += px.Drop()
 			}
 			r.mu.Lock()
 			r.brokerDrops += n

@@ -87,10 +87,18 @@ func (p *Policy[M]) SetLogger(l *slog.Logger) {
 // or double scope decision are errors, all reported at once, each starting
 // with names.Pkg.
 func Build[O any, F ~func(*O), M any](o *O, p *Policy[M], names Names, g *idem.Guard, opts []F) error {
-	p.names = names
 	if g == nil {
 		return fmt.Errorf("%s: New: Guard is nil", names.Pkg)
 	}
+	Apply(o, p, names, opts)
+	return p.Finish(g, g.Config())
+}
+
+// Apply applies opts to o, whose Policy is p, recording the errors of the
+// options for [Policy.Finish]: the first half of [Build], for an adapter
+// that checks more of its own between the two (p.Fail).
+func Apply[O any, F ~func(*O), M any](o *O, p *Policy[M], names Names, opts []F) {
+	p.names = names
 	for _, opt := range opts {
 		if opt == nil {
 			p.Fail("New: nil Option")
@@ -98,6 +106,15 @@ func Build[O any, F ~func(*O), M any](o *O, p *Policy[M], names Names, g *idem.G
 		}
 		opt(o)
 	}
+}
+
+// Finish checks the scope decision and returns every error recorded, each
+// starting with the adapter's package name; when there is none, the Policy
+// is ready, over the Guard g (nil for an adapter that runs its operations
+// with another executor, such as a TxGuard) and its configuration cfg,
+// whose key checks and logger it uses.
+func (p *Policy[M]) Finish(g *idem.Guard, cfg idem.Config) error {
+	names := p.names
 	switch {
 	case p.scope == nil && !p.sharedScope:
 		p.Fail("New: no scope decision. Pass WithScope(func(%s) string), naming the principal "+
@@ -115,15 +132,25 @@ func Build[O any, F ~func(*O), M any](o *O, p *Policy[M], names Names, g *idem.G
 	if err := errors.Join(p.errs...); err != nil {
 		return err
 	}
-	p.g, p.cfg, p.errs = g, g.Config(), nil
+	p.g, p.cfg, p.errs = g, cfg, nil
 	if p.keyName == "" {
 		p.keyName = names.Key
 	}
 	if p.logger == nil {
-		p.logger = p.cfg.Logger
+		p.logger = cfg.Logger
+	}
+	if p.logger == nil {
+		p.logger = slog.New(slog.DiscardHandler)
 	}
 	return nil
 }
+
+// Names returns what the adapter calls its parts.
+func (p *Policy[M]) Names() Names { return p.names }
+
+// Config returns the configuration of the Guard (or executor) the Policy
+// was finished with.
+func (p *Policy[M]) Config() idem.Config { return p.cfg }
 
 // Guard returns the Guard the adapter runs its operations with.
 func (p *Policy[M]) Guard() *idem.Guard { return p.g }

@@ -1,0 +1,191 @@
+package chassis
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/idemgo/idem/consumer"
+)
+
+// Header is one header of a message, as the chassis sees every broker's.
+type Header struct {
+	Name  string
+	Value []byte
+}
+
+// Letter is a dead letter being made: the original message's parts, then
+// the idem headers.
+type Letter struct {
+	RecordKey []byte   // a Kafka record's key; nil elsewhere
+	Body      []byte   // the original's body
+	Headers   []Header // the original's headers, in order
+	Added     []Header // the headers that say why and whence
+}
+
+// headerOverhead is what a header costs a message beyond its name and
+// value, counted generously for every broker (Kafka's varints, NATS'
+// "Name: Value\r\n", an AMQP table entry's type and lengths).
+const headerOverhead = 16
+
+// frameSlack is kept free of the broker's limit for the message's own
+// framing: Kafka's record and batch headers, NATS' subject and reply, AMQP's
+// properties.
+const frameSlack = 4096
+
+// maxKeptHeader is the longest original header value a dead letter keeps
+// once it has to be cut.
+const maxKeptHeader = 1024
+
+// NewLetter returns the dead letter of a message whose parts are recordKey,
+// body and headers (the slices are not copied: the Letter's methods do not
+// change them), with the idem headers of the verdict v and of the key, if
+// the message had a usable one (keyOK), and extra, the consumer's own
+// (where the message came from).
+func NewLetter(recordKey, body []byte, headers []Header, v Verdict, key string, keyOK bool, extra ...Header) *Letter {
+	l := &Letter{RecordKey: recordKey, Body: body, Headers: headers}
+	l.Add(consumer.HeaderReason, string(v.Reason))
+	if v.Cause != nil {
+		l.Add(consumer.HeaderCause, CauseText(v.Cause))
+	}
+	if keyOK {
+		if len(key) <= consumer.MaxCopiedKey {
+			l.Add(consumer.HeaderKey, key)
+		} else {
+			l.Add(consumer.HeaderKeySize, strconv.Itoa(len(key)))
+			l.Add(consumer.HeaderKeySHA256, sum(key))
+		}
+	}
+	for _, h := range extra {
+		l.Add(h.Name, string(h.Value))
+	}
+	return l
+}
+
+// Add adds an idem header, its value made fit for a header: on one line,
+// valid UTF-8, at most consumer.MaxHeaderValue bytes.
+func (l *Letter) Add(name, value string) {
+	l.Added = append(l.Added, Header{Name: name, Value: []byte(OneLine(value))})
+}
+
+// Size returns the letter's size as Fit counts it.
+func (l *Letter) Size() int {
+	n := len(l.RecordKey) + len(l.Body)
+	for _, hs := range [][]Header{l.Headers, l.Added} {
+		for _, h := range hs {
+			n += len(h.Name) + len(h.Value) + headerOverhead
+		}
+	}
+	return n
+}
+
+// Fit cuts the letter until it is at most limit bytes, counted with a
+// slack for the broker's framing, and reports whether it cut anything. In
+// this order it leaves out: the original headers longer than 1 KiB, the
+// longest first; the body and the record key; every other original
+// header. Each part left out is recorded in an idem header: the body's and
+// the record key's size and SHA-256, the names of the headers. The idem
+// headers themselves are bounded, so a letter always fits a limit of some
+// 16 KiB or more.
+func (l *Letter) Fit(limit int) bool {
+	limit -= frameSlack
+	if l.Size() <= limit {
+		return false
+	}
+	var cut []string
+	long := slices.Clone(l.Headers)
+	slices.SortStableFunc(long, func(a, b Header) int { return cmp.Compare(len(b.Value), len(a.Value)) })
+	for _, h := range long {
+		if l.Size()+len(strings.Join(cut, ","))+64 <= limit || len(h.Value) <= maxKeptHeader {
+			break
+		}
+		l.Headers = slices.DeleteFunc(slices.Clone(l.Headers), func(x Header) bool { return x.Name == h.Name && len(x.Value) == len(h.Value) })
+		cut = append(cut, h.Name)
+	}
+	if l.Size()+len(strings.Join(cut, ","))+64 > limit && len(l.Body)+len(l.RecordKey) > 0 {
+		if len(l.Body) > 0 {
+			l.Add(consumer.HeaderBodySize, strconv.Itoa(len(l.Body)))
+			l.Add(consumer.HeaderBodySHA256, sum(string(l.Body)))
+		}
+		if len(l.RecordKey) > 0 {
+			l.Add(consumer.HeaderRecordKeySize, strconv.Itoa(len(l.RecordKey)))
+			l.Add(consumer.HeaderRecordKeySHA256, sum(string(l.RecordKey)))
+		}
+		l.Body, l.RecordKey = nil, nil
+	}
+	if l.Size()+len(strings.Join(cut, ","))+64 > limit {
+		for _, h := range l.Headers {
+			cut = append(cut, h.Name)
+		}
+		l.Headers = nil
+	}
+	if len(cut) > 0 {
+		names := make([]string, len(cut))
+		for i, n := range cut {
+			names[i] = truncate(n, 64)
+		}
+		l.Add(consumer.HeaderCutHeaders, strings.Join(names, ","))
+	}
+	return true
+}
+
+// Strip leaves out the body, the record key and every original header,
+// recorded as Fit records them: the smallest dead letter, for a broker
+// that refused the fitted one as too large.
+func (l *Letter) Strip() { l.Fit(0) }
+
+// sum is the lowercase hex SHA-256 of s.
+func sum(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+// CauseText returns err's message fit for a header: on one line, valid
+// UTF-8, at most consumer.MaxHeaderValue bytes.
+func CauseText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return OneLine(err.Error())
+}
+
+// OneLine returns s fit for a header value: its control characters (line
+// breaks among them) turned into spaces, invalid UTF-8 replaced, cut at a
+// rune boundary to consumer.MaxHeaderValue bytes.
+func OneLine(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
+	return truncate(s, consumer.MaxHeaderValue)
+}
+
+// truncate cuts s at a rune boundary to at most n bytes.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// GiveUp logs and reports that the consumer gave up on a dead letter the
+// broker refused attempts times: the message is acknowledged without it,
+// and stays in the broker where attrs say (its topic, partition and
+// offset; stream and sequence; queue) while the broker keeps it.
+func (o *Options[M]) GiveUp(ctx context.Context, attempts int, cause, err error, attrs ...slog.Attr) {
+	o.Logger().LogAttrs(ctx, slog.LevelError, o.Names().Pkg+": the broker refused the dead letter "+strconv.Itoa(attempts)+
+		" times; the message is acknowledged without one. It is not lost: find it where these attributes say, while the broker keeps it",
+		append(attrs, slog.Any("cause", cause), slog.Any("error", err))...)
+}

@@ -1,0 +1,25 @@
+// Package chassis is what idem's message consumers (idemkafka and its
+// kafkapg, idemnats, idemamqp) are built on, so that each keeps only its
+// broker's protocol: how messages are fetched, acknowledged, redelivered
+// and published.
+//
+// It owns, once for the three:
+//
+//   - the options every consumer has, with one vocabulary ([Options]: the
+//     key's source, the scope and poison decisions, the fingerprint, the
+//     attempts, the backoff, the busy delay, the drain timeout, the logger)
+//     and their checks, a missing scope or poison decision among them;
+//   - a message's key: read, checked by the Guard's rules, and its errors
+//     ([consumer.ErrNoKey], [consumer.KeyError]);
+//   - the verdict on a message once the Guard answered ([Options.Decide]):
+//     internal/adapter's table, bounded by the consumer's MaxAttempts, with
+//     the reason of a dead letter;
+//   - a handler's run: its panic turned into a [consumer.PanicError], its
+//     context carrying the message's trace context ([Options.Call]);
+//   - the dead letter itself ([Letter.Fit]): the original with the idem
+//     headers, cut to the broker's limit, and what to do when the broker
+//     refuses it ([Options.GiveUp]).
+//
+// The package imports the standard library, the core and the public
+// consumer package only, like internal/adapter.
+package chassis

@@ -1,0 +1,66 @@
+package chassis
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/idemgo/idem/consumer"
+)
+
+// Trace returns the trace context among a message's headers, read with
+// header (the values of a header by name, matched without regard to case
+// where the broker's names are not case-sensitive).
+func Trace(header func(name string) string) consumer.TraceCarrier {
+	var c consumer.TraceCarrier
+	for _, name := range consumer.TraceHeaders {
+		if v := header(name); v != "" {
+			if c == nil {
+				c = consumer.TraceCarrier{}
+			}
+			c[name] = v
+		}
+	}
+	return c
+}
+
+// TraceFromHeaders returns the trace context among hs, whose names are
+// matched without regard to case.
+func TraceFromHeaders(hs []Header) consumer.TraceCarrier {
+	return Trace(func(name string) string {
+		for _, h := range hs {
+			if strings.EqualFold(h.Name, name) {
+				return string(h.Value)
+			}
+		}
+		return ""
+	})
+}
+
+// HandlerContext returns the context a handler runs with: ctx's deadline,
+// cancellation and values, then the values of msgCtx (a Kafka record's
+// context, where kgo hooks such as kotel put their span; nil elsewhere),
+// and the message's trace context.
+func HandlerContext(ctx, msgCtx context.Context, trace consumer.TraceCarrier) context.Context {
+	if msgCtx != nil && msgCtx != context.Background() && msgCtx != context.TODO() {
+		ctx = merged{ctx, msgCtx}
+	}
+	return consumer.WithTrace(ctx, trace)
+}
+
+// merged is a context whose values are those of its Context, else those of
+// values; its deadline and cancellation are its Context's alone.
+type merged struct {
+	context.Context
+	values context.Context
+}
+
+func (m merged) Value(key any) any {
+	if v := m.Context.Value(key); v != nil {
+		return v
+	}
+	return m.values.Value(key)
+}
+
+// Deadline is the Context's.
+func (m merged) Deadline() (time.Time, bool) { return m.Context.Deadline() }

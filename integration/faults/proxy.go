@@ -20,4 +20,3 @@ func urlHost(s string) ([]string, error) {
 	}
 	return []string{u.Host}, nil
 }
-

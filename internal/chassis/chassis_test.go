@@ -1,0 +1,389 @@
+package chassis_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/consumer"
+	"github.com/idemgo/idem/internal/adapter"
+	"github.com/idemgo/idem/internal/chassis"
+	"github.com/idemgo/idem/memstore"
+)
+
+// msg is the message of a test consumer: headers by name.
+type msg map[string][]string
+
+type options struct {
+	chassis.Options[msg]
+	dest string
+}
+
+type option func(*options)
+
+func withDeadLetter(dest string) option {
+	return func(o *options) { o.dest = dest; o.SetDeadLetter() }
+}
+
+func discard(o *options) { o.SetDiscardPoison() }
+func shared(o *options)  { o.SetSharedScope() }
+
+var broker = chassis.Broker[msg]{
+	Names:            adapter.Names{Pkg: "testconsumer", Request: "msg"},
+	KeyHeader:        "idempotency-key",
+	Header:           func(m msg, name string) []string { return m[name] },
+	Body:             func(m msg) []byte { return []byte(strings.Join(m["body"], "")) },
+	DeadLetterOption: "withDeadLetter(dest)",
+}
+
+func newGuard(t *testing.T) *idem.Guard {
+	t.Helper()
+	s, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	g, err := idem.New(s, idem.Config{MaxKeyLen: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return g
+}
+
+func build(t *testing.T, opts ...option) (*options, error) {
+	t.Helper()
+	o := &options{}
+	return o, chassis.Build(o, &o.Options, broker, newGuard(t), idem.Config{}, opts)
+}
+
+func TestBuildRequiresTheDecisions(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []option
+		want []string
+	}{
+		{"dead letter", []option{shared, withDeadLetter("dlq")}, nil},
+		{"discard", []option{shared, discard}, nil},
+		{"no poison decision", []option{shared}, []string{"testconsumer: New: no poison decision", "withDeadLetter(dest)", "WithDiscardPoison()"}},
+		{"both poison decisions", []option{shared, discard, withDeadLetter("dlq")}, []string{"WithDeadLetter and WithDiscardPoison are both given"}},
+		{"no scope decision", []option{discard}, []string{"no scope decision"}},
+		{"bad values", []option{shared, discard, func(o *options) {
+			o.SetMaxAttempts(0)
+			o.SetRetryBackoff(time.Second, time.Millisecond)
+			o.SetBusyDelay(0)
+			o.SetKeyHeader("")
+		}}, []string{"WithMaxAttempts(0)", "WithRetryBackoff(1s, 1ms): the first pause is longer", "WithBusyDelay(0s)", `WithKeyHeader("")`}},
+	} {
+		_, err := build(t, tc.opts...)
+		if len(tc.want) == 0 {
+			if err != nil {
+				t.Errorf("%s: %v", tc.name, err)
+			}
+			continue
+		}
+		for _, w := range tc.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: Build = %v, want an error saying %q", tc.name, err, w)
+			}
+		}
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	o, err := build(t, shared, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, longest := o.RetryBackoff()
+	if o.MaxAttempts() != consumer.DefaultMaxAttempts || first != chassis.DefaultRetryFirst || longest != chassis.DefaultRetryLongest ||
+		o.BusyDelay() != chassis.DefaultBusyDelay || o.DrainTimeout() != chassis.DefaultDrainTimeout || o.DeadLetters() || o.UnkeyedUnguarded() {
+		t.Fatalf("defaults: attempts %d, backoff %v–%v, busy %v, drain %v, dead letters %v, unguarded %v",
+			o.MaxAttempts(), first, longest, o.BusyDelay(), o.DrainTimeout(), o.DeadLetters(), o.UnkeyedUnguarded())
+	}
+	o, err = build(t, shared, discard, func(o *options) { o.SetDrainTimeout(0) })
+	if err != nil || o.DrainTimeout() != 0 {
+		t.Fatalf("WithDrainTimeout(0): %v, %v; want 0, no default", o.DrainTimeout(), err)
+	}
+}
+
+func TestKey(t *testing.T) {
+	o, err := build(t, shared, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		values []string
+		key    string
+		why    string // in the KeyError; "" for none
+	}{
+		{"none", nil, "", ""},
+		{"one", []string{"k1"}, "k1", ""},
+		{"NUL", []string{"a\x00b"}, "a\x00b", ""},
+		{"empty", []string{""}, "", "the key is empty"},
+		{"twice", []string{"k1", "k1"}, "", "sent 2 times"},
+		{"too long", []string{strings.Repeat("k", 17)}, "", "longer than 16"},
+	} {
+		key, err := o.Key(msg{"idempotency-key": tc.values})
+		ke, isKeyErr := errors.AsType[*consumer.KeyError](err)
+		switch {
+		case tc.why == "" && (err != nil || key != tc.key):
+			t.Errorf("%s: Key = %q, %v; want %q", tc.name, key, err, tc.key)
+		case tc.why != "" && (!isKeyErr || !strings.Contains(err.Error(), tc.why) || key != ""):
+			t.Errorf("%s: Key = %q, %v; want a *consumer.KeyError saying %q", tc.name, key, err, tc.why)
+		case tc.why != "" && (ke.Source != `header "idempotency-key"` || !errors.Is(err, idem.ErrInvalidKey)):
+			t.Errorf("%s: KeyError source %q, wraps ErrInvalidKey %v", tc.name, ke.Source, errors.Is(err, idem.ErrInvalidKey))
+		}
+	}
+	errBad := errors.New("not JSON")
+	o, err = build(t, shared, discard, func(o *options) {
+		o.SetKeyFunc(func(m msg) (string, error) {
+			switch m["k"][0] {
+			case "none":
+				return "", consumer.ErrNoKey
+			case "bad":
+				return "", errBad
+			}
+			return m["k"][0], nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, err := o.Key(msg{"k": {"none"}}); k != "" || err != nil {
+		t.Errorf("key function's ErrNoKey: %q, %v; want no key", k, err)
+	}
+	if _, err := o.Key(msg{"k": {"bad"}}); !errors.Is(err, errBad) {
+		t.Errorf("key function's error: %v, want it wrapped", err)
+	}
+	if _, err := o.Key(msg{"k": {strings.Repeat("k", 17)}}); !errors.Is(err, idem.ErrInvalidKey) {
+		t.Errorf("a key function's key is checked by the Guard's rules too: %v", err)
+	}
+}
+
+// The verdicts, and the attempts that bound a failing handler.
+func TestDecide(t *testing.T) {
+	o, err := build(t, shared, discard, func(o *options) { o.SetMaxAttempts(3); o.SetBusyDelay(7 * time.Second) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := errors.New("downstream timeout")
+	panicked := &consumer.PanicError{Value: "boom"}
+	for _, tc := range []struct {
+		name     string
+		err      error
+		failures int
+		verdict  adapter.Verdict
+		reason   consumer.Reason
+		busy     bool
+		counted  bool
+	}{
+		{"ok", nil, 0, adapter.Ack, "", false, false},
+		{"busy", idem.ErrInProgress, 9, adapter.Retry, "", true, false},
+		{"store down", idem.ErrStoreUnavailable, 9, adapter.Retry, "", false, false},
+		{"shutdown", context.Canceled, 9, adapter.Retry, "", false, false},
+		{"first failure", failed, 0, adapter.Retry, "", false, true},
+		{"second failure", failed, 1, adapter.Retry, "", false, true},
+		{"third failure", failed, 2, adapter.DeadLetter, consumer.ReasonTooManyAttempts, false, true},
+		{"third panic", panicked, 2, adapter.DeadLetter, consumer.ReasonTooManyAttempts, false, true},
+		{"permanent", idem.Permanent(failed), 0, adapter.DeadLetter, consumer.ReasonPermanent, false, false},
+		{"reused", idem.ErrKeyReused, 0, adapter.DeadLetter, consumer.ReasonKeyReused, false, false},
+		{"guard's attempts", idem.ErrTooManyAttempts, 0, adapter.DeadLetter, consumer.ReasonTooManyAttempts, false, false},
+	} {
+		v := o.Decide(idem.Result{}, tc.err, tc.failures)
+		if v.Verdict != tc.verdict || v.Reason != tc.reason || v.Busy != tc.busy || v.Failed != tc.counted {
+			t.Errorf("%s: Decide = %v reason %q busy %v failed %v; want %v %q %v %v", tc.name, v.Verdict, v.Reason, v.Busy, v.Failed, tc.verdict, tc.reason, tc.busy, tc.counted)
+		}
+		if tc.busy && v.Delay != 7*time.Second {
+			t.Errorf("%s: delay %v, want the busy delay", tc.name, v.Delay)
+		}
+	}
+	v := o.Decide(idem.Result{}, panicked, 2)
+	if !errors.Is(v.Cause, idem.ErrTooManyAttempts) || !errors.Is(v.Cause, panicked) || !strings.Contains(chassis.CauseText(v.Cause), "failed 3 times") {
+		t.Errorf("the cause of too many attempts %q: want it to wrap ErrTooManyAttempts and the last failure", v.Cause)
+	}
+	if v := o.DecideKey(nil); v.Reason != consumer.ReasonMissingKey || !errors.Is(v.Cause, consumer.ErrNoKey) {
+		t.Errorf("DecideKey(nil) = %q, %v", v.Reason, v.Cause)
+	}
+	ke := &consumer.KeyError{Source: "x", Err: errors.New("empty")}
+	if v := o.DecideKey(ke); v.Reason != consumer.ReasonInvalidKey || v.Cause != ke || v.Verdict != adapter.DeadLetter {
+		t.Errorf("DecideKey(KeyError) = %v %q, %v", v.Verdict, v.Reason, v.Cause)
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	o, err := build(t, shared, discard, func(o *options) { o.SetRetryBackoff(10*time.Millisecond, 80*time.Millisecond) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n, want := range map[int]time.Duration{1: 10 * time.Millisecond, 2: 20 * time.Millisecond, 4: 80 * time.Millisecond, 40: 80 * time.Millisecond} {
+		for range 100 {
+			if d := o.Backoff(n); d < want/2 || d > want {
+				t.Fatalf("Backoff(%d) = %v, want from %v to %v", n, d, want/2, want)
+			}
+		}
+	}
+}
+
+func TestCallTurnsAPanicIntoAnError(t *testing.T) {
+	o, err := build(t, shared, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = o.Call(context.Background(), func(context.Context) error { panic("nil map") })
+	pe, ok := errors.AsType[*consumer.PanicError](err)
+	if !ok || pe.Value != "nil map" || !bytes.Contains(pe.Stack, []byte("chassis_test")) {
+		t.Fatalf("Call of a panicking handler = %v, want a *consumer.PanicError with its value and stack", err)
+	}
+	if v := o.Decide(idem.Result{}, err, 0); v.Verdict != adapter.Retry || !v.Failed {
+		t.Fatalf("a panic is a failed attempt, retried: %v failed %v", v.Verdict, v.Failed)
+	}
+}
+
+func sha(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+func headers(l *chassis.Letter) map[string]string {
+	m := map[string]string{}
+	for _, h := range append(append([]chassis.Header{}, l.Headers...), l.Added...) {
+		m[h.Name] = string(h.Value)
+	}
+	return m
+}
+
+func TestLetterFits(t *testing.T) {
+	const limit = 1_000_000
+	v := chassis.Verdict{Reason: consumer.ReasonInvalidKey}
+	v.Cause = errors.New(strings.Repeat("line one\nline two ", 200))
+	hugeKey := strings.Repeat("k", 600<<10)
+	body := bytes.Repeat([]byte{1}, 999_000)
+
+	// A small message keeps everything.
+	l := chassis.NewLetter([]byte("rk"), []byte("body"), []chassis.Header{{"idempotency-key", []byte("k1")}}, v, "k1", true)
+	if l.Fit(limit) || string(l.Body) != "body" || headers(l)[consumer.HeaderKey] != "k1" || headers(l)["idempotency-key"] != "k1" {
+		t.Fatalf("a small letter was cut: %v", headers(l))
+	}
+	if c := headers(l)[consumer.HeaderCause]; len(c) > consumer.MaxHeaderValue || strings.ContainsAny(c, "\r\n") {
+		t.Fatalf("the cause header is %d bytes or has a line break", len(c))
+	}
+
+	// A huge key header: the key is not copied, the original header goes.
+	l = chassis.NewLetter(nil, body[:500_000], []chassis.Header{{"idempotency-key", []byte(hugeKey)}, {"trace", []byte("t")}}, v, hugeKey, true)
+	if _, ok := headers(l)[consumer.HeaderKey]; ok {
+		t.Fatal("a key over MaxCopiedKey was copied")
+	}
+	if headers(l)[consumer.HeaderKeySize] != strconv.Itoa(len(hugeKey)) || headers(l)[consumer.HeaderKeySHA256] != sha([]byte(hugeKey)) {
+		t.Fatalf("the key's size and hash: %v", headers(l)[consumer.HeaderKeySize])
+	}
+	if !l.Fit(limit) || l.Size() > limit || len(l.Body) != 500_000 || headers(l)["trace"] != "t" || headers(l)[consumer.HeaderCutHeaders] != "idempotency-key" {
+		t.Fatalf("a huge header: size %d, body %d, headers %v", l.Size(), len(l.Body), headers(l)[consumer.HeaderCutHeaders])
+	}
+
+	// A body at the limit: the body goes, recorded.
+	l = chassis.NewLetter([]byte("rk"), body, []chassis.Header{{"trace", []byte("t")}}, v, "k1", true)
+	if !l.Fit(limit) || l.Size() > limit || l.Body != nil || l.RecordKey != nil || headers(l)["trace"] != "t" {
+		t.Fatalf("a body at the limit: size %d, body %d", l.Size(), len(l.Body))
+	}
+	h := headers(l)
+	if h[consumer.HeaderBodySize] != "999000" || h[consumer.HeaderBodySHA256] != sha(body) || h[consumer.HeaderRecordKeySize] != "2" || h[consumer.HeaderRecordKeySHA256] != sha([]byte("rk")) {
+		t.Fatalf("the body's and record key's records: %v", h)
+	}
+
+	// Strip leaves the idem headers alone.
+	l = chassis.NewLetter(nil, []byte("b"), []chassis.Header{{"a", []byte("1")}, {"b", []byte("2")}}, v, "k1", true)
+	l.Strip()
+	if l.Body != nil || len(l.Headers) != 0 || headers(l)[consumer.HeaderCutHeaders] != "a,b" || headers(l)[consumer.HeaderKey] != "k1" {
+		t.Fatalf("Strip: %v", headers(l))
+	}
+}
+
+// FuzzLetterFits: whatever the message, a fitted dead letter is within
+// the limit, keeps its reason, and records every part it left out.
+func FuzzLetterFits(f *testing.F) {
+	f.Add(1_000_000, 999_000, 2, 600<<10, 3, 10)
+	f.Add(20_000, 0, 0, 0, 0, 0)
+	f.Add(64<<10, 60_000, 100, 5_000, 50, 5_000)
+	f.Fuzz(func(t *testing.T, limit, bodyLen, recordKeyLen, keyLen, nHeaders, headerLen int) {
+		limit = 20_000 + abs(limit)%(2<<20)
+		bodyLen, recordKeyLen, keyLen = abs(bodyLen)%(2<<20), abs(recordKeyLen)%(64<<10), abs(keyLen)%(1<<20)
+		nHeaders, headerLen = abs(nHeaders)%64, abs(headerLen)%(256<<10)
+		var hs []chassis.Header
+		for i := range nHeaders {
+			hs = append(hs, chassis.Header{Name: "h" + strconv.Itoa(i), Value: bytes.Repeat([]byte{'v'}, headerLen*(i%3)/2)})
+		}
+		body := bytes.Repeat([]byte{'b'}, bodyLen)
+		v := chassis.Verdict{Reason: consumer.ReasonPermanent}
+		v.Cause = errors.New(strings.Repeat("x", keyLen%5000))
+		l := chassis.NewLetter(bytes.Repeat([]byte{'r'}, recordKeyLen), body, hs, v, strings.Repeat("k", keyLen), true)
+		l.Fit(limit)
+		h := headers(l)
+		switch {
+		case l.Size() > limit:
+			t.Fatalf("a letter fitted to %d is %d bytes", limit, l.Size())
+		case h[consumer.HeaderReason] != string(consumer.ReasonPermanent):
+			t.Fatal("the reason was lost")
+		case len(l.Body) != bodyLen && (l.Body != nil || h[consumer.HeaderBodySize] != fmt.Sprint(bodyLen) && bodyLen > 0):
+			t.Fatalf("the body (%d bytes) was cut to %d without its size recorded", bodyLen, len(l.Body))
+		case len(l.Headers) < nHeaders && h[consumer.HeaderCutHeaders] == "":
+			t.Fatal("original headers were left out without their names recorded")
+		}
+	})
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -(n + 1)
+	}
+	return n
+}
+
+func TestTriesForgetsTheOldest(t *testing.T) {
+	tr := chassis.NewTries(2)
+	tr.Failed("a")
+	tr.Failed("a")
+	tr.Failed("b")
+	if tr.Count("a") != 2 || tr.Count("b") != 1 {
+		t.Fatalf("counts a %d b %d", tr.Count("a"), tr.Count("b"))
+	}
+	tr.Failed("c")
+	if tr.Count("a") != 0 || tr.Count("c") != 1 {
+		t.Fatalf("at its bound, the oldest is forgotten: a %d c %d", tr.Count("a"), tr.Count("c"))
+	}
+	tr.Forget("c")
+	if tr.Count("c") != 0 || tr.Count("b") != 1 {
+		t.Fatalf("Forget: c %d b %d", tr.Count("c"), tr.Count("b"))
+	}
+}
+
+type ctxKey string
+
+func TestHandlerContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), ctxKey("mine"), "consumer's"))
+	record := context.WithValue(context.WithValue(context.Background(), ctxKey("span"), "producer's span"), ctxKey("mine"), "record's")
+	trace := chassis.TraceFromHeaders([]chassis.Header{{"TraceParent", []byte("00-abc-01")}, {"other", []byte("x")}})
+	hctx := chassis.HandlerContext(ctx, record, trace)
+	if hctx.Value(ctxKey("span")) != "producer's span" || hctx.Value(ctxKey("mine")) != "consumer's" {
+		t.Fatalf("values: span %v, mine %v", hctx.Value(ctxKey("span")), hctx.Value(ctxKey("mine")))
+	}
+	if got := consumer.TraceFrom(hctx); got.Get("traceparent") != "00-abc-01" || len(got.Keys()) != 1 {
+		t.Fatalf("trace %v", got)
+	}
+	cancel()
+	if hctx.Err() == nil {
+		t.Fatal("the consumer's cancellation does not reach the handler")
+	}
+	if len(consumer.TraceFrom(context.Background())) != 0 {
+		t.Fatal("no trace context: want an empty carrier")
+	}
+}

@@ -105,27 +105,38 @@ func (s *store) makeRoom(n, b int64) bool {
 	return true
 }
 
+// The kinds of victims, in the order they are evicted: a shard keeps a
+// queue of each.
+const (
+	released = iota // released, under no attempt cap: nothing to lose
+	capped          // released under an attempt cap: its count resets
+	finished        // Completed or Failed: its outcome is forgotten
+	kinds
+)
+
 // oldestVictim returns the shard whose queues hold the next record to
 // evict: of the records queued first in each shard, the one released
-// first, else the one finished first.
+// first, else the one released under a cap first, else the one finished
+// first.
 func (s *store) oldestVictim() (*shard, bool) {
-	var rel, fin *shard
-	var relSeq, finSeq uint64
+	var best [kinds]*shard
+	var seq [kinds]uint64
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		if v, ok := sh.rel.peek(); ok && (rel == nil || v.seq < relSeq) {
-			rel, relSeq = sh, v.seq
-		}
-		if v, ok := sh.fin.peek(); ok && (fin == nil || v.seq < finSeq) {
-			fin, finSeq = sh, v.seq
+		for k := range kinds {
+			if v, ok := sh.victims[k].peek(); ok && (best[k] == nil || v.seq < seq[k]) {
+				best[k], seq[k] = sh, v.seq
+			}
 		}
 		sh.mu.Unlock()
 	}
-	if rel != nil {
-		return rel, true
+	for _, sh := range best {
+		if sh != nil {
+			return sh, true
+		}
 	}
-	return fin, fin != nil
+	return nil, false
 }
 
 // evict takes the next victim of sh off its queues and removes its record
@@ -134,12 +145,15 @@ func (s *store) oldestVictim() (*shard, bool) {
 func (s *store) evict(sh *shard) (Eviction, bool) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	v, released := sh.rel.pop()
-	if !released {
-		var ok bool
-		if v, ok = sh.fin.pop(); !ok {
-			return Eviction{}, false // another call took it
+	var v victim
+	kind, ok := 0, false
+	for kind = range kinds {
+		if v, ok = sh.victims[kind].pop(); ok {
+			break
 		}
+	}
+	if !ok {
+		return Eviction{}, false // another call took it
 	}
 	e, ok := sh.m[v.key]
 	if !ok {
@@ -149,7 +163,7 @@ func (s *store) evict(sh *shard) (Eviction, bool) {
 		s.remove(sh, v.key, &e)
 		return Eviction{}, false
 	}
-	if !v.is(&e, released) {
+	if !v.is(&e, kind) {
 		return Eviction{}, false
 	}
 	s.remove(sh, v.key, &e)
@@ -164,46 +178,52 @@ func (s *store) mayFullSweep() bool {
 	return (last == 0 || now-last >= int64(time.Second)) && s.fullSweep.CompareAndSwap(last, now)
 }
 
-// victim is a record queued for eviction in its shard: a released one,
-// or a finished one with the expiry its outcome set. seq, from a
-// store-wide counter, orders the victims of all shards.
+// victim is a record queued for eviction in its shard: a released one
+// (under an attempt cap or not), or a finished one with the expiry its
+// outcome set. seq, from a store-wide counter, orders the victims of all
+// shards.
 type victim struct {
 	key     string
 	seq     uint64
 	expires int64 // finished records only
 }
 
-// is reports whether e is still the record v was queued for: released
-// under no attempt cap, or finished with the same expiry.
-func (v victim) is(e *entry, released bool) bool {
-	if released {
-		return e.status == idem.StatusInProgress && e.token == 0 && !e.capped
+// is reports whether e is still the record v was queued for as a victim of
+// kind: released (under a cap for capped), or finished with the same
+// expiry.
+func (v victim) is(e *entry, kind int) bool {
+	if kind == finished {
+		return e.status.Done() && e.expires == v.expires
 	}
-	return e.status.Done() && e.expires == v.expires
+	return e.status == idem.StatusInProgress && e.token == 0 && e.capped == (kind == capped)
 }
 
-// queueReleased queues the key's record, released under no attempt cap, in
-// its shard sh, which is locked.
-func (s *store) queueReleased(sh *shard, key string) {
-	sh.rel.push(victim{key: key, seq: s.queued.Add(1)})
+// queueReleased queues the key's record e, released, in its shard sh,
+// which is locked.
+func (s *store) queueReleased(sh *shard, key string, e *entry) {
+	kind := released
+	if e.capped {
+		kind = capped
+	}
+	sh.victims[kind].push(victim{key: key, seq: s.queued.Add(1)})
 }
 
 // queueFinished queues the key's record, finished with the expiry expires,
 // in its shard sh, which is locked.
 func (s *store) queueFinished(sh *shard, key string, expires int64) {
-	sh.fin.push(victim{key: key, seq: s.queued.Add(1), expires: expires})
+	sh.victims[finished].push(victim{key: key, seq: s.queued.Add(1), expires: expires})
 }
 
 // compactVictims drops the queued victims whose record is gone or
 // changed, so that the queues hold about one victim per evictable record.
 // The shard is locked.
 func (sh *shard) compactVictims(now int64) {
-	for _, q := range []*fifo{&sh.rel, &sh.fin} {
-		released := q == &sh.rel
+	for kind := range kinds {
+		q := &sh.victims[kind]
 		vs := q.vs[q.head:]
 		kept := vs[:0]
 		for _, v := range vs {
-			if e, ok := sh.m[v.key]; ok && e.expires > now && v.is(&e, released) {
+			if e, ok := sh.m[v.key]; ok && e.expires > now && v.is(&e, kind) {
 				kept = append(kept, v)
 			}
 		}

@@ -142,7 +142,8 @@ func TestByteCapEvictsTheOldestFinished(t *testing.T) {
 
 // TestReleasedRecordsGoFirst: a released record whose claim had no attempt
 // cap holds nothing a retry needs, so it is evicted before any outcome; one
-// released under a cap keeps its attempt count and is never evicted.
+// released under a cap goes next (its attempt count starts again), and
+// outcomes last.
 func TestReleasedRecordsGoFirst(t *testing.T) {
 	clock := newClock()
 	s := newStore(t, memstore.Config{MaxEntries: 3, Now: clock.now})
@@ -153,25 +154,53 @@ func TestReleasedRecordsGoFirst(t *testing.T) {
 	capped := args("capped")
 	capped.MaxAttempts = 5
 	c := mustAcquire(t, s, capped)
-	if err := s.Release(ctx, "free", free.Token); err != nil {
+	if err := s.Release(ctx, "capped", c.Token); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Release(ctx, "capped", c.Token); err != nil {
+	if err := s.Release(ctx, "free", free.Token); err != nil {
 		t.Fatal(err)
 	}
 	mustAcquire(t, s, args("n1"))
 	if got := held(s, "done", "free", "capped", "n1"); got != "done capped n1" {
-		t.Fatalf("records %q, want %q (the released record first, though done finished before)", got, "done capped n1")
+		t.Fatalf("records %q, want %q (the released record first, though done finished and capped was released before)", got, "done capped n1")
 	}
 	mustAcquire(t, s, args("n2"))
+	if got := held(s, "done", "capped", "n1", "n2"); got != "done n1 n2" {
+		t.Fatalf("records %q, want %q (the capped released record before the outcome)", got, "done n1 n2")
+	}
+	if again := mustAcquire(t, s, capped); again.Record.Attempt != 1 {
+		t.Fatalf("the evicted capped record's next claim: attempt %d, want 1 (its count started again)", again.Record.Attempt)
+	}
 	if got := held(s, "done", "capped", "n1", "n2"); got != "capped n1 n2" {
-		t.Fatalf("records %q, want %q", got, "capped n1 n2")
+		t.Fatalf("records %q, want %q (the outcome last)", got, "capped n1 n2")
 	}
 	if _, err := s.Claim(ctx, args("n3")); !errors.Is(err, memstore.ErrFull) {
-		t.Fatalf("with only a capped released record to spare: %v, want ErrFull", err)
+		t.Fatalf("with every record in progress: %v, want ErrFull", err)
 	}
-	if again := mustAcquire(t, s, capped); again.Record.Attempt != 2 {
-		t.Fatalf("the capped record's next claim: attempt %d, want 2 (its count kept)", again.Record.Attempt)
+}
+
+// TestAttemptCapIsNoOutage: under a Guard with MaxAttempts, an attacker's
+// keys whose operations fail leave records released under a cap; once they
+// fill the store, another tenant's new key is still claimed. They were
+// never evictable, and every new key got ErrFull until FailedRetention
+// passed.
+func TestAttemptCapIsNoOutage(t *testing.T) {
+	s := newStore(t, memstore.Config{MaxEntries: 100})
+	g, err := idem.New(s, idem.Config{MaxAttempts: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	ctx := context.Background()
+	failing := func(context.Context) ([]byte, error) { return nil, errors.New("rejected") }
+	for i := range 2000 {
+		if _, err := g.DoScoped(ctx, "attacker", fmt.Sprintf("k%d", i), nil, failing); err == nil || errors.Is(err, memstore.ErrFull) {
+			t.Fatalf("attacker key %d: %v, want the operation's error", i, err)
+		}
+	}
+	res, err := g.DoScoped(ctx, "victim", "order-1", nil, func(context.Context) ([]byte, error) { return []byte("ok"), nil })
+	if err != nil || string(res.Value) != "ok" {
+		t.Fatalf("another tenant's new key in a store full of capped released records: %q, %v", res.Value, err)
 	}
 }
 

@@ -10,7 +10,8 @@
 // Its memory is bounded: Config.MaxEntries caps the records and
 // Config.MaxBytes their bytes (keys, fingerprints, results). A full store
 // makes room by evicting the records a retry needs least, released ones
-// and then the oldest outcomes, reporting each (Config.OnEvict, a warning
+// (those under an attempt cap after the others) and then the oldest
+// outcomes, reporting each (Config.OnEvict, a warning
 // on Config.Logger), and refuses a new key (ErrFull) only when every
 // record is in progress; see [Store].
 //

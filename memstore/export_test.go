@@ -6,7 +6,9 @@ func (s *Store) QueuedVictims() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += sh.rel.len() + sh.fin.len()
+		for k := range kinds {
+			n += sh.victims[k].len()
+		}
 		sh.mu.Unlock()
 	}
 	return n

@@ -100,12 +100,14 @@ const shardCount = 64 // a power of two
 // evicts records to make room, instead of refusing everyone until records
 // expire: first the released records whose claim had no attempt cap (they
 // hold no outcome, and no attempt count that matters), oldest released
-// first, then the finished ones (Completed, Failed), oldest finished
-// first. It refuses with ErrFull only when nothing can go: every record is
-// in progress, or released under an attempt cap (evicting it would reset
-// the count that stops a poison message). An evicted outcome is forgotten
-// before its retention ends: a duplicate of its key runs the operation
-// again. Evictions are reported to Config.OnEvict and Config.Logger.
+// first; then those released under an attempt cap (the key's count of
+// attempts starts again: under memory pressure a poison message gets
+// MaxAttempts more, rather than other keys an outage); then the finished
+// ones (Completed, Failed), oldest finished first. It refuses with ErrFull
+// only when nothing can go: every record is in progress. An evicted
+// outcome is forgotten before its retention ends: a duplicate of its key
+// runs the operation again. Evictions are reported to Config.OnEvict and
+// Config.Logger.
 //
 // A Store runs one sweeper goroutine; [Store.Close] stops it (and so does
 // the garbage collector once the Store is unreachable).
@@ -129,10 +131,10 @@ type store struct {
 }
 
 type shard struct {
-	mu       sync.Mutex
-	m        map[string]entry
-	rel, fin fifo     // its records to evict first (see Store), oldest first
-	_        [48]byte // keep shards on separate cache lines
+	mu      sync.Mutex
+	m       map[string]entry
+	victims [kinds]fifo // its records to evict, by kind (see Store), oldest first
+	_       [48]byte    // keep shards on separate cache lines
 }
 
 // entry is one record, held by value in its shard's map so a new record
@@ -484,9 +486,7 @@ func (s *Store) Release(ctx context.Context, key string, t idem.Token) error {
 	}
 	e.token, e.leaseUntil = 0, 0
 	sh.m[key] = e
-	if !e.capped {
-		s.queueReleased(sh, key)
-	}
+	s.queueReleased(sh, key, &e)
 	return nil
 }
 

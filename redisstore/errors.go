@@ -15,8 +15,9 @@ import (
 
 var (
 	// ErrUnknownFormat: the value stored under a record's Redis key is not a
-	// record this package wrote (another format version, or another program
-	// wrote the key). The record is left as it is.
+	// record this package wrote (another format version, another program
+	// wrote the key, or the key holds a hash, a list or another type). The
+	// value is left as it is, and in a batch the other entries go on.
 	ErrUnknownFormat = errors.New("redisstore: stored value has an unknown format")
 
 	// ErrInvalidArgs: a store method was called with arguments out of range

@@ -14,7 +14,10 @@ import (
 // script at a time, so what a script does not do, no other caller waits
 // for. The '#!lua' line opts into Redis 7 script flags: a write script is
 // refused when the server is out of memory, and the get script, flagged
-// no-writes, may also run on a replica.
+// no-writes, may also run on a replica. A key of another type (a hash, a
+// list) is read with pcall and answered as a value this package did not
+// write: a call that raised would stop a batch script halfway, after it
+// claimed or completed the keys before it.
 
 // knownFn is a Lua function that returns the fingerprint length of a value
 // this package wrote, and nil for any other value.
@@ -56,8 +59,9 @@ end
 // key). TestClaimAndPeekAgree holds the two copies to one behaviour.
 const claimFn = `
 local function claim(key, nv, px, cap, maxResult)
-  local v = redis.call('SET', key, nv, 'NX', 'PX', px, 'GET')
+  local v = redis.pcall('SET', key, nv, 'NX', 'PX', px, 'GET')
   if not v then return CREATED end
+  if type(v) == 'table' then return {UNKNOWN, 0} end
   if #v < HEADER_LEN or string.byte(v, VERSION) ~= FORMAT then return {UNKNOWN, string.sub(v, 1, MAX_HEAD)} end
   local st = string.byte(v, STATUS)
   local fpEnd = HEADER_LEN + string.byte(v, FP_LEN) * 256 + string.byte(v, FP_LEN + 1)
@@ -120,8 +124,9 @@ return out
 // a duplicate is still answered.
 const peekFn = knownFn + answerFn + `
 local function peek(key, nv, maxResult)
-  local v = redis.call('GET', key)
+  local v = redis.pcall('GET', key)
   if not v then return NEEDS_WRITE end
+  if type(v) == 'table' then return {UNKNOWN, 0} end
   local fl = known(v)
   if not fl then return {UNKNOWN, string.sub(v, 1, MAX_HEAD)} end
   local fpEnd = HEADER_LEN + fl
@@ -160,7 +165,8 @@ return out
 // for a value this package did not write.
 func holderScript(body string) *script {
 	return newScript("", knownFn+`
-local v = redis.call('GET', KEYS[1])
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' then return UNKNOWN end
 if v and string.sub(v, VERSION, TOKEN_END) == ARGV[1] then
 `+body+`
   return DONE
@@ -189,8 +195,10 @@ var completeBatchScript = newScript("", knownFn+`
 local out = {}
 for i = 1, #KEYS do
   local key, a = KEYS[i], i * 3 - 1
-  local v = redis.call('GET', key)
-  if v and string.sub(v, VERSION, TOKEN_END) == ARGV[a] then
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' then
+    out[i] = UNKNOWN
+  elseif v and string.sub(v, VERSION, TOKEN_END) == ARGV[a] then
     redis.call('SET', key, ARGV[1] .. string.sub(v, TOKEN) .. ARGV[a + 1], 'PX', ARGV[a + 2])
     out[i] = DONE
   elseif v and not known(v) then
@@ -219,8 +227,9 @@ var extendScript = holderScript(`
 // answerFn), the start of a value this package did not write, or {} when
 // there is no record.
 var getScript = newScript("flags=no-writes", knownFn+answerFn+`
-local v = redis.call('GET', KEYS[1])
+local v = redis.pcall('GET', KEYS[1])
 if not v then return {} end
+if type(v) == 'table' then return {0} end
 local fl = known(v)
 if not fl then return {string.sub(v, 1, MAX_HEAD)} end
 return {answer(KEYS[1], v, HEADER_LEN + fl, ARGV[1])}

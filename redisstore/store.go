@@ -532,6 +532,9 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 // and, when known, its expiry ms, and after them the length of a result
 // longer than Config.MaxValueSize that the script left out of the value.
 func (s *Store) recordReply(key string, r []any) (idem.Record, error) {
+	if _, other := r[0].(int64); other { // the scripts' mark of a key of another type
+		return idem.Record{}, fmt.Errorf("%w: the key holds a value of another type (a hash, a list…), not a string", ErrUnknownFormat)
+	}
 	v, _ := r[0].(string)
 	var expires int64
 	if len(r) > 1 {

@@ -37,8 +37,11 @@ import (
 // probability.
 //
 // A fingerprint mismatch is that entry's Err (idem.ErrKeyReused), and so is
-// a stored result longer than Config.MaxValueSize (*ValueTooLargeError);
-// the error returned is for the whole batch, which then claimed nothing.
+// a stored result longer than Config.MaxValueSize (*ValueTooLargeError) and
+// a row this package did not write (a status it does not know): the other
+// entries are claimed and answered. The error returned is for the whole
+// batch (arguments out of range, the server not answering), which then
+// claimed nothing: the statements of a batch commit together or not at all.
 func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.Claim, error) {
 	out := make([]idem.Claim, len(args))
 	if len(args) == 0 {
@@ -204,10 +207,9 @@ func (r claimRound) scan(rows pgx.Rows, args []idem.ClaimArgs, out []idem.Claim)
 		a := args[r.idx[j]]
 		row.acquired = row.token == r.tokens[j]
 		row.sameFingerprint = bytes.Equal(fp, fingerprint(a))
+		// Every error of a row is its entry's: the statement has claimed
+		// the other entries, whose callers must hear of it.
 		c, err := row.cappedClaim(a, r.maxResult)
-		if err != nil && !errors.Is(err, idem.ErrKeyReused) && !isValueTooLarge(err) {
-			return err
-		}
 		c.Err = err
 		out[r.idx[j]] = c
 		n++

@@ -332,7 +332,7 @@ func (b *batch) claim(bc BatchClaimer, args []ClaimArgs, idx []int) {
 		i := idx[k]
 		c := &b.calls[i]
 		if g.cfg.Observer != nil {
-			g.observe(b.ctx, Event{Op: OpClaim, Scope: c.scope, Key: c.key, Outcome: cl.Outcome, Attempt: cl.Record.Attempt, Duration: took, Err: cl.Err})
+			g.observe(b.ctx, Event{Op: OpClaim, Scope: c.scope, Key: c.key, Outcome: cl.Outcome, Attempt: cl.Record.Attempt, Duration: took, Err: claimErr(cl, cl.Err)})
 		}
 		switch {
 		case errors.Is(cl.Err, ErrKeyReused):

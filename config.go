@@ -174,7 +174,7 @@ type Op uint8
 
 // The steps an [Observer] sees.
 const (
-	OpClaim     Op = iota + 1 // a Claim answered (Event.Outcome) or failed (Event.Err)
+	OpClaim     Op = iota + 1 // a Claim answered (Event.Outcome) or failed (Event.Err; ErrKeyReused, or ErrTooManyAttempts for a Duplicate the attempt cap failed)
 	OpCacheHit                // a duplicate answered from the local cache
 	OpRun                     // the operation ran (Event.Duration; Event.Err is its error)
 	OpComplete                // Complete answered

@@ -193,7 +193,7 @@ func (g *Guard) claimAndRun(ctx context.Context, scope, key string, args ClaimAr
 	for sent := now; ; sent = g.monoNow() {
 		cl, err := g.store.Claim(ctx, args)
 		if g.cfg.Observer != nil {
-			g.observe(ctx, Event{Op: OpClaim, Scope: scope, Key: key, Outcome: cl.Outcome, Attempt: cl.Record.Attempt, Duration: time.Since(sent), Err: err})
+			g.observe(ctx, Event{Op: OpClaim, Scope: scope, Key: key, Outcome: cl.Outcome, Attempt: cl.Record.Attempt, Duration: time.Since(sent), Err: claimErr(cl, err)})
 		}
 		if err != nil {
 			switch {
@@ -355,6 +355,18 @@ func (g *Guard) runOpen(ctx context.Context, scope, key string, cause error, fn 
 	g.observe(ctx, Event{Op: OpFailOpen, Scope: scope, Key: key, Err: cause})
 	v, err := fn(ctx)
 	return Result{Value: v}, err
+}
+
+// claimErr is the Err of the OpClaim event of a claim that answered cl and
+// err: err, or ErrTooManyAttempts for a claim that found, or made, the key
+// failed for too many attempts, so that an Observer tells it from the
+// replay of an outcome.
+func claimErr(cl Claim, err error) error {
+	if err == nil && cl.Outcome == Duplicate && cl.Record.Status == StatusFailed &&
+		len(cl.Record.Result) > 0 && cl.Record.Result[0] == failureTooManyAttempts {
+		return ErrTooManyAttempts
+	}
+	return err
 }
 
 func (g *Guard) observe(ctx context.Context, e Event) {

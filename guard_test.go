@@ -601,6 +601,28 @@ func TestObserverSeesTheSteps(t *testing.T) {
 	}
 }
 
+// A claim that finds (or makes) a key failed for too many attempts is
+// told from a replay: its event's Err is ErrTooManyAttempts.
+func TestObserverTellsTheAttemptCap(t *testing.T) {
+	var mu sync.Mutex
+	var errs []error
+	g := newGuard(t, newMem(t), idem.Config{MaxAttempts: 1, Observer: func(_ context.Context, e idem.Event) {
+		if e.Op == idem.OpClaim {
+			mu.Lock()
+			errs = append(errs, e.Err)
+			mu.Unlock()
+		}
+	}})
+	fail := func(context.Context) ([]byte, error) { return nil, errors.New("later") }
+	g.Do(context.Background(), "k", nil, fail)
+	if _, err := g.Do(context.Background(), "k", nil, fail); !errors.Is(err, idem.ErrTooManyAttempts) {
+		t.Fatalf("second Do: %v", err)
+	}
+	if len(errs) != 2 || errs[0] != nil || !errors.Is(errs[1], idem.ErrTooManyAttempts) {
+		t.Fatalf("claim events' errors %v, want nil then ErrTooManyAttempts", errs)
+	}
+}
+
 func TestConfigErrorsNameTheField(t *testing.T) {
 	mem := newMem(t)
 	for _, c := range []struct {

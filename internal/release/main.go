@@ -59,7 +59,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: release check | version vX.Y.Z | proxy DIR | tidy")
+		return errors.New("usage: release check | version vX.Y.Z | proxy DIR | tidy [MODULE_DIR...]")
 	}
 	mods, err := workspaceModules()
 	if err != nil {
@@ -86,7 +86,7 @@ func run(args []string) error {
 		}
 		return nil
 	case "tidy":
-		return tidy(mods)
+		return tidy(mods, args[1:])
 	case "proxy":
 		if len(args) != 2 {
 			return errors.New("usage: release proxy DIR")
@@ -414,7 +414,7 @@ func cleanup(tmp string, env []string) {
 // the workspace, idem's modules from the tree's proxy), then drops the
 // checksums of idem's own modules from each go.sum: they change with every
 // commit and only a user's own go.sum needs them.
-func tidy(mods []module) error {
+func tidy(mods []module, only []string) error {
 	v, err := moduleVersion(mods)
 	if err != nil {
 		return err
@@ -425,6 +425,9 @@ func tidy(mods []module) error {
 	}
 	defer cleanup(tmp, env)
 	for _, m := range mods {
+		if !selected(m, only) {
+			continue
+		}
 		if _, err := goCmd(m.Dir, env, "mod", "tidy"); err != nil {
 			return err
 		}
@@ -447,6 +450,20 @@ func tidy(mods []module) error {
 		}
 	}
 	return nil
+}
+
+// selected reports whether m is among the module directories dirs (all
+// modules when dirs is empty), given as paths from the current directory.
+func selected(m module, dirs []string) bool {
+	if len(dirs) == 0 {
+		return true
+	}
+	for _, d := range dirs {
+		if abs, err := filepath.Abs(d); err == nil && abs == m.Dir {
+			return true
+		}
+	}
+	return false
 }
 
 // checkModule gets module m at v into a new module in dir, builds all of its

@@ -9,8 +9,9 @@
 //
 // It shows the middleware's setup: keys required on POST, scoped by the
 // authenticated account so that two accounts' keys never meet, a wait for
-// a concurrent duplicate's outcome, and the store chosen at start-up. See
-// README.md for a session with curl.
+// a concurrent duplicate's outcome, the store chosen at start-up, and the
+// Guard's metrics on GET /metrics for Prometheus. See README.md for a
+// session with curl.
 package main
 
 import (
@@ -29,11 +30,16 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/dynamostore"
 	"github.com/idemgo/idem/idemhttp"
+	"github.com/idemgo/idem/idemotel"
 	"github.com/idemgo/idem/memstore"
 	"github.com/idemgo/idem/pgstore"
 	"github.com/idemgo/idem/redisstore"
@@ -126,14 +132,26 @@ func newServer(h http.Handler) *http.Server {
 
 // newAPI returns the order API over store, its POST behind the idempotency
 // middleware, with the orders it keeps and the function that stops its
-// Guard.
+// Guard. GET /metrics serves the Guard's metrics (idemotel's, through
+// OpenTelemetry's Prometheus exporter) for a Prometheus to scrape.
 func newAPI(store idem.Store, log *slog.Logger) (http.Handler, *orders, func(), error) {
+	reg := prometheus.NewRegistry()
+	exporter, err := otelprom.New(otelprom.WithRegisterer(reg))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	meters := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
+	tel, err := idemotel.New(idemotel.Config{MeterProvider: meters})
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	g, err := idem.New(store, idem.Config{
 		Namespace: "orders",
 		// A retry that arrives while the first request still runs waits up
 		// to 10s for its response, and gets 409 with Retry-After only then.
-		Wait:   10 * time.Second,
-		Logger: log,
+		Wait:     10 * time.Second,
+		Logger:   log,
+		Observer: tel.Observe,
 	})
 	if err != nil {
 		return nil, nil, nil, err
@@ -152,7 +170,13 @@ func newAPI(store idem.Store, log *slog.Logger) (http.Handler, *orders, func(), 
 		return nil, nil, nil, err
 	}
 	o := newOrders()
-	return o.routes(mw), o, func() { g.Close() }, nil
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/", o.routes(mw))
+	return mux, o, func() {
+		g.Close()
+		meters.Shutdown(context.Background())
+	}, nil
 }
 
 // connectTimeout bounds reaching a store at start-up.

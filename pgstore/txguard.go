@@ -5,12 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/txguard"
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -88,6 +88,7 @@ const DefaultLockTimeout = 5 * time.Second
 type TxGuard struct {
 	db  Beginner
 	cfg TxConfig
+	x   txguard.Exec // what every transactional executor shares
 	q   queries
 	// The claim waits at most LockTimeout: the statement before it saves
 	// the transaction's lock_timeout in a placeholder setting and sets the
@@ -108,23 +109,32 @@ func NewTxGuard(db Beginner, cfg TxConfig) (*TxGuard, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: TxConfig.Table: %w", err)
 	}
-	switch {
-	case cfg.LockTimeout < 0 || (cfg.LockTimeout > 0 && cfg.LockTimeout < time.Millisecond):
-		return nil, fmt.Errorf("pgstore: TxConfig.LockTimeout %v: must be at least 1ms", cfg.LockTimeout)
-	case cfg.FailOpen:
-		return nil, errors.New("pgstore: TxConfig.FailOpen: a TxGuard cannot run without its database")
+	cfg, x, err := checkTxConfig(cfg)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Config, err = cfg.Config.WithDefaults(); err != nil {
-		return nil, fmt.Errorf("pgstore: TxConfig: %w", err)
-	}
-	cfg.LockTimeout = cmp.Or(cfg.LockTimeout, DefaultLockTimeout)
 	g := &TxGuard{
 		db:  db,
 		cfg: cfg,
+		x:   x,
 		q:   newQueries(t),
 	}
 	g.setLockTimeout, g.begin = t.setLockTimeout(cfg.LockTimeout.Milliseconds())
 	return g, nil
+}
+
+// checkTxConfig checks cfg's fields but Table and fills in the defaults.
+func checkTxConfig(cfg TxConfig) (TxConfig, txguard.Exec, error) {
+	if cfg.LockTimeout < 0 || (cfg.LockTimeout > 0 && cfg.LockTimeout < time.Millisecond) {
+		return cfg, txguard.Exec{}, fmt.Errorf("pgstore: TxConfig.LockTimeout %v: must be at least 1ms", cfg.LockTimeout)
+	}
+	x, err := txguard.NewExec("pgstore", "TxConfig", cfg.Config)
+	if err != nil {
+		return cfg, x, err
+	}
+	cfg.Config = x.Cfg
+	cfg.LockTimeout = cmp.Or(cfg.LockTimeout, DefaultLockTimeout)
+	return cfg, x, nil
 }
 
 // Config returns the TxGuard's configuration with the defaults filled in.
@@ -183,16 +193,16 @@ func (g *TxGuard) DoScoped(ctx context.Context, scope, key string, payload []byt
 	if g.db == nil {
 		return idem.Result{}, errors.New("pgstore: TxGuard.Do: the TxGuard has no db (use DoTx)")
 	}
-	c, err := g.newCall(scope, key, payload, fn)
+	c, err := g.x.NewCall(scope, key, payload, fn == nil)
 	if err != nil {
 		return idem.Result{}, err
 	}
-	return g.waitLease(ctx, c, func() (idem.Result, error) {
+	return g.x.WaitLease(ctx, c, func() (idem.Result, error) {
 		switch db := g.db.(type) {
 		case *pgxpool.Pool:
 			conn, err := db.Acquire(ctx)
 			if err != nil {
-				return idem.Result{}, g.storeErr(ctx, c, idem.OpClaim, translate("begin", err))
+				return idem.Result{}, g.x.StoreErr(ctx, c, idem.OpClaim, translate("begin", err))
 			}
 			defer conn.Release() // a connection left in a transaction is closed, not reused
 			return g.doPipelined(ctx, conn.Conn(), c, fn)
@@ -212,7 +222,7 @@ func (g *TxGuard) DoScoped(ctx context.Context, scope, key string, payload []byt
 func (g *TxGuard) doPipelined(ctx context.Context, conn *pgx.Conn, c *txCall, fn TxFunc) (idem.Result, error) {
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	claimAt := g.queueClaim(b, c.a, false)
+	claimAt := g.queueClaim(b, c.Args, false)
 	br := conn.SendBatch(ctx, b)
 	tx := br.Tx()
 	open := true // tx is to be rolled back when Do returns
@@ -231,7 +241,7 @@ func (g *TxGuard) doPipelined(ctx context.Context, conn *pgx.Conn, c *txCall, fn
 	// After a failed COMMIT (or a connection lost under it) the
 	// transaction may be over: nothing to roll back then.
 	open = err != nil && conn.PgConn().TxStatus() != 'I'
-	return outcome(r.value, r.ferr, err)
+	return txguard.Outcome(r.value, r.ferr, err)
 }
 
 // doBegun is Do over any other Beginner: BEGIN is a round trip of its own,
@@ -239,7 +249,7 @@ func (g *TxGuard) doPipelined(ctx context.Context, conn *pgx.Conn, c *txCall, fn
 func (g *TxGuard) doBegun(ctx context.Context, c *txCall, fn TxFunc) (idem.Result, error) {
 	tx, err := g.db.BeginTx(ctx, pgx.TxOptions{BeginQuery: g.begin})
 	if err != nil {
-		return idem.Result{}, g.storeErr(ctx, c, idem.OpClaim, translate("begin", err))
+		return idem.Result{}, g.x.StoreErr(ctx, c, idem.OpClaim, translate("begin", err))
 	}
 	done := false
 	defer func() {
@@ -248,19 +258,19 @@ func (g *TxGuard) doBegun(ctx context.Context, c *txCall, fn TxFunc) (idem.Resul
 		}
 	}()
 	b := &pgx.Batch{}
-	claimAt := g.queueClaim(b, c.a, false)
+	claimAt := g.queueClaim(b, c.Args, false)
 	r, res, answered, err := g.claimAndRun(ctx, tx, tx.SendBatch(ctx, b), b.Len(), claimAt, c, func() ([]byte, error) { return callFn(ctx, tx, fn) })
 	if answered {
 		return res, err
 	}
 	if err := g.readOutcome(tx.SendBatch(ctx, r.store), r.store.Len(), -1, c, r.ferr); err != nil {
-		return outcome(r.value, r.ferr, g.finished(ctx, c, r, err))
+		return txguard.Outcome(r.value, r.ferr, g.finished(ctx, c, r, err))
 	}
 	done = true
 	if err := tx.Commit(ctx); err != nil {
-		return outcome(r.value, r.ferr, g.finished(ctx, c, r, translate("commit", err)))
+		return txguard.Outcome(r.value, r.ferr, g.finished(ctx, c, r, translate("commit", err)))
 	}
-	return outcome(r.value, r.ferr, g.finished(ctx, c, r, nil))
+	return txguard.Outcome(r.value, r.ferr, g.finished(ctx, c, r, nil))
 }
 
 // DoTx is Do inside the caller's transaction tx, which the caller commits:
@@ -288,11 +298,11 @@ func (g *TxGuard) DoTxScoped(ctx context.Context, tx pgx.Tx, scope, key string, 
 	if tx == nil {
 		return idem.Result{}, errors.New("pgstore: TxGuard.DoTx: tx is nil")
 	}
-	c, err := g.newCall(scope, key, payload, fn)
+	c, err := g.x.NewCall(scope, key, payload, fn == nil)
 	if err != nil {
 		return idem.Result{}, err
 	}
-	return g.waitLease(ctx, c, func() (idem.Result, error) { return g.doTx(ctx, tx, c, fn) })
+	return g.x.WaitLease(ctx, c, func() (idem.Result, error) { return g.doTx(ctx, tx, c, fn) })
 }
 
 func (g *TxGuard) doTx(ctx context.Context, tx pgx.Tx, c *txCall, fn TxFunc) (idem.Result, error) {
@@ -303,7 +313,7 @@ func (g *TxGuard) doTx(ctx context.Context, tx pgx.Tx, c *txCall, fn TxFunc) (id
 		}
 	}()
 	b := &pgx.Batch{}
-	claimAt := g.queueClaim(b, c.a, true)
+	claimAt := g.queueClaim(b, c.Args, true)
 	r, res, done, err := g.claimAndRun(ctx, tx, tx.SendBatch(ctx, b), b.Len(), claimAt, c, func() ([]byte, error) { return fn(ctx, tx) })
 	if done {
 		return res, err
@@ -311,60 +321,11 @@ func (g *TxGuard) doTx(ctx context.Context, tx pgx.Tx, c *txCall, fn TxFunc) (id
 	r.store.Queue(g.q.releaseClaim)
 	err = g.finished(ctx, c, r, g.readOutcome(tx.SendBatch(ctx, r.store), r.store.Len(), -1, c, r.ferr))
 	kept = err == nil
-	return outcome(r.value, r.ferr, err)
+	return txguard.Outcome(r.value, r.ferr, err)
 }
 
-// txCall is one Do or DoTx: the caller's scope and key, and the claim's
-// arguments.
-type txCall struct {
-	scope, key string
-	a          idem.ClaimArgs
-	// releasing is set while fn runs and after it returned a retryable
-	// error (or panicked): the rollback then gives the key back.
-	releasing bool
-}
-
-// newCall checks the call's arguments as an idem.Guard does.
-func (g *TxGuard) newCall(scope, key string, payload []byte, fn TxFunc) (*txCall, error) {
-	if fn == nil {
-		return nil, errors.New("pgstore: TxGuard: fn is nil")
-	}
-	if err := g.cfg.CheckKey(scope, key); err != nil {
-		return nil, err
-	}
-	return &txCall{scope: scope, key: key, a: idem.ClaimArgs{
-		Key:         idem.ScopedStoreKey(g.cfg.Namespace, scope, key),
-		Fingerprint: g.cfg.Fingerprint(nil, payload),
-		Lease:       g.cfg.Lease,
-		Retention:   g.cfg.Retention,
-		MaxAttempts: g.cfg.MaxAttempts,
-	}}, nil
-}
-
-// errLeaseHeld is the answer of a claim that found the key held by a plain
-// Guard's live lease: waitLease polls while Config.Wait allows.
-var errLeaseHeld = errors.New("held by a lease")
-
-// waitLease runs do until it answers anything but a key held by a plain
-// Guard's live lease, or Config.Wait has passed, pausing between tries
-// from 5ms doubling to 500ms.
-func (g *TxGuard) waitLease(ctx context.Context, c *txCall, do func() (idem.Result, error)) (idem.Result, error) {
-	until := time.Now().Add(g.cfg.Wait)
-	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
-		res, err := do()
-		left := time.Until(until)
-		if !errors.Is(err, errLeaseHeld) || left <= 0 {
-			return res, err
-		}
-		t := time.NewTimer(min(pause, left))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return idem.Result{}, fmt.Errorf("pgstore: waiting for the outcome (key %q): %w", c.key, context.Cause(ctx))
-		}
-	}
-}
+// txCall is one Do or DoTx (see txguard.Call).
+type txCall = txguard.Call
 
 // ran is what fn returned once the claim acquired the key, and the batch
 // that stores it.
@@ -384,40 +345,27 @@ func (g *TxGuard) claimAndRun(ctx context.Context, tx pgx.Tx, br pgx.BatchResult
 	fn func() ([]byte, error)) (r ran, res idem.Result, done bool, err error) {
 	sent := time.Now()
 	cl, err := g.readClaim(ctx, tx, br, n, claimAt, c)
-	g.observe(ctx, c, idem.Event{Op: idem.OpClaim, Outcome: cl.Outcome, Attempt: cl.Record.Attempt, Duration: time.Since(sent), Err: err})
+	g.x.Observe(ctx, c, idem.Event{Op: idem.OpClaim, Outcome: cl.Outcome, Attempt: cl.Record.Attempt, Duration: time.Since(sent), Err: err})
 	if err != nil {
 		return r, idem.Result{}, true, err
 	}
-	if res, done, err := g.claimed(cl, c); done {
+	if res, done, err := g.x.Claimed(cl, c); done {
 		return r, res, true, err
 	}
 	started := time.Now()
-	c.releasing = true
+	c.Releasing = true
 	r.value, r.ferr = fn()
-	g.observe(ctx, c, idem.Event{Op: idem.OpRun, Duration: time.Since(started), Err: r.ferr})
+	g.x.Observe(ctx, c, idem.Event{Op: idem.OpRun, Duration: time.Since(started), Err: r.ferr})
 	if r.ferr != nil && !idem.IsPermanent(r.ferr) {
 		return r, idem.Result{}, true, r.ferr
 	}
-	c.releasing = false
+	c.Releasing = false
 	r.op, r.store, r.sent = idem.OpComplete, &pgx.Batch{}, time.Now()
 	if r.ferr != nil {
 		r.op = idem.OpFail
 	}
-	g.queueOutcome(r.store, c.a, cl.Token, r.value, r.ferr)
+	g.queueOutcome(r.store, c.Args, cl.Token, r.value, r.ferr)
 	return r, idem.Result{}, false, nil
-}
-
-// claimed answers a claim that did not acquire the key: done is false
-// when it did, and fn is to run.
-func (g *TxGuard) claimed(cl idem.Claim, c *txCall) (res idem.Result, done bool, err error) {
-	switch cl.Outcome {
-	case idem.Duplicate:
-		res, err := idem.Replay(cl.Record)
-		return res, true, err
-	case idem.Busy:
-		return idem.Result{}, true, fmt.Errorf("%w (key %q, attempt %d): %w", idem.ErrInProgress, c.key, cl.Record.Attempt, errLeaseHeld)
-	}
-	return idem.Result{}, false, nil
 }
 
 // callFn runs fn with Do's transaction, which fn can neither commit nor
@@ -428,47 +376,10 @@ func callFn(ctx context.Context, tx pgx.Tx, fn TxFunc) ([]byte, error) {
 	return fn(ctx, ftx)
 }
 
-// outcome is Do's answer once fn ran and returned value and ferr (nil or
-// permanent), and storing the outcome returned err.
-func outcome(value []byte, ferr, err error) (idem.Result, error) {
-	switch {
-	case err != nil:
-		return idem.Result{}, errors.Join(ferr, err)
-	case ferr != nil:
-		return idem.Result{}, ferr
-	}
-	return idem.Result{Value: value}, nil
-}
-
-// observe reports e, about c, to the Config's Observer.
-func (g *TxGuard) observe(ctx context.Context, c *txCall, e idem.Event) {
-	if g.cfg.Observer != nil {
-		e.Namespace, e.Scope, e.Key = g.cfg.Namespace, c.scope, c.key
-		g.cfg.Observer(ctx, e)
-	}
-}
-
 // finished observes the storing of fn's outcome r, which ended with err
 // (its commit included, in Do), logs a failure, and returns err.
 func (g *TxGuard) finished(ctx context.Context, c *txCall, r ran, err error) error {
-	g.observe(ctx, c, idem.Event{Op: r.op, Duration: time.Since(r.sent), Err: err})
-	if err != nil {
-		g.warn(ctx, c, "pgstore: TxGuard: the outcome was not stored", r.op, err)
-	}
-	return err
-}
-
-// storeErr observes and logs err, the database's failure in step op of c,
-// and returns it.
-func (g *TxGuard) storeErr(ctx context.Context, c *txCall, op idem.Op, err error) error {
-	g.observe(ctx, c, idem.Event{Op: op, Err: err})
-	g.warn(ctx, c, "pgstore: TxGuard: the database failed", op, err)
-	return err
-}
-
-func (g *TxGuard) warn(ctx context.Context, c *txCall, msg string, op idem.Op, err error) {
-	g.cfg.Logger.WarnContext(ctx, msg, slog.String("op", op.String()), slog.String("namespace", g.cfg.Namespace),
-		slog.String("scope", c.scope), slog.String("key", c.key), slog.Any("error", err))
+	return g.x.Finished(ctx, c, r.op, r.sent, err)
 }
 
 // queueClaim queues the claim of a (for the caller's key) in b and returns
@@ -498,40 +409,54 @@ func claimParams(a idem.ClaimArgs, full bool) []any {
 }
 
 // readClaim reads the n results of a batch of queueClaim (the claim at
-// claimAt), closing br. The claim reads first (tx_claim_read), and writes
-// only a new key's record or a takeover: a duplicate leaves neither a
-// write nor a row lock in the transaction. When it returns no row (a
-// concurrent claim wrote the row between its read and its write), it runs
-// again, each time in a round trip of its own, and after readFirstTries
-// runs the full claim answers from the row it locks.
+// claimAt), closing br, and answers as claimLoop.
 func (g *TxGuard) readClaim(ctx context.Context, tx pgx.Tx, br pgx.BatchResults, n, claimAt int, c *txCall) (idem.Claim, error) {
-	a := c.a
-	r, found, err := readClaimRow(br, n, claimAt)
+	first := true
+	return claimLoop(g.q, c, g.cfg.LockTimeout, func(claim string, params []any) (claimRow, bool, error) {
+		if first {
+			first = false
+			return readClaimRow(br, n, claimAt)
+		}
+		b := &pgx.Batch{}
+		b.Queue(claim, params...)
+		b.Queue(g.q.savepointFn) // again: after this claim's write
+		return readClaimRow(tx.SendBatch(ctx, b), b.Len(), 0)
+	})
+}
+
+// claimLoop is a TxGuard's claim of c's key, whose statements run does
+// (the first one, tx_claim_read, may have been sent already). The claim
+// reads first, and writes only a new key's record or a takeover: a
+// duplicate leaves neither a write nor a row lock in the transaction.
+// When it returns no row (a concurrent claim wrote the row between its
+// read and its write), it runs again, and after readFirstTries runs the
+// full claim answers from the row it locks. A claim that waited
+// lockTimeout for the key's row is idem.ErrInProgress.
+func claimLoop(q queries, c *txCall, lockTimeout time.Duration, run func(claim string, params []any) (claimRow, bool, error)) (idem.Claim, error) {
+	a := c.Args
+	r, found, err := run(q.txClaimRead, claimParams(a, false))
 	for try := 1; err == nil && !found; try++ {
 		// The claim that returned no row restored no lock_timeout: the
 		// guard's is still set.
 		full := try >= readFirstTries
-		claim := g.q.txClaimRead
+		claim := q.txClaimRead
 		if full {
-			claim = g.q.txClaim
+			claim = q.txClaim
 		}
-		b := &pgx.Batch{}
-		b.Queue(claim, claimParams(a, full)...)
-		b.Queue(g.q.savepointFn) // again: after this claim's write
-		r, found, err = readClaimRow(tx.SendBatch(ctx, b), b.Len(), 0)
+		r, found, err = run(claim, claimParams(a, full))
 		if err == nil && !found && full {
 			err = errors.New("the full claim returned no row")
 		}
 	}
 	if err != nil {
 		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == pgerrcode.LockNotAvailable {
-			return idem.Claim{}, fmt.Errorf("%w (key %q): its transaction did not end within %v", idem.ErrInProgress, c.key, g.cfg.LockTimeout)
+			return idem.Claim{}, fmt.Errorf("%w (key %q): its transaction did not end within %v", idem.ErrInProgress, c.Key, lockTimeout)
 		}
 		return idem.Claim{}, translate("claim", err)
 	}
 	cl, err := r.claim(a)
 	if errors.Is(err, idem.ErrKeyReused) {
-		err = fmt.Errorf("%w (key %q)", err, c.key)
+		err = fmt.Errorf("%w (key %q)", err, c.Key)
 	}
 	return cl, err
 }
@@ -571,7 +496,7 @@ func (g *TxGuard) queueOutcome(b *pgx.Batch, a idem.ClaimArgs, t idem.Token, val
 // was queued after it, commitAt being the index of a COMMIT (-1 if none),
 // and closes br.
 func (g *TxGuard) readOutcome(br pgx.BatchResults, n, commitAt int, c *txCall, ferr error) error {
-	key := c.key
+	key := c.Key
 	op := "complete"
 	if ferr != nil {
 		op = "fail"
@@ -580,7 +505,7 @@ func (g *TxGuard) readOutcome(br pgx.BatchResults, n, commitAt int, c *txCall, f
 	for i := 0; i < n && err == nil; i++ {
 		var tag pgconn.CommandTag
 		tag, err = br.Exec()
-		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == pgerrcode.InvalidTextRepresentation && strings.Contains(pgErr.Message, noOutcomeRow) {
+		if isNoOutcomeRow(err) {
 			err = fmt.Errorf("pgstore: %s (key %q): %w: fn changed the record", op, key, idem.ErrLeaseLost)
 			op = ""
 		}
@@ -601,6 +526,13 @@ func (g *TxGuard) readOutcome(br pgx.BatchResults, n, commitAt int, c *txCall, f
 		op = "commit" // the COMMIT was sent: whether it ran is unknown
 	}
 	return translate(op, err)
+}
+
+// isNoOutcomeRow reports whether err is the error of tx_complete or
+// tx_fail that matched no row: fn changed the record.
+func isNoOutcomeRow(err error) bool {
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && pgErr.Code == pgerrcode.InvalidTextRepresentation && strings.Contains(pgErr.Message, noOutcomeRow)
 }
 
 // fnTx is the transaction fn gets from Do: Do's, except that fn cannot
@@ -698,11 +630,5 @@ func (g *TxGuard) rollbackTo(ctx context.Context, c *txCall, tx pgx.Tx) {
 }
 
 func (g *TxGuard) cleanup(ctx context.Context, c *txCall, undo func(context.Context) error) {
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.StoreTimeout)
-	defer cancel()
-	err := undo(ctx)
-	if c.releasing {
-		g.observe(ctx, c, idem.Event{Op: idem.OpRelease, Duration: time.Since(start), Err: err})
-	}
+	g.x.Cleanup(ctx, c, undo)
 }

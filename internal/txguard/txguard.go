@@ -1,0 +1,178 @@
+// Package txguard is what idem's transactional executors share: pgstore's
+// TxGuard over pgx, and the TxGuards over database/sql of pgstore and
+// sqlitestore ([SQL]). Each runs an operation whose writes go to the
+// database of its records, and commits the claim of the key, the
+// operation's writes and its outcome in one transaction.
+//
+// The executors differ in how they talk to their database (pgx pipelines
+// its statements, database/sql runs them one by one) and in the SQL of
+// each database; what an executor does with a key, a claim, the
+// operation's answer, the Config's observer and logger and the caller's
+// cancellation is written once, here ([Exec]), so that the executors
+// answer alike. The package is internal: users see the executors'
+// documented types in pgstore and sqlitestore, not these pieces.
+package txguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/idemgo/idem"
+)
+
+// Exec is the part of a transactional executor that does not depend on the
+// database: its Config and the package it speaks for.
+type Exec struct {
+	// Cfg is the executor's idem.Config, defaults filled in
+	// (idem.Config.WithDefaults).
+	Cfg idem.Config
+	// Pkg starts the executor's messages: "pgstore", "sqlitestore".
+	Pkg string
+}
+
+// NewExec checks cfg as an idem.Guard does and refuses FailOpen, which a
+// transactional executor cannot honour: the operation's writes need the
+// database. config names the configuration type in errors
+// ("TxConfig").
+func NewExec(pkg, config string, cfg idem.Config) (Exec, error) {
+	if cfg.FailOpen {
+		return Exec{}, fmt.Errorf("%s: %s.FailOpen: a TxGuard cannot run without its database", pkg, config)
+	}
+	cfg, err := cfg.WithDefaults()
+	if err != nil {
+		return Exec{}, fmt.Errorf("%s: %s: %w", pkg, config, err)
+	}
+	return Exec{Cfg: cfg, Pkg: pkg}, nil
+}
+
+// Call is one Do or DoTx: the caller's scope and key, and the claim's
+// arguments.
+type Call struct {
+	Scope, Key string
+	Args       idem.ClaimArgs
+	// Releasing is set while fn runs and after it returned a retryable
+	// error (or panicked): the rollback then gives the key back, and is
+	// observed as idem.OpRelease.
+	Releasing bool
+}
+
+// NewCall checks the call's arguments as an idem.Guard does and builds the
+// claim's: the store key is idem.ScopedStoreKey's, so that an executor and
+// an idem.Guard with the same namespace share records.
+func (x *Exec) NewCall(scope, key string, payload []byte, fnNil bool) (*Call, error) {
+	if fnNil {
+		return nil, errors.New(x.Pkg + ": TxGuard: fn is nil")
+	}
+	if err := x.Cfg.CheckKey(scope, key); err != nil {
+		return nil, err
+	}
+	return &Call{Scope: scope, Key: key, Args: idem.ClaimArgs{
+		Key:         idem.ScopedStoreKey(x.Cfg.Namespace, scope, key),
+		Fingerprint: x.Cfg.Fingerprint(nil, payload),
+		Lease:       x.Cfg.Lease,
+		Retention:   x.Cfg.Retention,
+		MaxAttempts: x.Cfg.MaxAttempts,
+	}}, nil
+}
+
+// ErrLeaseHeld is in the chain of the answer of a claim that found the key
+// held by a plain Guard's live lease ([Exec.Claimed]): [Exec.WaitLease]
+// polls while Config.Wait allows.
+var ErrLeaseHeld = errors.New("held by a lease")
+
+// WaitLease runs do until it answers anything but a key held by a plain
+// Guard's live lease, or Config.Wait has passed, pausing between tries
+// from 5ms doubling to 500ms.
+func (x *Exec) WaitLease(ctx context.Context, c *Call, do func() (idem.Result, error)) (idem.Result, error) {
+	until := time.Now().Add(x.Cfg.Wait)
+	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
+		res, err := do()
+		left := time.Until(until)
+		if !errors.Is(err, ErrLeaseHeld) || left <= 0 {
+			return res, err
+		}
+		t := time.NewTimer(min(pause, left))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return idem.Result{}, fmt.Errorf("%s: waiting for the outcome (key %q): %w", x.Pkg, c.Key, context.Cause(ctx))
+		}
+	}
+}
+
+// Claimed answers a claim that did not acquire the key: done is false
+// when it did, and fn is to run. A duplicate replays as idem.Replay does;
+// a key held by a plain Guard's live lease is idem.ErrInProgress, with
+// ErrLeaseHeld in the chain.
+func (x *Exec) Claimed(cl idem.Claim, c *Call) (res idem.Result, done bool, err error) {
+	switch cl.Outcome {
+	case idem.Duplicate:
+		res, err := idem.Replay(cl.Record)
+		return res, true, err
+	case idem.Busy:
+		return idem.Result{}, true, fmt.Errorf("%w (key %q, attempt %d): %w", idem.ErrInProgress, c.Key, cl.Record.Attempt, ErrLeaseHeld)
+	}
+	return idem.Result{}, false, nil
+}
+
+// Outcome is Do's answer once fn ran and returned value and ferr (nil or
+// permanent), and storing the outcome returned err.
+func Outcome(value []byte, ferr, err error) (idem.Result, error) {
+	switch {
+	case err != nil:
+		return idem.Result{}, errors.Join(ferr, err)
+	case ferr != nil:
+		return idem.Result{}, ferr
+	}
+	return idem.Result{Value: value}, nil
+}
+
+// Observe reports e, about c, to the Config's Observer.
+func (x *Exec) Observe(ctx context.Context, c *Call, e idem.Event) {
+	if x.Cfg.Observer != nil {
+		e.Namespace, e.Scope, e.Key = x.Cfg.Namespace, c.Scope, c.Key
+		x.Cfg.Observer(ctx, e)
+	}
+}
+
+// Finished observes the storing of fn's outcome (op: idem.OpComplete or
+// OpFail, sent at sent), which ended with err (its commit included, in
+// Do), logs a failure, and returns err.
+func (x *Exec) Finished(ctx context.Context, c *Call, op idem.Op, sent time.Time, err error) error {
+	x.Observe(ctx, c, idem.Event{Op: op, Duration: time.Since(sent), Err: err})
+	if err != nil {
+		x.warn(ctx, c, "TxGuard: the outcome was not stored", op, err)
+	}
+	return err
+}
+
+// StoreErr observes and logs err, the database's failure in step op of c,
+// and returns it.
+func (x *Exec) StoreErr(ctx context.Context, c *Call, op idem.Op, err error) error {
+	x.Observe(ctx, c, idem.Event{Op: op, Err: err})
+	x.warn(ctx, c, "TxGuard: the database failed", op, err)
+	return err
+}
+
+func (x *Exec) warn(ctx context.Context, c *Call, msg string, op idem.Op, err error) {
+	x.Cfg.Logger.WarnContext(ctx, x.Pkg+": "+msg, slog.String("op", op.String()), slog.String("namespace", x.Cfg.Namespace),
+		slog.String("scope", c.Scope), slog.String("key", c.Key), slog.Any("error", err))
+}
+
+// Cleanup runs undo (a rollback), detached from the caller's cancellation
+// with its own timeout (Config.StoreTimeout): a caller that gave up must
+// not leave a transaction open. It is observed as idem.OpRelease when it
+// gives the key back (c.Releasing).
+func (x *Exec) Cleanup(ctx context.Context, c *Call, undo func(context.Context) error) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.Cfg.StoreTimeout)
+	defer cancel()
+	err := undo(ctx)
+	if c.Releasing {
+		x.Observe(ctx, c, idem.Event{Op: idem.OpRelease, Duration: time.Since(start), Err: err})
+	}
+}

@@ -1,0 +1,213 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/txguard"
+)
+
+// TxFunc is the operation of a [TxGuard]: it makes its writes with tx and
+// returns the value to store. It must not commit or roll back tx.
+type TxFunc func(ctx context.Context, tx *sql.Tx) ([]byte, error)
+
+// TxConfig configures a [TxGuard]: the same [idem.Config] a Guard takes.
+// The zero value means every default.
+type TxConfig struct {
+	// Config means what it means for an idem.Guard, and is checked and
+	// defaulted the same way; keys are combined with idem.ScopedStoreKey,
+	// so a TxGuard and an idem.Guard over the same Store with the same
+	// namespace share records. As for pgstore's TxGuard: Observer and
+	// Logger see the claims, runs and outcomes; Wait is how long a claim
+	// that finds the key held by a plain Guard's live lease polls for its
+	// outcome; MaxAttempts caps the takeovers of a record plain Guards
+	// left in progress; Lease is how long past Retention the record may
+	// be kept; StoreTimeout bounds a rollback. CacheSize and CacheTTL are
+	// not used, and FailOpen is refused: fn's writes need the database.
+	idem.Config
+}
+
+// TxGuard runs operations whose effects are writes to the Store's SQLite
+// database exactly once per key: the claim of the key, the operation's
+// writes and its outcome commit in one transaction, or none of them does.
+// It is the same-transaction mode of pgstore's TxGuard, for SQLite.
+//
+// SQLite lets one transaction write at a time: a TxGuard's transaction
+// holds the database's write lock from its claim to its commit, and every
+// other write (another Do, the Store's own, another process's) waits for
+// it, at most the Store's Config.BusyTimeout. Keep fn short. A duplicate
+// whose outcome is committed is answered from a read, without the lock.
+//
+// TxGuard is safe for concurrent use and owns no goroutine.
+type TxGuard struct {
+	g   *txguard.SQL
+	cfg TxConfig
+}
+
+// NewTxGuard returns a TxGuard whose records are the Store s's, and whose
+// transactions begin on s.DB(). It fails when a field of cfg is out of
+// range; the error names it.
+func NewTxGuard(s *Store, cfg TxConfig) (*TxGuard, error) {
+	if s == nil {
+		return nil, errors.New("sqlitestore: NewTxGuard: store is nil")
+	}
+	x, err := txguard.NewExec("sqlitestore", "TxConfig", cfg.Config)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Config = x.Cfg
+	return &TxGuard{g: txguard.NewSQL(x, dialect{s}), cfg: cfg}, nil
+}
+
+// Config returns the TxGuard's configuration with the defaults filled in.
+func (g *TxGuard) Config() TxConfig { return g.cfg }
+
+// Do runs fn at most once to completion for key, in a transaction it
+// begins on the Store's database and commits:
+//
+//   - The transaction claims the key (a new InProgress record), fn runs
+//     with it, its value is stored as the record's outcome (Completed),
+//     and everything commits at once; the value is returned.
+//   - fn's error marked with idem.Permanent: fn's writes are rolled back
+//     to a savepoint taken after the claim, the error is stored as the
+//     key's outcome (Failed) and committed; duplicates get it back.
+//   - Any other error, a panic or a crash of the process: the whole
+//     transaction rolls back, the claim with it, leaving no record: a
+//     retry runs fn again. The error is returned as is, the panic
+//     re-raised.
+//   - A duplicate gets the committed outcome: the value with
+//     Result.Replayed set, or the stored permanent error. One that
+//     arrives while the holder's transaction is open waits for it (at
+//     most the Store's BusyTimeout, else idem.ErrInProgress).
+//
+// payload is fingerprinted: the same key with another payload gets
+// idem.ErrKeyReused. Other errors: idem.ErrInvalidKey for a key the
+// Config refuses, idem.ErrInProgress when a plain idem.Guard holds the key
+// with a live lease past Config.Wait, and errors wrapping
+// idem.ErrStoreUnavailable when the database fails. fn must not commit or
+// roll back tx, nor use it once it returned.
+func (g *TxGuard) Do(ctx context.Context, key string, payload []byte, fn TxFunc) (idem.Result, error) {
+	return g.g.Do(ctx, "", key, payload, fn)
+}
+
+// DoScoped is [TxGuard.Do] for key within scope (a tenant, a principal),
+// as idem.Guard.DoScoped.
+func (g *TxGuard) DoScoped(ctx context.Context, scope, key string, payload []byte, fn TxFunc) (idem.Result, error) {
+	return g.g.Do(ctx, scope, key, payload, fn)
+}
+
+// DoTx is Do inside the caller's transaction tx, begun on the Store's
+// DB(), which the caller commits: the claim, fn's writes and the outcome
+// commit with the rest of tx (an outbox message), or not at all. It works
+// with savepoints: when it returns an error other than fn's permanent
+// one, it has rolled back its claim and fn's writes and tx is usable;
+// after a permanent error, tx holds the Failed record (and not fn's
+// writes), to be committed. A duplicate leaves nothing in tx.
+//
+// A transaction begun on another *sql.DB of the same file should be BEGIN
+// IMMEDIATE (the modernc.org/sqlite driver's _txlock=immediate), as the
+// Store's are: a deferred one that read before DoTx writes fails with
+// SQLITE_BUSY when another connection wrote since its read.
+func (g *TxGuard) DoTx(ctx context.Context, tx *sql.Tx, key string, payload []byte, fn TxFunc) (idem.Result, error) {
+	return g.g.DoTx(ctx, tx, "", key, payload, fn)
+}
+
+// DoTxScoped is [TxGuard.DoTx] for key within scope.
+func (g *TxGuard) DoTxScoped(ctx context.Context, tx *sql.Tx, scope, key string, payload []byte, fn TxFunc) (idem.Result, error) {
+	return g.g.DoTx(ctx, tx, scope, key, payload, fn)
+}
+
+// dialect is a TxGuard's SQLite for the executor over database/sql. Its
+// claims read whole results: a TxGuard stores fn's value whatever its
+// size, as pgstore's does.
+type dialect struct{ s *Store }
+
+var _ txguard.Dialect = dialect{}
+
+const unlimited = 1<<31 - 1
+
+// Begin takes the Store's right to write and begins an IMMEDIATE
+// transaction, waiting at most BusyTimeout for either.
+func (d dialect) Begin(ctx context.Context) (*sql.Tx, func(), error) {
+	s := d.s
+	t := time.NewTimer(s.cfg.BusyTimeout)
+	defer t.Stop()
+	select {
+	case s.write <- struct{}{}:
+	case <-t.C:
+		return nil, nil, d.busy(nil)
+	case <-ctx.Done():
+		return nil, nil, fmt.Errorf("sqlitestore: begin: %w", context.Cause(ctx))
+	}
+	end := func() { <-s.write }
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		end()
+		if isBusy(err) {
+			return nil, nil, d.busy(err)
+		}
+		return nil, nil, translate(ctx, "begin", err)
+	}
+	return tx, end, nil
+}
+
+func (d dialect) busy(cause error) error {
+	err := fmt.Errorf("%w: another transaction held the database's write lock for %v", idem.ErrInProgress, d.s.cfg.BusyTimeout)
+	if cause != nil {
+		err = fmt.Errorf("%w: %w", err, cause)
+	}
+	return fmt.Errorf("sqlitestore: begin: %w", err)
+}
+
+// Peek answers from the committed record without the write lock.
+func (d dialect) Peek(ctx context.Context, c *txguard.Call) (idem.Claim, bool, error) {
+	now := d.s.now()
+	r, found, err := d.s.read(ctx, d.s.db, c.Args.Key, unlimited, now)
+	if err != nil {
+		return idem.Claim{}, true, translate(ctx, "claim", err)
+	}
+	cl, done, err := answer(c.Args, &r, found, unlimited, now)
+	return cl, done, keyReused(err, c)
+}
+
+func (d dialect) Claim(ctx context.Context, tx *sql.Tx, c *txguard.Call) (idem.Claim, error) {
+	cl, err := d.s.claimIn(ctx, tx, c.Args, unlimited)
+	if isBusy(err) {
+		return idem.Claim{}, fmt.Errorf("%w (key %q): %w", idem.ErrInProgress, c.Key, err)
+	}
+	return cl, keyReused(err, c)
+}
+
+// keyReused names the caller's key in an idem.ErrKeyReused.
+func keyReused(err error, c *txguard.Call) error {
+	if errors.Is(err, idem.ErrKeyReused) {
+		return fmt.Errorf("%w (key %q)", err, c.Key)
+	}
+	return err
+}
+
+func (d dialect) Finish(ctx context.Context, tx *sql.Tx, c *txguard.Call, t idem.Token, status idem.Status, result []byte, retention time.Duration) error {
+	stmt, op := d.s.q.txComplete, "complete"
+	if status == idem.StatusFailed {
+		stmt, op = d.s.q.txFinish, "fail"
+	}
+	if result == nil {
+		result = []byte{}
+	}
+	res, err := tx.ExecContext(ctx, stmt, []byte(c.Args.Key), int64(t), int64(status), result, d.s.now()+micros(retention))
+	if err != nil {
+		return translate(ctx, op, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return fmt.Errorf("sqlitestore: %s (key %q): %w: fn changed the record", op, c.Key, idem.ErrLeaseLost)
+	}
+	return nil
+}
+
+func (d dialect) Translate(op string, err error) error {
+	return translate(context.Background(), op, err)
+}

@@ -40,6 +40,9 @@
 //	})
 //	… tx.Commit(ctx)
 //
+// Code written against database/sql does the same with pgstore's
+// SQLTxGuard and [EnqueueSQL], which take a *sql.Tx.
+//
 // # The relay
 //
 // A [Relay] reads pending rows in id order, a batch at a time, hands them

@@ -131,29 +131,12 @@ func (o *Outbox) Enqueue(ctx context.Context, db DB, msgs ...Message) error {
 	if db == nil {
 		return errors.New("outbox: Enqueue: db is nil")
 	}
-	b := &pgx.Batch{}
-	if len(msgs) == 1 {
-		m, err := check(0, msgs[0], o.max)
-		if err != nil {
-			return err
-		}
-		b.Queue(o.insert1, m.ID, m.Destination, []byte(m.Key), keyHash(m), encodeHeaders(m.Headers), payload(m))
-	} else {
-		var (
-			ids, dests       = make([]string, len(msgs)), make([]string, len(msgs))
-			keys, headers, p = make([][]byte, len(msgs)), make([][]byte, len(msgs)), make([][]byte, len(msgs))
-			hashes           = make([]int64, len(msgs))
-		)
-		for i, m := range msgs {
-			m, err := check(i, m, o.max)
-			if err != nil {
-				return err
-			}
-			ids[i], dests[i], keys[i], hashes[i] = m.ID, m.Destination, []byte(m.Key), keyHash(m)
-			headers[i], p[i] = encodeHeaders(m.Headers), payload(m)
-		}
-		b.Queue(o.insertN, ids, dests, keys, hashes, headers, p)
+	insert, args, err := o.insert(msgs)
+	if err != nil {
+		return err
 	}
+	b := &pgx.Batch{}
+	b.Queue(insert, args...)
 	if o.notify {
 		b.Queue(o.notifySQL)
 	}
@@ -161,6 +144,32 @@ func (o *Outbox) Enqueue(ctx context.Context, db DB, msgs ...Message) error {
 		return dbError("Enqueue", err)
 	}
 	return nil
+}
+
+// insert checks msgs, at least one, and returns the INSERT that writes
+// them and its arguments.
+func (o *Outbox) insert(msgs []Message) (string, []any, error) {
+	if len(msgs) == 1 {
+		m, err := check(0, msgs[0], o.max)
+		if err != nil {
+			return "", nil, err
+		}
+		return o.insert1, []any{m.ID, m.Destination, []byte(m.Key), keyHash(m), encodeHeaders(m.Headers), payload(m)}, nil
+	}
+	var (
+		ids, dests       = make([]string, len(msgs)), make([]string, len(msgs))
+		keys, headers, p = make([][]byte, len(msgs)), make([][]byte, len(msgs)), make([][]byte, len(msgs))
+		hashes           = make([]int64, len(msgs))
+	)
+	for i, m := range msgs {
+		m, err := check(i, m, o.max)
+		if err != nil {
+			return "", nil, err
+		}
+		ids[i], dests[i], keys[i], hashes[i] = m.ID, m.Destination, []byte(m.Key), keyHash(m)
+		headers[i], p[i] = encodeHeaders(m.Headers), payload(m)
+	}
+	return o.insertN, []any{ids, dests, keys, hashes, headers, p}, nil
 }
 
 // payload returns m's payload, never nil: the column is NOT NULL.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -16,6 +17,7 @@ import (
 	"github.com/idemgo/idem/memstore"
 	"github.com/idemgo/idem/pgstore"
 	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/sqlitestore"
 )
 
 // storeUsage documents the --store URLs, for the flags' help.
@@ -27,7 +29,10 @@ const storeUsage = `the idem store's URL:
                                             table (default idem_records); other options are pgx's (sslmode=, …)
   dynamodb://host:port/table                a DynamoDB-compatible server at http://host:port (dynalite, DynamoDB Local)
   dynamodb:///table                         DynamoDB on AWS (the SDK's default region and credentials); ?region= sets
-                                            the region; the table defaults to idem_records`
+                                            the region; the table defaults to idem_records
+  sqlite://idem.db, sqlite:///abs/idem.db   a SQLite file (sqlitestore), created with its table if missing; ?table=name
+                                            sets the records table (default idem_records), ?synchronous=normal trades
+                                            durability on power loss for speed (default full)`
 
 // connectTimeout bounds opening a store: dialling and the first ping.
 const connectTimeout = 10 * time.Second
@@ -37,11 +42,13 @@ const connectTimeout = 10 * time.Second
 // usageError; a server that cannot be reached is an error naming the URL
 // without its password. With migrate set, a PostgreSQL store creates or
 // upgrades its table first (pgstore.Migrate is idempotent), and a DynamoDB
-// store creates its table (dynamostore.CreateTable is idempotent too).
+// store creates its table (dynamostore.CreateTable is idempotent too). A
+// SQLite store creates its file and table whatever migrate says: it is
+// the process's own.
 func openStore(ctx context.Context, rawURL string, migrate bool) (idem.Store, func() error, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme == "" {
-		return nil, nil, usageErrorf("idem: --store %q: not a store URL (want mem://, redis://… or postgres://…)", rawURL)
+		return nil, nil, usageErrorf("idem: --store %q: not a store URL (want mem://, redis://…, postgres://… or sqlite://…)", rawURL)
 	}
 	switch u.Scheme {
 	case "mem":
@@ -69,8 +76,10 @@ func openStore(ctx context.Context, rawURL string, migrate bool) (idem.Store, fu
 		return s, func() error { pool.Close(); return nil }, nil
 	case "dynamodb":
 		return openDynamo(ctx, rawURL, migrate)
+	case "sqlite":
+		return openSQLite(ctx, u)
 	}
-	return nil, nil, usageErrorf("idem: --store: unsupported scheme %q in %q (supported: mem://, redis://, rediss://, postgres://, postgresql://, dynamodb://)",
+	return nil, nil, usageErrorf("idem: --store: unsupported scheme %q in %q (supported: mem://, redis://, rediss://, postgres://, postgresql://, dynamodb://, sqlite://)",
 		u.Scheme, u.Redacted())
 }
 
@@ -145,6 +154,43 @@ func openPostgres(ctx context.Context, u *url.URL) (s *pgstore.Store, pool *pgxp
 		return nil, nil, "", fmt.Errorf("idem: --store %s: cannot reach PostgreSQL: %w: %w", shown, idem.ErrStoreUnavailable, err)
 	}
 	return s, pool, table, nil
+}
+
+// openSQLite opens the SQLite store of u: sqlite://idem.db and
+// sqlite://data/idem.db are relative to the working directory,
+// sqlite:///var/lib/app/idem.db is absolute (sqlite:idem.db works too).
+// Options: table=, synchronous=full|normal.
+func openSQLite(ctx context.Context, u *url.URL) (idem.Store, func() error, error) {
+	shown := u.String()
+	var cfg sqlitestore.Config
+	cfg.Table, _ = takeParam(u, "table")
+	switch sync, _ := takeParam(u, "synchronous"); strings.ToLower(sync) {
+	case "", "full":
+	case "normal":
+		cfg.Synchronous = sqlitestore.SyncNormal
+	default:
+		return nil, nil, usageErrorf("idem: --store %s: synchronous=%q: want full or normal", shown, sync)
+	}
+	path := u.Opaque
+	if path == "" {
+		path = u.Host + u.Path
+	}
+	switch {
+	case u.RawQuery != "":
+		return nil, nil, usageErrorf("idem: --store %s: unknown options %q (sqlite:// takes table= and synchronous=)", shown, u.RawQuery)
+	case u.User != nil || u.Fragment != "":
+		return nil, nil, usageErrorf("idem: --store %s: sqlite:// takes a file's path, no user or fragment", shown)
+	case path == "":
+		return nil, nil, usageErrorf("idem: --store %s: no file (sqlite://idem.db, or sqlite:///absolute/path.db)", shown)
+	}
+	s, err := sqlitestore.Open(ctx, path, cfg)
+	if err != nil {
+		if strings.HasPrefix(err.Error(), "sqlitestore: Config.") {
+			return nil, nil, usageErrorf("idem: --store %s: %v", shown, err)
+		}
+		return nil, nil, fmt.Errorf("idem: --store %s: %w", shown, err)
+	}
+	return s, s.Close, nil
 }
 
 // migratePostgres creates or upgrades the records table.

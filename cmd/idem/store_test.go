@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +20,7 @@ import (
 	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/pgstore/pgstoretest"
 	"github.com/idemgo/idem/redisstore/redisstoretest"
+	"github.com/idemgo/idem/sqlitestore"
 )
 
 // serverURL returns the --store URL of the shared Redis ("redis") or
@@ -219,5 +222,77 @@ func TestEvictingRedisRefused(t *testing.T) {
 	code, _, stderr := runArgs(t, "demo", "--messages", "10", "--store", fmt.Sprintf("redis://127.0.0.1:%d/0", port))
 	if code != 1 || !strings.Contains(stderr, "volatile-lru") || !strings.Contains(stderr, "noeviction") {
 		t.Errorf("demo over a volatile-lru Redis: exit status %d, stderr %q; want 1, naming the policy and noeviction", code, stderr)
+	}
+}
+
+// TestDemoOnSQLite runs the demo on a SQLite file: --store sqlite://… is
+// all it takes, the file and its table are created on the way, and the
+// records the demo keeps are in the file afterwards.
+func TestDemoOnSQLite(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "idem.db")
+	raw := "sqlite://" + path // sqlite:///tmp/…: an absolute path
+	for _, keep := range []bool{false, true} {
+		args := []string{"demo", "--messages", "400", "--dup-rate", "0.3", "--crash-rate", "0.05", "--seed", "7", "--store", raw}
+		if keep {
+			args = append(args, "--keep")
+		}
+		code, stdout, stderr := runArgs(t, args...)
+		if code != 0 || !strings.Contains(stdout, "OK: idem charged every order exactly once") {
+			t.Fatalf("demo --store %s: exit status %d, want 0\nstdout:\n%s\nstderr:\n%s", raw, code, stdout, stderr)
+		}
+		s, err := sqlitestore.Open(context.Background(), path, sqlitestore.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		err = s.DB().QueryRow("SELECT count(*) FROM " + s.Table()).Scan(&n)
+		s.Close()
+		if want := map[bool]int{false: 0, true: 400}[keep]; err != nil || n != want {
+			t.Fatalf("demo --keep=%v left %d records in the file (%v), want %d\nstdout:\n%s", keep, n, err, want, stdout)
+		}
+	}
+}
+
+// The forms of a sqlite:// URL: a path relative to the working directory
+// (sqlite://idem.db, sqlite://data/idem.db, sqlite:idem.db), an absolute
+// one (sqlite:///…), the table and synchronous options; and what is
+// refused, as usage errors.
+func TestSQLiteStoreURLs(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	if err := os.Mkdir("data", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for raw, file := range map[string]string{
+		"sqlite://idem.db":                           "idem.db",
+		"sqlite://data/idem.db?table=records":        "data/idem.db",
+		"sqlite:plain.db?synchronous=normal":         "plain.db",
+		"sqlite://" + filepath.Join(dir, "abs.db"):   "abs.db",
+		"sqlite://" + filepath.Join(dir, "again.db"): "again.db",
+	} {
+		s, closeStore, err := openStore(context.Background(), raw, false)
+		if err != nil {
+			t.Fatalf("openStore(%s): %v", raw, err)
+		}
+		c, err := s.Claim(context.Background(), idem.ClaimArgs{Key: "k", Lease: time.Minute, Retention: time.Hour})
+		closeStore()
+		if err != nil || c.Outcome != idem.Acquired {
+			t.Fatalf("%s: claim %v %v", raw, c.Outcome, err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, file)); err != nil {
+			t.Errorf("%s: %v, want the file %s", raw, err, file)
+		}
+	}
+	checkUsage(t, []usageCase{
+		{args: []string{"demo", "--store", "sqlite://"}, code: 2, stderr: "no file"},
+		{args: []string{"demo", "--store", "sqlite://x.db?synchronous=off"}, code: 2, stderr: "want full or normal"},
+		{args: []string{"demo", "--store", "sqlite://x.db?cache=shared"}, code: 2, stderr: "unknown options"},
+		{args: []string{"demo", "--store", "sqlite://me@x.db"}, code: 2, stderr: "no user"},
+		{args: []string{"demo", "--store", "sqlite://x.db?table=A-B"}, code: 2, stderr: "Config.Table"},
+	})
+	// A file that cannot be created is the machine's state, not a usage
+	// error.
+	if code, _, stderr := runArgs(t, "demo", "--store", "sqlite://missing/dir/x.db"); code != 1 || !strings.Contains(stderr, "sqlitestore: Open") {
+		t.Errorf("a file in a missing directory: exit status %d, stderr %q; want 1 and sqlitestore's error", code, stderr)
 	}
 }

@@ -345,21 +345,11 @@ func (g *TxGuard) claimAndRun(ctx context.Context, tx pgx.Tx, br pgx.BatchResult
 	fn func() ([]byte, error)) (r ran, res idem.Result, done bool, err error) {
 	sent := time.Now()
 	cl, err := g.readClaim(ctx, tx, br, n, claimAt, c)
-	g.x.Observe(ctx, c, idem.Event{Op: idem.OpClaim, Outcome: cl.Outcome, Attempt: cl.Record.Attempt, Duration: time.Since(sent), Err: err})
-	if err != nil {
-		return r, idem.Result{}, true, err
-	}
-	if res, done, err := g.x.Claimed(cl, c); done {
+	run, res, done, err := g.x.Run(ctx, c, cl, err, sent, fn)
+	if done {
 		return r, res, true, err
 	}
-	started := time.Now()
-	c.Releasing = true
-	r.value, r.ferr = fn()
-	g.x.Observe(ctx, c, idem.Event{Op: idem.OpRun, Duration: time.Since(started), Err: r.ferr})
-	if r.ferr != nil && !idem.IsPermanent(r.ferr) {
-		return r, idem.Result{}, true, r.ferr
-	}
-	c.Releasing = false
+	r.value, r.ferr = run.Value, run.Err
 	r.op, r.store, r.sent = idem.OpComplete, &pgx.Batch{}, time.Now()
 	if r.ferr != nil {
 		r.op = idem.OpFail

@@ -194,21 +194,11 @@ func (g *SQL) claimAndRun(ctx context.Context, tx *sql.Tx, c *Call, sent time.Ti
 			err = g.d.Translate("savepoint", serr)
 		}
 	}
-	g.x.Observe(ctx, c, idem.Event{Op: idem.OpClaim, Outcome: cl.Outcome, Attempt: cl.Record.Attempt, Duration: time.Since(sent), Err: err})
-	if err != nil {
-		return r, idem.Result{}, true, err
-	}
-	if res, done, err := g.x.Claimed(cl, c); done {
+	run, res, done, err := g.x.Run(ctx, c, cl, err, sent, func() ([]byte, error) { return fn(ctx, tx) })
+	if done {
 		return r, res, true, err
 	}
-	started := time.Now()
-	c.Releasing = true
-	r.value, r.ferr = fn(ctx, tx)
-	g.x.Observe(ctx, c, idem.Event{Op: idem.OpRun, Duration: time.Since(started), Err: r.ferr})
-	if r.ferr != nil && !idem.IsPermanent(r.ferr) {
-		return r, idem.Result{}, true, r.ferr
-	}
-	c.Releasing = false
+	r.value, r.ferr = run.Value, run.Err
 	r.op, r.sent = idem.OpComplete, time.Now()
 	if r.ferr == nil {
 		r.err = g.d.Finish(ctx, tx, c, cl.Token, idem.StatusCompleted, r.value, g.x.Cfg.Retention)

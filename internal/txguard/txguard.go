@@ -119,6 +119,39 @@ func (x *Exec) Claimed(cl idem.Claim, c *Call) (res idem.Result, done bool, err 
 	return idem.Result{}, false, nil
 }
 
+// Ran is what fn returned once the claim acquired the key: its value,
+// and its permanent error or nil.
+type Ran struct {
+	Value []byte
+	Err   error
+}
+
+// Run is what an executor does once its claim, sent at sent, answered cl
+// or err: it observes the claim, answers one that failed or did not
+// acquire the key, and else runs fn (observed as idem.OpRun, with
+// c.Releasing set while it runs). done reports that res, err are the
+// caller's answer: a claim that failed or did not acquire the key, or
+// fn's retryable error, which its transaction is to roll back. Otherwise
+// r is fn's outcome, to be stored; a panic of fn goes through Run.
+func (x *Exec) Run(ctx context.Context, c *Call, cl idem.Claim, err error, sent time.Time, fn func() ([]byte, error)) (r Ran, res idem.Result, done bool, _ error) {
+	x.Observe(ctx, c, idem.Event{Op: idem.OpClaim, Outcome: cl.Outcome, Attempt: cl.Record.Attempt, Duration: time.Since(sent), Err: err})
+	if err != nil {
+		return r, idem.Result{}, true, err
+	}
+	if res, done, err := x.Claimed(cl, c); done {
+		return r, res, true, err
+	}
+	started := time.Now()
+	c.Releasing = true
+	r.Value, r.Err = fn()
+	x.Observe(ctx, c, idem.Event{Op: idem.OpRun, Duration: time.Since(started), Err: r.Err})
+	if r.Err != nil && !idem.IsPermanent(r.Err) {
+		return r, idem.Result{}, true, r.Err
+	}
+	c.Releasing = false
+	return r, idem.Result{}, false, nil
+}
+
 // Outcome is Do's answer once fn ran and returned value and ferr (nil or
 // permanent), and storing the outcome returned err.
 func Outcome(value []byte, ferr, err error) (idem.Result, error) {

@@ -34,7 +34,7 @@ func postgresFlag(fs *flag.FlagSet, raw string) (*url.URL, error) {
 	}
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return nil, usageErrorf("idem: %s: --store %q: want a postgres:// URL (Redis and memstore need neither migrations nor reaping)", fs.Name(), raw)
+		return nil, usageErrorf("idem: %s: --store %s: want a postgres:// URL (Redis and memstore need neither migrations nor reaping)", fs.Name(), redactURL(raw))
 	}
 	return u, nil
 }

@@ -42,7 +42,7 @@ func openBare(ctx context.Context, raw string, runID int64) (bareStore, error) {
 	if err != nil {
 		return nil, nil // openStore has refused it already
 	}
-	shown := u.Redacted()
+	shown := redactURL(u.String())
 	switch u.Scheme {
 	case "redis", "rediss":
 		takeParam(u, "prefix")

@@ -202,7 +202,7 @@ func benchHTTP(ctx context.Context, o benchHTTPOptions, stdout, stderr io.Writer
 		if u, err := url.Parse(raw); err == nil { // openStore parsed it
 			t.name = u.Scheme
 			if _, ok := u.User.Password(); ok {
-				t.url = u.Redacted()
+				t.url = redactURL(u.String())
 			}
 			switch u.Scheme {
 			case "rediss":

@@ -489,10 +489,10 @@ func cpuModel() string {
 func benchURL(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme == "" {
-		return nil, usageErrorf("idem: --store %q: not a store URL (want mem://, redis://… or postgres://…)", raw)
+		return nil, usageErrorf("idem: --store %s: not a store URL (want mem://, redis://… or postgres://…)", redactURL(raw))
 	}
 	if u.Query().Has("table") {
-		return nil, usageErrorf("idem: bench store: --store %s: no ?table=: the benchmark's tables go in a schema of its own", u.Redacted())
+		return nil, usageErrorf("idem: bench store: --store %s: no ?table=: the benchmark's tables go in a schema of its own", redactURL(u.String()))
 	}
 	return u, nil
 }

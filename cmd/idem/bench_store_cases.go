@@ -229,7 +229,7 @@ func openStoreBenchTarget(ctx context.Context, raw string, maxG int) (*storeBenc
 	switch u.Scheme {
 	case "mem":
 		if u.Host != "" || u.Path != "" || u.RawQuery != "" || u.Opaque != "" {
-			return nil, usageErrorf("idem: --store %q: mem:// takes no host, path or options", raw)
+			return nil, usageErrorf("idem: --store %s: mem:// takes no host, path or options", redactURL(raw))
 		}
 		return memBenchTarget(ctx)
 	case "redis", "rediss":
@@ -238,7 +238,7 @@ func openStoreBenchTarget(ctx context.Context, raw string, maxG int) (*storeBenc
 		return postgresBenchTarget(ctx, u.String())
 	}
 	return nil, usageErrorf("idem: --store: unsupported scheme %q in %q (supported: mem://, redis://, rediss://, postgres://, postgresql://)",
-		u.Scheme, u.Redacted())
+		u.Scheme, redactURL(u.String()))
 }
 
 // memBenchTarget measures memstore beside a sync.Map: the least an
@@ -323,7 +323,7 @@ return 0`)
 // of maxG goroutines.
 func redisBenchTarget(ctx context.Context, raw string, maxG int) (*storeBenchTarget, error) {
 	u, _ := benchURL(raw)
-	shown := u.Redacted()
+	shown := redactURL(u.String())
 	base, ok := takeParam(u, "prefix")
 	if !ok {
 		base = "idem-bench:"
@@ -703,7 +703,7 @@ func postgresBenchTarget(ctx context.Context, raw string) (t *storeBenchTarget, 
 		}, nil
 	})
 	return &storeBenchTarget{
-		url:    u.Redacted(),
+		url:    redactURL(u.String()),
 		server: fmt.Sprintf("PostgreSQL %s  synchronous_commit=%s  fsync=%s", version, syncCommit, fsync),
 		cases:  cases(stores, bare),
 		close:  dropSchema,

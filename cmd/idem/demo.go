@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -251,13 +250,4 @@ func cleanUpDemo(ctx context.Context, o demoOptions, store idem.Store, cfg idem.
 	fmt.Fprintf(stdout, "\nDeleted the run's %d records from %s (namespace %q); --keep keeps them.\n",
 		len(deleted), redactURL(o.store), cfg.Namespace)
 	return nil
-}
-
-// redactURL is rawURL with its password replaced, for output.
-func redactURL(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return "(a store URL that does not parse)"
-	}
-	return u.Redacted()
 }

@@ -66,6 +66,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		name, args = args[0], []string{"-h"} // idem help demo = idem demo -h
 	}
+	if secrets := secretsIn(args); len(secrets) > 0 {
+		stdout, stderr = scrubber{stdout, secrets}, scrubber{stderr, secrets}
+	}
 	c, ok := commands[name]
 	if !ok {
 		fmt.Fprintf(stderr, "idem: unknown command %q\n\n", name)

@@ -48,12 +48,12 @@ const connectTimeout = 10 * time.Second
 func openStore(ctx context.Context, rawURL string, migrate bool) (idem.Store, func() error, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme == "" {
-		return nil, nil, usageErrorf("idem: --store %q: not a store URL (want mem://, redis://…, postgres://… or sqlite://…)", rawURL)
+		return nil, nil, usageErrorf("idem: --store %s: not a store URL (want mem://, redis://…, postgres://… or sqlite://…)", redactURL(rawURL))
 	}
 	switch u.Scheme {
 	case "mem":
 		if u.Host != "" || u.Path != "" || u.RawQuery != "" || u.Opaque != "" {
-			return nil, nil, usageErrorf("idem: --store %q: mem:// takes no host, path or options", rawURL)
+			return nil, nil, usageErrorf("idem: --store %s: mem:// takes no host, path or options", redactURL(rawURL))
 		}
 		s, err := memstore.New(memstore.Config{})
 		if err != nil {
@@ -80,7 +80,7 @@ func openStore(ctx context.Context, rawURL string, migrate bool) (idem.Store, fu
 		return openSQLite(ctx, u)
 	}
 	return nil, nil, usageErrorf("idem: --store: unsupported scheme %q in %q (supported: mem://, redis://, rediss://, postgres://, postgresql://, dynamodb://, sqlite://)",
-		u.Scheme, u.Redacted())
+		u.Scheme, redactURL(u.String()))
 }
 
 // takeParam removes the query parameter name from u and returns its value.
@@ -98,7 +98,7 @@ func takeParam(u *url.URL, name string) (string, bool) {
 }
 
 func openRedis(ctx context.Context, u *url.URL) (idem.Store, func() error, error) {
-	shown := u.Redacted()
+	shown := redactURL(u.String())
 	prefix, _ := takeParam(u, "prefix")
 	opts, err := redis.ParseURL(u.String())
 	if err != nil {
@@ -132,7 +132,7 @@ func openRedis(ctx context.Context, u *url.URL) (idem.Store, func() error, error
 // over it and the records table's name as given ("" for the default);
 // closing the pool is the caller's.
 func openPostgres(ctx context.Context, u *url.URL) (s *pgstore.Store, pool *pgxpool.Pool, table string, err error) {
-	shown := u.Redacted()
+	shown := redactURL(u.String())
 	table, _ = takeParam(u, "table")
 	cfg, err := pgxpool.ParseConfig(u.String())
 	if err != nil {
@@ -209,15 +209,15 @@ func migratePostgres(ctx context.Context, pool *pgxpool.Pool, table string) erro
 func openDynamo(ctx context.Context, rawURL string, migrate bool) (idem.Store, func() error, error) {
 	u, err := dynamostore.ParseURL(rawURL)
 	if err != nil {
-		return nil, nil, usageErrorf("idem: --store %q: %v", rawURL, err)
+		return nil, nil, usageErrorf("idem: --store %s: %v", redactURL(rawURL), err)
 	}
 	client, err := u.NewClient(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("idem: --store %s: %w", rawURL, err)
+		return nil, nil, fmt.Errorf("idem: --store %s: %w", redactURL(rawURL), err)
 	}
 	s, err := dynamostore.New(client, dynamostore.Config{Table: u.Table})
 	if err != nil {
-		return nil, nil, usageErrorf("idem: --store %s: %v", rawURL, err)
+		return nil, nil, usageErrorf("idem: --store %s: %v", redactURL(rawURL), err)
 	}
 	tctx, cancel := context.WithTimeout(ctx, time.Minute) // a new table takes seconds on AWS
 	defer cancel()
@@ -227,7 +227,7 @@ func openDynamo(ctx context.Context, rawURL string, migrate bool) (idem.Store, f
 		err = dynamostore.CheckTable(tctx, client, u.Table)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("idem: --store %s: %w", rawURL, err)
+		return nil, nil, fmt.Errorf("idem: --store %s: %w", redactURL(rawURL), err)
 	}
 	return s, func() error { return nil }, nil
 }
@@ -237,7 +237,7 @@ func openDynamo(ctx context.Context, rawURL string, migrate bool) (idem.Store, f
 func migrateDynamo(ctx context.Context, raw string, stdout io.Writer) error {
 	u, err := dynamostore.ParseURL(raw)
 	if err != nil {
-		return usageErrorf("idem: migrate: --store %q: %v", raw, err)
+		return usageErrorf("idem: migrate: --store %s: %v", redactURL(raw), err)
 	}
 	if _, _, err := openDynamo(ctx, raw, true); err != nil {
 		return err

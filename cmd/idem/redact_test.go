@@ -1,0 +1,61 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestRedactURL(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"postgres://app:S3cret@db:5432/test", "postgres://app:xxxxx@db:5432/test"},
+		{"postgres://app@db/test?password=S3cret&sslmode=disable", "postgres://app@db/test?password=xxxxx&sslmode=disable"},
+		{"postgres://db/test?sslmode=require&sslpassword=S3cret", "postgres://db/test?sslmode=require&sslpassword=xxxxx"},
+		{"redis://:S3cret@127.0.0.1:6379/0", "redis://:xxxxx@127.0.0.1:6379/0"},
+		{"postgres://app:S3cret@db/te%zzst", "postgres://app:xxxxx@db/te%zzst"},
+		{"postgres://app:S3%cret@db/test?password=S3cret", "postgres://app:xxxxx@db/test?password=xxxxx"},
+		{"dynamodb://h:8000/t?secret_access_key=S3cret&access_key_id=AK", "dynamodb://h:8000/t?secret_access_key=xxxxx&access_key_id=AK"},
+		{"mem://", "mem://"},
+		{"sqlite:///var/lib/idem.db", "sqlite:///var/lib/idem.db"},
+	} {
+		if got := redactURL(tc.in); got != tc.want {
+			t.Errorf("redactURL(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestSecretsNeverPrinted runs the verbs that take a store or broker URL
+// with a password in every place a URL can hold one, well-formed or not,
+// and servers that refuse or do not answer: no error, log line or usage
+// text names the password.
+func TestSecretsNeverPrinted(t *testing.T) {
+	const secret = "S3cretPw"
+	urls := []string{
+		"postgres://app:" + secret + "@127.0.0.1:1/test",
+		"postgres://app@127.0.0.1:1/test?password=" + secret,
+		"postgres://app:" + secret + "@127.0.0.1:1/te%zzst",
+		"postgres://app:" + secret + "@127.0.0.1:1/test?table=bad%20name",
+		"redis://:" + secret + "@127.0.0.1:1/0",
+		"redis://:" + secret + "@127.0.0.1:1/0?prefix=%zz",
+		"rediss://user:" + secret + "@127.0.0.1:1/nope",
+		"dynamodb://127.0.0.1:1/t?secret_access_key=" + secret,
+		"ftp://u:" + secret + "@host/",
+		"mem://u:" + secret + "@host",
+		"sqlite://u:" + secret + "@/tmp/x.db",
+	}
+	for _, u := range urls {
+		for _, args := range [][]string{
+			{"migrate", "--store", u},
+			{"reap", "--store", u},
+			{"demo", "--store", u, "--messages", "1"},
+			{"bench", "store", "--store", u, "--ops", "1"},
+			{"bench", "http", "--stores", u, "--duration", "1ms"},
+			{"demo", "--broker", strings.Replace(u, "postgres", "amqp", 1), "--messages", "1"},
+			{"demo", "--broker", strings.Replace(u, "postgres", "nats", 1), "--messages", "1"},
+		} {
+			_, stdout, stderr := runArgs(t, args...)
+			if strings.Contains(stdout+stderr, secret) {
+				t.Errorf("idem %s: the password is printed:\n%s%s", strings.Join(args, " "), stdout, stderr)
+			}
+		}
+	}
+}

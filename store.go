@@ -66,9 +66,12 @@ type Store interface {
 type BatchClaimer interface {
 	// ClaimBatch does what Claim does for each of args, in one round trip,
 	// and returns one Claim per argument in the same order. An error of one
-	// key (ErrKeyReused) is in that Claim's Err; the error returned is for
-	// the batch as a whole (the store could not be reached). Two entries for
-	// the same key are claimed in order, the second seeing the first.
+	// entry (ErrKeyReused, a record the store cannot read, no room for it)
+	// is in that Claim's Err, and the other entries are claimed and
+	// answered; the error returned is for the batch as a whole, which then
+	// claimed nothing (arguments out of range, the store could not be
+	// reached). Two entries for the same key are claimed in order, the
+	// second seeing the first.
 	ClaimBatch(ctx context.Context, args []ClaimArgs) ([]Claim, error)
 }
 
@@ -86,8 +89,9 @@ type ValueLimiter interface {
 // one round trip.
 type BatchCompleter interface {
 	// CompleteBatch does what Complete does for each of cs and returns one
-	// error per entry (nil, or ErrLeaseLost), in the same order; the error
-	// returned is for the batch as a whole.
+	// error per entry (nil, ErrLeaseLost, or another error of that entry
+	// alone), in the same order; the error returned is for the batch as a
+	// whole.
 	CompleteBatch(ctx context.Context, cs []Completion) ([]error, error)
 }
 

@@ -400,3 +400,30 @@ func TestFullStoreNeverRefusesWhatItCanEvict(t *testing.T) {
 		t.Fatalf("%d records held, over MaxEntries %d", s.Len(), maxEntries)
 	}
 }
+
+// TestBatchEntryErrorsAreTheirOwn: at the cap, with nothing to evict, a
+// ClaimBatch claims what fits and answers the rest ErrFull each: it once
+// failed as a whole after claiming the entries before the one that did
+// not fit, whose callers then got an error for keys left in progress.
+func TestBatchEntryErrorsAreTheirOwn(t *testing.T) {
+	s := newStore(t, memstore.Config{MaxEntries: 2})
+	ctx := context.Background()
+	mustAcquire(t, s, args("held"))
+	got, err := s.ClaimBatch(ctx, []idem.ClaimArgs{args("a"), args("b")})
+	if err != nil {
+		t.Fatalf("ClaimBatch: %v, want each entry's answer", err)
+	}
+	if got[0].Err != nil || got[0].Outcome != idem.Acquired {
+		t.Fatalf("the entry that fits: %v %v, want Acquired", got[0].Outcome, got[0].Err)
+	}
+	if !errors.Is(got[1].Err, memstore.ErrFull) {
+		t.Fatalf("the entry that does not fit: %v, want ErrFull", got[1].Err)
+	}
+	errs, err := s.CompleteBatch(ctx, []idem.Completion{
+		{Key: "a", Token: got[0].Token, Value: []byte("v"), Retention: time.Hour},
+		{Key: "b", Token: 1, Value: []byte("v"), Retention: time.Hour},
+	})
+	if err != nil || errs[0] != nil || !errors.Is(errs[1], idem.ErrLeaseLost) {
+		t.Fatalf("CompleteBatch: %v, %v; want the first stored and the second's own ErrLeaseLost", errs, err)
+	}
+}

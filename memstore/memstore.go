@@ -548,15 +548,16 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	for _, a := range args {
+		if err := validClaim(a); err != nil {
+			return nil, err // before any claim: the batch claimed nothing
+		}
+	}
 	out := make([]idem.Claim, len(args))
 	for i, a := range args {
-		if err := validClaim(a); err != nil {
-			return nil, err
-		}
+		// An entry's error (ErrKeyReused, ErrFull) is its own: the
+		// entries before it are claimed, and their callers must know.
 		c, err := s.claim(a)
-		if err != nil && !errors.Is(err, idem.ErrKeyReused) {
-			return nil, err
-		}
 		c.Err = err
 		out[i] = c
 	}
@@ -574,11 +575,9 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]erro
 	}
 	errs := make([]error, len(cs))
 	for i, c := range cs {
-		err := s.Complete(ctx, c.Key, c.Token, c.Value, c.Retention)
-		if err != nil && !errors.Is(err, idem.ErrLeaseLost) {
-			return nil, err
-		}
-		errs[i] = err
+		// An entry's error (ErrLeaseLost, ErrFull) is its own: the
+		// entries before it are stored.
+		errs[i] = s.Complete(ctx, c.Key, c.Token, c.Value, c.Retention)
 	}
 	return errs, nil
 }

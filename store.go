@@ -110,6 +110,39 @@ type ArgsCopier interface {
 	CopiesClaimArgs() bool
 }
 
+// Scanner is implemented by stores that can list their records, for an
+// operator's tools (idem stats, idem purge --status): a Scan reads the
+// records page by page, and is never on a request's path.
+type Scanner interface {
+	// Scan calls fn with each live (unexpired) record whose store key
+	// starts with prefix ("" for every record; [NamespacePrefix] for a
+	// namespace's), in no particular order, until fn returns false, and
+	// returns nil then, or ctx's error, or the store's. Each record is
+	// seen once; one written or deleted while Scan runs may be seen or
+	// not. A record's Result is as Get returns it.
+	Scan(ctx context.Context, prefix string, fn func(Record) bool) error
+}
+
+// NamespacePrefix returns what every store key of namespace starts with,
+// and no store key of another namespace does: the prefix of a
+// [Scanner.Scan] over one namespace.
+func NamespacePrefix(namespace string) string { return string(appendNamespace(nil, namespace)) }
+
+// SplitStoreKey returns the namespace, scope and key of a store key that
+// [ScopedStoreKey] made, and ok false for a string it did not make.
+func SplitStoreKey(storeKey string) (namespace, scope, key string, ok bool) {
+	rest := storeKey
+	var parts [2]string
+	for i := range parts {
+		n, w := binary.Uvarint([]byte(rest[:min(len(rest), binary.MaxVarintLen64)]))
+		if w <= 0 || n > uint64(len(rest)-w) {
+			return "", "", "", false
+		}
+		parts[i], rest = rest[w:w+int(n)], rest[w+int(n):]
+	}
+	return parts[0], parts[1], rest, true
+}
+
 // StoreKey returns the store key of an unscoped key in namespace: what
 // [ScopedStoreKey] returns for the empty scope.
 func StoreKey(namespace, key string) string { return ScopedStoreKey(namespace, "", key) }

@@ -65,6 +65,7 @@ var cases = []suiteCase{
 	{"GetAndDelete", getAndDelete},
 	{"ClaimBatchAgreesWithClaim", claimBatchAgrees},
 	{"CompleteBatchAgreesWithComplete", completeBatchAgrees},
+	{"ScanListsLiveRecords", scanListsLiveRecords},
 }
 
 // env is one case's view of the store: its own namespace and helpers.

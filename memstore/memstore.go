@@ -172,6 +172,7 @@ func (e *entry) setFingerprint(fp []byte) {
 var (
 	_ idem.Store          = (*Store)(nil)
 	_ idem.BatchClaimer   = (*Store)(nil)
+	_ idem.Scanner        = (*Store)(nil)
 	_ idem.BatchCompleter = (*Store)(nil)
 	_ idem.ArgsCopier     = (*Store)(nil)
 )
@@ -526,6 +527,33 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 		return idem.Record{}, idem.ErrNotFound
 	}
 	return e.record(key, bytes.Clone(e.fingerprint()), bytes.Clone(e.result)), nil
+}
+
+// Scan implements [idem.Scanner]: one shard at a time, its matching live
+// records copied under its lock and handed to fn after it is released, so
+// fn may call the Store.
+func (s *Store) Scan(ctx context.Context, prefix string, fn func(idem.Record) bool) error {
+	for i := range s.shards {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		sh := &s.shards[i]
+		var recs []idem.Record
+		now := s.cfg.Now().UnixNano()
+		sh.mu.Lock()
+		for k, e := range sh.m {
+			if e.expires > now && strings.HasPrefix(k, prefix) {
+				recs = append(recs, e.record(k, bytes.Clone(e.fingerprint()), bytes.Clone(e.result)))
+			}
+		}
+		sh.mu.Unlock()
+		for _, r := range recs {
+			if !fn(r) {
+				return nil
+			}
+		}
+	}
+	return nil
 }
 
 // Delete implements [idem.Store.Delete].

@@ -2,8 +2,10 @@ package pgstore_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemgo/idem"
 )
@@ -40,6 +42,36 @@ func TestBadRowIsItsEntrysError(t *testing.T) {
 			t.Errorf("%s: %v, want its status named", k, got[i].Err)
 		case k != "bad" && (got[i].Err != nil || got[i].Outcome != idem.Acquired):
 			t.Errorf("%s: %v %v, want Acquired", k, got[i].Outcome, got[i].Err)
+		}
+	}
+}
+
+// TestScanPages: a Scan over more records than a page lists each once,
+// from the prefix on, and none past it.
+func TestScanPages(t *testing.T) {
+	e := newEnv(t, 4)
+	ctx := testCtx(t)
+	const n = 1234
+	args := make([]idem.ClaimArgs, 0, n)
+	for i := range n {
+		args = append(args, idem.ClaimArgs{Key: idem.StoreKey("scan", fmt.Sprintf("k%05d", i)), Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Minute})
+	}
+	if _, err := e.store.ClaimBatch(ctx, args); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.Claim(ctx, idem.ClaimArgs{Key: idem.StoreKey("scan2", "other"), Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	if err := e.store.Scan(ctx, idem.NamespacePrefix("scan"), func(r idem.Record) bool { seen[r.Key]++; return true }); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != n {
+		t.Fatalf("Scan listed %d records, want %d", len(seen), n)
+	}
+	for k, c := range seen {
+		if c != 1 {
+			t.Fatalf("Scan listed %q %d times", k, c)
 		}
 	}
 }

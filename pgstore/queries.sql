@@ -297,6 +297,14 @@ FROM {{.table}} AS r WHERE key = $1::bytea AND expires_at > statement_timestamp(
 
 {{define "delete"}}DELETE FROM {{.table}} WHERE key = $1::bytea{{end}}
 
+-- Store.Scan's page: the live records whose key follows $1 (from $1 on,
+-- when $3 is true), in key order, at most $4 of them; $2 the longest result
+-- returned. The primary key's index serves the order and the start.
+{{define "scan"}}SELECT key, status, token, attempt, fingerprint, lease_until,
+	{{template "capped_result" args . "limit" "$2::int"}}, expires_at
+FROM {{.table}} AS r WHERE (key > $1::bytea OR ($3::bool AND key = $1::bytea)) AND expires_at > statement_timestamp()
+ORDER BY key LIMIT $4::int{{end}}
+
 -- $1 the most rows deleted. Rows locked by a claim or a holder's call in
 -- flight are skipped: the reaper never waits, and never deletes a record a
 -- claim just renewed (the locked row is re-checked against the condition).

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/scanpage"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -146,6 +147,7 @@ func (s *Store) peeks() bool {
 
 var (
 	_ idem.Store          = (*Store)(nil)
+	_ idem.Scanner        = (*Store)(nil)
 	_ idem.BatchClaimer   = (*Store)(nil)
 	_ idem.BatchCompleter = (*Store)(nil)
 	_ idem.ArgsCopier     = (*Store)(nil)
@@ -484,6 +486,44 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 		rec.LeaseUntil = leaseUntil.Time
 	}
 	return rec, nil
+}
+
+// scanPage is how many records a Scan reads per statement.
+const scanPage = 500
+
+// Scan implements [idem.Scanner] with one statement per page of scanPage
+// records, in key order from prefix, each page its own snapshot. A record
+// holding a result longer than Config.MaxValueSize is listed without it.
+func (s *Store) Scan(ctx context.Context, prefix string, fn func(idem.Record) bool) error {
+	return scanpage.Scan(ctx, prefix, scanPage, s.scanPage, fn)
+}
+
+// scanPage reads one page of Scan.
+func (s *Store) scanPage(ctx context.Context, from []byte, inclusive bool) ([]idem.Record, error) {
+	rows, err := s.db.Query(ctx, s.q.scan, from, int32(s.cfg.MaxValueSize), inclusive, int32(scanPage))
+	if err != nil {
+		return nil, translate("scan", err)
+	}
+	defer rows.Close()
+	var recs []idem.Record
+	for rows.Next() {
+		var key []byte
+		var status int16
+		var token int64
+		var attempt int32
+		var leaseUntil pgtype.Timestamptz
+		var resultSize pgtype.Int4
+		var rec idem.Record
+		if err := rows.Scan(&key, &status, &token, &attempt, &rec.Fingerprint, &leaseUntil, &rec.Result, &resultSize, &rec.ExpiresAt); err != nil {
+			return nil, translate("scan", err)
+		}
+		rec.Key, rec.Status, rec.Token, rec.Attempt = string(key), idem.Status(status), idem.Token(token), int(attempt)
+		if leaseUntil.Valid {
+			rec.LeaseUntil = leaseUntil.Time
+		}
+		recs = append(recs, rec)
+	}
+	return recs, translate("scan", rows.Err())
 }
 
 // Delete implements [idem.Store.Delete]; a missing key is not an error.

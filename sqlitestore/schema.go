@@ -93,6 +93,7 @@ func (t table) createIndex() string {
 // (?NNN), so that one value serves several places.
 type queries struct {
 	read, put, finish, release, extend, delete, reap string
+	scan                                             string
 	txFinish, txComplete                             string
 }
 
@@ -122,6 +123,12 @@ ON CONFLICT (key) DO UPDATE SET status = excluded.status, token = excluded.token
 		// after it.
 		extend: `UPDATE ` + t.ident + ` SET lease_until = ?4, expires_at = max(expires_at, ?4 + retention) WHERE ` + holder,
 		delete: `DELETE FROM ` + t.ident + ` WHERE key = ?1`,
+		// Store.Scan's page: the live records whose key follows ?1 (from
+		// ?1 on, when ?3), in key order, at most ?5 of them; ?2 the
+		// longest result returned, ?4 now.
+		scan: `SELECT key, status, token, attempt, fingerprint, lease_until, retention,
+	CASE WHEN length(result) <= ?2 THEN result END, length(result), expires_at
+FROM ` + t.ident + ` WHERE (key > ?1 OR (?3 AND key = ?1)) AND expires_at > ?4 ORDER BY key LIMIT ?5`,
 		// ?1 now, ?2 the most rows deleted.
 		reap: `DELETE FROM ` + t.ident + ` WHERE rowid IN (
 	SELECT rowid FROM ` + t.ident + ` WHERE expires_at <= ?1 ORDER BY expires_at LIMIT ?2)`,

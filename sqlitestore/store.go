@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/scanpage"
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite", pure Go
 )
 
@@ -117,6 +118,7 @@ type Store struct {
 var (
 	_ idem.Store          = (*Store)(nil)
 	_ idem.BatchClaimer   = (*Store)(nil)
+	_ idem.Scanner        = (*Store)(nil)
 	_ idem.BatchCompleter = (*Store)(nil)
 	_ idem.ValueLimiter   = (*Store)(nil)
 	_ idem.ArgsCopier     = (*Store)(nil)
@@ -544,6 +546,35 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 		return idem.Record{}, err
 	}
 	return r.idemRecord(key, r.fingerprint), nil
+}
+
+// scanPage is how many records a Scan reads per statement.
+const scanPage = 500
+
+// Scan implements [idem.Scanner], one statement per page of scanPage
+// records in key order from prefix. A record holding a result longer than
+// Config.MaxValueSize is listed without it.
+func (s *Store) Scan(ctx context.Context, prefix string, fn func(idem.Record) bool) error {
+	return scanpage.Scan(ctx, prefix, scanPage, s.scanPage, fn)
+}
+
+// scanPage reads one page of Scan.
+func (s *Store) scanPage(ctx context.Context, from []byte, inclusive bool) ([]idem.Record, error) {
+	rows, err := s.db.QueryContext(ctx, s.q.scan, from, s.cfg.MaxValueSize, inclusive, s.now(), scanPage)
+	if err != nil {
+		return nil, translate(ctx, "scan", err)
+	}
+	defer rows.Close()
+	var recs []idem.Record
+	for rows.Next() {
+		var key []byte
+		var r record
+		if err := rows.Scan(&key, &r.status, &r.token, &r.attempt, &r.fingerprint, &r.leaseUntil, &r.retention, &r.result, &r.size, &r.expiresAt); err != nil {
+			return nil, translate(ctx, "scan", err)
+		}
+		recs = append(recs, r.idemRecord(string(key), r.fingerprint))
+	}
+	return recs, translate(ctx, "scan", rows.Err())
 }
 
 // Delete implements [idem.Store.Delete]: the key's record is gone,

@@ -95,6 +95,9 @@ func TestRelayPublishesPastRowsTheBrokerRefuses(t *testing.T) {
 	if lag.Pending != 0 || lag.Dead != 5 {
 		t.Errorf("Lag() = %+v, want 0 pending and 5 dead", lag)
 	}
+	if read, err := outbox.ReadLag(testCtx(t), e.pool, e.table); err != nil || read != lag {
+		t.Errorf("ReadLag() = %+v, %v; want the relay's Lag %+v", read, err, lag)
+	}
 	if n := len(e.rec.Messages()); n != 3 {
 		t.Errorf("%d messages published, want the 3 good ones", n)
 	}

@@ -971,6 +971,31 @@ type relayQueries struct {
 	memberID int32
 }
 
+// lagQuery is the statement of the table t's Lag.
+func lagQuery(t table) string {
+	return "SELECT count(*), coalesce(statement_timestamp() - min(created_at), '0'), (SELECT count(*) FROM " + t.dead + ") FROM " + t.ident +
+		" WHERE sent_at IS NULL"
+}
+
+// ReadLag returns the backlog of table ("" for [DefaultTable]) without a
+// Relay: what an operator's tool shows (idem outbox stats). A Relay's
+// [Relay.Lag] reads the same.
+func ReadLag(ctx context.Context, db DB, table string) (Lag, error) {
+	t, err := parseTable(table)
+	if err != nil {
+		return Lag{}, fmt.Errorf("outbox: ReadLag: table %w", err)
+	}
+	b := &pgx.Batch{}
+	b.Queue(lagQuery(t))
+	br := db.SendBatch(ctx, b)
+	defer br.Close()
+	var l Lag
+	if err := br.QueryRow().Scan(&l.Pending, &l.OldestPending, &l.Dead); err != nil {
+		return Lag{}, dbError("ReadLag", err)
+	}
+	return l, nil
+}
+
 func newRelayQueries(t table, cfg RelayConfig) relayQueries {
 	const cols = "id, message_id, destination, key, headers, payload, created_at"
 	// A batch: the first pending rows in id order, but those of keys
@@ -1013,8 +1038,7 @@ func newRelayQueries(t table, cfg RelayConfig) relayQueries {
 		cleanup: fmt.Sprintf("DELETE FROM %s WHERE id IN (SELECT id FROM %s"+
 			" WHERE sent_at < statement_timestamp() - interval '%d microseconds' LIMIT %d FOR UPDATE SKIP LOCKED)",
 			t.ident, t.ident, cfg.Retention.Microseconds(), cleanupBatch),
-		lag: "SELECT count(*), coalesce(statement_timestamp() - min(created_at), '0'), (SELECT count(*) FROM " + t.dead + ") FROM " + t.ident +
-			" WHERE sent_at IS NULL",
+		lag:      lagQuery(t),
 		memberID: int32(-cfg.Partitions),
 	}
 	if cfg.DeleteSent {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,6 +33,13 @@ func init() {
 
 // stdin is what purge reads its confirmation from; tests replace it.
 var stdin io.Reader = os.Stdin
+
+// confirmed reads a line from stdin and reports whether it says yes.
+func confirmed() bool {
+	answer, _ := bufio.NewReader(stdin).ReadString('\n')
+	a := strings.ToLower(strings.TrimSpace(answer))
+	return a == "y" || a == "yes"
+}
 
 // keyFlags are the flags that name one record.
 type keyFlags struct {
@@ -207,18 +215,41 @@ func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	f := newKeyFlags(fs)
 	yes := fs.Bool("yes", false, "delete without asking")
+	status := fs.String("status", "", "instead of one KEY, every record of --namespace with this status: completed, failed or in-progress")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: idem purge --store URL [--namespace NS] [--scope S] [--yes] KEY
+       idem purge --store URL --namespace NS --status failed [--yes]
 
 Deletes the record of KEY, whatever its status, after showing it and
 asking (or at once with --yes): its next delivery or request runs the
 operation again. Purge a key stuck in a state you have dealt with by
 hand; a key in progress with a live lease is being run right now, and a
-purge lets a duplicate run beside it.
+purge lets a duplicate run beside it. With --status, deletes every record
+of the namespace in that status (failed: let every failed key run again),
+after counting them and asking.
 
 Flags:
 `)
 		fs.PrintDefaults()
+	}
+	if slices.ContainsFunc(args, func(a string) bool {
+		return a == "--status" || a == "-status" || strings.HasPrefix(a, "--status=") || strings.HasPrefix(a, "-status=")
+	}) {
+		if err := parseFlags(fs, args); err != nil {
+			return err
+		}
+		switch {
+		case *f.store == "":
+			return usageErrorf("idem: purge: --store is required")
+		case strings.HasPrefix(*f.store, "mem:"):
+			return usageErrorf("idem: purge: --store mem://: a memstore lives in the process that made it")
+		}
+		s, closeStore, err := openStore(ctx, *f.store, false)
+		if err != nil {
+			return err
+		}
+		defer closeStore()
+		return purgeStatus(ctx, s, *f.namespace, *status, *yes, *f.json, stdout)
 	}
 	key, err := parseKeyArgs(fs, args)
 	if err != nil {
@@ -243,8 +274,7 @@ Flags:
 			fmt.Fprintln(stdout, "\nThe key is being run right now, under a live lease: a purge lets a duplicate run beside it.")
 		}
 		fmt.Fprint(stdout, "\nDelete this record? [y/N] ")
-		answer, _ := bufio.NewReader(stdin).ReadString('\n')
-		if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+		if !confirmed() {
 			return errors.New("idem: purge: not deleted")
 		}
 	}

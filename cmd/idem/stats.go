@@ -1,0 +1,230 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/idemgo/idem"
+)
+
+func init() {
+	register(command{
+		name:    "stats",
+		summary: "count a store's records by namespace and status: stalled leases, the oldest in progress, those expiring soon",
+		run:     runStatsVerb,
+	})
+}
+
+// nsStats are the counts of one namespace's records.
+type nsStats struct {
+	Namespace   string     `json:"namespace"`
+	Completed   int64      `json:"completed"`
+	Failed      int64      `json:"failed"`
+	InProgress  int64      `json:"in_progress"`
+	Stalled     int64      `json:"stalled"` // in progress, lease ended: a holder crashed or released, the next delivery takes over
+	ResultBytes int64      `json:"result_bytes"`
+	ExpireSoon  int64      `json:"expiring_soon"` // within --soon
+	OldestKey   string     `json:"oldest_in_progress_key,omitempty"`
+	OldestLease *time.Time `json:"oldest_in_progress_lease_until,omitempty"` // the earliest lease end of a record in progress
+}
+
+// scanner returns the store's Scanner, or a usage error naming the verb.
+func scanner(verb string, s idem.Store) (idem.Scanner, error) {
+	sc, ok := s.(idem.Scanner)
+	if !ok {
+		return nil, usageErrorf("idem: %s: this store cannot list its records", verb)
+	}
+	return sc, nil
+}
+
+func runStatsVerb(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	store := fs.String("store", "", "the store's URL: redis://…, postgres://…, dynamodb://… or sqlite://…")
+	namespace := fs.String("namespace", "", "count this namespace only (default: every namespace, each on a line)")
+	all := true
+	soon := fs.Duration("soon", time.Hour, "count the records that expire within this")
+	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	watch := fs.Duration("watch", 0, "print again every this long, until interrupted (0: once)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: idem stats --store URL [--namespace NS] [--soon 1h] [--json] [--watch 10s]
+
+Reads every live record of the store (page by page: an operator's tool,
+not a monitor's: on DynamoDB it scans the whole table) and counts them by
+namespace and status. Stalled records are in progress with their lease
+ended: their holder crashed, and the next delivery of the key takes it
+over. The oldest in progress is the one whose lease ends first.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "namespace" {
+			all = false
+		}
+	})
+	switch {
+	case *store == "":
+		return usageErrorf("idem: stats: --store is required")
+	case strings.HasPrefix(*store, "mem:"):
+		return usageErrorf("idem: stats: --store mem://: a memstore lives in the process that made it")
+	case *soon < 0 || *watch < 0:
+		return usageErrorf("idem: stats: --soon and --watch must not be negative")
+	}
+	s, closeStore, err := openStore(ctx, *store, false)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	sc, err := scanner("stats", s)
+	if err != nil {
+		return err
+	}
+	for {
+		stats, err := countRecords(ctx, sc, *namespace, all, *soon, time.Now())
+		if err != nil {
+			return fmt.Errorf("idem: stats: %w", err)
+		}
+		if *asJSON {
+			if err := json.NewEncoder(stdout).Encode(stats); err != nil {
+				return err
+			}
+		} else {
+			printStats(stdout, stats)
+		}
+		if *watch == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(*watch):
+			if !*asJSON {
+				fmt.Fprintln(stdout)
+			}
+		}
+	}
+}
+
+// countRecords counts the live records of namespace (of every namespace
+// when all), by namespace, in name order.
+func countRecords(ctx context.Context, sc idem.Scanner, namespace string, all bool, soon time.Duration, now time.Time) ([]nsStats, error) {
+	prefix := ""
+	if !all {
+		prefix = idem.NamespacePrefix(namespace)
+	}
+	by := map[string]*nsStats{}
+	err := sc.Scan(ctx, prefix, func(r idem.Record) bool {
+		ns, _, key, ok := idem.SplitStoreKey(r.Key)
+		if !ok {
+			return true // not a Guard's key
+		}
+		st := by[ns]
+		if st == nil {
+			st = &nsStats{Namespace: ns}
+			by[ns] = st
+		}
+		st.ResultBytes += int64(len(r.Result))
+		if r.ExpiresAt.Before(now.Add(soon)) {
+			st.ExpireSoon++
+		}
+		switch r.Status {
+		case idem.StatusCompleted:
+			st.Completed++
+		case idem.StatusFailed:
+			st.Failed++
+		case idem.StatusInProgress:
+			st.InProgress++
+			if !r.LeaseUntil.After(now) {
+				st.Stalled++
+			}
+			if st.OldestLease == nil || r.LeaseUntil.Before(*st.OldestLease) {
+				until := r.LeaseUntil.UTC()
+				st.OldestLease, st.OldestKey = &until, key
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]nsStats, 0, len(by))
+	for _, st := range by {
+		out = append(out, *st)
+	}
+	slices.SortFunc(out, func(a, b nsStats) int { return strings.Compare(a.Namespace, b.Namespace) })
+	if len(out) == 0 && !all {
+		out = append(out, nsStats{Namespace: namespace})
+	}
+	return out, nil
+}
+
+func printStats(w io.Writer, stats []nsStats) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "namespace\tcompleted\tfailed\tin progress\tstalled\texpiring soon\tresult bytes\t")
+	for _, st := range stats {
+		fmt.Fprintf(tw, "%q\t%d\t%d\t%d\t%d\t%d\t%d\t\n", st.Namespace, st.Completed, st.Failed, st.InProgress, st.Stalled, st.ExpireSoon, st.ResultBytes)
+	}
+	tw.Flush()
+	for _, st := range stats {
+		if st.OldestLease != nil {
+			fmt.Fprintf(w, "oldest in progress in %q: key %q, lease until %s\n", st.Namespace, st.OldestKey, st.OldestLease.Format(time.RFC3339))
+		}
+	}
+}
+
+// purgeStatus deletes the records of namespace with status, after
+// counting them and asking unless yes.
+func purgeStatus(ctx context.Context, s idem.Store, namespace, status string, yes, asJSON bool, stdout io.Writer) error {
+	want, ok := map[string]idem.Status{"completed": idem.StatusCompleted, "failed": idem.StatusFailed, "in-progress": idem.StatusInProgress}[status]
+	if !ok {
+		return usageErrorf("idem: purge: --status %q: want completed, failed or in-progress", status)
+	}
+	sc, err := scanner("purge", s)
+	if err != nil {
+		return err
+	}
+	var keys []string
+	if err := sc.Scan(ctx, idem.NamespacePrefix(namespace), func(r idem.Record) bool {
+		if r.Status == want {
+			keys = append(keys, r.Key)
+		}
+		return true
+	}); err != nil {
+		return fmt.Errorf("idem: purge: %w", err)
+	}
+	if !yes {
+		fmt.Fprintf(stdout, "%d %s records in namespace %q. Delete them? [y/N] ", len(keys), status, namespace)
+		if !confirmed() {
+			return errors.New("idem: purge: not deleted")
+		}
+	}
+	deleted := 0
+	for _, k := range keys {
+		if err := s.Delete(ctx, k); err != nil {
+			return fmt.Errorf("idem: purge: after %d of %d: %w", deleted, len(keys), err)
+		}
+		deleted++
+	}
+	if asJSON {
+		return json.NewEncoder(stdout).Encode(struct {
+			Namespace string `json:"namespace"`
+			Status    string `json:"status"`
+			Deleted   int    `json:"deleted"`
+		}{namespace, status, deleted})
+	}
+	fmt.Fprintf(stdout, "idem purge: deleted %d %s records of namespace %q\n", deleted, status, namespace)
+	return nil
+}

@@ -308,6 +308,57 @@ func TestLetterFits(t *testing.T) {
 	}
 }
 
+// A letter whose headers travel apart from its body (AMQP's content
+// header, within one frame): MaxHeaders bounds them alone, and the body,
+// which does not count toward it, stays when the whole fits.
+func TestLetterFitsMaxHeaders(t *testing.T) {
+	const limit, maxHeaders = 1_000_000, 64 << 10
+	v := chassis.Verdict{Reason: consumer.ReasonInvalidKey, Action: adapter.Action{Cause: errors.New("longer than 255 bytes")}}
+	big := strings.Repeat("k", maxHeaders-2000) // fits the headers' budget alone, not with the idem headers
+	body := bytes.Repeat([]byte{1}, 500_000)
+	l := chassis.NewLetter(nil, body, []chassis.Header{{"idempotency-key", []byte(big)}, {"trace", []byte("t")}}, v, "", false)
+	l.MaxHeaders = maxHeaders
+	if l.Size() > limit {
+		t.Fatalf("the test's letter is %d bytes, over the whole's limit: it tests nothing of MaxHeaders", l.Size())
+	}
+	if !l.Fit(limit) || l.HeaderSize() > maxHeaders-4096 || len(l.Body) != len(body) || headers(l)["trace"] != "t" ||
+		headers(l)[consumer.HeaderCutHeaders] != "idempotency-key" {
+		t.Fatalf("headers over MaxHeaders: header size %d, body %d, cut %q", l.HeaderSize(), len(l.Body), headers(l)[consumer.HeaderCutHeaders])
+	}
+	// Many small headers over the budget: every original header goes, the body stays.
+	var hs []chassis.Header
+	for i := range 200 {
+		hs = append(hs, chassis.Header{Name: "h" + strconv.Itoa(i), Value: bytes.Repeat([]byte{'v'}, 1000)})
+	}
+	l = chassis.NewLetter(nil, body, hs, v, "", false)
+	l.MaxHeaders = maxHeaders
+	if !l.Fit(limit) || l.HeaderSize() > maxHeaders-4096 || len(l.Headers) != 0 || len(l.Body) != len(body) || headers(l)[consumer.HeaderReason] != string(v.Reason) {
+		t.Fatalf("small headers over MaxHeaders: header size %d, %d original headers left, body %d", l.HeaderSize(), len(l.Headers), len(l.Body))
+	}
+}
+
+// A broker with typed header values: a key header that holds no text is an
+// unusable key.
+func TestKeyCheckHeader(t *testing.T) {
+	b := broker
+	b.CheckHeader = func(m msg, name string) error {
+		if len(m[name]) > 0 && m[name][0] == "7" {
+			return errors.New("a number, not a string")
+		}
+		return nil
+	}
+	o := &options{}
+	if err := chassis.Build(o, &o.Options, b, newGuard(t), idem.Config{}, []option{shared, discard}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.Key(msg{"idempotency-key": {"7"}}); !strings.Contains(fmt.Sprint(err), "a number") {
+		t.Errorf("Key of a header CheckHeader refuses = %v, want its error", err)
+	}
+	if k, err := o.Key(msg{"idempotency-key": {"k1"}}); k != "k1" || err != nil {
+		t.Errorf("Key = %q, %v; want k1", k, err)
+	}
+}
+
 // FuzzLetterFits: whatever the message, a fitted dead letter is within
 // the limit, keeps its reason, and records every part it left out.
 func FuzzLetterFits(f *testing.F) {

@@ -27,6 +27,14 @@ type Letter struct {
 	Body      []byte   // the original's body
 	Headers   []Header // the original's headers, in order
 	Added     []Header // the headers that say why and whence
+
+	// MaxHeaders, when positive, bounds the headers alone (the original's
+	// and the idem ones, counted as Size counts them), for a broker that
+	// sends a message's headers apart from its body and refuses them past
+	// a limit of their own (AMQP's content header, which must fit one frame
+	// of the connection's frame_max): Fit keeps them within it, less the
+	// same slack, as it keeps the whole within its limit.
+	MaxHeaders int
 }
 
 // headerOverhead is what a header costs a message beyond its name and
@@ -75,8 +83,11 @@ func (l *Letter) Add(name, value string) {
 }
 
 // Size returns the letter's size as Fit counts it.
-func (l *Letter) Size() int {
-	n := len(l.RecordKey) + len(l.Body)
+func (l *Letter) Size() int { return len(l.RecordKey) + len(l.Body) + l.HeaderSize() }
+
+// HeaderSize returns the size of the letter's headers as Fit counts them.
+func (l *Letter) HeaderSize() int {
+	n := 0
 	for _, hs := range [][]Header{l.Headers, l.Added} {
 		for _, h := range hs {
 			n += len(h.Name) + len(h.Value) + headerOverhead
@@ -85,30 +96,36 @@ func (l *Letter) Size() int {
 	return n
 }
 
-// Fit cuts the letter until it is at most limit bytes, counted with a
-// slack for the broker's framing, and reports whether it cut anything. In
-// this order it leaves out: the original headers longer than 1 KiB, the
-// longest first; the body and the record key; every other original
-// header. Each part left out is recorded in an idem header: the body's and
-// the record key's size and SHA-256, the names of the headers. The idem
-// headers themselves are bounded, so a letter always fits a limit of some
-// 16 KiB or more.
+// Fit cuts the letter until it is at most limit bytes, and its headers at
+// most MaxHeaders bytes when that is set, both counted with a slack for
+// the broker's framing, and reports whether it cut anything. In this order
+// it leaves out: the original headers longer than 1 KiB, the longest
+// first; the body and the record key (for the whole's limit only: they are
+// no headers); every other original header. Each part left out is
+// recorded in an idem header: the body's and the record key's size and
+// SHA-256, the names of the headers. The idem headers themselves are
+// bounded, so a letter always fits limits of some 16 KiB or more.
 func (l *Letter) Fit(limit int) bool {
 	limit -= frameSlack
-	if l.Size() <= limit {
+	maxHeaders := l.MaxHeaders - frameSlack
+	var cut []string
+	// reserve is what the list of the headers left out will take.
+	reserve := func() int { return len(strings.Join(cut, ",")) + 64 }
+	wholeFits := func(reserve int) bool { return l.Size()+reserve <= limit }
+	headersFit := func(reserve int) bool { return l.MaxHeaders <= 0 || l.HeaderSize()+reserve <= maxHeaders }
+	if wholeFits(0) && headersFit(0) {
 		return false
 	}
-	var cut []string
 	long := slices.Clone(l.Headers)
 	slices.SortStableFunc(long, func(a, b Header) int { return cmp.Compare(len(b.Value), len(a.Value)) })
 	for _, h := range long {
-		if l.Size()+len(strings.Join(cut, ","))+64 <= limit || len(h.Value) <= maxKeptHeader {
+		if (wholeFits(reserve()) && headersFit(reserve())) || len(h.Value) <= maxKeptHeader {
 			break
 		}
 		l.Headers = slices.DeleteFunc(slices.Clone(l.Headers), func(x Header) bool { return x.Name == h.Name && len(x.Value) == len(h.Value) })
 		cut = append(cut, h.Name)
 	}
-	if l.Size()+len(strings.Join(cut, ","))+64 > limit && len(l.Body)+len(l.RecordKey) > 0 {
+	if !wholeFits(reserve()) && len(l.Body)+len(l.RecordKey) > 0 {
 		if len(l.Body) > 0 {
 			l.Add(consumer.HeaderBodySize, strconv.Itoa(len(l.Body)))
 			l.Add(consumer.HeaderBodySHA256, sum(string(l.Body)))
@@ -119,7 +136,7 @@ func (l *Letter) Fit(limit int) bool {
 		}
 		l.Body, l.RecordKey = nil, nil
 	}
-	if l.Size()+len(strings.Join(cut, ","))+64 > limit {
+	if !wholeFits(reserve()) || !headersFit(reserve()) {
 		for _, h := range l.Headers {
 			cut = append(cut, h.Name)
 		}

@@ -40,6 +40,7 @@ type Options[M any] struct {
 	adapter.Policy[M]
 
 	header      func(m M, name string) []string // the values of a header of m
+	checkHeader func(m M, name string) error    // why a header of m holds no text
 	body        func(m M) []byte                // what is fingerprinted by default
 	keyHeader   string
 	validHeader func(string) bool
@@ -61,6 +62,10 @@ type Broker[M any] struct {
 	KeyHeader string
 	// Header returns the values of the header name of m, in order.
 	Header func(m M, name string) []string
+	// CheckHeader, for a broker whose header values are typed (AMQP's
+	// field tables), returns why the header name of m cannot hold a key
+	// (a value that is not text), or nil; nil reads every value as text.
+	CheckHeader func(m M, name string) error
 	// Body returns what is fingerprinted unless WithFingerprint says
 	// otherwise.
 	Body func(m M) []byte
@@ -79,7 +84,7 @@ type Broker[M any] struct {
 // a nil Option, an option that failed, and a missing or double scope or
 // poison decision are errors, all reported at once.
 func Build[O any, F ~func(*O), M any](o *O, so *Options[M], b Broker[M], g *idem.Guard, cfg idem.Config, opts []F) error {
-	so.header, so.body, so.keyHeader = b.Header, b.Body, b.KeyHeader
+	so.header, so.checkHeader, so.body, so.keyHeader = b.Header, b.CheckHeader, b.Body, b.KeyHeader
 	if b.ValidHeaderName != nil {
 		so.validHeader = b.ValidHeaderName
 	}
@@ -241,6 +246,11 @@ func (o *Options[M]) Key(m M) (string, error) {
 			return "", &consumer.KeyError{Source: "key function", Err: err}
 		}
 		return k, nil
+	}
+	if o.checkHeader != nil {
+		if err := o.checkHeader(m, o.keyHeader); err != nil {
+			return "", &consumer.KeyError{Source: "header " + strconv.Quote(o.keyHeader), Err: err}
+		}
 	}
 	values := o.header(m, o.keyHeader)
 	if len(values) == 0 {

@@ -141,7 +141,7 @@ func TestShutdownWithConcurrentHandlers(t *testing.T) {
 		return nil
 	}
 	stop := idemamqptest.Start(t, q, idemamqptest.NewConsumer(t, g, q, ev, h,
-		idemamqp.WithConcurrency(concurrency), idemamqp.WithPrefetch(n), idemamqp.WithShutdownTimeout(30*time.Second)))
+		idemamqp.WithConcurrency(concurrency), idemamqp.WithPrefetch(n), idemamqp.WithDrainTimeout(30*time.Second)))
 	q.Publish(msgs...)
 	idemamqptest.Eventually(t, 10*time.Second, "every handler slot taken", func() bool { return started.Load() == concurrency })
 	stopped := make(chan struct{})

@@ -1,33 +1,37 @@
 package idemamqp
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"runtime/debug"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/consumer"
 	"github.com/idemgo/idem/internal/adapter"
+	"github.com/idemgo/idem/internal/chassis"
 )
 
 // Handler handles one delivery. Return nil to have the delivery acked
-// once the outcome is stored; an error marked [idem.Permanent] to have it
-// dead-lettered, with every later duplicate; any other error to have it
-// delivered again after the retry delay.
+// once the outcome is stored; an error marked [idem.Permanent] to make it
+// poison (see [WithDeadLetter]), with every later duplicate; any other
+// error to have it delivered again after the retry backoff, until it
+// failed WithMaxAttempts times.
 //
-// ctx carries the lease token ([idem.TokenFrom]) and is cancelled when the
-// lease is lost, or when Run stops and the shutdown timeout has passed. The
-// delivery's Acknowledger is nil: the consumer settles it, the handler must
-// not.
+// ctx carries the lease token ([idem.TokenFrom]) and the W3C trace context
+// of the message's headers (consumer.TraceFrom), and is cancelled when the
+// lease is lost, or when Run stops and the drain timeout has passed. The
+// delivery's Acknowledger is nil: the consumer settles it, the handler
+// must not.
 type Handler func(ctx context.Context, d amqp.Delivery) error
 
 // Consumer consumes a RabbitMQ queue and runs a [Handler] at most once to
@@ -36,9 +40,12 @@ type Handler func(ctx context.Context, d amqp.Delivery) error
 type Consumer struct {
 	g       *idem.Guard
 	url     string
+	shown   string   // url without its password, for errors and logs
+	secrets []string // the password, as written and decoded, kept out of errors and logs
 	queue   string
 	handler Handler
 	o       options
+	tries   *chassis.Tries // handler failures in a row, by delivery identity
 	running atomic.Bool
 }
 
@@ -46,24 +53,30 @@ type Consumer struct {
 // Consumer has not returned.
 var ErrRunning = errors.New("idemamqp: Run: the consumer is already running")
 
-// PanicError is the error of a handler that panicked: the key is released
-// and the delivery requeued, as for a retryable error, so that the
-// Guard's MaxAttempts (or a quorum queue's x-delivery-limit) ends a
-// delivery that panics every time.
-type PanicError struct {
-	Value any    // what the handler panicked with
-	Stack []byte // the goroutine's stack at the panic
-}
+// scopeThreat completes the chassis's error for a consumer built without
+// a scope decision: for messages the threat is the publishers'.
+const scopeThreat = ". For a consumer, keys are chosen by publishers: without a scope, a publisher " +
+	"that sends another tenant's key makes this consumer ack that tenant's message as a duplicate " +
+	"without handling it, or has its own message stand in for the other's"
 
-func (e *PanicError) Error() string {
-	return fmt.Sprintf("idemamqp: the handler panicked: %v", e.Value)
+// broker is what the chassis knows of RabbitMQ's deliveries.
+var broker = chassis.Broker[amqp.Delivery]{
+	Names:            adapter.Names{Pkg: "idemamqp", Request: "amqp.Delivery", Key: "the " + DefaultKeyHeader + " header"},
+	KeyHeader:        DefaultKeyHeader,
+	Header:           headerValues,
+	CheckHeader:      checkHeader,
+	Body:             func(d amqp.Delivery) []byte { return d.Body },
+	ValidHeaderName:  validHeaderName,
+	DeadLetterOption: "WithDeadLetter(exchange, routingKey)",
 }
 
 // New returns a Consumer of queue on the broker at url (an AMQP URI,
 // amqp://user:password@host:port/vhost) that runs h under g. It fails when
 // g or h is nil, the queue name is empty or longer than 255 bytes, the URL
-// does not parse, an option is invalid, or no scope decision was made
-// ([WithScope] or [WithSharedScope]).
+// does not parse, an option is invalid, or a decision is missing: the
+// scope ([WithScope] or [WithSharedScope]) and what becomes of poison
+// ([WithDeadLetter] or [WithDiscardPoison]). No error, and no log line,
+// shows the URL's password.
 //
 // The queue must exist: the consumer declares only its delay queue. The
 // Guard's Config.MaxKeyLen and Config.ValidateKey apply to the key alone.
@@ -78,13 +91,14 @@ func New(g *idem.Guard, url, queue string, h Handler, opts ...Option) (*Consumer
 	case len(queue) > 255:
 		return nil, fmt.Errorf("idemamqp: New: the queue name is %d bytes long, longer than 255", len(queue))
 	}
-	if _, err := amqp.ParseURI(url); err != nil {
-		return nil, fmt.Errorf("idemamqp: New: the URL: %w", err)
-	}
 	c := &Consumer{g: g, url: url, queue: queue, handler: h}
+	c.shown, c.secrets = redact(url)
+	if _, err := amqp.ParseURI(url); err != nil {
+		// Not wrapped: url.Parse's error quotes the URL whole.
+		return nil, fmt.Errorf("idemamqp: New: the URL %s: %s", c.shown, c.scrub(err))
+	}
 	c.o.defaults()
-	names := adapter.Names{Pkg: "idemamqp", Request: "amqp.Delivery", Key: "the " + DefaultKeyHeader + " header"}
-	if err := adapter.Build(&c.o, &c.o.Policy, names, g, opts); err != nil {
+	if err := chassis.Build(&c.o, &c.o.Options, broker, g, idem.Config{}, opts); err != nil {
 		if !c.o.scoped {
 			err = fmt.Errorf("%w%s", err, scopeThreat)
 		}
@@ -93,6 +107,7 @@ func New(g *idem.Guard, url, queue string, h Handler, opts ...Option) (*Consumer
 	if err := c.o.check(queue); err != nil {
 		return nil, err
 	}
+	c.tries = chassis.NewTries(maxTries)
 	return c, nil
 }
 
@@ -106,14 +121,14 @@ func (c *Consumer) DelayQueue() string { return *c.o.delayQueue }
 // Run consumes until ctx ends, then stops cleanly and returns nil:
 //
 //   - It connects, declares the delay queue, sets the prefetch and
-//     subscribes. When the connection or a channel drops, or the broker
-//     cancels the subscription, it connects again, with a backoff
-//     ([WithReconnectBackoff]), until ctx ends. Handlers running when the
-//     connection dropped run to the end and store their outcome; the
-//     broker delivers their unacknowledged deliveries again, and those
+//     subscribes. When the connection or the consuming channel drops, or
+//     the broker cancels the subscription, it connects again, with a
+//     backoff ([WithReconnectBackoff]), until ctx ends. Handlers running
+//     when the connection dropped run to the end and store their outcome;
+//     the broker delivers their unacknowledged deliveries again, and those
 //     are then acked as duplicates.
 //   - When ctx ends it takes no new delivery, lets running handlers finish
-//     for the shutdown timeout ([WithShutdownTimeout]), then cancels their
+//     for the drain timeout ([WithDrainTimeout]), then cancels their
 //     contexts (their keys are released, their deliveries requeued), waits
 //     for them to return and closes the connection; the broker requeues
 //     every delivery not settled.
@@ -137,28 +152,30 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 	var last *session
 	pause := c.o.reconnectMin
+	log := c.o.Logger()
 	for {
 		s, err := r.connect(ctx)
 		if err == nil {
 			pause = c.o.reconnectMin
 			r.observe(ctx, Event{Kind: EventConnected, Queue: c.queue})
-			c.o.Logger().InfoContext(ctx, "idemamqp: consuming", slog.String("queue", c.queue))
+			log.InfoContext(ctx, "idemamqp: consuming", slog.String("queue", c.queue), slog.String("url", c.shown))
 			for range c.o.concurrency {
 				workers.Go(func() { r.work(s) })
 			}
-			err = s.watch(ctx)
+			err = c.scrub(s.watch(ctx))
 			if ctx.Err() != nil {
 				last = s
 				break
 			}
 			s.close()
 			r.observe(ctx, Event{Kind: EventDisconnected, Queue: c.queue, Err: err})
-			c.o.Logger().WarnContext(ctx, "idemamqp: disconnected; reconnecting", slog.String("queue", c.queue), slog.Any("error", err))
+			log.WarnContext(ctx, "idemamqp: disconnected; reconnecting", slog.String("queue", c.queue),
+				slog.String("url", c.shown), slog.Any("error", err))
 		} else if ctx.Err() != nil {
 			break
 		} else {
-			c.o.Logger().WarnContext(ctx, "idemamqp: cannot connect; retrying", slog.String("queue", c.queue),
-				slog.Duration("pause", pause), slog.Any("error", err))
+			log.WarnContext(ctx, "idemamqp: cannot connect; retrying", slog.String("queue", c.queue),
+				slog.String("url", c.shown), slog.Duration("pause", pause), slog.Any("error", c.scrub(err)))
 		}
 		if sleep(ctx, pause/2+rand.N(pause/2+1)) != nil {
 			break
@@ -200,24 +217,25 @@ func (r *runner) handleInSlot(j job) {
 	}
 }
 
-// errShutdown cancels the handlers still running when the shutdown timeout
+// errDrained cancels the handlers still running when the drain timeout
 // passes.
-var errShutdown = errors.New("idemamqp: the consumer stopped and its shutdown timeout passed")
+var errDrained = errors.New("idemamqp: the consumer stopped and its drain timeout passed")
 
 // drain waits until no handler runs (it holds every slot, so none can
-// start); past the shutdown timeout it cancels the handlers' contexts and
+// start); past the drain timeout it cancels the handlers' contexts and
 // waits for them to return.
 func (r *runner) drain(cancel context.CancelCauseFunc) {
-	t := time.NewTimer(r.c.o.shutdownTimeout)
+	timeout := r.c.o.DrainTimeout()
+	t := time.NewTimer(timeout)
 	defer t.Stop()
 	for held := 0; held < cap(r.slots); {
 		select {
 		case r.slots <- struct{}{}:
 			held++
 		case <-t.C:
-			r.c.o.Logger().Warn("idemamqp: shutdown timeout passed; cancelling the running handlers",
-				slog.String("queue", r.c.queue), slog.Duration("timeout", r.c.o.shutdownTimeout))
-			cancel(errShutdown)
+			r.c.o.Logger().Warn("idemamqp: drain timeout passed; cancelling the running handlers",
+				slog.String("queue", r.c.queue), slog.Duration("timeout", timeout))
+			cancel(errDrained)
 		}
 	}
 }
@@ -225,7 +243,7 @@ func (r *runner) drain(cancel context.CancelCauseFunc) {
 // runner is one Run of a Consumer.
 type runner struct {
 	c        *Consumer
-	hctx     context.Context // the handlers' context: Run's values, cancelled after the shutdown timeout
+	hctx     context.Context // the handlers' context: Run's values, cancelled after the drain timeout
 	stopping <-chan struct{} // closed when Run's context ends
 	slots    chan struct{}   // one per handler running, at most the concurrency
 }
@@ -237,76 +255,102 @@ type job struct {
 	start time.Time
 }
 
+// delivery is what the consumer learnt of a delivery before it settles it.
+type delivery struct {
+	job
+	ev    Event
+	key   string // its usable key, or ""
+	keyOK bool   // key is a usable key
+	id    string // its identity for the count of its handler's failures
+}
+
+// maxTries bounds the identities whose failures a Consumer counts at once:
+// far more than the deliveries a consumer holds or has requeued.
+const maxTries = 1 << 14
+
 func (r *runner) handle(j job) {
 	o := &r.c.o
 	d := j.d
-	ev := Event{Queue: r.c.queue, DeliveryTag: d.DeliveryTag, Redelivered: d.Redelivered}
+	dl := delivery{job: j, ev: Event{Queue: r.c.queue, DeliveryTag: d.DeliveryTag, Redelivered: d.Redelivered}}
 	if j.s.isDead() {
 		// Taken before the channel closed: the broker delivers it again.
-		r.settled(j, ev, EventUnsettled, errChannelClosed)
+		r.settled(dl, EventUnsettled, errChannelClosed)
 		return
 	}
-	key, err := o.keyOf(d)
-	ev.Key = key
-	ev.Scope = o.Scope(d)
-	var dec decision
+	key, keyErr := o.Key(d)
+	dl.key, dl.keyOK = key, keyErr == nil && key != ""
+	dl.ev.Key, dl.ev.Scope = key, o.Scope(d)
+	dl.id = identity(dl.ev.Scope, key, d)
+	trace := chassis.Trace(func(name string) string { return traceHeader(d, name) })
+	var v chassis.Verdict
 	switch {
-	case err != nil:
-		dec = decision{action: actDeadLetter, reason: ReasonInvalidKey, cause: err}
-	case key == "" && o.unkeyed == RunUnkeyed:
-		dec = o.decide(idem.Result{}, r.call(r.hctx, d))
+	case keyErr != nil, key == "" && !o.UnkeyedUnguarded():
+		v = o.DecideKey(keyErr)
 	case key == "":
-		dec = decision{action: actDeadLetter, reason: ReasonMissingKey, cause: ErrNoKey}
+		err := r.call(chassis.HandlerContext(r.hctx, nil, trace), d)
+		v = o.Decide(idem.Result{}, err, r.c.tries.Count(dl.id))
 	default:
-		dec, ev.Replayed = r.guarded(j, ev.Scope, key)
+		v, dl.ev.Replayed = r.guarded(dl, trace)
 	}
-	r.settle(j, ev, dec)
+	if v.Failed {
+		r.c.tries.Failed(dl.id)
+	}
+	r.settle(dl, v)
+}
+
+// identity returns what the failures of a delivery's handler are counted
+// by. RabbitMQ keeps no count that fits: a classic queue has none (only
+// Redelivered, a flag), a quorum queue's x-delivery-count also counts the
+// redeliveries of a dropped connection, and a requeued message comes back
+// under another delivery tag. So the consumer counts, in memory, by what
+// names the message across its deliveries: its scope and key, as the Guard
+// names its operation (a duplicate fails with it); for a delivery run
+// unguarded, which has no key, its message-id, or else its body's hash.
+func identity(scope, key string, d amqp.Delivery) string {
+	switch {
+	case key != "":
+		return "key\x00" + scope + "\x00" + key
+	case d.MessageId != "":
+		return "message-id\x00" + d.MessageId
+	}
+	sum := sha256.Sum256(d.Body)
+	return "body\x00" + hex.EncodeToString(sum[:])
 }
 
 // guarded runs the handler under the Guard and decides the settlement. A
 // claim the store could not answer is tried again, with a backoff, while
 // the delivery is held: the broker's redelivery count is not spent on a
 // store outage. It reports whether the outcome was replayed.
-func (r *runner) guarded(j job, scope, key string) (decision, bool) {
+func (r *runner) guarded(dl delivery, trace consumer.TraceCarrier) (chassis.Verdict, bool) {
 	o := &r.c.o
-	payload := j.d.Body
-	if o.fingerprint != nil {
-		payload = o.fingerprint(j.d)
-	}
+	payload := o.Payload(dl.d)
 	var ran bool
 	fn := func(ctx context.Context) ([]byte, error) {
 		ran = true
-		return nil, r.call(ctx, j.d)
+		return nil, r.call(chassis.HandlerContext(ctx, nil, trace), dl.d)
 	}
 	pause := 50 * time.Millisecond
 	for {
-		res, err := r.c.g.DoScoped(r.hctx, scope, key, payload, fn)
+		res, err := r.c.g.DoScoped(r.hctx, dl.ev.Scope, dl.key, payload, fn)
 		if ran || !errors.Is(err, idem.ErrStoreUnavailable) {
-			return o.decide(res, err), err == nil && res.Replayed
+			return o.Decide(res, err, r.c.tries.Count(dl.id)), err == nil && res.Replayed
 		}
 		o.Logger().Warn("idemamqp: the store cannot claim the key; holding the delivery and trying again",
-			slog.String("queue", r.c.queue), slog.String("scope", scope), slog.String("key", key),
+			slog.String("queue", r.c.queue), slog.String("scope", dl.ev.Scope), slog.String("key", dl.key),
 			slog.Duration("pause", pause), slog.Any("error", err))
-		if !r.wait(j.s, pause) {
-			return decision{action: actRetry, cause: err}, false
+		if !r.wait(dl.s, pause) {
+			return o.Decide(res, err, 0), false
 		}
 		pause = min(2*pause, 5*time.Second)
 	}
 }
 
-// call runs the handler on a copy of d that cannot settle itself, and
-// turns a panic into a *PanicError.
-func (r *runner) call(ctx context.Context, d amqp.Delivery) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			pe := &PanicError{Value: v, Stack: debug.Stack()}
-			r.c.o.Logger().ErrorContext(ctx, "idemamqp: the handler panicked", slog.String("queue", r.c.queue),
-				slog.Any("panic", v), slog.String("stack", string(pe.Stack)))
-			err = pe
-		}
-	}()
+// call runs the handler on a copy of d that cannot settle itself; a panic
+// is a *consumer.PanicError, logged.
+func (r *runner) call(ctx context.Context, d amqp.Delivery) error {
 	d.Acknowledger = nil
-	return r.c.handler(ctx, d)
+	return r.c.o.Call(ctx, func(ctx context.Context) error { return r.c.handler(ctx, d) },
+		slog.String("queue", r.c.queue), slog.Uint64("delivery_tag", d.DeliveryTag))
 }
 
 // wait pauses for d; it reports false, at once, when the consumer stops or
@@ -326,62 +370,64 @@ func (r *runner) wait(s *session, d time.Duration) bool {
 	return false
 }
 
-// settle carries out dec on the delivery of j.
-func (r *runner) settle(j job, ev Event, dec decision) {
+// settle carries out the verdict v on the delivery dl.
+func (r *runner) settle(dl delivery, v chassis.Verdict) {
 	o := &r.c.o
-	s, tag := j.s, j.d.DeliveryTag
-	switch dec.action {
-	case actAck:
-		r.settled(j, ev, EventAcked, s.ch.Ack(tag, false))
+	s, tag := dl.s, dl.d.DeliveryTag
+	switch v.Verdict {
+	case adapter.Ack:
+		r.c.tries.Forget(dl.id)
+		r.settled(dl, EventAcked, s.ch.Ack(tag, false))
 		return
-	case actDeadLetter:
-		ev.Reason = dec.reason
-		r.deadLetter(j, ev, dec.cause)
+	case adapter.DeadLetter:
+		dl.ev.Reason, dl.ev.Err = v.Reason, v.Cause
+		r.poison(dl, v)
 		return
 	}
-	delay := dec.delay
-	if dec.busy {
-		ev.Delay = o.busyDelay
-		if *o.delayQueue != "" && r.delay(j, ev) {
+	delay := v.Delay
+	if v.Busy {
+		dl.ev.Delay = o.BusyDelay()
+		if *o.delayQueue != "" && r.delay(dl) {
 			return
 		}
-		delay = o.busyDelay
 	}
-	// Hold the delivery, then requeue it; at once if the consumer stops.
+	dl.ev.Err = v.Cause
+	r.requeue(dl, delay)
+}
+
+// requeue holds the delivery for delay, then nacks it with requeue; at
+// once if the consumer stops.
+func (r *runner) requeue(dl delivery, delay time.Duration) {
 	held := time.Now()
-	if !r.wait(s, delay) && s.isDead() {
-		r.settled(j, ev, EventUnsettled, errChannelClosed)
+	if !r.wait(dl.s, delay) && dl.s.isDead() {
+		r.settled(dl, EventUnsettled, errChannelClosed)
 		return
 	}
-	ev.Delay, ev.Err = time.Since(held), dec.cause
-	if err := s.ch.Nack(tag, false, true); err != nil {
-		r.settled(j, ev, EventUnsettled, err)
-		return
-	}
-	r.settled(j, ev, EventRequeued, nil)
+	dl.ev.Delay = time.Since(held)
+	r.settled(dl, EventRequeued, dl.s.ch.Nack(dl.d.DeliveryTag, false, true))
 }
 
 // delay sends a copy of a busy delivery through the delay queue, to come
 // back after the busy delay, and acks the delivery. It reports false,
 // having done nothing the broker keeps, when the copy would not come back
 // under the same key and scope, or the broker did not take it.
-func (r *runner) delay(j job, ev Event) bool {
+func (r *runner) delay(dl delivery) bool {
 	o := &r.c.o
-	back := returned(j.d, r.c.queue)
-	if !r.sameRecord(j.d, back, ev.Scope, ev.Key) {
+	back := returned(dl.d, r.c.queue)
+	if !r.sameRecord(dl.d, back, dl.ev.Scope, dl.ev.Key) {
 		o.Logger().Warn("idemamqp: a copy of this delivery would come back with another scope, key or fingerprint "+
 			"(they read the user-id, exchange or routing key, which the delay queue does not keep); requeueing it instead",
-			slog.String("queue", r.c.queue), slog.String("scope", ev.Scope), slog.String("key", ev.Key))
+			slog.String("queue", r.c.queue), slog.String("scope", dl.ev.Scope), slog.String("key", dl.ev.Key))
 		return false
 	}
-	if err := j.s.publish(r.hctx, "", *o.delayQueue, publishing(j.d, nil)); err != nil {
+	if err := dl.s.publish(r.hctx, "", *o.delayQueue, publishing(dl.d, dl.d.Headers, dl.d.Body)); err != nil {
 		o.Logger().Warn("idemamqp: the delay queue did not take a busy delivery; requeueing it instead",
 			slog.String("queue", r.c.queue), slog.String("delay_queue", *o.delayQueue), slog.Any("error", err))
 		return false
 	}
 	// If this ack is lost, the broker delivers the original again beside
 	// the copy: a duplicate, which the Guard answers.
-	r.settled(j, ev, EventDelayed, j.s.ch.Ack(j.d.DeliveryTag, false))
+	r.settled(dl, EventDelayed, dl.s.ch.Ack(dl.d.DeliveryTag, false))
 	return true
 }
 
@@ -389,57 +435,10 @@ func (r *runner) delay(j job, ev Event) bool {
 // from the delay queue, has d's scope, key and fingerprint.
 func (r *runner) sameRecord(d, back amqp.Delivery, scope, key string) bool {
 	o := &r.c.o
-	if k, err := o.keyOf(back); err != nil || k != key {
+	if k, err := o.Key(back); err != nil || k != key {
 		return false
 	}
-	if o.Scope(back) != scope {
-		return false
-	}
-	return o.fingerprint == nil || string(o.fingerprint(back)) == string(o.fingerprint(d))
-}
-
-// The headers [WithDeadLetter] adds to a dead-lettered message. The cause
-// and reason headers have the names the other idem consumers use.
-const (
-	CauseHeader  = "idem-dead-letter-cause"  // the error's message, on one line, at most 1 KiB
-	ReasonHeader = "idem-dead-letter-reason" // a [Reason]
-	QueueHeader  = "idem-dead-letter-queue"  // the queue it was consumed from
-)
-
-// maxCauseLen bounds the cause header.
-const maxCauseLen = 1024
-
-// causeText returns err's message on one line, cut to maxCauseLen bytes at
-// a rune boundary.
-func causeText(err error) string {
-	msg := strings.Join(strings.Fields(err.Error()), " ")
-	if len(msg) <= maxCauseLen {
-		return msg
-	}
-	cut := maxCauseLen
-	for cut > 0 && !utf8.RuneStart(msg[cut]) {
-		cut--
-	}
-	return msg[:cut]
-}
-
-// deadLetter settles a delivery that must never run again.
-func (r *runner) deadLetter(j job, ev Event, cause error) {
-	o := &r.c.o
-	ev.Err = cause
-	o.Logger().Warn("idemamqp: dead-lettering a delivery", slog.String("queue", r.c.queue),
-		slog.String("scope", ev.Scope), slog.String("key", ev.Key), slog.String("reason", string(ev.Reason)), slog.Any("cause", cause))
-	if dl := o.deadLetter; dl != nil {
-		extra := amqp.Table{CauseHeader: causeText(cause), ReasonHeader: string(ev.Reason), QueueHeader: r.c.queue}
-		err := j.s.publish(r.hctx, dl.exchange, dl.routingKey, publishing(j.d, extra))
-		if err == nil {
-			r.settled(j, ev, EventDeadLettered, j.s.ch.Ack(j.d.DeliveryTag, false))
-			return
-		}
-		o.Logger().Error("idemamqp: the dead-letter exchange did not take a delivery; rejecting it to the queue's own",
-			slog.String("queue", r.c.queue), slog.String("exchange", dl.exchange), slog.Any("error", err))
-	}
-	r.settled(j, ev, EventDeadLettered, j.s.ch.Reject(j.d.DeliveryTag, false))
+	return o.Scope(back) == scope && bytes.Equal(o.Payload(back), o.Payload(d))
 }
 
 // errChannelClosed is the cause of EventUnsettled for a delivery whose
@@ -448,14 +447,15 @@ var errChannelClosed = errors.New("idemamqp: the delivery's channel closed; the 
 
 // settled reports the settlement of kind, or EventUnsettled when err (the
 // settling call's error) says it did not reach the broker.
-func (r *runner) settled(j job, ev Event, kind EventKind, err error) {
+func (r *runner) settled(dl delivery, kind EventKind, err error) {
+	ev := dl.ev
 	ev.Kind = kind
 	if err != nil {
 		ev.Kind, ev.Err = EventUnsettled, err
 		r.c.o.Logger().Debug("idemamqp: a delivery was not settled; the broker delivers it again",
 			slog.String("queue", r.c.queue), slog.String("key", ev.Key), slog.Any("error", err))
 	}
-	ev.Duration = time.Since(j.start)
+	ev.Duration = time.Since(dl.start)
 	r.observe(r.hctx, ev)
 }
 

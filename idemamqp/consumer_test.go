@@ -3,9 +3,12 @@ package idemamqp_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +16,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/consumer"
 	"github.com/idemgo/idem/idemamqp"
 	"github.com/idemgo/idem/idemamqp/idemamqptest"
 	"github.com/idemgo/idem/memstore"
@@ -43,7 +47,7 @@ func TestShutdownLetsRunningHandlersFinish(t *testing.T) {
 		l.Charge(keyOf(d))
 		return nil
 	}
-	stop := idemamqptest.Start(t, q, idemamqptest.NewConsumer(t, g, q, ev, h, idemamqp.WithShutdownTimeout(30*time.Second)))
+	stop := idemamqptest.Start(t, q, idemamqptest.NewConsumer(t, g, q, ev, h, idemamqp.WithDrainTimeout(30*time.Second)))
 	q.Publish(idemamqptest.Msg{Key: "k", Body: "x"})
 	<-started
 	stopped := make(chan struct{})
@@ -53,7 +57,7 @@ func TestShutdownLetsRunningHandlersFinish(t *testing.T) {
 	}()
 	select {
 	case <-stopped:
-		t.Fatal("Run returned while a handler was running, before the shutdown timeout")
+		t.Fatal("Run returned while a handler was running, before the drain timeout")
 	case <-time.After(200 * time.Millisecond):
 	}
 	close(finish)
@@ -67,7 +71,7 @@ func TestShutdownLetsRunningHandlersFinish(t *testing.T) {
 	}
 }
 
-func TestShutdownTimeoutCancelsAndRequeues(t *testing.T) {
+func TestDrainTimeoutCancelsAndRequeues(t *testing.T) {
 	t.Parallel()
 	q, g, ev := setup(t, idemamqptest.Classic, nil, idem.Config{})
 	started := make(chan struct{})
@@ -79,16 +83,16 @@ func TestShutdownTimeoutCancelsAndRequeues(t *testing.T) {
 		return ctx.Err()
 	}
 	const timeout = 300 * time.Millisecond
-	stop := idemamqptest.Start(t, q, idemamqptest.NewConsumer(t, g, q, ev, h, idemamqp.WithShutdownTimeout(timeout)))
+	stop := idemamqptest.Start(t, q, idemamqptest.NewConsumer(t, g, q, ev, h, idemamqp.WithDrainTimeout(timeout)))
 	q.Publish(idemamqptest.Msg{Key: "k", Body: "x"})
 	<-started
 	begin := time.Now()
 	stop()
 	if took := time.Since(begin); took < timeout {
-		t.Errorf("Run returned %v after its context ended, before the shutdown timeout %v", took, timeout)
+		t.Errorf("Run returned %v after its context ended, before the drain timeout %v", took, timeout)
 	}
-	if c, _ := cause.Load().(error); c == nil || !strings.Contains(c.Error(), "shutdown timeout") {
-		t.Errorf("the handler's context ended with %v, want the shutdown timeout as the cause", c)
+	if c, _ := cause.Load().(error); c == nil || !strings.Contains(c.Error(), "drain timeout") {
+		t.Errorf("the handler's context ended with %v, want the drain timeout as the cause", c)
 	}
 	if n := ev.Kind(idemamqp.EventRequeued); n != 1 {
 		t.Errorf("%d requeues, want the cancelled handler's delivery requeued", n)
@@ -109,7 +113,7 @@ func TestUnkeyedRunsUnguarded(t *testing.T) {
 	q, g, ev := setup(t, idemamqptest.Classic, nil, idem.Config{})
 	var runs atomic.Int64
 	h := func(context.Context, amqp.Delivery) error { runs.Add(1); return nil }
-	idemamqptest.Start(t, q, idemamqptest.NewConsumer(t, g, q, ev, h, idemamqp.WithUnkeyed(idemamqp.RunUnkeyed)))
+	idemamqptest.Start(t, q, idemamqptest.NewConsumer(t, g, q, ev, h, idemamqp.WithUnkeyedUnguarded()))
 	q.Publish(idemamqptest.Msg{NoKey: true, Body: "a"}, idemamqptest.Msg{NoKey: true, Body: "a"})
 	idemamqptest.Eventually(t, 10*time.Second, "both acked", func() bool { return ev.Kind(idemamqp.EventAcked) == 2 })
 	if runs.Load() != 2 {
@@ -117,18 +121,42 @@ func TestUnkeyedRunsUnguarded(t *testing.T) {
 	}
 }
 
+// newDeadLettering returns a consumer of q with the test options and
+// WithDeadLetter(exchange, routingKey), and opts after those.
+func newDeadLettering(t *testing.T, g *idem.Guard, q *idemamqptest.Queue, ev *idemamqptest.Events, h idemamqp.Handler,
+	exchange, routingKey string, opts ...idemamqp.Option) *idemamqp.Consumer {
+	t.Helper()
+	opts = append(append(idemamqptest.Options(ev), idemamqp.WithDeadLetter(exchange, routingKey)), opts...)
+	c, err := idemamqp.New(g, idemamqptest.URL(), q.Name, h, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func TestDeadLetterExchangeCarriesTheCause(t *testing.T) {
 	t.Parallel()
 	q, g, ev := setup(t, idemamqptest.Classic, nil, idem.Config{})
 	h := func(context.Context, amqp.Delivery) error { return idem.Permanent(errors.New("card declined")) }
 	// The default exchange routes to the dead-letter queue by its name.
-	idemamqptest.Start(t, q, idemamqptest.NewConsumer(t, g, q, ev, h, idemamqp.WithDeadLetter("", q.DeadLetters)))
-	q.Publish(idemamqptest.Msg{Key: "k", Body: "x", Headers: amqp.Table{"tenant": "acme"}})
+	idemamqptest.Start(t, q, newDeadLettering(t, g, q, ev, h, "", q.DeadLetters))
+	q.Publish(idemamqptest.Msg{Key: "k", Body: "x", Headers: amqp.Table{"tenant": "acme", "attempt": int32(3)}, Props: func(p *amqp.Publishing) {
+		p.MessageId, p.Type = "m-1", "OrderCreated"
+	}})
 	d := q.GetAll(q.DeadLetters, 1, 10*time.Second)[0]
-	if d.Headers[idemamqp.CauseHeader] != "card declined" || d.Headers[idemamqp.QueueHeader] != q.Name ||
-		d.Headers[idemamqp.ReasonHeader] != string(idemamqp.ReasonPermanent) ||
-		d.Headers["tenant"] != "acme" || string(d.Body) != "x" {
-		t.Errorf("dead letter %q with headers %v; want the message with cause and queue headers", d.Body, d.Headers)
+	want := amqp.Table{
+		consumer.HeaderCause: "card declined", consumer.HeaderReason: string(consumer.ReasonPermanent), consumer.HeaderKey: "k",
+		idemamqp.HeaderQueue: q.Name, idemamqp.HeaderExchange: "", idemamqp.HeaderRoutingKey: q.Name,
+		"tenant": "acme", "attempt": int32(3), "idempotency-key": "k",
+	}
+	for name, v := range want {
+		if d.Headers[name] != v {
+			t.Errorf("dead letter's header %s = %#v, want %#v", name, d.Headers[name], v)
+		}
+	}
+	if string(d.Body) != "x" || d.MessageId != "m-1" || d.Type != "OrderCreated" || d.ContentType != "application/json" {
+		t.Errorf("dead letter %q (message-id %q, type %q, content-type %q), want the original's body and properties",
+			d.Body, d.MessageId, d.Type, d.ContentType)
 	}
 	if _, ok := d.Headers["x-death"]; ok {
 		t.Errorf("the dead letter was rejected (x-death %v), want it published", d.Headers["x-death"])
@@ -136,15 +164,103 @@ func TestDeadLetterExchangeCarriesTheCause(t *testing.T) {
 	idemamqptest.Eventually(t, 10*time.Second, "settled", func() bool { return ev.Kind(idemamqp.EventDeadLettered) == 1 })
 }
 
-func TestDeadLetterExchangeUnroutableFallsBackToReject(t *testing.T) {
+// A dead letter the broker refuses (an unroutable one comes back, as the
+// mandatory flag asks) is tried MaxAttempts times; then the consumer gives
+// up on it: it logs it, reports EventDiscarded with the broker's refusal,
+// and rejects the delivery to the queue's own dead-letter exchange.
+func TestDeadLetterUnroutableGivenUp(t *testing.T) {
 	t.Parallel()
 	q, g, ev := setup(t, idemamqptest.Classic, nil, idem.Config{})
 	h := func(context.Context, amqp.Delivery) error { return idem.Permanent(errors.New("card declined")) }
-	idemamqptest.Start(t, q, idemamqptest.NewConsumer(t, g, q, ev, h, idemamqp.WithDeadLetter("", q.Name+".no-such-queue")))
+	var logs syncBuffer
+	idemamqptest.Start(t, q, newDeadLettering(t, g, q, ev, h, "", q.Name+".no-such-queue", idemamqp.WithMaxAttempts(2),
+		idemamqp.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))))
 	q.Publish(idemamqptest.Msg{Key: "k", Body: "x"})
 	d := q.GetAll(q.DeadLetters, 1, 10*time.Second)[0]
 	if _, ok := d.Headers["x-death"]; !ok {
 		t.Errorf("dead letter without x-death: %v; want it rejected to the queue's own dead-letter exchange", d.Headers)
+	}
+	idemamqptest.Eventually(t, 10*time.Second, "discarded", func() bool { return ev.Kind(idemamqp.EventDiscarded) == 1 })
+	e := ev.Of(idemamqp.EventDiscarded)[0]
+	if e.Reason != consumer.ReasonPermanent || !strings.Contains(fmt.Sprint(e.Err), "card declined") ||
+		!strings.Contains(fmt.Sprint(e.BrokerErr), "unroutable") {
+		t.Errorf("EventDiscarded %+v, want the cause and the broker's refusal", e)
+	}
+	if !strings.Contains(logs.String(), "level=ERROR") || !strings.Contains(logs.String(), "refused the dead letter 2 times") {
+		t.Errorf("no error log of the dead letter given up:\n%s", logs.String())
+	}
+}
+
+// A dead letter to an exchange that does not exist: the broker closes the
+// publishing channel (404). That refusal is the dead letter's alone: the
+// connection stays, the deliveries in flight are acked once each, and the
+// poison is given up on after MaxAttempts.
+func TestDeadLetterMissingExchangeKeepsTheOthers(t *testing.T) {
+	t.Parallel()
+	q, g, ev := setup(t, idemamqptest.Classic, nil, idem.Config{})
+	l := idemamqptest.NewLedger()
+	release := make(chan struct{})
+	h := func(ctx context.Context, d amqp.Delivery) error {
+		if keyOf(d) == "poison" {
+			return idem.Permanent(errors.New("card declined"))
+		}
+		<-release // in flight while the dead letter is refused
+		l.Charge(keyOf(d))
+		return nil
+	}
+	idemamqptest.Start(t, q, newDeadLettering(t, g, q, ev, h, q.Name+".no-such-exchange", "", idemamqp.WithMaxAttempts(3),
+		idemamqp.WithConcurrency(4), idemamqp.WithPrefetch(8)))
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before the consumer stops
+	q.Publish(idemamqptest.Msg{Key: "a", Body: "a"}, idemamqptest.Msg{Key: "b", Body: "b"}, idemamqptest.Msg{Key: "poison", Body: "p"})
+	idemamqptest.Eventually(t, 30*time.Second, "the poison given up", func() bool { return ev.Kind(idemamqp.EventDiscarded) == 1 })
+	once.Do(func() { close(release) })
+	idemamqptest.Eventually(t, 30*time.Second, "the others acked", func() bool { return ev.Kind(idemamqp.EventAcked) == 2 })
+	l.Check(t, []string{"a", "b"})
+	var aerr *amqp.Error
+	if e := ev.Of(idemamqp.EventDiscarded)[0]; !errors.As(e.BrokerErr, &aerr) || aerr.Code != amqp.NotFound {
+		t.Errorf("EventDiscarded's BrokerErr = %v, want the broker's 404", e.BrokerErr)
+	}
+	if n := ev.Kind(idemamqp.EventDisconnected) + ev.Kind(idemamqp.EventUnsettled); n != 0 {
+		t.Errorf("%d disconnections and unsettled deliveries, want none: a refused dead letter closes its channel only", n)
+	}
+	idemamqptest.Eventually(t, 10*time.Second, "the poison in the queue's own dead letters", func() bool { return q.Ready(q.DeadLetters) == 1 })
+}
+
+// A dead letter that cannot reach the broker (the connection is cut as it
+// is sent) is an outage, not a refusal: with MaxAttempts 1 the consumer
+// does not give up on it; the broker delivers the message again once the
+// consumer reconnected, and its dead letter is published then.
+func TestDeadLetterOutageIsNoRefusal(t *testing.T) {
+	t.Parallel()
+	q, g, ev := setup(t, idemamqptest.Classic, nil, idem.Config{})
+	p := proxyTo(t)
+	var runs atomic.Int64
+	h := func(context.Context, amqp.Delivery) error {
+		if runs.Add(1) == 1 {
+			p.Drop() // the connection is gone when the dead letter goes out
+		}
+		return idem.Permanent(errors.New("card declined"))
+	}
+	opts := append(idemamqptest.Options(ev), idemamqp.WithDeadLetter("", q.DeadLetters), idemamqp.WithMaxAttempts(1))
+	c, err := idemamqp.New(g, proxiedURL(t, p), q.Name, h, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idemamqptest.Start(t, q, c)
+	q.Publish(idemamqptest.Msg{Key: "k", Body: "x"})
+	d := q.GetAll(q.DeadLetters, 1, 30*time.Second)[0]
+	if d.Headers[consumer.HeaderReason] != string(consumer.ReasonPermanent) {
+		t.Errorf("dead letter headers %v, want a published dead letter", d.Headers)
+	}
+	if n := ev.Kind(idemamqp.EventDiscarded); n != 0 {
+		t.Errorf("%d deliveries given up on: an outage counted as a refusal", n)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the handler ran %d times, want 1 (its failure is stored)", n)
+	}
+	if n := ev.Kind(idemamqp.EventConnected); n < 2 {
+		t.Errorf("%d connections, want a reconnect after the cut", n)
 	}
 }
 
@@ -225,7 +341,7 @@ func TestBusyWithUserIDScopeIsRequeued(t *testing.T) {
 		l.Charge(d.UserId + "/" + keyOf(d))
 		return nil
 	}, idemamqp.WithScope(func(d amqp.Delivery) string { return d.UserId }), idemamqp.WithObserver(ev.Observe),
-		idemamqp.WithBusyDelay(50*time.Millisecond))
+		idemamqp.WithDiscardPoison(), idemamqp.WithBusyDelay(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +465,7 @@ func TestNoBrokerRetriesUntilStopped(t *testing.T) {
 	l.Close() // nothing listens there now
 	g := newMemGuard(t, idem.Config{})
 	var dials atomic.Int64
-	c, err := idemamqp.New(g, "amqp://guest:guest@"+addr+"/", "q", nop, idemamqp.WithSharedScope(),
+	c, err := idemamqp.New(g, "amqp://guest:guest@"+addr+"/", "q", nop, idemamqp.WithSharedScope(), idemamqp.WithDiscardPoison(),
 		idemamqp.WithReconnectBackoff(10*time.Millisecond, 20*time.Millisecond),
 		idemamqp.WithConfig(amqp.Config{Dial: func(network, a string) (net.Conn, error) {
 			dials.Add(1)
@@ -393,5 +509,91 @@ func TestHandlerGoexitDoesNotHangRun(t *testing.T) {
 	rec, err := g.Store().Get(context.Background(), g.ScopedStoreKey("", "k"))
 	if err != nil || rec.Status != idem.StatusInProgress || rec.Token != 0 {
 		t.Errorf("record %+v, %v; want the key released", rec, err)
+	}
+}
+
+// The headers of a dead letter fit the frame size the connection
+// negotiated (here a consumer's 16 KiB, below the broker's 128 KiB): a
+// message whose headers fit a frame, poison with a cause of 1 KiB, is
+// dead-lettered without its long header, recorded by name, and keeps its
+// body; the broker never closes the connection over a frame too large.
+func TestDeadLetterFitsTheNegotiatedFrame(t *testing.T) {
+	t.Parallel()
+	q, g, ev := setup(t, idemamqptest.Classic, nil, idem.Config{})
+	const frame = 16 << 10
+	long := strings.Repeat("v", frame-700) // fits the frame, not beside the dead letter's headers
+	h := func(context.Context, amqp.Delivery) error {
+		return idem.Permanent(errors.New("declined: " + strings.Repeat("why ", 300)))
+	}
+	idemamqptest.Start(t, q, newDeadLettering(t, g, q, ev, h, "", q.DeadLetters, idemamqp.WithConfig(amqp.Config{FrameSize: frame})))
+	q.Publish(idemamqptest.Msg{Key: "k", Body: "the body", Headers: amqp.Table{"long": long, "short": "s"}})
+	d := q.GetAll(q.DeadLetters, 1, 30*time.Second)[0]
+	if d.Headers[consumer.HeaderCutHeaders] != "long" || d.Headers["short"] != "s" || string(d.Body) != "the body" ||
+		d.Headers[consumer.HeaderReason] != string(consumer.ReasonPermanent) {
+		t.Errorf("dead letter %q with %s %q, short %q; want the long header cut, the rest kept",
+			d.Body, consumer.HeaderCutHeaders, d.Headers[consumer.HeaderCutHeaders], d.Headers["short"])
+	}
+	if _, ok := d.Headers["long"]; ok {
+		t.Error("the long header is in the dead letter")
+	}
+	if n := ev.Kind(idemamqp.EventDisconnected); n != 0 {
+		t.Errorf("%d disconnections, want none", n)
+	}
+}
+
+// slowConn holds what it reads while paused: the broker's answers (a
+// publish's confirm among them) arrive late, the connection stays up.
+type slowConn struct {
+	net.Conn
+	paused *atomic.Bool
+}
+
+func (c slowConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	for c.paused.Load() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	return n, err
+}
+
+// A dead letter whose confirm does not come in time is an outage, not a
+// refusal, even on a live connection: with MaxAttempts 1 the consumer
+// does not give up on it, but holds the delivery and sends the dead
+// letter again until the broker answers. (A dead letter is published at
+// least once: those of the tries that timed out may arrive too.)
+func TestDeadLetterTimeoutIsNoRefusal(t *testing.T) {
+	t.Parallel()
+	q, g, ev := setup(t, idemamqptest.Classic, nil, idem.Config{})
+	var paused atomic.Bool
+	cfg := amqp.Config{Dial: func(network, addr string) (net.Conn, error) {
+		c, err := amqp.DefaultDial(10*time.Second)(network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return slowConn{Conn: c, paused: &paused}, nil
+	}}
+	h := func(context.Context, amqp.Delivery) error {
+		paused.Store(true) // the broker's answers to the dead letter come late
+		return idem.Permanent(errors.New("card declined"))
+	}
+	var logs syncBuffer
+	idemamqptest.Start(t, q, newDeadLettering(t, g, q, ev, h, "", q.DeadLetters, idemamqp.WithMaxAttempts(1),
+		idemamqp.WithConfig(cfg), idemamqp.WithPublishTimeout(100*time.Millisecond),
+		idemamqp.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))))
+	t.Cleanup(func() { paused.Store(false) })
+	q.Publish(idemamqptest.Msg{Key: "k", Body: "x"})
+	idemamqptest.Eventually(t, 30*time.Second, "two tries of the dead letter timed out, or the delivery given up on", func() bool {
+		return strings.Count(logs.String(), "did not reach the broker") >= 2 || ev.Kind(idemamqp.EventDiscarded) > 0
+	})
+	paused.Store(false)
+	idemamqptest.Eventually(t, 30*time.Second, "settled", func() bool {
+		return ev.Kind(idemamqp.EventDeadLettered)+ev.Kind(idemamqp.EventDiscarded) == 1
+	})
+	if n := ev.Kind(idemamqp.EventDiscarded) + ev.Kind(idemamqp.EventDisconnected); n != 0 {
+		t.Errorf("%d deliveries given up on and disconnections: a timeout counted as a refusal", n)
+	}
+	d := q.GetAll(q.DeadLetters, 1, 10*time.Second)[0]
+	if d.Headers[consumer.HeaderReason] != string(consumer.ReasonPermanent) {
+		t.Errorf("dead letter headers %v, want a published dead letter", d.Headers)
 	}
 }

@@ -3,10 +3,10 @@
 // often the broker delivers the message: after a consumer crash, a lost
 // ack, a reconnect, or a publisher's retry.
 //
-//	g, _ := idem.New(store, idem.Config{Namespace: "payments", MaxAttempts: 5})
+//	g, _ := idem.New(store, idem.Config{Namespace: "payments"})
 //	c, err := idemamqp.New(g, "amqp://guest:guest@127.0.0.1:5672/", "orders", charge,
 //		idemamqp.WithScope(func(d amqp.Delivery) string { return d.UserId }),
-//		idemamqp.WithPrefetch(32))
+//		idemamqp.WithDeadLetter("", "orders.dead"))
 //	if err != nil { … }
 //	err = c.Run(ctx) // until ctx ends; reconnects on its own
 //
@@ -15,30 +15,87 @@
 //
 // # How each delivery is settled
 //
-//	delivery                                      handler   settlement
-//	new key                                       runs once
-//	  returns nil                                           ack after the outcome is stored
-//	  returns an error marked idem.Permanent                dead-letter (permanent); the failure is stored
-//	  returns another error, or panics                      key released; requeued after the retry delay
-//	key done before                               no        ack (a replay)
-//	key failed permanently before                 no        dead-letter (permanent)
-//	key in progress elsewhere (busy)              no        through the delay queue, back after the busy delay
-//	key claimed more than the Guard's MaxAttempts no        dead-letter (too-many-attempts)
-//	key reused with another body                  no        dead-letter (key-reused)
-//	no key                                        no        dead-letter (missing-key), or runs unguarded (WithUnkeyed)
-//	key unusable: empty, not a string, too long   no        dead-letter (invalid-key)
-//	store unreachable for the claim               not yet   held, the claim retried with backoff
-//	channel closed before the settlement          maybe     none: the broker delivers it again
+// Every idem consumer (idemkafka, idemnats, idemamqp) decides a message by
+// one table, package consumer's; on RabbitMQ:
 //
-// The names in parentheses are the [Reason] of the dead letter. This is
-// the policy every idem consumer shares (idemkafka, idemnats), mapped onto
-// RabbitMQ's settlements.
+//	delivery                                      handler    settlement
+//	new key
+//	  returns nil                                 runs once  ack after the outcome is stored
+//	  returns an error marked idem.Permanent      runs once  poison (permanent); the failure is stored
+//	  returns another error, or panics            runs       key released; held for the retry backoff,
+//	                                                         then requeued; poison (too-many-attempts)
+//	                                                         after WithMaxAttempts failures in a row
+//	key done before                               no         ack (a replay)
+//	key failed permanently before                 no         poison (permanent)
+//	key in progress elsewhere (busy)              no         through the delay queue, back after the busy delay
+//	key claimed more than the Guard's MaxAttempts no         poison (too-many-attempts)
+//	key reused with another body                  no         poison (key-reused)
+//	no key                                        no         poison (missing-key), or runs unguarded
+//	                                                         (WithUnkeyedUnguarded)
+//	key unusable: empty, not a string, too long   no         poison (invalid-key)
+//	store unreachable for the claim               not yet    held, the claim retried with backoff
+//	channel closed before the settlement          maybe      none: the broker delivers it again
 //
-// "Dead-letter" means a reject without requeue, so that the queue's
-// dead-letter exchange receives the message, or, with [WithDeadLetter], a
-// publish to an exchange of your choice carrying the cause and the reason
-// in headers, then an ack. A queue without a dead-letter exchange drops rejected
-// messages: declare one with the queue, for instance
+// The names in parentheses are the consumer.Reason of the poison.
+//
+// # Poison
+//
+// [New] refuses to build a consumer without a poison decision, as it
+// refuses one without a scope decision:
+//
+//   - [WithDeadLetter](exchange, routingKey) publishes poison there, with
+//     the mandatory flag and publisher confirms, and acks it once the
+//     broker confirmed it. The dead letter is the original message (body,
+//     headers, properties but user-id) with the headers of package
+//     consumer (consumer.HeaderReason, consumer.HeaderCause,
+//     consumer.HeaderKey, …) and where it came from: [HeaderQueue],
+//     [HeaderExchange], [HeaderRoutingKey].
+//   - [WithDiscardPoison] logs poison (warn, with its reason and cause),
+//     reports [EventDiscarded], and rejects it without requeue. RabbitMQ
+//     then routes it to the queue's own dead-letter exchange
+//     (x-dead-letter-exchange, by argument or policy) if the queue has
+//     one, without idem's headers, and drops it otherwise.
+//
+// A handler that fails without a permanent mark, or panics, runs
+// consumer.DefaultMaxAttempts (10) times for one key, or [WithMaxAttempts];
+// then its delivery is poison (too-many-attempts). RabbitMQ keeps no
+// count that fits (a classic queue has only the Redelivered flag, and a
+// requeued message comes back under a new delivery tag), so the consumer
+// counts in memory, by scope and key; the Guard's Config.MaxAttempts, kept
+// in the store, counts across consumers and restarts and applies too. A
+// busy key, a store that cannot be reached and a shutdown are not
+// attempts.
+//
+// A dead letter always fits. AMQP sends a message's headers in a content
+// header that must fit one frame of the size the connection negotiated
+// (frame_max, 128 KiB by default; RabbitMQ closes the whole connection
+// over a larger one), and bounds the body by the broker's
+// max_message_size (128 MiB by default, [WithMaxMessageSize]). So the
+// dead letter copies the key only up to consumer.MaxCopiedKey bytes, and
+// leaves out what would not fit: the original's headers over 1 KiB, its
+// body, then its other headers, each recorded by size and SHA-256
+// (consumer.HeaderBodySize, consumer.HeaderCutHeaders, …). One the broker
+// still refuses as too large (precondition failed) is sent again without
+// the original's body and headers.
+//
+// A dead letter the broker refuses (a nack; a return, when no queue is
+// bound to take it; a channel error: an exchange that does not exist
+// (404) or may not be written (403)) is tried again with the retry
+// backoff, WithMaxAttempts times in all; then the consumer gives up on it:
+// it logs the delivery at error level (queue, exchange, routing key,
+// message-id), reports [EventDiscarded] with the refusal in
+// Event.BrokerErr, and rejects the delivery without requeue, to the
+// queue's own dead-letter exchange if it has one, so that one message
+// never holds a handler for good. The refusal closes the consumer's
+// publishing channel only, which it opens again: the connection, and the
+// deliveries in flight on it, are not touched. A broker that cannot be
+// reached (the connection closed, no confirm within 10 s) is an outage:
+// the delivery is never settled without its dead letter; it is held while
+// the connection lives, and the broker delivers it again after a
+// reconnect.
+//
+// A queue without a dead-letter exchange drops what is rejected without
+// requeue. Declare one with the queue, for instance
 //
 //	ch.ExchangeDeclare("orders.dlx", "fanout", true, false, false, false, nil)
 //	ch.QueueDeclare("orders.dead", true, false, false, false, nil)
@@ -48,14 +105,16 @@
 //	})
 //
 // or set it by policy (rabbitmqctl set_policy DLX "^orders$"
-// '{"dead-letter-exchange":"orders.dlx"}' --apply-to queues).
+// '{"dead-letter-exchange":"orders.dlx"}' --apply-to queues). The consumer
+// cannot check it: AMQP does not tell a client a queue's arguments or
+// policy.
 //
 // # Keys and scopes
 //
 // The key comes from the header "idempotency-key" by default
 // ([WithKeyHeader]), from the message-id property with
-// WithKeyFunc([MessageIDKey]), or from any [KeyFunc]. The Guard's
-// Config.MaxKeyLen and Config.ValidateKey apply to it.
+// WithKeyFunc([MessageIDKey]), or from any function ([WithKeyFunc]). The
+// Guard's Config.MaxKeyLen and Config.ValidateKey apply to it.
 //
 // [New] refuses to build a consumer without a scope decision. With
 // [WithScope] every key lives in the scope of the delivery's tenant or
@@ -105,15 +164,17 @@
 //
 // # Attempts, classic and quorum queues
 //
-// The Guard's Config.MaxAttempts counts the claims of a key that ended
-// without an outcome (crashes, retryable errors, panics); the claim past
-// it stores idem.ErrTooManyAttempts and the delivery is dead-lettered. A
+// Besides the consumer's own count ([WithMaxAttempts]), the Guard's
+// Config.MaxAttempts counts the claims of a key that ended without an
+// outcome (crashes, retryable errors, panics) in the store; the claim past
+// it stores idem.ErrTooManyAttempts and the delivery is poison. A
 // quorum queue's x-delivery-limit counts the broker's deliveries of a
 // message (requeues and consumer crashes) and dead-letters (or drops) it
 // past the limit, without the handler's say and without a stored outcome.
-// Set x-delivery-limit above MaxAttempts, so that the Guard's cap fires
-// first and later duplicates of the key are dead-lettered too; the broker's
-// limit then only catches what never reaches the Guard. Busy trips through
+// Set x-delivery-limit above both MaxAttempts, so that idem's caps fire
+// first, with the cause in the dead letter, and later duplicates of the key
+// are poison too; the broker's limit then only catches what never reaches
+// the Guard. Busy trips through
 // the delay queue and store outages (the delivery is held, not requeued)
 // spend none of it. Classic queues have no delivery limit; MaxAttempts is
 // the cap there. Both kinds of queue work the same otherwise.
@@ -134,13 +195,18 @@
 // # Shutdown and observability
 //
 // When Run's context ends the consumer stops taking deliveries, lets the
-// running handlers finish for [WithShutdownTimeout], then cancels their
+// running handlers finish for [WithDrainTimeout], then cancels their
 // contexts (their keys are released) and closes the connection, and
 // RabbitMQ requeues what was not settled.
 //
+// A handler's context carries the W3C trace context of the message's
+// traceparent, tracestate and baggage headers: consumer.TraceFrom returns
+// it, for OpenTelemetry's propagators to extract.
+//
 // The consumer logs with slog ([WithLogger], by default the Guard's
-// logger): connections at Info, dead-letters, disconnections and store
-// outages at Warn, panics at Error. The Guard's Config.Observer sees every
-// claim and outcome; [WithObserver] sees how each delivery was settled
-// and each connection event ([Event]).
+// logger): connections at Info, poison, disconnections and store outages
+// at Warn, panics and dead letters given up on at Error; no log line and
+// no error shows the URL's password. The Guard's Config.Observer sees
+// every claim and outcome; [WithObserver] sees how each delivery was
+// settled and each connection event ([Event]).
 package idemamqp

@@ -3,6 +3,8 @@ package idemamqp
 import (
 	"fmt"
 	"time"
+
+	"github.com/idemgo/idem/consumer"
 )
 
 // EventKind names what an [Event] reports.
@@ -12,8 +14,9 @@ type EventKind uint8
 const (
 	// EventConnected: a connection is up and the consumer subscribed.
 	EventConnected EventKind = iota + 1
-	// EventDisconnected: the connection or a channel dropped, or the
-	// subscription was cancelled (Err says why); the consumer reconnects.
+	// EventDisconnected: the connection or the consuming channel dropped,
+	// or the subscription was cancelled (Err says why); the consumer
+	// reconnects.
 	EventDisconnected
 	// EventAcked: the handler's outcome is stored, or was stored before
 	// (Replayed), and the delivery was acked.
@@ -21,20 +24,27 @@ const (
 	// EventDelayed: the key was busy; a copy of the delivery went to the
 	// delay queue, to come back after Delay, and the delivery was acked.
 	EventDelayed
-	// EventRequeued: the delivery was held for Delay (the retry delay, or
-	// the busy delay without a delay queue; less when the consumer stops)
-	// and then nacked with requeue (Err: the handler's retryable error,
-	// the store's, or ErrInProgress).
+	// EventRequeued: the delivery was held for Delay (the retry backoff,
+	// or the busy delay without a delay queue; less when the consumer
+	// stops) and then nacked with requeue (Err: the handler's error, the
+	// store's, or ErrInProgress).
 	EventRequeued
-	// EventDeadLettered: the delivery was rejected without requeue, or
-	// published to the WithDeadLetter exchange (Err: the cause).
+	// EventDeadLettered: the delivery is poison (Reason, Err: the cause);
+	// its dead letter was published to the WithDeadLetter exchange and
+	// confirmed, and the delivery was acked.
 	EventDeadLettered
+	// EventDiscarded: the delivery is poison (Reason, Err: the cause) and
+	// was rejected without requeue, to the queue's own dead-letter
+	// exchange if it has one: under WithDiscardPoison, or after the broker
+	// refused its dead letter WithMaxAttempts times (BrokerErr: the last
+	// refusal).
+	EventDiscarded
 	// EventUnsettled: the delivery's channel closed before it could be
 	// settled (Err); the broker delivers it again.
 	EventUnsettled
 )
 
-var eventNames = [...]string{"", "connected", "disconnected", "acked", "delayed", "requeued", "dead_lettered", "unsettled"}
+var eventNames = [...]string{"", "connected", "disconnected", "acked", "delayed", "requeued", "dead_lettered", "discarded", "unsettled"}
 
 // String returns the kind's name in snake case, for metric labels.
 func (k EventKind) String() string {
@@ -48,38 +58,14 @@ func (k EventKind) String() string {
 type Event struct {
 	Kind        EventKind
 	Queue       string
-	Scope       string        // the delivery's scope ("" for connection events)
-	Key         string        // the delivery's idempotency key
-	DeliveryTag uint64        // on the channel it came from
-	Redelivered bool          // the broker had delivered it before
-	Replayed    bool          // EventAcked: the outcome was stored before; the handler did not run
-	Delay       time.Duration // EventDelayed: the busy delay; EventRequeued: how long it was held
-	Duration    time.Duration // from receipt to settlement
-	Reason      Reason        // EventDeadLettered: why
-	Err         error         // the cause, for the kinds that have one
+	Scope       string          // the delivery's scope ("" for connection events)
+	Key         string          // the delivery's idempotency key
+	DeliveryTag uint64          // on the channel it came from
+	Redelivered bool            // the broker had delivered it before
+	Replayed    bool            // EventAcked: the outcome was stored before; the handler did not run
+	Delay       time.Duration   // EventDelayed: the busy delay; EventRequeued: how long it was held
+	Duration    time.Duration   // from receipt to settlement
+	Reason      consumer.Reason // EventDeadLettered, EventDiscarded: why the delivery is poison
+	Err         error           // the cause, for the kinds that have one
+	BrokerErr   error           // EventDiscarded: the broker's last refusal of the dead letter
 }
-
-// Reason says why a delivery was dead-lettered. It is the value of the
-// [ReasonHeader] header of a dead letter published by [WithDeadLetter],
-// and of [Event.Reason].
-type Reason string
-
-// The reasons a delivery is dead-lettered.
-const (
-	// ReasonPermanent: the handler returned an error marked with
-	// [idem.Permanent], now or on an earlier delivery of the same key.
-	ReasonPermanent Reason = "permanent"
-	// ReasonTooManyAttempts: the key was claimed more than the Guard's
-	// Config.MaxAttempts times without an outcome ([idem.ErrTooManyAttempts]).
-	ReasonTooManyAttempts Reason = "too-many-attempts"
-	// ReasonMissingKey: the delivery carries no key ([ErrNoKey]) and
-	// [WithUnkeyed] says to dead-letter it, as it does by default.
-	ReasonMissingKey Reason = "missing-key"
-	// ReasonInvalidKey: the key cannot be used ([KeyError]: empty, not a
-	// string, the key function failed), or the Guard refused it (too long,
-	// Config.ValidateKey).
-	ReasonInvalidKey Reason = "invalid-key"
-	// ReasonKeyReused: the key was first used with a different payload
-	// ([idem.ErrKeyReused]).
-	ReasonKeyReused Reason = "key-reused"
-)

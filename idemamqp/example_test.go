@@ -40,12 +40,15 @@ func Example() {
 		if errors.Is(err, errDeclined) {
 			return idem.Permanent(err) // dead-lettered, and so is every duplicate
 		}
-		return err // nil: acked; another error: requeued after the retry delay
+		return err // nil: acked; another error: requeued after the retry backoff
 	}
 	c, err := idemamqp.New(g, "amqp://guest:guest@127.0.0.1:5672/", "orders", charge,
 		// RabbitMQ checks the user-id against the publishing connection's
 		// user: one publisher cannot use another's keys.
 		idemamqp.WithScope(func(d amqp.Delivery) string { return d.UserId }),
+		// Poison, with its cause in its headers, goes to the queue
+		// "orders.dead" through the default exchange.
+		idemamqp.WithDeadLetter("", "orders.dead"),
 		idemamqp.WithPrefetch(32))
 	if err != nil {
 		log.Fatal(err)
@@ -55,22 +58,6 @@ func Example() {
 	if err := c.Run(ctx); err != nil {
 		log.Fatal(err)
 	}
-}
-
-func ExampleHeaderKey() {
-	key := idemamqp.HeaderKey("idempotency-key")
-	for _, h := range []amqp.Table{
-		{"idempotency-key": "order-1"},
-		{},
-		{"idempotency-key": int32(1)},
-	} {
-		k, err := key(amqp.Delivery{Headers: h})
-		fmt.Printf("%q %v\n", k, err)
-	}
-	// Output:
-	// "order-1" <nil>
-	// "" <nil>
-	// "" idemamqp: header "idempotency-key": a int32, not a string
 }
 
 func ExampleWithKeyFunc() {
@@ -85,12 +72,14 @@ func ExampleWithKeyFunc() {
 	}
 	defer g.Close()
 	// Keys from the message-id property; a delivery without one runs
-	// without idempotency instead of being dead-lettered.
+	// without idempotency instead of being poison. Poison is rejected to
+	// the queue's own dead-letter exchange.
 	c, err := idemamqp.New(g, "amqp://guest:guest@127.0.0.1:5672/", "orders",
 		func(context.Context, amqp.Delivery) error { return nil },
 		idemamqp.WithKeyFunc(idemamqp.MessageIDKey),
-		idemamqp.WithUnkeyed(idemamqp.RunUnkeyed),
-		idemamqp.WithSharedScope())
+		idemamqp.WithUnkeyedUnguarded(),
+		idemamqp.WithSharedScope(),
+		idemamqp.WithDiscardPoison())
 	fmt.Println(c.DelayQueue(), err)
 	// Output: orders.idem-delay.1s <nil>
 }

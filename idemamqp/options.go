@@ -8,10 +8,10 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/idemgo/idem/internal/adapter"
+	"github.com/idemgo/idem/internal/chassis"
 )
 
-// Defaults of the options.
+// Defaults of the broker's options.
 const (
 	// DefaultKeyHeader is the message header that carries the idempotency
 	// key.
@@ -22,68 +22,35 @@ const (
 	// DefaultConcurrency is how many handlers run at once, at most the
 	// prefetch.
 	DefaultConcurrency = 16
-	// DefaultBusyDelay is how long a delivery whose key is held by another
-	// consumer waits in the delay queue before it comes back.
-	DefaultBusyDelay = time.Second
-	// DefaultRetryDelay is how long a delivery whose handler failed with a
-	// retryable error is held before it is requeued.
-	DefaultRetryDelay = time.Second
-	// DefaultShutdownTimeout is how long Run lets running handlers finish
-	// after its context ends before it cancels theirs.
-	DefaultShutdownTimeout = 10 * time.Second
 	// DefaultReconnectMin and DefaultReconnectMax bound the pause between
 	// two attempts to connect; it doubles from the first to the second.
 	DefaultReconnectMin = 100 * time.Millisecond
 	DefaultReconnectMax = 10 * time.Second
+	// DefaultMaxMessageSize is RabbitMQ's default max_message_size (3.10
+	// and later): the largest body the broker takes. See
+	// [WithMaxMessageSize].
+	DefaultMaxMessageSize = 128 << 20
 )
 
 // Option configures a [Consumer]; see [New].
 type Option func(*options)
 
 type options struct {
-	adapter.Policy[amqp.Delivery]
-	scoped          bool // WithScope or WithSharedScope was given
-	key             KeyFunc
-	fingerprint     func(amqp.Delivery) []byte
-	unkeyed         Unkeyed
-	prefetch        int
-	concurrency     int
-	busyDelay       time.Duration
-	retryDelay      time.Duration
-	delayQueue      *string // nil: the default name
-	deadLetter      *deadLetterTarget
-	shutdownTimeout time.Duration
-	reconnectMin    time.Duration
-	reconnectMax    time.Duration
-	config          amqp.Config
-	observer        func(context.Context, Event)
+	chassis.Options[amqp.Delivery]
+	scoped       bool // WithScope or WithSharedScope was given
+	prefetch     int
+	concurrency  int
+	delayQueue   *string // nil: the default name
+	deadLetter   deadLetterTarget
+	reconnectMin time.Duration
+	reconnectMax time.Duration
+	maxMessage   int
+	pubTimeout   time.Duration
+	config       amqp.Config
+	observer     func(context.Context, Event)
 }
 
 type deadLetterTarget struct{ exchange, routingKey string }
-
-// WithKeyHeader takes the idempotency key from the message header name.
-// Default [DefaultKeyHeader]. See [HeaderKey] for the values accepted.
-func WithKeyHeader(name string) Option {
-	return func(o *options) {
-		if name == "" {
-			o.Fail("WithKeyHeader(\"\"): the header name is empty")
-			return
-		}
-		o.key = HeaderKey(name)
-	}
-}
-
-// WithKeyFunc takes the idempotency key from f, such as [MessageIDKey].
-// f returns "" with a nil error for a delivery without a key (see
-// [WithUnkeyed]), and an error for one whose key is unusable (it is
-// dead-lettered). Default: [HeaderKey]([DefaultKeyHeader]).
-func WithKeyFunc(f KeyFunc) Option {
-	return func(o *options) {
-		if o.Check(f != nil, "WithKeyFunc(nil)") {
-			o.key = f
-		}
-	}
-}
 
 // WithScope sets the function that names the tenant or publisher a
 // delivery belongs to. Keys are scoped by it: the same key in two scopes
@@ -102,40 +69,124 @@ func WithScope(f func(amqp.Delivery) string) Option {
 // requires WithSharedScope or [WithScope].
 func WithSharedScope() Option { return func(o *options) { o.scoped = true; o.SetSharedScope() } }
 
+// WithKeyHeader takes the idempotency key from the message header name.
+// Default [DefaultKeyHeader]. The header's value is a string, or bytes (a
+// byte array in the table, which some clients send for strings); a
+// delivery without the header has no key, and one whose header is empty
+// or of another type has an unusable key (poison: invalid-key).
+func WithKeyHeader(name string) Option {
+	return func(o *options) { o.SetKeyHeader(name) }
+}
+
+// WithKeyFunc takes the idempotency key from f, such as [MessageIDKey].
+// f returns "" or consumer.ErrNoKey for a delivery without a key, and
+// another error for one whose key cannot be used (it is poison:
+// invalid-key). The Guard's Config.MaxKeyLen and Config.ValidateKey apply
+// to the key f returns.
+func WithKeyFunc(f func(amqp.Delivery) (string, error)) Option {
+	return func(o *options) { o.SetKeyFunc(f) }
+}
+
+// WithUnkeyedUnguarded runs the handler for a delivery that has no key,
+// without idempotency: the broker's at-least-once delivery, as without
+// idem. By default such a delivery is poison (missing-key). A key that is
+// present but unusable is poison either way.
+func WithUnkeyedUnguarded() Option { return func(o *options) { o.SetUnkeyedUnguarded() } }
+
 // WithFingerprint sets the bytes of a delivery the Guard fingerprints: a
 // key that comes back with other bytes gets idem.ErrKeyReused and is
-// dead-lettered. Default: the body.
+// poison (key-reused). Default: the body.
 func WithFingerprint(f func(amqp.Delivery) []byte) Option {
+	return func(o *options) { o.SetFingerprint(f) }
+}
+
+// WithDeadLetter is a poison decision: poison is published to exchange
+// with routingKey (the default exchange "" routes to the queue of that
+// name), with the mandatory flag and publisher confirms, carrying the
+// original's body, headers and properties but user-id, and the headers of
+// package consumer (consumer.HeaderReason, consumer.HeaderCause, …) and
+// [HeaderQueue], [HeaderExchange] and [HeaderRoutingKey]; then it is acked.
+//
+// A dead letter always fits: its headers fit the connection's frame size,
+// and the whole [WithMaxMessageSize]; what it leaves out to fit is
+// recorded by size and SHA-256. A dead letter the broker refuses (a nack,
+// an unroutable return, an exchange that does not exist or may not be
+// written) is tried again with the retry backoff, WithMaxAttempts times;
+// then the consumer gives up on it: it logs the delivery at error level,
+// reports [EventDiscarded], and rejects the delivery without requeue (the
+// queue's own dead-letter exchange, if it has one, receives it). A broker
+// that cannot be reached is an outage: the delivery is never settled
+// without its dead letter, and the broker delivers it again.
+//
+// [New] requires WithDeadLetter or [WithDiscardPoison].
+func WithDeadLetter(exchange, routingKey string) Option {
 	return func(o *options) {
-		if o.Check(f != nil, "WithFingerprint(nil)") {
-			o.fingerprint = f
+		if o.Check(len(exchange) <= 255 && len(routingKey) <= 255, "WithDeadLetter(%q, %q): a name longer than 255 bytes", exchange, routingKey) {
+			o.deadLetter = deadLetterTarget{exchange, routingKey}
+			o.SetDeadLetter()
 		}
 	}
 }
 
-// Unkeyed says what the consumer does with a delivery that has no key.
-type Unkeyed uint8
+// WithDiscardPoison is a poison decision: poison is logged (warn, with its
+// reason and cause), reported as [EventDiscarded], and rejected without
+// requeue. RabbitMQ then routes it to the queue's own dead-letter exchange
+// (x-dead-letter-exchange, by argument or policy) if it has one, without
+// idem's headers, and drops it otherwise.
+//
+// [New] requires WithDiscardPoison or [WithDeadLetter].
+func WithDiscardPoison() Option { return func(o *options) { o.SetDiscardPoison() } }
 
-const (
-	// DeadLetterUnkeyed rejects a delivery without a key, without requeue,
-	// so that the queue's dead-letter exchange receives it. The default.
-	DeadLetterUnkeyed Unkeyed = iota
-	// RunUnkeyed runs the handler for a delivery without a key, without
-	// idempotency: the broker's at-least-once delivery, as without idem.
-	RunUnkeyed
-)
+// WithMaxAttempts sets how many times a handler that fails without a
+// permanent mark, or panics, runs for one key before its delivery is
+// poison (too-many-attempts). Default consumer.DefaultMaxAttempts (10).
+// The count is this consumer's, in memory, by scope and key (a classic
+// queue keeps no delivery count); the Guard's Config.MaxAttempts, kept in
+// the store, counts across consumers and restarts and applies too. It is
+// also how many times a dead letter the broker refuses is tried.
+func WithMaxAttempts(n int) Option { return func(o *options) { o.SetMaxAttempts(n) } }
 
-// WithUnkeyed sets what happens to a delivery without a key. Default
-// [DeadLetterUnkeyed]. A key that is present but unusable (empty, too long,
-// refused by the Guard's Config.ValidateKey, of a type that is not a
-// string) is always dead-lettered.
-func WithUnkeyed(u Unkeyed) Option {
+// WithRetryBackoff sets how long a delivery is held after its handler
+// failed, before it is requeued: first after the first failure, doubling
+// with each failure in a row up to longest, with jitter. Defaults 100ms
+// and 10s. The same backoff spaces the tries of a refused dead letter.
+func WithRetryBackoff(first, longest time.Duration) Option {
+	return func(o *options) { o.SetRetryBackoff(first, longest) }
+}
+
+// WithBusyDelay sets how long a delivery whose key another consumer holds
+// waits before it comes back: the message TTL of the delay queue. Default
+// 1s; at least 1ms.
+func WithBusyDelay(d time.Duration) Option {
 	return func(o *options) {
-		if u != DeadLetterUnkeyed && u != RunUnkeyed {
-			o.Fail("WithUnkeyed(%d): not DeadLetterUnkeyed or RunUnkeyed", u)
-			return
+		if o.Check(d >= time.Millisecond, "WithBusyDelay(%v): must be at least 1ms", d) {
+			o.SetBusyDelay(d)
 		}
-		o.unkeyed = u
+	}
+}
+
+// WithDrainTimeout sets how long Run lets running handlers finish after
+// its context ends; then their contexts are cancelled, their keys released
+// and their deliveries requeued. Default 10s; 0 cancels them at once.
+func WithDrainTimeout(d time.Duration) Option {
+	return func(o *options) { o.SetDrainTimeout(d) }
+}
+
+// WithLogger sets the logger of connection events, poison and failures.
+// Default: the Guard's Config.Logger.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) { o.SetLogger(l) }
+}
+
+// WithObserver sets a function called with every [Event] of the consumer:
+// connections, and how each delivery was settled. The Guard's own
+// Config.Observer sees the claims and outcomes. f runs synchronously on
+// the delivery's path: keep it fast.
+func WithObserver(f func(context.Context, Event)) Option {
+	return func(o *options) {
+		if o.Check(f != nil, "WithObserver(nil)") {
+			o.observer = f
+		}
 	}
 }
 
@@ -144,11 +195,9 @@ func WithUnkeyed(u Unkeyed) Option {
 // and at most 65535.
 func WithPrefetch(n int) Option {
 	return func(o *options) {
-		if n < 1 || n > 65535 {
-			o.Fail("WithPrefetch(%d): must be from 1 to 65535", n)
-			return
+		if o.Check(n >= 1 && n <= 65535, "WithPrefetch(%d): must be from 1 to 65535", n) {
+			o.prefetch = n
 		}
-		o.prefetch = n
 	}
 }
 
@@ -166,37 +215,9 @@ func WithPrefetch(n int) Option {
 // key's handler from running twice at once.
 func WithConcurrency(n int) Option {
 	return func(o *options) {
-		if n < 1 {
-			o.Fail("WithConcurrency(%d): must be at least 1", n)
-			return
+		if o.Check(n >= 1, "WithConcurrency(%d): must be at least 1", n) {
+			o.concurrency = n
 		}
-		o.concurrency = n
-	}
-}
-
-// WithBusyDelay sets how long a delivery whose key another consumer holds
-// waits before it comes back: the message TTL of the delay queue. Default
-// [DefaultBusyDelay]; at least 1ms.
-func WithBusyDelay(d time.Duration) Option {
-	return func(o *options) {
-		if d < time.Millisecond {
-			o.Fail("WithBusyDelay(%v): must be at least 1ms", d)
-			return
-		}
-		o.busyDelay = d
-	}
-}
-
-// WithRetryDelay sets how long a delivery is held after its handler failed
-// with a retryable error, before it is requeued. Default
-// [DefaultRetryDelay]; 0 requeues at once.
-func WithRetryDelay(d time.Duration) Option {
-	return func(o *options) {
-		if d < 0 {
-			o.Fail("WithRetryDelay(%v): must not be negative", d)
-			return
-		}
-		o.retryDelay = d
 	}
 }
 
@@ -210,35 +231,23 @@ func WithRetryDelay(d time.Duration) Option {
 // x-delivery-limit.
 func WithDelayQueue(name string) Option {
 	return func(o *options) {
-		if len(name) > 255 {
-			o.Fail("WithDelayQueue(%q): longer than 255 bytes", name)
-			return
+		if o.Check(len(name) <= 255, "WithDelayQueue(%q): longer than 255 bytes", name) {
+			o.delayQueue = &name
 		}
-		o.delayQueue = &name
 	}
 }
 
-// WithDeadLetter publishes dead-lettered deliveries to exchange with
-// routingKey, with the cause in the header [CauseHeader] and the queue in
-// [QueueHeader], and acks them once the broker confirmed the publish.
-// Default: they are rejected without requeue, and the queue's own
-// dead-letter exchange (x-dead-letter-exchange), if it has one, receives
-// them without the cause.
-func WithDeadLetter(exchange, routingKey string) Option {
-	return func(o *options) { o.deadLetter = &deadLetterTarget{exchange, routingKey} }
-}
-
-// WithShutdownTimeout sets how long Run lets running handlers finish after
-// its context ends; then their contexts are cancelled, their keys released
-// and their deliveries requeued. Default [DefaultShutdownTimeout]; 0
-// cancels them at once.
-func WithShutdownTimeout(d time.Duration) Option {
+// WithMaxMessageSize sets the largest message body the broker takes: its
+// max_message_size, which AMQP does not tell a client. Default
+// [DefaultMaxMessageSize], RabbitMQ's own default; set it when the broker
+// is configured otherwise. A dead letter is cut to fit it; one the broker
+// still refuses as too large is sent again without the original's body
+// and headers.
+func WithMaxMessageSize(n int) Option {
 	return func(o *options) {
-		if d < 0 {
-			o.Fail("WithShutdownTimeout(%v): must not be negative", d)
-			return
+		if o.Check(n >= 64<<10, "WithMaxMessageSize(%d): must be at least 64 KiB", n) {
+			o.maxMessage = n
 		}
-		o.shutdownTimeout = d
 	}
 }
 
@@ -247,58 +256,36 @@ func WithShutdownTimeout(d time.Duration) Option {
 // jitter. Defaults [DefaultReconnectMin] and [DefaultReconnectMax].
 func WithReconnectBackoff(min, max time.Duration) Option {
 	return func(o *options) {
-		if min <= 0 || max < min {
-			o.Fail("WithReconnectBackoff(%v, %v): want 0 < min <= max", min, max)
-			return
+		if o.Check(min > 0 && max >= min, "WithReconnectBackoff(%v, %v): want 0 < min <= max", min, max) {
+			o.reconnectMin, o.reconnectMax = min, max
 		}
-		o.reconnectMin, o.reconnectMax = min, max
 	}
 }
 
 // WithConfig sets the connection's configuration (TLS, SASL, heartbeat,
-// client properties, Dial). The consumer names its connection after the
-// queue in the client property connection_name unless cfg sets one.
-// cfg.Recovery must be nil: the consumer reconnects by itself, with a new
-// channel whose delivery tags start again at 1, while amqp091's own
+// frame size, client properties, Dial). The consumer names its connection
+// after the queue in the client property connection_name unless cfg sets
+// one. cfg.Recovery must be nil: the consumer reconnects by itself, with a
+// new channel whose delivery tags start again at 1, while amqp091's own
 // recovery keeps the channel, so that an ack of a delivery from before a
 // reconnect would acknowledge another message.
 func WithConfig(cfg amqp.Config) Option {
 	return func(o *options) {
-		if cfg.Recovery != nil {
-			o.Fail("WithConfig: Config.Recovery is set: the consumer reconnects by itself, and amqp091's recovery would let an ack of a delivery from before a reconnect acknowledge another message")
-			return
-		}
-		o.config = cfg
-	}
-}
-
-// WithLogger sets the logger of connection events, dead-letters and
-// failures. Default: the Guard's Config.Logger.
-func WithLogger(l *slog.Logger) Option {
-	return func(o *options) { o.SetLogger(l) }
-}
-
-// WithObserver sets a function called with every [Event] of the consumer:
-// connections, and how each delivery was settled. The Guard's own
-// Config.Observer sees the claims and outcomes. f runs synchronously on
-// the delivery's path: keep it fast.
-func WithObserver(f func(context.Context, Event)) Option {
-	return func(o *options) {
-		if o.Check(f != nil, "WithObserver(nil)") {
-			o.observer = f
+		if o.Check(cfg.Recovery == nil, "WithConfig: Config.Recovery is set: the consumer reconnects by itself, "+
+			"and amqp091's recovery would let an ack of a delivery from before a reconnect acknowledge another message") {
+			o.config = cfg
 		}
 	}
 }
 
-// defaults sets every option to its default, before the options apply.
+// defaults sets the broker's options to their defaults, before the
+// options apply.
 func (o *options) defaults() {
-	o.key = HeaderKey(DefaultKeyHeader)
 	o.prefetch = DefaultPrefetch
-	o.busyDelay = DefaultBusyDelay
-	o.retryDelay = DefaultRetryDelay
-	o.shutdownTimeout = DefaultShutdownTimeout
 	o.reconnectMin = DefaultReconnectMin
 	o.reconnectMax = DefaultReconnectMax
+	o.maxMessage = DefaultMaxMessageSize
+	o.pubTimeout = publishTimeout
 }
 
 // check completes the options once they applied, and checks what no one
@@ -309,7 +296,7 @@ func (o *options) check(queue string) error {
 		o.concurrency = min(DefaultConcurrency, o.prefetch)
 	}
 	if o.delayQueue == nil {
-		name := DelayQueueName(queue, o.busyDelay)
+		name := DelayQueueName(queue, o.BusyDelay())
 		o.delayQueue = &name
 	}
 	switch {

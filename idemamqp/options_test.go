@@ -3,6 +3,7 @@ package idemamqp_test
 import (
 	"context"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemamqp"
+	"github.com/idemgo/idem/idemamqp/idemamqptest"
 	"github.com/idemgo/idem/memstore"
 )
 
@@ -36,6 +38,7 @@ const testURL = "amqp://guest:guest@127.0.0.1:5672/"
 func TestNewRefusesBadConfiguration(t *testing.T) {
 	g := newMemGuard(t, idem.Config{})
 	shared := idemamqp.WithSharedScope()
+	discard := idemamqp.WithDiscardPoison()
 	for _, tc := range []struct {
 		name  string
 		g     *idem.Guard
@@ -45,34 +48,40 @@ func TestNewRefusesBadConfiguration(t *testing.T) {
 		opts  []idemamqp.Option
 		want  string // in the error
 	}{
-		{"nil Guard", nil, testURL, "q", nop, []idemamqp.Option{shared}, "Guard is nil"},
-		{"nil handler", g, testURL, "q", nil, []idemamqp.Option{shared}, "Handler is nil"},
-		{"no queue", g, testURL, "", nop, []idemamqp.Option{shared}, "queue name is empty"},
-		{"long queue", g, testURL, strings.Repeat("q", 256), nop, []idemamqp.Option{shared}, "longer than 255"},
-		{"bad URL", g, "http://x", "q", nop, []idemamqp.Option{shared}, "URL"},
-		{"no scope decision", g, testURL, "q", nop, nil, "another tenant's key"},
-		{"two scope decisions", g, testURL, "q", nop, []idemamqp.Option{shared,
+		{"nil Guard", nil, testURL, "q", nop, []idemamqp.Option{shared, discard, discard}, "Guard is nil"},
+		{"nil handler", g, testURL, "q", nil, []idemamqp.Option{shared, discard, discard}, "Handler is nil"},
+		{"no queue", g, testURL, "", nop, []idemamqp.Option{shared, discard, discard}, "queue name is empty"},
+		{"long queue", g, testURL, strings.Repeat("q", 256), nop, []idemamqp.Option{shared, discard, discard}, "longer than 255"},
+		{"bad URL", g, "http://x", "q", nop, []idemamqp.Option{shared, discard, discard}, "URL"},
+		{"no scope decision", g, testURL, "q", nop, []idemamqp.Option{discard}, "another tenant's key"},
+		{"no poison decision", g, testURL, "q", nop, []idemamqp.Option{shared}, "no poison decision"},
+		{"two poison decisions", g, testURL, "q", nop, []idemamqp.Option{shared, discard, idemamqp.WithDeadLetter("dlx", "")}, "choose one"},
+		{"long dead-letter exchange", g, testURL, "q", nop, []idemamqp.Option{shared, idemamqp.WithDeadLetter(strings.Repeat("x", 256), "")}, "WithDeadLetter"},
+		{"two scope decisions", g, testURL, "q", nop, []idemamqp.Option{shared, discard,
 			idemamqp.WithScope(func(amqp.Delivery) string { return "" })}, "choose one"},
-		{"nil option", g, testURL, "q", nop, []idemamqp.Option{shared, nil}, "nil Option"},
-		{"nil scope", g, testURL, "q", nop, []idemamqp.Option{idemamqp.WithScope(nil)}, "WithScope(nil)"},
-		{"empty header", g, testURL, "q", nop, []idemamqp.Option{shared, idemamqp.WithKeyHeader("")}, "WithKeyHeader"},
-		{"nil key func", g, testURL, "q", nop, []idemamqp.Option{shared, idemamqp.WithKeyFunc(nil)}, "WithKeyFunc(nil)"},
-		{"nil fingerprint", g, testURL, "q", nop, []idemamqp.Option{shared, idemamqp.WithFingerprint(nil)}, "WithFingerprint(nil)"},
-		{"unkeyed", g, testURL, "q", nop, []idemamqp.Option{shared, idemamqp.WithUnkeyed(9)}, "WithUnkeyed(9)"},
-		{"prefetch 0", g, testURL, "q", nop, []idemamqp.Option{shared, idemamqp.WithPrefetch(0)}, "WithPrefetch(0)"},
-		{"prefetch too big", g, testURL, "q", nop, []idemamqp.Option{shared, idemamqp.WithPrefetch(70000)}, "WithPrefetch(70000)"},
-		{"concurrency 0", g, testURL, "q", nop, []idemamqp.Option{shared, idemamqp.WithConcurrency(0)}, "WithConcurrency(0)"},
-		{"concurrency above prefetch", g, testURL, "q", nop, []idemamqp.Option{shared,
+		{"nil option", g, testURL, "q", nop, []idemamqp.Option{shared, discard, nil}, "nil Option"},
+		{"nil scope", g, testURL, "q", nop, []idemamqp.Option{discard, idemamqp.WithScope(nil)}, "WithScope(nil)"},
+		{"empty header", g, testURL, "q", nop, []idemamqp.Option{shared, discard, idemamqp.WithKeyHeader("")}, "WithKeyHeader"},
+		{"nil key func", g, testURL, "q", nop, []idemamqp.Option{shared, discard, idemamqp.WithKeyFunc(nil)}, "WithKeyFunc(nil)"},
+		{"nil fingerprint", g, testURL, "q", nop, []idemamqp.Option{shared, discard, idemamqp.WithFingerprint(nil)}, "WithFingerprint(nil)"},
+		{"key header too long", g, testURL, "q", nop, []idemamqp.Option{shared, discard, idemamqp.WithKeyHeader(strings.Repeat("h", 256))}, "WithKeyHeader"},
+		{"max attempts", g, testURL, "q", nop, []idemamqp.Option{shared, discard, idemamqp.WithMaxAttempts(0)}, "WithMaxAttempts(0)"},
+		{"max message size", g, testURL, "q", nop, []idemamqp.Option{shared, discard, idemamqp.WithMaxMessageSize(100)}, "WithMaxMessageSize(100)"},
+		{"prefetch 0", g, testURL, "q", nop, []idemamqp.Option{shared, discard, idemamqp.WithPrefetch(0)}, "WithPrefetch(0)"},
+		{"prefetch too big", g, testURL, "q", nop, []idemamqp.Option{shared, discard, idemamqp.WithPrefetch(70000)}, "WithPrefetch(70000)"},
+		{"concurrency 0", g, testURL, "q", nop, []idemamqp.Option{shared, discard, idemamqp.WithConcurrency(0)}, "WithConcurrency(0)"},
+		{"concurrency above prefetch", g, testURL, "q", nop, []idemamqp.Option{shared, discard,
 			idemamqp.WithPrefetch(4), idemamqp.WithConcurrency(8)}, "WithConcurrency(8) is above the prefetch 4"},
-		{"busy delay", g, testURL, "q", nop, []idemamqp.Option{shared, idemamqp.WithBusyDelay(0)}, "WithBusyDelay(0s)"},
-		{"retry delay", g, testURL, "q", nop, []idemamqp.Option{shared, idemamqp.WithRetryDelay(-1)}, "WithRetryDelay(-1ns)"},
-		{"long delay queue", g, testURL, "q", nop, []idemamqp.Option{shared, idemamqp.WithDelayQueue(strings.Repeat("d", 256))}, "WithDelayQueue"},
-		{"derived delay queue too long", g, testURL, strings.Repeat("q", 250), nop, []idemamqp.Option{shared}, "use WithDelayQueue"},
-		{"shutdown", g, testURL, "q", nop, []idemamqp.Option{shared, idemamqp.WithShutdownTimeout(-time.Second)}, "WithShutdownTimeout(-1s)"},
-		{"backoff", g, testURL, "q", nop, []idemamqp.Option{shared, idemamqp.WithReconnectBackoff(time.Second, time.Millisecond)}, "WithReconnectBackoff"},
-		{"recovery", g, testURL, "q", nop, []idemamqp.Option{shared, idemamqp.WithConfig(amqp.Config{Recovery: &amqp.Recovery{}})}, "Config.Recovery"},
-		{"nil logger", g, testURL, "q", nop, []idemamqp.Option{shared, idemamqp.WithLogger(nil)}, "WithLogger(nil)"},
-		{"nil observer", g, testURL, "q", nop, []idemamqp.Option{shared, idemamqp.WithObserver(nil)}, "WithObserver(nil)"},
+		{"busy delay", g, testURL, "q", nop, []idemamqp.Option{shared, discard, idemamqp.WithBusyDelay(time.Microsecond)}, "WithBusyDelay(1µs)"},
+		{"retry backoff", g, testURL, "q", nop, []idemamqp.Option{shared, discard, idemamqp.WithRetryBackoff(0, time.Second)}, "WithRetryBackoff(0s, 1s)"},
+		{"retry backoff order", g, testURL, "q", nop, []idemamqp.Option{shared, discard, idemamqp.WithRetryBackoff(time.Second, time.Millisecond)}, "longer than the longest"},
+		{"long delay queue", g, testURL, "q", nop, []idemamqp.Option{shared, discard, idemamqp.WithDelayQueue(strings.Repeat("d", 256))}, "WithDelayQueue"},
+		{"derived delay queue too long", g, testURL, strings.Repeat("q", 250), nop, []idemamqp.Option{shared, discard, discard}, "use WithDelayQueue"},
+		{"drain", g, testURL, "q", nop, []idemamqp.Option{shared, discard, idemamqp.WithDrainTimeout(-time.Second)}, "WithDrainTimeout(-1s)"},
+		{"backoff", g, testURL, "q", nop, []idemamqp.Option{shared, discard, idemamqp.WithReconnectBackoff(time.Second, time.Millisecond)}, "WithReconnectBackoff"},
+		{"recovery", g, testURL, "q", nop, []idemamqp.Option{shared, discard, idemamqp.WithConfig(amqp.Config{Recovery: &amqp.Recovery{}})}, "Config.Recovery"},
+		{"nil logger", g, testURL, "q", nop, []idemamqp.Option{shared, discard, idemamqp.WithLogger(nil)}, "WithLogger(nil)"},
+		{"nil observer", g, testURL, "q", nop, []idemamqp.Option{shared, discard, idemamqp.WithObserver(nil)}, "WithObserver(nil)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := idemamqp.New(tc.g, tc.url, tc.queue, tc.h, tc.opts...)
@@ -88,14 +97,14 @@ func TestNewRefusesBadConfiguration(t *testing.T) {
 
 func TestNewDefaults(t *testing.T) {
 	g := newMemGuard(t, idem.Config{Logger: slog.New(slog.DiscardHandler)})
-	c, err := idemamqp.New(g, testURL, "orders", nop, idemamqp.WithSharedScope())
+	c, err := idemamqp.New(g, testURL, "orders", nop, idemamqp.WithSharedScope(), idemamqp.WithDiscardPoison())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Queue() != "orders" || c.DelayQueue() != "orders.idem-delay.1s" {
 		t.Errorf("queue %q, delay queue %q; want orders, orders.idem-delay.1s", c.Queue(), c.DelayQueue())
 	}
-	c, err = idemamqp.New(g, testURL, "orders", nop, idemamqp.WithSharedScope(),
+	c, err = idemamqp.New(g, testURL, "orders", nop, idemamqp.WithSharedScope(), idemamqp.WithDiscardPoison(),
 		idemamqp.WithBusyDelay(250*time.Millisecond), idemamqp.WithPrefetch(4))
 	if err != nil {
 		t.Fatalf("a prefetch below the default concurrency: %v", err)
@@ -103,17 +112,71 @@ func TestNewDefaults(t *testing.T) {
 	if c.DelayQueue() != "orders.idem-delay.250ms" {
 		t.Errorf("delay queue %q, want orders.idem-delay.250ms", c.DelayQueue())
 	}
-	c, err = idemamqp.New(g, testURL, "orders", nop, idemamqp.WithSharedScope(), idemamqp.WithDelayQueue(""))
+	c, err = idemamqp.New(g, testURL, "orders", nop, idemamqp.WithSharedScope(), idemamqp.WithDiscardPoison(), idemamqp.WithDelayQueue(""))
 	if err != nil || c.DelayQueue() != "" {
 		t.Errorf("WithDelayQueue(\"\"): %v, delay queue %q; want none", err, c.DelayQueue())
 	}
 }
 
 func TestEventKindString(t *testing.T) {
-	if s := idemamqp.EventDeadLettered.String(); s != "dead_lettered" {
-		t.Errorf("EventDeadLettered = %q", s)
+	for k, want := range map[idemamqp.EventKind]string{idemamqp.EventDeadLettered: "dead_lettered",
+		idemamqp.EventDiscarded: "discarded", idemamqp.EventUnsettled: "unsettled"} {
+		if s := k.String(); s != want {
+			t.Errorf("%d.String() = %q, want %q", k, s, want)
+		}
 	}
 	if s := idemamqp.EventKind(99).String(); s != "EventKind(99)" {
 		t.Errorf("EventKind(99) = %q", s)
+	}
+}
+
+// No error of New shows the URL's password, and neither do the consumer's
+// log lines when the broker cannot be reached.
+func TestURLPasswordNeverShown(t *testing.T) {
+	g := newMemGuard(t, idem.Config{})
+	const secret = "s3cr%21t"
+	for _, url := range []string{
+		"amqp://guest:" + secret + "@127.0.0.1:notaport/",
+		"amqp://guest:" + secret + "%zz@127.0.0.1/",
+		"amqp://guest:" + secret + "@127.0.0.1/vhost with space",
+		"http://guest:" + secret + "@127.0.0.1/",
+	} {
+		_, err := idemamqp.New(g, url, "q", nop, idemamqp.WithSharedScope(), idemamqp.WithDiscardPoison())
+		if err == nil {
+			t.Errorf("New(%q) accepted the URL", url)
+			continue
+		}
+		if strings.Contains(err.Error(), "s3cr") {
+			t.Errorf("New's error shows the password: %v", err)
+		}
+		if !strings.Contains(err.Error(), "guest") {
+			t.Errorf("New's error %q does not say which URL", err)
+		}
+	}
+
+	// A broker that refuses the connection: the logs of the attempts.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+	var logs syncBuffer
+	c, err := idemamqp.New(g, "amqp://guest:"+secret+"@"+addr+"/", "q", nop, idemamqp.WithSharedScope(), idemamqp.WithDiscardPoison(),
+		idemamqp.WithReconnectBackoff(10*time.Millisecond, 20*time.Millisecond),
+		idemamqp.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	idemamqptest.Eventually(t, 10*time.Second, "two attempts to connect logged", func() bool {
+		return strings.Count(logs.String(), "cannot connect") >= 2
+	})
+	cancel()
+	<-done
+	if strings.Contains(logs.String(), "s3cr") || !strings.Contains(logs.String(), "guest:xxxxx@"+addr) {
+		t.Errorf("the logs show the password, or not the URL without it:\n%s", logs.String())
 	}
 }

@@ -17,22 +17,28 @@ import (
 // session is one connection of a Run: a channel that consumes and acks, a
 // channel in confirm mode for the copies the consumer publishes (to the
 // delay queue, to a dead-letter exchange), and the signals of their end.
-// Delivery tags belong to the channel: a delivery is settled on the
-// session it came from, or not at all.
+// Delivery tags belong to the consuming channel: a delivery is settled on
+// the session it came from, or not at all. The publishing channel is the
+// session's to reopen: a dead letter the broker refuses with a channel
+// error (an exchange that does not exist, a message too large) closes it,
+// and neither the connection nor the deliveries in flight.
 type session struct {
 	conn       *amqp.Connection
 	ch         *amqp.Channel
-	pub        *amqp.Channel
 	deliveries <-chan amqp.Delivery
 	tag        string
+	frameSize  int // negotiated: the largest frame, 0 for no limit
+
+	publishTimeout time.Duration // how long a publish waits for its confirm
 
 	connClosed chan *amqp.Error
 	chClosed   chan *amqp.Error
-	pubClosed  chan *amqp.Error
 	cancelled  chan string
 
-	pubMu   sync.Mutex
-	returns chan amqp.Return
+	pubMu     sync.Mutex
+	pub       *amqp.Channel // nil until opened, and once closed
+	pubClosed chan *amqp.Error
+	returns   chan amqp.Return
 
 	deadOnce sync.Once
 	dead     chan struct{} // closed once the session is known to be broken or closed
@@ -63,7 +69,8 @@ func (r *runner) connect(ctx context.Context) (s *session, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("idemamqp: dial: %w", err)
 	}
-	s = &session{conn: conn, dead: make(chan struct{}), tag: "idemamqp-" + rand.Text()}
+	s = &session{conn: conn, dead: make(chan struct{}), tag: "idemamqp-" + rand.Text(),
+		frameSize: conn.Config.FrameSize, publishTimeout: o.pubTimeout}
 	defer func() {
 		if err != nil {
 			s.close()
@@ -74,15 +81,9 @@ func (r *runner) connect(ctx context.Context) (s *session, err error) {
 	if err := r.declareDelayQueue(conn); err != nil {
 		return nil, err
 	}
-	if s.pub, err = conn.Channel(); err != nil {
-		return nil, fmt.Errorf("idemamqp: open the publishing channel: %w", err)
+	if err := s.openPub(); err != nil {
+		return nil, err
 	}
-	s.pubClosed = s.pub.NotifyClose(make(chan *amqp.Error, 1))
-	if err := s.pub.Confirm(false); err != nil {
-		return nil, fmt.Errorf("idemamqp: confirm mode: %w", err)
-	}
-	// The channel blocks on this one until it is read: publish drains it.
-	s.returns = s.pub.NotifyReturn(make(chan amqp.Return, 4))
 
 	if s.ch, err = conn.Channel(); err != nil {
 		return nil, fmt.Errorf("idemamqp: open the consuming channel: %w", err)
@@ -131,7 +132,7 @@ func (r *runner) declareDelayQueue(conn *amqp.Connection) error {
 	}
 	defer ch.Close()
 	_, err = ch.QueueDeclare(name, true, false, false, false, amqp.Table{
-		"x-message-ttl":             o.busyDelay.Milliseconds(),
+		"x-message-ttl":             o.BusyDelay().Milliseconds(),
 		"x-dead-letter-exchange":    "",
 		"x-dead-letter-routing-key": r.c.queue,
 	})
@@ -169,8 +170,6 @@ func (s *session) watch(ctx context.Context) error {
 		return s.broken(closeErr("connection", e))
 	case e := <-s.chClosed:
 		return s.broken(closeErr("channel", e))
-	case e := <-s.pubClosed:
-		return s.broken(closeErr("publishing channel", e))
 	case tag := <-s.cancelled:
 		return s.broken(fmt.Errorf("idemamqp: the broker cancelled the subscription %s (queue deleted?)", tag))
 	}
@@ -207,56 +206,131 @@ func (s *session) close() {
 	s.conn.Close()
 }
 
-// errUnroutable: a publish the broker confirmed but could not route (the
-// delay queue or the dead-letter exchange's queue is gone).
-var errUnroutable = errors.New("idemamqp: the broker could not route the message")
+// openPub opens the publishing channel, in confirm mode, unless it is
+// open. The caller holds pubMu, or owns the session alone.
+func (s *session) openPub() error {
+	if s.pub != nil {
+		return nil
+	}
+	ch, err := s.conn.Channel()
+	if err != nil {
+		return fmt.Errorf("idemamqp: open the publishing channel: %w", err)
+	}
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	if err := ch.Confirm(false); err != nil {
+		ch.Close()
+		return fmt.Errorf("idemamqp: confirm mode: %w", err)
+	}
+	// The channel blocks on this one until it is read: publish drains it.
+	s.pub, s.pubClosed, s.returns = ch, closed, ch.NotifyReturn(make(chan amqp.Return, 4))
+	return nil
+}
+
+// refusedError is a publish the broker answered, and said no to: a nack,
+// an unroutable message returned, a channel error (an exchange that does
+// not exist or may not be written, a message over the max message size).
+// Any other error of publish is an outage: the broker was not reached, or
+// did not answer in time.
+type refusedError struct {
+	err error
+	// strip: the message as it is cannot be taken (the broker's
+	// precondition failed, as it does for a message over its max message
+	// size; or it could not be encoded), where one without the original's
+	// body and headers may be.
+	strip bool
+}
+
+func (e *refusedError) Error() string {
+	return "idemamqp: the broker refused the message: " + e.err.Error()
+}
+func (e *refusedError) Unwrap() error { return e.err }
+
+// errNack is the cause of a refusal by nack.
+var errNack = errors.New("nack")
 
 // publish publishes p with the mandatory flag and waits for the broker's
-// confirm. One publish at a time: a message the broker cannot route comes
-// back (basic.return) before its confirm, so a return seen after the
-// confirm is this publish's.
+// confirm; the error is a *refusedError when the broker said no. One
+// publish at a time: a message the broker cannot route comes back
+// (basic.return) before its confirm, so a return seen after the confirm is
+// this publish's; and a channel error closes the channel of this publish
+// only.
 func (s *session) publish(ctx context.Context, exchange, key string, p amqp.Publishing) error {
 	s.pubMu.Lock()
 	defer s.pubMu.Unlock()
+	if err := s.openPub(); err != nil {
+		return err
+	}
 	for len(s.returns) > 0 {
 		<-s.returns // of an earlier publish that timed out
 	}
-	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.publishTimeout)
 	defer cancel()
 	conf, err := s.pub.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, p)
-	if err != nil {
-		return err
+	switch {
+	case errors.Is(err, amqp.ErrClosed):
+		return s.pubFailed()
+	case err != nil:
+		// Nothing was sent: the message cannot be encoded (a header
+		// of a type amqp091 does not write).
+		return &refusedError{err: err, strip: true}
 	}
 	acked, err := conf.WaitContext(ctx)
 	switch {
 	case err != nil:
-		return err
+		return fmt.Errorf("idemamqp: no confirm from the broker: %w", err)
 	case !acked:
-		return errors.New("idemamqp: the broker refused the message (nack), or the channel closed")
+		select {
+		case e := <-s.pubClosed:
+			// The channel closed: amqp091 tells its close before it
+			// ends its confirms, unacknowledged.
+			return s.closedBy(e)
+		default:
+			return &refusedError{err: errNack}
+		}
 	}
 	select {
 	case ret, ok := <-s.returns:
 		if ok {
-			return fmt.Errorf("%w: %d %s", errUnroutable, ret.ReplyCode, ret.ReplyText)
+			return &refusedError{err: fmt.Errorf("unroutable: %d %s", ret.ReplyCode, ret.ReplyText)}
 		}
-		return errors.New("idemamqp: the publishing channel closed")
+		return s.pubFailed()
 	default:
 		return nil
 	}
 }
 
-// publishing returns a copy of d to publish, with extra headers added. The
-// user-id is left out: RabbitMQ refuses a user-id other than the
-// publishing connection's own.
-func publishing(d amqp.Delivery, extra amqp.Table) amqp.Publishing {
-	headers := d.Headers
-	if len(extra) > 0 {
-		headers = maps.Clone(headers)
-		if headers == nil {
-			headers = amqp.Table{}
-		}
-		maps.Copy(headers, extra)
+// pubFailed forgets the publishing channel, which closed, and returns why
+// it closed (see closedBy).
+func (s *session) pubFailed() error {
+	select {
+	case e := <-s.pubClosed:
+		return s.closedBy(e)
+	case <-time.After(time.Second): // amqp091 tells the close before the channel's calls fail
+		return s.closedBy(nil)
 	}
+}
+
+// closedBy forgets the publishing channel, which e closed, and returns a
+// refusal when the broker closed it for the publish (a channel error), an
+// outage otherwise.
+func (s *session) closedBy(e *amqp.Error) error {
+	s.pub = nil
+	if e == nil {
+		return errors.New("idemamqp: the publishing channel closed")
+	}
+	switch e.Code {
+	case amqp.NotFound, amqp.AccessRefused, amqp.ResourceLocked, amqp.NotAllowed:
+		return &refusedError{err: e}
+	case amqp.PreconditionFailed:
+		return &refusedError{err: e, strip: true}
+	}
+	return fmt.Errorf("idemamqp: the publishing channel closed: %w", e)
+}
+
+// publishing returns a message to publish with d's properties but
+// user-id (RabbitMQ refuses a user-id other than the publishing
+// connection's own), headers and body.
+func publishing(d amqp.Delivery, headers amqp.Table, body []byte) amqp.Publishing {
 	return amqp.Publishing{
 		Headers:         headers,
 		ContentType:     d.ContentType,
@@ -270,7 +344,7 @@ func publishing(d amqp.Delivery, extra amqp.Table) amqp.Publishing {
 		Timestamp:       d.Timestamp,
 		Type:            d.Type,
 		AppId:           d.AppId,
-		Body:            d.Body,
+		Body:            body,
 	}
 }
 

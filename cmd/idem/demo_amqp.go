@@ -303,12 +303,17 @@ func (r *amqpRun) guarded(ctx context.Context, p *amqpProcess, cfg amqp.Config, 
 		idemamqp.WithSharedScope(),
 		idemamqp.WithKeyFunc(func(d amqp.Delivery) (string, error) {
 			p.receive(d)
-			return idemamqp.HeaderKey(amqpDemoKey)(d)
+			key, _ := d.Headers[amqpDemoKey].(string)
+			return key, nil
 		}),
+		// Every order has a key and the handler never fails for good:
+		// nothing is poison. Were something poison, it would be rejected,
+		// and the run would report its order unacked.
+		idemamqp.WithDiscardPoison(),
 		idemamqp.WithPrefetch(amqpDemoPrefetch), idemamqp.WithConcurrency(1),
-		idemamqp.WithBusyDelay(retryDelay), idemamqp.WithRetryDelay(retryDelay),
+		idemamqp.WithBusyDelay(retryDelay), idemamqp.WithRetryBackoff(retryDelay, retryDelay),
 		idemamqp.WithReconnectBackoff(time.Second, time.Second), // a process that lost its connection crashed
-		idemamqp.WithShutdownTimeout(0),
+		idemamqp.WithDrainTimeout(0),
 		idemamqp.WithConfig(cfg),
 		idemamqp.WithObserver(func(_ context.Context, e idemamqp.Event) {
 			if e.Kind == idemamqp.EventAcked {

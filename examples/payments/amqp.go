@@ -17,6 +17,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/consumer"
 	"github.com/idemgo/idem/idemamqp"
 	"github.com/idemgo/idem/memstore"
 )
@@ -52,8 +53,8 @@ func (r *amqpReport) charge(order string) int {
 // own, some of them twice (a producer that retried after a lost confirm),
 // one of them malformed; two replicas of the payment service charge them
 // through idemamqp. Each order is charged once, the second copies are
-// acked without a charge, and the malformed order goes to the queue's
-// dead-letter queue. It writes what happens to out and deletes its queues
+// acked without a charge, and the malformed order goes to the dead-letter
+// queue with its cause. It writes what happens to out and deletes its queues
 // at the end. args are its flags (-orders, -dup-rate, -seed).
 func runAMQP(ctx context.Context, url string, out io.Writer, args []string) error {
 	fs := flag.NewFlagSet("payments (RabbitMQ)", flag.ContinueOnError)
@@ -83,8 +84,9 @@ func runAMQP(ctx context.Context, url string, out io.Writer, args []string) erro
 		return err
 	}
 	// Queues of this run's own, so that runs never see each other's
-	// messages; deleted at the end. The queue's dead-letter exchange
-	// receives what the consumer rejects.
+	// messages; deleted at the end. The consumers publish poison to the
+	// dead-letter exchange, with its cause; it is also the queue's own, which
+	// receives what the broker itself gives up on (x-delivery-limit).
 	name := "payments." + strings.ToLower(crand.Text()[:8])
 	queue, dlx, dlq := name+".orders", name+".dlx", name+".dead"
 	var consumers []*idemamqp.Consumer
@@ -113,7 +115,7 @@ func runAMQP(ctx context.Context, url string, out io.Writer, args []string) erro
 	if _, err := ch.QueueDeclare(queue, true, false, false, false, amqp.Table{
 		"x-queue-type":           "quorum",
 		"x-dead-letter-exchange": dlx,
-		"x-delivery-limit":       int64(10), // above the Guard's MaxAttempts: idem's cap fires first
+		"x-delivery-limit":       int64(20), // above idem's MaxAttempts: idem's caps fire first
 	}); err != nil {
 		return err
 	}
@@ -146,6 +148,7 @@ func runAMQP(ctx context.Context, url string, out io.Writer, args []string) erro
 			// RabbitMQ checks the user-id against the publishing
 			// connection's user: a publisher cannot use another's keys.
 			idemamqp.WithScope(func(d amqp.Delivery) string { return d.UserId }),
+			idemamqp.WithDeadLetter(dlx, ""),
 			idemamqp.WithPrefetch(4),
 			idemamqp.WithBusyDelay(200*time.Millisecond),
 			idemamqp.WithObserver(func(_ context.Context, e idemamqp.Event) {
@@ -163,6 +166,10 @@ func runAMQP(ctx context.Context, url string, out io.Writer, args []string) erro
 					rep.settled.Add(1)
 					rep.dead.Add(1)
 					fmt.Fprintf(out, "  replica %d: %s dead-lettered (%s): %v\n", r+1, e.Key, e.Reason, e.Err)
+				case idemamqp.EventDiscarded: // the dead-letter exchange refused it: rejected to the queue's own
+					rep.settled.Add(1)
+					rep.dead.Add(1)
+					fmt.Fprintf(out, "  replica %d: %s rejected (%s): %v; the dead-letter exchange refused it: %v\n", r+1, e.Key, e.Reason, e.Err, e.BrokerErr)
 				}
 			}))
 		if err != nil {
@@ -195,6 +202,10 @@ func runAMQP(ctx context.Context, url string, out io.Writer, args []string) erro
 		rep.published.Load(), *orders, charges, twice, rep.replayed.Load(), rep.delayed.Load(), rep.dead.Load(), dead.Messages, dlq)
 	if twice > 0 || charges != *orders-1 || dead.Messages != 1 {
 		return fmt.Errorf("payments: %d charges for %d orders (one malformed), %d twice, %d dead letters", charges, *orders, twice, dead.Messages)
+	}
+	if d, ok, err := ch.Get(dlq, true); err == nil && ok {
+		fmt.Fprintf(out, "the dead letter in %s: %s, reason %v, cause %q\n", dlq, d.Headers[consumer.HeaderKey],
+			d.Headers[consumer.HeaderReason], d.Headers[consumer.HeaderCause])
 	}
 	fmt.Fprintln(out, "OK: every order charged once")
 	return nil

@@ -32,6 +32,7 @@ func TestAMQPPayments(t *testing.T) {
 	for _, want := range []string{
 		"for 30 orders: 29 charged, 0 charged twice,",
 		"1 dead-lettered (1 in",
+		`order-0002, reason permanent, cause "not an OrderCreated event: json: cannot unmarshal`,
 		"OK: every order charged once",
 	} {
 		if !strings.Contains(out.String(), want) {

@@ -118,10 +118,11 @@ func (e *Events) Of(k idemamqp.EventKind) []idemamqp.Event {
 	return out
 }
 
-// Settled returns how many deliveries were acked or dead-lettered.
+// Settled returns how many deliveries were acked, dead-lettered or
+// discarded.
 func (e *Events) Settled() int {
 	return e.Count(func(ev idemamqp.Event) bool {
-		return ev.Kind == idemamqp.EventAcked || ev.Kind == idemamqp.EventDeadLettered
+		return ev.Kind == idemamqp.EventAcked || ev.Kind == idemamqp.EventDeadLettered || ev.Kind == idemamqp.EventDiscarded
 	})
 }
 

@@ -28,6 +28,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/consumer"
 	"github.com/idemgo/idem/idemamqp"
 )
 
@@ -64,22 +65,30 @@ var cases = []struct {
 	{"ScopesNeverCross", scopesNeverCross},
 }
 
-// NewConsumer returns a consumer of q over g with short delays for tests
-// (busy delay 100ms, retry delay 20ms, reconnects within 50ms to 1s, a
-// shared scope), its events recorded in ev when ev is not nil, and opts
-// applied after those.
-func NewConsumer(t testing.TB, g *idem.Guard, q *Queue, ev *Events, h idemamqp.Handler, opts ...idemamqp.Option) *idemamqp.Consumer {
-	t.Helper()
-	base := []idemamqp.Option{
+// Options returns the options of a test consumer but its poison
+// decision: short delays for tests (busy delay 100ms, retry backoff from
+// 20ms to 100ms, reconnects within 50ms to 1s, drain timeout 5s), a shared
+// scope, and its events recorded in ev when ev is not nil.
+func Options(ev *Events) []idemamqp.Option {
+	opts := []idemamqp.Option{
 		idemamqp.WithSharedScope(),
 		idemamqp.WithBusyDelay(100 * time.Millisecond),
-		idemamqp.WithRetryDelay(20 * time.Millisecond),
+		idemamqp.WithRetryBackoff(20*time.Millisecond, 100*time.Millisecond),
 		idemamqp.WithReconnectBackoff(50*time.Millisecond, time.Second),
-		idemamqp.WithShutdownTimeout(5 * time.Second),
+		idemamqp.WithDrainTimeout(5 * time.Second),
 	}
 	if ev != nil {
-		base = append(base, idemamqp.WithObserver(ev.Observe))
+		opts = append(opts, idemamqp.WithObserver(ev.Observe))
 	}
+	return opts
+}
+
+// NewConsumer returns a consumer of q over g with the [Options] of tests
+// and WithDiscardPoison, so that poison goes to the queue's own
+// dead-letter exchange (see [NewQueue]), and opts applied after those.
+func NewConsumer(t testing.TB, g *idem.Guard, q *Queue, ev *Events, h idemamqp.Handler, opts ...idemamqp.Option) *idemamqp.Consumer {
+	t.Helper()
+	base := append(Options(ev), idemamqp.WithDiscardPoison())
 	c, err := idemamqp.New(g, URL(), q.Name, h, append(base, opts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -132,8 +141,8 @@ func duplicatesOneEffect(t *testing.T, e env) {
 	if fresh != len(ks) || replayed != 2*len(ks) {
 		t.Errorf("acked %d fresh and %d replayed, want %d and %d", fresh, replayed, len(ks), 2*len(ks))
 	}
-	if n := ev.Kind(idemamqp.EventDeadLettered) + ev.Kind(idemamqp.EventUnsettled); n != 0 {
-		t.Errorf("%d deliveries dead-lettered or unsettled, want 0", n)
+	if n := ev.Kind(idemamqp.EventDeadLettered) + ev.Kind(idemamqp.EventDiscarded) + ev.Kind(idemamqp.EventUnsettled); n != 0 {
+		t.Errorf("%d deliveries poison or unsettled, want 0", n)
 	}
 }
 
@@ -218,7 +227,7 @@ func cutOffHolderOneEffect(t *testing.T, e env) {
 	gA := NewGuard(t, cutOff{e.store}, idem.Config{Lease: lease})
 	gB := NewGuard(t, e.store, idem.Config{Namespace: gA.Config().Namespace, Lease: lease})
 
-	stopA := Start(t, q, NewConsumer(t, gA, q, evA, stall, idemamqp.WithPrefetch(1), idemamqp.WithRetryDelay(time.Minute)))
+	stopA := Start(t, q, NewConsumer(t, gA, q, evA, stall, idemamqp.WithPrefetch(1), idemamqp.WithRetryBackoff(time.Minute, time.Minute)))
 	q.Publish(Msg{Key: "k", Body: "one"})
 	<-started
 	Start(t, q, NewConsumer(t, gB, q, evB, charge(l, 0), idemamqp.WithPrefetch(1)))
@@ -328,8 +337,8 @@ func HoldKey(t testing.TB, g *idem.Guard, scope, key, body string) idem.Token {
 }
 
 // poisonDeadLettered: deliveries that can never succeed go to the queue's
-// dead-letter exchange once, without looping, and the handler does not
-// run for those that have no usable key.
+// own dead-letter exchange once (WithDiscardPoison rejects them), without
+// looping, and the handler does not run for those that have no usable key.
 func poisonDeadLettered(t *testing.T, e env) {
 	q := NewQueue(t, e.conn, e.typ, nil)
 	var runs sync.Map // key → *atomic.Int64
@@ -390,12 +399,12 @@ func poisonDeadLettered(t *testing.T, e env) {
 			t.Errorf("dead letter %q: x-death %v, want one rejection", d.Body, deaths)
 		}
 	}
-	reasons := map[idemamqp.Reason]int{}
-	for _, e := range ev.Of(idemamqp.EventDeadLettered) {
+	reasons := map[consumer.Reason]int{}
+	for _, e := range ev.Of(idemamqp.EventDiscarded) {
 		reasons[e.Reason]++
 	}
-	wantReasons := map[idemamqp.Reason]int{idemamqp.ReasonPermanent: 2, idemamqp.ReasonMissingKey: 1,
-		idemamqp.ReasonInvalidKey: 3, idemamqp.ReasonKeyReused: 1}
+	wantReasons := map[consumer.Reason]int{consumer.ReasonPermanent: 2, consumer.ReasonMissingKey: 1,
+		consumer.ReasonInvalidKey: 3, consumer.ReasonKeyReused: 1}
 	if fmt.Sprint(reasons) != fmt.Sprint(wantReasons) {
 		t.Errorf("dead-lettered for %v, want %v", reasons, wantReasons)
 	}
@@ -405,8 +414,8 @@ func poisonDeadLettered(t *testing.T, e env) {
 }
 
 // tooManyAttempts: a handler that fails with a retryable error, or
-// panics, every time runs MaxAttempts times; then the delivery is
-// dead-lettered instead of looping.
+// panics, every time runs the Guard's MaxAttempts times; then the delivery
+// goes to the queue's own dead-letter exchange instead of looping.
 func tooManyAttempts(t *testing.T, e env) {
 	q := NewQueue(t, e.conn, e.typ, nil)
 	var runs atomic.Int64
@@ -426,13 +435,13 @@ func tooManyAttempts(t *testing.T, e env) {
 	if n := runs.Load(); n != 6 {
 		t.Errorf("the handlers ran %d times, want 3 each", n)
 	}
-	for _, d := range ev.Of(idemamqp.EventDeadLettered) {
-		if !errors.Is(d.Err, idem.ErrTooManyAttempts) || d.Reason != idemamqp.ReasonTooManyAttempts {
+	for _, d := range ev.Of(idemamqp.EventDiscarded) {
+		if !errors.Is(d.Err, idem.ErrTooManyAttempts) || d.Reason != consumer.ReasonTooManyAttempts {
 			t.Errorf("key %s dead-lettered for %v, want ErrTooManyAttempts", d.Key, d.Err)
 		}
 	}
 	if n := ev.Count(func(e idemamqp.Event) bool {
-		_, panicked := errors.AsType[*idemamqp.PanicError](e.Err)
+		_, panicked := errors.AsType[*consumer.PanicError](e.Err)
 		return e.Kind == idemamqp.EventRequeued && panicked
 	}); n != 3 {
 		t.Errorf("%d requeues after a panic, want 3", n)
@@ -513,7 +522,7 @@ func scopesNeverCross(t *testing.T, e env) {
 		return nil
 	}
 	g := NewGuard(t, e.store, idem.Config{})
-	c, err := idemamqp.New(g, URL(), q.Name, h, idemamqp.WithObserver(ev.Observe),
+	c, err := idemamqp.New(g, URL(), q.Name, h, idemamqp.WithObserver(ev.Observe), idemamqp.WithDiscardPoison(),
 		idemamqp.WithScope(func(d amqp.Delivery) string { s, _ := d.Headers["tenant"].(string); return s }))
 	if err != nil {
 		t.Fatal(err)
@@ -526,7 +535,7 @@ func scopesNeverCross(t *testing.T, e env) {
 	)
 	Eventually(t, 30*time.Second, "three deliveries acked", func() bool { return ev.Kind(idemamqp.EventAcked) >= 3 })
 	l.Check(t, []string{"acme/invoice-1", "globex/invoice-1"})
-	if n := ev.Kind(idemamqp.EventDeadLettered); n != 0 {
-		t.Errorf("%d dead-lettered: the same key with another body in another scope is not a reuse", n)
+	if n := ev.Kind(idemamqp.EventDeadLettered) + ev.Kind(idemamqp.EventDiscarded); n != 0 {
+		t.Errorf("%d poison: the same key with another body in another scope is not a reuse", n)
 	}
 }

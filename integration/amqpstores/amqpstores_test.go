@@ -249,7 +249,7 @@ func child() int {
 		}
 		return effect(ctx, d)
 	}
-	c, err := idemamqp.New(g, idemamqptest.URL(), os.Getenv(childQueue), h, idemamqp.WithSharedScope(),
+	c, err := idemamqp.New(g, idemamqptest.URL(), os.Getenv(childQueue), h, idemamqp.WithSharedScope(), idemamqp.WithDiscardPoison(),
 		idemamqp.WithConcurrency(1), idemamqp.WithPrefetch(8), idemamqp.WithBusyDelay(killBusyDelay))
 	if err != nil {
 		return fail(err)

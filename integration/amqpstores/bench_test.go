@@ -233,7 +233,7 @@ func benchIdem(b *testing.B, s idem.Store, d time.Duration) {
 		pause(d)
 		return nil
 	}
-	c, err := idemamqp.New(g, idemamqptest.URL(), q.Name, h, idemamqp.WithSharedScope(),
+	c, err := idemamqp.New(g, idemamqptest.URL(), q.Name, h, idemamqp.WithSharedScope(), idemamqp.WithDiscardPoison(),
 		idemamqp.WithPrefetch(benchPrefetch), idemamqp.WithConcurrency(benchConcurrency), idemamqp.WithObserver(observe))
 	if err != nil {
 		b.Fatal(err)

@@ -162,7 +162,13 @@ func consumeAMQP(ctx context.Context, s consumerSpec, g *idem.Guard, fc *consume
 		idemamqp.WithKeyHeader(keyHeader),
 		idemamqp.WithPrefetch(16),
 		idemamqp.WithBusyDelay(amqpBusyDelay),
-		idemamqp.WithRetryDelay(s.RetryDelay),
+		idemamqp.WithRetryBackoff(s.RetryDelay, time.Second),
+		// A ledger cut off by a fault fails handlers for as long as the
+		// fault lasts: that is no poison. Any poison fails the run
+		// (evDead), and is rejected to nowhere: the run's queue has no
+		// dead-letter exchange.
+		idemamqp.WithMaxAttempts(1000),
+		idemamqp.WithDiscardPoison(),
 		idemamqp.WithReconnectBackoff(50*time.Millisecond, 500*time.Millisecond),
 		idemamqp.WithObserver(func(_ context.Context, e idemamqp.Event) {
 			switch e.Kind {
@@ -170,7 +176,7 @@ func consumeAMQP(ctx context.Context, s consumerSpec, g *idem.Guard, fc *consume
 				events.emit(evReady)
 			case idemamqp.EventAcked:
 				events.emit(evAcked, e.Key)
-			case idemamqp.EventDeadLettered:
+			case idemamqp.EventDeadLettered, idemamqp.EventDiscarded:
 				events.emit(evDead, e.Key, string(e.Reason))
 			}
 		}),

@@ -65,7 +65,9 @@ func (r *runner) poison(dl delivery, v chassis.Verdict) {
 		case refused:
 			refusals++
 			if refusals >= o.GiveUpAfter() {
-				o.GiveUp(r.hctx, refusals, v.Cause, err, append(attrs, slog.String("exchange", to.exchange),
+				o.GiveUp(r.hctx, refusals, v.Cause, err, append(attrs,
+					slog.String("settlement", "rejected without requeue, to the queue's own dead-letter exchange if it has one"),
+					slog.String("exchange", to.exchange),
 					slog.String("routing_key", to.routingKey), slog.String("exchange_from", dl.d.Exchange),
 					slog.String("routing_key_from", dl.d.RoutingKey), slog.String("message_id", dl.d.MessageId))...)
 				dl.ev.BrokerErr = err

@@ -70,7 +70,8 @@ func runAMQP(ctx context.Context, url string, out io.Writer, args []string) erro
 	}
 	uri, err := amqp.ParseURI(url)
 	if err != nil {
-		return fmt.Errorf("payments: --broker: %w", err)
+		// url.Parse's error quotes the URL, password and all.
+		return fmt.Errorf("payments: --broker: %s", strings.ReplaceAll(err.Error(), url, "the URL"))
 	}
 	out = &amqpLockedWriter{w: out} // the replicas write at once
 

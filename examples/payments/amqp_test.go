@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -41,5 +42,13 @@ func TestAMQPPayments(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "is a duplicate: acked, not charged again") {
 		t.Errorf("no duplicate was acked as one:\n%s", out.String())
+	}
+}
+
+// A --broker URL that does not parse is refused without its password.
+func TestAMQPBadURLHidesThePassword(t *testing.T) {
+	err := runAMQP(context.Background(), "amqp://guest:s3cret@127.0.0.1:bad/", io.Discard, nil)
+	if err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("runAMQP with a bad URL: %v; want an error without the password", err)
 	}
 }

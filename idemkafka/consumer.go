@@ -3,25 +3,27 @@ package idemkafka
 import (
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
-	"runtime/debug"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemkafka/internal/consume"
 	"github.com/idemgo/idem/internal/adapter"
+	"github.com/idemgo/idem/internal/chassis"
 )
 
 // Handler handles one record. It runs at most once to completion per
 // idempotency key (within its scope) while the Guard retains the key's
-// outcome: nil stores the record's key as done, an error marked with
-// idem.Permanent stores it as failed and dead-letters the record, any
-// other error releases the key and the record is tried again after a
-// backoff. ctx carries the key's lease token (idem.TokenFrom) and is
-// cancelled when the lease is lost, the partition is revoked, or the
-// consumer's drain deadline passes.
+// outcome: nil stores the record's key as done; an error marked with
+// idem.Permanent stores it as failed and the record is poison
+// (dead-lettered, or discarded); any other error, or a panic
+// (a *consumer.PanicError, logged), releases the key and the record is
+// tried again after a backoff, up to [WithMaxAttempts] times. ctx carries
+// the key's lease token (idem.TokenFrom), the values of the record's own
+// context (kgo.Record.Context, where a kgo hook such as kotel put its span)
+// and the record's W3C trace headers (consumer.TraceFrom); it is cancelled
+// when the lease is lost, the partition is revoked, or the consumer's
+// drain deadline passes, never by the record's context.
 type Handler func(ctx context.Context, r *kgo.Record) error
 
 // Consumer consumes records with a kgo.Client in a consumer group and runs
@@ -35,20 +37,18 @@ type Consumer struct {
 
 // New returns a consumer that runs h for each record under g. It fails
 // when g or h is nil, when no scope decision was made ([WithScope] or
-// [WithSharedScope]), or when an option is out of range; the error names
-// it.
+// [WithSharedScope]), when no poison decision was made ([WithDeadLetter]
+// or [WithDiscardPoison]), or when an option is out of range; the error
+// names each.
 func New(g *idem.Guard, h Handler, opts ...Option) (*Consumer, error) {
-	o := consume.Options{Prefix: "idemkafka"}
-	if g == nil {
-		o.Failf("New: the Guard is nil")
+	switch {
+	case g == nil:
+		return nil, errors.New("idemkafka: New: the Guard is nil")
+	case h == nil:
+		return nil, errors.New("idemkafka: New: the Handler is nil")
 	}
-	if h == nil {
-		o.Failf("New: the Handler is nil")
-	}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if err := o.Check(); err != nil {
+	var o consume.Options
+	if err := consume.Build(&o, "idemkafka", g, idem.Config{}, opts); err != nil {
 		return nil, err
 	}
 	c := &Consumer{g: g, h: h}
@@ -71,7 +71,7 @@ func (c *Consumer) ClientOpts() []kgo.Opt { return c.c.ClientOpts() }
 // the batch's keys are claimed in one round trip and their outcomes
 // stored in one, where the Guard's store has batch calls. An offset is
 // committed only once its record and every one before it in the partition
-// is done: stored, a duplicate, or dead-lettered.
+// is done: stored, a duplicate, dead-lettered or discarded.
 //
 // Run returns nil after a graceful shutdown, and an error when cl was not
 // created with [Consumer.ClientOpts] in a consumer group with topics
@@ -79,32 +79,32 @@ func (c *Consumer) ClientOpts() []kgo.Opt { return c.c.ClientOpts() }
 // final commit fails.
 func (c *Consumer) Run(ctx context.Context, cl *kgo.Client) error { return c.c.Run(ctx, cl) }
 
-var errDraining = errors.New("idemkafka: not started: the consumer is shutting down")
-
 // processor is the consume.Processor of idemkafka.
 type processor struct{ *Consumer }
 
 // Process runs each run of keyed records through one DoBatch; a record
-// without a usable key is dead-lettered, or run unguarded, in its place.
-func (c processor) Process(ctx context.Context, p *consume.Partition, items []consume.Item) (int, error) {
+// without a usable key is poison, or runs unguarded, in its place.
+func (c processor) Process(ctx context.Context, p *consume.Partition, items []consume.Item) (int, chassis.Verdict) {
 	o := c.c.Options()
 	done := 0
 	for i := 0; i < len(items); {
 		j := i
-		for j < len(items) && items[j].KeyErr == nil {
+		for j < len(items) && items[j].KeyOK {
 			j++
 		}
 		if j == i { // no usable key
 			it := items[i]
-			a, guarded := consume.DecideKey(it.KeyErr, o.Unkeyed)
-			if !guarded {
-				if p.Draining() {
-					return done, errDraining
-				}
-				a = consume.Decide(idem.Result{}, c.handle(ctx, it.Rec))
+			var v chassis.Verdict
+			switch {
+			case it.KeyErr != nil || !o.UnkeyedUnguarded():
+				v = o.DecideKey(it.KeyErr)
+			case p.Draining():
+				return done, consume.Outage(consume.ErrDraining)
+			default:
+				v = p.Decide(ctx, idem.Result{}, c.run(ctx, it), it.Rec)
 			}
-			if err := settle(ctx, p, it, a); err != nil {
-				return done, err
+			if stop, ok := settle(ctx, p, it, v); !ok {
+				return done, stop
 			}
 			done++
 			i++
@@ -117,47 +117,41 @@ func (c processor) Process(ctx context.Context, p *consume.Partition, items []co
 		}
 		res := c.g.DoBatch(ctx, ops, func(ctx context.Context, k int) ([]byte, error) {
 			if p.Draining() {
-				return nil, errDraining
+				return nil, consume.ErrDraining
 			}
-			return nil, c.handle(ctx, seg[k].Rec)
+			return nil, c.run(ctx, seg[k])
 		})
 		for k, r := range res {
-			if err := settle(ctx, p, seg[k], consume.Decide(r.Result, r.Err)); err != nil {
-				return done, err
+			if stop, ok := settle(ctx, p, seg[k], p.Decide(ctx, r.Result, r.Err, seg[k].Rec)); !ok {
+				return done, stop
 			}
 			done++
 		}
 		i = j
 	}
-	return done, nil
+	return done, chassis.Verdict{}
 }
 
-// handle runs the handler, turning a panic into an error that releases
-// the key: a handler that panics on a record is retried, and stopped by
-// the Guard's MaxAttempts, rather than crashing the process.
-func (c *Consumer) handle(ctx context.Context, r *kgo.Record) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			c.c.Options().Logger.ErrorContext(ctx, "idemkafka: handler panicked", slog.String("topic", r.Topic),
-				slog.Int("partition", int(r.Partition)), slog.Int64("offset", r.Offset), slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
-			err = fmt.Errorf("idemkafka: handler panicked: %v", v)
-		}
-	}()
-	return c.h(ctx, r)
+// run runs the handler for the record of it.
+func (c *Consumer) run(ctx context.Context, it consume.Item) error {
+	return c.c.Options().Handle(ctx, it, func(ctx context.Context) error { return c.h(ctx, it.Rec) })
 }
 
-// settle carries out the policy's action a for a handled item: nil when
-// it is done (acknowledged, or dead-lettered), else the error that stops
+// settle carries out the verdict v on a handled item: ok when it is done
+// (acknowledged, dead-lettered or discarded), else the verdict that stops
 // the batch before it.
-func settle(ctx context.Context, p *consume.Partition, it consume.Item, a adapter.Action) error {
-	switch a.Verdict {
+func settle(ctx context.Context, p *consume.Partition, it consume.Item, v chassis.Verdict) (stop chassis.Verdict, ok bool) {
+	switch v.Verdict {
 	case adapter.Ack:
-		if a.Replayed {
+		if v.Replayed {
 			p.Replayed(1)
 		}
-		return nil
+		return stop, true
 	case adapter.DeadLetter:
-		return p.DeadLetter(ctx, it, a)
+		if err := p.Poison(ctx, it, v); err != nil {
+			return consume.Outage(err), false
+		}
+		return stop, true
 	}
-	return a.Cause
+	return v, false
 }

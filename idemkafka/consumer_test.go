@@ -56,7 +56,7 @@ func TestDuplicatesHaveOneEffect(t *testing.T) {
 	l := newLedger()
 	var replayed, finished atomic.Int64
 	g := newGuard(t, newMem(t), idem.Config{})
-	m := start(t, c, group, topic, g, l.handler, idemkafka.WithSharedScope(), idemkafka.WithObserver(func(_ context.Context, e idemkafka.Event) {
+	m := start(t, c, group, topic, g, l.handler, idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison(), idemkafka.WithObserver(func(_ context.Context, e idemkafka.Event) {
 		if e.Kind == idemkafka.EventBatch {
 			replayed.Add(int64(e.Replayed))
 			finished.Add(int64(e.Records))
@@ -145,7 +145,7 @@ func TestRebalanceMidStream(t *testing.T) {
 	newMember := func() (*member, *commitWatch) {
 		w := newCommitWatch(t)
 		g := newGuard(t, store, idem.Config{Lease: 30 * time.Second})
-		return start(t, c, group, topic, g, slow, idemkafka.WithSharedScope(), idemkafka.WithCommitInterval(100*time.Millisecond), w.observer()), w
+		return start(t, c, group, topic, g, slow, idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison(), idemkafka.WithCommitInterval(100*time.Millisecond), w.observer()), w
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
 	defer cancel()
@@ -182,7 +182,7 @@ func TestBatchEventsReportLag(t *testing.T) {
 	var mu sync.Mutex
 	var batches []idemkafka.Event
 	g := newGuard(t, newMem(t), idem.Config{})
-	start(t, c, group, topic, g, func(context.Context, *kgo.Record) error { return nil }, idemkafka.WithSharedScope(), idemkafka.WithMaxBatch(7),
+	start(t, c, group, topic, g, func(context.Context, *kgo.Record) error { return nil }, idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison(), idemkafka.WithMaxBatch(7),
 		idemkafka.WithObserver(func(_ context.Context, e idemkafka.Event) {
 			if e.Kind == idemkafka.EventBatch {
 				mu.Lock()

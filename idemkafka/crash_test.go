@@ -130,7 +130,7 @@ func TestMemberKilledMidHandler(t *testing.T) {
 			return errors.New("dead process") // never seen: its store calls fail
 		}
 		return l.handler(ctx, r)
-	}, idemkafka.WithSharedScope(), idemkafka.WithDrainTimeout(200*time.Millisecond))
+	}, idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison(), idemkafka.WithDrainTimeout(200*time.Millisecond))
 	b.wait(t)
 	deadStore.cut.Store(true) // the process is gone: no release, no heartbeat, no complete
 	a.cl.Close()
@@ -151,7 +151,7 @@ func TestMemberKilledMidHandler(t *testing.T) {
 			attempt.Store(int32(rec.Attempt))
 		}
 		return l.handler(ctx, r)
-	}, idemkafka.WithSharedScope(), idemkafka.WithRetryBackoff(20*time.Millisecond, 200*time.Millisecond))
+	}, idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison(), idemkafka.WithRetryBackoff(20*time.Millisecond, 200*time.Millisecond))
 	await(t, groupTimeout, "every key to be handled", func() bool { return l.count() == len(keys) })
 	wantCommitted(t, c, group, topic)
 	l.wantOnce(t, keys)
@@ -211,13 +211,13 @@ func TestStalledHandlerIsFenced(t *testing.T) {
 			return err
 		}
 		return f.handler(ctx, r)
-	}, idemkafka.WithSharedScope(), idemkafka.WithDrainTimeout(200*time.Millisecond))
+	}, idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison(), idemkafka.WithDrainTimeout(200*time.Millisecond))
 	b.wait(t)
 	storeA.cut.Store(true) // its heartbeat fails from now on: the lease runs out
 
 	// The partition moves: the stalled member leaves (its revoke gives up
 	// on the handler after the drain timeout) and another takes over.
-	start(t, c, group, topic, gB, f.handler, idemkafka.WithSharedScope(), idemkafka.WithRetryBackoff(20*time.Millisecond, 200*time.Millisecond))
+	start(t, c, group, topic, gB, f.handler, idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison(), idemkafka.WithRetryBackoff(20*time.Millisecond, 200*time.Millisecond))
 	a.cl.Close()
 	await(t, groupTimeout, "the other member to handle every key", func() bool { return f.count() == len(keys) })
 	close(b.release)
@@ -263,7 +263,7 @@ func TestRevokeCancelsHandlersAndCommitsFirst(t *testing.T) {
 			return ctx.Err()
 		}
 		return l.handler(ctx, r)
-	}, idemkafka.WithSharedScope(), idemkafka.WithDrainTimeout(time.Second))
+	}, idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison(), idemkafka.WithDrainTimeout(time.Second))
 	for range 2 {
 		select {
 		case <-blocked:
@@ -275,7 +275,7 @@ func TestRevokeCancelsHandlersAndCommitsFirst(t *testing.T) {
 	var mu sync.Mutex
 	moved := int32(-1)
 	var committedAtAssign int64
-	start(t, c, group, topic, newGuard(t, store, idem.Config{Lease: 10 * time.Minute}), l.handler, idemkafka.WithSharedScope(),
+	start(t, c, group, topic, newGuard(t, store, idem.Config{Lease: 10 * time.Minute}), l.handler, idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison(),
 		idemkafka.WithObserver(func(_ context.Context, e idemkafka.Event) {
 			if e.Kind != idemkafka.EventAssigned {
 				return

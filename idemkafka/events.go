@@ -1,51 +1,102 @@
 package idemkafka
 
-import "github.com/idemgo/idem/idemkafka/internal/consume"
+import (
+	"time"
 
-// Event is what a consumer reports to its observer ([WithObserver]): its
-// Kind, the partition, and the Offset, Lag, Records, Delay, Duration and
-// Err that kind fills in (see the constants).
-type Event = consume.Event
+	"github.com/idemgo/idem/consumer"
+	"github.com/idemgo/idem/idemkafka/internal/consume"
+)
 
 // EventKind says what an [Event] reports.
-type EventKind = consume.EventKind
+type EventKind uint8
 
 // The kinds of [Event].
 const (
-	EventAssigned   = consume.EventAssigned   // a partition was assigned to this member
-	EventRevoked    = consume.EventRevoked    // a partition was revoked: its handlers stopped, its offset committed
-	EventLost       = consume.EventLost       // a partition was lost (the member fell out of the group): its handlers stopped
-	EventBatch      = consume.EventBatch      // records finished: Records, Offset (the next), Lag (high watermark − Offset), Replayed
-	EventRetry      = consume.EventRetry      // a record could not be finished and waits Delay: Offset, Err
-	EventDeadLetter = consume.EventDeadLetter // a record went to the dead-letter topic: Offset, Err (the cause)
-	EventCommit     = consume.EventCommit     // a partition's offset was committed to Kafka: Offset (the next), Err
+	// EventAssigned: a partition was assigned to this member.
+	EventAssigned EventKind = iota + 1
+	// EventRevoked: a partition was revoked: its handlers stopped, its
+	// offset committed.
+	EventRevoked
+	// EventLost: a partition was lost (the member fell out of the group):
+	// its handlers stopped.
+	EventLost
+	// EventBatch: records of a partition were finished: Records, Offset
+	// (the next), Lag (high watermark − Offset), Replayed, Duration.
+	EventBatch
+	// EventRetry: a record could not be finished and waits Delay before
+	// it is tried again, alone, in its place: Offset, Key, Err (the
+	// handler's error, the store's, or idem.ErrInProgress for a busy key).
+	EventRetry
+	// EventDeadLettered: a record is poison (Reason, Err: the cause); its
+	// dead letter was produced to the WithDeadLetter topic and
+	// acknowledged, and its offset is done.
+	EventDeadLettered
+	// EventDiscarded: a record is poison (Reason, Err: the cause) and its
+	// offset is done without a dead letter: under WithDiscardPoison, or
+	// after the broker refused its dead letter WithMaxAttempts times
+	// (BrokerErr: the last refusal).
+	EventDiscarded
+	// EventCommit: a partition's offset was committed to Kafka: Offset
+	// (the next), Err.
+	EventCommit
 )
 
-// The headers a dead letter carries besides the original record's.
+// String returns the kind's name in snake case, for metric labels.
+func (k EventKind) String() string { return consume.EventKind(k).String() }
+
+// Event is what a consumer reports to its observer ([WithObserver]).
+type Event struct {
+	Kind      EventKind
+	Topic     string
+	Partition int32
+	// Offset: EventBatch and EventCommit, the next offset of the partition
+	// (one past its last finished record); EventRetry, EventDeadLettered
+	// and EventDiscarded, the record's.
+	Offset int64
+	// Lag (EventBatch): the partition's high watermark at its last fetch
+	// minus Offset: records produced and not finished yet.
+	Lag      int64
+	Records  int           // EventBatch: records finished
+	Replayed int           // EventBatch: of those, duplicates whose outcome was already stored
+	Delay    time.Duration // EventRetry: the pause before the next try
+	Duration time.Duration // EventBatch: how long the records took
+	// Key (EventRetry, EventDeadLettered, EventDiscarded) is the record's
+	// idempotency key, when it had a usable one.
+	Key string
+	// Reason (EventDeadLettered, EventDiscarded) is why the record is
+	// poison.
+	Reason consumer.Reason
+	// Err: EventRetry and EventCommit, the error; EventDeadLettered and
+	// EventDiscarded, the cause.
+	Err error
+	// BrokerErr (EventDiscarded): the broker's last refusal of the dead
+	// letter, when the consumer gave up on it.
+	BrokerErr error
+}
+
+// eventOf returns the consumer's event e as an Event.
+func eventOf(e consume.Event) Event {
+	return Event{Kind: EventKind(e.Kind), Topic: e.Topic, Partition: e.Partition, Offset: e.Offset, Lag: e.Lag,
+		Records: e.Records, Replayed: e.Replayed, Delay: e.Delay, Duration: e.Duration, Key: e.Key,
+		Reason: e.Reason, Err: e.Err, BrokerErr: e.BrokerErr}
+}
+
+// The headers a dead letter carries besides those of package consumer
+// (consumer.HeaderReason, consumer.HeaderCause, …): where the record came
+// from.
 const (
-	HeaderDeadLetterCause     = consume.HeaderCause     // the error that made it a dead letter, at most 1 KiB
-	HeaderDeadLetterReason    = consume.HeaderReason    // why, in a word: permanent, too-many-attempts, missing-key, invalid-key, key-reused
-	HeaderDeadLetterTopic     = consume.HeaderTopic     // the original topic
-	HeaderDeadLetterPartition = consume.HeaderPartition // the original partition, in decimal
-	HeaderDeadLetterOffset    = consume.HeaderOffset    // the original offset, in decimal
-	HeaderDeadLetterKey       = consume.HeaderKey       // the idempotency key, when the record had one
+	HeaderTopic     = consume.HeaderTopic     // "idem-dead-letter-topic": the record's topic
+	HeaderPartition = consume.HeaderPartition // "idem-dead-letter-partition": its partition, in decimal
+	HeaderOffset    = consume.HeaderOffset    // "idem-dead-letter-offset": its offset, in decimal
 )
 
-// Errors of the consumer. Check them with errors.Is.
+// Errors a handler's context is cancelled with (context.Cause). Check them
+// with errors.Is.
 var (
-	// ErrNoKey is the dead-letter cause of a record without an idempotency
-	// key; a key function returns it for such a record.
-	ErrNoKey = consume.ErrNoKey
-	// ErrBadKey is the dead-letter cause of a record whose key cannot be
-	// read (the key function failed, or two key headers disagree).
-	ErrBadKey = consume.ErrBadKey
-	// ErrRevoked is the cause of a handler context cancelled because its
-	// partition was revoked.
+	// ErrRevoked: the handler's partition was revoked.
 	ErrRevoked = consume.ErrRevoked
-	// ErrLost is the cause of a handler context cancelled because its
-	// partition was lost.
+	// ErrLost: the handler's partition was lost.
 	ErrLost = consume.ErrLost
-	// ErrShutdown is the cause of a handler context cancelled because the
-	// consumer shut down and the drain timeout passed.
+	// ErrShutdown: the consumer shut down and the drain timeout passed.
 	ErrShutdown = consume.ErrShutdown
 )

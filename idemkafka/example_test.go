@@ -52,7 +52,7 @@ func Example() {
 	consumer, err := idemkafka.New(guard, func(ctx context.Context, r *kgo.Record) error {
 		charges.Add(1) // charge the card
 		return nil
-	}, idemkafka.WithSharedScope(), idemkafka.WithObserver(func(_ context.Context, e idemkafka.Event) {
+	}, idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison(), idemkafka.WithObserver(func(_ context.Context, e idemkafka.Event) {
 		if e.Kind == idemkafka.EventBatch && finished.Add(int32(e.Records)) == 3 {
 			cancel() // every record is done: stop the example
 		}

@@ -48,7 +48,7 @@ func TestRecordsOfAnotherClient(t *testing.T) {
 	g := newGuard(t, newMem(t), idem.Config{})
 	start(t, c, group, topic, g, func(ctx context.Context, r *kgo.Record) error {
 		return l.handler(ctx, r)
-	}, idemkafka.WithSharedScope())
+	}, idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison())
 	wantCommitted(t, c, group, topic)
 	l.wantOnce(t, keys)
 	if n := c.EndOffsets(topic)[0]; n != orders*3/2 {

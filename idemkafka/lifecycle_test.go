@@ -15,7 +15,7 @@ import (
 	"github.com/idemgo/idem/idemkafka"
 )
 
-func TestNewNeedsAScopeDecision(t *testing.T) {
+func TestNewNeedsScopeAndPoisonDecisions(t *testing.T) {
 	g := newGuard(t, newMem(t), idem.Config{})
 	h := func(context.Context, *kgo.Record) error { return nil }
 	for _, tc := range []struct {
@@ -24,12 +24,16 @@ func TestNewNeedsAScopeDecision(t *testing.T) {
 		want string // in the error; "" for none
 	}{
 		{"none", nil, "no scope decision"},
-		{"both", []idemkafka.Option{idemkafka.WithSharedScope(), idemkafka.WithScope(func(*kgo.Record) string { return "" })}, "choose one"},
-		{"shared", []idemkafka.Option{idemkafka.WithSharedScope()}, ""},
-		{"scoped", []idemkafka.Option{idemkafka.WithScope(func(r *kgo.Record) string { return r.Topic })}, ""},
+		{"both", []idemkafka.Option{idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison(), idemkafka.WithScope(func(*kgo.Record) string { return "" })}, "choose one"},
+		{"shared", []idemkafka.Option{idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison()}, ""},
+		{"scoped", []idemkafka.Option{idemkafka.WithScope(func(r *kgo.Record) string { return r.Topic }), idemkafka.WithDeadLetter("orders.dlq")}, ""},
+		{"no poison decision", []idemkafka.Option{idemkafka.WithSharedScope()}, "no poison decision. Pass WithDeadLetter(topic)"},
+		{"both poison decisions", []idemkafka.Option{idemkafka.WithSharedScope(), idemkafka.WithDeadLetter("orders.dlq"), idemkafka.WithDiscardPoison()}, "choose one"},
+		{"empty dead-letter topic", []idemkafka.Option{idemkafka.WithSharedScope(), idemkafka.WithDeadLetter("")}, `WithDeadLetter("")`},
+		{"bad attempts", []idemkafka.Option{idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison(), idemkafka.WithMaxAttempts(0)}, "WithMaxAttempts(0)"},
 		{"nil scope", []idemkafka.Option{idemkafka.WithScope(nil)}, "WithScope(nil)"},
-		{"bad batch", []idemkafka.Option{idemkafka.WithSharedScope(), idemkafka.WithMaxBatch(0)}, "WithMaxBatch(0)"},
-		{"bad backoff", []idemkafka.Option{idemkafka.WithSharedScope(), idemkafka.WithRetryBackoff(time.Second, time.Millisecond)}, "WithRetryBackoff"},
+		{"bad batch", []idemkafka.Option{idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison(), idemkafka.WithMaxBatch(0)}, "WithMaxBatch(0)"},
+		{"bad backoff", []idemkafka.Option{idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison(), idemkafka.WithRetryBackoff(time.Second, time.Millisecond)}, "WithRetryBackoff"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := idemkafka.New(g, h, tc.opts...)
@@ -41,7 +45,7 @@ func TestNewNeedsAScopeDecision(t *testing.T) {
 			}
 		})
 	}
-	if _, err := idemkafka.New(nil, h, idemkafka.WithSharedScope()); err == nil {
+	if _, err := idemkafka.New(nil, h, idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison()); err == nil {
 		t.Fatal("New with a nil Guard: no error")
 	}
 }
@@ -53,7 +57,7 @@ func TestRunRefusesAClientThatCouldLoseRecords(t *testing.T) {
 	produce(t, c, keyed(topic, 0, "k", "v"))
 	g := newGuard(t, newMem(t), idem.Config{})
 	ran := atomic.Bool{}
-	cons, err := idemkafka.New(g, func(context.Context, *kgo.Record) error { ran.Store(true); return nil }, idemkafka.WithSharedScope())
+	cons, err := idemkafka.New(g, func(context.Context, *kgo.Record) error { ran.Store(true); return nil }, idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +121,7 @@ func TestStuckPartitionDoesNotStallOthers(t *testing.T) {
 		last[r.Partition] = r.Offset
 		mu.Unlock()
 		return l.handler(ctx, r)
-	}, idemkafka.WithSharedScope(), idemkafka.WithMaxBatch(10))
+	}, idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison(), idemkafka.WithMaxBatch(10))
 	b.wait(t)
 	await(t, groupTimeout, "partition 1 to be handled while partition 0 is stuck", func() bool { return l.count() == 100 })
 	close(b.release)
@@ -150,7 +154,7 @@ func TestGracefulShutdownCommitsWhatFinished(t *testing.T) {
 		}
 		return l.handler(ctx, r)
 	}
-	m := start(t, c, group, topic, newGuard(t, store, idem.Config{}), slow, idemkafka.WithSharedScope(), idemkafka.WithCommitInterval(time.Hour))
+	m := start(t, c, group, topic, newGuard(t, store, idem.Config{}), slow, idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison(), idemkafka.WithCommitInterval(time.Hour))
 	await(t, groupTimeout, "some records to be handled", func() bool { return l.count() >= 10 })
 	if err := m.stop(); err != nil {
 		t.Fatalf("Run: %v", err)
@@ -162,7 +166,7 @@ func TestGracefulShutdownCommitsWhatFinished(t *testing.T) {
 	if got := c.Committed(group, topic)[0]; got != done {
 		t.Fatalf("committed offset %d after %d records finished, want %d", got, done, done)
 	}
-	start(t, c, group, topic, newGuard(t, store, idem.Config{}), slow, idemkafka.WithSharedScope())
+	start(t, c, group, topic, newGuard(t, store, idem.Config{}), slow, idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison())
 	await(t, groupTimeout, "the rest to be handled", func() bool { return l.count() == len(keys) })
 	l.wantOnce(t, keys)
 }
@@ -180,7 +184,7 @@ func TestUnkeyedRecordsRunUnguardedWhenAsked(t *testing.T) {
 		seen = append(seen, string(r.Value))
 		mu.Unlock()
 		return nil
-	}, idemkafka.WithSharedScope(), idemkafka.WithUnkeyedUnguarded(), idemkafka.WithObserver(func(_ context.Context, e idemkafka.Event) {
+	}, idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison(), idemkafka.WithUnkeyedUnguarded(), idemkafka.WithObserver(func(_ context.Context, e idemkafka.Event) {
 		if e.Kind == idemkafka.EventBatch {
 			finished.Add(int64(e.Records))
 		}
@@ -212,7 +216,7 @@ func TestScopesSeparateTenants(t *testing.T) {
 		runs[v]++
 		mu.Unlock()
 		return nil
-	}, idemkafka.WithScope(func(r *kgo.Record) string { v, _ := header(r, "tenant"); return v }),
+	}, idemkafka.WithScope(func(r *kgo.Record) string { v, _ := header(r, "tenant"); return v }), idemkafka.WithDiscardPoison(),
 		idemkafka.WithObserver(func(_ context.Context, e idemkafka.Event) {
 			if e.Kind == idemkafka.EventBatch {
 				finished.Add(int64(e.Records))

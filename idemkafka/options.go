@@ -10,72 +10,53 @@ import (
 	"github.com/idemgo/idem/idemkafka/internal/consume"
 )
 
-// Defaults of the options.
+// Defaults of Kafka's options. The defaults of the options every idem
+// consumer has are in their doc comments.
 const (
 	// DefaultKeyHeader is the record header that carries the idempotency key.
-	DefaultKeyHeader = consume.DefaultKeyHeader
+	DefaultKeyHeader = consume.DefaultKeyHeader // "idempotency-key"
 	// DefaultMaxBatch is the most records of a partition claimed and
 	// completed together.
-	DefaultMaxBatch = consume.DefaultMaxBatch
+	DefaultMaxBatch = consume.DefaultMaxBatch // 500
 	// DefaultCommitInterval is the time between offset commits.
-	DefaultCommitInterval = consume.DefaultCommitInterval
-	// DefaultDrainTimeout is how long handlers in flight may take to
-	// finish at a shutdown, and to return once cancelled at a revoke.
-	DefaultDrainTimeout = consume.DefaultDrainTimeout
-	// DeadLetterSuffix is appended to a record's topic to name its default
-	// dead-letter topic.
-	DeadLetterSuffix = consume.DeadLetterSuffix
+	DefaultCommitInterval = consume.DefaultCommitInterval // 1s
 )
 
 // Option configures a [Consumer]; see [New]. The options are shared with
-// the exactly-once mode (kafkapg).
+// the exactly-once mode (kafkapg's WithConsumerOptions).
 type Option func(*consume.Options)
 
 // WithScope sets the scope of each record's key: the tenant or producer
 // it belongs to, read from a header or the topic. The same key in two
-// scopes names two operations. New requires WithScope or [WithSharedScope].
+// scopes names two operations. Derive it from what a producer cannot forge
+// for another tenant (a topic per tenant, a header your own gateway sets).
+// [New] requires WithScope or [WithSharedScope].
 func WithScope(scope func(r *kgo.Record) string) Option {
-	return func(o *consume.Options) {
-		if scope == nil {
-			o.Failf("WithScope(nil)")
-			return
-		}
-		o.Scope = scope
-	}
+	return func(o *consume.Options) { o.SetScope(scope) }
 }
 
 // WithSharedScope puts every record's key in one scope: one key names one
 // operation, whoever produced the record. Choose it when keys are unique
 // across producers (an order ID the system itself assigns); otherwise use
-// [WithScope]. New requires one of them.
-func WithSharedScope() Option { return func(o *consume.Options) { o.SharedScope = true } }
+// [WithScope]. [New] requires one of them.
+func WithSharedScope() Option { return func(o *consume.Options) { o.SetSharedScope() } }
 
-// WithKeyHeader sets the record header that carries the idempotency key.
-// Default [DefaultKeyHeader]. A record without it, or with an empty one,
-// is dead-lettered (see [WithUnkeyedUnguarded]); one with the header twice
-// with different values too.
+// WithKeyHeader takes the idempotency key from the record header name.
+// Default [DefaultKeyHeader]. A record without the header has no key
+// (poison: missing-key, unless [WithUnkeyedUnguarded]); one whose header
+// is empty, is there twice, or is longer than the Guard's
+// Config.MaxKeyLen has an unusable key (poison: invalid-key).
 func WithKeyHeader(name string) Option {
-	return func(o *consume.Options) {
-		if name == "" {
-			o.Failf("WithKeyHeader(%q): empty", name)
-			return
-		}
-		o.KeyHeader = name
-	}
+	return func(o *consume.Options) { o.SetKeyHeader(name) }
 }
 
-// WithKeyFunc takes the key from f instead of a header: the record's key,
-// a field of its payload. f returns [ErrNoKey] (or "") for a record
-// without one; any other error makes the record undecodable. Either way
-// the record is dead-lettered (see [WithUnkeyedUnguarded] for ErrNoKey).
+// WithKeyFunc takes the idempotency key from f instead of a header: the
+// record's key ([WithRecordKey]), a field of its value. f returns "" or
+// consumer.ErrNoKey for a record without a key, and another error for one
+// whose key cannot be used (poison: invalid-key). The Guard's
+// Config.MaxKeyLen and Config.ValidateKey apply to the key f returns.
 func WithKeyFunc(f func(r *kgo.Record) (string, error)) Option {
-	return func(o *consume.Options) {
-		if f == nil {
-			o.Failf("WithKeyFunc(nil)")
-			return
-		}
-		o.KeyFunc = f
-	}
+	return func(o *consume.Options) { o.SetKeyFunc(f) }
 }
 
 // WithRecordKey takes the idempotency key from the record's key: for
@@ -84,45 +65,100 @@ func WithRecordKey() Option {
 	return WithKeyFunc(func(r *kgo.Record) (string, error) { return string(r.Key), nil })
 }
 
-// WithUnkeyedUnguarded runs the handler for records without a key, once per
-// delivery and without idempotency, instead of dead-lettering them.
-func WithUnkeyedUnguarded() Option { return func(o *consume.Options) { o.Unkeyed = true } }
+// WithUnkeyedUnguarded runs the handler for a record that has no key, once
+// per delivery and without idempotency, in its place in the partition. By
+// default such a record is poison (missing-key). A key that is present but
+// unusable is poison either way.
+func WithUnkeyedUnguarded() Option { return func(o *consume.Options) { o.SetUnkeyedUnguarded() } }
 
-// WithPayload sets what is fingerprinted for a record: the same key with
-// another payload is a key reused, dead-lettered. Default: the record's
-// value.
-func WithPayload(f func(r *kgo.Record) []byte) Option {
+// WithFingerprint sets the bytes of a record the Guard fingerprints: a key
+// that comes back with other bytes gets idem.ErrKeyReused and is poison
+// (key-reused). Default: the record's value.
+func WithFingerprint(f func(r *kgo.Record) []byte) Option {
+	return func(o *consume.Options) { o.SetFingerprint(f) }
+}
+
+// WithDeadLetter is a poison decision: poison is produced to topic, then
+// its offset is done. The dead letter carries the record's key, value and
+// headers, the headers of package consumer (consumer.HeaderReason,
+// consumer.HeaderCause, …) and [HeaderTopic], [HeaderPartition] and
+// [HeaderOffset].
+//
+// A dead letter always fits: it is never larger than the producing
+// client's kgo.ProducerBatchMaxBytes (franz-go's default 1,000,012 bytes,
+// Kafka's default max.message.bytes), less 4 KiB for the record's framing;
+// what it leaves out to fit (a key over 1 KiB, long headers, the value and
+// the record's key) is recorded by size and SHA-256. If the broker refuses
+// it as too large anyway (a topic whose max.message.bytes is smaller), it
+// is produced again without the record's key, value and headers.
+//
+// A dead letter the broker refuses (the topic may not be written, its name
+// is invalid, it does not exist and is not created, it is too large even
+// stripped) is tried again with the retry backoff, WithMaxAttempts times;
+// then the consumer gives up on it: it logs the record's topic, partition
+// and offset at error level, reports [EventDiscarded] with the refusal in
+// BrokerErr, and goes on, so that one record never stops its partition for
+// good (the record stays in its topic while Kafka retains it). A broker
+// that cannot be reached is an outage: the record waits, and its dead
+// letter is tried again without end.
+//
+// The dead letter is produced with [WithDeadLetterClient]'s client, or the
+// consuming client. [New] requires WithDeadLetter or [WithDiscardPoison].
+func WithDeadLetter(topic string) Option {
 	return func(o *consume.Options) {
-		if f == nil {
-			o.Failf("WithPayload(nil)")
-			return
+		if o.Check(topic != "", "WithDeadLetter(%q): empty", topic) {
+			o.DeadLetterTopic = topic
+			o.SetDeadLetter()
 		}
-		o.Payload = f
 	}
 }
 
-// WithDeadLetterTopic sets the topic that records which can never succeed
-// go to. Default: the record's topic followed by [DeadLetterSuffix].
-func WithDeadLetterTopic(topic string) Option {
-	return func(o *consume.Options) {
-		if topic == "" {
-			o.Failf("WithDeadLetterTopic(%q): empty", topic)
-			return
-		}
-		o.DeadLetterTopic = func(*kgo.Record) string { return topic }
-	}
-}
+// WithDiscardPoison is a poison decision: poison is logged (warn, with its
+// reason and cause), reported as [EventDiscarded], and its offset is done:
+// dropped. [New] requires WithDiscardPoison or [WithDeadLetter].
+func WithDiscardPoison() Option { return func(o *consume.Options) { o.SetDiscardPoison() } }
 
 // WithDeadLetterClient produces dead letters with cl instead of the
-// consuming client.
+// consuming client; its kgo.ProducerBatchMaxBytes bounds them.
 func WithDeadLetterClient(cl *kgo.Client) Option {
 	return func(o *consume.Options) {
-		if cl == nil {
-			o.Failf("WithDeadLetterClient(nil)")
-			return
+		if o.Check(cl != nil, "WithDeadLetterClient(nil)") {
+			o.DeadLetterClient = cl
 		}
-		o.DeadLetterClient = cl
 	}
+}
+
+// WithMaxAttempts sets how many times in a row the handler of a record may
+// fail without a permanent mark, or panic, before the record is poison
+// (too-many-attempts). Default consumer.DefaultMaxAttempts (10). The count
+// is the partition's, in this process: a busy key, a store that cannot be
+// reached, a lost lease and a shutdown are not attempts; a revoked
+// partition's next owner counts again. The Guard's Config.MaxAttempts,
+// kept in the store, counts across consumers and restarts and applies
+// too. It is also how many times a dead letter the broker refuses is
+// tried.
+func WithMaxAttempts(n int) Option { return func(o *consume.Options) { o.SetMaxAttempts(n) } }
+
+// WithRetryBackoff sets the pauses before a record that could not be
+// finished (its handler failed, the store could not be reached) is tried
+// again, alone, in its place: first after the first failure, doubling up
+// to longest, with jitter. Default 100ms to 10s.
+func WithRetryBackoff(first, longest time.Duration) Option {
+	return func(o *consume.Options) { o.SetRetryBackoff(first, longest) }
+}
+
+// WithBusyDelay sets the pause before a record whose key another holder
+// has (a duplicate in flight on another partition or consumer) is tried
+// again. Default 1s.
+func WithBusyDelay(d time.Duration) Option { return func(o *consume.Options) { o.SetBusyDelay(d) } }
+
+// WithDrainTimeout sets how long, at shutdown, handlers in flight may take
+// to finish before their context is cancelled, and how long cancelled
+// handlers may take to return, at shutdown or when their partition is
+// revoked. Default 10s; 0 cancels them at once. Keep it under the group's
+// rebalance timeout.
+func WithDrainTimeout(d time.Duration) Option {
+	return func(o *consume.Options) { o.SetDrainTimeout(d) }
 }
 
 // WithMaxBatch sets the most records of a partition handled together:
@@ -131,11 +167,9 @@ func WithDeadLetterClient(cl *kgo.Client) Option {
 // records waiting is paused until it catches up.
 func WithMaxBatch(n int) Option {
 	return func(o *consume.Options) {
-		if n < 1 {
-			o.Failf("WithMaxBatch(%d): must be at least 1", n)
-			return
+		if o.Check(n >= 1, "WithMaxBatch(%d): must be at least 1", n) {
+			o.MaxBatch = n
 		}
-		o.MaxBatch = n
 	}
 }
 
@@ -143,64 +177,27 @@ func WithMaxBatch(n int) Option {
 // Kafka. They are also committed when a partition is revoked and at
 // shutdown. Default [DefaultCommitInterval].
 func WithCommitInterval(d time.Duration) Option {
-	return positive("WithCommitInterval", d, func(o *consume.Options) { o.CommitInterval = d })
-}
-
-// WithDrainTimeout sets how long, at shutdown, handlers in flight may take
-// to finish before their context is cancelled, and how long cancelled
-// handlers may take to return, at shutdown or when their partition is
-// revoked. Default [DefaultDrainTimeout]; keep it under the group's
-// rebalance timeout.
-func WithDrainTimeout(d time.Duration) Option {
-	return positive("WithDrainTimeout", d, func(o *consume.Options) { o.DrainTimeout = d })
-}
-
-// positive is an option that sets a duration, which must be positive.
-func positive(name string, d time.Duration, set func(*consume.Options)) Option {
 	return func(o *consume.Options) {
-		if d <= 0 {
-			o.Failf("%s(%v): must be positive", name, d)
-			return
+		if o.Check(d > 0, "WithCommitInterval(%v): must be positive", d) {
+			o.CommitInterval = d
 		}
-		set(o)
 	}
 }
 
-// WithRetryBackoff sets the pauses before a record that could not be
-// finished (busy key, store down, retryable error) is tried again: first,
-// doubling up to longest, with jitter. Default 10ms to 5s.
-func WithRetryBackoff(first, longest time.Duration) Option {
-	return func(o *consume.Options) {
-		if first <= 0 || longest <= 0 {
-			o.Failf("WithRetryBackoff(%v, %v): must be positive", first, longest)
-			return
-		}
-		o.MinBackoff, o.MaxBackoff = first, longest
-	}
-}
-
-// WithLogger sets the logger of the consumer's warnings (retries, dead
-// letters, commit failures) and info lines (assignments). Default: discard.
-func WithLogger(l *slog.Logger) Option {
-	return func(o *consume.Options) {
-		if l == nil {
-			o.Failf("WithLogger(nil)")
-			return
-		}
-		o.Logger = l
-	}
-}
+// WithLogger sets the logger of the consumer's warnings (retries, poison,
+// commit failures), errors (a handler's panic, a dead letter given up on)
+// and info lines (assignments). Default: the Guard's Config.Logger.
+func WithLogger(l *slog.Logger) Option { return func(o *consume.Options) { o.SetLogger(l) } }
 
 // WithObserver sets a function called with every [Event]: batches
-// finished with the partition's lag, retries, dead letters, commits and
-// rebalances. It runs on the consumer's goroutines: keep it fast. The
-// Guard's own Observer (idem.Config) sees every claim and outcome.
+// finished with the partition's lag, retries, dead letters, discarded
+// poison, commits and rebalances. It runs on the consumer's goroutines:
+// keep it fast. The Guard's own Observer (idem.Config) sees every claim
+// and outcome.
 func WithObserver(f func(ctx context.Context, e Event)) Option {
 	return func(o *consume.Options) {
-		if f == nil {
-			o.Failf("WithObserver(nil)")
-			return
+		if o.Check(f != nil, "WithObserver(nil)") {
+			o.Observer = func(ctx context.Context, e consume.Event) { f(ctx, eventOf(e)) }
 		}
-		o.Observer = f
 	}
 }

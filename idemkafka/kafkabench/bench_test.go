@@ -320,7 +320,7 @@ func (f *fixture) idem(b *testing.B, store idem.Store, d time.Duration) float64 
 		}
 		return nil
 	}
-	c, err := idemkafka.New(g, handler, idemkafka.WithSharedScope(), idemkafka.WithMaxBatch(maxBatch), idemkafka.WithObserver(progressObserver(prog)), debugLogger())
+	c, err := idemkafka.New(g, handler, idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison(), idemkafka.WithMaxBatch(maxBatch), idemkafka.WithObserver(progressObserver(prog)), debugLogger())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -526,7 +526,7 @@ func (f *fixture) tx(b *testing.B, perRecord bool) float64 {
 	prog := newProgress(f.n)
 	opts := []kafkapg.Option{
 		kafkapg.WithRecordsTable(f.schema + ".idem_records"), kafkapg.WithOffsetsTable(f.schema + ".offsets"), kafkapg.WithNamespace("bench-" + random()),
-		kafkapg.WithConsumerOptions(idemkafka.WithSharedScope(), idemkafka.WithMaxBatch(maxBatch), idemkafka.WithObserver(progressObserver(prog))),
+		kafkapg.WithConsumerOptions(idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison(), idemkafka.WithMaxBatch(maxBatch), idemkafka.WithObserver(progressObserver(prog))),
 	}
 	if perRecord {
 		opts = append(opts, kafkapg.WithPerRecordTransactions())

@@ -78,7 +78,7 @@ func TestBatchPathOnStores(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { g.Close() })
-				cons, err := idemkafka.New(g, handler, idemkafka.WithSharedScope(), idemkafka.WithMaxBatch(50),
+				cons, err := idemkafka.New(g, handler, idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison(), idemkafka.WithMaxBatch(50),
 					idemkafka.WithObserver(func(_ context.Context, e idemkafka.Event) {
 						if e.Kind == idemkafka.EventBatch {
 							finished.Add(int64(e.Records))

@@ -2,10 +2,10 @@ package kafkapg
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,6 +14,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemkafka/internal/consume"
 	"github.com/idemgo/idem/internal/adapter"
+	"github.com/idemgo/idem/internal/chassis"
 	"github.com/idemgo/idem/pgstore"
 )
 
@@ -53,10 +54,11 @@ type Consumer struct {
 }
 
 // New returns a consumer that runs h for each record in a transaction on
-// db. It fails when db or h is nil, when no scope decision was passed
-// (idemkafka.WithScope or idemkafka.WithSharedScope, through
+// db. It fails when db or h is nil, when no scope decision or no poison
+// decision was passed (idemkafka.WithScope or idemkafka.WithSharedScope;
+// idemkafka.WithDeadLetter or idemkafka.WithDiscardPoison; through
 // [WithConsumerOptions]), or when an option is out of range; the error
-// names it.
+// names each.
 func New(db DB, h Handler, opts ...Option) (*Consumer, error) {
 	var cfg config
 	if db == nil {
@@ -68,28 +70,38 @@ func New(db DB, h Handler, opts ...Option) (*Consumer, error) {
 	for _, opt := range opts {
 		opt(&cfg)
 	}
-	o := consume.Options{Prefix: "kafkapg"}
-	for _, opt := range cfg.consumer {
-		opt(&o)
+	errs := cfg.errs
+	txConfig := func(logger *slog.Logger) pgstore.TxConfig {
+		return pgstore.TxConfig{
+			Config:      idem.Config{Namespace: cfg.namespace, Retention: cfg.retention, Logger: logger},
+			Table:       cfg.recordsTable,
+			LockTimeout: cfg.lockTimeout,
+		}
 	}
-	errs := append(cfg.errs, o.Check())
+	// The TxGuard's configuration checks the keys; the TxGuard logs with
+	// the consumer's logger, known once the options are built.
+	var keys idem.Config
+	if tg, err := pgstore.NewTxGuard(nil, txConfig(nil)); err != nil {
+		errs = append(errs, err)
+	} else {
+		keys = tg.Config().Config
+	}
+	var o consume.Options
+	if err := consume.Build(&o, "kafkapg", nil, keys, cfg.consumer); err != nil {
+		errs = append(errs, err)
+	}
 	offsets, err := parseOffsetsTable(cfg.offsetsTable)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("kafkapg: WithOffsetsTable: %w", err))
 	}
-	tg, err := pgstore.NewTxGuard(nil, pgstore.TxConfig{
-		Config:      idem.Config{Namespace: cfg.namespace, Retention: cfg.retention, Logger: o.Logger},
-		Table:       cfg.recordsTable,
-		LockTimeout: cfg.lockTimeout,
-	})
-	if err != nil {
-		errs = append(errs, err)
-	} else {
-		cfg.retention, cfg.lockTimeout = tg.Config().Retention, tg.Config().LockTimeout
-	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	tg, err := pgstore.NewTxGuard(nil, txConfig(o.Logger()))
+	if err != nil {
+		return nil, err
+	}
+	cfg.retention, cfg.lockTimeout = tg.Config().Retention, tg.Config().LockTimeout
 	c := &Consumer{db: db, h: h, cfg: cfg, tg: tg, keys: tg.Config().Config, offsets: offsets,
 		begin: fmt.Sprintf("BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = %d", cfg.lockTimeout.Milliseconds())}
 	c.c = consume.New(o, processor{c}, c.adjust)
@@ -112,17 +124,19 @@ func (c *Consumer) Run(ctx context.Context, cl *kgo.Client) error { return c.c.R
 // processor is the consume.Processor of kafkapg.
 type processor struct{ *Consumer }
 
-func (c processor) Process(ctx context.Context, p *consume.Partition, items []consume.Item) (int, error) {
-	if c.cfg.perRecord || (c.cfg.maxAttempts > 0 && p.Failures(items[0].Rec) >= c.cfg.maxAttempts) {
+func (c processor) Process(ctx context.Context, p *consume.Partition, items []consume.Item) (int, chassis.Verdict) {
+	if c.cfg.perRecord || p.Failures(items[0].Rec) > 0 {
+		// A record that failed before goes the careful path: its
+		// failures count toward MaxAttempts there.
 		return c.oneByOne(ctx, p, items, c.cfg.perRecord)
 	}
-	done, err, fallback := c.batch(ctx, p, items)
+	done, v, fallback := c.batch(ctx, p, items)
 	if fallback {
-		// A record failed, or needs a dead letter: the careful path, with
-		// a savepoint per record, finds out which and keeps the rest.
+		// A record failed, or is poison: the careful path, with a
+		// savepoint per record, finds out which and keeps the rest.
 		return c.oneByOne(ctx, p, items, false)
 	}
-	return done, err
+	return done, v
 }
 
 // group returns the consuming client's group.
@@ -137,12 +151,13 @@ func group(p *consume.Partition) string {
 // what came before, at a key busy under a plain Guard's lease. On anything
 // that needs a record's writes undone alone (a handler's error) or a dead
 // letter, it rolls back and asks for the careful path (fallback); at a
-// handler's retryable error, it keeps what came before (retryAt).
-func (c processor) batch(ctx context.Context, p *consume.Partition, items []consume.Item) (done int, err error, fallback bool) {
+// handler's retryable error, it keeps what came before (retryAt). An
+// error of the database is an outage.
+func (c processor) batch(ctx context.Context, p *consume.Partition, items []consume.Item) (done int, v chassis.Verdict, fallback bool) {
 	o := c.c.Options()
 	tx, err := c.db.BeginTx(ctx, pgx.TxOptions{BeginQuery: c.begin})
 	if err != nil {
-		return 0, fmt.Errorf("kafkapg: begin: %w", err), false
+		return 0, consume.Outage(fmt.Errorf("kafkapg: begin: %w", err)), false
 	}
 	committed := false
 	defer func() {
@@ -152,7 +167,7 @@ func (c processor) batch(ctx context.Context, p *consume.Partition, items []cons
 	}()
 	store, err := pgstore.New(tx, pgstore.Config{Table: c.cfg.recordsTable})
 	if err != nil {
-		return 0, err, false
+		return 0, consume.Outage(err), false
 	}
 	fps := make([][]byte, len(items))
 	claimOf := make([]int, len(items)) // index into claims, or -1
@@ -161,11 +176,11 @@ func (c processor) batch(ctx context.Context, p *consume.Partition, items []cons
 	lead := map[int]int{}     // item → the earlier item of the same key
 	for i, it := range items {
 		claimOf[i] = -1
-		if it.KeyErr != nil {
+		if !it.KeyOK {
 			continue
 		}
 		if c.keys.CheckKey(it.Scope, it.Key) != nil {
-			return 0, nil, true // a dead letter
+			return 0, v, true // poison
 		}
 		k := idem.ScopedStoreKey(c.keys.Namespace, it.Scope, it.Key)
 		fps[i] = c.keys.Fingerprint(nil, o.Payload(it.Rec))
@@ -179,7 +194,7 @@ func (c processor) batch(ctx context.Context, p *consume.Partition, items []cons
 	}
 	claims, err := store.ClaimBatch(ctx, args)
 	if err != nil {
-		return 0, err, false
+		return 0, consume.Outage(err), false
 	}
 	var comps []idem.Completion
 	replayed := 0
@@ -189,34 +204,34 @@ func (c processor) batch(ctx context.Context, p *consume.Partition, items []cons
 loop:
 	for i, it := range items {
 		if p.Draining() {
-			stop, stopErr = i, errDraining
+			stop, stopErr = i, consume.ErrDraining
 			break
 		}
 		switch {
-		case it.KeyErr != nil:
-			if _, guarded := consume.DecideKey(it.KeyErr, o.Unkeyed); guarded {
-				return 0, nil, true
+		case !it.KeyOK:
+			if it.KeyErr != nil || !o.UnkeyedUnguarded() {
+				return 0, v, true // poison
 			}
-			if err := c.h(ctx, htx, it.Rec); err != nil {
+			if err := c.handle(ctx, htx, it); err != nil {
 				return c.retryAt(ctx, p, items, i, err, tx)
 			}
 		case claimOf[i] < 0: // the key of an earlier item: its duplicate
 			if !bytes.Equal(fps[i], fps[lead[i]]) {
-				return 0, nil, true // key reused
+				return 0, v, true // key reused
 			}
 			replayed++
 		default:
 			cl := claims[claimOf[i]]
 			switch {
 			case cl.Err != nil, cl.Outcome == idem.Duplicate && cl.Record.Status != idem.StatusCompleted:
-				return 0, nil, true // key reused, or a stored failure to dead-letter again
+				return 0, v, true // key reused, or a stored failure to dead-letter again
 			case cl.Outcome == idem.Duplicate:
 				replayed++
 			case cl.Outcome == idem.Busy:
 				stop, stopErr = i, fmt.Errorf("%w (key %q, attempt %d): held by a lease", idem.ErrInProgress, it.Key, cl.Record.Attempt)
 				break loop
 			default:
-				if err := c.h(ctx, htx, it.Rec); err != nil {
+				if err := c.handle(ctx, htx, it); err != nil {
 					return c.retryAt(ctx, p, items, i, err, tx)
 				}
 				comps = append(comps, idem.Completion{Key: args[claimOf[i]].Key, Token: cl.Token, Retention: c.keys.Retention})
@@ -228,13 +243,16 @@ loop:
 		// progress would hold its key until its lease ends. Before a busy
 		// key the records are done again without them; when draining,
 		// the records are left to the next owner.
-		if stopErr != errDraining {
+		if stopErr != consume.ErrDraining {
 			return c.retryAt(ctx, p, items, stop, stopErr, tx)
 		}
-		return 0, stopErr, false
+		return 0, consume.Outage(stopErr), false
+	}
+	if stop < len(items) {
+		v = p.Decide(ctx, idem.Result{}, stopErr, items[stop].Rec)
 	}
 	if stop == 0 {
-		return 0, stopErr, false
+		return 0, v, false
 	}
 	if len(comps) > 0 {
 		errs, err := store.CompleteBatch(ctx, comps)
@@ -242,18 +260,21 @@ loop:
 			err = errors.Join(errs...)
 		}
 		if err != nil {
-			return 0, fmt.Errorf("kafkapg: storing the outcomes: %w", err), false
+			return 0, consume.Outage(fmt.Errorf("kafkapg: storing the outcomes: %w", err)), false
 		}
 	}
 	if err := c.commit(ctx, p, tx, items[stop-1].Rec); err != nil {
-		return 0, err, false
+		return 0, consume.Outage(err), false
 	}
 	committed = true
 	p.Replayed(replayed)
-	return stop, stopErr, false
+	return stop, v, false
 }
 
-var errDraining = errors.New("kafkapg: not started: the consumer is shutting down")
+// handle runs the handler for the record of it with tx.
+func (c processor) handle(ctx context.Context, tx pgx.Tx, it consume.Item) error {
+	return c.c.Options().Handle(ctx, it, func(ctx context.Context) error { return c.h(ctx, tx, it.Rec) })
+}
 
 // acquiredFrom reports whether any of the claims of claimOf (indexes into
 // claims, or -1 for an item without a claim of its own) was acquired.
@@ -266,23 +287,28 @@ func acquiredFrom(claimOf []int, claims []idem.Claim) bool {
 	return false
 }
 
-// retryAt answers a handler's error at items[i] in batch: a permanent
-// one goes to the careful path (fallback); for any other, tx is rolled
-// back, the records before i are done again in a transaction of their
-// own, and items[i] waits for its retry.
-func (c processor) retryAt(ctx context.Context, p *consume.Partition, items []consume.Item, i int, err error, tx pgx.Tx) (int, error, bool) {
-	if consume.Decide(idem.Result{}, err).Verdict != adapter.Retry {
-		return 0, nil, true
+// retryAt answers a handler's error at items[i] in batch: one that makes
+// the record poison (permanent, or its last attempt) goes to the careful
+// path (fallback); for any other, tx is rolled back, the records before i
+// are done again in a transaction of their own, and items[i] waits for
+// its retry.
+func (c processor) retryAt(ctx context.Context, p *consume.Partition, items []consume.Item, i int, err error, tx pgx.Tx) (int, chassis.Verdict, bool) {
+	v := p.Decide(ctx, idem.Result{}, err, items[i].Rec)
+	if v.Verdict != adapter.Retry {
+		return 0, v, true
 	}
 	rollback(ctx, tx)
 	if i == 0 {
-		return 0, err, false
+		return 0, v, false
 	}
-	n, perr, fallback := c.batch(ctx, p, items[:i])
+	n, pv, fallback := c.batch(ctx, p, items[:i])
 	if fallback {
-		n, perr = c.oneByOne(ctx, p, items[:i], false)
+		n, pv = c.oneByOne(ctx, p, items[:i], false)
 	}
-	return n, cmp.Or(perr, err), false
+	if n < i {
+		return n, pv, false
+	}
+	return n, v, false
 }
 
 // commit stores the partition's next offset after last in tx and commits.
@@ -304,7 +330,7 @@ func (c processor) commit(ctx context.Context, p *consume.Partition, tx pgx.Tx, 
 // oneByOne handles items one after another through the TxGuard's DoTx,
 // whose savepoints undo a failed record's writes alone: in one transaction
 // (committed when it stops, or at the end), or in one per record.
-func (c processor) oneByOne(ctx context.Context, p *consume.Partition, items []consume.Item, perRecord bool) (int, error) {
+func (c processor) oneByOne(ctx context.Context, p *consume.Partition, items []consume.Item, perRecord bool) (int, chassis.Verdict) {
 	o := c.c.Options()
 	var tx pgx.Tx
 	done := 0 // items committed
@@ -326,61 +352,69 @@ func (c processor) oneByOne(ctx context.Context, p *consume.Partition, items []c
 		done = n
 		return nil
 	}
+	// stop commits the items before i and returns the verdict v on
+	// items[i], or an outage if the commit failed.
+	stop := func(i int, v chassis.Verdict) (int, chassis.Verdict) {
+		if err := finish(i); err != nil {
+			return done, consume.Outage(err)
+		}
+		return done, v
+	}
 	for i, it := range items {
+		if p.Draining() {
+			return stop(i, consume.Outage(consume.ErrDraining))
+		}
 		if tx == nil {
 			var err error
 			if tx, err = c.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}); err != nil {
-				return done, fmt.Errorf("kafkapg: begin: %w", err)
+				return done, consume.Outage(fmt.Errorf("kafkapg: begin: %w", err))
 			}
 		}
-		var a adapter.Action
+		var v chassis.Verdict
 		switch {
-		case i == 0 && c.cfg.maxAttempts > 0 && p.Failures(it.Rec) >= c.cfg.maxAttempts:
-			a = consume.Decide(idem.Result{}, idem.Permanent(fmt.Errorf("%w: failed %d times", idem.ErrTooManyAttempts, p.Failures(it.Rec))))
-		case it.KeyErr != nil:
-			var guarded bool
-			if a, guarded = consume.DecideKey(it.KeyErr, o.Unkeyed); !guarded {
-				a = consume.Decide(idem.Result{}, c.unguarded(ctx, tx, it.Rec))
-			}
+		case !it.KeyOK && (it.KeyErr != nil || !o.UnkeyedUnguarded()):
+			v = o.DecideKey(it.KeyErr)
+		case !it.KeyOK:
+			v = p.Decide(ctx, idem.Result{}, c.unguarded(ctx, tx, it), it.Rec)
 		default:
 			res, err := c.tg.DoTxScoped(ctx, tx, it.Scope, it.Key, o.Payload(it.Rec), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
-				return nil, c.h(ctx, handlerTx{tx}, it.Rec)
+				return nil, c.handle(ctx, handlerTx{tx}, it)
 			})
-			a = consume.Decide(res, err)
+			v = p.Decide(ctx, res, err, it.Rec)
 		}
-		switch a.Verdict {
+		switch v.Verdict {
 		case adapter.Ack:
-			if a.Replayed {
+			if v.Replayed {
 				p.Replayed(1)
 			}
 		case adapter.DeadLetter:
-			if derr := p.DeadLetter(ctx, it, a); derr != nil {
-				return done, errors.Join(derr, finish(i))
+			if err := p.Poison(ctx, it, v); err != nil {
+				return stop(i, consume.Outage(err))
 			}
 		default:
-			return done, errors.Join(a.Cause, finish(i))
+			return stop(i, v)
 		}
 		if perRecord {
 			if err := finish(i + 1); err != nil {
-				return done, err
+				return done, consume.Outage(err)
 			}
 		}
 	}
 	if err := finish(len(items)); err != nil {
-		return done, err
+		return done, consume.Outage(err)
 	}
-	return done, nil
+	return done, chassis.Verdict{}
 }
 
 // unguarded runs the handler for a record without a key, in a savepoint:
 // its writes commit with the offset (so exactly once, too), or are undone
 // alone.
-func (c processor) unguarded(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
+func (c processor) unguarded(ctx context.Context, tx pgx.Tx, it consume.Item) error {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("%w: savepoint: %w", idem.ErrStoreUnavailable, err)
 	}
-	if err := c.h(ctx, handlerTx{sp}, r); err != nil {
+	if err := c.handle(ctx, handlerTx{sp}, it); err != nil {
 		rollback(ctx, sp)
 		return err
 	}

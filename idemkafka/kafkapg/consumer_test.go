@@ -36,7 +36,7 @@ func TestExactlyOnce(t *testing.T) {
 			produce(t, c.ListenAddrs(), recs...)
 			opts := append([]kafkapg.Option{
 				kafkapg.WithRecordsTable(e.records), kafkapg.WithOffsetsTable(e.offsets),
-				kafkapg.WithConsumerOptions(idemkafka.WithSharedScope(), idemkafka.WithUnkeyedUnguarded(), idemkafka.WithMaxBatch(50)),
+				kafkapg.WithConsumerOptions(idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison(), idemkafka.WithUnkeyedUnguarded(), idemkafka.WithMaxBatch(50)),
 			}, mode.opts...)
 			stop := run(t, c.ListenAddrs(), group, topic, e.pool, e.record, opts...)
 			e.storedAtEnds(t, c, group, topic)
@@ -51,8 +51,8 @@ func TestExactlyOnce(t *testing.T) {
 func TestPermanentErrorUndoesTheRecordAlone(t *testing.T) {
 	t.Parallel()
 	e := newPG(t)
-	c := newCluster(t, map[string]int32{"orders": 1, "orders" + idemkafka.DeadLetterSuffix: 1})
-	topic, group := c.Name("orders"), c.Name("payments")
+	c := newCluster(t, map[string]int32{"orders": 1, "orders.dlq": 1})
+	topic, group, dlq := c.Name("orders"), c.Name("payments"), c.Name("orders.dlq")
 	recs := []*kgo.Record{keyed(topic, 0, "k-1", "v"), keyed(topic, 0, "declined", "v"), keyed(topic, 0, "k-3", "v")}
 	produce(t, c.ListenAddrs(), recs...)
 	var dead atomic.Int32
@@ -65,8 +65,8 @@ func TestPermanentErrorUndoesTheRecordAlone(t *testing.T) {
 		}
 		return nil
 	}, kafkapg.WithRecordsTable(e.records), kafkapg.WithOffsetsTable(e.offsets),
-		kafkapg.WithConsumerOptions(idemkafka.WithSharedScope(), idemkafka.WithObserver(func(_ context.Context, ev idemkafka.Event) {
-			if ev.Kind == idemkafka.EventDeadLetter && strings.Contains(ev.Err.Error(), "card declined") && ev.Offset == 1 {
+		kafkapg.WithConsumerOptions(idemkafka.WithSharedScope(), idemkafka.WithDeadLetter(dlq), idemkafka.WithObserver(func(_ context.Context, ev idemkafka.Event) {
+			if ev.Kind == idemkafka.EventDeadLettered && strings.Contains(ev.Err.Error(), "card declined") && ev.Offset == 1 {
 				dead.Add(1)
 			}
 		})))
@@ -84,8 +84,8 @@ func TestPermanentErrorUndoesTheRecordAlone(t *testing.T) {
 func TestRetryableErrorKeepsWhatCameBefore(t *testing.T) {
 	t.Parallel()
 	e := newPG(t)
-	c := newCluster(t, map[string]int32{"orders": 1, "orders" + idemkafka.DeadLetterSuffix: 1})
-	topic, group := c.Name("orders"), c.Name("payments")
+	c := newCluster(t, map[string]int32{"orders": 1, "orders.dlq": 1})
+	topic, group, dlq := c.Name("orders"), c.Name("payments"), c.Name("orders.dlq")
 	recs := []*kgo.Record{keyed(topic, 0, "k-1", "v"), keyed(topic, 0, "flaky", "v"), keyed(topic, 0, "poison", "v"), keyed(topic, 0, "k-4", "v")}
 	produce(t, c.ListenAddrs(), recs...)
 	var mu sync.Mutex
@@ -106,8 +106,9 @@ func TestRetryableErrorKeepsWhatCameBefore(t *testing.T) {
 			return errors.New("provider timed out")
 		}
 		return e.record(ctx, tx, r)
-	}, kafkapg.WithRecordsTable(e.records), kafkapg.WithOffsetsTable(e.offsets), kafkapg.WithMaxAttempts(3),
-		kafkapg.WithConsumerOptions(idemkafka.WithSharedScope(), idemkafka.WithRetryBackoff(10*time.Millisecond, 50*time.Millisecond)))
+	}, kafkapg.WithRecordsTable(e.records), kafkapg.WithOffsetsTable(e.offsets),
+		kafkapg.WithConsumerOptions(idemkafka.WithSharedScope(), idemkafka.WithDeadLetter(dlq), idemkafka.WithMaxAttempts(3),
+			idemkafka.WithRetryBackoff(10*time.Millisecond, 50*time.Millisecond)))
 	e.storedAtEnds(t, c, group, topic)
 	e.wantLedger(t, []string{"k-1", "flaky", "k-4"})
 	if tries["flaky"] != 3 {
@@ -143,7 +144,7 @@ func TestStartsAtTheStoredOffset(t *testing.T) {
 		}
 		return e.record(ctx, tx, r)
 	}, kafkapg.WithRecordsTable(e.records), kafkapg.WithOffsetsTable(e.offsets),
-		kafkapg.WithConsumerOptions(idemkafka.WithSharedScope(), idemkafka.WithUnkeyedUnguarded()))
+		kafkapg.WithConsumerOptions(idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison(), idemkafka.WithUnkeyedUnguarded()))
 	e.storedAtEnds(t, c, group, topic)
 	if early.Load() != 0 {
 		t.Fatalf("%d records of partition 0 before its stored offset were handled", early.Load())
@@ -158,9 +159,10 @@ func TestNewRefusesBadConfiguration(t *testing.T) {
 		want string
 	}{
 		{"no scope decision", nil, "no scope decision"},
-		{"bad offsets table", []kafkapg.Option{kafkapg.WithOffsetsTable("a.b.c"), kafkapg.WithConsumerOptions(idemkafka.WithSharedScope())}, "WithOffsetsTable"},
-		{"bad records table", []kafkapg.Option{kafkapg.WithRecordsTable("Bad"), kafkapg.WithConsumerOptions(idemkafka.WithSharedScope())}, "Table"},
-		{"bad lock timeout", []kafkapg.Option{kafkapg.WithLockTimeout(0), kafkapg.WithConsumerOptions(idemkafka.WithSharedScope())}, "WithLockTimeout"},
+		{"no poison decision", []kafkapg.Option{kafkapg.WithConsumerOptions(idemkafka.WithSharedScope())}, "no poison decision"},
+		{"bad offsets table", []kafkapg.Option{kafkapg.WithOffsetsTable("a.b.c"), kafkapg.WithConsumerOptions(idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison())}, "WithOffsetsTable"},
+		{"bad records table", []kafkapg.Option{kafkapg.WithRecordsTable("Bad"), kafkapg.WithConsumerOptions(idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison())}, "Table"},
+		{"bad lock timeout", []kafkapg.Option{kafkapg.WithLockTimeout(0), kafkapg.WithConsumerOptions(idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison())}, "WithLockTimeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := kafkapg.New(noDB{}, h, tc.opts...)
@@ -169,8 +171,8 @@ func TestNewRefusesBadConfiguration(t *testing.T) {
 			}
 		})
 	}
-	if _, err := kafkapg.New(noDB{}, h, kafkapg.WithConsumerOptions(idemkafka.WithSharedScope())); err != nil {
-		t.Fatalf("New with a scope decision: %v", err)
+	if _, err := kafkapg.New(noDB{}, h, kafkapg.WithConsumerOptions(idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison())); err != nil {
+		t.Fatalf("New with a scope and a poison decision: %v", err)
 	}
 }
 
@@ -216,7 +218,7 @@ func TestBusyKeyLeavesTheRestUnclaimed(t *testing.T) {
 	produce(t, c.ListenAddrs(), keyed(topic, 0, "k-1", "v"), keyed(topic, 0, "k-2", "v"), keyed(topic, 0, "k-3", "v"), keyed(topic, 0, "k-4", "v"))
 	var once sync.Once
 	run(t, c.ListenAddrs(), group, topic, e.pool, e.record, kafkapg.WithRecordsTable(e.records), kafkapg.WithOffsetsTable(e.offsets), kafkapg.WithNamespace(ns),
-		kafkapg.WithConsumerOptions(idemkafka.WithSharedScope(), idemkafka.WithRetryBackoff(10*time.Millisecond, 50*time.Millisecond),
+		kafkapg.WithConsumerOptions(idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison(), idemkafka.WithRetryBackoff(10*time.Millisecond, 50*time.Millisecond),
 			idemkafka.WithObserver(func(_ context.Context, ev idemkafka.Event) {
 				if ev.Kind == idemkafka.EventRetry && errors.Is(ev.Err, idem.ErrInProgress) && ev.Offset == 1 {
 					once.Do(func() { close(release) }) // the batch met the held key: let its holder finish

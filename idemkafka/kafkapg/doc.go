@@ -47,7 +47,7 @@
 //
 //	pgstore.Migrate(ctx, pool, "idem_records")
 //	kafkapg.Migrate(ctx, pool, "idem_kafka_offsets")
-//	c, err := kafkapg.New(pool, charge, kafkapg.WithConsumerOptions(idemkafka.WithSharedScope()))
+//	c, err := kafkapg.New(pool, charge, kafkapg.WithConsumerOptions(idemkafka.WithSharedScope(), idemkafka.WithDeadLetter("orders.dlq")))
 //	cl, err := kgo.NewClient(append([]kgo.Opt{
 //		kgo.SeedBrokers("localhost:9092"),
 //		kgo.ConsumerGroup("payments"),

@@ -33,7 +33,7 @@ func Example() {
 	}
 	c, err := kafkapg.New(pool, charge, kafkapg.WithConsumerOptions(
 		idemkafka.WithSharedScope(),
-		idemkafka.WithDeadLetterTopic("orders.dlq"),
+		idemkafka.WithDeadLetter("orders.dlq"),
 	))
 	if err != nil {
 		log.Fatal(err)

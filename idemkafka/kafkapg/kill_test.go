@@ -78,7 +78,7 @@ func runChild() int {
 		time.Sleep(time.Millisecond) // the kill lands mid-stream
 		return e.record(ctx, tx, r)
 	}, kafkapg.WithRecordsTable(e.records), kafkapg.WithOffsetsTable(e.offsets),
-		kafkapg.WithConsumerOptions(idemkafka.WithSharedScope(), idemkafka.WithUnkeyedUnguarded(), idemkafka.WithMaxBatch(20),
+		kafkapg.WithConsumerOptions(idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison(), idemkafka.WithUnkeyedUnguarded(), idemkafka.WithMaxBatch(20),
 			idemkafka.WithCommitInterval(time.Hour), idemkafka.WithObserver(func(_ context.Context, ev idemkafka.Event) {
 				if ev.Kind == idemkafka.EventBatch {
 					out.Lock()

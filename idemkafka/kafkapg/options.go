@@ -17,7 +17,6 @@ type config struct {
 	retention    time.Duration
 	lockTimeout  time.Duration
 	perRecord    bool
-	maxAttempts  int
 	consumer     []idemkafka.Option
 	errs         []error
 }
@@ -69,24 +68,12 @@ func WithLockTimeout(d time.Duration) Option {
 // at the price of a commit per record.
 func WithPerRecordTransactions() Option { return func(c *config) { c.perRecord = true } }
 
-// WithMaxAttempts dead-letters a record, with idem.ErrTooManyAttempts,
-// once its handler failed n times in a row with an error that is not
-// permanent. (A rolled-back transaction leaves nothing to count in the
-// database: the count is the consumer's, and starts again with the
-// process.) Default 0: retry without end.
-func WithMaxAttempts(n int) Option {
-	return func(c *config) {
-		if n < 0 {
-			c.fail("WithMaxAttempts(%d): must not be negative", n)
-			return
-		}
-		c.maxAttempts = n
-	}
-}
-
 // WithConsumerOptions passes options of idemkafka's consumer: the scope
-// decision (required), the key's source, dead letters, batch size,
-// backoff, drain timeout, commit interval, logger and observer. In this
+// decision and the poison decision (both required), the key's source,
+// dead letters, attempts (idemkafka.WithMaxAttempts: the count is the
+// partition's, in this process, as a rolled-back transaction leaves
+// nothing to count in the database), batch size, backoff, drain timeout,
+// commit interval, logger and observer. In this
 // mode Kafka commits are for lag dashboards only: the consumer starts from
 // the offsets in PostgreSQL.
 func WithConsumerOptions(opts ...idemkafka.Option) Option {

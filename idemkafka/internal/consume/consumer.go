@@ -13,19 +13,23 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/idemgo/idem/internal/chassis"
 )
 
 // Processor handles the records of one partition.
 type Processor interface {
 	// Process handles items, records of one partition in offset order, and
-	// returns how many of them, from the first, are done (acknowledged or
-	// dead-lettered, and, where the processor stores offsets itself,
-	// stored with their offset). When done < len(items), err says why
-	// items[done] is not: the consumer waits, with backoff, and gives it
-	// to Process again, alone, then the rest. ctx ends when the partition
-	// is revoked or lost, or the consumer's drain deadline passes; Process
-	// should start no handler once p.Draining().
-	Process(ctx context.Context, p *Partition, items []Item) (done int, err error)
+	// returns how many of them, from the first, are done (acknowledged,
+	// dead-lettered or discarded, and, where the processor stores offsets
+	// itself, stored with their offset). When done < len(items), v is the
+	// verdict on items[done], a Retry (the Guard's, the chassis's, or an
+	// [Outage]): the consumer counts the failure if v.Failed, waits (the
+	// busy delay, or a backoff) and gives it to Process again, alone, then
+	// the rest. ctx ends when the partition is revoked or lost, or the
+	// consumer's drain deadline passes; Process should start no handler
+	// once p.Draining().
+	Process(ctx context.Context, p *Partition, items []Item) (done int, v chassis.Verdict)
 }
 
 // AdjustFunc sets the offsets that newly assigned partitions start from,
@@ -66,7 +70,7 @@ type topicPartition struct {
 	partition int32
 }
 
-// New returns a consumer of checked options o (see Options.Check) that
+// New returns a consumer of built options o (see [Build]) that
 // handles records with proc, and, when adjust is not nil, lets it set where
 // assigned partitions start.
 func New(o Options, proc Processor, adjust AdjustFunc) *Consumer {
@@ -96,7 +100,7 @@ func (c *Consumer) ClientOpts() []kgo.Opt {
 
 // check refuses a client that would lose records or commit too early.
 func (c *Consumer) check(cl *kgo.Client) error {
-	p := c.o.Prefix
+	p := c.o.Names().Pkg
 	if cl == nil {
 		return fmt.Errorf("%s: Run: the client is nil", p)
 	}
@@ -146,11 +150,11 @@ func (c *Consumer) Run(ctx context.Context, cl *kgo.Client) error {
 	c.mu.Lock()
 	if c.running {
 		c.mu.Unlock()
-		return fmt.Errorf("%s: Run: already running", c.o.Prefix)
+		return fmt.Errorf("%s: Run: already running", c.o.Names().Pkg)
 	}
 	if c.client != nil && c.client != cl {
 		c.mu.Unlock()
-		return fmt.Errorf("%s: Run: the consumer's callbacks were installed on another client", c.o.Prefix)
+		return fmt.Errorf("%s: Run: the consumer's callbacks were installed on another client", c.o.Names().Pkg)
 	}
 	c.running, c.client = true, cl
 	c.marks, _ = cl.OptValue(kgo.AutoCommitMarks).(bool)
@@ -173,18 +177,18 @@ poll:
 	for {
 		fs := cl.PollRecords(ctx, 0)
 		if fs.IsClientClosed() {
-			runErr = fmt.Errorf("%s: Run: %w", c.o.Prefix, kgo.ErrClientClosed)
+			runErr = fmt.Errorf("%s: Run: %w", c.o.Names().Pkg, kgo.ErrClientClosed)
 			break
 		}
 		if ctx.Err() != nil {
 			break
 		}
 		fs.EachError(func(topic string, partition int32, err error) {
-			c.o.Logger.WarnContext(ctx, c.o.Prefix+": fetch error", slog.String("topic", topic), slog.Int("partition", int(partition)), slog.Any("error", err))
+			c.o.Logger().WarnContext(ctx, c.o.Names().Pkg+": fetch error", slog.String("topic", topic), slog.Int("partition", int(partition)), slog.Any("error", err))
 		})
 		if !fs.Empty() && !c.sawAssigned.Load() {
 			runErr = fmt.Errorf("%s: Run: records arrived before the consumer's OnPartitionsAssigned ran: create the client with "+
-				"the consumer's ClientOpts, last, so that revoked partitions stop their handlers and commit", c.o.Prefix)
+				"the consumer's ClientOpts, last, so that revoked partitions stop their handlers and commit", c.o.Names().Pkg)
 			break poll
 		}
 		fs.EachPartition(func(f kgo.FetchTopicPartition) {
@@ -204,15 +208,15 @@ poll:
 	if runErr != nil {
 		return errors.Join(runErr, drainErr) // the client is closed: nothing to commit with
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.o.DrainTimeout)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.commitTimeout())
 	defer cancel()
 	commitErr := c.commit(sctx, parts)
 	if commitErr != nil {
-		commitErr = fmt.Errorf("%s: Run: committing at shutdown: %w", c.o.Prefix, commitErr)
+		commitErr = fmt.Errorf("%s: Run: committing at shutdown: %w", c.o.Names().Pkg, commitErr)
 	}
 	c.unpause(cl, parts)
 	if err := cl.LeaveGroupContext(sctx); err != nil {
-		c.o.Logger.WarnContext(ctx, c.o.Prefix+": leaving the group", slog.Any("error", err))
+		c.o.Logger().WarnContext(ctx, c.o.Names().Pkg+": leaving the group", slog.Any("error", err))
 	}
 	return errors.Join(drainErr, commitErr)
 }
@@ -268,16 +272,16 @@ func (c *Consumer) drain(parts []*Partition) error {
 	for _, p := range parts {
 		p.startDrain()
 	}
-	if waitAll(parts, c.o.DrainTimeout) {
+	if waitAll(parts, c.o.DrainTimeout()) {
 		return nil
 	}
 	for _, p := range parts {
 		p.stop(ErrShutdown)
 	}
-	if waitAll(parts, c.o.DrainTimeout) {
+	if waitAll(parts, c.o.DrainTimeout()) {
 		return nil
 	}
-	return fmt.Errorf("%s: handlers did not return within %v of their context's end", c.o.Prefix, c.o.DrainTimeout)
+	return fmt.Errorf("%s: handlers did not return within %v of their context's end", c.o.Names().Pkg, c.o.DrainTimeout())
 }
 
 // waitAll waits for the workers of parts to exit, up to d; it reports
@@ -294,6 +298,10 @@ func waitAll(parts []*Partition, d time.Duration) bool {
 	}
 	return true
 }
+
+// commitTimeout bounds a commit, and the leave at shutdown: the drain
+// timeout, and at least 10 s.
+func (c *Consumer) commitTimeout() time.Duration { return max(c.o.DrainTimeout(), 10*time.Second) }
 
 // unpause resumes the fetches of parts paused by their workers: a paused
 // partition stays paused across rebalances, and one assigned again later
@@ -321,7 +329,7 @@ func (c *Consumer) assigned(ctx context.Context, cl *kgo.Client, tps map[string]
 	c.sawAssigned.Store(true)
 	for topic, ps := range tps {
 		for _, p := range ps {
-			c.o.Logger.InfoContext(ctx, c.o.Prefix+": partition assigned", slog.String("topic", topic), slog.Int("partition", int(p)))
+			c.o.Logger().InfoContext(ctx, c.o.Names().Pkg+": partition assigned", slog.String("topic", topic), slog.Int("partition", int(p)))
 			c.observe(ctx, Event{Kind: EventAssigned, Topic: topic, Partition: p})
 		}
 	}
@@ -346,21 +354,21 @@ func (c *Consumer) give(ctx context.Context, cl *kgo.Client, tps map[string][]in
 	for _, p := range parts {
 		p.stop(cause)
 	}
-	if !waitAll(parts, c.o.DrainTimeout) {
-		c.o.Logger.ErrorContext(ctx, c.o.Prefix+": handlers of given-up partitions did not return in time; going on without them",
-			slog.Duration("timeout", c.o.DrainTimeout), slog.Any("cause", cause))
+	if !waitAll(parts, c.o.DrainTimeout()) {
+		c.o.Logger().ErrorContext(ctx, c.o.Names().Pkg+": handlers of given-up partitions did not return in time; going on without them",
+			slog.Duration("timeout", c.o.DrainTimeout()), slog.Any("cause", cause))
 	}
 	if kind == EventRevoked {
-		cctx, cancel := context.WithTimeout(ctx, c.o.DrainTimeout)
+		cctx, cancel := context.WithTimeout(ctx, c.commitTimeout())
 		if err := c.commit(cctx, parts); err != nil {
-			c.o.Logger.WarnContext(ctx, c.o.Prefix+": commit of revoked partitions", slog.Any("error", err))
+			c.o.Logger().WarnContext(ctx, c.o.Names().Pkg+": commit of revoked partitions", slog.Any("error", err))
 		}
 		cancel()
 	}
 	c.unpause(cl, parts)
 	for topic, ps := range tps {
 		for _, p := range ps {
-			c.o.Logger.InfoContext(ctx, c.o.Prefix+": partition "+kind.String(), slog.String("topic", topic), slog.Int("partition", int(p)))
+			c.o.Logger().InfoContext(ctx, c.o.Names().Pkg+": partition "+kind.String(), slog.String("topic", topic), slog.Int("partition", int(p)))
 			c.observe(ctx, Event{Kind: kind, Topic: topic, Partition: p})
 		}
 	}
@@ -371,7 +379,7 @@ func (c *Consumer) adjustOffsets(ctx context.Context, offsets map[string]map[int
 	cl := c.client
 	c.mu.Unlock()
 	if cl == nil {
-		return nil, fmt.Errorf("%s: offsets asked for before any assignment", c.o.Prefix)
+		return nil, fmt.Errorf("%s: offsets asked for before any assignment", c.o.Names().Pkg)
 	}
 	return c.adjust(ctx, cl, offsets)
 }
@@ -397,7 +405,7 @@ func (c *Consumer) commitLoop(ctx context.Context) {
 		err := c.commitLocked(ctx, parts)
 		c.commitMu.Unlock()
 		if err != nil && ctx.Err() == nil {
-			c.o.Logger.WarnContext(ctx, c.o.Prefix+": commit", slog.Any("error", err))
+			c.o.Logger().WarnContext(ctx, c.o.Names().Pkg+": commit", slog.Any("error", err))
 		}
 	}
 }

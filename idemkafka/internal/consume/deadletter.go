@@ -2,80 +2,183 @@ package consume
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
-	"unicode/utf8"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/idemgo/idem/internal/adapter"
+	"github.com/idemgo/idem/internal/chassis"
 )
 
-// The headers of a dead letter, added to the original record's. The cause
-// and reason headers have the names the other idem consumers use.
+// The headers a dead letter carries besides those of package consumer:
+// where the record came from.
 const (
-	HeaderCause     = "idem-dead-letter-cause"     // the error that made the record a dead letter, at most 1 KiB
-	HeaderReason    = "idem-dead-letter-reason"    // why, in a word: see the Reason constants
 	HeaderTopic     = "idem-dead-letter-topic"     // the record's topic
 	HeaderPartition = "idem-dead-letter-partition" // its partition, in decimal
 	HeaderOffset    = "idem-dead-letter-offset"    // its offset, in decimal
-	HeaderKey       = "idem-dead-letter-key"       // its idempotency key, when it had one
 )
 
-// maxCauseLen caps the cause header: an error's message can be long, a
-// header should not be.
-const maxCauseLen = 1024
+// DefaultBatchMaxBytes is franz-go's default kgo.ProducerBatchMaxBytes,
+// the size of the largest record a client produces (Kafka's default
+// max.message.bytes): the limit of a dead letter when the producing client
+// does not tell its own.
+const DefaultBatchMaxBytes = 1000012
 
-// DeadLetter produces the item's record to the dead-letter topic, with the
-// original key, value and headers, and headers saying why (the policy's
-// action a) and whence. It returns once the broker acknowledged it.
-func (p *Partition) DeadLetter(ctx context.Context, it Item, a adapter.Action) error {
-	cause := a.Cause
-	c, r := p.c, it.Rec
-	dl := &kgo.Record{
-		Topic:   c.o.DeadLetterTopic(r),
-		Key:     r.Key,
-		Value:   r.Value,
-		Headers: slices.Clip(slices.Clone(r.Headers)),
+// produceTimeout bounds one try at producing a dead letter, so that a
+// broker that cannot be reached is logged and retried, and a shutdown
+// noticed, rather than waited on for good.
+const produceTimeout = 30 * time.Second
+
+// Poison settles the record of it, which must never run again (the
+// verdict v): under WithDiscardPoison it is logged and reported; else its
+// dead letter is produced to the WithDeadLetter topic. A dead letter that
+// the broker refuses is tried MaxAttempts times, with backoff, and then
+// given up on (chassis.GiveUp): the record is done without it. A broker
+// that cannot be reached is an outage: the dead letter is tried again
+// without end. Poison returns nil once the record is done, and an error
+// when the partition stops first (revoked, lost, shutting down): the
+// record is not done, and its next owner handles it again.
+func (p *Partition) Poison(ctx context.Context, it Item, v chassis.Verdict) error {
+	o := &p.c.o
+	r := it.Rec
+	attrs := append(Attrs(r), slog.String("reason", string(v.Reason)), slog.Any("cause", v.Cause))
+	if it.KeyOK {
+		attrs = append(attrs, slog.String("key", it.Key))
 	}
-	dl.Headers = append(dl.Headers,
-		kgo.RecordHeader{Key: HeaderCause, Value: causeHeader(cause)},
-		kgo.RecordHeader{Key: HeaderReason, Value: []byte(reason(a))},
-		kgo.RecordHeader{Key: HeaderTopic, Value: []byte(r.Topic)},
-		kgo.RecordHeader{Key: HeaderPartition, Value: strconv.AppendInt(nil, int64(r.Partition), 10)},
-		kgo.RecordHeader{Key: HeaderOffset, Value: strconv.AppendInt(nil, r.Offset, 10)},
-	)
-	if it.KeyErr == nil {
-		dl.Headers = append(dl.Headers, kgo.RecordHeader{Key: HeaderKey, Value: []byte(it.Key)})
+	ev := Event{Kind: EventDeadLettered, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Reason: v.Reason, Err: v.Cause}
+	if it.KeyOK {
+		ev.Key = it.Key
 	}
-	producer := c.o.DeadLetterClient
+	pkg := o.Names().Pkg
+	if !o.DeadLetters() {
+		o.Logger().LogAttrs(ctx, slog.LevelWarn, pkg+": poison discarded (WithDiscardPoison)", attrs...)
+		ev.Kind = EventDiscarded
+		p.c.observe(ctx, ev)
+		return nil
+	}
+	producer := o.DeadLetterClient
 	if producer == nil {
 		producer = p.client
 	}
-	if err := producer.ProduceSync(ctx, dl).FirstErr(); err != nil {
-		c.o.Logger.ErrorContext(ctx, c.o.Prefix+": cannot produce a dead letter; the record waits",
-			slog.String("topic", r.Topic), slog.Int("partition", int(r.Partition)), slog.Int64("offset", r.Offset),
-			slog.String("dead_letter_topic", dl.Topic), slog.Any("cause", cause), slog.Any("error", err))
-		return fmt.Errorf("%s: dead letter to %s: %w", c.o.Prefix, dl.Topic, err)
+	topic := o.DeadLetterTopic
+	attrs = append(attrs, slog.String("dead_letter_topic", topic))
+	l := Letter(it, v)
+	l.Fit(BatchMaxBytes(producer, topic))
+	stripped := false
+	for refusals, outages := 0, 0; ; {
+		pctx, cancel := context.WithTimeout(ctx, produceTimeout)
+		err := producer.ProduceSync(pctx, l.Record(topic)).FirstErr()
+		cancel()
+		if err == nil {
+			o.Logger().LogAttrs(ctx, slog.LevelWarn, pkg+": poison dead-lettered", attrs...)
+			p.c.observe(ctx, ev)
+			return nil
+		}
+		switch Classify(err) {
+		case TooLarge:
+			if !stripped {
+				o.Logger().LogAttrs(ctx, slog.LevelWarn, pkg+": the broker refused the dead letter as too large; "+
+					"producing it without the record's key, value and headers", append(attrs, slog.Any("error", err))...)
+				l.Strip()
+				stripped = true
+				continue
+			}
+			fallthrough
+		case Refused:
+			refusals++
+			if refusals >= o.GiveUpAfter() {
+				o.GiveUp(ctx, refusals, v.Cause, err, attrs...)
+				ev.Kind, ev.BrokerErr = EventDiscarded, err
+				p.c.observe(ctx, ev)
+				return nil
+			}
+			o.Logger().LogAttrs(ctx, slog.LevelWarn, pkg+": the broker refused the dead letter; trying again",
+				append(attrs, slog.Int("refusals", refusals), slog.Any("error", err))...)
+		default:
+			outages++
+			o.Logger().LogAttrs(ctx, slog.LevelWarn, pkg+": the dead letter did not reach the broker; the record waits",
+				append(attrs, slog.Any("error", err))...)
+		}
+		if !p.sleep(o.Backoff(refusals + outages)) {
+			return fmt.Errorf("%s: dead letter to %s: %w (the partition stops)", pkg, topic, err)
+		}
 	}
-	c.o.Logger.WarnContext(ctx, c.o.Prefix+": record dead-lettered",
-		slog.String("topic", r.Topic), slog.Int("partition", int(r.Partition)), slog.Int64("offset", r.Offset),
-		slog.String("dead_letter_topic", dl.Topic), slog.Any("cause", cause))
-	c.observe(ctx, Event{Kind: EventDeadLetter, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Err: cause})
-	return nil
 }
 
-// causeHeader is err's message, cut at a rune boundary to maxCauseLen.
-func causeHeader(err error) []byte {
-	b := []byte(err.Error())
-	if len(b) <= maxCauseLen {
-		return b
+// DeadLetter is a dead letter being made: the chassis's Letter of a
+// record.
+type DeadLetter struct{ *chassis.Letter }
+
+// Letter returns the dead letter of the record of it, whose verdict is v:
+// the record's key, value and headers, the headers of package consumer,
+// and [HeaderTopic], [HeaderPartition] and [HeaderOffset].
+func Letter(it Item, v chassis.Verdict) DeadLetter {
+	r := it.Rec
+	return DeadLetter{chassis.NewLetter(r.Key, r.Value, Headers(r), v, it.Key, it.KeyOK,
+		chassis.Header{Name: HeaderTopic, Value: []byte(r.Topic)},
+		chassis.Header{Name: HeaderPartition, Value: strconv.AppendInt(nil, int64(r.Partition), 10)},
+		chassis.Header{Name: HeaderOffset, Value: strconv.AppendInt(nil, r.Offset, 10)})}
+}
+
+// Record returns the letter as a record for topic.
+func (l DeadLetter) Record(topic string) *kgo.Record {
+	hs := make([]kgo.RecordHeader, 0, len(l.Headers)+len(l.Added))
+	for _, h := range l.Headers {
+		hs = append(hs, kgo.RecordHeader{Key: h.Name, Value: h.Value})
 	}
-	cut := maxCauseLen
-	for cut > 0 && !utf8.RuneStart(b[cut]) {
-		cut--
+	for _, h := range l.Added {
+		hs = append(hs, kgo.RecordHeader{Key: h.Name, Value: h.Value})
 	}
-	return b[:cut]
+	return &kgo.Record{Topic: topic, Key: l.RecordKey, Value: l.Body, Headers: hs}
+}
+
+// BatchMaxBytes returns the largest record batch cl produces to topic
+// (kgo.ProducerBatchMaxBytes, or its function form): a record larger than
+// it, less the batch's framing, is failed by the client itself.
+func BatchMaxBytes(cl *kgo.Client, topic string) int {
+	if f, ok := cl.OptValue(kgo.ProducerBatchMaxBytesFn).(func(string) int32); ok && f != nil {
+		return int(f(topic))
+	}
+	if n, ok := cl.OptValue(kgo.ProducerBatchMaxBytes).(int32); ok && n > 0 {
+		return int(n)
+	}
+	return DefaultBatchMaxBytes
+}
+
+// Class is what a failed produce says of the dead letter.
+type Class uint8
+
+// The classes of [Classify].
+const (
+	// Unreachable: the broker could not be reached or asked to try
+	// again (a connection that failed, a timeout, a retriable error): an
+	// outage.
+	Unreachable Class = iota
+	// TooLarge: the broker, or the client, refused the record as too
+	// large (MESSAGE_TOO_LARGE).
+	TooLarge
+	// Refused: the broker answered no (a topic that may not be written,
+	// an invalid topic name, a topic that does not exist once kgo stopped
+	// waiting for it, …).
+	Refused
+)
+
+// Classify returns the class of err, ProduceSync's error.
+func Classify(err error) Class {
+	switch {
+	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
+		return TooLarge
+	case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID):
+		// Retriable to Kafka, but kgo returns it only once it gave up
+		// waiting for the topic (kgo.UnknownTopicRetries).
+		return Refused
+	}
+	if ke, ok := errors.AsType[*kerr.Error](err); ok && !ke.Retriable {
+		return Refused
+	}
+	return Unreachable
 }

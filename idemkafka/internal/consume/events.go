@@ -3,23 +3,27 @@ package consume
 import (
 	"context"
 	"time"
+
+	"github.com/idemgo/idem/consumer"
 )
 
-// EventKind says what an [Event] reports.
+// EventKind says what an [Event] reports. idemkafka's EventKind has the
+// same values.
 type EventKind uint8
 
-// The kinds of [Event].
+// The kinds of [Event], in idemkafka's order.
 const (
-	EventAssigned   EventKind = iota + 1 // a partition was assigned to this member
-	EventRevoked                         // a partition was revoked: its handlers stopped, its offset committed
-	EventLost                            // a partition was lost (the member left the group uncleanly): its handlers stopped
-	EventBatch                           // records of a partition were finished: Records, Offset (the next), Lag
-	EventRetry                           // a record could not be finished and waits Delay: Offset, Err
-	EventDeadLetter                      // a record went to the dead-letter topic: Offset, Err (the cause)
-	EventCommit                          // a partition's offset was committed to Kafka: Offset (the next), Err
+	EventAssigned EventKind = iota + 1
+	EventRevoked
+	EventLost
+	EventBatch
+	EventRetry
+	EventDeadLettered
+	EventDiscarded
+	EventCommit
 )
 
-var eventNames = [...]string{"", "assigned", "revoked", "lost", "batch", "retry", "dead_letter", "commit"}
+var eventNames = [...]string{"", "assigned", "revoked", "lost", "batch", "retry", "dead_lettered", "discarded", "commit"}
 
 // String returns the kind's name in snake case, for metric labels.
 func (k EventKind) String() string {
@@ -29,23 +33,22 @@ func (k EventKind) String() string {
 	return "unknown"
 }
 
-// Event is what a consumer reports to its observer.
+// Event is what a consumer reports to its observer: idemkafka's Event,
+// field for field (see there).
 type Event struct {
 	Kind      EventKind
 	Topic     string
 	Partition int32
-	// Offset: EventBatch and EventCommit, the next offset of the partition
-	// (one past its last finished record); EventRetry and EventDeadLetter,
-	// the record's.
-	Offset int64
-	// Lag (EventBatch): the partition's high watermark at its last fetch
-	// minus Offset: records produced and not finished yet.
-	Lag      int64
-	Records  int           // EventBatch: records finished
-	Replayed int           // EventBatch: of those, duplicates whose outcome was already stored
-	Delay    time.Duration // EventRetry: the pause before the next try
-	Duration time.Duration // EventBatch: how long the records took
-	Err      error         // EventRetry, EventCommit: the error; EventDeadLetter: the cause
+	Offset    int64
+	Lag       int64
+	Records   int
+	Replayed  int
+	Delay     time.Duration
+	Duration  time.Duration
+	Key       string
+	Reason    consumer.Reason
+	Err       error
+	BrokerErr error
 }
 
 func (c *Consumer) observe(ctx context.Context, e Event) {

@@ -1,14 +1,15 @@
 package consume
 
 import (
-	"cmp"
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/adapter"
+	"github.com/idemgo/idem/internal/chassis"
 )
 
 // Defaults of [Options].
@@ -16,77 +17,80 @@ const (
 	DefaultKeyHeader      = "idempotency-key"
 	DefaultMaxBatch       = 500
 	DefaultCommitInterval = time.Second
-	DefaultDrainTimeout   = 10 * time.Second
-	DefaultMinBackoff     = 10 * time.Millisecond
-	DefaultMaxBackoff     = 5 * time.Second
-	DeadLetterSuffix      = ".dlq"
 )
 
-// Options configure a [Consumer]. The adapters fill them through their
-// functional options; Prefix names the adapter in errors.
+// Options configure a [Consumer]: the options every idem consumer has
+// (chassis.Options), and Kafka's. The adapters fill them through their
+// functional options and [Build].
 type Options struct {
-	Prefix string // "idemkafka", "kafkapg"
+	chassis.Options[*kgo.Record]
 
-	KeyHeader string                              // header holding the key; default DefaultKeyHeader
-	KeyFunc   func(r *kgo.Record) (string, error) // replaces KeyHeader when set
-	Unkeyed   bool                                // run records without a key unguarded instead of dead-lettering them
-
-	Scope       func(r *kgo.Record) string // the record's scope; set by WithScope
-	SharedScope bool                       // every record in the empty scope; set by WithSharedScope
-
-	Payload func(r *kgo.Record) []byte // what is fingerprinted; default the record's value
-
-	DeadLetterTopic  func(r *kgo.Record) string // default: the record's topic + DeadLetterSuffix
-	DeadLetterClient *kgo.Client                // default: the consuming client
+	DeadLetterTopic  string      // WithDeadLetter's topic
+	DeadLetterClient *kgo.Client // default: the consuming client
 
 	MaxBatch       int           // records handed to the Processor at once; default DefaultMaxBatch
 	CommitInterval time.Duration // between Kafka commits; default DefaultCommitInterval
-	DrainTimeout   time.Duration // for in-flight handlers at a revoke or shutdown; default DefaultDrainTimeout
-	MinBackoff     time.Duration // first pause before a retry; default DefaultMinBackoff
-	MaxBackoff     time.Duration // longest pause before a retry; default DefaultMaxBackoff
 
-	Logger   *slog.Logger                       // default: discard
 	Observer func(ctx context.Context, e Event) // default: none
-
-	errs []error
 }
 
-// Failf records a configuration error, reported by Check; the message is
-// prefixed with the adapter's name.
-func (o *Options) Failf(format string, args ...any) {
-	o.errs = append(o.errs, fmt.Errorf("%s: "+format, append([]any{o.Prefix}, args...)...))
-}
-
-// Check fills in the defaults and returns the configuration errors, the
-// missing scope decision among them.
-func (o *Options) Check() error {
-	switch {
-	case o.Scope == nil && !o.SharedScope:
-		o.Failf("no scope decision: pass WithScope(func(*kgo.Record) string) to key each record within its tenant, " +
-			"or WithSharedScope() if one key names one operation whoever produced it (the same key from two tenants " +
-			"must not name one operation unless you say so)")
-	case o.Scope != nil && o.SharedScope:
-		o.Failf("both WithScope and WithSharedScope: choose one")
-	case o.MinBackoff > o.MaxBackoff && o.MaxBackoff > 0:
-		o.Failf("WithRetryBackoff(%v, %v): the first pause is longer than the longest", o.MinBackoff, o.MaxBackoff)
+// Build applies opts to o for the adapter pkg ("idemkafka", "kafkapg") and
+// checks them (chassis.Build: the scope and poison decisions among them),
+// over the Guard g, or, when g is nil, over an executor whose
+// configuration is cfg; then it fills in Kafka's defaults.
+func Build[F ~func(*Options)](o *Options, pkg string, g *idem.Guard, cfg idem.Config, opts []F) error {
+	b := chassis.Broker[*kgo.Record]{
+		Names:            adapter.Names{Pkg: pkg, Request: "*kgo.Record"},
+		KeyHeader:        DefaultKeyHeader,
+		Header:           headerValues,
+		Body:             func(r *kgo.Record) []byte { return r.Value },
+		DeadLetterOption: "WithDeadLetter(topic)",
 	}
-	if err := errors.Join(o.errs...); err != nil {
+	if err := chassis.Build(o, &o.Options, b, g, cfg, opts); err != nil {
 		return err
 	}
-	o.KeyHeader = cmp.Or(o.KeyHeader, DefaultKeyHeader)
-	o.MaxBatch = cmp.Or(o.MaxBatch, DefaultMaxBatch)
-	o.CommitInterval = cmp.Or(o.CommitInterval, DefaultCommitInterval)
-	o.DrainTimeout = cmp.Or(o.DrainTimeout, DefaultDrainTimeout)
-	o.MinBackoff = cmp.Or(o.MinBackoff, DefaultMinBackoff)
-	o.MaxBackoff = cmp.Or(o.MaxBackoff, max(DefaultMaxBackoff, o.MinBackoff))
-	if o.Payload == nil {
-		o.Payload = func(r *kgo.Record) []byte { return r.Value }
+	if o.MaxBatch == 0 {
+		o.MaxBatch = DefaultMaxBatch
 	}
-	if o.DeadLetterTopic == nil {
-		o.DeadLetterTopic = func(r *kgo.Record) string { return r.Topic + DeadLetterSuffix }
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
+	if o.CommitInterval == 0 {
+		o.CommitInterval = DefaultCommitInterval
 	}
 	return nil
+}
+
+// headerValues returns the values of r's headers called name, in order.
+func headerValues(r *kgo.Record, name string) []string {
+	var values []string
+	for _, h := range r.Headers {
+		if h.Key == name {
+			values = append(values, string(h.Value))
+		}
+	}
+	return values
+}
+
+// Headers returns r's headers as the chassis sees them.
+func Headers(r *kgo.Record) []chassis.Header {
+	hs := make([]chassis.Header, len(r.Headers))
+	for i, h := range r.Headers {
+		hs[i] = chassis.Header{Name: h.Key, Value: h.Value}
+	}
+	return hs
+}
+
+// Attrs returns the log attributes that find r: its topic, partition and
+// offset.
+func Attrs(r *kgo.Record) []slog.Attr {
+	return []slog.Attr{slog.String("topic", r.Topic), slog.Int("partition", int(r.Partition)), slog.Int64("offset", r.Offset)}
+}
+
+// Handle runs h, a handler of the record of it, with the context a handler
+// gets: ctx's cancellation and values, then the values of the record's own
+// context (where a kgo hook such as kotel put its span) and the record's
+// trace headers (consumer.TraceFrom). A panic is the handler's
+// *consumer.PanicError, logged.
+func (o *Options) Handle(ctx context.Context, it Item, h func(ctx context.Context) error) error {
+	r := it.Rec
+	hctx := chassis.HandlerContext(ctx, r.Context, chassis.TraceFromHeaders(Headers(r)))
+	return o.Call(hctx, h, append(Attrs(r), slog.String("key", it.Key))...)
 }

@@ -2,15 +2,15 @@ package consume
 
 import (
 	"context"
-	"errors"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/idemgo/idem"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/chassis"
 )
 
 // Partition is one assigned partition of a [Consumer]: a goroutine that
@@ -29,9 +29,13 @@ type Partition struct {
 	wake     chan struct{} // a push, a drain or a stop
 	done     chan struct{} // closed when the worker exits
 
+	// The record being retried (worker only): its offset (-1: none), how
+	// many times in a row it was not finished (for the backoff), and how
+	// many of those its handler failed (toward MaxAttempts).
+	retryAt  int64
+	tries    int
+	failures int
 	replayed int // duplicates among the records finished since the last EventBatch (worker only)
-	failures int // how often the record at failedAt failed in a row, not counting busy keys (worker only)
-	failedAt int64
 
 	mu        sync.Mutex
 	queue     []*kgo.Record
@@ -48,7 +52,7 @@ func newPartition(c *Consumer, cl *kgo.Client, topic string, partition int32) *P
 		c: c, client: cl, Topic: topic, Partition: partition,
 		ctx: ctx, cancel: cancel,
 		wake: make(chan struct{}, 1), done: make(chan struct{}),
-		committed: -1,
+		committed: -1, retryAt: -1,
 	}
 }
 
@@ -58,9 +62,6 @@ func (p *Partition) Client() *kgo.Client { return p.client }
 // Draining reports that the consumer shuts down: the handler in flight may
 // finish, no other may start.
 func (p *Partition) Draining() bool { return p.draining.Load() }
-
-// Logger returns the consumer's logger.
-func (p *Partition) Logger() *slog.Logger { return p.c.o.Logger }
 
 func (p *Partition) signal() {
 	select {
@@ -139,13 +140,12 @@ func (p *Partition) run() {
 // first that is not with backoff. It returns false when the partition
 // stopped or drains before they are.
 func (p *Partition) handle(recs []*kgo.Record) bool {
-	c := p.c
+	o := &p.c.o
 	items := make([]Item, len(recs))
 	for i, r := range recs {
-		items[i] = c.o.Item(r)
+		items[i] = o.Item(r)
 	}
-	backoff := c.o.MinBackoff
-	alone := false // after a failure, the failed record goes alone first
+	alone := false // after a retry, the record retried goes alone first
 	for len(items) > 0 {
 		if p.draining.Load() {
 			return false
@@ -155,12 +155,11 @@ func (p *Partition) handle(recs []*kgo.Record) bool {
 			cur = items[:1]
 		}
 		start := time.Now()
-		n, err := c.proc.Process(p.ctx, p, cur)
+		n, v := p.c.proc.Process(p.ctx, p, cur)
 		n = max(0, min(n, len(cur)))
 		if n > 0 {
 			p.advance(items[n-1].Rec, n, time.Since(start))
 			items = items[n:]
-			backoff = c.o.MinBackoff
 		}
 		if n == len(cur) {
 			alone = false
@@ -171,30 +170,52 @@ func (p *Partition) handle(recs []*kgo.Record) bool {
 		}
 		alone = true
 		r := items[0].Rec
-		if !errors.Is(err, idem.ErrInProgress) {
-			if p.failures == 0 || p.failedAt != r.Offset {
-				p.failures, p.failedAt = 0, r.Offset
-			}
+		if p.retryAt != r.Offset {
+			p.retryAt, p.tries, p.failures = r.Offset, 0, 0
+		}
+		p.tries++
+		if v.Failed {
 			p.failures++
 		}
-		delay := backoff/2 + rand.N(backoff/2+1)
-		level := slog.LevelWarn
-		if errors.Is(err, idem.ErrInProgress) {
-			level = slog.LevelDebug // a duplicate in flight elsewhere: wait for it
+		delay, level := o.Backoff(p.tries), slog.LevelWarn
+		if v.Busy {
+			// A duplicate in flight elsewhere: wait for it.
+			delay, level = v.Delay, slog.LevelDebug
 		}
-		c.o.Logger.Log(p.ctx, level, c.o.Prefix+": record not finished; retrying", slog.String("topic", p.Topic), slog.Int("partition", int(p.Partition)),
-			slog.Int64("offset", r.Offset), slog.Duration("delay", delay), slog.Any("error", err))
-		c.observe(p.ctx, Event{Kind: EventRetry, Topic: p.Topic, Partition: p.Partition, Offset: r.Offset, Delay: delay, Err: err})
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-p.ctx.Done():
-			t.Stop()
+		it := items[0]
+		o.Logger().LogAttrs(p.ctx, level, o.Names().Pkg+": record not finished; retrying", append(Attrs(r),
+			slog.Duration("delay", delay), slog.Int("failures", p.failures), slog.Any("error", v.Cause))...)
+		ev := Event{Kind: EventRetry, Topic: p.Topic, Partition: p.Partition, Offset: r.Offset, Delay: delay, Err: v.Cause}
+		if it.KeyOK {
+			ev.Key = it.Key
+		}
+		p.c.observe(p.ctx, ev)
+		if !p.sleep(delay) {
 			return false
 		}
-		backoff = min(2*backoff, c.o.MaxBackoff)
 	}
 	return true
+}
+
+// sleep waits d, and reports whether the partition may go on: false once
+// it is stopped or draining.
+func (p *Partition) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		if p.draining.Load() {
+			return false
+		}
+		select {
+		case <-t.C:
+			return !p.draining.Load()
+		case <-p.ctx.Done():
+			return false
+		case <-p.wake:
+			// A push, or a drain: look again. (take finds pushed
+			// records in the queue without the signal.)
+		}
+	}
 }
 
 // advance records that the partition is finished up to and including r,
@@ -208,18 +229,32 @@ func (p *Partition) advance(r *kgo.Record, n int, took time.Duration) {
 	if p.c.marks {
 		p.client.MarkCommitOffsets(map[string]map[int32]kgo.EpochOffset{p.Topic: {p.Partition: next}})
 	}
-	p.failures = 0
+	p.retryAt, p.tries, p.failures = -1, 0, 0
 	p.c.observe(p.ctx, Event{Kind: EventBatch, Topic: p.Topic, Partition: p.Partition, Offset: next.Offset, Lag: lag, Records: n, Replayed: p.replayed, Duration: took})
 	p.replayed = 0
 }
 
-// Failures returns how many times in a row r failed to finish, a busy key
-// not counted: for a Processor that stops a poison record itself.
+// Failures returns how many times in a row the handler of r failed: not
+// counting a busy key, a store or database that could not be reached, a
+// shutdown, or a dead letter that could not be produced.
 func (p *Partition) Failures(r *kgo.Record) int {
-	if p.failures > 0 && p.failedAt == r.Offset {
+	if p.retryAt == r.Offset {
 		return p.failures
 	}
 	return 0
+}
+
+// Decide returns the verdict on r, whose handler ran with ctx (or did
+// not) and which the Guard (or the TxGuard) answered with res and err:
+// the chassis's, with r's failures so far. A handler that failed because
+// the partition stops (its context ended: revoked, lost, the drain
+// deadline) made no attempt: its record is retried by the next owner.
+func (p *Partition) Decide(ctx context.Context, res idem.Result, err error, r *kgo.Record) chassis.Verdict {
+	v := p.c.o.Decide(res, err, p.Failures(r))
+	if v.Failed && ctx.Err() != nil {
+		return Outage(err)
+	}
+	return v
 }
 
 // Replayed counts n records the Processor finished as duplicates, for the

@@ -100,6 +100,20 @@ func TopicName(tb testing.TB) string {
 // and one replica, and deletes them when tb ends.
 func CreateTopics(tb testing.TB, brokers []string, partitions int32, names ...string) {
 	tb.Helper()
+	createTopics(tb, brokers, partitions, nil, names)
+}
+
+// TopicWithConfig is [Topic] with the topic configuration configs
+// (max.message.bytes, say).
+func TopicWithConfig(tb testing.TB, brokers []string, partitions int32, configs map[string]string) string {
+	tb.Helper()
+	name := TopicName(tb)
+	createTopics(tb, brokers, partitions, configs, []string{name})
+	return name
+}
+
+func createTopics(tb testing.TB, brokers []string, partitions int32, configs map[string]string, names []string) {
+	tb.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		tb.Fatal(err)
@@ -112,6 +126,11 @@ func CreateTopics(tb testing.TB, brokers []string, partitions int32, names ...st
 	for _, name := range names {
 		t := kmsg.NewCreateTopicsRequestTopic()
 		t.Topic, t.NumPartitions, t.ReplicationFactor = name, partitions, 1
+		for k, v := range configs {
+			c := kmsg.NewCreateTopicsRequestTopicConfig()
+			c.Name, c.Value = k, kmsg.StringPtr(v)
+			t.Configs = append(t.Configs, c)
+		}
 		req.Topics = append(req.Topics, t)
 	}
 	resp, err := req.RequestWith(ctx, cl)
@@ -255,8 +274,12 @@ func Keyed(topic string, partition int32, key, value string) *kgo.Record {
 
 // HeaderKey returns the record's idempotency key header ("" if none).
 func HeaderKey(r *kgo.Record) string {
-	k, _ := consume.KeyFromHeaders(r.Headers, consume.DefaultKeyHeader)
-	return k
+	for _, h := range r.Headers {
+		if h.Key == consume.DefaultKeyHeader {
+			return string(h.Value)
+		}
+	}
+	return ""
 }
 
 // metadataMinAge is the test clients' least time between metadata

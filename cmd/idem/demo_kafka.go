@@ -464,7 +464,7 @@ func (r *kafkaRun) guardedProcess(ctx context.Context, p *process, store idem.St
 			crashAfter.Store(r.stream[idx].key, true)
 		}
 		return nil
-	}, idemkafka.WithSharedScope(), idemkafka.WithCommitInterval(100*time.Millisecond), idemkafka.WithDrainTimeout(100*time.Millisecond),
+	}, idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison(), idemkafka.WithCommitInterval(100*time.Millisecond), idemkafka.WithDrainTimeout(100*time.Millisecond),
 		idemkafka.WithRetryBackoff(20*time.Millisecond, 200*time.Millisecond), idemkafka.WithMaxBatch(64),
 		idemkafka.WithObserver(func(_ context.Context, e idemkafka.Event) {
 			if e.Kind == idemkafka.EventBatch {

@@ -96,9 +96,23 @@ func consumeOrders(ctx context.Context, addrs []string, o options, out io.Writer
 	var finished atomic.Int64
 	consumer, err := idemkafka.New(guard, func(ctx context.Context, r *kgo.Record) error { return p.handle(ctx, r.Value) },
 		idemkafka.WithSharedScope(),
+		// A record that can never be charged (not an OrderCreated event)
+		// goes to the dead-letter topic, with its cause in its headers;
+		// a value too large to go with it is left out, its size and
+		// SHA-256 recorded.
+		idemkafka.WithDeadLetter(deadLetterTopic(o.topic)),
 		idemkafka.WithObserver(func(_ context.Context, e idemkafka.Event) {
-			if e.Kind == idemkafka.EventBatch && finished.Add(int64(e.Records)) == int64(stopAfter) {
-				cancel()
+			switch e.Kind {
+			case idemkafka.EventBatch:
+				if finished.Add(int64(e.Records)) == int64(stopAfter) {
+					cancel()
+				}
+			case idemkafka.EventDeadLettered:
+				p.printf("dead-lettered the record at %s/%d offset %d to %s (%s): %v\n",
+					e.Topic, e.Partition, e.Offset, deadLetterTopic(o.topic), e.Reason, e.Err)
+			case idemkafka.EventDiscarded:
+				p.printf("the broker refused the dead letter of the record at %s/%d offset %d (%s: %v): %v; "+
+					"skipped, it stays in %s\n", e.Topic, e.Partition, e.Offset, e.Reason, e.Err, e.BrokerErr, e.Topic)
 			}
 		}))
 	if err != nil {
@@ -120,4 +134,15 @@ func consumeOrders(ctx context.Context, addrs []string, o options, out io.Writer
 		return finished.Load(), err
 	}
 	return finished.Load(), nil
+}
+
+// deadLetterTopic is where the records of topic that can never be charged
+// go.
+func deadLetterTopic(topic string) string { return topic + ".dlq" }
+
+// printf writes a line of the consumer's beside the provider's charges.
+func (p *provider) printf(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintf(p.out, format, args...)
 }

@@ -70,7 +70,7 @@ func (p *provider) charge(e OrderCreated) {
 func (p *provider) handle(_ context.Context, body []byte) error {
 	var e OrderCreated
 	if err := json.Unmarshal(body, &e); err != nil || e.OrderID == "" {
-		return idem.Permanent(fmt.Errorf("payments: not an OrderCreated event: %q", body))
+		return idem.Permanent(fmt.Errorf("payments: not an OrderCreated event (%d bytes): %.64q", len(body), body))
 	}
 	p.charge(e)
 	return nil

@@ -684,11 +684,16 @@ func consumeKafka(ctx context.Context, s consumerSpec, g *idem.Guard, c *consume
 		idemkafka.WithCommitInterval(250 * time.Millisecond),
 		idemkafka.WithDrainTimeout(kafkaDrain),
 		idemkafka.WithRetryBackoff(s.RetryDelay, time.Second),
+		// A ledger cut off by a fault fails handlers for as long as the
+		// fault lasts: that is no poison. Any poison fails the run
+		// (evDead), and is dropped.
+		idemkafka.WithMaxAttempts(1000),
+		idemkafka.WithDiscardPoison(),
 		idemkafka.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))),
 		idemkafka.WithObserver(func(_ context.Context, e idemkafka.Event) {
 			switch e.Kind {
-			case idemkafka.EventDeadLetter:
-				events.emit(evDead, "", "dead-letter")
+			case idemkafka.EventDeadLettered, idemkafka.EventDiscarded:
+				events.emit(evDead, e.Key, string(e.Reason))
 			case idemkafka.EventAssigned:
 				events.emit(evReady)
 			}

@@ -20,22 +20,27 @@ const (
 	maxScriptBytes = 1 << 20
 )
 
-// ClaimBatch implements [idem.BatchClaimer] in one round trip. On a client
-// of one server (*redis.Client: standalone or Sentinel), every
-// maxScriptBatch keys are claimed by one script, in order, the scripts in
-// one pipeline; Redis then pays one script call per chunk instead of one
-// per key. On any other client
-// (Cluster) each key's claim script goes in the pipeline, and go-redis
-// sends one pipeline to each primary concerned, in parallel. Either way,
-// entries for the same key run in order, the second seeing the first.
+// ClaimBatch implements [idem.BatchClaimer]. Each entry is first the
+// plain commands of a claim (see plainClaim), all of them in one
+// pipeline: one round trip answers every new key (claimed), every
+// duplicate, reused key and unknown value. The entries that find a key in
+// progress, and any later entry for a key an earlier entry of the batch
+// names, go to the claim script in a second round trip, in order, so that
+// such an entry sees the ones before it. On a client of one server
+// (*redis.Client: standalone or Sentinel), every maxScriptBatch of those
+// are claimed by one script, the scripts in one pipeline; on any other
+// client (Cluster) each one's claim script goes in the pipeline. On
+// Cluster go-redis sends each pipeline as one pipeline to each primary
+// concerned, in parallel.
 //
 // A Claim's Err holds idem.ErrKeyReused, ErrUnknownFormat or
 // *ValueTooLargeError for its key.
 // The returned error is ErrInvalidArgs when an entry is out of range
 // (nothing is sent), or wraps idem.ErrStoreUnavailable when no entry got an
-// answer. When only some got one (a primary or a chunk failed), the others
-// carry that error in their Err: their claims may or may not have been
-// made, and such a key answers Busy until its lease ends.
+// answer. When only some got one (a primary or a chunk failed, or the
+// context ended before the second round trip's answer), the others carry
+// that error in their Err: their claims may or may not have been made,
+// and such a key answers Busy until its lease ends.
 func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.Claim, error) {
 	for _, a := range args {
 		if err := checkClaim("ClaimBatch", a); err != nil {
@@ -47,27 +52,53 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 		return out, nil
 	}
 	tokens := make([]idem.Token, len(args))
-	for i := range tokens {
+	plains := make([]plainClaim, len(args)) // zero for an entry left to the script
+	nvs := make([][]byte, len(args))
+	seen := make(map[string]struct{}, len(args))
+	for i, a := range args {
 		tokens[i] = newToken()
-	}
-	_, oneServer := s.client.(*redis.Client)
-	var cmds []*evalCmd
-	if oneServer {
-		cmds = s.chunkCmds(ctx, args, tokens)
-	} else {
-		cmds = s.eachCmds(ctx, args, tokens)
-	}
-	sent := time.Now()
-	r, err := await(ctx, func() batchReplies {
-		s.pipeline(ctx, s.client, cmds)
-		s.peekRefused(ctx, s.client, cmds) // a full Redis still answers duplicates
-		if oneServer {
-			return chunkReplies("ClaimBatch", cmds, len(args))
+		ea := appendClaimArgs(make([]any, 0, 3), a, tokens[i])
+		nvs[i] = ea[0].([]byte)
+		if _, again := seen[a.Key]; again {
+			continue
 		}
-		return eachReplies(cmds)
-	})
-	if err != nil {
+		seen[a.Key] = struct{}{}
+		plains[i] = newPlainClaim(ctx, s.RedisKey(a.Key), ea)
+	}
+	sent := make([]time.Time, len(args))
+	sent0 := time.Now()
+	if _, err := await(ctx, func() struct{} {
+		p := s.client.Pipeline()
+		for _, pc := range plains {
+			if pc.set != nil {
+				pc.process(ctx, p)
+			}
+		}
+		_, _ = p.Exec(ctx) // each command carries its own error
+		return struct{}{}
+	}); err != nil {
 		return nil, unavailable(ctx, "ClaimBatch", err)
+	}
+	r := batchReplies{replies: make([]any, len(args)), errs: make([]error, len(args))}
+	var again []int // the entries the claim script decides, in order
+	for i, pc := range plains {
+		sent[i] = sent0
+		if pc.set == nil {
+			again = append(again, i)
+			continue
+		}
+		reply, needsScript, err := pc.reply(nvs[i], s.cfg.MaxValueSize)
+		switch {
+		case needsScript || redis.IsOOMError(err): // a full Redis's script peeks
+			again = append(again, i)
+		case err != nil:
+			r.errs[i] = err
+		default:
+			r.replies[i] = reply
+		}
+	}
+	if len(again) > 0 {
+		s.claimAgain(ctx, args, tokens, again, r, sent)
 	}
 	var failed int
 	var first error
@@ -80,7 +111,7 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 			}
 			continue
 		}
-		c, err := s.claimReply("ClaimBatch", args[i], tokens[i], sent, r.replies[i])
+		c, err := s.claimReply("ClaimBatch", args[i], tokens[i], sent[i], r.replies[i])
 		c.Err = err
 		out[i] = c
 	}
@@ -88,6 +119,41 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 		return nil, first
 	}
 	return out, nil
+}
+
+// claimAgain claims the entries at of args, with their tokens, by the
+// claim script in one round trip (see ClaimBatch), and puts each one's
+// answer, or error, and the time its script was sent, in r and sent.
+func (s *Store) claimAgain(ctx context.Context, args []idem.ClaimArgs, tokens []idem.Token, at []int, r batchReplies, sent []time.Time) {
+	sub := make([]idem.ClaimArgs, len(at))
+	subTokens := make([]idem.Token, len(at))
+	for k, i := range at {
+		sub[k], subTokens[k] = args[i], tokens[i]
+	}
+	_, oneServer := s.client.(*redis.Client)
+	var cmds []*evalCmd
+	if oneServer {
+		cmds = s.chunkCmds(ctx, sub, subTokens)
+	} else {
+		cmds = s.eachCmds(ctx, sub, subTokens)
+	}
+	now := time.Now()
+	got, err := await(ctx, func() batchReplies {
+		s.pipeline(ctx, s.client, cmds)
+		s.peekRefused(ctx, s.client, cmds) // a full Redis still answers duplicates
+		if oneServer {
+			return chunkReplies("ClaimBatch", cmds, len(sub))
+		}
+		return eachReplies(cmds)
+	})
+	for k, i := range at {
+		sent[i] = now
+		if err != nil {
+			r.errs[i] = err
+			continue
+		}
+		r.replies[i], r.errs[i] = got.replies[k], got.errs[k]
+	}
 }
 
 // batchReplies are the answers to a batch: for each entry its reply, or

@@ -47,12 +47,21 @@
 // them, from the moment it sent the claim, on its own clock. Get reads
 // both from the server.
 //
-// # One script per transition
+// # Plain commands first, one script per transition
 //
-// Claim, Complete, Fail, Release, Extend and Get are each one EVALSHA of a
-// Lua script that touches only the record's key, so every transition is
-// atomic on the server and each call is one round trip; a duplicate's
-// Claim returns the stored outcome in that same round trip. The scripts
+// A claim starts with plain commands: SET key record NX PX ms GET, which
+// claims a new key, and PEXPIRETIME, in one round trip. A key that has a
+// record keeps it (SET … NX writes nothing), and the value comes back: a
+// duplicate's Claim returns the stored outcome in that same round trip,
+// and a reused key or a value of another program is answered from it
+// too, by the same rules the claim script follows. A script call costs
+// the Redis server several times a command, and these are a claim's
+// common cases. Only a key in progress needs the claim script, in a
+// second round trip: whether its lease is live is for the server's clock
+// to judge, and the script decides atomically (Busy, a takeover, the
+// attempt cap). Complete, Fail, Release, Extend and Get are each one
+// EVALSHA of a Lua script that touches only the record's key, so every
+// transition is atomic on the server and each call is one round trip. The scripts
 // are cached by the server; after a restart or SCRIPT FLUSH, the first
 // call that meets NOSCRIPT sends the script itself with EVAL (a NOSCRIPT
 // reply means nothing ran).
@@ -69,13 +78,15 @@
 // idem.ErrStoreUnavailable, and a later Claim tells whether the outcome
 // was stored.
 //
-// [Store.ClaimBatch] and [Store.CompleteBatch] send their scripts in one
-// pipeline: n keys in one round trip on a standalone server; on Cluster,
-// go-redis sends one pipeline per primary, in parallel. On a client of one
-// server (standalone or Sentinel), ClaimBatch claims and CompleteBatch
-// completes up to 128 keys per script, in order, which spares Redis a
-// script call per key; on Cluster, where keys live in different slots,
-// they pipeline one single-key script per key.
+// [Store.ClaimBatch] sends the plain commands of every key in one
+// pipeline, and the claim scripts of the keys in progress (and of any key
+// an earlier entry of the batch names) in a second; [Store.CompleteBatch]
+// sends its scripts in one pipeline. On Cluster, go-redis sends one
+// pipeline per primary, in parallel. On a client of one server
+// (standalone or Sentinel), the scripts claim and complete up to 128 keys
+// each, in order, which spares Redis a script call per key; on Cluster,
+// where keys live in different slots, they pipeline one single-key script
+// per key.
 //
 // Errors from the client or the server are returned wrapping
 // idem.ErrStoreUnavailable, with standard-library causes (context,

@@ -72,8 +72,9 @@ func (e *EvictionPolicyError) Error() string {
 // Config.MaxValueSize: by Complete, Fail and CompleteBatch, which then write
 // nothing; and by Claim, ClaimBatch (in the entry's Err) and Get for a
 // record whose stored result is longer, which they refuse to read (another
-// program, or a Store with a larger MaxValueSize, wrote it). Redis does not
-// send such a result: the script leaves it out of its reply.
+// program, or a Store with a larger MaxValueSize, wrote it). Get's script
+// leaves such a result out of its reply; a claim's SET … GET (see
+// Store.Claim) is answered the whole value, and drops it.
 type ValueTooLargeError struct {
 	Size   int    // the value's length in bytes
 	Max    int    // Config.MaxValueSize

@@ -49,3 +49,34 @@ func (s *Store) Peek(ctx context.Context, a idem.ClaimArgs, t idem.Token) (idem.
 	}
 	return s.claimReply("Peek", a, t, time.Now(), reply)
 }
+
+// PlainClaim sends the plain commands of the claim of a with the token t
+// (see plainClaim) and returns what they answer, or needsScript when they
+// leave the key to the claim script. For a key with no record, SET
+// claims it.
+func (s *Store) PlainClaim(ctx context.Context, a idem.ClaimArgs, t idem.Token) (c idem.Claim, needsScript bool, err error) {
+	args := s.claimArgs(a, t)
+	plain := newPlainClaim(ctx, s.RedisKey(a.Key), args)
+	p := s.client.Pipeline()
+	plain.process(ctx, p)
+	_, _ = p.Exec(ctx)
+	reply, needsScript, err := plain.reply(args[0].([]byte), s.cfg.MaxValueSize)
+	if needsScript {
+		return idem.Claim{}, true, nil
+	}
+	if err != nil {
+		return idem.Claim{}, false, unavailable(ctx, "PlainClaim", err)
+	}
+	c, err = s.claimReply("PlainClaim", a, t, time.Now(), reply)
+	return c, false, err
+}
+
+// ScriptClaim runs the claim script alone, with the arguments of the
+// claim of a with the token t.
+func (s *Store) ScriptClaim(ctx context.Context, a idem.ClaimArgs, t idem.Token) (idem.Claim, error) {
+	reply, err := s.run(ctx, s.eval(ctx, claimScript, resendable, a.Key, s.claimArgs(a, t)...))
+	if err != nil {
+		return idem.Claim{}, unavailable(ctx, "ScriptClaim", err)
+	}
+	return s.claimReply("ScriptClaim", a, t, time.Now(), reply)
+}

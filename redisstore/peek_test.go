@@ -1,8 +1,11 @@
 package redisstore_test
 
 import (
+	"encoding/binary"
 	"errors"
 	"reflect"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,10 +14,13 @@ import (
 )
 
 // TestClaimAndPeekAgree puts a record in each state a claim can meet and
-// asks the read-only peek (what a full Redis answers) and then the claim:
-// where the peek answers, the claim answers the same; where the peek says
-// the key needs a write, the claim writes (a new key, a takeover, the
-// claim's own token, the attempt cap).
+// asks the three readers of a claim the same question: the read-only peek
+// (what a full Redis answers), the plain commands (SET … NX GET, decoded
+// by the client) and the claim script. Where the peek answers, the script
+// answers the same; where the peek says the key needs a write, the script
+// writes (a new key, a takeover, the claim's own token, the attempt cap).
+// The plain commands answer every key not in progress, as the script
+// does, and leave every key in progress to the script.
 func TestClaimAndPeekAgree(t *testing.T) {
 	t.Parallel()
 	c := sharedClient(t)
@@ -26,24 +32,32 @@ func TestClaimAndPeekAgree(t *testing.T) {
 	rec := func(status idem.Status, attempt int, result string) []byte {
 		return redisstore.EncodeRecord(idem.Record{Status: status, Token: token, Attempt: attempt, Fingerprint: fp, Result: []byte(result)}, retention)
 	}
+	unknownStatus := rec(idem.StatusCompleted, 1, "receipt")
+	unknownStatus[1] = 9
 	for _, tc := range []struct {
-		name      string
-		value     []byte        // nil: no record
-		ttl       time.Duration // the key's
-		fp        []byte        // the claim's, fp when nil
-		token     idem.Token    // the claim's, a fresh one when 0
-		cap       int
-		needWrite bool
+		name       string
+		value      []byte        // nil: no record
+		hash       bool          // a hash at the key instead
+		ttl        time.Duration // the key's
+		fp         []byte        // the claim's, fp when nil
+		token      idem.Token    // the claim's, a fresh one when 0
+		cap        int
+		needWrite  bool
+		inProgress bool // left by the plain commands to the script
 	}{
 		{name: "new key", needWrite: true},
 		{name: "completed", value: rec(idem.StatusCompleted, 1, "receipt"), ttl: retention},
 		{name: "failed", value: rec(idem.StatusFailed, 2, "declined"), ttl: retention},
-		{name: "held", value: rec(idem.StatusInProgress, 1, ""), ttl: lease + retention},
-		{name: "held, own token", value: rec(idem.StatusInProgress, 1, ""), ttl: lease + retention, token: token, needWrite: true},
-		{name: "lapsed", value: rec(idem.StatusInProgress, 1, ""), ttl: retention, needWrite: true},
-		{name: "lapsed at the cap", value: rec(idem.StatusInProgress, 3, ""), ttl: retention, cap: 3, needWrite: true},
+		{name: "held", value: rec(idem.StatusInProgress, 1, ""), ttl: lease + retention, inProgress: true},
+		{name: "held, own token", value: rec(idem.StatusInProgress, 1, ""), ttl: lease + retention, token: token, needWrite: true, inProgress: true},
+		{name: "held, reused", value: rec(idem.StatusInProgress, 1, ""), ttl: lease + retention, fp: []byte("other")},
+		{name: "lapsed", value: rec(idem.StatusInProgress, 1, ""), ttl: retention, needWrite: true, inProgress: true},
+		{name: "lapsed at the cap", value: rec(idem.StatusInProgress, 3, ""), ttl: retention, cap: 3, needWrite: true, inProgress: true},
 		{name: "reused", value: rec(idem.StatusCompleted, 1, "receipt"), ttl: retention, fp: []byte("other")},
 		{name: "unknown format", value: []byte("not a record"), ttl: retention},
+		{name: "unknown status", value: unknownStatus, ttl: retention},
+		{name: "empty value", value: []byte{}, ttl: retention},
+		{name: "another type", hash: true},
 		{name: "result over the cap", value: rec(idem.StatusCompleted, 1, string(make([]byte, 100))), ttl: retention},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -60,8 +74,32 @@ func TestClaimAndPeekAgree(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			if tc.hash {
+				if err := c.HSet(ctx, s.RedisKey(a.Key), "f", "v").Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
 			peeked, perr := s.Peek(ctx, a, tok)
-			claimed, cerr := s.ClaimWithToken(ctx, a, tok)
+			var plained idem.Claim
+			var needsScript bool
+			var plainErr error
+			if tc.value != nil || tc.hash { // SET would claim a key with no record
+				plained, needsScript, plainErr = s.PlainClaim(ctx, a, tok)
+			}
+			claimed, cerr := s.ScriptClaim(ctx, a, tok)
+			switch {
+			case tc.inProgress && !needsScript:
+				t.Errorf("the plain commands answered a key in progress: %+v %v", plained, plainErr)
+			case !tc.inProgress && needsScript:
+				t.Errorf("the plain commands left a key not in progress to the script")
+			case (tc.value != nil || tc.hash) && !needsScript:
+				if !reflect.DeepEqual(plained, claimed) {
+					t.Errorf("plain %+v\nclaim %+v", plained, claimed)
+				}
+				if (plainErr == nil) != (cerr == nil) || plainErr != nil && !sameKind(plainErr, cerr) {
+					t.Errorf("the plain commands' error %v, the claim's %v", plainErr, cerr)
+				}
+			}
 			if tc.needWrite {
 				if !errors.Is(perr, redisstore.ErrOutOfMemory) {
 					t.Fatalf("peek: %v %v, want that the key needs a write", peeked.Outcome, perr)
@@ -79,6 +117,59 @@ func TestClaimAndPeekAgree(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzPlainClaim stores arbitrary bytes at a key and claims it with the
+// plain commands, whose answer the client decodes, then with the claim
+// script: the decoder never panics, it leaves to the script only a record
+// in progress with the claim's fingerprint, and every answer it gives is
+// the script's, error for error.
+func FuzzPlainClaim(f *testing.F) {
+	fp := []byte("fingerprint")
+	for _, r := range []idem.Record{
+		{Status: idem.StatusInProgress, Token: 3, Attempt: 1, Fingerprint: fp},
+		{Status: idem.StatusCompleted, Token: 7, Attempt: 2, Fingerprint: fp, Result: []byte("receipt")},
+		{Status: idem.StatusFailed, Attempt: 9, Fingerprint: fp, Result: idem.TooManyAttemptsCause()},
+		{Status: idem.StatusCompleted, Token: 7, Attempt: 1, Fingerprint: fp, Result: make([]byte, 100)},
+		{Status: idem.StatusCompleted, Token: 7, Attempt: 1, Fingerprint: []byte("other"), Result: []byte("x")},
+	} {
+		f.Add(redisstore.EncodeRecord(r, time.Hour))
+	}
+	f.Add([]byte{})
+	f.Add([]byte("not a record"))
+	f.Add(binary.BigEndian.AppendUint16(append([]byte{2, 2}, make([]byte, 20)...), 500))               // the fingerprint runs past the end
+	f.Add(append([]byte{2, 0}, make([]byte, 40)...))                                                   // status 0
+	f.Add(append(binary.BigEndian.AppendUint16(append([]byte{2, 1}, make([]byte, 20)...), 11), fp...)) // in progress, no retention
+	c := sharedClient(f)
+	s := newStore(f, c, redisstore.Config{MaxValueSize: 64})
+	var n atomic.Int64
+	f.Fuzz(func(t *testing.T, v []byte) {
+		ctx := ctxT(t)
+		a := idem.ClaimArgs{Key: "fuzz-" + strconv.FormatInt(n.Add(1), 10), Fingerprint: fp, Lease: time.Minute, Retention: time.Hour}
+		if err := c.Set(ctx, s.RedisKey(a.Key), v, 2*time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		plained, needsScript, plainErr := s.PlainClaim(ctx, a, 99)
+		if needsScript {
+			// The script's test of a value it knows: version, status, the
+			// fingerprint's length (its other fields it reads as they are).
+			const header = 24
+			inProgress := len(v) >= header && v[0] == 2 && v[1] == byte(idem.StatusInProgress) &&
+				string(v[header:min(len(v), header+int(binary.BigEndian.Uint16(v[header-2:])))]) == string(fp) &&
+				int(binary.BigEndian.Uint16(v[header-2:])) == len(fp)
+			if !inProgress {
+				t.Fatalf("the plain commands left %x to the script: not a record in progress with the claim's fingerprint", v)
+			}
+			return
+		}
+		claimed, cerr := s.ScriptClaim(ctx, a, 99)
+		if !reflect.DeepEqual(plained, claimed) {
+			t.Errorf("value %x:\nplain %+v\nclaim %+v", v, plained, claimed)
+		}
+		if (plainErr == nil) != (cerr == nil) || plainErr != nil && !sameKind(plainErr, cerr) {
+			t.Errorf("value %x: the plain commands' error %v, the claim's %v", v, plainErr, cerr)
+		}
+	})
 }
 
 // sameKind reports whether two errors of a claim say the same thing.

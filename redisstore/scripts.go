@@ -9,8 +9,10 @@ import (
 // and reads the value's fields by the names protocol.go defines. No script
 // reads TIME: the lease end is the key's expiry less the retention held in
 // the value, so the server's clock sets it (PX, PEXPIRE) and reads it
-// (PTTL), and a claim of a new key is one SET NX PX GET with nothing
-// computed in Lua. The client packs every value it can; Redis runs one
+// (PTTL). A claim runs its script only for a key in progress: a new key,
+// a duplicate, a reused key and an unknown value are answered by plain
+// commands (plain.go), and the claim script's first line is the same SET
+// NX PX GET for the key that was gone by then. The client packs every value it can; Redis runs one
 // script at a time, so what a script does not do, no other caller waits
 // for. The '#!lua' line opts into Redis 7 script flags: a write script is
 // refused when the server is out of memory, and the get script, flagged

@@ -29,8 +29,9 @@ type Config struct {
 	// nothing is written. It also bounds what is read: a record holding a
 	// longer result (written by another program, or by a Store with a
 	// larger MaxValueSize) is refused by Claim and Get with a
-	// *ValueTooLargeError, and Redis does not send it. Default 1 MiB; at
-	// most 256 MiB. Redis holds the
+	// *ValueTooLargeError. Get's script does not send it; a Claim, whose
+	// SET … GET answers the whole value as a GET would, reads it once and
+	// drops it. Default 1 MiB; at most 256 MiB. Redis holds the
 	// whole value in memory and sends it to every duplicate: keep outcomes
 	// small and store large payloads elsewhere.
 	MaxValueSize int
@@ -77,8 +78,8 @@ const (
 const maxDuration = 100 * 365 * 24 * time.Hour
 
 // Store is an [idem.Store] over Redis: one string key per record, every
-// transition one EVALSHA of a Lua script that touches only that key, the
-// Redis server's clock for every time. It works with any
+// transition atomic on that key alone (a claim's SET … NX GET, or one
+// EVALSHA of a Lua script), the Redis server's clock for every time. It works with any
 // redis.UniversalClient: standalone, Sentinel or Cluster.
 //
 // A Store holds no connection of its own, and no goroutine beyond a call:
@@ -219,7 +220,11 @@ func (s *Store) RedisKey(key string) string {
 	return string(appendRedisKey(buf[:0], s.cfg.Prefix, key))
 }
 
-// Claim implements [idem.Store.Claim] with one EVALSHA. The token is 64
+// Claim implements [idem.Store.Claim] in one round trip of plain commands
+// (SET key record NX PX ms GET, and PEXPIRETIME) for a new key, a
+// duplicate, a reused key or a value this package did not write, and a
+// second, the claim script, for a key in progress, whose lease the
+// server's clock judges in the script (see plainClaim). The token is 64
 // random bits, never zero, drawn in this process from math/rand/v2's
 // ChaCha8 generator, which the runtime seeds from the operating system's
 // entropy: tokens owe nothing to Redis's state, so a key's record that
@@ -230,8 +235,8 @@ func (s *Store) RedisKey(key string) string {
 // end and expiry as the client reckons them (see the package doc). A Busy
 // answer's record carries no token: the holder's is the holder's alone.
 //
-// A Redis out of memory refuses the claim script, which may write, before
-// it runs; Claim then sends a read-only script with the same arguments,
+// A Redis out of memory refuses SET and the claim script, which may
+// write, before they run; Claim then sends a read-only script with the same arguments,
 // which answers a key that holds an outcome (Duplicate) or a live lease
 // (Busy), and a reused key; any other claim needs a write, and fails
 // with ErrOutOfMemory.
@@ -248,15 +253,33 @@ func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 	return s.claim(ctx, a, newToken())
 }
 
-// claim claims a with the token t.
+// claim claims a with the token t: by plain commands (see plainClaim),
+// then, for a key in progress, by the claim script.
 func (s *Store) claim(ctx context.Context, a idem.ClaimArgs, t idem.Token) (idem.Claim, error) {
+	args := s.claimArgs(a, t)
+	plain := newPlainClaim(ctx, s.RedisKey(a.Key), args)
 	sent := time.Now()
-	cmd := s.eval(ctx, claimScript, resendable, a.Key, s.claimArgs(a, t)...)
-	reply, err := s.run(ctx, cmd)
-	if redis.IsOOMError(err) {
-		// A full Redis refuses the claim script, a write script, before it
-		// runs: a read-only peek still answers a duplicate.
+	if _, err := await(ctx, func() struct{} {
+		p := s.client.Pipeline()
+		plain.process(ctx, p)
+		_, _ = p.Exec(ctx) // each command carries its own error
+		return struct{}{}
+	}); err != nil {
+		return idem.Claim{}, unavailable(ctx, "Claim", err)
+	}
+	reply, needsScript, err := plain.reply(args[0].([]byte), s.cfg.MaxValueSize)
+	cmd := s.eval(ctx, claimScript, resendable, a.Key, args...)
+	switch {
+	case redis.IsOOMError(err):
+		// A full Redis refuses SET, a write, before it runs, even for a
+		// key that exists: a read-only peek still answers a duplicate.
 		reply, err = s.run(ctx, cmd.asPeek(ctx))
+	case needsScript:
+		sent = time.Now()
+		reply, err = s.run(ctx, cmd)
+		if redis.IsOOMError(err) { // the script is a write too
+			reply, err = s.run(ctx, cmd.asPeek(ctx))
+		}
 	}
 	if err != nil {
 		return idem.Claim{}, unavailable(ctx, "Claim", err)

@@ -107,9 +107,13 @@ func TestDeadLetterFitsTheLimits(t *testing.T) {
 		name   string
 		client []kgo.Opt         // the dead-letter client's options
 		topic  map[string]string // the dead-letter topic's configuration
+		// kept: the dead letter keeps the record's own headers (fitted
+		// to the client's limit, only the value and key had to go), or
+		// not (stripped after the broker's refusal).
+		kept bool
 	}{
-		{"the client's limit", []kgo.Opt{kgo.ProducerBatchMaxBytes(64 << 10)}, nil},
-		{"the topic's limit", nil, map[string]string{"max.message.bytes": strconv.Itoa(32 << 10)}},
+		{"the client's limit", []kgo.Opt{kgo.ProducerBatchMaxBytes(64 << 10)}, nil, true},
+		{"the topic's limit", nil, map[string]string{"max.message.bytes": strconv.Itoa(32 << 10)}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -146,6 +150,12 @@ func TestDeadLetterFitsTheLimits(t *testing.T) {
 				if v, _ := header(got, name); v != want {
 					t.Errorf("the dead letter's %s = %q, want %q", name, v, want)
 				}
+			}
+			if v, ok := header(got, idemkafka.DefaultKeyHeader); ok != tc.kept || tc.kept && v != "poison" {
+				t.Errorf("the dead letter's own %s header: %q (present %v), want it kept: %v", idemkafka.DefaultKeyHeader, v, ok, tc.kept)
+			}
+			if cut, _ := header(got, consumer.HeaderCutHeaders); (cut == idemkafka.DefaultKeyHeader) == tc.kept {
+				t.Errorf("the dead letter's %s = %q, want the record's headers listed: %v", consumer.HeaderCutHeaders, cut, !tc.kept)
 			}
 			if n := len(ev.of(idemkafka.EventDeadLettered)); n != 1 {
 				t.Fatalf("%d EventDeadLettered, want 1", n)
@@ -225,8 +235,11 @@ func TestUnreachableDeadLetterWaits(t *testing.T) {
 	l := newLedger()
 	start(t, c, c.Name("g"), topic, newGuard(t, newMem(t), idem.Config{}), poisonOr(l), idemkafka.WithSharedScope(), idemkafka.WithDeadLetter(dlq), idemkafka.WithDeadLetterClient(dl), idemkafka.WithMaxAttempts(2), idemkafka.WithMaxBatch(1),
 		idemkafka.WithRetryBackoff(10*time.Millisecond, 50*time.Millisecond), idemkafka.WithLogger(slog.New(logs)), ev.option())
-	await(t, groupTimeout, "tries at the dead letter past MaxAttempts", func() bool { return logs.count("did not reach the broker") >= 4 })
-	if n := len(ev.of(idemkafka.EventDiscarded)) + len(ev.of(idemkafka.EventDeadLettered)); n != 0 {
+	poisonEvents := func() int { return len(ev.of(idemkafka.EventDiscarded)) + len(ev.of(idemkafka.EventDeadLettered)) }
+	await(t, groupTimeout, "tries at the dead letter past MaxAttempts", func() bool {
+		return logs.count("did not reach the broker") >= 4 || poisonEvents() > 0
+	})
+	if n := poisonEvents(); n != 0 {
 		t.Fatalf("%d poison events while the dead-letter topic cannot be reached, want 0", n)
 	}
 	if l.count() != 0 {
@@ -312,7 +325,12 @@ func TestStoreOutageIsNoAttempt(t *testing.T) {
 	start(t, c, c.Name("g"), topic, newGuard(t, s, idem.Config{}), l.handler,
 		idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison(), idemkafka.WithMaxAttempts(2),
 		idemkafka.WithRetryBackoff(5*time.Millisecond, 20*time.Millisecond), ev.option())
-	await(t, groupTimeout, "retries past MaxAttempts", func() bool { return len(ev.of(idemkafka.EventRetry)) >= 5 })
+	await(t, groupTimeout, "retries past MaxAttempts", func() bool {
+		return len(ev.of(idemkafka.EventRetry)) >= 5 || len(ev.of(idemkafka.EventDiscarded)) > 0
+	})
+	if n := len(ev.of(idemkafka.EventDiscarded)); n != 0 {
+		t.Fatalf("a record whose store was down was discarded as poison (%d events)", n)
+	}
 	s.down.Store(false)
 	await(t, groupTimeout, "the record to be handled", func() bool { return l.count() == 1 })
 	if n := len(ev.of(idemkafka.EventDiscarded)); n != 0 {

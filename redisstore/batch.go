@@ -21,7 +21,7 @@ const (
 )
 
 // ClaimBatch implements [idem.BatchClaimer]. Each entry is first the
-// plain commands of a claim (see plainClaim), all of them in one
+// plain command of a claim (see plainClaim), all of them in one
 // pipeline: one round trip answers every new key (claimed), every
 // duplicate, reused key and unknown value. The entries that find a key in
 // progress, and any later entry for a key an earlier entry of the batch
@@ -71,7 +71,7 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 		p := s.client.Pipeline()
 		for _, pc := range plains {
 			if pc.set != nil {
-				pc.process(ctx, p)
+				_ = p.Process(ctx, pc.set)
 			}
 		}
 		_, _ = p.Exec(ctx) // each command carries its own error
@@ -209,7 +209,7 @@ func (s *Store) batchCmds(ctx context.Context, sc *script, d delivery, n int, ke
 			}
 			hi++
 		}
-		a := make([]any, 0, 4+(hi-lo)*4)
+		a := make([]any, 0, 4+(hi-lo)*5)
 		a = append(a, sc.evalsha(), sc.sha, hi-lo)
 		for i := lo; i < hi; i++ {
 			a = append(a, s.RedisKey(key(i)))
@@ -313,9 +313,9 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]erro
 // pipeline (ending with WAIT when Config.WaitReplicas is set), and returns
 // each entry's verdict as completeAll does.
 func (s *Store) completeChunks(ctx context.Context, c *redis.Client, cs []idem.Completion) completions {
-	cmds := s.batchCmds(ctx, completeBatchScript, atMostOnce, len(cs), func(i int) string { return cs[i].Key }, []byte{formatV2, byte(idem.StatusCompleted)},
+	cmds := s.batchCmds(ctx, completeBatchScript, atMostOnce, len(cs), func(i int) string { return cs[i].Key }, []byte{formatVersion, byte(idem.StatusCompleted)},
 		func(a []any, i int) []any {
-			return append(a, holderPrefix(cs[i].Token), cs[i].Value, millis(cs[i].Retention))
+			return append(a, holderPrefix(cs[i].Token), cs[i].Value, millis(cs[i].Retention), finishedExpiry(cs[i].Retention))
 		}, func(i int) int { return len(cs[i].Value) })
 	var waited error // the WAIT's verdict, for every entry stored
 	if s.cfg.WaitReplicas == 0 {

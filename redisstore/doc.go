@@ -20,11 +20,14 @@
 // '}' and move the hash tag.)
 //
 // The value is a compact binary record, not JSON: a 24-byte header (format
-// version, status, token, attempt, the claim's retention in milliseconds),
-// the fingerprint and the result, packed by the client. A value of another
+// version, status, token, attempt, and the claim's retention in
+// milliseconds or, once the record is finished, its expiry), the
+// fingerprint and the result, packed by the client. A value of another
 // version, or one another program wrote, is refused with [ErrUnknownFormat]
 // and never changed. A finished record's key expires its retention after
-// the outcome was stored.
+// the outcome was stored; the record holds that expiry as the client that
+// stored the outcome reckoned it, so that the record is all in the value
+// (see the next section).
 //
 // # The lease is the key's expiry
 //
@@ -45,18 +48,18 @@
 // The claim of a new key answers only that it succeeded; the Claim's
 // record then reports the lease end and the expiry as the client reckons
 // them, from the moment it sent the claim, on its own clock. Get reads
-// both from the server.
+// both from the server for a record in progress.
 //
 // # Plain commands first, one script per transition
 //
-// A claim starts with plain commands: SET key record NX PX ms GET, which
-// claims a new key, and PEXPIRETIME, in one round trip. A key that has a
-// record keeps it (SET … NX writes nothing), and the value comes back: a
-// duplicate's Claim returns the stored outcome in that same round trip,
-// and a reused key or a value of another program is answered from it
-// too, by the same rules the claim script follows. A script call costs
-// the Redis server several times a command, and these are a claim's
-// common cases. Only a key in progress needs the claim script, in a
+// A claim starts with a plain command: SET key record NX PX ms GET, which
+// claims a new key. A key that has a record keeps it (SET … NX writes
+// nothing), and the value comes back: a duplicate's Claim returns the
+// stored outcome, expiry and all, from that one command, about what a GET
+// costs the server, and a reused key or a value of another program is
+// answered from it too, by the same rules the claim script follows. A
+// script call costs the Redis server several times a command, and these
+// are a claim's common cases. Only a key in progress needs the claim script, in a
 // second round trip: whether its lease is live is for the server's clock
 // to judge, and the script decides atomically (Busy, a takeover, the
 // attempt cap). Complete, Fail, Release, Extend and Get are each one
@@ -78,7 +81,7 @@
 // idem.ErrStoreUnavailable, and a later Claim tells whether the outcome
 // was stored.
 //
-// [Store.ClaimBatch] sends the plain commands of every key in one
+// [Store.ClaimBatch] sends the plain command of every key in one
 // pipeline, and the claim scripts of the keys in progress (and of any key
 // an earlier entry of the batch names) in a second; [Store.CompleteBatch]
 // sends its scripts in one pipeline. On Cluster, go-redis sends one

@@ -16,12 +16,17 @@ func DecodeRecord(key string, v []byte, expiresMs int64) (idem.Record, error) {
 
 // EncodeRecord is the Go mirror of the values the client packs and the
 // scripts rewrite, so the tests can hold the Lua code and the Go decoder
-// to one format. retention is the claim's.
+// to one format. retention is the claim's, which only an InProgress
+// record keeps; a finished one holds r.ExpiresAt.
 func EncodeRecord(r idem.Record, retention time.Duration) []byte {
-	b := []byte{formatV2, byte(r.Status)}
+	b := []byte{formatVersion, byte(r.Status)}
 	b = appendToken(b, r.Token)
 	b = binary.BigEndian.AppendUint32(b, uint32(r.Attempt))
-	b = binary.BigEndian.AppendUint64(b, uint64(millis(retention)))
+	if r.Status.Done() { // holds its expiry where the retention was
+		b = binary.BigEndian.AppendUint64(b, uint64(r.ExpiresAt.UnixMilli()))
+	} else {
+		b = binary.BigEndian.AppendUint64(b, uint64(millis(retention)))
+	}
 	b = binary.BigEndian.AppendUint16(b, uint16(len(r.Fingerprint)))
 	return append(append(b, r.Fingerprint...), r.Result...)
 }
@@ -50,16 +55,14 @@ func (s *Store) Peek(ctx context.Context, a idem.ClaimArgs, t idem.Token) (idem.
 	return s.claimReply("Peek", a, t, time.Now(), reply)
 }
 
-// PlainClaim sends the plain commands of the claim of a with the token t
-// (see plainClaim) and returns what they answer, or needsScript when they
-// leave the key to the claim script. For a key with no record, SET
+// PlainClaim sends the plain command of the claim of a with the token t
+// (see plainClaim) and returns what it answers, or needsScript when it
+// leaves the key to the claim script. For a key with no record, SET
 // claims it.
 func (s *Store) PlainClaim(ctx context.Context, a idem.ClaimArgs, t idem.Token) (c idem.Claim, needsScript bool, err error) {
 	args := s.claimArgs(a, t)
 	plain := newPlainClaim(ctx, s.RedisKey(a.Key), args)
-	p := s.client.Pipeline()
-	plain.process(ctx, p)
-	_, _ = p.Exec(ctx)
+	_ = s.client.Process(ctx, plain.set)
 	reply, needsScript, err := plain.reply(args[0].([]byte), s.cfg.MaxValueSize)
 	if needsScript {
 		return idem.Claim{}, true, nil

@@ -29,8 +29,10 @@ func TestClaimAndPeekAgree(t *testing.T) {
 	const token = idem.Token(7)
 	fp := []byte("fingerprint")
 	lease, retention := 10*time.Minute, time.Hour
+	expires := time.UnixMilli(time.Now().Add(retention).UnixMilli()) // a finished record's, in its value
 	rec := func(status idem.Status, attempt int, result string) []byte {
-		return redisstore.EncodeRecord(idem.Record{Status: status, Token: token, Attempt: attempt, Fingerprint: fp, Result: []byte(result)}, retention)
+		return redisstore.EncodeRecord(idem.Record{Status: status, Token: token, Attempt: attempt, Fingerprint: fp, Result: []byte(result),
+			ExpiresAt: expires}, retention)
 	}
 	unknownStatus := rec(idem.StatusCompleted, 1, "receipt")
 	unknownStatus[1] = 9
@@ -126,20 +128,22 @@ func TestClaimAndPeekAgree(t *testing.T) {
 // the script's, error for error.
 func FuzzPlainClaim(f *testing.F) {
 	fp := []byte("fingerprint")
+	expires := time.UnixMilli(1795340671542)
 	for _, r := range []idem.Record{
 		{Status: idem.StatusInProgress, Token: 3, Attempt: 1, Fingerprint: fp},
-		{Status: idem.StatusCompleted, Token: 7, Attempt: 2, Fingerprint: fp, Result: []byte("receipt")},
-		{Status: idem.StatusFailed, Attempt: 9, Fingerprint: fp, Result: idem.TooManyAttemptsCause()},
-		{Status: idem.StatusCompleted, Token: 7, Attempt: 1, Fingerprint: fp, Result: make([]byte, 100)},
-		{Status: idem.StatusCompleted, Token: 7, Attempt: 1, Fingerprint: []byte("other"), Result: []byte("x")},
+		{Status: idem.StatusCompleted, Token: 7, Attempt: 2, Fingerprint: fp, Result: []byte("receipt"), ExpiresAt: expires},
+		{Status: idem.StatusFailed, Attempt: 9, Fingerprint: fp, Result: idem.TooManyAttemptsCause(), ExpiresAt: expires},
+		{Status: idem.StatusCompleted, Token: 7, Attempt: 1, Fingerprint: fp, Result: make([]byte, 100), ExpiresAt: expires},
+		{Status: idem.StatusCompleted, Token: 7, Attempt: 1, Fingerprint: []byte("other"), Result: []byte("x"), ExpiresAt: expires},
+		{Status: idem.StatusCompleted, Token: 7, Attempt: 1, Fingerprint: fp}, // no expiry
 	} {
 		f.Add(redisstore.EncodeRecord(r, time.Hour))
 	}
 	f.Add([]byte{})
 	f.Add([]byte("not a record"))
-	f.Add(binary.BigEndian.AppendUint16(append([]byte{2, 2}, make([]byte, 20)...), 500))               // the fingerprint runs past the end
-	f.Add(append([]byte{2, 0}, make([]byte, 40)...))                                                   // status 0
-	f.Add(append(binary.BigEndian.AppendUint16(append([]byte{2, 1}, make([]byte, 20)...), 11), fp...)) // in progress, no retention
+	f.Add(binary.BigEndian.AppendUint16(append([]byte{3, 2}, make([]byte, 20)...), 500))               // the fingerprint runs past the end
+	f.Add(append([]byte{3, 0}, make([]byte, 40)...))                                                   // status 0
+	f.Add(append(binary.BigEndian.AppendUint16(append([]byte{3, 1}, make([]byte, 20)...), 11), fp...)) // in progress, no retention
 	c := sharedClient(f)
 	s := newStore(f, c, redisstore.Config{MaxValueSize: 64})
 	var n atomic.Int64
@@ -154,7 +158,7 @@ func FuzzPlainClaim(f *testing.F) {
 			// The script's test of a value it knows: version, status, the
 			// fingerprint's length (its other fields it reads as they are).
 			const header = 24
-			inProgress := len(v) >= header && v[0] == 2 && v[1] == byte(idem.StatusInProgress) &&
+			inProgress := len(v) >= header && v[0] == 3 && v[1] == byte(idem.StatusInProgress) &&
 				string(v[header:min(len(v), header+int(binary.BigEndian.Uint16(v[header-2:])))]) == string(fp) &&
 				int(binary.BigEndian.Uint16(v[header-2:])) == len(fp)
 			if !inProgress {

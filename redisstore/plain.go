@@ -9,14 +9,15 @@ import (
 	"github.com/idemgo/idem"
 )
 
-// A claim starts with plain commands, not a script: Redis spends far more
-// on a script call (its Lua state, the KEYS and ARGV tables, each
+// A claim starts with a plain command, not a script: Redis spends far
+// more on a script call (its Lua state, the KEYS and ARGV tables, each
 // redis.call's fake client and reply conversion) than on a command, and
 // the two commonest claims need no script. SET key nv NX PX px GET is the
 // whole claim of a new key, the least any Redis idempotency check sends;
-// for a key that has a record it writes nothing and answers the value, and
-// PEXPIRETIME, in the same round trip, the key's expiry. A finished
-// record with the claim's fingerprint is a Duplicate, another fingerprint
+// for a key that has a record it writes nothing and answers the value,
+// which is the whole record when it is finished, expiry and all (see
+// protocol.go): a replay costs the server about what a GET does. A
+// finished record with the claim's fingerprint is a Duplicate, another fingerprint
 // is ErrKeyReused, a value this package did not write or a key of another
 // type is ErrUnknownFormat: each of these is read off the value, as the
 // claim script would, and no claim writes anything for them. An
@@ -27,31 +28,22 @@ import (
 // reply). A full Redis refuses SET, as it refuses the claim script, even
 // for a key that exists: the claim then peeks (see peekFn), as before.
 
-// plainClaim is the plain commands of one claim: SET … NX PX … GET and
-// PEXPIRETIME of its Redis key.
+// plainClaim is the plain command of one claim: SET … NX PX … GET of its
+// Redis key.
 type plainClaim struct {
 	set *redis.Cmd
-	exp *redis.IntCmd
 }
 
-// newPlainClaim returns the plain commands of the claim whose claim
+// newPlainClaim returns the plain command of the claim whose claim
 // script arguments are args (see claimArgs) on the Redis key rkey.
 func newPlainClaim(ctx context.Context, rkey string, args []any) plainClaim {
 	set := redis.NewCmd(ctx, "set", rkey, args[0], "nx", "px", args[1], "get")
 	set.SetFirstKeyPos(1)
-	exp := redis.NewIntCmd(ctx, "pexpiretime", rkey)
-	exp.SetFirstKeyPos(1)
-	return plainClaim{set: set, exp: exp}
+	return plainClaim{set: set}
 }
 
-// process queues the commands on p.
-func (c plainClaim) process(ctx context.Context, p redis.Pipeliner) {
-	_ = p.Process(ctx, c.set)
-	_ = p.Process(ctx, c.exp)
-}
-
-// reply returns the claim script's reply that the plain commands' answers
-// stand for, for the claim whose new record is nv and whose longest result
+// reply returns the claim script's reply that the plain command's answer
+// stands for, for the claim whose new record is nv and whose longest result
 // is maxResult: replyCreated, the reply of a key whose claim writes
 // nothing, or, with needsScript set, nothing: the claim script must
 // decide. err is the SET's error (a full Redis's OOM among them), for
@@ -66,11 +58,7 @@ func (c plainClaim) reply(nv []byte, maxResult int) (reply any, needsScript bool
 	case err != nil:
 		return nil, false, err
 	}
-	exp, err := c.exp.Result()
-	if err != nil {
-		exp = 0 // the value was read: a record with no known expiry beats no answer
-	}
-	reply = answerValue(v, exp, nv, maxResult)
+	reply = answerValue(v, nv, maxResult)
 	if n, ok := reply.(int64); ok && n == replyNeedsWrite {
 		return nil, true, nil
 	}
@@ -78,16 +66,17 @@ func (c plainClaim) reply(nv []byte, maxResult int) (reply any, needsScript bool
 }
 
 // answerValue is the Go copy of what the claim script answers for a key
-// that holds the value v, expiring at exp (PEXPIRETIME), claimed with the
-// new record nv and the longest result maxResult: ErrKeyReused, a
+// that holds the value v, claimed with the new record nv and the longest
+// result maxResult (a finished record's expiry is its own: the expiry in
+// the reply is 0, which the decoder does not read for it): ErrKeyReused, a
 // Duplicate, or an unknown value, in the script's reply, or
 // replyNeedsWrite for an InProgress record, which it leaves to the
 // script. It checks what claimFn checks, in the same order, so that it
 // answers as the script would (TestPlainClaimAgreesWithScripts,
 // FuzzPlainClaim).
-func answerValue(v string, exp int64, nv []byte, maxResult int) any {
+func answerValue(v string, nv []byte, maxResult int) any {
 	unknown := func() any { return []any{int64(replyUnknown), v[:min(len(v), headerLen+maxFingerprint)]} }
-	if len(v) < headerLen || v[offVersion] != formatV2 {
+	if len(v) < headerLen || v[offVersion] != formatVersion {
 		return unknown()
 	}
 	st := idem.Status(v[offStatus])
@@ -102,9 +91,9 @@ func answerValue(v string, exp int64, nv []byte, maxResult int) any {
 		return int64(replyNeedsWrite)
 	}
 	if n := len(v) - fpEnd; n > maxResult {
-		return []any{int64(replyDuplicate), v[:fpEnd], exp, int64(n)}
+		return []any{int64(replyDuplicate), v[:fpEnd], int64(0), int64(n)}
 	}
-	return []any{int64(replyDuplicate), v, exp}
+	return []any{int64(replyDuplicate), v}
 }
 
 // isWrongType reports whether err is the server's WRONGTYPE reply: the

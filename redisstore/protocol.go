@@ -18,23 +18,37 @@ import (
 // here and by the Lua scripts:
 //
 //	field        offset  length
-//	version         0       1   format version (formatV2)
+//	version         0       1   format version (formatVersion)
 //	status          1       1   idem.Status
 //	token           2       8   uint64; zero once released or failed by the attempt cap
 //	attempt        10       4   uint32
-//	retention      14       8   the claim's retention in milliseconds
+//	retention      14       8   InProgress: the claim's retention in milliseconds;
+//	                            Completed, Failed: the key's expiry, Unix milliseconds
 //	fpLen          22       2   fingerprint length n
 //	fingerprint    24       n
 //	result        24+n      …   Completed: the value; Failed: the encoded cause
 //
-// The expiry is not in the value: it is the key's own, set with PX or
-// PEXPIRE on the Redis clock and read back with PEXPIRETIME. Neither is the
-// lease end: while a record is InProgress its key expires the claim's
-// retention after its lease ends, so the lease end is the expiry less the
-// retention, and the lease is live while the key has more than the
-// retention to live (PTTL). Times are whole milliseconds, as Redis keeps
-// them. Format 1, which held the lease end in the value, was never
-// released; its values are refused like any other unknown one.
+// An InProgress record's expiry is not in the value: it is the key's own,
+// set with PX or PEXPIRE on the Redis clock and read back with
+// PEXPIRETIME. Neither is the lease end: while a record is InProgress its
+// key expires the claim's retention after its lease ends, so the lease end
+// is the expiry less the retention, and the lease is live while the key
+// has more than the retention to live (PTTL). A finished record no longer
+// needs the claim's retention, and holds its expiry in its place, so that
+// the value a claim's SET … GET answers is the whole record, expiry and
+// all, with no second command. Complete, Fail and CompleteBatch reckon it
+// on the client's clock, as a new key's Claim reckons its record's times:
+// when the outcome was sent, plus the retention, while the key itself
+// expires the retention after the script ran, on the server's clock (PX).
+// It is what the record reports as ExpiresAt, and a Guard's cache keeps the
+// outcome no longer; no lease or expiry is decided by it. The attempt
+// cap's Failed record, written by the claim script, holds the server's
+// TIME plus the retention, its key's PXAT. An expiry changed by hand
+// later (EXPIRE) is not seen in a finished record. Times are whole
+// milliseconds, as Redis keeps them.
+// Format 1, which held the lease end in the value, and format 2, whose
+// finished records kept the claim's retention, were never released; their
+// values are refused like any other unknown one.
 const (
 	offVersion   = 0
 	offStatus    = offVersion + 1
@@ -48,7 +62,11 @@ const (
 	// scripts compare with the caller's: version, status and token.
 	holderPrefixLen = offAttempt
 
-	formatV2 = 2
+	formatVersion = 3
+
+	// maxExpiry bounds a finished record's expiry, Unix milliseconds that
+	// pass through Lua doubles, exact below 2^53.
+	maxExpiry = 1 << 53
 
 	// maxFingerprint is the longest fingerprint the 16-bit length holds.
 	maxFingerprint = 1<<16 - 1
@@ -100,7 +118,7 @@ type luaConst struct {
 // strings count from 1: a field's first byte is its offset plus one, its
 // last its offset plus its length.
 var luaConstants = []luaConst{
-	luaInt("FORMAT", formatV2),
+	luaInt("FORMAT", formatVersion),
 	luaInt("IN_PROGRESS", int(idem.StatusInProgress)),
 	luaInt("FAILED", int(idem.StatusFailed)),
 
@@ -111,7 +129,6 @@ var luaConstants = []luaConst{
 	luaInt("ATTEMPT", offAttempt+1),
 	luaInt("ATTEMPT_END", offRetention),
 	luaInt("RETENTION", offRetention+1),
-	luaInt("RETENTION_END", offFpLen),
 	luaInt("FP_LEN", offFpLen+1),
 	luaInt("HEADER_LEN", headerLen),
 	luaInt("FINGERPRINT", headerLen+1),

@@ -46,13 +46,13 @@ func TestLuaReadsTheFieldsGoWrites(t *testing.T) {
 	c := sharedClient(t)
 	ctx := ctxT(t)
 	rec := idem.Record{Status: idem.StatusFailed, Token: 0x0102030405060708, Attempt: 0x0a0b0c0d,
-		Fingerprint: []byte("finger\x00print"), Result: []byte("the result")}
-	v := redisstore.EncodeRecord(rec, 1234*time.Millisecond)
+		Fingerprint: []byte("finger\x00print"), Result: []byte("the result"), ExpiresAt: time.UnixMilli(1234)}
+	v := redisstore.EncodeRecord(rec, time.Hour) // a finished record holds its expiry where the retention was
 	got, err := c.Eval(ctx, redisstore.LuaPrelude()+`
 local v = ARGV[1]
 local fl = struct.unpack('>I2', v, FP_LEN)
 return {string.byte(v, VERSION) == FORMAT and 1 or 0, string.byte(v, STATUS), string.sub(v, TOKEN, TOKEN_END),
-  struct.unpack('>I4', v, ATTEMPT), struct.unpack('>i8', v, RETENTION), string.sub(v, RETENTION, RETENTION_END),
+  struct.unpack('>I4', v, ATTEMPT), struct.unpack('>i8', v, RETENTION), string.sub(v, RETENTION, FP_LEN - 1),
   string.sub(v, FINGERPRINT, HEADER_LEN + fl), string.sub(v, HEADER_LEN + fl + 1)}
 `, nil, v).Slice()
 	if err != nil {

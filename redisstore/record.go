@@ -25,11 +25,12 @@ func appendRedisKey(dst []byte, prefix, key string) []byte {
 }
 
 // decodeRecord parses the stored value v of key. expiresMs is the key's
-// PEXPIRETIME (≤ 0: none known, and then neither is the lease end). It
+// PEXPIRETIME (≤ 0: none known, and then neither is the lease end), which
+// an InProgress record needs; a finished one holds its expiry. It
 // never panics: a value it does not know gives an error wrapping
 // ErrUnknownFormat. The record's slices are fresh copies.
 func decodeRecord(key, v string, expiresMs int64) (idem.Record, error) {
-	if len(v) > 0 && v[offVersion] != formatV2 {
+	if len(v) > 0 && v[offVersion] != formatVersion {
 		return idem.Record{}, fmt.Errorf("%w: version %d", ErrUnknownFormat, v[offVersion])
 	}
 	if len(v) < headerLen {
@@ -41,9 +42,12 @@ func decodeRecord(key, v string, expiresMs int64) (idem.Record, error) {
 	if status != idem.StatusInProgress && !status.Done() {
 		return idem.Record{}, fmt.Errorf("%w: status %d", ErrUnknownFormat, h[offStatus])
 	}
-	retention := binary.BigEndian.Uint64(h[offRetention:offFpLen])
-	if retention == 0 || retention > uint64(maxDuration/time.Millisecond) {
-		return idem.Record{}, fmt.Errorf("%w: retention %d ms", ErrUnknownFormat, retention)
+	field := binary.BigEndian.Uint64(h[offRetention:offFpLen]) // the retention, or a finished record's expiry
+	switch {
+	case status.Done() && (field == 0 || field >= maxExpiry):
+		return idem.Record{}, fmt.Errorf("%w: expiry %d ms", ErrUnknownFormat, field)
+	case !status.Done() && (field == 0 || field > uint64(maxDuration/time.Millisecond)):
+		return idem.Record{}, fmt.Errorf("%w: retention %d ms", ErrUnknownFormat, field)
 	}
 	fpEnd := headerLen + int(binary.BigEndian.Uint16(h[offFpLen:headerLen]))
 	if fpEnd > len(v) {
@@ -59,10 +63,12 @@ func decodeRecord(key, v string, expiresMs int64) (idem.Record, error) {
 	if fpEnd < len(v) {
 		r.Result = []byte(v[fpEnd:])
 	}
-	if expiresMs > 0 {
+	if status.Done() {
+		r.ExpiresAt = time.UnixMilli(int64(field))
+	} else if expiresMs > 0 {
 		r.ExpiresAt = time.UnixMilli(expiresMs)
-		if status == idem.StatusInProgress && r.Token != 0 {
-			r.LeaseUntil = time.UnixMilli(expiresMs - int64(retention))
+		if r.Token != 0 {
+			r.LeaseUntil = time.UnixMilli(expiresMs - int64(field))
 		}
 	}
 	return r, nil
@@ -76,7 +82,7 @@ func appendToken(dst []byte, t idem.Token) []byte {
 // holderPrefix returns the first holderPrefixLen bytes of the InProgress
 // record whose current token is t, which the holder scripts compare.
 func holderPrefix(t idem.Token) []byte {
-	return appendToken(append(make([]byte, 0, holderPrefixLen), formatV2, byte(idem.StatusInProgress)), t)
+	return appendToken(append(make([]byte, 0, holderPrefixLen), formatVersion, byte(idem.StatusInProgress)), t)
 }
 
 // millis converts d to whole milliseconds, rounding up so that no

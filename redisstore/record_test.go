@@ -41,6 +41,13 @@ func TestRecordRoundTrip(t *testing.T) {
 		if !want(dec) {
 			t.Fatalf("%s: decoded an unexpected record %+v", what, dec)
 		}
+		// A finished record holds its expiry: reckoned when the outcome
+		// was sent (the attempt cap's, by the script), never after the
+		// key's own, and here, where client and server share one clock,
+		// within a second of it.
+		if d := expires.Milliseconds() - dec.ExpiresAt.UnixMilli(); dec.Status.Done() && (d < 0 || d > 1000) {
+			t.Fatalf("%s: the value holds the expiry %v, the key expires at %d ms", what, dec.ExpiresAt, expires.Milliseconds())
+		}
 		if enc := redisstore.EncodeRecord(dec, retention); !bytes.Equal(enc, raw) {
 			t.Fatalf("%s: Lua wrote\n%x\nGo encodes\n%x", what, raw, enc)
 		}
@@ -112,14 +119,14 @@ func FuzzDecodeRecord(f *testing.F) {
 	const expires = 1795340671542
 	for _, r := range []idem.Record{
 		{Status: idem.StatusInProgress, Token: 1<<64 - 1, Attempt: 1, Fingerprint: []byte("fp")},
-		{Status: idem.StatusCompleted, Token: 7, Attempt: 3, Fingerprint: make([]byte, 32), Result: []byte("value\x00")},
-		{Status: idem.StatusFailed, Attempt: 9, Result: idem.TooManyAttemptsCause()},
+		{Status: idem.StatusCompleted, Token: 7, Attempt: 3, Fingerprint: make([]byte, 32), Result: []byte("value\x00"), ExpiresAt: time.UnixMilli(expires)},
+		{Status: idem.StatusFailed, Attempt: 9, Result: idem.TooManyAttemptsCause(), ExpiresAt: time.UnixMilli(expires)},
 	} {
 		f.Add(redisstore.EncodeRecord(r, time.Hour), int64(expires))
 	}
 	f.Add([]byte{}, int64(0))
 	f.Add([]byte{1, 1}, int64(expires))
-	f.Add(append([]byte{2, 1}, make([]byte, 22)...), int64(-1))
+	f.Add(append([]byte{3, 1}, make([]byte, 22)...), int64(-1))
 	f.Fuzz(func(t *testing.T, v []byte, expiresMs int64) {
 		r, err := redisstore.DecodeRecord("k", v, expiresMs)
 		if err != nil {

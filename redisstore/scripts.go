@@ -6,13 +6,13 @@ import (
 )
 
 // The Lua scripts, one per transition. Each touches only its keys' records
-// and reads the value's fields by the names protocol.go defines. No script
-// reads TIME: the lease end is the key's expiry less the retention held in
-// the value, so the server's clock sets it (PX, PEXPIRE) and reads it
-// (PTTL). A claim runs its script only for a key in progress: a new key,
-// a duplicate, a reused key and an unknown value are answered by plain
-// commands (plain.go), and the claim script's first line is the same SET
-// NX PX GET for the key that was gone by then. The client packs every value it can; Redis runs one
+// and reads the value's fields by the names protocol.go defines. The lease
+// end is the key's expiry less the retention held in the value, so the
+// server's clock sets it (PX, PEXPIRE) and reads it (PTTL). A claim runs
+// its script only for a key in progress: a new key, a duplicate, a reused
+// key and an unknown value are answered by a plain command (plain.go), and
+// the claim script's first line is the same SET NX PX GET for the key that
+// was gone by then. The client packs every value it can; Redis runs one
 // script at a time, so what a script does not do, no other caller waits
 // for. The '#!lua' line opts into Redis 7 script flags: a write script is
 // refused when the server is out of memory, and the get script, flagged
@@ -53,7 +53,10 @@ end
 // one instead. A claim that finds its own token is this very claim resent
 // by the client after a lost reply: it answers Acquired again. The lease of
 // an InProgress record is live while the key has more than its retention
-// to live. A claim over the cap stores idem's too-many-attempts cause.
+// to live. A claim over the cap stores idem's too-many-attempts cause, a
+// finished record that holds its expiry (see protocol.go): the server's
+// TIME plus the retention, the key's PXAT (a rare write, which the client
+// has no clock reading for).
 // It checks the value as known does and answers as answer does, inline:
 // Redis makes a script's local functions anew at each call, and a replay
 // is this function's common case after a new key (one closure instead of
@@ -77,9 +80,11 @@ local function claim(key, nv, px, cap, maxResult)
       local att = struct.unpack('>I4', v, ATTEMPT)
       cap = tonumber(cap)
       if cap > 0 and att >= cap then
+        local t = redis.call('TIME')
+        local at = t[1] * 1000 + math.floor(t[2] / 1000) + struct.unpack('>i8', nv, RETENTION)
         v = string.char(FORMAT, FAILED) .. NO_TOKEN .. string.sub(v, ATTEMPT, ATTEMPT_END) ..
-          string.sub(nv, RETENTION, RETENTION_END) .. string.sub(v, FP_LEN, fpEnd) .. TOO_MANY_ATTEMPTS
-        redis.call('SET', key, v, 'PX', (struct.unpack('>i8', v, RETENTION)))
+          struct.pack('>i8', at) .. string.sub(v, FP_LEN, fpEnd) .. TOO_MANY_ATTEMPTS
+        redis.call('SET', key, v, 'PXAT', at)
       else
         v = string.sub(nv, VERSION, TOKEN_END) .. struct.pack('>I4', att + 1) .. string.sub(nv, RETENTION)
         redis.call('SET', key, v, 'PX', px)
@@ -179,29 +184,32 @@ return LOST
 }
 
 // outcomeScript (Complete and Fail): ARGV the holder's prefix, the version
-// and new status, the result, the retention ms. The record keeps its
-// token, attempt and fingerprint, gains the result, and expires retention
-// from now; no longer InProgress, it has no lease.
+// and new status, the result, the retention ms, the expiry the record
+// holds (8 bytes, packed by the client: see protocol.go). The record keeps
+// its token, attempt and fingerprint, gains the result, and expires
+// retention from now; no longer InProgress, it has no lease.
 var outcomeScript = holderScript(`
-  redis.call('SET', KEYS[1], ARGV[2] .. string.sub(v, TOKEN) .. ARGV[3], 'PX', ARGV[4])`)
+  redis.call('SET', KEYS[1], ARGV[2] .. string.sub(v, TOKEN, ATTEMPT_END) .. ARGV[5] .. string.sub(v, FP_LEN) .. ARGV[3],
+    'PX', ARGV[4])`)
 
 // completeBatchScript completes every key of KEYS in order, as
 // outcomeScript does with the status Completed, and replies with the list
 // of their answers (DONE, LOST or UNKNOWN). ARGV: the version and new
-// status, then for each key the holder's prefix, the result and the
-// retention ms. Like claimBatchScript it serves a client of one server
+// status, then for each key the holder's prefix, the result, the
+// retention ms and the expiry the record holds. Like claimBatchScript it serves a client of one server
 // only; on Cluster, CompleteBatch pipelines outcomeScript. Completing n
 // keys in one script spares Redis n script calls, most of what a complete
 // costs it.
 var completeBatchScript = newScript("", knownFn+`
 local out = {}
 for i = 1, #KEYS do
-  local key, a = KEYS[i], i * 3 - 1
+  local key, a = KEYS[i], i * 4 - 2
   local v = redis.pcall('GET', key)
   if type(v) == 'table' then
     out[i] = UNKNOWN
   elseif v and string.sub(v, VERSION, TOKEN_END) == ARGV[a] then
-    redis.call('SET', key, ARGV[1] .. string.sub(v, TOKEN) .. ARGV[a + 1], 'PX', ARGV[a + 2])
+    redis.call('SET', key, ARGV[1] .. string.sub(v, TOKEN, ATTEMPT_END) .. ARGV[a + 3] .. string.sub(v, FP_LEN) .. ARGV[a + 1],
+      'PX', ARGV[a + 2])
     out[i] = DONE
   elseif v and not known(v) then
     out[i] = UNKNOWN

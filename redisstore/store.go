@@ -220,11 +220,11 @@ func (s *Store) RedisKey(key string) string {
 	return string(appendRedisKey(buf[:0], s.cfg.Prefix, key))
 }
 
-// Claim implements [idem.Store.Claim] in one round trip of plain commands
-// (SET key record NX PX ms GET, and PEXPIRETIME) for a new key, a
-// duplicate, a reused key or a value this package did not write, and a
-// second, the claim script, for a key in progress, whose lease the
-// server's clock judges in the script (see plainClaim). The token is 64
+// Claim implements [idem.Store.Claim] with one plain command, SET key
+// record NX PX ms GET, for a new key, a duplicate, a reused key or a value
+// this package did not write, and a second round trip, the claim script,
+// for a key in progress, whose lease the server's clock judges in the
+// script (see plainClaim). The token is 64
 // random bits, never zero, drawn in this process from math/rand/v2's
 // ChaCha8 generator, which the runtime seeds from the operating system's
 // entropy: tokens owe nothing to Redis's state, so a key's record that
@@ -253,16 +253,14 @@ func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 	return s.claim(ctx, a, newToken())
 }
 
-// claim claims a with the token t: by plain commands (see plainClaim),
+// claim claims a with the token t: by a plain command (see plainClaim),
 // then, for a key in progress, by the claim script.
 func (s *Store) claim(ctx context.Context, a idem.ClaimArgs, t idem.Token) (idem.Claim, error) {
 	args := s.claimArgs(a, t)
 	plain := newPlainClaim(ctx, s.RedisKey(a.Key), args)
 	sent := time.Now()
 	if _, err := await(ctx, func() struct{} {
-		p := s.client.Pipeline()
-		plain.process(ctx, p)
-		_, _ = p.Exec(ctx) // each command carries its own error
+		_ = s.client.Process(ctx, plain.set) // the command carries its error
 		return struct{}{}
 	}); err != nil {
 		return idem.Claim{}, unavailable(ctx, "Claim", err)
@@ -323,7 +321,7 @@ func newToken() idem.Token {
 // the cap.
 func appendClaimArgs(dst []any, a idem.ClaimArgs, t idem.Token) []any {
 	nv := make([]byte, 0, headerLen+len(a.Fingerprint))
-	nv = append(nv, formatV2, byte(idem.StatusInProgress))
+	nv = append(nv, formatVersion, byte(idem.StatusInProgress))
 	nv = binary.BigEndian.AppendUint32(appendToken(nv, t), 1)
 	nv = binary.BigEndian.AppendUint64(nv, uint64(millis(a.Retention)))
 	nv = binary.BigEndian.AppendUint16(nv, uint16(len(a.Fingerprint)))
@@ -430,7 +428,16 @@ func (s *Store) checkOutcome(op string, value []byte, retention time.Duration) e
 }
 
 func (s *Store) outcomeCmd(ctx context.Context, key string, t idem.Token, status idem.Status, value []byte, retention time.Duration) *evalCmd {
-	return s.eval(ctx, outcomeScript, atMostOnce, key, holderPrefix(t), []byte{formatV2, byte(status)}, value, millis(retention))
+	return s.eval(ctx, outcomeScript, atMostOnce, key, holderPrefix(t), []byte{formatVersion, byte(status)}, value, millis(retention),
+		finishedExpiry(retention))
+}
+
+// finishedExpiry returns the expiry that a record finished now with the
+// retention holds, as the outcome scripts write it: this client's clock
+// now plus the retention, in Unix milliseconds, 8 bytes big-endian (see
+// protocol.go).
+func finishedExpiry(retention time.Duration) []byte {
+	return binary.BigEndian.AppendUint64(make([]byte, 0, 8), uint64(time.Now().UnixMilli()+millis(retention)))
 }
 
 func (s *Store) finish(ctx context.Context, op, key string, t idem.Token, status idem.Status, value []byte, retention time.Duration) error {

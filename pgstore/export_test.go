@@ -29,7 +29,7 @@ func Statements(table string) (map[string]string, error) {
 // definition includes.
 func UnusedDefinitions() []string {
 	rendered := []string{"claim_peek", "claim_read", "claim", "claim_batch", "finish", "release", "extend", "complete_batch",
-		"get", "delete", "reap", "tx_claim_read", "tx_claim", "tx_complete", "tx_fail", "savepoint_claim",
+		"get", "delete", "reap", "scan", "tx_claim_read", "tx_claim", "tx_complete", "tx_fail", "savepoint_claim",
 		"release_claim", "rollback_claim", "savepoint_fn", "rollback_fn", "commit",
 		"set_lock_timeout", "begin", "migrate_lock"}
 	included := map[string]bool{}

@@ -23,7 +23,8 @@
 //     arrives without its body, with the body's size and SHA-256.
 //   - DeadLetterRefused: a dead-letter destination that refuses every
 //     letter makes the consumer give up on the message after MaxAttempts,
-//     not stop: the messages after it are handled.
+//     not stop: the messages after it are handled, and the poison is
+//     settled (where the harness is a [Settler]).
 //   - DiscardPoison: with WithDiscardPoison, poison is dropped and the rest
 //     go on.
 //   - BusyKey: a message whose key another holder has comes back after the
@@ -95,6 +96,56 @@ type Consumer interface {
 	// Cut closes every connection of the consumer to the broker at once, as
 	// a network failure would; the consumer reconnects by itself.
 	Cut(t *testing.T)
+}
+
+// Settler is what a [Consumer] implements, optionally, when its broker
+// tells which messages are settled for good: a broker that lets messages
+// pass a held one (Ordered false) would otherwise hide a message held
+// without end behind the ones handled after it. DeadLetterRefused then
+// also waits until the poison is settled.
+type Settler interface {
+	// Settled reports whether every message published so far is settled
+	// for good (acknowledged, or terminated): none is held, or waits to be
+	// delivered again.
+	Settled(t *testing.T) bool
+}
+
+// Running is a consumer's Run in a goroutine of its own: what a harness's
+// [Consumer.Stop] stops.
+type Running struct {
+	cancel context.CancelFunc
+	done   chan error
+
+	mu      sync.Mutex
+	stopped bool
+	err     error
+}
+
+// Go calls run in a goroutine of its own, with a context that Stop ends.
+func Go(run func(context.Context) error) *Running {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Running{cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- run(ctx) }()
+	return r
+}
+
+// Stop ends run's context and returns its error once it returned; it fails
+// t if run has not returned a minute later. Called again, it returns the
+// same error.
+func (r *Running) Stop(t *testing.T) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return r.err
+	}
+	r.stopped = true
+	r.cancel()
+	select {
+	case r.err = <-r.done:
+	case <-time.After(time.Minute):
+		t.Errorf("Run did not return a minute after its context ended")
+	}
+	return r.err
 }
 
 // Scope is a consumer's scope decision in a [Config].
@@ -555,6 +606,9 @@ func deadLetterRefused(t *testing.T, e *env) {
 	c := e.b.Start(t, cfg)
 	c.Publish(t, msg("poison"))
 	e.after(t, c) // the consumer gave up on the dead letter, and went on
+	if s, ok := c.(Settler); ok {
+		e.await(t, "the poison settled (given up on)", func(map[string]int, map[string]int) bool { return s.Settled(t) })
+	}
 	if n := e.runsOf("poison"); n != 1 {
 		t.Fatalf("the poison's handler ran %d times, want 1 (its failure is stored)", n)
 	}

@@ -23,6 +23,13 @@ const (
 	DefaultDrainTimeout = 10 * time.Second
 )
 
+// ScopeThreat completes Build's error for a consumer built without a scope
+// decision, for which the threat is the publishers': a consumer appends it
+// when none of its scope options was given.
+const ScopeThreat = ". For a consumer, keys are chosen by publishers: without a scope, a publisher " +
+	"that sends another tenant's key makes this consumer ack that tenant's message as a duplicate " +
+	"without handling it"
+
 // poison is the poison decision.
 type poison uint8
 

@@ -25,7 +25,7 @@ func TestBatchIsClaimedAndStoredTogether(t *testing.T) {
 	g := newGuard(t, trips, idem.Config{})
 	var ev events
 	run(t, g, cons, func(context.Context, jetstream.Msg) error { return nil },
-		idemnats.WithSharedScope(), idemnats.WithBatchSize(n), idemnats.WithObserver(ev.observe))
+		idemnats.WithSharedScope(), idemnats.WithDiscardPoison(), idemnats.WithBatchSize(n), idemnats.WithObserver(ev.observe))
 	waitFor(t, 30*time.Second, "every message acked", func() bool {
 		return ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked }) == n
 	})
@@ -37,9 +37,10 @@ func TestBatchIsClaimedAndStoredTogether(t *testing.T) {
 }
 
 // A message that fails does not cost the others of its batch a claim: with
-// MaxAttempts 1, where a second claim of a key would dead-letter it as
-// too-many-attempts, every other message of the batch is handled once
-// and acked, and the failed one, naked, comes back and is dead-lettered.
+// the Guard's MaxAttempts 1, where a second claim of a key would make it
+// poison as too-many-attempts, every other message of the batch is handled
+// once and acked, and the failed one, naked, comes back and is poison
+// (discarded).
 func TestFailureCostsTheBatchNoAttempts(t *testing.T) {
 	t.Parallel()
 	const n = 32
@@ -59,11 +60,11 @@ func TestFailureCostsTheBatchNoAttempts(t *testing.T) {
 		}
 		fx.add(k)
 		return nil
-	}, idemnats.WithSharedScope(), idemnats.WithBatchSize(n), idemnats.WithRetryDelay(10*time.Millisecond),
+	}, idemnats.WithSharedScope(), idemnats.WithDiscardPoison(), idemnats.WithBatchSize(n), idemnats.WithRetryBackoff(10*time.Millisecond, 10*time.Millisecond),
 		idemnats.WithObserver(ev.observe))
 	waitFor(t, 30*time.Second, "every message settled", func() bool {
 		return ev.count(func(e idemnats.Event) bool {
-			return e.Kind == idemnats.EventAcked || e.Kind == idemnats.EventDeadLettered
+			return e.Kind == idemnats.EventAcked || e.Kind == idemnats.EventDiscarded
 		}) == n
 	})
 	for i := range n {
@@ -73,10 +74,10 @@ func TestFailureCostsTheBatchNoAttempts(t *testing.T) {
 		}
 	}
 	dead := ev.count(func(e idemnats.Event) bool {
-		return e.Kind == idemnats.EventDeadLettered && e.Key == "order-3" && errors.Is(e.Err, idem.ErrTooManyAttempts)
+		return e.Kind == idemnats.EventDiscarded && e.Key == "order-3" && errors.Is(e.Err, idem.ErrTooManyAttempts)
 	})
-	if dead != 1 || ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventDeadLettered }) != 1 {
-		t.Errorf("dead letters: %d of order-3 (too many attempts), want 1 and no other", dead)
+	if dead != 1 || ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventDiscarded }) != 1 {
+		t.Errorf("poison: %d of order-3 (too many attempts), want 1 and no other", dead)
 	}
 	mu.Lock()
 	defer mu.Unlock()

@@ -189,7 +189,7 @@ func benchIdem(b *testing.B, store idem.Store, d time.Duration) {
 			close(all)
 		}
 		return nil
-	}, idemnats.WithSharedScope(), idemnats.WithBatchSize(benchBatch))
+	}, idemnats.WithSharedScope(), idemnats.WithDiscardPoison(), idemnats.WithBatchSize(benchBatch))
 	if err != nil {
 		b.Fatal(err)
 	}

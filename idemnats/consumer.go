@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,17 +14,21 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/consumer"
 	"github.com/idemgo/idem/internal/adapter"
+	"github.com/idemgo/idem/internal/chassis"
 )
 
 // Handler handles one message. Its context carries the lease token
-// ([idem.TokenFrom]) and is cancelled when the lease is lost or the
-// shutdown timeout passes. It returns nil when the message's work is done:
+// ([idem.TokenFrom]) and the W3C trace context of the message's headers
+// (consumer.TraceFrom), and is cancelled when the lease is lost or the
+// drain timeout passes. It returns nil when the message's work is done:
 // the outcome is stored and the message acked. An error marked with
-// [idem.Permanent] is stored as the key's outcome, and the message
-// dead-lettered and terminated. Any other error (or a panic) releases the
-// key, and the message is redelivered after the retry delay. The handler
-// must not ack, nak or terminate msg itself.
+// [idem.Permanent] is stored as the key's outcome, and the message is
+// poison (see [WithDeadLetter]), with every later duplicate. Any other
+// error, or a panic, releases the key, and the message is redelivered
+// after the retry backoff, until it failed WithMaxAttempts times. The
+// handler must not ack, nak or terminate msg itself.
 type Handler func(ctx context.Context, msg jetstream.Msg) error
 
 // Consumer handles the messages of a JetStream pull consumer through an
@@ -31,18 +36,34 @@ type Handler func(ctx context.Context, msg jetstream.Msg) error
 // key, whatever JetStream redelivers. Create one with [New] and call
 // [Consumer.Run].
 type Consumer struct {
-	g    *idem.Guard
-	cons jetstream.Consumer
-	h    Handler
-	o    options
+	g     *idem.Guard
+	cons  jetstream.Consumer
+	h     Handler
+	o     options
+	tries *chassis.Tries // handler failures in a row, by stream and sequence
+}
+
+// maxTries bounds the messages whose failures a Consumer counts at once:
+// far more than the messages a consumer holds or has naked.
+const maxTries = 1 << 14
+
+// broker is what the chassis knows of JetStream's messages.
+var broker = chassis.Broker[jetstream.Msg]{
+	Names:            adapter.Names{Pkg: "idemnats", Request: "jetstream.Msg", Key: "the " + DefaultKeyHeader + " header"},
+	KeyHeader:        DefaultKeyHeader,
+	Header:           func(m jetstream.Msg, name string) []string { return m.Headers()[name] },
+	Body:             func(m jetstream.Msg) []byte { return m.Data() },
+	ValidHeaderName:  validHeaderName,
+	DeadLetterOption: "WithDeadLetter(js, subject)",
 }
 
 // New returns a Consumer that handles the messages of cons with h, through
 // g. cons must be a pull consumer with AckPolicy explicit: acks are per
 // message, and nothing is acked before its outcome is stored. New fails
 // when g, cons or h is nil, an option is invalid, the consumer's cached
-// configuration has another AckPolicy, or no scope decision was made:
-// pass [WithScope] or [WithSharedScope].
+// configuration has another AckPolicy, or a decision is missing: the
+// scope ([WithScope] or [WithSharedScope]) and what becomes of poison
+// ([WithDeadLetter] or [WithDiscardPoison]).
 func New(g *idem.Guard, cons jetstream.Consumer, h Handler, opts ...Option) (*Consumer, error) {
 	switch {
 	case g == nil:
@@ -52,14 +73,11 @@ func New(g *idem.Guard, cons jetstream.Consumer, h Handler, opts ...Option) (*Co
 	case h == nil:
 		return nil, errors.New("idemnats: New: Handler is nil")
 	}
-	c := &Consumer{g: g, cons: cons, h: h}
+	c := &Consumer{g: g, cons: cons, h: h, tries: chassis.NewTries(maxTries)}
 	c.o.defaults()
-	names := adapter.Names{Pkg: "idemnats", Request: "jetstream.Msg", Key: "the " + DefaultKeyHeader + " header"}
-	if err := adapter.Build(&c.o, &c.o.Policy, names, g, opts); err != nil {
+	if err := chassis.Build(&c.o, &c.o.Options, broker, g, idem.Config{}, opts); err != nil {
 		if !c.o.scoped {
-			err = fmt.Errorf("%w. For a consumer, keys are chosen by publishers: without a scope, a publisher "+
-				"that sends another tenant's key makes this consumer ack that tenant's message as a duplicate "+
-				"without handling it", err)
+			err = fmt.Errorf("%w%s", err, chassis.ScopeThreat)
 		}
 		return nil, err
 	}
@@ -85,13 +103,15 @@ func checkConsumer(info *jetstream.ConsumerInfo) error {
 var ErrConsumerDeleted = errors.New("idemnats: the JetStream consumer was deleted")
 
 // errStopping is the handler's error for a message whose turn came after
-// Run's context ended: the key is released and the message handed back.
-var errStopping = errors.New("idemnats: consumer stopping")
+// Run's context ended: the key is released and the message handed back. A
+// shutdown is no attempt: it wraps context.Canceled, which the chassis
+// does not count.
+var errStopping = fmt.Errorf("idemnats: consumer stopping: %w", context.Canceled)
 
 // Run fetches and handles messages until ctx ends, then stops cleanly: it
 // fetches no more, hands back (Nak) the fetched messages whose handler has
 // not started, releasing the keys claimed for them, lets the running
-// handlers finish within the shutdown timeout ([WithShutdownTimeout]) and
+// handlers finish within the drain timeout ([WithDrainTimeout]) and
 // settles their messages, and returns nil once every goroutine it started
 // has ended. Fetch errors (the server restarting, the connection down) are
 // logged and retried with backoff; nats.go reconnects underneath. Run
@@ -124,14 +144,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 	var bg sync.WaitGroup
 	bg.Go(func() { r.progress.loop(work) })
-	// The handlers' context ends a shutdown timeout after stopping does.
+	// The handlers' context ends a drain timeout after stopping does.
 	bg.Go(func() {
 		select {
 		case <-stopping.Done():
 		case <-work.Done():
 			return
 		}
-		t := time.NewTimer(c.o.shutdownTimeout)
+		t := time.NewTimer(c.o.DrainTimeout())
 		defer t.Stop()
 		select {
 		case <-t.C:
@@ -160,7 +180,7 @@ type run struct {
 	// error: no more fetches, no more handlers started.
 	stopping context.Context
 	stop     context.CancelCauseFunc
-	// work is the handlers' and the store's context: it ends the shutdown
+	// work is the handlers' and the store's context: it ends the drain
 	// timeout after stopping.
 	work     context.Context
 	progress progress
@@ -277,7 +297,7 @@ func (r *run) fetchBatch(prev chan struct{}) (*inFlightBatch, error) {
 		}
 		if r.stopping.Err() != nil {
 			for _, d := range chunk {
-				r.settle(d, "", "", verdict{action: actRetry, cause: errStopping})
+				r.settle(d, r.stoppingVerdict())
 			}
 			continue
 		}
@@ -301,9 +321,8 @@ var closedTurn = func() chan struct{} {
 
 // guarded is a message of a chunk whose key goes to the Guard.
 type guarded struct {
-	d          *delivery
-	scope, key string
-	pos        int // its place in the chunk
+	d   *delivery
+	pos int // its place in the chunk
 }
 
 // deliver handles one chunk of a batch. Its first handler starts once
@@ -317,12 +336,30 @@ type guarded struct {
 func (r *run) deliver(chunk []*delivery, prev <-chan struct{}, turn chan struct{}) {
 	var once sync.Once
 	pass := func() { once.Do(func() { close(turn) }) }
+	// Poison is settled last, once the turn passed: its dead letter may be
+	// tried again for a while (see poison), and must hold up neither the
+	// other messages' settlements nor the next chunk's handlers.
+	type verdict struct {
+		d *delivery
+		v chassis.Verdict
+	}
+	var poison []verdict
+	settle := func(d *delivery, v chassis.Verdict) {
+		if v.Verdict == adapter.DeadLetter {
+			poison = append(poison, verdict{d, v})
+			return
+		}
+		r.settle(d, v)
+	}
 	defer func() {
 		select {
 		case <-prev:
 		case <-r.stopping.Done():
 		}
 		pass()
+		for _, p := range poison {
+			r.settle(p.d, p.v)
+		}
 	}()
 	// waitTurn waits for prev; false means the run is stopping and the
 	// handler must not start.
@@ -344,52 +381,47 @@ func (r *run) deliver(chunk []*delivery, prev <-chan struct{}, turn chan struct{
 	c := r.c
 	var run []guarded
 	for pos, d := range chunk {
-		scope := c.o.Scope(d.msg)
-		key, err := c.key(d.msg)
+		d.scope = c.o.Scope(d.msg)
+		key, keyErr := c.o.Key(d.msg)
+		d.key, d.keyOK = key, keyErr == nil && key != ""
 		switch {
-		case err != nil:
-			r.settle(d, scope, key, verdict{action: actDeadLetter, reason: ReasonInvalidKey, cause: err})
-		case key == "" && c.o.unkeyed == DeadLetterUnkeyed:
-			r.settle(d, scope, key, verdict{action: actDeadLetter, reason: ReasonMissingKey, cause: ErrNoKey})
+		case keyErr != nil, key == "" && !c.o.UnkeyedUnguarded():
+			settle(d, c.o.DecideKey(keyErr))
 		case key == "":
-			// RunUnkeyed: the handler runs without idempotency, in its
-			// place among the others.
-			r.guard(run, waitTurn, handled)
+			// WithUnkeyedUnguarded: the handler runs without idempotency,
+			// in its place among the others.
+			r.guard(run, waitTurn, handled, settle)
 			run = run[:0]
 			if !waitTurn() {
-				r.settle(d, scope, key, verdict{action: actRetry, cause: errStopping})
+				settle(d, r.stoppingVerdict())
 				continue
 			}
-			err := c.handle(r.work, d.msg)
+			err := c.handle(r.work, d)
 			handled(pos)
-			r.settle(d, scope, key, c.o.verdictOf(idem.Result{}, err))
+			settle(d, c.o.Decide(idem.Result{}, err, c.tries.Count(d.id())))
 		default:
-			run = append(run, guarded{d: d, scope: scope, key: key, pos: pos})
+			run = append(run, guarded{d: d, pos: pos})
 		}
 	}
-	r.guard(run, waitTurn, handled)
+	r.guard(run, waitTurn, handled, settle)
 }
 
 // guard runs the handlers of ms under the Guard, in order, and settles
-// their messages. DoBatchUnordered claims their keys in one store round
+// their messages with settle. DoBatchUnordered claims their keys in one store round
 // trip and stores their outcomes in one, and goes on past a message that
 // does not finish (its retryable error, a busy key), which is naked and
 // comes back later, after the ones behind it: order holds for the messages
 // that succeed at their first try. The batch stops only where no message
 // after can run (the store down, the Guard closed, the shutdown timeout
 // passed): those are handed back.
-func (r *run) guard(ms []guarded, waitTurn func() bool, handled func(pos int)) {
+func (r *run) guard(ms []guarded, waitTurn func() bool, handled func(pos int), settle func(*delivery, chassis.Verdict)) {
 	if len(ms) == 0 {
 		return
 	}
 	c := r.c
 	ops := make([]idem.BatchOp, len(ms))
 	for i, m := range ms {
-		payload := m.d.msg.Data()
-		if c.o.fingerprint != nil {
-			payload = c.o.fingerprint(m.d.msg)
-		}
-		ops[i] = idem.BatchOp{Scope: m.scope, Key: m.key, Payload: payload}
+		ops[i] = idem.BatchOp{Scope: m.d.scope, Key: m.d.key, Payload: c.o.Payload(m.d.msg)}
 	}
 	res := c.g.DoBatchUnordered(r.work, ops, func(ctx context.Context, i int) ([]byte, error) {
 		if !waitTurn() {
@@ -399,47 +431,96 @@ func (r *run) guard(ms []guarded, waitTurn func() bool, handled func(pos int)) {
 			// The lease was lost while the message waited its turn.
 			return nil, context.Cause(ctx)
 		}
-		err := c.handle(ctx, ms[i].d.msg)
+		err := c.handle(ctx, ms[i].d)
 		handled(ms[i].pos)
 		return nil, err
 	})
 	var why error // why the batch stopped
 	for i, br := range res {
-		m := ms[i]
-		v := c.o.verdictOf(br.Result, br.Err)
+		d := ms[i].d
+		var v chassis.Verdict
 		switch {
-		case errors.Is(br.Err, idem.ErrClosed):
-			r.stop(fmt.Errorf("idemnats: %w", idem.ErrClosed))
-		case errors.Is(br.Err, idem.ErrNotRun) && r.stopping.Err() != nil:
-			v = verdict{action: actRetry, cause: errStopping}
 		case errors.Is(br.Err, idem.ErrNotRun):
-			v = c.o.verdictOf(idem.Result{}, fmt.Errorf("%w: %w", br.Err, why))
-		case v.action == actAck:
-			m.d.replayed = br.Replayed
+			cause := why
+			if cause == nil || r.stopping.Err() != nil {
+				cause = errStopping
+			}
+			v = r.notRun(fmt.Errorf("%w: %w", br.Err, cause), d)
+		default:
+			if errors.Is(br.Err, idem.ErrClosed) {
+				r.stop(fmt.Errorf("idemnats: %w", idem.ErrClosed))
+			}
+			v = c.o.Decide(br.Result, br.Err, c.tries.Count(d.id()))
 		}
 		if br.Err != nil && !errors.Is(br.Err, idem.ErrNotRun) {
 			why = br.Err
 		}
-		r.settle(m.d, m.scope, m.key, v)
+		settle(d, v)
 	}
 }
 
-// handle runs the handler, turning a panic into an error so that the key
-// is released and the message redelivered rather than the process killed.
-func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = &PanicError{Value: p, Stack: debug.Stack()}
+// notRun returns the verdict on a message whose handler did not run because
+// the batch stopped before it (cause): redelivered after the backoff, and
+// no attempt.
+func (r *run) notRun(cause error, d *delivery) chassis.Verdict {
+	return chassis.Verdict{Action: adapter.Action{Verdict: adapter.Retry, Class: adapter.Classify(cause), Cause: cause,
+		Delay: r.c.o.Backoff(r.c.tries.Count(d.id()) + 1)}}
+}
+
+// stoppingVerdict is the verdict on a message handed back as Run stops.
+func (r *run) stoppingVerdict() chassis.Verdict {
+	return chassis.Verdict{Action: adapter.Action{Verdict: adapter.Retry, Class: adapter.Ended, Cause: errStopping}}
+}
+
+// handle runs the handler with the message's trace context; a panic is a
+// *consumer.PanicError, logged, so that the key is released and the
+// message redelivered rather than the process killed.
+func (c *Consumer) handle(ctx context.Context, d *delivery) error {
+	ctx = chassis.HandlerContext(ctx, nil, traceOf(d.msg))
+	return c.o.Call(ctx, func(ctx context.Context) error { return c.h(ctx, d.msg) }, d.attrs()...)
+}
+
+// traceOf returns the trace context among msg's headers. NATS header
+// names are case-sensitive, but a W3C header written through an HTTP
+// header carrier is canonicalized (Traceparent): either is read.
+func traceOf(msg jetstream.Msg) consumer.TraceCarrier {
+	h := msg.Headers()
+	if len(h) == 0 {
+		return nil
+	}
+	return chassis.Trace(func(name string) string {
+		if v := h.Get(name); v != "" {
+			return v
 		}
-	}()
-	return c.h(ctx, msg)
+		for k, vs := range h {
+			if len(vs) > 0 && strings.EqualFold(k, name) {
+				return vs[0]
+			}
+		}
+		return ""
+	})
 }
 
-// PanicError is the error of a handler that panicked: the key is released
-// and the message redelivered, as for any error not marked permanent.
-type PanicError struct {
-	Value any    // what the handler panicked with
-	Stack []byte // the handler goroutine's stack at the panic
+// attrs returns the log attributes that find d's message in its stream.
+func (d *delivery) attrs() []slog.Attr {
+	attrs := []slog.Attr{slog.String("subject", d.msg.Subject())}
+	if md, err := d.msg.Metadata(); err == nil {
+		attrs = append(attrs, slog.String("stream", md.Stream), slog.Uint64("sequence", md.Sequence.Stream),
+			slog.Uint64("delivered", md.NumDelivered))
+	}
+	return append(attrs, slog.String("scope", d.scope), slog.String("key", d.key))
 }
 
-func (e *PanicError) Error() string { return fmt.Sprintf("idemnats: handler panicked: %v", e.Value) }
+// id returns what the failures of d's handler are counted by: its stream
+// and sequence, which name the message across its redeliveries.
+// JetStream's own count, NumDelivered, does not fit: it counts the Naks
+// of a busy key and of a store outage too. The key and scope would count
+// the failures of two copies of one key (published apart) together; the
+// stream sequence counts each message's own, as MaxAttempts promises, and
+// names a message run unguarded, which has no key, as well.
+func (d *delivery) id() string {
+	if md, err := d.msg.Metadata(); err == nil {
+		return md.Stream + "\x00" + strconv.FormatUint(md.Sequence.Stream, 10)
+	}
+	return "\x00key\x00" + d.scope + "\x00" + d.key
+}

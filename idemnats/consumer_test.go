@@ -45,7 +45,7 @@ func TestDuplicatesOneEffectPerKey(t *testing.T) {
 			}
 			for range 2 { // two consumer processes, each with its own Guard
 				g := newGuard(t, store, idem.Config{Namespace: "dups"})
-				run(t, g, cons, handler, idemnats.WithKeyHeader("Idempotency-Key"), idemnats.WithSharedScope(),
+				run(t, g, cons, handler, idemnats.WithKeyHeader("Idempotency-Key"), idemnats.WithSharedScope(), idemnats.WithDiscardPoison(),
 					idemnats.WithBatchSize(16), idemnats.WithConcurrency(2), idemnats.WithBusyDelay(20*time.Millisecond),
 					idemnats.WithObserver(ev.observe))
 			}
@@ -82,7 +82,7 @@ func TestMsgIDPastTheDuplicateWindow(t *testing.T) {
 	run(t, newGuard(t, memStore(t), idem.Config{}), cons, func(ctx context.Context, msg jetstream.Msg) error {
 		fx.add(msg.Headers().Get(jetstream.MsgIDHeader))
 		return nil
-	}, idemnats.WithSharedScope(), idemnats.WithObserver(ev.observe))
+	}, idemnats.WithSharedScope(), idemnats.WithDiscardPoison(), idemnats.WithObserver(ev.observe))
 
 	if ack := publish(t, js, subject(s, "pay"), "charge 10", jetstream.MsgIDHeader, "pay-1"); ack.Duplicate {
 		t.Fatal("the first publish was taken for a duplicate")
@@ -147,8 +147,8 @@ func TestStalledHandlerPastItsLease(t *testing.T) {
 		return nil
 	}
 	gA := newGuard(t, stallingStore{store}, idem.Config{Namespace: "stall", Lease: lease})
-	a, err := idemnats.New(gA, cons, handlerA, idemnats.WithSharedScope(), idemnats.WithKeyHeader(keyHeader),
-		idemnats.WithBatchSize(1), idemnats.WithRetryDelay(10*time.Millisecond), idemnats.WithObserver(ev.observe))
+	a, err := idemnats.New(gA, cons, handlerA, idemnats.WithSharedScope(), idemnats.WithDiscardPoison(), idemnats.WithKeyHeader(keyHeader),
+		idemnats.WithBatchSize(1), idemnats.WithRetryBackoff(10*time.Millisecond, 10*time.Millisecond), idemnats.WithObserver(ev.observe))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestStalledHandlerPastItsLease(t *testing.T) {
 		fx.add(string(msg.Data()))
 		bFresh.Add(1)
 		return nil
-	}, idemnats.WithSharedScope(), idemnats.WithKeyHeader(keyHeader), idemnats.WithBatchSize(1),
+	}, idemnats.WithSharedScope(), idemnats.WithDiscardPoison(), idemnats.WithKeyHeader(keyHeader), idemnats.WithBatchSize(1),
 		idemnats.WithBusyDelay(50*time.Millisecond), idemnats.WithObserver(ev.observe))
 	if err != nil {
 		t.Fatal(err)

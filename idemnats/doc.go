@@ -11,37 +11,106 @@
 //	cons, _ := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 //		Durable: "payments", AckPolicy: jetstream.AckExplicitPolicy,
 //	})
-//	c, err := idemnats.New(guard, cons, charge, idemnats.WithSharedScope())
+//	c, err := idemnats.New(guard, cons, charge,
+//		idemnats.WithSharedScope(), idemnats.WithDeadLetter(js, "dlq.payments"))
 //	err = c.Run(ctx) // until ctx ends
 //
 // # What happens to a message
 //
-//	handler returns nil, or the key has a stored outcome    Ack
-//	the key is held by another consumer's live lease         NakWithDelay(busy delay)
-//	handler error (not permanent), panic, store down         release the key, NakWithDelay(retry delay)
-//	handler error marked idem.Permanent                      store it, dead-letter, Term
-//	idem.ErrTooManyAttempts (Config.MaxAttempts)             dead-letter, Term
-//	no key (DeadLetterUnkeyed), unusable key, key reused     dead-letter, Term
-//	no key, WithUnkeyed(RunUnkeyed)                          handler runs unguarded; Ack, or as above
-//	Run's context ended before the handler started           release, NakWithDelay(≤ fetch wait)
+// Every idem consumer (idemkafka, idemnats, idemamqp) decides a message by
+// one table, package consumer's; on JetStream:
 //
-// Dead-lettering publishes the message to the subject given to
-// [WithDeadLetter], with the cause in its headers ([CauseHeader],
-// [ReasonHeader], …), and waits for the stream's ack before it terminates
-// the original; without WithDeadLetter, poison is terminated and logged.
-// Term is used rather than TermWithReason, which servers before 2.10.4
-// ignore without terminating the message. Messages JetStream gives up on
-// by itself (MaxDeliver) are not seen here: watch the server's
-// MAX_DELIVERIES advisories, and keep MaxDeliver unset or well above the
-// Guard's Config.MaxAttempts, remembering that every busy or retry Nak is a
-// delivery too.
+//	message                                        handler    settlement
+//	new key
+//	  returns nil                                  runs once  Ack after the outcome is stored
+//	  returns an error marked idem.Permanent       runs once  poison (permanent); the failure is stored
+//	  returns another error, or panics             runs       key released; NakWithDelay(retry backoff);
+//	                                                          poison (too-many-attempts) after
+//	                                                          WithMaxAttempts failures in a row
+//	key done before                                no         Ack (a replay)
+//	key failed permanently before                  no         poison (permanent)
+//	key held by another consumer's live lease      no         NakWithDelay(busy delay)
+//	key claimed more than the Guard's MaxAttempts  no         poison (too-many-attempts)
+//	key reused with other data                     no         poison (key-reused)
+//	no key                                         no         poison (missing-key), or runs unguarded
+//	                                                          (WithUnkeyedUnguarded)
+//	key unusable: empty, sent twice, too long      no         poison (invalid-key)
+//	store down, lease lost                         maybe      key released; NakWithDelay(retry backoff)
+//	Run stopped before the handler started         no         key released; NakWithDelay(≤ fetch wait)
+//
+// The names in parentheses are the consumer.Reason of the poison. Term is
+// used rather than TermWithReason, which servers before 2.10.4 ignore
+// without terminating the message. Messages JetStream gives up on by
+// itself (MaxDeliver) are not seen here: watch the server's MAX_DELIVERIES
+// advisories, and keep MaxDeliver unset or well above WithMaxAttempts and
+// the Guard's Config.MaxAttempts, remembering that every busy or retry Nak
+// is a delivery too.
+//
+// # Poison
+//
+// [New] refuses to build a consumer without a poison decision, as it
+// refuses one without a scope decision:
+//
+//   - [WithDeadLetter](js, subject) publishes poison to subject, waits for
+//     the stream's ack, then terminates the message. The dead letter is
+//     the original (its data, its headers but the Nats-* ones) with the
+//     headers of package consumer (consumer.HeaderReason,
+//     consumer.HeaderCause, consumer.HeaderKey, …) and where it came from:
+//     [HeaderStream], [HeaderSubject], [HeaderSequence], [HeaderDelivered]
+//     and [HeaderMsgID].
+//   - [WithDiscardPoison] logs poison (warn, with its reason and cause),
+//     reports [EventDiscarded], and terminates it.
+//
+// A handler that fails without a permanent mark, or panics, runs
+// consumer.DefaultMaxAttempts (10) times for one message, or
+// [WithMaxAttempts]; then the message is poison (too-many-attempts).
+// JetStream's NumDelivered does not fit the count (every Nak of a busy key
+// or a store outage is a delivery too), so the consumer counts in memory,
+// by the message's stream and sequence; the Guard's Config.MaxAttempts,
+// kept in the store, counts across consumers and restarts and applies
+// too. A busy key, a store that cannot be reached and a shutdown are not
+// attempts.
+//
+// A dead letter always fits. A NATS server refuses a message larger than
+// its max_payload (1 MiB by default; the dead-letter connection's
+// nats.Conn.MaxPayload says what it is), and a stream one whose headers
+// are over 64 KiB or that is larger than its max_msg_size. So the dead
+// letter copies the key only up to consumer.MaxCopiedKey bytes, and leaves
+// out what would not fit the max_payload, its headers 64 KiB: the
+// original's headers over 1 KiB, its data, then its other headers, each
+// recorded by size and SHA-256 (consumer.HeaderBodySize,
+// consumer.HeaderCutHeaders, …). One the stream still refuses as too large
+// is sent again without the original's data and headers.
+//
+// A dead letter the broker refuses (no stream takes the subject, the
+// stream or the account refuses it, it is too large even stripped) is
+// tried again with the retry backoff, WithMaxAttempts times in all; then
+// the consumer gives up on it: it logs the message at error level (stream,
+// sequence, subject, key), reports [EventDiscarded] with the refusal in
+// Event.BrokerErr, and terminates the message, which stays in its stream
+// while the stream's retention keeps it. A dead letter that cannot reach
+// the server (the connection down or closed, no answer within 5 s) is an
+// outage: the message is never terminated without its dead letter; it is
+// held, InProgress keeping JetStream from redelivering it, and the publish
+// tried again, without end, until it is stored or Run stops (then the
+// message is naked, and comes back). A subject the connection may not
+// publish to gets no answer from the server, only an asynchronous error:
+// it looks like an outage, and holds the message until the permission is
+// granted.
+//
+// While a message is held for its dead letter, the messages after it go
+// on; a fetch loop holds two batches at most, so a long outage of the
+// dead-letter stream stops the loop once both are held.
 //
 // # Keys and scopes
 //
 // The key is the Nats-Msg-Id header by default, the header JetStream's own
 // duplicate window reads ([WithKeyHeader], [WithKeyFunc] for others). The
 // payload fingerprinted with it is the message's data ([WithFingerprint]):
-// the same key with other data is dead-lettered ([ReasonKeyReused]).
+// the same key with other data is poison (key-reused). An empty key, or
+// one sent twice, is poison (invalid-key); a message without one is
+// poison (missing-key) unless [WithUnkeyedUnguarded] runs it without
+// idempotency.
 //
 // New refuses to build a Consumer without a scope decision. Keys are
 // chosen by publishers, and without scopes every publisher shares one key
@@ -54,10 +123,10 @@
 // whatever the scope: tenants that share a stream should prefix their
 // Nats-Msg-Ids with the tenant, or carry the key in another header.
 //
-// The decisions shared by every idem adapter (the scope rule, what each
-// answer of the Guard means for the message) come from one policy, so
-// idemamqp and idemkafka treat messages the same way; the option names are
-// the same where the brokers allow.
+// The decisions shared by every idem consumer (the scope and poison rules,
+// what each answer of the Guard means for the message, the dead letter's
+// headers) come from one chassis, so idemamqp and idemkafka treat messages
+// the same way, with the same option names.
 //
 // # JetStream's duplicate window and idem
 //
@@ -79,8 +148,8 @@
 // message under the same id within the window gets a PubAck with Duplicate
 // set, and its message is silently dropped; check PubAck.Duplicate. idem
 // then keeps the key for its own retention: a new message under a used key
-// gets the stored outcome (or, with other data, is dead-lettered as
-// reused). A new operation needs a new id.
+// gets the stored outcome (or, with other data, is poison: key-reused). A
+// new operation needs a new id.
 //
 // # Batches, order and AckWait
 //
@@ -117,7 +186,7 @@
 // whose handler has not started. They are redelivered once the Run's own
 // pull requests have expired on the server (at most the fetch wait), so
 // that none is sent to a request nobody listens to. The running handlers
-// finish within [WithShutdownTimeout]; past it their context is cancelled,
+// finish within [WithDrainTimeout]; past it their context is cancelled,
 // and the keys of those that give up are released. Run settles every
 // message and returns once every goroutine it started has ended. A message
 // the server sent while the Fetch was being cancelled never reaches the
@@ -128,6 +197,14 @@
 // meanwhile. The acks of messages handled while it was down reach the
 // server after the reconnect or are lost, in which case the redelivery is
 // acked as a duplicate.
+//
+// # Trace context
+//
+// A handler's context carries the W3C trace context of the message's
+// headers (traceparent, tracestate, baggage; their names matched without
+// regard to case, so that those an HTTP header carrier canonicalized are
+// found too): consumer.TraceFrom returns it, for OpenTelemetry's
+// propagators.
 //
 // # Guarantees
 //

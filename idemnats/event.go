@@ -3,6 +3,8 @@ package idemnats
 import (
 	"fmt"
 	"time"
+
+	"github.com/idemgo/idem/consumer"
 )
 
 // EventKind names what an [Event] reports.
@@ -18,19 +20,26 @@ const (
 	EventDelayed
 	// EventRequeued: the message was naked to come back after Delay (Err:
 	// the handler's retryable error or panic, the store's error, a lost
-	// lease, the consumer stopping, or a dead letter that could not be
-	// published, with BrokerErr saying why).
+	// lease, the consumer stopping; or, with Reason set, poison whose dead
+	// letter the consumer stopped trying to publish as it stopped, with
+	// BrokerErr saying why).
 	EventRequeued
-	// EventDeadLettered: the message was published to the dead-letter
-	// subject, if any, and terminated (Err: the cause; Reason).
+	// EventDeadLettered: the message is poison (Reason, Err: the cause);
+	// its dead letter was stored by the stream of the WithDeadLetter
+	// subject, and the message terminated.
 	EventDeadLettered
 	// EventInProgress: InProgress was sent for a message still being
 	// handled, or waiting its turn in its batch, so that JetStream does not
 	// redeliver it when AckWait passes.
 	EventInProgress
+	// EventDiscarded: the message is poison (Reason, Err: the cause) and
+	// was terminated without a dead letter: under WithDiscardPoison, or
+	// after the broker refused its dead letter WithMaxAttempts times
+	// (BrokerErr: the last refusal).
+	EventDiscarded
 )
 
-var eventNames = [...]string{"", "acked", "delayed", "requeued", "dead_lettered", "in_progress"}
+var eventNames = [...]string{"", "acked", "delayed", "requeued", "dead_lettered", "in_progress", "discarded"}
 
 // String returns the kind's name in snake case, for metric labels.
 func (k EventKind) String() string {
@@ -53,50 +62,14 @@ type Event struct {
 	Replayed  bool          // EventAcked: the outcome was stored before; the handler did not run
 	Delay     time.Duration // EventDelayed, EventRequeued: how long until it is delivered again
 	Duration  time.Duration // from receipt to settlement
-	// Reason is why the message was dead-lettered: set for
-	// EventDeadLettered, and for the EventRequeued of poison whose dead
-	// letter could not be published.
-	Reason Reason
+	// Reason is why the message is poison: set for EventDeadLettered and
+	// EventDiscarded, and for the EventRequeued of poison whose dead
+	// letter was not published.
+	Reason consumer.Reason
 	Err    error // the cause, for the kinds that have one
 	// BrokerErr is the error of the broker call that carried the event
-	// (Ack, Nak, Term, InProgress, the dead letter's publish). A message
-	// whose ack was lost is redelivered, and acked as a duplicate.
+	// (Ack, Nak, Term, InProgress), or the broker's last refusal of the
+	// dead letter (EventDiscarded, EventRequeued). A message whose ack was
+	// lost is redelivered, and acked as a duplicate.
 	BrokerErr error
-}
-
-// Reason says why a message was dead-lettered. It is the value of the
-// [ReasonHeader] header of a dead letter and of [Event.Reason].
-type Reason string
-
-// The reasons a message is dead-lettered.
-const (
-	// ReasonPermanent: the handler returned an error marked with
-	// [idem.Permanent], now or on an earlier delivery of the same key.
-	ReasonPermanent Reason = "permanent"
-	// ReasonTooManyAttempts: the key was claimed more than the Guard's
-	// Config.MaxAttempts times without an outcome ([idem.ErrTooManyAttempts]).
-	ReasonTooManyAttempts Reason = "too-many-attempts"
-	// ReasonMissingKey: the message carries no key ([ErrNoKey]) and
-	// [WithUnkeyed] says to dead-letter it, as it does by default.
-	ReasonMissingKey Reason = "missing-key"
-	// ReasonInvalidKey: the key cannot be used ([KeyError]: empty, sent more
-	// than once, the key function failed), or the Guard refused it (too
-	// long, Config.ValidateKey).
-	ReasonInvalidKey Reason = "invalid-key"
-	// ReasonKeyReused: the key was first used with a different payload
-	// ([idem.ErrKeyReused]).
-	ReasonKeyReused Reason = "key-reused"
-)
-
-// kind returns the event kind of a verdict.
-func (v verdict) kind() EventKind {
-	switch {
-	case v.action == actAck:
-		return EventAcked
-	case v.action == actDeadLetter:
-		return EventDeadLettered
-	case v.busy:
-		return EventDelayed
-	}
-	return EventRequeued
 }

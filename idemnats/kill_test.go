@@ -45,7 +45,7 @@ func killHandler(rdb *redis.Client, prefix string) idemnats.Handler {
 }
 
 func newKillConsumer(g *idem.Guard, cons jetstream.Consumer, h idemnats.Handler) (*idemnats.Consumer, error) {
-	return idemnats.New(g, cons, h, idemnats.WithSharedScope(), idemnats.WithBatchSize(killBatch),
+	return idemnats.New(g, cons, h, idemnats.WithSharedScope(), idemnats.WithDiscardPoison(), idemnats.WithBatchSize(killBatch),
 		idemnats.WithBusyDelay(100*time.Millisecond))
 }
 

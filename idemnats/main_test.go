@@ -84,6 +84,12 @@ func newStream(tb testing.TB, js jetstream.JetStream, cfg jetstream.StreamConfig
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := js.CreateStream(ctx, cfg)
+	// nats-server 2.9 may remove its account's streams directory as the
+	// last stream of another test is deleted, under a stream being created
+	// ("error creating store for stream", 10049): create it again.
+	for try := 0; try < 5 && isAPIError(err, 10049); try++ {
+		s, err = js.CreateStream(ctx, cfg)
+	}
 	if err != nil {
 		tb.Fatalf("create stream: %v", err)
 	}
@@ -95,6 +101,12 @@ func newStream(tb testing.TB, js jetstream.JetStream, cfg jetstream.StreamConfig
 		}
 	})
 	return s
+}
+
+// isAPIError reports whether err is JetStream's error of code code.
+func isAPIError(err error, code jetstream.ErrorCode) bool {
+	apiErr, ok := errors.AsType[*jetstream.APIError](err)
+	return ok && apiErr.ErrorCode == code
 }
 
 // subject returns a subject of the stream.

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/consumer"
 	"github.com/idemgo/idem/idemnats"
 	"github.com/idemgo/idem/internal/adaptertest"
 )
@@ -33,6 +34,7 @@ func nopHandler(context.Context, jetstream.Msg) error { return nil }
 func TestNewRefusesBadConfiguration(t *testing.T) {
 	g := newGuard(t, memStore(t), idem.Config{})
 	shared := idemnats.WithSharedScope()
+	discard := idemnats.WithDiscardPoison()
 	cases := []struct {
 		name string
 		g    *idem.Guard
@@ -46,25 +48,28 @@ func TestNewRefusesBadConfiguration(t *testing.T) {
 		{"nil handler", g, explicitConsumer(), nil, []idemnats.Option{shared}, "Handler is nil"},
 		{"nil option", g, explicitConsumer(), nopHandler, []idemnats.Option{shared, nil}, "nil Option"},
 		{"ack none", g, fakeConsumer{info: &jetstream.ConsumerInfo{Name: "w", Config: jetstream.ConsumerConfig{AckPolicy: jetstream.AckNonePolicy}}},
-			nopHandler, []idemnats.Option{shared}, "AckPolicy AckNone"},
+			nopHandler, []idemnats.Option{shared, discard}, "AckPolicy AckNone"},
 		{"ack all", g, fakeConsumer{info: &jetstream.ConsumerInfo{Name: "w", Config: jetstream.ConsumerConfig{AckPolicy: jetstream.AckAllPolicy}}},
-			nopHandler, []idemnats.Option{shared}, "AckPolicy AckAll"},
+			nopHandler, []idemnats.Option{shared, discard}, "AckPolicy AckAll"},
 		{"two scopes", g, explicitConsumer(), nopHandler,
 			[]idemnats.Option{shared, idemnats.WithScope(func(jetstream.Msg) string { return "" })}, "WithScope and WithSharedScope"},
 		{"empty key header", g, explicitConsumer(), nopHandler, []idemnats.Option{shared, idemnats.WithKeyHeader("")}, "WithKeyHeader"},
 		{"key header with colon", g, explicitConsumer(), nopHandler, []idemnats.Option{shared, idemnats.WithKeyHeader("a:b")}, "WithKeyHeader"},
 		{"nil key func", g, explicitConsumer(), nopHandler, []idemnats.Option{shared, idemnats.WithKeyFunc(nil)}, "WithKeyFunc(nil)"},
-		{"unknown unkeyed policy", g, explicitConsumer(), nopHandler, []idemnats.Option{shared, idemnats.WithUnkeyed(7)}, "WithUnkeyed(7)"},
 		{"nil fingerprint", g, explicitConsumer(), nopHandler, []idemnats.Option{shared, idemnats.WithFingerprint(nil)}, "WithFingerprint(nil)"},
 		{"nil scope", g, explicitConsumer(), nopHandler, []idemnats.Option{idemnats.WithScope(nil)}, "WithScope(nil)"},
 		{"nil dead-letter js", g, explicitConsumer(), nopHandler, []idemnats.Option{shared, idemnats.WithDeadLetter(nil, "dlq")}, "JetStream is nil"},
 		{"wildcard dead-letter subject", g, explicitConsumer(), nopHandler, []idemnats.Option{shared, idemnats.WithDeadLetter(fakeJS{}, "dlq.>")}, "WithDeadLetter"},
+		{"no poison decision", g, explicitConsumer(), nopHandler, []idemnats.Option{shared}, "no poison decision. Pass WithDeadLetter(js, subject)"},
+		{"two poison decisions", g, explicitConsumer(), nopHandler, []idemnats.Option{shared, discard, idemnats.WithDeadLetter(fakeJS{}, "dlq")}, "choose one"},
+		{"max attempts 0", g, explicitConsumer(), nopHandler, []idemnats.Option{shared, discard, idemnats.WithMaxAttempts(0)}, "WithMaxAttempts(0)"},
+		{"backoff first above longest", g, explicitConsumer(), nopHandler, []idemnats.Option{shared, discard, idemnats.WithRetryBackoff(time.Second, time.Millisecond)}, "WithRetryBackoff"},
 		{"batch 0", g, explicitConsumer(), nopHandler, []idemnats.Option{shared, idemnats.WithBatchSize(0)}, "WithBatchSize(0)"},
 		{"concurrency 0", g, explicitConsumer(), nopHandler, []idemnats.Option{shared, idemnats.WithConcurrency(0)}, "WithConcurrency(0)"},
 		{"fetch wait 1ms", g, explicitConsumer(), nopHandler, []idemnats.Option{shared, idemnats.WithFetchWait(time.Millisecond)}, "WithFetchWait(1ms)"},
-		{"negative busy delay", g, explicitConsumer(), nopHandler, []idemnats.Option{shared, idemnats.WithBusyDelay(-1)}, "WithBusyDelay"},
-		{"negative retry delay", g, explicitConsumer(), nopHandler, []idemnats.Option{shared, idemnats.WithRetryDelay(-1)}, "WithRetryDelay"},
-		{"negative shutdown timeout", g, explicitConsumer(), nopHandler, []idemnats.Option{shared, idemnats.WithShutdownTimeout(-1)}, "WithShutdownTimeout"},
+		{"zero busy delay", g, explicitConsumer(), nopHandler, []idemnats.Option{shared, idemnats.WithBusyDelay(0)}, "WithBusyDelay"},
+		{"negative retry backoff", g, explicitConsumer(), nopHandler, []idemnats.Option{shared, idemnats.WithRetryBackoff(-1, time.Second)}, "WithRetryBackoff"},
+		{"negative drain timeout", g, explicitConsumer(), nopHandler, []idemnats.Option{shared, idemnats.WithDrainTimeout(-1)}, "WithDrainTimeout"},
 		{"nil logger", g, explicitConsumer(), nopHandler, []idemnats.Option{shared, idemnats.WithLogger(nil)}, "WithLogger(nil)"},
 		{"nil observer", g, explicitConsumer(), nopHandler, []idemnats.Option{shared, idemnats.WithObserver(nil)}, "WithObserver(nil)"},
 	}
@@ -88,7 +93,7 @@ type fakeJS struct{ jetstream.JetStream }
 // another's message: New refuses it, and says what to do.
 func TestNewRequiresAScopeDecision(t *testing.T) {
 	g := newGuard(t, memStore(t), idem.Config{})
-	_, err := idemnats.New(g, explicitConsumer(), nopHandler)
+	_, err := idemnats.New(g, explicitConsumer(), nopHandler, idemnats.WithDiscardPoison())
 	adaptertest.CheckNoScope(t, err, "idemnats", "jetstream.Msg")
 	if err != nil && !strings.Contains(err.Error(), "ack that tenant's message as a duplicate") {
 		t.Errorf("the error %q does not say what the threat is to a consumer", err)
@@ -97,7 +102,7 @@ func TestNewRequiresAScopeDecision(t *testing.T) {
 		idemnats.WithSharedScope(),
 		idemnats.WithScope(func(m jetstream.Msg) string { return m.Subject() }),
 	} {
-		if _, err := idemnats.New(g, explicitConsumer(), nopHandler, opt, idemnats.WithLogger(slog.Default())); err != nil {
+		if _, err := idemnats.New(g, explicitConsumer(), nopHandler, opt, idemnats.WithDiscardPoison(), idemnats.WithLogger(slog.Default())); err != nil {
 			t.Errorf("New with a scope decision: %v", err)
 		}
 	}
@@ -119,7 +124,7 @@ func TestScopesKeepTenantsApart(t *testing.T) {
 	c, err := idemnats.New(newGuard(t, memStore(t), idem.Config{}), cons, func(ctx context.Context, msg jetstream.Msg) error {
 		fx.add(tenant(msg) + "/" + msg.Headers().Get("Idempotency-Key"))
 		return nil
-	}, idemnats.WithScope(tenant), idemnats.WithKeyHeader("Idempotency-Key"), idemnats.WithObserver(ev.observe))
+	}, idemnats.WithScope(tenant), idemnats.WithDiscardPoison(), idemnats.WithKeyHeader("Idempotency-Key"), idemnats.WithObserver(ev.observe))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,10 +155,11 @@ func TestHandlerPanicIsRetried(t *testing.T) {
 			panic("nil map")
 		}
 		return nil
-	}, idemnats.WithSharedScope(), idemnats.WithRetryDelay(10*time.Millisecond), idemnats.WithObserver(ev.observe))
+	}, idemnats.WithSharedScope(), idemnats.WithDiscardPoison(), idemnats.WithRetryBackoff(10*time.Millisecond, 10*time.Millisecond),
+		idemnats.WithObserver(ev.observe))
 	publish(t, js, subject(s, "x"), "x", jetstream.MsgIDHeader, "p-1")
 	waitFor(t, 10*time.Second, "the message acked on its second delivery", func() bool { return drained(t, cons) && calls.Load() == 2 })
-	var pe *idemnats.PanicError
+	var pe *consumer.PanicError
 	if n := ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventRequeued && errors.As(e.Err, &pe) }); n != 1 {
 		t.Fatalf("%d retries with a PanicError, want 1", n)
 	}
@@ -166,7 +172,7 @@ func TestHandlerPanicIsRetried(t *testing.T) {
 func TestRunStopsWhenConsumerDeleted(t *testing.T) {
 	t.Parallel()
 	_, s, cons := fixture(t, jetstream.ConsumerConfig{})
-	c, err := idemnats.New(newGuard(t, memStore(t), idem.Config{}), cons, nopHandler, idemnats.WithSharedScope())
+	c, err := idemnats.New(newGuard(t, memStore(t), idem.Config{}), cons, nopHandler, idemnats.WithSharedScope(), idemnats.WithDiscardPoison())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +202,7 @@ func TestRunStopsWhenGuardClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := idemnats.New(g, cons, nopHandler, idemnats.WithSharedScope(), idemnats.WithFetchWait(time.Second))
+	c, err := idemnats.New(g, cons, nopHandler, idemnats.WithSharedScope(), idemnats.WithDiscardPoison(), idemnats.WithFetchWait(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/consumer"
 	"github.com/idemgo/idem/idemnats"
 )
 
@@ -46,8 +47,10 @@ func streamMsgs(t *testing.T, s jetstream.Stream) uint64 {
 
 // Poison is dead-lettered with its cause and terminated, once, and never
 // comes back: a permanent error (and a later copy of its key), a key that
-// keeps failing past MaxAttempts, a message without a key or with an
-// empty one, a key reused with other data. The good messages around them are handled.
+// keeps failing past the Guard's MaxAttempts, a message without a key or
+// with an empty one, a key reused with other data. The good messages
+// around them are handled. The dead letters keep the original's headers
+// and say where it came from.
 func TestPoisonIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	_, js := connect(t, natsURL)
@@ -68,7 +71,7 @@ func TestPoisonIsDeadLettered(t *testing.T) {
 		}
 		return nil
 	}, idemnats.WithSharedScope(), idemnats.WithKeyHeader("Idempotency-Key"), idemnats.WithDeadLetter(js, subject(dlq, "dead")),
-		idemnats.WithRetryDelay(10*time.Millisecond))
+		idemnats.WithRetryBackoff(10*time.Millisecond, 10*time.Millisecond))
 
 	in := subject(s, "payments")
 	publish(t, js, in, "pay 1", "Idempotency-Key", "good")
@@ -93,14 +96,14 @@ func TestPoisonIsDeadLettered(t *testing.T) {
 	}
 	got := map[string][]*jetstream.RawStreamMsg{}
 	for _, m := range deadLetters(t, dlq) {
-		got[m.Header.Get(idemnats.ReasonHeader)] = append(got[m.Header.Get(idemnats.ReasonHeader)], m)
+		got[m.Header.Get(consumer.HeaderReason)] = append(got[m.Header.Get(consumer.HeaderReason)], m)
 	}
-	want := map[idemnats.Reason][]string{ // data of the dead letters, by reason
-		idemnats.ReasonPermanent:       {"pay 2", "pay 2"},
-		idemnats.ReasonTooManyAttempts: {"pay 3"},
-		idemnats.ReasonMissingKey:      {"pay 4"},
-		idemnats.ReasonInvalidKey:      {"pay 6"},
-		idemnats.ReasonKeyReused:       {"pay 5 again"},
+	want := map[consumer.Reason][]string{ // data of the dead letters, by reason
+		consumer.ReasonPermanent:       {"pay 2", "pay 2"},
+		consumer.ReasonTooManyAttempts: {"pay 3"},
+		consumer.ReasonMissingKey:      {"pay 4"},
+		consumer.ReasonInvalidKey:      {"pay 6"},
+		consumer.ReasonKeyReused:       {"pay 5 again"},
 	}
 	for reason, datas := range want {
 		ms := got[string(reason)]
@@ -112,70 +115,36 @@ func TestPoisonIsDeadLettered(t *testing.T) {
 			if string(m.Data) != datas[i] {
 				t.Errorf("dead letter %d for %s holds %q, want %q", i, reason, m.Data, datas[i])
 			}
-			if m.Header.Get(idemnats.StreamHeader) != s.CachedInfo().Config.Name || m.Header.Get(idemnats.SubjectHeader) != in {
-				t.Errorf("dead letter for %s says it came from %q/%q", reason, m.Header.Get(idemnats.StreamHeader), m.Header.Get(idemnats.SubjectHeader))
+			if m.Header.Get(idemnats.HeaderStream) != s.CachedInfo().Config.Name || m.Header.Get(idemnats.HeaderSubject) != in {
+				t.Errorf("dead letter for %s says it came from %q/%q", reason, m.Header.Get(idemnats.HeaderStream), m.Header.Get(idemnats.HeaderSubject))
 			}
-			if _, err := strconv.ParseUint(m.Header.Get(idemnats.SequenceHeader), 10, 64); err != nil {
-				t.Errorf("dead letter for %s: original sequence %q", reason, m.Header.Get(idemnats.SequenceHeader))
+			if _, err := strconv.ParseUint(m.Header.Get(idemnats.HeaderSequence), 10, 64); err != nil {
+				t.Errorf("dead letter for %s: original sequence %q", reason, m.Header.Get(idemnats.HeaderSequence))
 			}
 		}
 	}
-	if bad := got[string(idemnats.ReasonPermanent)]; len(bad) == 2 {
-		if cause := bad[0].Header.Get(idemnats.CauseHeader); cause != "card declined:  no funds" {
+	if bad := got[string(consumer.ReasonPermanent)]; len(bad) == 2 {
+		if cause := bad[0].Header.Get(consumer.HeaderCause); cause != "card declined:  no funds" {
 			t.Errorf("the cause header is %q, want the handler's error on one line", cause)
 		}
 		if bad[0].Header.Get("Tenant") != "t1" || bad[0].Header.Get("Idempotency-Key") != "bad" {
 			t.Errorf("the dead letter lost the original's headers: %v", bad[0].Header)
 		}
-		if bad[1].Header.Get(idemnats.MsgIDHeader) != "bad-copy" || bad[1].Header.Get(jetstream.MsgIDHeader) == "bad-copy" {
-			t.Errorf("the copy's Nats-Msg-Id should move to %s: %v", idemnats.MsgIDHeader, bad[1].Header)
+		if bad[1].Header.Get(idemnats.HeaderMsgID) != "bad-copy" || bad[1].Header.Get(jetstream.MsgIDHeader) == "bad-copy" {
+			t.Errorf("the copy's Nats-Msg-Id should move to %s: %v", idemnats.HeaderMsgID, bad[1].Header)
 		}
 	}
-	if cause := got[string(idemnats.ReasonMissingKey)]; len(cause) == 1 && cause[0].Header.Get(idemnats.CauseHeader) != idemnats.ErrNoKey.Error() {
-		t.Errorf("missing-key cause %q", cause[0].Header.Get(idemnats.CauseHeader))
+	if cause := got[string(consumer.ReasonMissingKey)]; len(cause) == 1 && cause[0].Header.Get(consumer.HeaderCause) != consumer.ErrNoKey.Error() {
+		t.Errorf("missing-key cause %q", cause[0].Header.Get(consumer.HeaderCause))
 	}
-	if cause := got[string(idemnats.ReasonTooManyAttempts)]; len(cause) == 1 && cause[0].Header.Get(idemnats.CauseHeader) != idem.ErrTooManyAttempts.Error() {
-		t.Errorf("too-many-attempts cause %q", cause[0].Header.Get(idemnats.CauseHeader))
-	}
-}
-
-// A dead letter that cannot be stored (no stream on its subject yet)
-// leaves the message in the stream: it is redelivered, not terminated,
-// until the dead letter is stored.
-func TestDeadLetterNotStoredIsRetried(t *testing.T) {
-	t.Parallel()
-	js, s, cons := fixture(t, jetstream.ConsumerConfig{})
-	dlqSubject := "IDEMTEST_DLQ_" + random(6)
-	var ev events
-	var calls counter
-	run(t, newGuard(t, memStore(t), idem.Config{}), cons, func(ctx context.Context, msg jetstream.Msg) error {
-		calls.Add(1)
-		return idem.Permanent(errors.New("malformed order"))
-	}, idemnats.WithSharedScope(), idemnats.WithDeadLetter(js, dlqSubject), idemnats.WithRetryDelay(20*time.Millisecond),
-		idemnats.WithObserver(ev.observe))
-	publish(t, js, subject(s, "orders"), "{", jetstream.MsgIDHeader, "o-1")
-	retried := func(e idemnats.Event) bool {
-		return e.Kind == idemnats.EventRequeued && e.Reason == idemnats.ReasonPermanent && e.BrokerErr != nil
-	}
-	waitFor(t, 10*time.Second, "two redeliveries while the dead letter cannot be stored", func() bool { return ev.count(retried) >= 2 })
-	if drained(t, cons) {
-		t.Fatal("the message left the stream without its dead letter")
-	}
-	dlq := newStream(t, js, jetstream.StreamConfig{Subjects: []string{dlqSubject}})
-	waitFor(t, 10*time.Second, "the dead letter stored and the message terminated", func() bool {
-		return drained(t, cons) && streamMsgs(t, dlq) >= 1
-	})
-	if n := streamMsgs(t, dlq); n != 1 {
-		t.Errorf("%d dead letters, want 1", n)
-	}
-	if n := calls.Load(); n != 1 {
-		t.Errorf("the handler ran %d times, want 1: its failure is stored", n)
+	if cause := got[string(consumer.ReasonTooManyAttempts)]; len(cause) == 1 && cause[0].Header.Get(consumer.HeaderCause) != idem.ErrTooManyAttempts.Error() {
+		t.Errorf("too-many-attempts cause %q", cause[0].Header.Get(consumer.HeaderCause))
 	}
 }
 
-// With WithUnkeyed a message without a key is handled without idempotency
-// and acked; without it, it is dead-lettered unhandled (TestPoison).
-func TestUnkeyed(t *testing.T) {
+// With WithUnkeyedUnguarded a message without a key is handled without
+// idempotency and acked; without it, it is poison (TestPoison).
+func TestUnkeyedUnguarded(t *testing.T) {
 	t.Parallel()
 	js, s, cons := fixture(t, jetstream.ConsumerConfig{})
 	var calls counter
@@ -185,7 +154,7 @@ func TestUnkeyed(t *testing.T) {
 		}
 		calls.Add(1)
 		return nil
-	}, idemnats.WithSharedScope(), idemnats.WithUnkeyed(idemnats.RunUnkeyed))
+	}, idemnats.WithSharedScope(), idemnats.WithDiscardPoison(), idemnats.WithUnkeyedUnguarded())
 	publish(t, js, subject(s, "x"), "a")
 	publish(t, js, subject(s, "x"), "a")
 	waitFor(t, 10*time.Second, "both messages acked", func() bool { return drained(t, cons) })

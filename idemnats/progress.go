@@ -51,7 +51,9 @@ type delivery struct {
 	received time.Time
 	last     time.Time // guarded by batch.mu: when AckWait last restarted (delivery or InProgress)
 	settled  atomic.Bool
-	replayed bool // acked as a duplicate: the handler did not run
+	scope    string // its scope, once read
+	key      string // its key, once read; "" for none
+	keyOK    bool   // key is a usable key
 }
 
 func (p *progress) init(every time.Duration, observe func(context.Context, Event), logger *slog.Logger) {

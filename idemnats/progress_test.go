@@ -44,7 +44,7 @@ func TestInProgressPreventsRedelivery(t *testing.T) {
 		}
 		time.Sleep(work) // the handler's work
 		return nil
-	}, idemnats.WithSharedScope(), idemnats.WithBatchSize(4), idemnats.WithConcurrency(2), idemnats.WithObserver(ev.observe))
+	}, idemnats.WithSharedScope(), idemnats.WithDiscardPoison(), idemnats.WithBatchSize(4), idemnats.WithConcurrency(2), idemnats.WithObserver(ev.observe))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestShutdownHandsBackInFlight(t *testing.T) {
 		<-ctx.Done()
 		stuckCause <- context.Cause(ctx)
 		return ctx.Err()
-	}, idemnats.WithSharedScope(), idemnats.WithShutdownTimeout(100*time.Millisecond), idemnats.WithFetchWait(time.Second))
+	}, idemnats.WithSharedScope(), idemnats.WithDiscardPoison(), idemnats.WithDrainTimeout(100*time.Millisecond), idemnats.WithFetchWait(time.Second))
 	waitFor(t, 10*time.Second, "the batch fetched", func() bool {
 		select {
 		case <-started:
@@ -128,7 +128,7 @@ func TestShutdownHandsBackInFlight(t *testing.T) {
 	c2, err := idemnats.New(g, cons, func(ctx context.Context, msg jetstream.Msg) error {
 		fx.add(string(msg.Data()))
 		return nil
-	}, idemnats.WithSharedScope())
+	}, idemnats.WithSharedScope(), idemnats.WithDiscardPoison())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestShutdownLetsHandlerFinish(t *testing.T) {
 		close(started)
 		<-finish
 		return ctx.Err() // nil: the shutdown timeout has not passed
-	}, idemnats.WithSharedScope(), idemnats.WithShutdownTimeout(time.Minute))
+	}, idemnats.WithSharedScope(), idemnats.WithDiscardPoison(), idemnats.WithDrainTimeout(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}

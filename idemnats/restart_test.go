@@ -27,10 +27,13 @@ type natsProcess struct {
 	bin  string
 	port int
 	dir  string
+	args []string // more of the server's arguments
 	cmd  *exec.Cmd
 }
 
-func startNATSServer(t testing.TB) *natsProcess {
+// startNATSServer starts a server of the test's own; args are more of its
+// arguments.
+func startNATSServer(t testing.TB, args ...string) *natsProcess {
 	t.Helper()
 	bin, err := exec.LookPath("nats-server")
 	if err != nil {
@@ -45,7 +48,7 @@ func startNATSServer(t testing.TB) *natsProcess {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	s := &natsProcess{t: t, bin: bin, port: port, dir: t.TempDir()}
+	s := &natsProcess{t: t, bin: bin, port: port, dir: t.TempDir(), args: args}
 	s.start()
 	t.Cleanup(s.kill)
 	return s
@@ -58,7 +61,8 @@ func (s *natsProcess) url() string { return "nats://127.0.0.1:" + strconv.Itoa(s
 func (s *natsProcess) start() {
 	s.t.Helper()
 	log := filepath.Join(s.dir, "nats.log")
-	s.cmd = exec.Command(s.bin, "-a", "127.0.0.1", "-p", strconv.Itoa(s.port), "-js", "-sd", filepath.Join(s.dir, "js"), "-l", log)
+	s.cmd = exec.Command(s.bin, append([]string{"-a", "127.0.0.1", "-p", strconv.Itoa(s.port), "-js",
+		"-sd", filepath.Join(s.dir, "js"), "-l", log}, s.args...)...)
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("starting nats-server: %v", err)
 	}
@@ -114,8 +118,8 @@ func TestServerRestart(t *testing.T) {
 		fx.add(msg.Headers().Get(jetstream.MsgIDHeader))
 		time.Sleep(time.Millisecond) // some work, so that the restart falls mid-run
 		return nil
-	}, idemnats.WithSharedScope(), idemnats.WithBatchSize(16), idemnats.WithFetchWait(500*time.Millisecond),
-		idemnats.WithBusyDelay(50*time.Millisecond), idemnats.WithRetryDelay(50*time.Millisecond))
+	}, idemnats.WithSharedScope(), idemnats.WithDiscardPoison(), idemnats.WithBatchSize(16), idemnats.WithFetchWait(500*time.Millisecond),
+		idemnats.WithBusyDelay(50*time.Millisecond), idemnats.WithRetryBackoff(50*time.Millisecond, 50*time.Millisecond))
 	waitFor(t, 30*time.Second, "a third of the messages handled", func() bool { return fx.keys() >= n/3 })
 	srv.kill()
 	handledBefore := fx.keys()

@@ -4,85 +4,13 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/adapter"
+	"github.com/idemgo/idem/internal/chassis"
 )
-
-// action is how a delivery is settled.
-type action uint8
-
-const (
-	actAck        action = iota + 1 // the outcome is stored, or was already: Ack
-	actRetry                        // deliver again after a delay: NakWithDelay
-	actDeadLetter                   // never deliver again: dead-letter, Term
-)
-
-// verdict is what happens to a delivery.
-type verdict struct {
-	action action
-	delay  time.Duration // actRetry
-	busy   bool          // actRetry because another holder has the key
-	reason Reason        // actDeadLetter
-	cause  error
-}
-
-// verdictOf maps what the Guard answered for a delivery to its verdict, by
-// the policy every idem consumer shares (internal/adapter), with this
-// consumer's delays. An outcome that could not be stored is never acked:
-// the message comes back, and its next delivery finds the stored outcome,
-// or takes the key over once the lease ends.
-func (o *options) verdictOf(res idem.Result, err error) verdict {
-	a := adapter.Decide(res, err)
-	v := verdict{cause: a.Cause}
-	switch a.Verdict {
-	case adapter.Ack:
-		v.action = actAck
-	case adapter.Retry:
-		v.action, v.delay = actRetry, o.retryDelay
-		if a.Class == adapter.InProgress {
-			v.delay, v.busy = o.busyDelay, true
-		}
-	default:
-		v.action, v.reason = actDeadLetter, reasonOf(a.Class)
-	}
-	return v
-}
-
-// reasonOf names the cause of a dead letter of class c.
-func reasonOf(c adapter.Class) Reason {
-	switch c {
-	case adapter.TooManyAttempts:
-		return ReasonTooManyAttempts
-	case adapter.KeyReused:
-		return ReasonKeyReused
-	case adapter.InvalidKey:
-		return ReasonInvalidKey
-	}
-	return ReasonPermanent
-}
-
-// The headers a dead letter carries besides the original's own (see
-// [WithDeadLetter]). The cause header has the name the other idem
-// consumers use.
-const (
-	CauseHeader     = "idem-dead-letter-cause"     // the error's message, on one line, at most 1 KiB
-	ReasonHeader    = "idem-dead-letter-reason"    // a [Reason]
-	StreamHeader    = "idem-dead-letter-stream"    // the stream the message was stored in
-	SubjectHeader   = "idem-dead-letter-subject"   // the subject it was published to
-	SequenceHeader  = "idem-dead-letter-sequence"  // its stream sequence
-	DeliveredHeader = "idem-dead-letter-delivered" // how many times JetStream had delivered it
-	MsgIDHeader     = "idem-dead-letter-msg-id"    // its Nats-Msg-Id, if it had one
-)
-
-const maxCauseLen = 1024
 
 // handBackDelay is how long after the server has let go of this Run's
 // pull requests a message the stopping Run hands back is redelivered.
@@ -101,47 +29,57 @@ func (r *run) handBack() time.Duration {
 	return max(time.Until(time.Unix(0, r.lastExpiry.Load())), 0) + handBackDelay
 }
 
-// settle carries out the verdict on a delivery: ack, nak (with a delay) or
-// dead-letter and terminate. A dead letter that cannot be published turns
-// into a retry, so poison is never terminated without its dead letter.
-func (r *run) settle(d *delivery, scope, key string, v verdict) {
+// settle carries out the verdict on a delivery: ack, nak (with a delay),
+// or, for poison, dead-letter and terminate (see poison). A handler's
+// failure is counted first.
+func (r *run) settle(d *delivery, v chassis.Verdict) {
 	c := r.c
-	if v.action == actRetry && r.stopping.Err() != nil {
-		v.delay = r.handBack() // this consumer is going away
+	if v.Failed {
+		c.tries.Failed(d.id())
 	}
-	var berr error
-	switch v.action {
-	case actAck:
-		berr = d.msg.Ack()
-	case actDeadLetter:
-		if perr := r.deadLetter(d, v); perr != nil {
-			c.o.Logger().Error("idemnats: dead letter not published; the message will be redelivered",
-				slog.String("subject", d.msg.Subject()), slog.String("key", key), slog.String("reason", string(v.reason)),
-				slog.Any("cause", v.cause), slog.Any("error", perr))
-			v.action, v.delay = actRetry, c.o.retryDelay
-			if r.stopping.Err() != nil {
-				v.delay = r.handBack()
-			}
-			berr = errors.Join(perr, nak(d.msg, v.delay))
-			break
+	switch v.Verdict {
+	case adapter.Ack:
+		c.tries.Forget(d.id())
+		r.settled(d, v, EventAcked, 0, d.msg.Ack())
+	case adapter.DeadLetter:
+		r.poison(d, v)
+	default:
+		delay := v.Delay
+		if r.stopping.Err() != nil {
+			delay = r.handBack() // this consumer is going away
+		} else if !v.Busy {
+			c.o.Logger().LogAttrs(context.Background(), slog.LevelWarn, "idemnats: message will be redelivered",
+				append(d.attrs(), slog.Duration("delay", delay), slog.Any("cause", v.Cause))...)
 		}
-		berr = d.msg.Term()
-		c.o.Logger().Warn("idemnats: message dead-lettered",
-			slog.String("subject", d.msg.Subject()), slog.String("key", key), slog.String("reason", string(v.reason)),
-			slog.Any("cause", v.cause), slog.Bool("published", c.o.dlqJS != nil))
-	case actRetry:
-		berr = nak(d.msg, v.delay)
-		if v.reason == "" && !errors.Is(v.cause, errStopping) && !v.busy {
-			c.o.Logger().Warn("idemnats: message will be redelivered",
-				slog.String("subject", d.msg.Subject()), slog.String("key", key), slog.Duration("delay", v.delay), slog.Any("cause", v.cause))
+		kind := EventRequeued
+		if v.Busy {
+			kind = EventDelayed
 		}
+		r.settled(d, v, kind, delay, nak(d.msg, delay))
 	}
+}
+
+// settled records that d was settled as kind (after delay, for a Nak),
+// logs the broker call that settled it if it failed (berr), and reports
+// the event, with the broker's last refusal of its dead letter, if any.
+func (r *run) settled(d *delivery, v chassis.Verdict, kind EventKind, delay time.Duration, berr error, refusal ...error) {
+	c := r.c
 	d.settled.Store(true)
 	if berr != nil && !errors.Is(berr, jetstream.ErrMsgAlreadyAckd) {
-		c.o.Logger().Warn("idemnats: settling the message failed; JetStream will redeliver it",
-			slog.String("subject", d.msg.Subject()), slog.String("key", key), slog.String("event", v.kind().String()), slog.Any("error", berr))
+		c.o.Logger().LogAttrs(context.Background(), slog.LevelWarn, "idemnats: settling the message failed; JetStream will redeliver it",
+			append(d.attrs(), slog.String("event", kind.String()), slog.Any("error", berr))...)
 	}
-	c.observeSettled(d, scope, key, v, berr)
+	if c.o.observer != nil {
+		e := eventOf(d, kind, errors.Join(append(refusal, berr)...))
+		e.Scope, e.Key, e.Reason, e.Err = d.scope, d.key, v.Reason, v.Cause
+		switch kind {
+		case EventAcked:
+			e.Replayed = v.Replayed
+		case EventDelayed, EventRequeued:
+			e.Delay = delay
+		}
+		c.o.observer(context.Background(), e)
+	}
 }
 
 func nak(msg jetstream.Msg, delay time.Duration) error {
@@ -151,20 +89,6 @@ func nak(msg jetstream.Msg, delay time.Duration) error {
 	return msg.Nak()
 }
 
-func (c *Consumer) observeSettled(d *delivery, scope, key string, v verdict, berr error) {
-	if c.o.observer != nil {
-		e := eventOf(d, v.kind(), berr)
-		e.Scope, e.Key, e.Reason, e.Err = scope, key, v.reason, v.cause
-		switch e.Kind {
-		case EventAcked:
-			e.Replayed = d.replayed
-		case EventDelayed, EventRequeued:
-			e.Delay = v.delay
-		}
-		c.o.observer(context.Background(), e)
-	}
-}
-
 // eventOf returns the event of kind k about d.
 func eventOf(d *delivery, k EventKind, berr error) Event {
 	e := Event{Kind: k, Subject: d.msg.Subject(), Duration: time.Since(d.received), BrokerErr: berr}
@@ -172,62 +96,4 @@ func eventOf(d *delivery, k EventKind, berr error) Event {
 		e.Stream, e.Sequence, e.Delivered = md.Stream, md.Sequence.Stream, md.NumDelivered
 	}
 	return e
-}
-
-// deadLetter publishes the poison message to the dead-letter subject, if
-// one is configured, and waits for the stream's ack.
-func (r *run) deadLetter(d *delivery, v verdict) error {
-	c := r.c
-	if c.o.dlqJS == nil {
-		return nil
-	}
-	dl := &nats.Msg{Subject: c.o.dlqSubject, Data: d.msg.Data(), Header: make(nats.Header)}
-	for k, vs := range d.msg.Headers() {
-		if !strings.HasPrefix(k, "Nats-") {
-			dl.Header[k] = vs
-		}
-	}
-	if id := d.msg.Headers().Get(jetstream.MsgIDHeader); id != "" {
-		dl.Header.Set(MsgIDHeader, id)
-	}
-	dl.Header.Set(ReasonHeader, string(v.reason))
-	dl.Header.Set(CauseHeader, oneLine(v.cause))
-	dl.Header.Set(SubjectHeader, d.msg.Subject())
-	var opts []jetstream.PublishOpt
-	if md, err := d.msg.Metadata(); err == nil {
-		seq := strconv.FormatUint(md.Sequence.Stream, 10)
-		dl.Header.Set(StreamHeader, md.Stream)
-		dl.Header.Set(SequenceHeader, seq)
-		dl.Header.Set(DeliveredHeader, strconv.FormatUint(md.NumDelivered, 10))
-		// A redelivery of the same message publishes the same id: the
-		// dead-letter stream's duplicate window drops the copy.
-		opts = append(opts, jetstream.WithMsgID("idem-dead-letter:"+md.Stream+":"+seq))
-	}
-	ctx, cancel := context.WithTimeout(r.work, DefaultDeadLetterTimeout)
-	defer cancel()
-	_, err := c.o.dlqJS.PublishMsg(ctx, dl, opts...)
-	return err
-}
-
-// oneLine returns err's message fit for a header value: on one line, at
-// most maxCauseLen bytes, valid UTF-8.
-func oneLine(err error) string {
-	if err == nil {
-		return ""
-	}
-	s := strings.ToValidUTF8(err.Error(), "\uFFFD")
-	s = strings.Map(func(r rune) rune {
-		if r == '\r' || r == '\n' || r < ' ' && r != '\t' {
-			return ' '
-		}
-		return r
-	}, s)
-	if len(s) > maxCauseLen {
-		cut := maxCauseLen
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut]
-	}
-	return s
 }

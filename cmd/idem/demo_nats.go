@@ -213,8 +213,12 @@ func (r *natsRun) runProcess(ctx context.Context, p *natsProcess, h handler) err
 			var c *idemnats.Consumer
 			c, err = idemnats.New(h.guard, wrapped, r.guarded(p, h.ledger),
 				idemnats.WithSharedScope(), idemnats.WithKeyHeader(natsDemoKey), idemnats.WithBatchSize(natsDemoBatch),
-				idemnats.WithFetchWait(250*time.Millisecond), idemnats.WithBusyDelay(retryDelay), idemnats.WithRetryDelay(retryDelay),
-				idemnats.WithShutdownTimeout(0))
+				// Every order has a key and the handler never fails for
+				// good: nothing is poison. Were something poison, it would
+				// be terminated, and the run would report its order unacked.
+				idemnats.WithDiscardPoison(),
+				idemnats.WithFetchWait(250*time.Millisecond), idemnats.WithBusyDelay(retryDelay),
+				idemnats.WithRetryBackoff(retryDelay, retryDelay), idemnats.WithDrainTimeout(0))
 			if err == nil {
 				err = c.Run(pctx)
 			}

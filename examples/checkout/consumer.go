@@ -99,6 +99,9 @@ func (c *checkout) consume(ctx context.Context, h hooks) error {
 		// IDs are the service's own ("charge-<order>"): one key space.
 		// The charge's record is scoped by account all the same.
 		idemnats.WithSharedScope(),
+		// Poison (an undecodable message, its failure stored) is
+		// terminated and logged, and stays in the stream.
+		idemnats.WithDiscardPoison(),
 		idemnats.WithLogger(c.log),
 	)
 	if err != nil {

@@ -179,6 +179,11 @@ func runNATS(ctx context.Context, url string, out io.Writer, args []string) erro
 					rep.consumed.Add(1)
 					rep.deadLetters.Add(1)
 					fmt.Fprintf(out, "  replica %d: %s dead-lettered (%s): %v\n", r+1, e.Key, e.Reason, e.Err)
+				case idemnats.EventDiscarded:
+					// The stream refused its dead letter WithMaxAttempts
+					// times: terminated, and logged at error level.
+					rep.consumed.Add(1)
+					fmt.Fprintf(out, "  replica %d: %s is poison (%s), its dead letter refused: %v\n", r+1, e.Key, e.Reason, e.BrokerErr)
 				}
 			}))
 		if err != nil {

@@ -135,12 +135,17 @@ func consumeNATS(ctx context.Context, s consumerSpec, g *idem.Guard, fc *consume
 		idemnats.WithBatchSize(16),
 		idemnats.WithFetchWait(time.Second),
 		idemnats.WithBusyDelay(s.BusyDelay),
-		idemnats.WithRetryDelay(s.RetryDelay),
+		idemnats.WithRetryBackoff(s.RetryDelay, time.Second),
+		// A ledger cut off by a fault fails handlers for as long as the
+		// fault lasts: that is no poison. Any poison fails the run
+		// (evDead), and is terminated.
+		idemnats.WithMaxAttempts(1000),
+		idemnats.WithDiscardPoison(),
 		idemnats.WithObserver(func(_ context.Context, e idemnats.Event) {
 			switch e.Kind {
 			case idemnats.EventAcked:
 				events.emit(evAcked, e.Key)
-			case idemnats.EventDeadLettered:
+			case idemnats.EventDeadLettered, idemnats.EventDiscarded:
 				events.emit(evDead, e.Key, string(e.Reason))
 			}
 		}),

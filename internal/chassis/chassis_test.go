@@ -191,6 +191,8 @@ func TestDecide(t *testing.T) {
 		{"busy", idem.ErrInProgress, 9, adapter.Retry, "", true, false},
 		{"store down", idem.ErrStoreUnavailable, 9, adapter.Retry, "", false, false},
 		{"shutdown", context.Canceled, 9, adapter.Retry, "", false, false},
+		{"handler's own timeout", fmt.Errorf("charge: %w", context.DeadlineExceeded), 0, adapter.Retry, "", false, true},
+		{"handler's own timeout, third", fmt.Errorf("charge: %w", context.DeadlineExceeded), 2, adapter.DeadLetter, consumer.ReasonTooManyAttempts, false, true},
 		{"first failure", failed, 0, adapter.Retry, "", false, true},
 		{"second failure", failed, 1, adapter.Retry, "", false, true},
 		{"third failure", failed, 2, adapter.DeadLetter, consumer.ReasonTooManyAttempts, false, true},

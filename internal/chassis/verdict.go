@@ -1,6 +1,7 @@
 package chassis
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -32,6 +33,11 @@ type Verdict struct {
 // delay.
 func (o *Options[M]) Decide(res idem.Result, err error, failures int) Verdict {
 	v := Verdict{Action: adapter.Decide(res, err)}
+	if v.Class == adapter.Ended && ownTimeout(err) {
+		// The handler's own deadline, not the consumer's: a downstream
+		// call that timed out is a failure like any other, and counts.
+		v.Class = adapter.Retryable
+	}
 	switch v.Verdict {
 	case adapter.Retry:
 		switch v.Class {
@@ -51,6 +57,14 @@ func (o *Options[M]) Decide(res idem.Result, err error, failures int) Verdict {
 		v.Reason = ReasonOf(v.Action)
 	}
 	return v
+}
+
+// ownTimeout reports whether err, which ended a handler, is a deadline
+// of the handler's own: the consumers end a handler's context by
+// cancelling it (context.Canceled, with a cause), and the Guard by
+// ErrClosed, so a bare DeadlineExceeded is the handler's.
+func ownTimeout(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, idem.ErrClosed)
 }
 
 // DecideKey returns the verdict on a message whose key could not be had:

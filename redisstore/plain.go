@@ -17,16 +17,18 @@ import (
 // for a key that has a record it writes nothing and answers the value,
 // which is the whole record when it is finished, expiry and all (see
 // protocol.go): a replay costs the server about what a GET does. A
-// finished record with the claim's fingerprint is a Duplicate, another fingerprint
-// is ErrKeyReused, a value this package did not write or a key of another
-// type is ErrUnknownFormat: each of these is read off the value, as the
-// claim script would, and no claim writes anything for them. An
-// InProgress record goes to the claim script, in a second round trip:
-// whether its lease is live is for the server's clock to say (PTTL in the
-// script), and the script decides atomically whatever it finds by then
-// (Busy, a takeover, the attempt cap, the claim's own token after a lost
-// reply). A full Redis refuses SET, as it refuses the claim script, even
-// for a key that exists: the claim then peeks (see peekFn), as before.
+// finished record with the claim's fingerprint is a Duplicate, another
+// fingerprint is ErrKeyReused, a value this package did not write or a key
+// of another type is ErrUnknownFormat: each of these is read off the
+// value, as the claim script would, and no claim writes anything for
+// them. An InProgress record goes to the claim script, in a second round
+// trip: whether its lease is live is for the server's clock to say (PTTL
+// in the script; a PTTL pipelined beside SET would not be atomic with it,
+// and could judge a record that another claim had replaced), and the
+// script decides atomically whatever it finds by then (Busy, a takeover,
+// the attempt cap, the claim's own token after a lost reply). A full
+// Redis refuses SET, as it refuses the claim script, even for a key that
+// exists: the claim then peeks (see peekFn), as before.
 
 // plainClaim is the plain command of one claim: SET … NX PX … GET of its
 // Redis key.
@@ -72,7 +74,7 @@ func (c plainClaim) reply(nv []byte, maxResult int) (reply any, needsScript bool
 // Duplicate, or an unknown value, in the script's reply, or
 // replyNeedsWrite for an InProgress record, which it leaves to the
 // script. It checks what claimFn checks, in the same order, so that it
-// answers as the script would (TestPlainClaimAgreesWithScripts,
+// answers as the script would (TestClaimAndPeekAgree,
 // FuzzPlainClaim).
 func answerValue(v string, nv []byte, maxResult int) any {
 	unknown := func() any { return []any{int64(replyUnknown), v[:min(len(v), headerLen+maxFingerprint)]} }

@@ -266,13 +266,13 @@ func (s *Store) claim(ctx context.Context, a idem.ClaimArgs, t idem.Token) (idem
 		return idem.Claim{}, unavailable(ctx, "Claim", err)
 	}
 	reply, needsScript, err := plain.reply(args[0].([]byte), s.cfg.MaxValueSize)
-	cmd := s.eval(ctx, claimScript, resendable, a.Key, args...)
 	switch {
 	case redis.IsOOMError(err):
 		// A full Redis refuses SET, a write, before it runs, even for a
 		// key that exists: a read-only peek still answers a duplicate.
-		reply, err = s.run(ctx, cmd.asPeek(ctx))
+		reply, err = s.run(ctx, s.eval(ctx, peekScript, resendable, a.Key, args...))
 	case needsScript:
+		cmd := s.eval(ctx, claimScript, resendable, a.Key, args...)
 		sent = time.Now()
 		reply, err = s.run(ctx, cmd)
 		if redis.IsOOMError(err) { // the script is a write too

@@ -55,15 +55,19 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 	plains := make([]plainClaim, len(args)) // zero for an entry left to the script
 	nvs := make([][]byte, len(args))
 	seen := make(map[string]struct{}, len(args))
+	cmdArgs := make([]any, len(args)*plainClaimArgs)
+	var px any // boxed once while the entries' expiries are the same
 	for i, a := range args {
 		tokens[i] = newToken()
-		ea := appendClaimArgs(make([]any, 0, 3), a, tokens[i])
-		nvs[i] = ea[0].([]byte)
+		nvs[i] = newRecord(a, tokens[i])
 		if _, again := seen[a.Key]; again {
 			continue
 		}
 		seen[a.Key] = struct{}{}
-		plains[i] = newPlainClaim(ctx, s.RedisKey(a.Key), ea)
+		if ms := claimExpiry(a); px == nil || px.(int64) != ms {
+			px = ms
+		}
+		plains[i] = newPlainClaim(ctx, cmdArgs[i*plainClaimArgs:(i+1)*plainClaimArgs], s.RedisKey(a.Key), nvs[i], px)
 	}
 	sent := make([]time.Time, len(args))
 	sent0 := time.Now()

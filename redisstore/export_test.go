@@ -61,7 +61,7 @@ func (s *Store) Peek(ctx context.Context, a idem.ClaimArgs, t idem.Token) (idem.
 // claims it.
 func (s *Store) PlainClaim(ctx context.Context, a idem.ClaimArgs, t idem.Token) (c idem.Claim, needsScript bool, err error) {
 	args := s.claimArgs(a, t)
-	plain := newPlainClaim(ctx, s.RedisKey(a.Key), args)
+	plain := newPlainClaim(ctx, make([]any, 0, plainClaimArgs), s.RedisKey(a.Key), args[0].([]byte), args[1])
 	_ = s.client.Process(ctx, plain.set)
 	reply, needsScript, err := plain.reply(args[0].([]byte), s.cfg.MaxValueSize)
 	if needsScript {

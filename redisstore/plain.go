@@ -36,13 +36,20 @@ type plainClaim struct {
 	set *redis.Cmd
 }
 
-// newPlainClaim returns the plain command of the claim whose claim
-// script arguments are args (see claimArgs) on the Redis key rkey.
-func newPlainClaim(ctx context.Context, rkey string, args []any) plainClaim {
-	set := redis.NewCmd(ctx, "set", rkey, args[0], "nx", "px", args[1], "get")
+// newPlainClaim returns the plain command of the claim that creates the
+// record nv (see newRecord), expiring px ms from now (claimExpiry; an int64
+// in an interface, which a batch boxes once for all its entries), on the
+// Redis key rkey. args, of plainClaimArgs elements, holds the command's
+// arguments (a batch's commands share one array).
+func newPlainClaim(ctx context.Context, args []any, rkey string, nv []byte, px any) plainClaim {
+	args = append(args[:0], "set", rkey, nv, "nx", "px", px, "get")
+	set := redis.NewCmd(ctx, args...)
 	set.SetFirstKeyPos(1)
 	return plainClaim{set: set}
 }
+
+// plainClaimArgs is the length of a plain claim's command.
+const plainClaimArgs = 7
 
 // reply returns the claim script's reply that the plain command's answer
 // stands for, for the claim whose new record is nv and whose longest result

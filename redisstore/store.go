@@ -257,7 +257,7 @@ func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 // then, for a key in progress, by the claim script.
 func (s *Store) claim(ctx context.Context, a idem.ClaimArgs, t idem.Token) (idem.Claim, error) {
 	args := s.claimArgs(a, t)
-	plain := newPlainClaim(ctx, s.RedisKey(a.Key), args)
+	plain := newPlainClaim(ctx, make([]any, 0, plainClaimArgs), s.RedisKey(a.Key), args[0].([]byte), args[1])
 	sent := time.Now()
 	if _, err := await(ctx, func() struct{} {
 		_ = s.client.Process(ctx, plain.set) // the command carries its error
@@ -320,14 +320,23 @@ func newToken() idem.Token {
 // only writes it; the key's expiry from now in ms, lease plus retention;
 // the cap.
 func appendClaimArgs(dst []any, a idem.ClaimArgs, t idem.Token) []any {
+	return append(dst, newRecord(a, t), claimExpiry(a), max(a.MaxAttempts, 0))
+}
+
+// newRecord returns the record that the claim of a with the token t
+// creates: version, InProgress, t, attempt 1, retention, the fingerprint.
+func newRecord(a idem.ClaimArgs, t idem.Token) []byte {
 	nv := make([]byte, 0, headerLen+len(a.Fingerprint))
 	nv = append(nv, formatVersion, byte(idem.StatusInProgress))
 	nv = binary.BigEndian.AppendUint32(appendToken(nv, t), 1)
 	nv = binary.BigEndian.AppendUint64(nv, uint64(millis(a.Retention)))
 	nv = binary.BigEndian.AppendUint16(nv, uint16(len(a.Fingerprint)))
-	nv = append(nv, a.Fingerprint...)
-	return append(dst, nv, millis(a.Lease)+millis(a.Retention), max(a.MaxAttempts, 0))
+	return append(nv, a.Fingerprint...)
 }
+
+// claimExpiry returns the expiry of the key that the claim of a creates or
+// takes over, in ms from now: lease plus retention.
+func claimExpiry(a idem.ClaimArgs) int64 { return millis(a.Lease) + millis(a.Retention) }
 
 // claimArgs returns the arguments of claimScript for a and the token t.
 func (s *Store) claimArgs(a idem.ClaimArgs, t idem.Token) []any {

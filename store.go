@@ -64,8 +64,8 @@ type Store interface {
 // BatchClaimer is implemented by stores that can claim many keys in one
 // round trip, for consumers that fetch messages in batches.
 type BatchClaimer interface {
-	// ClaimBatch does what Claim does for each of args, in one round trip,
-	// and returns one Claim per argument in the same order. An error of one
+	// ClaimBatch does what Claim does for each of args, in one round trip
+	// or few (redisstore takes a second for keys in progress), and returns one Claim per argument in the same order. An error of one
 	// entry (ErrKeyReused, a record the store cannot read, no room for it)
 	// is in that Claim's Err, and the other entries are claimed and
 	// answered; the error returned is for the batch as a whole, which then

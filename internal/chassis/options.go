@@ -87,9 +87,9 @@ type Broker[M any] struct {
 
 // Build applies opts to o, whose shared Options are so, for a consumer of
 // broker b over the Guard g (or, when g is nil, over an executor whose
-// configuration is cfg), and checks them: a nil Guard when one is needed,
-// a nil Option, an option that failed, and a missing or double scope or
-// poison decision are errors, all reported at once.
+// configuration is cfg), and checks them: a nil Option, an option that
+// failed, and a missing or double scope or poison decision are errors,
+// all reported at once. A nil Guard is the consumer's to refuse, before.
 func Build[O any, F ~func(*O), M any](o *O, so *Options[M], b Broker[M], g *idem.Guard, cfg idem.Config, opts []F) error {
 	so.header, so.checkHeader, so.body, so.keyHeader = b.Header, b.CheckHeader, b.Body, b.KeyHeader
 	if b.ValidHeaderName != nil {

@@ -47,7 +47,8 @@
 // too large for it) is tried MaxAttempts times with a backoff; then the
 // consumer gives up on it: it logs the message's coordinates (topic,
 // partition and offset; stream and sequence; queue) at error level,
-// reports it to its observer, and acknowledges it, so one message never
+// reports it to its observer, and settles it (Kafka commits past it,
+// JetStream terminates it, RabbitMQ rejects it), so one message never
 // stops the others for good. A dead-letter destination that cannot be
 // reached at all is an outage: the message waits, and is retried without
 // end.

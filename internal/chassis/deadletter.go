@@ -203,6 +203,6 @@ func truncate(s string, n int) string {
 // offset; stream and sequence; queue) while the broker keeps it.
 func (o *Options[M]) GiveUp(ctx context.Context, attempts int, cause, err error, attrs ...slog.Attr) {
 	o.Logger().LogAttrs(ctx, slog.LevelError, o.Names().Pkg+": the broker refused the dead letter "+strconv.Itoa(attempts)+
-		" times; the message is acknowledged without one. It is not lost: find it where these attributes say, while the broker keeps it",
+		" times; the message is settled without one (committed, terminated or rejected). It is not lost: find it where these attributes say, while the broker keeps it",
 		append(attrs, slog.Any("cause", cause), slog.Any("error", err))...)
 }

@@ -53,12 +53,6 @@ type Consumer struct {
 // Consumer has not returned.
 var ErrRunning = errors.New("idemamqp: Run: the consumer is already running")
 
-// scopeThreat completes the chassis's error for a consumer built without
-// a scope decision: for messages the threat is the publishers'.
-const scopeThreat = ". For a consumer, keys are chosen by publishers: without a scope, a publisher " +
-	"that sends another tenant's key makes this consumer ack that tenant's message as a duplicate " +
-	"without handling it, or has its own message stand in for the other's"
-
 // broker is what the chassis knows of RabbitMQ's deliveries.
 var broker = chassis.Broker[amqp.Delivery]{
 	Names:            adapter.Names{Pkg: "idemamqp", Request: "amqp.Delivery", Key: "the " + DefaultKeyHeader + " header"},
@@ -100,7 +94,7 @@ func New(g *idem.Guard, url, queue string, h Handler, opts ...Option) (*Consumer
 	c.o.defaults()
 	if err := chassis.Build(&c.o, &c.o.Options, broker, g, idem.Config{}, opts); err != nil {
 		if !c.o.scoped {
-			err = fmt.Errorf("%w%s", err, scopeThreat)
+			err = fmt.Errorf("%w%s", err, chassis.ScopeThreat)
 		}
 		return nil, err
 	}

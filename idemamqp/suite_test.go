@@ -75,7 +75,7 @@ func (b rabbitMQ) Start(t *testing.T, cfg consumertest.Config) consumertest.Cons
 	conn := idemamqptest.Connect(t)
 	q := idemamqptest.NewQueue(t, conn, idemamqptest.Classic, nil)
 	p := proxyTo(t)
-	r := &harnessRun{q: q, p: p, conn: conn, done: make(chan error, 1)}
+	r := &harnessRun{q: q, p: p, conn: conn}
 	c, err := b.consumer(t, conn, q, proxiedURL(t, p), cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -85,9 +85,7 @@ func (b rabbitMQ) Start(t *testing.T, cfg consumertest.Config) consumertest.Cons
 		r.deadQueue = q.Name + ".dead"
 	}
 	q.DeleteAtEnd(c.DelayQueue())
-	ctx, cancel := context.WithCancel(context.Background())
-	r.cancel = cancel
-	go func() { r.done <- c.Run(ctx) }()
+	r.run = consumertest.Go(c.Run)
 	t.Cleanup(func() { r.Stop(t) })
 	return r
 }
@@ -168,12 +166,9 @@ type harnessRun struct {
 	p         *testenv.Proxy
 	conn      *amqp.Connection
 	deadQueue string
-	cancel    context.CancelFunc
-	done      chan error
+	run       *consumertest.Running
 
 	mu       sync.Mutex
-	stopped  bool
-	runErr   error
 	received []consumertest.DeadLetter
 }
 
@@ -210,21 +205,7 @@ func (r *harnessRun) DeadLetters(t *testing.T) []consumertest.DeadLetter {
 	return append([]consumertest.DeadLetter(nil), r.received...)
 }
 
-func (r *harnessRun) Stop(t *testing.T) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stopped {
-		return r.runErr
-	}
-	r.stopped = true
-	r.cancel()
-	select {
-	case r.runErr = <-r.done:
-	case <-time.After(time.Minute):
-		t.Errorf("Run did not return a minute after its context ended")
-	}
-	return r.runErr
-}
+func (r *harnessRun) Stop(t *testing.T) error { return r.run.Stop(t) }
 
 func (r *harnessRun) Cut(t *testing.T) { r.p.Drop() }
 

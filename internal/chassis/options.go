@@ -28,7 +28,7 @@ const (
 // when none of its scope options was given.
 const ScopeThreat = ". For a consumer, keys are chosen by publishers: without a scope, a publisher " +
 	"that sends another tenant's key makes this consumer ack that tenant's message as a duplicate " +
-	"without handling it"
+	"without handling it, or has its own message stand in for the other's"
 
 // poison is the poison decision.
 type poison uint8

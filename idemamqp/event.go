@@ -1,9 +1,11 @@
 package idemamqp
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/consumer"
 )
 
@@ -68,4 +70,36 @@ type Event struct {
 	Reason      consumer.Reason // EventDeadLettered, EventDiscarded: why the delivery is poison
 	Err         error           // the cause, for the kinds that have one
 	BrokerErr   error           // EventDiscarded: the broker's last refusal of the dead letter
+}
+
+// Activity returns e in the terms every consumer shares, for
+// instrumentation (idemotel): System "rabbitmq", Destination the queue, no
+// lag (a delivery does not tell it); EventAcked is ActivityProcessed,
+// EventDelayed ActivityBusy, EventRequeued (ActivityBusy for a busy key)
+// and EventUnsettled ActivityRetried.
+func (e Event) Activity() consumer.Activity {
+	a := consumer.Activity{System: "rabbitmq", Destination: e.Queue, Messages: 1, Reason: e.Reason, Err: e.Err, Duration: e.Duration}
+	switch e.Kind {
+	case EventAcked:
+		a.Kind = consumer.ActivityProcessed
+		if e.Replayed {
+			a.Replayed = 1
+		}
+	case EventDelayed:
+		a.Kind = consumer.ActivityBusy
+	case EventRequeued:
+		a.Kind = consumer.ActivityRetried
+		if errors.Is(e.Err, idem.ErrInProgress) {
+			a.Kind = consumer.ActivityBusy
+		}
+	case EventUnsettled:
+		a.Kind = consumer.ActivityRetried
+	case EventDeadLettered:
+		a.Kind = consumer.ActivityDeadLettered
+	case EventDiscarded:
+		a.Kind, a.GaveUp = consumer.ActivityDiscarded, e.BrokerErr != nil
+	default:
+		a.Kind, a.Messages = consumer.ActivityOther, 0
+	}
+	return a
 }

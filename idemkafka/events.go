@@ -1,8 +1,11 @@
 package idemkafka
 
 import (
+	"errors"
+	"strconv"
 	"time"
 
+	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/consumer"
 	"github.com/idemgo/idem/idemkafka/internal/consume"
 )
@@ -79,6 +82,32 @@ func eventOf(e consume.Event) Event {
 	return Event{Kind: EventKind(e.Kind), Topic: e.Topic, Partition: e.Partition, Offset: e.Offset, Lag: e.Lag,
 		Records: e.Records, Replayed: e.Replayed, Delay: e.Delay, Duration: e.Duration, Key: e.Key,
 		Reason: e.Reason, Err: e.Err, BrokerErr: e.BrokerErr}
+}
+
+// Activity returns e in the terms every consumer shares, for
+// instrumentation (idemotel): System "kafka", Destination the topic,
+// Partition the partition; EventBatch is ActivityProcessed with its Lag,
+// EventRetry ActivityBusy (a busy key) or ActivityRetried, EventRevoked and
+// EventLost ActivityReleased.
+func (e Event) Activity() consumer.Activity {
+	a := consumer.Activity{System: "kafka", Destination: e.Topic, Partition: strconv.Itoa(int(e.Partition)),
+		Reason: e.Reason, Err: e.Err, Duration: e.Duration}
+	switch e.Kind {
+	case EventBatch:
+		a.Kind, a.Messages, a.Replayed, a.Lag, a.LagKnown = consumer.ActivityProcessed, e.Records, e.Replayed, e.Lag, true
+	case EventRetry:
+		a.Kind, a.Messages = consumer.ActivityRetried, 1
+		if errors.Is(e.Err, idem.ErrInProgress) {
+			a.Kind = consumer.ActivityBusy
+		}
+	case EventDeadLettered:
+		a.Kind, a.Messages = consumer.ActivityDeadLettered, 1
+	case EventDiscarded:
+		a.Kind, a.Messages, a.GaveUp = consumer.ActivityDiscarded, 1, e.BrokerErr != nil
+	case EventRevoked, EventLost:
+		a.Kind = consumer.ActivityReleased
+	}
+	return a
 }
 
 // The headers a dead letter carries besides those of package consumer

@@ -2,6 +2,7 @@ package idemnats
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/idemgo/idem/consumer"
@@ -57,6 +58,8 @@ type Event struct {
 	Sequence  uint64        // its stream sequence
 	Delivered uint64        // how many times JetStream delivered it, this time included
 	Subject   string        // the subject it was published to
+	Consumer  string        // the JetStream consumer that delivered it
+	Pending   uint64        // messages left to deliver to that consumer when it was delivered (NumPending): its lag
 	Scope     string        // the message's scope; unset for EventInProgress
 	Key       string        // its idempotency key; unset for EventInProgress
 	Replayed  bool          // EventAcked: the outcome was stored before; the handler did not run
@@ -72,4 +75,32 @@ type Event struct {
 	// dead letter (EventDiscarded, EventRequeued). A message whose ack was
 	// lost is redelivered, and acked as a duplicate.
 	BrokerErr error
+}
+
+// Activity returns e in the terms every consumer shares, for
+// instrumentation (idemotel): System "nats", Destination the stream, Group
+// the JetStream consumer, Lag its Pending count; EventAcked is
+// ActivityProcessed, EventDelayed ActivityBusy, EventRequeued
+// ActivityRetried.
+func (e Event) Activity() consumer.Activity {
+	a := consumer.Activity{System: "nats", Destination: e.Stream, Group: e.Consumer, Lag: int64(min(e.Pending, math.MaxInt64)),
+		LagKnown: e.Stream != "", Messages: 1, Reason: e.Reason, Err: e.Err, Duration: e.Duration}
+	switch e.Kind {
+	case EventAcked:
+		a.Kind = consumer.ActivityProcessed
+		if e.Replayed {
+			a.Replayed = 1
+		}
+	case EventDelayed:
+		a.Kind = consumer.ActivityBusy
+	case EventRequeued:
+		a.Kind = consumer.ActivityRetried
+	case EventDeadLettered:
+		a.Kind = consumer.ActivityDeadLettered
+	case EventDiscarded:
+		a.Kind, a.GaveUp = consumer.ActivityDiscarded, e.BrokerErr != nil
+	default:
+		a.Kind, a.Messages = consumer.ActivityOther, 0
+	}
+	return a
 }

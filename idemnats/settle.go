@@ -94,6 +94,7 @@ func eventOf(d *delivery, k EventKind, berr error) Event {
 	e := Event{Kind: k, Subject: d.msg.Subject(), Duration: time.Since(d.received), BrokerErr: berr}
 	if md, err := d.msg.Metadata(); err == nil {
 		e.Stream, e.Sequence, e.Delivered = md.Stream, md.Sequence.Stream, md.NumDelivered
+		e.Consumer, e.Pending = md.Consumer, md.NumPending
 	}
 	return e
 }

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 // ScopeName is the instrumentation scope of idemotel's meter and tracer.
@@ -33,13 +34,15 @@ type Config struct {
 // documentation. It is safe for concurrent use, and one Telemetry serves
 // any number of Guards.
 type Telemetry struct {
-	tracer   trace.Tracer
-	claims   metric.Int64Counter
-	store    metric.Float64Histogram
-	run      metric.Float64Histogram
-	lost     metric.Int64Counter
-	failOpen metric.Int64Counter
-	tooLarge metric.Int64Counter
+	tracer    trace.Tracer
+	claims    metric.Int64Counter
+	cacheHits metric.Int64Counter
+	store     metric.Float64Histogram
+	run       metric.Float64Histogram
+	lost      metric.Int64Counter
+	failOpen  metric.Int64Counter
+	tooLarge  metric.Int64Counter
+	consumers consumerMetrics
 }
 
 // New returns a Telemetry whose instruments are made by cfg's providers.
@@ -54,8 +57,8 @@ func New(cfg Config) (*Telemetry, error) {
 	m := mp.Meter(ScopeName)
 	t := &Telemetry{tracer: tp.Tracer(ScopeName)}
 	var errs []error
-	counter := func(name, desc string) metric.Int64Counter {
-		c, err := m.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit("{"+unitOf(name)+"}"))
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, err := m.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
 		errs = append(errs, err)
 		return c
 	}
@@ -65,24 +68,18 @@ func New(cfg Config) (*Telemetry, error) {
 		errs = append(errs, err)
 		return h
 	}
-	t.claims = counter("idem.claims", "Claims of idempotency keys, by outcome.")
+	t.claims = counter("idem.claims", "{claim}", "Claims of idempotency keys, by outcome.")
+	t.cacheHits = counter("idem.cache.hits", "{claim}", "Duplicates answered from the Guard's local cache.")
 	t.store = histogram("idem.store.duration", "Duration of the idempotency store's calls, by operation.")
 	t.run = histogram("idem.run.duration", "Duration of the operations run under an idempotency key.")
-	t.lost = counter("idem.lease.lost", "Operations whose lease was lost or not confirmed in time.")
-	t.failOpen = counter("idem.fail_open", "Operations run without idempotency because the store failed.")
-	t.tooLarge = counter("idem.too_large", "Outcomes too large for the store, kept without them.")
+	t.lost = counter("idem.lease.lost", "{operation}", "Operations whose lease was lost or not confirmed in time.")
+	t.failOpen = counter("idem.fail_open", "{operation}", "Operations run without idempotency because the store failed.")
+	t.tooLarge = counter("idem.too_large", "{operation}", "Outcomes too large for the store, kept without them.")
+	errs = append(errs, t.consumers.init(m, counter))
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("idemotel: New: %w", err)
 	}
 	return t, nil
-}
-
-func unitOf(name string) string {
-	switch name {
-	case "idem.claims":
-		return "claim"
-	}
-	return "operation"
 }
 
 // Outcomes of a claim, the values of the idem.outcome attribute.
@@ -108,6 +105,7 @@ func (t *Telemetry) Observe(ctx context.Context, e idem.Event) {
 		t.span(ctx, "idem claim", e, ns, attribute.String("idem.outcome", outcome), attribute.Int("idem.attempt", e.Attempt))
 	case idem.OpCacheHit:
 		t.claims.Add(ctx, 1, metric.WithAttributes(ns, attribute.String("idem.outcome", OutcomeReplayed)))
+		t.cacheHits.Add(ctx, 1, metric.WithAttributes(ns))
 	case idem.OpRun:
 		attrs := []attribute.KeyValue{ns}
 		if e.Err != nil {
@@ -138,13 +136,13 @@ func claimOutcome(e idem.Event) string {
 		return OutcomeKeyReused
 	case e.Err != nil:
 		return OutcomeError
-	case e.Outcome == idem.Acquired && e.Attempt > 1:
+	case e.Outcome == storage.Acquired && e.Attempt > 1:
 		return OutcomeRetried
-	case e.Outcome == idem.Acquired:
+	case e.Outcome == storage.Acquired:
 		return OutcomeAcquired
-	case e.Outcome == idem.Busy:
+	case e.Outcome == storage.Busy:
 		return OutcomeBusy
-	case e.Outcome == idem.Duplicate:
+	case e.Outcome == storage.Duplicate:
 		return OutcomeReplayed
 	}
 	return OutcomeError

@@ -22,6 +22,7 @@ type env struct {
 	reader *sdkmetric.ManualReader
 	spans  *tracetest.SpanRecorder
 	tracer *sdktrace.TracerProvider
+	tel    *idemotel.Telemetry
 	g      *idem.Guard
 }
 
@@ -36,6 +37,7 @@ func newEnv(t *testing.T, cfg idem.Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.tel = tel
 	s, err := memstore.New(memstore.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +55,8 @@ func newEnv(t *testing.T, cfg idem.Config) *env {
 }
 
 // sums returns the sum of each counter by its attributes, written
-// "attr=value,…", and the count of each histogram the same way.
+// "attr=value,…", the count of each histogram and the value of each gauge
+// the same way.
 func (e *env) sums(t *testing.T) map[string]map[string]int64 {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
@@ -75,6 +78,10 @@ func (e *env) sums(t *testing.T) map[string]map[string]int64 {
 			case metricdata.Histogram[float64]:
 				for _, p := range d.DataPoints {
 					out[m.Name][attrs(p.Attributes.ToSlice())] += int64(p.Count)
+				}
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					out[m.Name][attrs(p.Attributes.ToSlice())] = p.Value
 				}
 			}
 		}

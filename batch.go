@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/idemgo/idem/storage"
 )
 
 // BatchOp is one operation of [Guard.DoBatch]: the arguments of one
@@ -73,19 +75,19 @@ func (g *Guard) DoBatch(ctx context.Context, ops []BatchOp, fn func(ctx context.
 	return g.doBatch(ctx, ops, fn, false)
 }
 
-// DoBatchUnordered is [Guard.DoBatch] for operations that do not depend on
+// DoBatchIndependent is [Guard.DoBatch] for operations that do not depend on
 // each other's order, such as the messages of a queue whose handlers run
 // concurrently anyway. It differs past an operation that does not finish
 // (fn's retryable error, a busy key, a lost lease): DoBatch stops there and
 // releases the keys it claimed for the operations after it, so each of
 // those claims counts toward Config.MaxAttempts without fn having run;
-// DoBatchUnordered goes on and runs them. A busy key that Config.Wait lets
+// DoBatchIndependent goes on and runs them. A busy key that Config.Wait lets
 // it wait for is waited for last, once the other operations' values are
 // stored, so that the batch holds no key while it waits. It stops only
 // where the operations after could not run either: the store failed
 // (ErrStoreUnavailable), ctx ended or the Guard was closed; those get
 // ErrNotRun, their keys left as DoBatch leaves them.
-func (g *Guard) DoBatchUnordered(ctx context.Context, ops []BatchOp, fn func(ctx context.Context, i int) ([]byte, error)) []BatchResult {
+func (g *Guard) DoBatchIndependent(ctx context.Context, ops []BatchOp, fn func(ctx context.Context, i int) ([]byte, error)) []BatchResult {
 	return g.doBatch(ctx, ops, fn, true)
 }
 
@@ -104,44 +106,19 @@ func (g *Guard) doBatch(ctx context.Context, ops []BatchOp, fn func(ctx context.
 		}
 		return res
 	}
-	bc, ok := g.store.(BatchClaimer)
-	if !ok {
-		return g.doEach(ctx, ops, fn, res, unordered)
-	}
 	b := &batch{
 		g: g, ctx: ctx, ops: ops, fn: fn, res: res, unordered: unordered,
 		state: make([]opState, len(ops)),
 		calls: make([]call, len(ops)),
 		fnCtx: make([]context.Context, len(ops)),
 	}
-	b.run(bc)
-	return res
-}
-
-// doEach is DoBatch over a store without batch calls: DoScoped for each
-// operation, stopping at the first that does not finish (unordered: at the
-// first after which none can run).
-func (g *Guard) doEach(ctx context.Context, ops []BatchOp, fn func(context.Context, int) ([]byte, error), res []BatchResult, unordered bool) []BatchResult {
-	stopped := false
-	for i, op := range ops {
-		if stopped {
-			res[i].Err = ErrNotRun
-			continue
-		}
-		r, err := g.DoScoped(ctx, op.Scope, op.Key, op.Payload, func(ctx context.Context) ([]byte, error) { return fn(ctx, i) })
-		res[i] = BatchResult{r, err}
-		if unordered {
-			stopped = stopsAll(ctx, err)
-		} else {
-			stopped = stops(err)
-		}
-	}
+	b.run()
 	return res
 }
 
 // stopsAll reports whether an operation's error means that no operation
 // after it can run: the store failed, ctx ended or the Guard was closed.
-// DoBatchUnordered stops there.
+// DoBatchIndependent stops there.
 func stopsAll(ctx context.Context, err error) bool {
 	return err != nil && (errors.Is(err, ErrStoreUnavailable) || errors.Is(err, ErrClosed) || ctx.Err() != nil)
 }
@@ -181,7 +158,7 @@ type batch struct {
 	fnCtx []context.Context // by operation, when acquired
 	lead  map[int]int       // follower → the earlier operation with its key
 
-	unordered bool // DoBatchUnordered: go on past an operation that does not finish
+	unordered bool // DoBatchIndependent: go on past an operation that does not finish
 
 	ran     bool      // values wait to be stored
 	slow    bool      // the last operation run took the flush time or longer
@@ -194,9 +171,9 @@ type batch struct {
 // to its end.
 const batchFlush = 50 * time.Millisecond
 
-func (b *batch) run(bc BatchClaimer) {
+func (b *batch) run() {
 	g := b.g
-	var args []ClaimArgs
+	var args []storage.ClaimArgs
 	var idx []int // args[k] claims ops[idx[k]]
 	first := make(map[string]int, len(b.ops))
 	fps := make([][sha256.Size]byte, len(b.ops)) // room for the default fingerprints
@@ -220,7 +197,7 @@ func (b *batch) run(bc BatchClaimer) {
 			continue
 		}
 		first[c.storeKey] = i
-		a := ClaimArgs{Key: c.storeKey, Fingerprint: c.fingerprint, Lease: g.cfg.Lease, Retention: g.cfg.FailedRetention, MaxAttempts: g.cfg.MaxAttempts}
+		a := storage.ClaimArgs{Key: c.storeKey, Fingerprint: c.fingerprint, Lease: g.cfg.Lease, Retention: g.cfg.FailedRetention, MaxAttempts: g.cfg.MaxAttempts}
 		if g.cache != nil {
 			if r, err, ok := g.fromCache(b.ctx, op.Scope, op.Key, k, c.fingerprint, time.Now()); ok {
 				b.res[i] = BatchResult{r, err}
@@ -231,7 +208,7 @@ func (b *batch) run(bc BatchClaimer) {
 		idx = append(idx, i)
 	}
 	if len(args) > 0 {
-		b.claim(bc, args, idx)
+		b.claim(args, idx)
 		b.holdNothingPastStop()
 	}
 
@@ -294,7 +271,7 @@ func (b *batch) wait(i int) {
 }
 
 // stopsAt reports whether the batch stops at operation i, decided: DoBatch
-// at one that did not finish, DoBatchUnordered at one after which none can
+// at one that did not finish, DoBatchIndependent at one after which none can
 // run.
 func (b *batch) stopsAt(i int) bool {
 	if b.unordered {
@@ -305,10 +282,10 @@ func (b *batch) stopsAt(i int) bool {
 
 // claim claims args in one round trip and sets the state of each
 // operation from its answer.
-func (b *batch) claim(bc BatchClaimer, args []ClaimArgs, idx []int) {
+func (b *batch) claim(args []storage.ClaimArgs, idx []int) {
 	g := b.g
 	sent := time.Now()
-	cls, err := bc.ClaimBatch(b.ctx, args)
+	cls, err := b.g.store.ClaimBatch(b.ctx, args)
 	if err == nil && len(cls) != len(args) {
 		err = fmt.Errorf("ClaimBatch answered %d claims for %d keys", len(cls), len(args))
 	}
@@ -339,7 +316,7 @@ func (b *batch) claim(bc BatchClaimer, args []ClaimArgs, idx []int) {
 			b.res[i].Err = fmt.Errorf("%w (key %q)", ErrKeyReused, c.key)
 		case cl.Err != nil:
 			b.res[i].Err = fmt.Errorf("%w: claim: %w", ErrStoreUnavailable, cl.Err)
-		case cl.Outcome == Acquired:
+		case cl.Outcome == storage.Acquired:
 			c.token = cl.Token
 			c.tctx = tokenCtx{Context: b.ctx, token: cl.Token}
 			b.fnCtx[i], c.cancel = context.WithCancelCause(&c.tctx)
@@ -350,12 +327,12 @@ func (b *batch) claim(bc BatchClaimer, args []ClaimArgs, idx []int) {
 				continue
 			}
 			b.state[i] = opAcquired
-		case cl.Outcome == Duplicate:
+		case cl.Outcome == storage.Duplicate:
 			g.cacheRecord(c.storeKey, c.fingerprint, cl.Record)
-			b.res[i].Result, b.res[i].Err = Replay(cl.Record)
-		case cl.Outcome == Busy && g.cfg.Wait > 0:
+			b.res[i].Result, b.res[i].Err = replay(cl.Record)
+		case cl.Outcome == storage.Busy && g.cfg.Wait > 0:
 			b.state[i] = opWait
-		case cl.Outcome == Busy:
+		case cl.Outcome == storage.Busy:
 			b.res[i].Err = fmt.Errorf("%w (key %q, attempt %d)", ErrInProgress, c.key, cl.Record.Attempt)
 		default:
 			b.res[i].Err = fmt.Errorf("%w: claim answered an unknown outcome %v", ErrStoreUnavailable, cl.Outcome)
@@ -374,7 +351,7 @@ func (b *batch) holdNothingPastStop() {
 	for i, s := range b.state {
 		switch {
 		case !hit:
-			// DoBatchUnordered waits for busy keys last, holding nothing.
+			// DoBatchIndependent waits for busy keys last, holding nothing.
 			waiting = s == opWait && !b.unordered
 			hit = waiting || (s == opDecided && b.stopsAt(i))
 		case s == opAcquired && waiting:
@@ -428,7 +405,7 @@ func (b *batch) runOne(i int) {
 		if err != nil {
 			ferr = errors.Join(ferr, err)
 		} else if g.cache != nil {
-			g.cache.put(c.storeKey, StatusFailed, c.fingerprint, cause, time.Now().Add(g.cfg.FailedRetention))
+			g.cache.put(c.storeKey, storage.StatusFailed, c.fingerprint, cause, time.Now().Add(g.cfg.FailedRetention))
 		}
 	default:
 		g.hb.stop(c)
@@ -490,7 +467,7 @@ func (b *batch) abort() {
 // where the store has CompleteBatch.
 func (b *batch) complete() {
 	g := b.g
-	var cs []Completion
+	var cs []storage.Completion
 	var idx []int
 	for i, s := range b.state {
 		if s != opRan {
@@ -501,7 +478,7 @@ func (b *batch) complete() {
 			b.tooLarge(i, fmt.Errorf("%w: %d bytes, the store keeps %d", ErrValueTooLarge, len(v), g.maxValue))
 			continue
 		}
-		cs = append(cs, Completion{Key: c.storeKey, Token: c.token, Value: b.res[i].Value, Retention: g.cfg.Retention})
+		cs = append(cs, storage.Completion{Key: c.storeKey, Token: c.token, Value: b.res[i].Value, Retention: g.cfg.Retention})
 		idx = append(idx, i)
 	}
 	if len(cs) == 0 {
@@ -511,21 +488,15 @@ func (b *batch) complete() {
 	b.ran, b.flushed = false, start
 	errs := make([]error, len(cs))
 	octx, cancel := context.WithTimeout(context.WithoutCancel(b.ctx), g.cfg.StoreTimeout)
-	if bc, ok := g.store.(BatchCompleter); ok {
-		got, err := bc.CompleteBatch(octx, cs)
-		if err == nil && len(got) != len(cs) {
-			err = fmt.Errorf("CompleteBatch answered %d errors for %d keys", len(got), len(cs))
-		}
-		for k := range errs {
-			if err != nil {
-				errs[k] = err
-			} else {
-				errs[k] = got[k]
-			}
-		}
-	} else {
-		for k, cm := range cs {
-			errs[k] = g.store.Complete(octx, cm.Key, cm.Token, cm.Value, cm.Retention)
+	got, err := g.store.CompleteBatch(octx, cs)
+	if err == nil && len(got) != len(cs) {
+		err = fmt.Errorf("CompleteBatch answered %d errors for %d keys", len(got), len(cs))
+	}
+	for k := range errs {
+		if err != nil {
+			errs[k] = err
+		} else {
+			errs[k] = got[k]
 		}
 	}
 	cancel()
@@ -543,7 +514,7 @@ func (b *batch) complete() {
 		switch {
 		case err == nil:
 			if g.cache != nil {
-				g.cache.put(c.storeKey, StatusCompleted, c.fingerprint, bytes.Clone(b.res[i].Value), time.Now().Add(g.cfg.Retention))
+				g.cache.put(c.storeKey, storage.StatusCompleted, c.fingerprint, bytes.Clone(b.res[i].Value), time.Now().Add(g.cfg.Retention))
 			}
 		case errors.Is(err, ErrLeaseLost):
 			b.res[i].Err = fmt.Errorf("idem: %s (key %q): %w", OpComplete, c.key, err)

@@ -11,32 +11,9 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/memstore"
+	"github.com/idemgo/idem/storage"
 )
-
-// plainStore hides the batch calls of the store under it.
-type plainStore struct{ idem.Store }
-
-// claimerStore has ClaimBatch but not CompleteBatch.
-type claimerStore struct{ idem.Store }
-
-func (s claimerStore) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.Claim, error) {
-	return s.Store.(idem.BatchClaimer).ClaimBatch(ctx, args)
-}
-
-// The suite's DoBatch cases over a store without batch calls, and over one
-// with ClaimBatch only: DoBatch falls back to per-key calls with the same
-// answers. (memstore, with both, runs the suite in idemtest's own tests.)
-func TestDoBatchWithoutBatchCalls(t *testing.T) {
-	s := newMem(t)
-	idemtest.Run(t, func(*testing.T) idem.Store { return plainStore{s} })
-}
-
-func TestDoBatchWithClaimBatchOnly(t *testing.T) {
-	s := newMem(t)
-	idemtest.Run(t, func(*testing.T) idem.Store { return claimerStore{s} })
-}
 
 func TestDoBatchRefusesWithoutRunning(t *testing.T) {
 	g, err := idem.New(newMem(t), idem.Config{})
@@ -72,7 +49,7 @@ func TestDoBatchTokenAndObserver(t *testing.T) {
 		mu.Unlock()
 	}})
 	ops := []idem.BatchOp{{Scope: "tenant-1", Key: "a"}, {Scope: "tenant-2", Key: "a"}}
-	tokens := map[idem.Token]bool{}
+	tokens := map[storage.Token]bool{}
 	res := g.DoBatch(context.Background(), ops, func(ctx context.Context, i int) ([]byte, error) {
 		tok, ok := idem.TokenFrom(ctx)
 		if !ok || tok == 0 || tokens[tok] {
@@ -115,7 +92,7 @@ func TestDoBatchStoresSlowValuesEarly(t *testing.T) {
 				time.Sleep(60 * time.Millisecond) // longer than a batch keeps values
 			case "next":
 				rec, err := s.Get(ctx, g.StoreKey("slow"))
-				if err != nil || rec.Status != idem.StatusCompleted {
+				if err != nil || rec.Status != storage.StatusCompleted {
 					return nil, fmt.Errorf("the slow operation's record while the batch goes on: %v, %v; want Completed", rec.Status, err)
 				}
 			}
@@ -138,24 +115,36 @@ type completeCounter struct {
 	batches atomic.Int32
 }
 
-func (c *completeCounter) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]error, error) {
+func (c *completeCounter) CompleteBatch(ctx context.Context, cs []storage.Completion) ([]error, error) {
 	c.batches.Add(1)
 	return c.Store.CompleteBatch(ctx, cs)
 }
 
-// DoBatchUnordered goes on past operations that do not finish, and runs the
+// eachStore answers its batch calls with storage.ClaimEach and
+// CompleteEach, as a store without batch calls of its own does.
+type eachStore struct{ storage.Store }
+
+func (s eachStore) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]storage.Claim, error) {
+	return storage.ClaimEach(ctx, s, args)
+}
+
+func (s eachStore) CompleteBatch(ctx context.Context, cs []storage.Completion) ([]error, error) {
+	return storage.CompleteEach(ctx, s, cs)
+}
+
+// DoBatchIndependent goes on past operations that do not finish, and runs the
 // operations after them under their first claim: with MaxAttempts 1 a
 // second claim would fail them, as DoBatch's release and claim again does.
-// Over a store without batch calls it answers the same.
-func TestDoBatchUnorderedGoesOnPastFailures(t *testing.T) {
-	for name, s := range map[string]idem.Store{"batch calls": newMem(t), "per key": plainStore{newMem(t)}} {
+// Over a store whose batches are one call per key it answers the same.
+func TestDoBatchIndependentGoesOnPastFailures(t *testing.T) {
+	for name, s := range map[string]storage.Store{"batch calls": newMem(t), "per key": eachStore{newMem(t)}} {
 		t.Run(name, func(t *testing.T) {
 			g := newGuard(t, s, idem.Config{MaxAttempts: 1})
 			held := idemtestHold(t, g, "busy")
 			flaky := errors.New("payment provider timed out")
 			ops := []idem.BatchOp{{Key: "flaky"}, {Key: "busy"}, {Key: "permanent"}, {Key: "ok"}}
 			var ran []string
-			res := g.DoBatchUnordered(context.Background(), ops, func(_ context.Context, i int) ([]byte, error) {
+			res := g.DoBatchIndependent(context.Background(), ops, func(_ context.Context, i int) ([]byte, error) {
 				ran = append(ran, ops[i].Key)
 				switch ops[i].Key {
 				case "flaky":
@@ -194,10 +183,10 @@ func idemtestHold(t *testing.T, g *idem.Guard, key string) (release func()) {
 	return func() { close(done); <-ended }
 }
 
-// A busy key that Config.Wait lets DoBatchUnordered wait for is waited for
+// A busy key that Config.Wait lets DoBatchIndependent wait for is waited for
 // last, once the other operations' values are stored: the batch holds no
 // key while it waits, and gets the holder's outcome.
-func TestDoBatchUnorderedWaitsForBusyKeysLast(t *testing.T) {
+func TestDoBatchIndependentWaitsForBusyKeysLast(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, err := memstore.New(memstore.Config{})
 		if err != nil {
@@ -213,11 +202,11 @@ func TestDoBatchUnorderedWaitsForBusyKeysLast(t *testing.T) {
 		ops := []idem.BatchOp{{Key: "busy"}, {Key: "after"}}
 		done := make(chan []idem.BatchResult)
 		go func() {
-			done <- g.DoBatchUnordered(context.Background(), ops, func(context.Context, int) ([]byte, error) { return []byte("v"), nil })
+			done <- g.DoBatchIndependent(context.Background(), ops, func(context.Context, int) ([]byte, error) { return []byte("v"), nil })
 		}()
 		synctest.Wait() // the batch waits for the holder
 		rec, err := s.Get(context.Background(), g.StoreKey("after"))
-		if err != nil || rec.Status != idem.StatusCompleted {
+		if err != nil || rec.Status != storage.StatusCompleted {
 			t.Fatalf("the record of the operation after the busy key while the batch waits: %v, %v; want Completed", rec.Status, err)
 		}
 		release()
@@ -228,13 +217,13 @@ func TestDoBatchUnorderedWaitsForBusyKeysLast(t *testing.T) {
 	})
 }
 
-// DoBatchUnordered stops where no operation after can run: ctx ended.
-func TestDoBatchUnorderedStopsWhenContextEnds(t *testing.T) {
+// DoBatchIndependent stops where no operation after can run: ctx ended.
+func TestDoBatchIndependentStopsWhenContextEnds(t *testing.T) {
 	g := newGuard(t, newMem(t), idem.Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ops := []idem.BatchOp{{Key: "a"}, {Key: "b"}, {Key: "c"}}
-	res := g.DoBatchUnordered(ctx, ops, func(ctx context.Context, i int) ([]byte, error) {
+	res := g.DoBatchIndependent(ctx, ops, func(ctx context.Context, i int) ([]byte, error) {
 		cancel()
 		return nil, ctx.Err()
 	})
@@ -267,14 +256,14 @@ func TestDoBatchStoresValuesWhileAnOperationStalls(t *testing.T) {
 			defer g.Close()
 			do := g.DoBatch
 			if unordered {
-				do = g.DoBatchUnordered
+				do = g.DoBatchIndependent
 			}
 			ops := []idem.BatchOp{{Key: "before"}, {Key: "stalls"}}
 			res := do(context.Background(), ops, func(ctx context.Context, i int) ([]byte, error) {
 				if ops[i].Key == "stalls" {
 					time.Sleep(time.Minute)
 					rec, err := s.Get(ctx, g.StoreKey("before"))
-					if err != nil || rec.Status != idem.StatusCompleted {
+					if err != nil || rec.Status != storage.StatusCompleted {
 						return nil, fmt.Errorf("the record before the stalled operation while it runs: %v, %v; want Completed", rec.Status, err)
 					}
 				}

@@ -7,6 +7,8 @@ import (
 	"hash/maphash"
 	"sync"
 	"time"
+
+	"github.com/idemgo/idem/storage"
 )
 
 // cache keeps recent outcomes (Completed or Failed only) in process memory,
@@ -28,7 +30,7 @@ type cacheShard struct {
 
 type centry struct {
 	key         string
-	status      Status
+	status      storage.Status
 	fingerprint []byte
 	result      []byte
 	expires     time.Time
@@ -53,7 +55,7 @@ func newCache(size int, ttl time.Duration) *cache {
 // its status, whether fingerprint is the entry's, and a copy of its result
 // (nil when the fingerprint differs). It keeps neither slice, so a caller
 // may look up a key it has on its stack.
-func (c *cache) get(key, fingerprint []byte, now time.Time) (status Status, same bool, result []byte, ok bool) {
+func (c *cache) get(key, fingerprint []byte, now time.Time) (status storage.Status, same bool, result []byte, ok bool) {
 	sh := &c.shards[0]
 	if len(c.shards) > 1 {
 		// maphash.Bytes and maphash.String agree on the same bytes: put
@@ -63,7 +65,7 @@ func (c *cache) get(key, fingerprint []byte, now time.Time) (status Status, same
 	return sh.get(key, fingerprint, now)
 }
 
-func (c *cache) put(key string, status Status, fingerprint, result []byte, expires time.Time) {
+func (c *cache) put(key string, status storage.Status, fingerprint, result []byte, expires time.Time) {
 	if limit := time.Now().Add(c.ttl); expires.After(limit) {
 		expires = limit
 	}
@@ -74,7 +76,7 @@ func (c *cache) put(key string, status Status, fingerprint, result []byte, expir
 	sh.put(key, status, fingerprint, result, expires)
 }
 
-func (c *cacheShard) get(key, fingerprint []byte, now time.Time) (status Status, same bool, result []byte, ok bool) {
+func (c *cacheShard) get(key, fingerprint []byte, now time.Time) (status storage.Status, same bool, result []byte, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.m[string(key)] // no conversion: the compiler looks the bytes up
@@ -94,7 +96,7 @@ func (c *cacheShard) get(key, fingerprint []byte, now time.Time) (status Status,
 	return e.status, true, bytes.Clone(e.result), true
 }
 
-func (c *cacheShard) put(key string, status Status, fingerprint, result []byte, expires time.Time) {
+func (c *cacheShard) put(key string, status storage.Status, fingerprint, result []byte, expires time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.m[key]; e != nil {
@@ -148,14 +150,14 @@ func (g *Guard) fromCache(ctx context.Context, scope, key string, storeKey, fing
 	if !same {
 		return Result{}, fmt.Errorf("%w (key %q)", ErrKeyReused, key), true
 	}
-	res, err := Replay(Record{Status: status, Result: result})
+	res, err := replay(storage.Record{Status: status, Result: result})
 	return res, err, true
 }
 
 // cacheRecord keeps a stored outcome in the local cache, under key and
 // fingerprint, the Guard's own: a store's record may share them with its
 // claim's arguments.
-func (g *Guard) cacheRecord(key string, fingerprint []byte, r Record) {
+func (g *Guard) cacheRecord(key string, fingerprint []byte, r storage.Record) {
 	if g.cache != nil && r.Status.Done() {
 		g.cache.put(key, r.Status, fingerprint, bytes.Clone(r.Result), r.ExpiresAt)
 	}

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/idemgo/idem/storage"
 )
 
 // Config configures a [Guard]. The zero value means every default.
@@ -174,7 +176,7 @@ type Op uint8
 
 // The steps an [Observer] sees.
 const (
-	OpClaim     Op = iota + 1 // a Claim answered (Event.Outcome) or failed (Event.Err; ErrKeyReused, or ErrTooManyAttempts for a Duplicate the attempt cap failed)
+	OpClaim     Op = iota + 1 // a storage.Claim answered (Event.Outcome) or failed (Event.Err; ErrKeyReused, or ErrTooManyAttempts for a storage.Duplicate the attempt cap failed)
 	OpCacheHit                // a duplicate answered from the local cache
 	OpRun                     // the operation ran (Event.Duration; Event.Err is its error)
 	OpComplete                // Complete answered
@@ -200,12 +202,12 @@ func (o Op) String() string {
 type Event struct {
 	Op        Op
 	Namespace string
-	Scope     string        // the scope given to DoScoped; "" for Do
-	Key       string        // the caller's key, not the store key
-	Outcome   Outcome       // OpClaim
-	Attempt   int           // OpClaim when Acquired
-	Duration  time.Duration // how long the step took
-	Err       error         // the step's error, if any
+	Scope     string          // the scope given to DoScoped; "" for Do
+	Key       string          // the caller's key, not the store key
+	Outcome   storage.Outcome // OpClaim
+	Attempt   int             // OpClaim when storage.Acquired
+	Duration  time.Duration   // how long the step took
+	Err       error           // the step's error, if any
 }
 
 // Observer receives the [Event]s of a Guard; see [Config.Observer].

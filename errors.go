@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/idemgo/idem/storage"
 )
 
 // Sentinel errors. Check them with [errors.Is]: the Guard and the stores wrap
@@ -14,14 +16,14 @@ var (
 	ErrInProgress = errors.New("idem: operation in progress")
 	// ErrKeyReused: the key was first used with a different payload
 	// (fingerprint). HTTP 422.
-	ErrKeyReused = errors.New("idem: idempotency key reused with a different payload")
+	ErrKeyReused = storage.ErrKeyReused
 	// ErrLeaseLost: the token is not the key's current one (another holder
 	// took over, the lease was released, the record has an outcome, expired
 	// or was deleted). The record is unchanged.
-	ErrLeaseLost = errors.New("idem: lease lost")
+	ErrLeaseLost = storage.ErrLeaseLost
 	// ErrStoreUnavailable: the store could not be reached or answered with an
 	// error; the Guard wraps the cause with it and fails closed.
-	ErrStoreUnavailable = errors.New("idem: store unavailable")
+	ErrStoreUnavailable = storage.ErrStoreUnavailable
 	// ErrTooManyAttempts: the key was claimed more than MaxAttempts times
 	// without an outcome; it is now Failed, so a poison message stops looping.
 	ErrTooManyAttempts = errors.New("idem: too many attempts")
@@ -29,17 +31,17 @@ var (
 	// key validation.
 	ErrInvalidKey = errors.New("idem: invalid idempotency key")
 	// ErrNotFound: no record for the key (never claimed, expired or deleted).
-	ErrNotFound = errors.New("idem: record not found")
+	ErrNotFound = storage.ErrNotFound
 	// ErrClosed: Do was called after Guard.Close, or the operation's context
 	// was cancelled by Close.
 	ErrClosed = errors.New("idem: Guard closed")
 	// ErrValueTooLarge: an outcome is longer than the store keeps (see
-	// [ValueLimiter]). Stores wrap it in the error of a Complete or Fail
-	// they refuse for its size. The Guard then stores it as the key's
-	// outcome instead, so the operation, which ran, is not run again: Do
-	// returns the value with an error wrapping ErrValueTooLarge, and
-	// duplicates get a *PermanentError wrapping it.
-	ErrValueTooLarge = errors.New("idem: outcome too large to store")
+	// [storage.Store.MaxValueSize]). Stores wrap it in the error of a
+	// Complete or Fail they refuse for its size. The Guard then stores it as
+	// the key's outcome instead, so the operation, which ran, is not run
+	// again: Do returns the value with an error wrapping ErrValueTooLarge,
+	// and duplicates get a *PermanentError wrapping it.
+	ErrValueTooLarge = storage.ErrValueTooLarge
 )
 
 // PermanentError marks an operation's error as permanent: the Guard stores
@@ -84,7 +86,7 @@ func IsPermanent(err error) bool {
 // The first byte of an encoded failure says what failed.
 const (
 	failurePermanent       = 'P'
-	failureTooManyAttempts = 'A'
+	failureTooManyAttempts = 'A' // storage.TooManyAttemptsCause's byte
 	failureTooLarge        = 'L'
 	failureUnkept          = 'U' // a permanent failure whose message was too large to store
 )
@@ -104,7 +106,7 @@ func shortFailure(b []byte) []byte {
 // [TooManyAttemptsCause].
 func EncodeFailure(err error) []byte {
 	if errors.Is(err, ErrTooManyAttempts) {
-		return TooManyAttemptsCause()
+		return storage.TooManyAttemptsCause()
 	}
 	kind, msg := byte(failurePermanent), "idem: permanent failure"
 	if errors.Is(err, ErrValueTooLarge) {
@@ -116,10 +118,6 @@ func EncodeFailure(err error) []byte {
 	b := make([]byte, 0, 1+len(msg))
 	return append(append(b, kind), msg...)
 }
-
-// TooManyAttemptsCause returns the encoded failure a store writes when a
-// claim exceeds MaxAttempts.
-func TooManyAttemptsCause() []byte { return []byte{failureTooManyAttempts} }
 
 // DecodeFailure turns a Failed record's result back into an error: a
 // *PermanentError with Replayed set, wrapping ErrTooManyAttempts for a

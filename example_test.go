@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/memstore"
@@ -122,38 +119,4 @@ func ExampleTokenFrom() {
 		return nil, nil
 	})
 	// Output: true true
-}
-
-// A consumer with many handler goroutines over a remote store wraps the
-// store in Coalesce, so that the claims and outcomes of messages handled
-// at the same time share round trips. memstore stands in for
-// redisstore.New or pgstore.New here: over a local store Coalesce buys
-// nothing.
-func ExampleCoalesce() {
-	store, _ := memstore.New(memstore.Config{})
-	defer store.Close()
-	g, _ := idem.New(idem.Coalesce(store), idem.Config{Namespace: "payments", Wait: time.Second})
-	defer g.Close()
-
-	var charged, replayed atomic.Int32
-	var wg sync.WaitGroup
-	for range 32 { // the handler goroutines
-		wg.Go(func() {
-			for i := range 100 { // every message delivered to every goroutine
-				order := fmt.Sprint("order-", i)
-				res, err := g.Do(context.Background(), order, nil, func(ctx context.Context) ([]byte, error) {
-					charged.Add(1)
-					return []byte("receipt-" + order), nil
-				})
-				if err != nil {
-					log.Print(err) // a consumer would nack: the broker redelivers
-				} else if res.Replayed {
-					replayed.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	fmt.Println("charges:", charged.Load(), "replayed:", replayed.Load())
-	// Output: charges: 100 replayed: 3100
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 // FuzzDecodeFailure: any stored bytes decode to a permanent error without a
@@ -12,7 +13,7 @@ import (
 func FuzzDecodeFailure(f *testing.F) {
 	f.Add([]byte(nil))
 	f.Add([]byte("Pcard declined"))
-	f.Add(idem.TooManyAttemptsCause())
+	f.Add(storage.TooManyAttemptsCause())
 	f.Add([]byte{0xff, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		err := idem.DecodeFailure(b)
@@ -33,7 +34,7 @@ func FuzzStoreKey(f *testing.F) {
 	f.Add("", "\x01a", "\x01", "a")
 	f.Add("ns", "", "n", "s")
 	f.Fuzz(func(t *testing.T, ns1, k1, ns2, k2 string) {
-		same := idem.StoreKey(ns1, k1) == idem.StoreKey(ns2, k2)
+		same := storage.StoreKey(ns1, k1) == storage.StoreKey(ns2, k2)
 		if same != (ns1 == ns2 && k1 == k2) {
 			t.Fatalf("StoreKey(%q, %q) == StoreKey(%q, %q) is %v", ns1, k1, ns2, k2, same)
 		}

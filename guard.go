@@ -12,19 +12,19 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/idemgo/idem/storage"
 )
 
 // Guard runs operations at most once per idempotency key, over a [Store].
 // It is safe for concurrent use. Create one with [New] and [Guard.Close] it
 // when done: it owns the heartbeat goroutine.
 type Guard struct {
-	store    Store
-	maxValue int  // the store's ValueLimiter, or 0
+	store    storage.Store
+	maxValue int  // the store's MaxValueSize, or 0
 	sha256   bool // cfg.Fingerprint is the default, SHA256Fingerprint
 	cfg      Config
-	prefix   []byte // the namespace part of every store key
 	cache    *cache
-	lend     bool      // the store is an ArgsCopier: claims borrow their bytes
 	epoch    time.Time // when New ran, for monoNow
 	hb       heartbeats
 	closed   atomic.Bool
@@ -42,7 +42,7 @@ type Result struct {
 
 // New returns a Guard over store. It fails when store is nil or cfg has a
 // field out of range; the error names the field.
-func New(store Store, cfg Config) (*Guard, error) {
+func New(store storage.Store, cfg Config) (*Guard, error) {
 	if store == nil {
 		return nil, errors.New("idem: New: store is nil")
 	}
@@ -51,13 +51,8 @@ func New(store Store, cfg Config) (*Guard, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &Guard{store: store, cfg: cfg, sha256: sha, prefix: appendNamespace(nil, cfg.Namespace), epoch: time.Now()}
-	if vl, ok := store.(ValueLimiter); ok {
-		g.maxValue = max(0, vl.MaxValueSize())
-	}
-	if ac, ok := store.(ArgsCopier); ok {
-		g.lend = ac.CopiesClaimArgs()
-	}
+	g := &Guard{store: store, cfg: cfg, sha256: sha, epoch: time.Now()}
+	g.maxValue = max(0, store.MaxValueSize())
 	if cfg.CacheSize > 0 {
 		g.cache = newCache(cfg.CacheSize, cfg.CacheTTL)
 	}
@@ -77,17 +72,17 @@ func (g *Guard) Close() error {
 }
 
 // Store returns the Guard's store.
-func (g *Guard) Store() Store { return g.store }
+func (g *Guard) Store() storage.Store { return g.store }
 
 // StoreKey returns the store key the Guard uses for an unscoped key: its
 // namespace and key combined by [StoreKey].
-func (g *Guard) StoreKey(key string) string { return StoreKey(g.cfg.Namespace, key) }
+func (g *Guard) StoreKey(key string) string { return storage.StoreKey(g.cfg.Namespace, key) }
 
 // ScopedStoreKey returns the store key the Guard uses for key in scope: its
 // namespace, scope and key combined by [ScopedStoreKey]. Use it to inspect or
 // delete a record that [Guard.DoScoped] wrote.
 func (g *Guard) ScopedStoreKey(scope, key string) string {
-	return ScopedStoreKey(g.cfg.Namespace, scope, key)
+	return storage.ScopedStoreKey(g.cfg.Namespace, scope, key)
 }
 
 // Config returns the Guard's configuration with the defaults filled in.
@@ -98,8 +93,8 @@ type tokenKey struct{}
 // TokenFrom returns the lease token that fn's context carries in [Guard.Do],
 // so business writes can be fenced with it: a write that carries the token
 // and is refused for an older one cannot be made by a stale holder.
-func TokenFrom(ctx context.Context) (Token, bool) {
-	t, ok := ctx.Value(tokenKey{}).(Token)
+func TokenFrom(ctx context.Context) (storage.Token, bool) {
+	t, ok := ctx.Value(tokenKey{}).(storage.Token)
 	return t, ok
 }
 
@@ -157,7 +152,7 @@ func (g *Guard) DoScoped(ctx context.Context, scope, key string, payload []byte,
 	}
 	var kb [256]byte
 	k := g.appendStoreKey(kb[:0], scope, key)
-	var args ClaimArgs
+	var args storage.ClaimArgs
 	var buf *[]byte // args' bytes, lent to the store: see claimArgs
 	if g.cache != nil && g.sha256 {
 		// The default configuration answers a cached duplicate with no
@@ -187,7 +182,7 @@ func (g *Guard) DoScoped(ctx context.Context, scope, key string, payload []byte,
 // are lent when borrowed is set: the store keeps nothing of them, and they
 // go back to the pool once claimAndRun returns, so whatever outlives the
 // claim (the call, a cached record) gets copies.
-func (g *Guard) claimAndRun(ctx context.Context, scope, key string, args ClaimArgs, borrowed bool, now time.Time, fn func(ctx context.Context) ([]byte, error)) (Result, error) {
+func (g *Guard) claimAndRun(ctx context.Context, scope, key string, args storage.ClaimArgs, borrowed bool, now time.Time, fn func(ctx context.Context) ([]byte, error)) (Result, error) {
 	var waitUntil time.Time
 	backoff := 5 * time.Millisecond
 	for sent := now; ; sent = g.monoNow() {
@@ -207,22 +202,22 @@ func (g *Guard) claimAndRun(ctx context.Context, scope, key string, args ClaimAr
 			return Result{}, fmt.Errorf("%w: claim: %w", ErrStoreUnavailable, err)
 		}
 		switch cl.Outcome {
-		case Acquired:
+		case storage.Acquired:
 			// Only now is there a run to keep state for.
 			if borrowed {
-				args = args.own()
+				args = own(args)
 			}
 			c := &call{g: g, scope: scope, key: key, storeKey: args.Key, fingerprint: args.Fingerprint, token: cl.Token}
 			return c.run(ctx, sent, fn)
-		case Duplicate:
+		case storage.Duplicate:
 			if g.cache != nil && cl.Record.Status.Done() {
 				if borrowed {
-					args = args.own()
+					args = own(args)
 				}
 				g.cacheRecord(args.Key, args.Fingerprint, cl.Record)
 			}
-			return Replay(cl.Record)
-		case Busy:
+			return replay(cl.Record)
+		case storage.Busy:
 			if waitUntil.IsZero() {
 				waitUntil = sent.Add(g.cfg.Wait)
 			}
@@ -251,29 +246,23 @@ func (g *Guard) monoNow() time.Time { return g.epoch.Add(time.Since(g.epoch)) }
 
 // appendStoreKey appends the store key of key in scope to b.
 func (g *Guard) appendStoreKey(b []byte, scope, key string) []byte {
-	return appendScoped(append(b, g.prefix...), scope, key)
+	return storage.AppendStoreKey(b, g.cfg.Namespace, scope, key)
 }
 
 // claimArgs returns the arguments of the Claim of storeKey, the store key
 // and the fingerprint in one buffer. The fingerprint is fp when given (the
 // Guard's SHA-256, already computed), else that of payload.
 //
-// Over a store that copies what it keeps of a claim's arguments
-// ([ArgsCopier]) the buffer is lent: it comes from a pool, and claimArgs
+// The buffer is lent (every store copies what it keeps of a claim's
+// arguments; see [storage.Store]): it comes from a pool, and claimArgs
 // returns it for the caller to put back once the claim is answered, with
-// no allocation. Over any other store it is one allocation, never written
-// again, and the returned buffer is nil.
-func (g *Guard) claimArgs(storeKey, fp, payload []byte) (ClaimArgs, *[]byte) {
+// no allocation.
+func (g *Guard) claimArgs(storeKey, fp, payload []byte) (storage.ClaimArgs, *[]byte) {
 	n := len(storeKey)
 	var buf []byte
 	var pooled *[]byte
-	if g.lend {
-		pooled = lent.get(n + sha256.Size)
-		buf = append((*pooled)[:0], storeKey...)
-	} else {
-		buf = make([]byte, n, n+sha256.Size)
-		copy(buf, storeKey)
-	}
+	pooled = lent.get(n + sha256.Size)
+	buf = append((*pooled)[:0], storeKey...)
 	var fingerprint []byte
 	switch {
 	case fp != nil:
@@ -287,7 +276,7 @@ func (g *Guard) claimArgs(storeKey, fp, payload []byte) (ClaimArgs, *[]byte) {
 	if pooled != nil {
 		*pooled = buf
 	}
-	return ClaimArgs{
+	return storage.ClaimArgs{
 		// buf[:n] is not written while the string is in use: never, or,
 		// lent, not before the claim is answered and its bytes copied.
 		Key:         unsafe.String(unsafe.SliceData(buf), n),
@@ -300,7 +289,7 @@ func (g *Guard) claimArgs(storeKey, fp, payload []byte) (ClaimArgs, *[]byte) {
 
 // own returns a with a key and fingerprint of its own, in one allocation,
 // for a claim whose bytes were lent.
-func (a ClaimArgs) own() ClaimArgs {
+func own(a storage.ClaimArgs) storage.ClaimArgs {
 	n := len(a.Key)
 	buf := make([]byte, n+len(a.Fingerprint))
 	copy(buf, a.Key)
@@ -337,12 +326,11 @@ func (l *lendPool) put(b *[]byte) {
 	}
 }
 
-// Replay returns what Do answers a duplicate whose claim found r, a
+// replay returns what Do answers a duplicate whose claim found r, a
 // Completed or Failed record: r's value with Replayed set, or its stored
-// permanent error ([DecodeFailure]). Executors other than Guard (pgstore's
-// TxGuard) answer duplicates with it, so that every executor replays alike.
-func Replay(r Record) (Result, error) {
-	if r.Status == StatusFailed {
+// permanent error ([DecodeFailure]).
+func replay(r storage.Record) (Result, error) {
+	if r.Status == storage.StatusFailed {
 		return Result{Replayed: true}, DecodeFailure(r.Result)
 	}
 	return Result{Value: r.Result, Replayed: true}, nil
@@ -361,8 +349,8 @@ func (g *Guard) runOpen(ctx context.Context, scope, key string, cause error, fn 
 // err: err, or ErrTooManyAttempts for a claim that found, or made, the key
 // failed for too many attempts, so that an Observer tells it from the
 // replay of an outcome.
-func claimErr(cl Claim, err error) error {
-	if err == nil && cl.Outcome == Duplicate && cl.Record.Status == StatusFailed &&
+func claimErr(cl storage.Claim, err error) error {
+	if err == nil && cl.Outcome == storage.Duplicate && cl.Record.Status == storage.StatusFailed &&
 		len(cl.Record.Result) > 0 && cl.Record.Result[0] == failureTooManyAttempts {
 		return ErrTooManyAttempts
 	}
@@ -395,7 +383,7 @@ type call struct {
 	scope       string
 	key         string
 	storeKey    string
-	token       Token
+	token       storage.Token
 	fingerprint []byte
 	cancel      context.CancelCauseFunc
 
@@ -460,7 +448,7 @@ func (c *call) run(ctx context.Context, sent time.Time, fn func(context.Context)
 			return Result{Value: value}, err
 		}
 		if g.cache != nil {
-			g.cache.put(c.storeKey, StatusCompleted, c.fingerprint, bytes.Clone(value), time.Now().Add(g.cfg.Retention))
+			g.cache.put(c.storeKey, storage.StatusCompleted, c.fingerprint, bytes.Clone(value), time.Now().Add(g.cfg.Retention))
 		}
 		return Result{Value: value}, nil
 	case IsPermanent(ferr):
@@ -469,7 +457,7 @@ func (c *call) run(ctx context.Context, sent time.Time, fn func(context.Context)
 			return Result{}, errors.Join(ferr, err)
 		}
 		if g.cache != nil {
-			g.cache.put(c.storeKey, StatusFailed, c.fingerprint, cause, time.Now().Add(g.cfg.FailedRetention))
+			g.cache.put(c.storeKey, storage.StatusFailed, c.fingerprint, cause, time.Now().Add(g.cfg.FailedRetention))
 		}
 		return Result{}, ferr
 	default:
@@ -492,7 +480,7 @@ func (c *call) tooLarge(ctx context.Context, value []byte, cause error) (Result,
 		return Result{Value: value}, errors.Join(cause, err)
 	}
 	if g.cache != nil {
-		g.cache.put(c.storeKey, StatusFailed, c.fingerprint, marker, time.Now().Add(g.cfg.Retention))
+		g.cache.put(c.storeKey, storage.StatusFailed, c.fingerprint, marker, time.Now().Add(g.cfg.Retention))
 	}
 	return Result{Value: value}, cause
 }
@@ -555,7 +543,7 @@ func (c *call) outcome(ctx context.Context, op Op, write func(context.Context) e
 // allocation of its own (it lives inside the call).
 type tokenCtx struct {
 	context.Context
-	token Token
+	token storage.Token
 }
 
 func (t *tokenCtx) Value(key any) any {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/memstore"
+	"github.com/idemgo/idem/storage"
 )
 
 func newMem(t testing.TB) *memstore.Store {
@@ -26,7 +27,7 @@ func newMem(t testing.TB) *memstore.Store {
 	return s
 }
 
-func newGuard(t testing.TB, s idem.Store, cfg idem.Config) *idem.Guard {
+func newGuard(t testing.TB, s storage.Store, cfg idem.Config) *idem.Guard {
 	t.Helper()
 	g, err := idem.New(s, cfg)
 	if err != nil {
@@ -42,14 +43,14 @@ func value(v string) func(context.Context) ([]byte, error) {
 
 // hookStore wraps a store so a test can intercept calls.
 type hookStore struct {
-	idem.Store
+	storage.Store
 	claims   atomic.Int32
-	claim    func(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
-	extend   func(ctx context.Context, key string, t idem.Token, d time.Duration) error
-	complete func(ctx context.Context, key string, t idem.Token, v []byte, r time.Duration) error
+	claim    func(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error)
+	extend   func(ctx context.Context, key string, t storage.Token, d time.Duration) error
+	complete func(ctx context.Context, key string, t storage.Token, v []byte, r time.Duration) error
 }
 
-func (h *hookStore) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+func (h *hookStore) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error) {
 	h.claims.Add(1)
 	if h.claim != nil {
 		return h.claim(ctx, a)
@@ -57,14 +58,14 @@ func (h *hookStore) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, er
 	return h.Store.Claim(ctx, a)
 }
 
-func (h *hookStore) Extend(ctx context.Context, key string, t idem.Token, d time.Duration) error {
+func (h *hookStore) Extend(ctx context.Context, key string, t storage.Token, d time.Duration) error {
 	if h.extend != nil {
 		return h.extend(ctx, key, t, d)
 	}
 	return h.Store.Extend(ctx, key, t, d)
 }
 
-func (h *hookStore) Complete(ctx context.Context, key string, t idem.Token, v []byte, r time.Duration) error {
+func (h *hookStore) Complete(ctx context.Context, key string, t storage.Token, v []byte, r time.Duration) error {
 	if h.complete != nil {
 		return h.complete(ctx, key, t, v, r)
 	}
@@ -131,7 +132,7 @@ func TestStalledHolderIsFenced(t *testing.T) {
 		mem := newMem(t)
 		// The stalled holder's heartbeats never reach the store, as when
 		// its process is paused or cut off.
-		stalled := &hookStore{Store: mem, extend: func(context.Context, string, idem.Token, time.Duration) error {
+		stalled := &hookStore{Store: mem, extend: func(context.Context, string, storage.Token, time.Duration) error {
 			return errors.New("network unreachable")
 		}}
 		gA := newGuard(t, stalled, idem.Config{Lease: 30 * time.Second})
@@ -165,8 +166,8 @@ func TestStalledHolderIsFenced(t *testing.T) {
 		if !errors.Is(aCause, idem.ErrLeaseLost) {
 			t.Fatalf("stalled holder's context cause %v, want ErrLeaseLost", aCause)
 		}
-		r, err := mem.Get(context.Background(), idem.StoreKey("", "k"))
-		if err != nil || r.Status != idem.StatusCompleted || string(r.Result) != "from B" || r.Attempt != 2 {
+		r, err := mem.Get(context.Background(), storage.StoreKey("", "k"))
+		if err != nil || r.Status != storage.StatusCompleted || string(r.Result) != "from B" || r.Attempt != 2 {
 			t.Fatalf("record %+v (%v), want B's outcome at attempt 2", r, err)
 		}
 		// Every later duplicate gets B's outcome.
@@ -184,12 +185,12 @@ func TestHolderCutOffFromStoreStopsBeforeLeaseEnd(t *testing.T) {
 		// The store stops answering once the key is claimed: every Extend
 		// hangs until its context ends.
 		hung := &hookStore{Store: mem,
-			claim: func(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+			claim: func(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error) {
 				c, err := mem.Claim(ctx, a)
 				leaseUntil = c.Record.LeaseUntil
 				return c, err
 			},
-			extend: func(ctx context.Context, _ string, _ idem.Token, _ time.Duration) error {
+			extend: func(ctx context.Context, _ string, _ storage.Token, _ time.Duration) error {
 				<-ctx.Done()
 				return ctx.Err()
 			},
@@ -255,8 +256,8 @@ func TestHeartbeatKeepsLongRunAlive(t *testing.T) {
 		if runErr != nil {
 			t.Fatalf("long run: %v", runErr)
 		}
-		r, _ := mem.Get(context.Background(), idem.StoreKey("", "long"))
-		if r.Status != idem.StatusCompleted || r.Attempt != 1 {
+		r, _ := mem.Get(context.Background(), storage.StoreKey("", "long"))
+		if r.Status != storage.StatusCompleted || r.Attempt != 1 {
 			t.Fatalf("record %+v, want Completed at attempt 1", r)
 		}
 	})
@@ -265,14 +266,14 @@ func TestHeartbeatKeepsLongRunAlive(t *testing.T) {
 func TestTokenInContextMatchesRecord(t *testing.T) {
 	mem := newMem(t)
 	g := newGuard(t, mem, idem.Config{})
-	var tok idem.Token
+	var tok storage.Token
 	_, err := g.Do(context.Background(), "k", nil, func(ctx context.Context) ([]byte, error) {
 		var ok bool
 		tok, ok = idem.TokenFrom(ctx)
 		if !ok {
 			return nil, errors.New("no token in context")
 		}
-		r, err := mem.Get(ctx, idem.StoreKey("", "k"))
+		r, err := mem.Get(ctx, storage.StoreKey("", "k"))
 		if err != nil || r.Token != tok {
 			return nil, fmt.Errorf("record token %d, context token %d (%v)", r.Token, tok, err)
 		}
@@ -339,7 +340,7 @@ func TestPanicReleasesAndRepanics(t *testing.T) {
 	if err != nil || res.Replayed || string(res.Value) != "after panic" {
 		t.Fatalf("retry after panic: %q %v, want a fresh run", res.Value, err)
 	}
-	if r, _ := mem.Get(context.Background(), idem.StoreKey("", "k")); r.Attempt != 2 {
+	if r, _ := mem.Get(context.Background(), storage.StoreKey("", "k")); r.Attempt != 2 {
 		t.Fatalf("attempt %d, want 2", r.Attempt)
 	}
 }
@@ -428,15 +429,15 @@ func TestOutcomeStoredWhenCallerGivesUp(t *testing.T) {
 	if err != nil || string(res.Value) != "charged" {
 		t.Fatalf("Do: %q %v", res.Value, err)
 	}
-	r, err := mem.Get(context.Background(), idem.StoreKey("", "k"))
-	if err != nil || r.Status != idem.StatusCompleted || string(r.Result) != "charged" {
+	r, err := mem.Get(context.Background(), storage.StoreKey("", "k"))
+	if err != nil || r.Status != storage.StatusCompleted || string(r.Result) != "charged" {
 		t.Fatalf("record %+v %v: the outcome must be stored though the caller's context ended", r, err)
 	}
 }
 
 func TestOutcomeWriteHasItsOwnTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		hang := &hookStore{Store: newMem(t), complete: func(ctx context.Context, _ string, _ idem.Token, _ []byte, _ time.Duration) error {
+		hang := &hookStore{Store: newMem(t), complete: func(ctx context.Context, _ string, _ storage.Token, _ []byte, _ time.Duration) error {
 			<-ctx.Done()
 			return ctx.Err()
 		}}
@@ -456,8 +457,8 @@ func TestOutcomeWriteHasItsOwnTimeout(t *testing.T) {
 var errDown = errors.New("connection refused")
 
 func downStore(t *testing.T) *hookStore {
-	return &hookStore{Store: newMem(t), claim: func(context.Context, idem.ClaimArgs) (idem.Claim, error) {
-		return idem.Claim{}, errDown
+	return &hookStore{Store: newMem(t), claim: func(context.Context, storage.ClaimArgs) (storage.Claim, error) {
+		return storage.Claim{}, errDown
 	}}
 }
 
@@ -697,7 +698,7 @@ func TestCloseCancelsRunningOperations(t *testing.T) {
 			if !errors.Is(c, idem.ErrClosed) {
 				t.Errorf("operation %d: cause %v, want ErrClosed", i, c)
 			}
-			if r, err := mem.Get(context.Background(), idem.StoreKey("", fmt.Sprint("k", i))); err != nil || r.Token != 0 {
+			if r, err := mem.Get(context.Background(), storage.StoreKey("", fmt.Sprint("k", i))); err != nil || r.Token != 0 {
 				t.Errorf("operation %d: record %+v %v, want released", i, r, err)
 			}
 		}
@@ -707,13 +708,13 @@ func TestCloseCancelsRunningOperations(t *testing.T) {
 func TestStoreKeyIsUnambiguous(t *testing.T) {
 	seen := map[string]string{}
 	for _, p := range [][2]string{{"a:b", "c"}, {"a", "b:c"}, {"", "ab"}, {"a", "b"}, {"ab", ""}, {"\x01", "a"}, {"", "\x01a"}} {
-		k := idem.StoreKey(p[0], p[1])
+		k := storage.StoreKey(p[0], p[1])
 		if prev, ok := seen[k]; ok {
 			t.Fatalf("StoreKey(%q, %q) = StoreKey of %s", p[0], p[1], prev)
 		}
 		seen[k] = fmt.Sprintf("%q", p)
 	}
-	if !bytes.HasSuffix([]byte(idem.StoreKey("ns", "key")), []byte("key")) {
+	if !bytes.HasSuffix([]byte(storage.StoreKey("ns", "key")), []byte("key")) {
 		t.Fatal("StoreKey does not end with the key")
 	}
 }

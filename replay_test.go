@@ -11,17 +11,20 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 // doneStore answers every claim with the same Completed record, allocating
 // nothing, so that a test counts the Guard's allocations alone.
 type doneStore struct {
-	idem.Store
-	record idem.Record
+	storage.Store
+	record storage.Record
 }
 
-func (s *doneStore) Claim(context.Context, idem.ClaimArgs) (idem.Claim, error) {
-	return idem.Claim{Outcome: idem.Duplicate, Record: s.record}, nil
+func (s *doneStore) MaxValueSize() int { return 0 }
+
+func (s *doneStore) Claim(context.Context, storage.ClaimArgs) (storage.Claim, error) {
+	return storage.Claim{Outcome: storage.Duplicate, Record: s.record}, nil
 }
 
 // TestReplayAllocations counts the allocations of a Do of a completed key:
@@ -41,27 +44,28 @@ func TestReplayAllocations(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name  string
-		store func(t *testing.T) idem.Store
+		store func(t *testing.T) storage.Store
 		cfg   idem.Config
 		scope string
 		want  float64
 	}{
-		// The Guard alone: the store key and fingerprint, one buffer.
-		{"guard", func(*testing.T) idem.Store {
-			return &doneStore{record: idem.Record{Status: idem.StatusCompleted, Result: []byte("receipt")}}
+		// The Guard alone: the store key and fingerprint are lent from a pool;
+		// the value it returns is the store's.
+		{"guard", func(*testing.T) storage.Store {
+			return &doneStore{record: storage.Record{Status: storage.StatusCompleted, Result: []byte("receipt")}}
 		}, idem.Config{}, "", 1},
-		{"guard-scoped", func(*testing.T) idem.Store {
-			return &doneStore{record: idem.Record{Status: idem.StatusCompleted, Result: []byte("receipt")}}
+		{"guard-scoped", func(*testing.T) storage.Store {
+			return &doneStore{record: storage.Record{Status: storage.StatusCompleted, Result: []byte("receipt")}}
 		}, idem.Config{}, "tenant-7", 1},
-		// memstore copies what it keeps of a claim (idem.ArgsCopier): the
+		// memstore copies what it keeps of a claim (as every store must): the
 		// Guard lends it store key and fingerprint from a pool, and the one
 		// allocation is the copy of the value it returns.
-		{"memstore", func(t *testing.T) idem.Store { return newMem(t) }, idem.Config{}, "", 1},
-		{"memstore-scoped-custom-fingerprint", func(t *testing.T) idem.Store { return newMem(t) },
+		{"memstore", func(t *testing.T) storage.Store { return newMem(t) }, idem.Config{}, "", 1},
+		{"memstore-scoped-custom-fingerprint", func(t *testing.T) storage.Store { return newMem(t) },
 			idem.Config{Fingerprint: func(dst, p []byte) []byte { return append(dst, p...) }}, "tenant-7", 1},
 		// A cached duplicate: the copy of the value only.
-		{"cache", func(t *testing.T) idem.Store { return newMem(t) }, idem.Config{CacheSize: 16}, "", 1},
-		{"cache-sharded-scoped", func(t *testing.T) idem.Store { return newMem(t) }, idem.Config{CacheSize: 4096}, "tenant-7", 1},
+		{"cache", func(t *testing.T) storage.Store { return newMem(t) }, idem.Config{CacheSize: 16}, "", 1},
+		{"cache-sharded-scoped", func(t *testing.T) storage.Store { return newMem(t) }, idem.Config{CacheSize: 4096}, "tenant-7", 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g := newGuard(t, c.store(t), c.cfg)
@@ -162,7 +166,7 @@ func TestReplayHonoursExpiry(t *testing.T) {
 
 // TestLentKeysStayApart runs Do on many goroutines over memstore, which
 // borrows each claim's key and fingerprint from the Guard's pool
-// (idem.ArgsCopier), with keys short and long (past the pool's largest
+// (as every store must), with keys short and long (past the pool's largest
 // buffer), new and repeated, with and without the local cache: every call
 // gets its own key's value, never another's, and every record is stored
 // under its own key.

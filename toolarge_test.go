@@ -11,23 +11,25 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 // limitStore keeps values of max bytes at most, as redisstore and pgstore
-// do, and says so when advertise is set ([idem.ValueLimiter]).
+// do, and says so when advertise is set ([storage.Store.MaxValueSize]); else it
+// reports the limit of the store under it, and refuses anyway.
 type limitStore struct {
-	idem.Store
+	storage.Store
 	max int
 }
 
-func (s limitStore) Complete(ctx context.Context, key string, t idem.Token, value []byte, retention time.Duration) error {
+func (s limitStore) Complete(ctx context.Context, key string, t storage.Token, value []byte, retention time.Duration) error {
 	if len(value) > s.max {
 		return fmt.Errorf("limitstore: %w: %d bytes", idem.ErrValueTooLarge, len(value))
 	}
 	return s.Store.Complete(ctx, key, t, value, retention)
 }
 
-func (s limitStore) Fail(ctx context.Context, key string, t idem.Token, cause []byte, retention time.Duration) error {
+func (s limitStore) Fail(ctx context.Context, key string, t storage.Token, cause []byte, retention time.Duration) error {
 	if len(cause) > s.max {
 		return fmt.Errorf("limitstore: %w: %d bytes", idem.ErrValueTooLarge, len(cause))
 	}
@@ -40,7 +42,7 @@ type advertisedLimit struct{ limitStore }
 func (s advertisedLimit) MaxValueSize() int { return s.max }
 
 // sizeGuard returns a Guard over store and what its Observer saw.
-func sizeGuard(t *testing.T, store idem.Store) (*idem.Guard, *[]idem.Op) {
+func sizeGuard(t *testing.T, store storage.Store) (*idem.Guard, *[]idem.Op) {
 	t.Helper()
 	var mu sync.Mutex
 	ops := new([]idem.Op)
@@ -55,9 +57,9 @@ func sizeGuard(t *testing.T, store idem.Store) (*idem.Guard, *[]idem.Op) {
 // outcome (ErrValueTooLarge) rather than staying in progress until the
 // lease ends, and a duplicate never runs it again.
 func TestValueTooLargeIsStoredNotLeftInProgress(t *testing.T) {
-	for name, wrap := range map[string]func(idem.Store) idem.Store{
-		"advertised": func(s idem.Store) idem.Store { return advertisedLimit{limitStore{s, 8}} },
-		"refused":    func(s idem.Store) idem.Store { return limitStore{s, 8} },
+	for name, wrap := range map[string]func(storage.Store) storage.Store{
+		"advertised": func(s storage.Store) storage.Store { return advertisedLimit{limitStore{s, 8}} },
+		"refused":    func(s storage.Store) storage.Store { return limitStore{s, 8} },
 	} {
 		t.Run(name, func(t *testing.T) {
 			mem := newMem(t)
@@ -73,7 +75,7 @@ func TestValueTooLargeIsStoredNotLeftInProgress(t *testing.T) {
 				t.Fatalf("first Do: %q (replayed %v), %v; want the value and an error wrapping ErrValueTooLarge", res.Value, res.Replayed, err)
 			}
 			rec, err := mem.Get(ctx, g.StoreKey("k"))
-			if err != nil || rec.Status != idem.StatusFailed {
+			if err != nil || rec.Status != storage.StatusFailed {
 				t.Fatalf("record %v, %v; want Failed, not left in progress", rec.Status, err)
 			}
 			res, err = g.Do(ctx, "k", nil, fn)
@@ -108,9 +110,9 @@ func opBytes(ops []idem.Op) []byte {
 // A permanent error whose message the store cannot keep is stored without
 // its message, not left in progress.
 func TestLongPermanentErrorIsStoredWithoutItsMessage(t *testing.T) {
-	for name, store := range map[string]func(idem.Store) idem.Store{
-		"advertised": func(s idem.Store) idem.Store { return advertisedLimit{limitStore{s, 16}} },
-		"refused":    func(s idem.Store) idem.Store { return limitStore{s, 16} },
+	for name, store := range map[string]func(storage.Store) storage.Store{
+		"advertised": func(s storage.Store) storage.Store { return advertisedLimit{limitStore{s, 16}} },
+		"refused":    func(s storage.Store) storage.Store { return limitStore{s, 16} },
 	} {
 		g, _ := sizeGuard(t, store(newMem(t)))
 		ctx := context.Background()

@@ -1,4 +1,4 @@
-package idem
+package coalesce
 
 import (
 	"context"
@@ -7,32 +7,40 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemgo/idem/storage"
 )
 
-// CoalesceMaxBatch is the most calls a store wrapped by [Coalesce] receives
-// in one ClaimBatch or CompleteBatch; the calls queued beyond it go in the
-// batches that follow.
-const CoalesceMaxBatch = 128
+// MaxBatch is the most calls a store wrapped by [New] receives in one
+// ClaimBatch or CompleteBatch; the calls queued beyond it go in the batches
+// that follow.
+const MaxBatch = 128
 
-// Coalesce returns a Store that sends the Claim calls made concurrently on
-// it, from any number of goroutines, to s as one [BatchClaimer.ClaimBatch],
-// and concurrent Complete calls as one [BatchCompleter.CompleteBatch]: group
+// releaseTimeout bounds the Release of a claim a batch acquired for a
+// caller that had given up.
+const releaseTimeout = 5 * time.Second
+
+// New returns a Store that sends the Claim calls made concurrently on it,
+// from any number of goroutines, to s as one [storage.Store.ClaimBatch],
+// and concurrent Complete calls as one [storage.Store.CompleteBatch]: group
 // commit. A call made while no call of its kind is in flight goes to s at
 // once, as s's own Claim or Complete, on the caller's goroutine: there is no
 // timer, and no latency is added when the store is idle. Calls made while
-// one is in flight are queued and sent together, up to [CoalesceMaxBatch],
-// as soon as it returns, by a goroutine that runs while there is a queue.
+// one is in flight are queued and sent together, up to [MaxBatch], as soon
+// as it returns, by a goroutine that runs while there is a queue.
 //
 // Use it where many Do calls run at once over a remote store: a consumer
 // with many handler goroutines, an HTTP server. It buys fewer round trips
 // and less CPU per call, in the store's server and in its client: a Redis
 // store runs a batch as one script, a PostgreSQL store as one statement.
 // It costs a mutex on every call and, for a call made under load, a
-// handoff to the batch's goroutine and a wait for the call in flight: no
-// call gets faster, so where throughput is bound by each call's latency
-// rather than by CPU (handlers that wait on I/O, cores to spare) it buys
-// little or nothing. Over a local store such as memstore, or where calls
-// seldom overlap, it buys nothing.
+// handoff to the batch's goroutine, a copy of the claim's key and
+// fingerprint, and a wait for the call in flight: no call gets faster, so
+// where throughput is bound by each call's latency rather than by CPU
+// (handlers that wait on I/O, cores to spare) it buys little or nothing.
+// Over a local store such as memstore, or where calls seldom overlap, it
+// buys nothing. A store whose batch calls are [storage.ClaimEach] and
+// [storage.CompleteEach] gains nothing either.
 //
 // Each call keeps the semantics of s's own: the same answers, in the same
 // order for one key (a batch holds the queued calls in their order, and
@@ -41,28 +49,21 @@ const CoalesceMaxBatch = 128
 // and Complete return it; an error s returns for a batch as a whole (it
 // could not be reached) goes to every caller in the batch. A call that a
 // batch would refuse as a whole, a claim without a positive lease or
-// retention or a value over s's [ValueLimiter] limit, goes to s alone.
+// retention or a value over s's MaxValueSize, goes to s alone.
 //
 // A caller whose context ends stops waiting and gets the context's error
 // at once; its call is not sent if it was still queued. A batch runs under
 // a context of its own, which carries none of the callers' values and ends
 // when every caller in the batch has given up. A claim that comes back
-// Acquired for a caller that gave up is released (Release, bounded by
-// [DefaultStoreTimeout]), so the key is not held until its lease ends. A
-// Complete whose caller gave up once it was sent lands or fails as its
-// batch does.
+// Acquired for a caller that gave up is released (Release, bounded by 5
+// seconds), so the key is not held until its lease ends. A Complete whose
+// caller gave up once it was sent lands or fails as its batch does.
 //
 // Fail, Release, Extend, Get and Delete go straight to s, and so do
-// ClaimBatch and CompleteBatch (their callers batch already) and
-// MaxValueSize: the returned Store implements [BatchClaimer],
-// [BatchCompleter] and [ValueLimiter] exactly when s does. When s does not
-// implement BatchClaimer, Claim goes straight to s, and so does Complete
-// when s does not implement BatchCompleter; when it implements neither,
-// Coalesce returns s. The returned Store never implements [ArgsCopier],
-// whatever s does: a claim in a batch outlives its caller when the caller
-// gives up, so the caller cannot reuse the claim's bytes. Other methods
-// of s (Close, say) are not passed through: call them on s. Coalesce of a
-// store it returned returns that store; Coalesce(nil) is nil.
+// ClaimBatch, CompleteBatch (their callers batch already) and
+// MaxValueSize. Other methods of s (Close, Scan, say) are not passed
+// through: call them on s. New of a store it returned returns that store;
+// New(nil) is nil.
 //
 // A panic of s's ClaimBatch or CompleteBatch is caught on the batch's
 // goroutine, where nothing else could recover it, and raised again on the
@@ -73,97 +74,64 @@ const CoalesceMaxBatch = 128
 //
 // A batch's goroutine ends once the queue is empty and the store has
 // answered: there is nothing to close.
-func Coalesce(s Store) Store {
+func New(s storage.Store) storage.Store {
 	if _, ok := s.(interface{ coalesces() }); ok || s == nil {
 		return s
 	}
-	bc, claims := s.(BatchClaimer)
-	bk, completes := s.(BatchCompleter)
-	vl, limits := s.(ValueLimiter)
-	c := &coalesced{Store: s}
-	if claims {
-		c.claims = &pipe[ClaimArgs, Claim]{one: s.Claim, many: bc.ClaimBatch, gaveUp: c.release}
+	c := &coalesced{Store: s, limit: max(0, s.MaxValueSize())}
+	c.claims = &pipe[storage.ClaimArgs, storage.Claim]{one: s.Claim, many: s.ClaimBatch, own: ownArgs, gaveUp: c.release}
+	c.completes = &pipe[storage.Completion, error]{
+		one: func(ctx context.Context, a storage.Completion) (error, error) {
+			return s.Complete(ctx, a.Key, a.Token, a.Value, a.Retention), nil
+		},
+		many: s.CompleteBatch,
 	}
-	if completes {
-		c.completes = &pipe[Completion, error]{
-			one: func(ctx context.Context, a Completion) (error, error) {
-				return s.Complete(ctx, a.Key, a.Token, a.Value, a.Retention), nil
-			},
-			many: bk.CompleteBatch,
-		}
-	}
-	if limits {
-		c.limit = max(0, vl.MaxValueSize())
-	}
-	switch {
-	case claims && completes && limits:
-		return struct {
-			*coalesced
-			BatchClaimer
-			BatchCompleter
-			ValueLimiter
-		}{c, bc, bk, vl}
-	case claims && completes:
-		return struct {
-			*coalesced
-			BatchClaimer
-			BatchCompleter
-		}{c, bc, bk}
-	case claims && limits:
-		return struct {
-			*coalesced
-			BatchClaimer
-			ValueLimiter
-		}{c, bc, vl}
-	case claims:
-		return struct {
-			*coalesced
-			BatchClaimer
-		}{c, bc}
-	case completes && limits:
-		return struct {
-			*coalesced
-			BatchCompleter
-			ValueLimiter
-		}{c, bk, vl}
-	case completes:
-		return struct {
-			*coalesced
-			BatchCompleter
-		}{c, bk}
-	}
-	return s
+	return c
 }
 
-// coalesced is the Store of Coalesce: Claim and Complete go through their
-// pipes (nil when the store cannot batch them), the rest to the store.
+// ownArgs returns a with a key and fingerprint of its own, for a queued
+// claim: its caller may give up and reuse the bytes while the batch holds
+// it.
+func ownArgs(a storage.ClaimArgs) storage.ClaimArgs {
+	b := make([]byte, len(a.Key)+len(a.Fingerprint))
+	n := copy(b, a.Key)
+	copy(b[n:], a.Fingerprint)
+	a.Key = string(b[:n])
+	if a.Fingerprint != nil {
+		a.Fingerprint = b[n:len(b):len(b)]
+	}
+	return a
+}
+
+// coalesced is the Store of New: Claim and Complete go through their
+// pipes, the rest to the store.
 type coalesced struct {
-	Store
-	claims    *pipe[ClaimArgs, Claim]
-	completes *pipe[Completion, error]
+	storage.Store
+	claims    *pipe[storage.ClaimArgs, storage.Claim]
+	completes *pipe[storage.Completion, error]
 	limit     int // the store's MaxValueSize, or 0
 }
 
 func (c *coalesced) coalesces() {}
 
-// Claim implements [Store.Claim].
-func (c *coalesced) Claim(ctx context.Context, a ClaimArgs) (Claim, error) {
-	if c.claims == nil || a.Lease <= 0 || a.Retention <= 0 {
+// Claim implements [storage.Store.Claim].
+func (c *coalesced) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error) {
+	if a.Lease <= 0 || a.Retention <= 0 {
 		return c.Store.Claim(ctx, a)
 	}
 	cl, err := c.claims.do(ctx, a)
 	if err == nil && cl.Err != nil {
-		return Claim{}, cl.Err
+		return storage.Claim{}, cl.Err
 	}
 	return cl, err
 }
 
-// Complete implements [Store.Complete].
-func (c *coalesced) Complete(ctx context.Context, key string, t Token, value []byte, retention time.Duration) error {
-	if c.completes == nil || retention <= 0 || c.limit > 0 && len(value) > c.limit {
+// Complete implements [storage.Store.Complete].
+func (c *coalesced) Complete(ctx context.Context, key string, t storage.Token, value []byte, retention time.Duration) error {
+	if retention <= 0 || c.limit > 0 && len(value) > c.limit {
 		return c.Store.Complete(ctx, key, t, value, retention)
 	}
-	verdict, err := c.completes.do(ctx, Completion{Key: key, Token: t, Value: value, Retention: retention})
+	verdict, err := c.completes.do(ctx, storage.Completion{Key: key, Token: t, Value: value, Retention: retention})
 	if err != nil {
 		return err
 	}
@@ -171,11 +139,11 @@ func (c *coalesced) Complete(ctx context.Context, key string, t Token, value []b
 }
 
 // release gives up the claim a batch acquired for a caller that had gone.
-func (c *coalesced) release(a ClaimArgs, cl Claim, err error) {
-	if err != nil || cl.Err != nil || cl.Outcome != Acquired {
+func (c *coalesced) release(a storage.ClaimArgs, cl storage.Claim, err error) {
+	if err != nil || cl.Err != nil || cl.Outcome != storage.Acquired {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), DefaultStoreTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	c.Store.Release(ctx, a.Key, cl.Token) // nothing to tell anyone: the lease ends on its own if this fails
 }
@@ -186,6 +154,7 @@ func (c *coalesced) release(a ClaimArgs, cl Claim, err error) {
 type pipe[A, R any] struct {
 	one    func(ctx context.Context, a A) (R, error)
 	many   func(ctx context.Context, as []A) ([]R, error)
+	own    func(a A) A               // a copy of a that shares no bytes with the caller's; may be nil
 	gaveUp func(a A, r R, err error) // the answer of a call whose caller had gone; may be nil
 
 	mu    sync.Mutex
@@ -214,7 +183,7 @@ type batchPanic struct {
 }
 
 func (p *batchPanic) Error() string {
-	return fmt.Sprintf("idem: Coalesce: the store panicked in a batch call: %v\n\n%s", p.value, p.stack)
+	return fmt.Sprintf("idem: coalesce: the store panicked in a batch call: %v\n\n%s", p.value, p.stack)
 }
 
 // Unwrap returns the value the store panicked with, when it is an error.
@@ -240,6 +209,9 @@ func (p *pipe[A, R]) do(ctx context.Context, a A) (R, error) {
 	if err := ctx.Err(); err != nil {
 		p.mu.Unlock()
 		return zero, err
+	}
+	if p.own != nil {
+		a = p.own(a)
 	}
 	w := &waiter[A, R]{ctx: ctx, arg: a, done: make(chan struct{})}
 	p.queue = append(p.queue, w)
@@ -279,7 +251,7 @@ func (p *pipe[A, R]) run() {
 		p.mu.Lock()
 		var batch []*waiter[A, R]
 		n := 0
-		for ; n < len(p.queue) && len(batch) < CoalesceMaxBatch; n++ {
+		for ; n < len(p.queue) && len(batch) < MaxBatch; n++ {
 			if w := p.queue[n]; w.state.Load() != gone {
 				batch = append(batch, w)
 			}
@@ -307,7 +279,7 @@ func (p *pipe[A, R]) send(batch []*waiter[A, R]) {
 	res, err, panicked := p.call(ctx, args)
 	cancel()
 	if err == nil && panicked == nil && len(res) != len(batch) {
-		err = fmt.Errorf("idem: Coalesce: the store answered %d of a batch of %d", len(res), len(batch))
+		err = fmt.Errorf("idem: coalesce: the store answered %d of a batch of %d", len(res), len(batch))
 	}
 	var left []*waiter[A, R]
 	for i, w := range batch {

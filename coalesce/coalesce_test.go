@@ -1,4 +1,4 @@
-package idem_test
+package coalesce_test
 
 import (
 	"context"
@@ -11,15 +11,28 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/coalesce"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/memstore"
+	"github.com/idemgo/idem/storage"
 )
 
+func newMem(t testing.TB) *memstore.Store {
+	t.Helper()
+	s, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 func TestCoalesceConformance(t *testing.T) {
-	s := idem.Coalesce(newMem(t))
-	idemtest.Run(t, func(t *testing.T) idem.Store { return s })
+	s := coalesce.New(newMem(t))
+	idemtest.Run(t, func(t *testing.T) storage.Store { return s })
 }
 
 // gatedStore is a memstore whose Claim, ClaimBatch, Complete and
@@ -70,35 +83,35 @@ func (s *gatedStore) calls() []string {
 	return slices.Clone(s.log)
 }
 
-func (s *gatedStore) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+func (s *gatedStore) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error) {
 	if err := s.note(ctx, "Claim", false); err != nil {
-		return idem.Claim{}, err
+		return storage.Claim{}, err
 	}
 	return s.Store.Claim(ctx, a)
 }
 
-func (s *gatedStore) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.Claim, error) {
+func (s *gatedStore) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]storage.Claim, error) {
 	if err := s.note(ctx, fmt.Sprint("ClaimBatch ", len(args)), true); err != nil {
 		return nil, err
 	}
 	return s.Store.ClaimBatch(ctx, args)
 }
 
-func (s *gatedStore) Complete(ctx context.Context, key string, t idem.Token, value []byte, retention time.Duration) error {
+func (s *gatedStore) Complete(ctx context.Context, key string, t storage.Token, value []byte, retention time.Duration) error {
 	if err := s.note(ctx, "Complete", false); err != nil {
 		return err
 	}
 	return s.Store.Complete(ctx, key, t, value, retention)
 }
 
-func (s *gatedStore) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]error, error) {
+func (s *gatedStore) CompleteBatch(ctx context.Context, cs []storage.Completion) ([]error, error) {
 	if err := s.note(ctx, fmt.Sprint("CompleteBatch ", len(cs)), true); err != nil {
 		return nil, err
 	}
 	return s.Store.CompleteBatch(ctx, cs)
 }
 
-func (s *gatedStore) Release(ctx context.Context, key string, t idem.Token) error {
+func (s *gatedStore) Release(ctx context.Context, key string, t storage.Token) error {
 	s.mu.Lock()
 	s.log = append(s.log, "Release")
 	s.mu.Unlock()
@@ -107,27 +120,27 @@ func (s *gatedStore) Release(ctx context.Context, key string, t idem.Token) erro
 
 // holding returns a gatedStore, Coalesce over it, and the answer to come
 // of a claim of "first" held at the gate: the calls made next queue.
-func holding(t *testing.T) (*gatedStore, idem.Store, <-chan answer) {
+func holding(t *testing.T) (*gatedStore, storage.Store, <-chan answer) {
 	g := newGated(t)
-	s := idem.Coalesce(g)
+	s := coalesce.New(g)
 	first := claimAsync(context.Background(), s, claimOf("first"))
 	synctest.Wait()
 	return g, s, first
 }
 
-func claimOf(key string) idem.ClaimArgs {
-	return idem.ClaimArgs{Key: key, Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Hour}
+func claimOf(key string) storage.ClaimArgs {
+	return storage.ClaimArgs{Key: key, Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Hour}
 }
 
 // answer is what one Claim call returned.
 type answer struct {
-	claim idem.Claim
+	claim storage.Claim
 	err   error
 }
 
 // claimAsync calls Claim on its own goroutine and returns where its
 // answer arrives.
-func claimAsync(ctx context.Context, s idem.Store, a idem.ClaimArgs) <-chan answer {
+func claimAsync(ctx context.Context, s storage.Store, a storage.ClaimArgs) <-chan answer {
 	ch := make(chan answer, 1)
 	go func() {
 		c, err := s.Claim(ctx, a)
@@ -160,7 +173,7 @@ func TestCoalesceBatchesQueuedClaims(t *testing.T) {
 		}
 		wantCalls(t, g, "Claim")
 		g.open(t)
-		if a := <-first; a.err != nil || a.claim.Outcome != idem.Acquired {
+		if a := <-first; a.err != nil || a.claim.Outcome != storage.Acquired {
 			t.Fatalf("first claim: %v, %v", a.claim.Outcome, a.err)
 		}
 		synctest.Wait()
@@ -168,9 +181,9 @@ func TestCoalesceBatchesQueuedClaims(t *testing.T) {
 		g.open(t)
 		for i, ch := range queued {
 			a := <-ch
-			want := idem.Acquired
+			want := storage.Acquired
 			if i >= 7 {
-				want = idem.Busy // the second claim of its key, which the first holds
+				want = storage.Busy // the second claim of its key, which the first holds
 			}
 			if a.err != nil || a.claim.Outcome != want {
 				t.Errorf("claim %d of k%d: %v, %v; want %v", i, i%7, a.claim.Outcome, a.err, want)
@@ -191,7 +204,7 @@ func TestCoalesceSplitsAtMaxBatch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g, s, first := holding(t)
 		ctx := context.Background()
-		n := 2*idem.CoalesceMaxBatch + 1
+		n := 2*coalesce.MaxBatch + 1
 		var queued []<-chan answer
 		for i := range n {
 			queued = append(queued, claimAsync(ctx, s, claimOf(fmt.Sprint("k", i))))
@@ -202,11 +215,11 @@ func TestCoalesceSplitsAtMaxBatch(t *testing.T) {
 		}
 		<-first
 		for i, ch := range queued {
-			if a := <-ch; a.err != nil || a.claim.Outcome != idem.Acquired {
+			if a := <-ch; a.err != nil || a.claim.Outcome != storage.Acquired {
 				t.Errorf("claim %d: %v, %v", i, a.claim.Outcome, a.err)
 			}
 		}
-		b := fmt.Sprint("ClaimBatch ", idem.CoalesceMaxBatch)
+		b := fmt.Sprint("ClaimBatch ", coalesce.MaxBatch)
 		wantCalls(t, g, "Claim", b, b, "ClaimBatch 1")
 	})
 }
@@ -216,15 +229,15 @@ func TestCoalesceSplitsAtMaxBatch(t *testing.T) {
 func TestCoalesceBatchesQueuedCompletes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newGated(t)
-		s := idem.Coalesce(g)
+		s := coalesce.New(g)
 		ctx := context.Background()
-		var tokens []idem.Token
+		var tokens []storage.Token
 		for i := range 4 {
 			a := claimAsync(ctx, s, claimOf(fmt.Sprint("k", i)))
 			g.open(t)
 			tokens = append(tokens, (<-a).claim.Token)
 		}
-		complete := func(key string, tok idem.Token) <-chan error {
+		complete := func(key string, tok storage.Token) <-chan error {
 			ch := make(chan error, 1)
 			go func() { ch <- s.Complete(ctx, key, tok, []byte("v-"+key), time.Hour) }()
 			synctest.Wait()
@@ -246,7 +259,7 @@ func TestCoalesceBatchesQueuedCompletes(t *testing.T) {
 			t.Errorf("Complete with a stale token: %v, want ErrLeaseLost", err)
 		}
 		wantCalls(t, g, "Claim", "Claim", "Claim", "Claim", "Complete", "CompleteBatch 3")
-		for i, want := range []idem.Status{idem.StatusCompleted, idem.StatusCompleted, idem.StatusInProgress, idem.StatusCompleted} {
+		for i, want := range []storage.Status{storage.StatusCompleted, storage.StatusCompleted, storage.StatusInProgress, storage.StatusCompleted} {
 			rec, err := g.Get(ctx, fmt.Sprint("k", i))
 			if err != nil || rec.Status != want {
 				t.Errorf("k%d: %v, %v; want %v", i, rec.Status, err, want)
@@ -301,7 +314,7 @@ func TestCoalesceCallerGivesUp(t *testing.T) {
 			t.Fatalf("the batch's context ended when one of its two callers gave up: %v", err)
 		}
 		g.open(t)
-		if got := <-c; got.err != nil || got.claim.Outcome != idem.Acquired {
+		if got := <-c; got.err != nil || got.claim.Outcome != storage.Acquired {
 			t.Fatalf("c: %v, %v", got.claim.Outcome, got.err)
 		}
 		synctest.Wait()
@@ -310,14 +323,14 @@ func TestCoalesceCallerGivesUp(t *testing.T) {
 			t.Errorf("a was claimed after its caller gave up: %v", err)
 		}
 		rec, err := g.Get(bg, "b")
-		if err != nil || rec.Status != idem.StatusInProgress || rec.Token != 0 {
+		if err != nil || rec.Status != storage.StatusInProgress || rec.Token != 0 {
 			t.Errorf("b's claim was not released: %+v, %v", rec, err)
 		}
 		// Released: the next claim takes over at once.
 		again := claimAsync(bg, s, claimOf("b"))
 		synctest.Wait()
 		g.open(t)
-		if got := <-again; got.err != nil || got.claim.Outcome != idem.Acquired || got.claim.Record.Attempt != 2 {
+		if got := <-again; got.err != nil || got.claim.Outcome != storage.Acquired || got.claim.Record.Attempt != 2 {
 			t.Errorf("claim of b after the release: %v attempt %d, %v", got.claim.Outcome, got.claim.Record.Attempt, got.err)
 		}
 	})
@@ -384,7 +397,7 @@ func TestCoalesceCallerGetsItsContextsError(t *testing.T) {
 func TestCoalescePerKeyErrors(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newGated(t)
-		s := idem.Coalesce(g)
+		s := coalesce.New(g)
 		bg := context.Background()
 		if _, err := g.Store.Claim(bg, claimOf("used")); err != nil {
 			t.Fatal(err)
@@ -412,7 +425,7 @@ func TestCoalescePerKeyErrors(t *testing.T) {
 		if got := <-r; !errors.Is(got.err, idem.ErrKeyReused) || got.claim.Err != nil {
 			t.Errorf("reused key: %+v, %v; want ErrKeyReused as the error", got.claim, got.err)
 		}
-		if got := <-ok; got.err != nil || got.claim.Outcome != idem.Acquired {
+		if got := <-ok; got.err != nil || got.claim.Outcome != storage.Acquired {
 			t.Errorf("ok: %v, %v", got.claim.Outcome, got.err)
 		}
 		wantCalls(t, g, "Claim", "Claim", "ClaimBatch 2")
@@ -426,7 +439,7 @@ type failingBatches struct {
 
 var errBatch = errors.New("the batch failed")
 
-func (s failingBatches) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.Claim, error) {
+func (s failingBatches) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]storage.Claim, error) {
 	s.gatedStore.ClaimBatch(ctx, args)
 	return nil, errBatch
 }
@@ -435,7 +448,7 @@ func (s failingBatches) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) (
 func TestCoalesceBatchErrorGoesToAll(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newGated(t)
-		s := idem.Coalesce(failingBatches{g})
+		s := coalesce.New(failingBatches{g})
 		bg := context.Background()
 		first := claimAsync(bg, s, claimOf("first"))
 		synctest.Wait()
@@ -460,7 +473,7 @@ type panickingBatches struct {
 	*gatedStore
 }
 
-func (s panickingBatches) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.Claim, error) {
+func (s panickingBatches) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]storage.Claim, error) {
 	s.gatedStore.ClaimBatch(ctx, args)
 	panic(errBatch)
 }
@@ -471,7 +484,7 @@ func (s panickingBatches) ClaimBatch(ctx context.Context, args []idem.ClaimArgs)
 func TestCoalesceBatchPanicReachesEveryCaller(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newGated(t)
-		s := idem.Coalesce(panickingBatches{g})
+		s := coalesce.New(panickingBatches{g})
 		bg := context.Background()
 		first := claimAsync(bg, s, claimOf("first"))
 		synctest.Wait()
@@ -497,65 +510,62 @@ func TestCoalesceBatchPanicReachesEveryCaller(t *testing.T) {
 		next := claimAsync(bg, s, claimOf("next"))
 		synctest.Wait()
 		g.open(t)
-		if a := <-next; a.err != nil || a.claim.Outcome != idem.Acquired {
+		if a := <-next; a.err != nil || a.claim.Outcome != storage.Acquired {
 			t.Fatalf("claim after the panic: %v, %v", a.claim.Outcome, a.err)
 		}
 	})
 }
 
-// claimsOnly is a store that batches claims and nothing else.
-type claimsOnly struct {
-	idem.Store
-	idem.BatchClaimer
+// New passes MaxValueSize through, and wraps a store once.
+func TestCoalescePassesThrough(t *testing.T) {
+	m := newMem(t)
+	s := coalesce.New(m)
+	if s.MaxValueSize() != m.MaxValueSize() {
+		t.Errorf("New's store has MaxValueSize %d, its store %d", s.MaxValueSize(), m.MaxValueSize())
+	}
+	if coalesce.New(s) != s {
+		t.Error("New of a coalescing store wraps it again")
+	}
+	if coalesce.New(nil) != nil {
+		t.Error("New(nil) is not nil")
+	}
 }
 
-// plain is a store with no optional ability.
-type plain struct{ idem.Store }
-
-// The wrapper has the abilities of the store it wraps, never ArgsCopier.
-func TestCoalescePassesAbilitiesThrough(t *testing.T) {
-	m := newMem(t)
-	s := idem.Coalesce(m)
-	if _, ok := s.(idem.ArgsCopier); ok {
-		t.Error("Coalesce's store is an ArgsCopier: a queued claim would hold lent bytes")
-	}
-	if vl, ok := s.(idem.ValueLimiter); !ok || vl.MaxValueSize() != m.MaxValueSize() {
-		t.Errorf("Coalesce hides the store's MaxValueSize")
-	}
-	if _, ok := s.(idem.BatchClaimer); !ok {
-		t.Error("Coalesce hides the store's ClaimBatch")
-	}
-	if _, ok := s.(idem.BatchCompleter); !ok {
-		t.Error("Coalesce hides the store's CompleteBatch")
-	}
-	if idem.Coalesce(s) != s {
-		t.Error("Coalesce of a coalescing store wraps it again")
-	}
-	if idem.Coalesce(nil) != nil {
-		t.Error("Coalesce(nil) is not nil")
-	}
-	p := plain{m}
-	if idem.Coalesce(p) != idem.Store(p) {
-		t.Error("Coalesce of a store that batches nothing is not that store")
-	}
-	c := idem.Coalesce(claimsOnly{m, m})
-	if _, ok := c.(idem.BatchCompleter); ok {
-		t.Error("Coalesce of a store without CompleteBatch has one")
-	}
-	if _, ok := c.(idem.ValueLimiter); ok {
-		t.Error("Coalesce of a store without MaxValueSize has one")
-	}
-	ctx := context.Background()
-	cl, err := c.Claim(ctx, claimOf("k"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Complete(ctx, "k", cl.Token, []byte("v"), time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	if rec, err := m.Get(ctx, "k"); err != nil || rec.Status != idem.StatusCompleted {
-		t.Errorf("Complete through a store without CompleteBatch: %v, %v", rec.Status, err)
-	}
+// A claim queued for a batch keeps nothing of its caller's bytes: the
+// caller that gave up while its claim was in flight reuses them (as the
+// Guard reuses its buffers), and the batch still claims, and releases, the
+// key it was given.
+func TestCoalesceQueuedClaimOwnsItsBytes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, s, first := holding(t)
+		bg := context.Background()
+		buf := []byte("lent-key")
+		a := claimOf("")
+		a.Key = unsafe.String(unsafe.SliceData(buf), len(buf))
+		ctx, cancel := context.WithCancel(bg)
+		queued := claimAsync(ctx, s, a)
+		other := claimAsync(bg, s, claimOf("other"))
+		synctest.Wait()
+		g.open(t) // first's Claim
+		<-first
+		synctest.Wait()
+		wantCalls(t, g, "Claim", "ClaimBatch 2")
+		cancel() // gives up in flight
+		if got := <-queued; !errors.Is(got.err, context.Canceled) {
+			t.Fatalf("the caller gave up: %v, want context.Canceled", got.err)
+		}
+		copy(buf, "XXXX-XXX") // its bytes reused
+		g.open(t)
+		<-other
+		synctest.Wait()
+		if _, err := g.Get(bg, "XXXX-XXX"); !errors.Is(err, idem.ErrNotFound) {
+			t.Errorf("the batch claimed the bytes written after its caller gave up: %v", err)
+		}
+		rec, err := g.Get(bg, "lent-key")
+		if err != nil || rec.Token != 0 {
+			t.Errorf("the claim of the key the caller gave was not made and released: %+v, %v", rec, err)
+		}
+	})
 }
 
 // countingStore counts the calls that reach a memstore.
@@ -564,23 +574,23 @@ type countingStore struct {
 	claims, claimBatches, batched, completes, completeBatches atomic.Int64
 }
 
-func (s *countingStore) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+func (s *countingStore) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error) {
 	s.claims.Add(1)
 	return s.Store.Claim(ctx, a)
 }
 
-func (s *countingStore) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.Claim, error) {
+func (s *countingStore) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]storage.Claim, error) {
 	s.claimBatches.Add(1)
 	s.batched.Add(int64(len(args)))
 	return s.Store.ClaimBatch(ctx, args)
 }
 
-func (s *countingStore) Complete(ctx context.Context, key string, t idem.Token, value []byte, retention time.Duration) error {
+func (s *countingStore) Complete(ctx context.Context, key string, t storage.Token, value []byte, retention time.Duration) error {
 	s.completes.Add(1)
 	return s.Store.Complete(ctx, key, t, value, retention)
 }
 
-func (s *countingStore) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]error, error) {
+func (s *countingStore) CompleteBatch(ctx context.Context, cs []storage.Completion) ([]error, error) {
 	s.completeBatches.Add(1)
 	return s.Store.CompleteBatch(ctx, cs)
 }
@@ -589,7 +599,7 @@ func (s *countingStore) CompleteBatch(ctx context.Context, cs []idem.Completion)
 // key's fn runs once, and every other call replays its value.
 func TestCoalesceGuardManyGoroutines(t *testing.T) {
 	cs := &countingStore{Store: newMem(t)}
-	idemtest.GuardManyGoroutines(t, idem.Coalesce(cs), 32, 200)
+	idemtest.GuardManyGoroutines(t, coalesce.New(cs), 32, 200)
 	t.Logf("store: %d Claim, %d ClaimBatch (%d claims), %d Complete, %d CompleteBatch",
 		cs.claims.Load(), cs.claimBatches.Load(), cs.batched.Load(), cs.completes.Load(), cs.completeBatches.Load())
 	if cs.claimBatches.Load() == 0 || cs.completeBatches.Load() == 0 {

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"sync"
 
-	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
-// ClaimBatch implements [idem.BatchClaimer]: the Claim of every entry,
+// ClaimBatch implements [storage.Store.ClaimBatch]: the Claim of every entry,
 // Config.BatchConcurrency conditional writes in flight at once, so a batch
 // costs about the latency of its slowest claim rather than the sum of them.
 // Entries for the same key are claimed one after the other, in order, the
@@ -23,41 +23,41 @@ import (
 // tested against, has no TransactWriteItems either.) Separate conditional
 // writes claim each key as Claim does, and each answers for itself.
 //
-// A Claim's Err holds idem.ErrKeyReused or ErrUnknownFormat for its key,
+// A Claim's Err holds storage.ErrKeyReused or ErrUnknownFormat for its key,
 // or the error of a claim that could not be made (its key may be claimed
 // or not; it answers Busy until its lease ends if it was). The returned
 // error is ErrInvalidArgs when an entry is out of range (nothing is sent),
 // or the first entry's error when no entry got an answer.
-func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.Claim, error) {
+func (s *Store) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]storage.Claim, error) {
 	for _, a := range args {
 		if err := checkClaim("ClaimBatch", a); err != nil {
 			return nil, err
 		}
 	}
-	out := make([]idem.Claim, len(args))
+	out := make([]storage.Claim, len(args))
 	errs := make([]error, len(args))
 	s.each(len(args), func(i int) string { return args[i].Key }, func(i int) {
 		out[i], errs[i] = s.claim(ctx, args[i])
 	})
 	for i, err := range errs {
 		if err != nil {
-			out[i] = idem.Claim{Err: err}
+			out[i] = storage.Claim{Err: err}
 		}
 	}
-	if err := allFailed(errs, idem.ErrKeyReused, ErrUnknownFormat); err != nil {
+	if err := allFailed(errs, storage.ErrKeyReused, ErrUnknownFormat); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-// CompleteBatch implements [idem.BatchCompleter]: the Complete of every
+// CompleteBatch implements [storage.Store.CompleteBatch]: the Complete of every
 // entry, as ClaimBatch runs its claims (a transaction would let one lost
 // lease refuse every other outcome). Each entry's error is nil,
-// idem.ErrLeaseLost, or the error of an outcome that could not be written
-// (it may or may not be stored). The returned error is *ValueTooLargeError
+// storage.ErrLeaseLost, or the error of an outcome that could not be written
+// (it may or may not be stored). The returned error is *storage.ValueTooLargeError
 // or ErrInvalidArgs when an entry is out of range (nothing is written), or
 // the first entry's error when no entry got an answer.
-func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]error, error) {
+func (s *Store) CompleteBatch(ctx context.Context, cs []storage.Completion) ([]error, error) {
 	for _, c := range cs {
 		if err := s.checkOutcome("CompleteBatch", c.Key, c.Value, c.Retention); err != nil {
 			return nil, err
@@ -66,9 +66,9 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]erro
 	errs := make([]error, len(cs))
 	s.each(len(cs), func(i int) string { return cs[i].Key }, func(i int) {
 		c := cs[i]
-		errs[i] = s.finish(ctx, "CompleteBatch", c.Key, c.Token, idem.StatusCompleted, c.Value, c.Retention)
+		errs[i] = s.finish(ctx, "CompleteBatch", c.Key, c.Token, storage.StatusCompleted, c.Value, c.Retention)
 	})
-	if err := allFailed(errs, idem.ErrLeaseLost); err != nil {
+	if err := allFailed(errs, storage.ErrLeaseLost); err != nil {
 		return nil, err
 	}
 	return errs, nil

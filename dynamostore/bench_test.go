@@ -19,9 +19,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/dynamostore"
 	"github.com/idemgo/idem/dynamostore/dynamostoretest"
+	"github.com/idemgo/idem/storage"
 )
 
 // The benchmarks compare the store with the bare SDK doing the least a
@@ -141,7 +141,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 			s := newBench(b).s
 			run := strconv.FormatInt(time.Now().UnixNano(), 36)
 			parallel(b, g, func(n int) error {
-				a := idem.ClaimArgs{Key: idem.StoreKey("orders", run+"-"+strconv.Itoa(n)), Fingerprint: benchFP[:], Lease: 30 * time.Second, Retention: time.Hour}
+				a := storage.ClaimArgs{Key: storage.StoreKey("orders", run+"-"+strconv.Itoa(n)), Fingerprint: benchFP[:], Lease: 30 * time.Second, Retention: time.Hour}
 				return claimComplete(ctx, s, a)
 			})
 		})
@@ -157,12 +157,12 @@ func BenchmarkClaimComplete(b *testing.B) {
 	}
 }
 
-func claimComplete(ctx context.Context, s *dynamostore.Store, a idem.ClaimArgs) error {
+func claimComplete(ctx context.Context, s *dynamostore.Store, a storage.ClaimArgs) error {
 	c, err := s.Claim(ctx, a)
 	if err != nil {
 		return err
 	}
-	if c.Outcome != idem.Acquired {
+	if c.Outcome != storage.Acquired {
 		return fmt.Errorf("claim of %q: %v", a.Key, c.Outcome)
 	}
 	return s.Complete(ctx, a.Key, c.Token, benchResult, time.Hour)
@@ -243,16 +243,16 @@ func BenchmarkReplay(b *testing.B) {
 	for _, g := range goroutineCounts {
 		b.Run(fmt.Sprintf("store/goroutines=%d", g), func(b *testing.B) {
 			s := newBench(b).s
-			keys := make([]idem.ClaimArgs, replayKeys)
+			keys := make([]storage.ClaimArgs, replayKeys)
 			for i := range keys {
-				keys[i] = idem.ClaimArgs{Key: idem.StoreKey("orders", strconv.Itoa(i)), Fingerprint: benchFP[:], Lease: 30 * time.Second, Retention: time.Hour}
+				keys[i] = storage.ClaimArgs{Key: storage.StoreKey("orders", strconv.Itoa(i)), Fingerprint: benchFP[:], Lease: 30 * time.Second, Retention: time.Hour}
 				if err := claimComplete(ctx, s, keys[i]); err != nil {
 					b.Fatal(err)
 				}
 			}
 			parallel(b, g, func(n int) error {
 				c, err := s.Claim(ctx, keys[n%replayKeys])
-				if err == nil && c.Outcome != idem.Duplicate {
+				if err == nil && c.Outcome != storage.Duplicate {
 					err = fmt.Errorf("replay: %v", c.Outcome)
 				}
 				return err

@@ -117,7 +117,7 @@
 // at most [MaxKeyLen] bytes, fingerprints at most [MaxFingerprintLen], and
 // values at most Config.MaxValueSize (at most [MaxValueSizeLimit], which
 // fits the largest key and fingerprint): a longer value gets a
-// [*ValueTooLargeError] before anything is sent. [Store.MaxValueSize]
+// [*storage.ValueTooLargeError] before anything is sent. [Store.MaxValueSize]
 // tells a caller (the HTTP middleware) the limit so that it never hands
 // the store a value it must refuse.
 //
@@ -125,7 +125,7 @@
 //
 // Sentinels of package idem as the Store contract says; ErrUnknownFormat
 // for an item this package did not write (left unchanged); ErrInvalidArgs;
-// *ValueTooLargeError; ErrContention (wrapping idem.ErrStoreUnavailable)
+// *storage.ValueTooLargeError; ErrContention (wrapping idem.ErrStoreUnavailable)
 // when a record keeps changing under a claim. A missing table, or one of
 // another key schema, is an error naming the fix. Everything else from the
 // SDK (network, throttling once the client's retries are spent, server

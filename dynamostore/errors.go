@@ -7,7 +7,7 @@ import (
 
 	"github.com/aws/smithy-go"
 
-	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 var (
@@ -24,27 +24,10 @@ var (
 	ErrInvalidArgs = errors.New("dynamostore: invalid arguments")
 
 	// ErrContention: a claim met a record that kept changing under it and
-	// gave up after a few rounds. It wraps idem.ErrStoreUnavailable: the
+	// gave up after a few rounds. It wraps storage.ErrStoreUnavailable: the
 	// Guard fails the call and a retry claims again.
-	ErrContention = fmt.Errorf("dynamostore: the record kept changing during the claim: %w", idem.ErrStoreUnavailable)
+	ErrContention = fmt.Errorf("dynamostore: the record kept changing during the claim: %w", storage.ErrStoreUnavailable)
 )
-
-// ValueTooLargeError is returned by Complete, Fail and CompleteBatch for a
-// value (or cause) longer than Config.MaxValueSize, which keeps every item
-// under DynamoDB's 400 KB limit. Nothing was written. It wraps
-// idem.ErrValueTooLarge, so the Guard stores the outcome without its value
-// instead of leaving the key in progress.
-type ValueTooLargeError struct {
-	Size int // the value's length in bytes
-	Max  int // Config.MaxValueSize
-}
-
-// Unwrap returns idem.ErrValueTooLarge.
-func (e *ValueTooLargeError) Unwrap() error { return idem.ErrValueTooLarge }
-
-func (e *ValueTooLargeError) Error() string {
-	return fmt.Sprintf("dynamostore: value of %d bytes is larger than Config.MaxValueSize (%d)", e.Size, e.Max)
-}
 
 // translate turns an error of the SDK into the error an operation returns,
 // prefixed "dynamostore: op: ":
@@ -55,7 +38,7 @@ func (e *ValueTooLargeError) Error() string {
 //     is not this package's): wrapped as is, naming the table;
 //   - anything else (the network, a timeout, throttling once the client's
 //     retries are spent, a server error, credentials): wrapped with
-//     idem.ErrStoreUnavailable.
+//     storage.ErrStoreUnavailable.
 //
 // The SDK's error stays in the chain, so errors.As finds its smithy.APIError.
 func (s *Store) translate(op string, err error) error {
@@ -71,5 +54,5 @@ func (s *Store) translate(op string, err error) error {
 			return fmt.Errorf("dynamostore: %s: table %q refused the request (is its partition key %q, of type S?): %w", op, s.cfg.Table, AttrKey, err)
 		}
 	}
-	return fmt.Errorf("dynamostore: %s: %w: %w", op, idem.ErrStoreUnavailable, err)
+	return fmt.Errorf("dynamostore: %s: %w: %w", op, storage.ErrStoreUnavailable, err)
 }

@@ -19,9 +19,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/dynamostore"
 	"github.com/idemgo/idem/dynamostore/dynamostoretest"
+	"github.com/idemgo/idem/storage"
 )
 
 // clock is a settable clock for Config.Now; stores built on it with
@@ -76,7 +76,7 @@ func numAttr(t testing.TB, item map[string]types.AttributeValue, name string) in
 	return n
 }
 
-func mustClaim(t testing.TB, s idem.Store, a idem.ClaimArgs, want idem.Outcome) idem.Claim {
+func mustClaim(t testing.TB, s storage.Store, a storage.ClaimArgs, want storage.Outcome) storage.Claim {
 	t.Helper()
 	c, err := s.Claim(ctxT(t), a)
 	if err != nil {
@@ -88,8 +88,8 @@ func mustClaim(t testing.TB, s idem.Store, a idem.ClaimArgs, want idem.Outcome) 
 	return c
 }
 
-func args(key string, lease time.Duration) idem.ClaimArgs {
-	return idem.ClaimArgs{Key: idem.StoreKey("test", key), Fingerprint: []byte("fp"), Lease: lease, Retention: time.Hour}
+func args(key string, lease time.Duration) storage.ClaimArgs {
+	return storage.ClaimArgs{Key: storage.StoreKey("test", key), Fingerprint: []byte("fp"), Lease: lease, Retention: time.Hour}
 }
 
 // proxy is an HTTP transport between the SDK and the server that records

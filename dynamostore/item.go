@@ -8,7 +8,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 // The attributes of a record's item. The partition key and the TTL
@@ -35,11 +35,11 @@ const (
 	statusFailed     = "FAILED"
 )
 
-func statusString(s idem.Status) string {
+func statusString(s storage.Status) string {
 	switch s {
-	case idem.StatusCompleted:
+	case storage.StatusCompleted:
 		return statusCompleted
-	case idem.StatusFailed:
+	case storage.StatusFailed:
 		return statusFailed
 	}
 	return statusInProgress
@@ -61,7 +61,7 @@ func num(n int64) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
 }
 
-func tokenValue(t idem.Token) types.AttributeValue {
+func tokenValue(t storage.Token) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.FormatUint(uint64(t), 10)}
 }
 
@@ -79,53 +79,53 @@ func bin(b []byte) types.AttributeValue {
 // decodeItem turns a record's item into the Record of key. An item this
 // package did not write (a missing or mistyped attribute, an unknown
 // status) is ErrUnknownFormat; attributes it does not know are ignored.
-func decodeItem(key string, item map[string]types.AttributeValue) (idem.Record, error) {
-	r := idem.Record{Key: key}
+func decodeItem(key string, item map[string]types.AttributeValue) (storage.Record, error) {
+	r := storage.Record{Key: key}
 	st, err := getS(item, AttrStatus)
 	if err != nil {
-		return idem.Record{}, err
+		return storage.Record{}, err
 	}
 	switch st {
 	case statusInProgress:
-		r.Status = idem.StatusInProgress
+		r.Status = storage.StatusInProgress
 	case statusCompleted:
-		r.Status = idem.StatusCompleted
+		r.Status = storage.StatusCompleted
 	case statusFailed:
-		r.Status = idem.StatusFailed
+		r.Status = storage.StatusFailed
 	default:
-		return idem.Record{}, fmt.Errorf("%w: %s %q", ErrUnknownFormat, AttrStatus, st)
+		return storage.Record{}, fmt.Errorf("%w: %s %q", ErrUnknownFormat, AttrStatus, st)
 	}
 	tok, err := getN(item, AttrToken)
 	if err != nil {
-		return idem.Record{}, err
+		return storage.Record{}, err
 	}
-	r.Token = idem.Token(tok)
+	r.Token = storage.Token(tok)
 	att, err := getN(item, AttrAttempt)
 	if err != nil {
-		return idem.Record{}, err
+		return storage.Record{}, err
 	}
 	if att < 1 || att > maxAttempt {
-		return idem.Record{}, fmt.Errorf("%w: %s %d", ErrUnknownFormat, AttrAttempt, att)
+		return storage.Record{}, fmt.Errorf("%w: %s %d", ErrUnknownFormat, AttrAttempt, att)
 	}
 	r.Attempt = int(att)
 	if r.Fingerprint, err = getB(item, AttrFingerprint); err != nil {
-		return idem.Record{}, err
+		return storage.Record{}, err
 	}
 	exp, err := getN(item, AttrExpiresAt)
 	if err != nil {
-		return idem.Record{}, err
+		return storage.Record{}, err
 	}
 	r.ExpiresAt = time.UnixMilli(int64(exp))
-	if r.Status == idem.StatusInProgress {
+	if r.Status == storage.StatusInProgress {
 		lease, err := getN(item, AttrLeaseUntil)
 		if err != nil {
-			return idem.Record{}, err
+			return storage.Record{}, err
 		}
 		r.LeaseUntil = fromMillis(lease)
 		return r, nil
 	}
 	if r.Result, err = getB(item, AttrResult); err != nil {
-		return idem.Record{}, err
+		return storage.Record{}, err
 	}
 	return r, nil
 }

@@ -8,8 +8,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/dynamostore"
+	"github.com/idemgo/idem/storage"
 )
 
 // The decoder takes whatever an item holds: it returns a record that says
@@ -50,7 +50,7 @@ func FuzzDecodeItem(f *testing.F) {
 		if r.Key != "k" || r.Status.String() != map[string]string{"INPROGRESS": "InProgress", "COMPLETED": "Completed", "FAILED": "Failed"}[status] {
 			t.Fatalf("status %q decoded as %v", status, r.Status)
 		}
-		if n, err := strconv.ParseUint(token, 10, 64); err != nil || idem.Token(n) != r.Token {
+		if n, err := strconv.ParseUint(token, 10, 64); err != nil || storage.Token(n) != r.Token {
 			t.Fatalf("token %q decoded as %d", token, r.Token)
 		}
 		if n, err := strconv.Atoi(attempt); err != nil || n != r.Attempt || n < 1 {
@@ -59,7 +59,7 @@ func FuzzDecodeItem(f *testing.F) {
 		if n, err := strconv.ParseInt(expires, 10, 64); err != nil || n != r.ExpiresAt.UnixMilli() || !bytes.Equal(r.Fingerprint, fp) {
 			t.Fatalf("expires %q decoded as %v", expires, r.ExpiresAt)
 		}
-		if r.Status == idem.StatusInProgress {
+		if r.Status == storage.StatusInProgress {
 			n, err := strconv.ParseInt(lease, 10, 64)
 			if err != nil || (n == 0) != r.LeaseUntil.IsZero() || (n != 0 && n != r.LeaseUntil.UnixMilli()) || r.Result != nil {
 				t.Fatalf("InProgress with lease %q: %+v", lease, r)

@@ -9,7 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 // Scanner is the call of DynamoDB's API that [Store.Scan] needs beside
@@ -18,15 +18,15 @@ type Scanner interface {
 	Scan(ctx context.Context, in *dynamodb.ScanInput, optFns ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
 }
 
-var _ idem.Scanner = (*Store)(nil)
+var _ storage.Scanner = (*Store)(nil)
 
-// Scan implements [idem.Scanner] with DynamoDB Scans of the whole table,
+// Scan implements [storage.Scanner] with DynamoDB Scans of the whole table,
 // page by page (strongly consistent reads), keeping the live records
 // whose store key starts with prefix: a table's keys are hashed, so a
 // Scan of one namespace reads every item, and costs the table's read
 // capacity accordingly. It fails when the Store's API has no Scan
 // ([Scanner]).
-func (s *Store) Scan(ctx context.Context, prefix string, fn func(idem.Record) bool) error {
+func (s *Store) Scan(ctx context.Context, prefix string, fn func(storage.Record) bool) error {
 	sc, ok := s.api.(Scanner)
 	if !ok {
 		return errors.New("dynamostore: Scan: the Store's API has no Scan method (a *dynamodb.Client has)")

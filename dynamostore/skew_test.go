@@ -10,6 +10,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/dynamostore"
 	"github.com/idemgo/idem/dynamostore/dynamostoretest"
+	"github.com/idemgo/idem/storage"
 )
 
 // The tests here are two hosts sharing a table, each a Store whose clock
@@ -41,15 +42,15 @@ func TestClockSkewWithinMargin(t *testing.T) {
 			lease := 10 * time.Second
 			k := args("k", lease)
 			start := clk.now()
-			held := mustClaim(t, a, k, idem.Acquired)
+			held := mustClaim(t, a, k, storage.Acquired)
 			for _, at := range []time.Duration{0, lease / 2, lease - time.Millisecond, lease} {
 				clk.set(start.Add(at))
-				mustClaim(t, b, k, idem.Busy)
+				mustClaim(t, b, k, storage.Busy)
 			}
 			// The other host takes over only once the lease has ended in
 			// true time (by more when its clock is behind).
 			clk.set(start.Add(lease + skew - offset + time.Millisecond))
-			took := mustClaim(t, b, k, idem.Acquired)
+			took := mustClaim(t, b, k, storage.Acquired)
 			if err := a.Complete(ctx, k.Key, held.Token, []byte("stale"), time.Minute); !errors.Is(err, idem.ErrLeaseLost) {
 				t.Fatalf("the displaced holder's Complete: %v, want ErrLeaseLost", err)
 			}
@@ -63,7 +64,7 @@ func TestClockSkewWithinMargin(t *testing.T) {
 			stored := clk.now()
 			for _, host := range []*dynamostore.Store{a, b} {
 				clk.set(stored.Add(retention))
-				mustClaim(t, host, k, idem.Duplicate)
+				mustClaim(t, host, k, storage.Duplicate)
 			}
 		})
 	}
@@ -78,7 +79,7 @@ func TestClockSkewBeyondMargin(t *testing.T) {
 	offset := skew + 2*time.Second
 	clk, a, b := hosts(t, offset)
 	lease := 30 * time.Second
-	guard := func(s idem.Store) *idem.Guard {
+	guard := func(s storage.Store) *idem.Guard {
 		g, err := idem.New(s, idem.Config{Namespace: "charges", Lease: lease})
 		if err != nil {
 			t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 // API is the part of the DynamoDB client the store uses. *dynamodb.Client
@@ -44,7 +45,7 @@ type Config struct {
 	MaxClockSkew time.Duration
 
 	// MaxValueSize is the longest value (Complete) or encoded cause (Fail)
-	// accepted, in bytes; a longer one gets a *ValueTooLargeError and
+	// accepted, in bytes; a longer one gets a *storage.ValueTooLargeError and
 	// nothing is written. Default and most: MaxValueSizeLimit, which keeps
 	// every item, with the longest key and fingerprint, under DynamoDB's
 	// 400 KB item limit.
@@ -86,7 +87,7 @@ const maxDuration = 100 * 365 * 24 * time.Hour
 // again only when the record changed since it was read.
 const maxRounds = 8
 
-// Store is an [idem.Store] over one DynamoDB table: one item per record,
+// Store is an [storage.Store] over one DynamoDB table: one item per record,
 // every transition one conditional write. It holds no goroutine and no
 // connection of its own; the client belongs to the caller (endpoint,
 // credentials, retries, HTTP client). It is safe for concurrent use.
@@ -97,9 +98,7 @@ type Store struct {
 }
 
 var (
-	_ idem.Store          = (*Store)(nil)
-	_ idem.BatchClaimer   = (*Store)(nil)
-	_ idem.BatchCompleter = (*Store)(nil)
+	_ storage.Store = (*Store)(nil)
 )
 
 // New returns a Store over the table cfg.Table through api (a
@@ -175,10 +174,10 @@ func millis(t time.Time) int64 {
 }
 
 // newToken returns a random nonzero token.
-func newToken() idem.Token {
+func newToken() storage.Token {
 	for {
 		if t := rand.Uint64(); t != 0 {
-			return idem.Token(t)
+			return storage.Token(t)
 		}
 	}
 }
@@ -251,7 +250,7 @@ var (
 	zero       = num(0)
 )
 
-// Claim implements [idem.Store.Claim]. A new key (or one whose record
+// Claim implements [storage.Store.Claim]. A new key (or one whose record
 // expired) is one PutItem conditioned on the item being absent or expired.
 // When that condition fails, the item that failed it answers the claim:
 // the one DynamoDB returns with the failure
@@ -267,18 +266,18 @@ var (
 // the client resent after a lost reply finds its own token and answers
 // Acquired. Leases and expiry are this host's clock (see Config.MaxClockSkew).
 //
-// Errors: idem.ErrKeyReused; ErrInvalidArgs (nothing sent); ErrUnknownFormat
+// Errors: storage.ErrKeyReused; ErrInvalidArgs (nothing sent); ErrUnknownFormat
 // for an item this package did not write; ErrContention after eight rounds
 // of a record changing under the claim; SDK failures as described at
-// translate, most wrapping idem.ErrStoreUnavailable.
-func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+// translate, most wrapping storage.ErrStoreUnavailable.
+func (s *Store) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error) {
 	if err := checkClaim("Claim", a); err != nil {
-		return idem.Claim{}, err
+		return storage.Claim{}, err
 	}
 	return s.claim(ctx, a)
 }
 
-func checkClaim(op string, a idem.ClaimArgs) error {
+func checkClaim(op string, a storage.ClaimArgs) error {
 	if err := checkKey(op, a.Key); err != nil {
 		return err
 	}
@@ -313,15 +312,15 @@ func checkDuration(op, name string, d time.Duration) error {
 
 // claiming is one claim in progress: its arguments, token and times.
 type claiming struct {
-	a     idem.ClaimArgs
-	tok   idem.Token
+	a     storage.ClaimArgs
+	tok   storage.Token
 	c     clock
 	lease int64 // the new lease's end, Unix ms
 	exp   int64 // the new record's expiry, Unix ms
 	ret   int64 // the retention in ms
 }
 
-func (s *Store) claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+func (s *Store) claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error) {
 	c := s.clock()
 	w := &claiming{a: a, tok: newToken(), c: c, lease: c.now + ceilMillis(a.Lease), ret: ceilMillis(a.Retention)}
 	w.exp = w.lease + w.ret
@@ -331,7 +330,7 @@ func (s *Store) claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 			var ok bool
 			var err error
 			if ok, old, err = s.create(ctx, w); err != nil {
-				return idem.Claim{}, err
+				return storage.Claim{}, err
 			}
 			if ok {
 				return w.acquired(1), nil
@@ -340,47 +339,47 @@ func (s *Store) claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 		}
 		rec, err := decodeItem(a.Key, old)
 		if err != nil {
-			return idem.Claim{}, err
+			return storage.Claim{}, err
 		}
 		switch {
 		case millis(rec.ExpiresAt) < c.dead: // read after it expired
 			old = nil
-		case rec.Token == w.tok && rec.Status == idem.StatusInProgress: // our claim, resent by the client
-			return idem.Claim{Outcome: idem.Acquired, Token: w.tok, Record: rec}, nil
+		case rec.Token == w.tok && rec.Status == storage.StatusInProgress: // our claim, resent by the client
+			return storage.Claim{Outcome: storage.Acquired, Token: w.tok, Record: rec}, nil
 		case !bytes.Equal(rec.Fingerprint, a.Fingerprint):
-			return idem.Claim{}, idem.ErrKeyReused
+			return storage.Claim{}, storage.ErrKeyReused
 		case rec.Status.Done():
-			return idem.Claim{Outcome: idem.Duplicate, Record: rec}, nil
+			return storage.Claim{Outcome: storage.Duplicate, Record: rec}, nil
 		case millis(rec.LeaseUntil) >= c.dead:
 			rec.Token = 0 // a Busy answer must not let its caller act as the holder
-			return idem.Claim{Outcome: idem.Busy, Record: rec}, nil
+			return storage.Claim{Outcome: storage.Busy, Record: rec}, nil
 		case a.MaxAttempts > 0 && rec.Attempt >= a.MaxAttempts:
 			var ok bool
 			if ok, old, err = s.exceed(ctx, w, rec); err != nil {
-				return idem.Claim{}, err
+				return storage.Claim{}, err
 			}
 			if ok {
-				rec.Status, rec.Token, rec.LeaseUntil = idem.StatusFailed, 0, time.Time{}
-				rec.Result, rec.ExpiresAt = idem.TooManyAttemptsCause(), fromMillis(uint64(c.now+w.ret))
-				return idem.Claim{Outcome: idem.Duplicate, Record: rec}, nil
+				rec.Status, rec.Token, rec.LeaseUntil = storage.StatusFailed, 0, time.Time{}
+				rec.Result, rec.ExpiresAt = storage.TooManyAttemptsCause(), fromMillis(uint64(c.now+w.ret))
+				return storage.Claim{Outcome: storage.Duplicate, Record: rec}, nil
 			}
 		default:
 			var ok bool
 			if ok, old, err = s.takeover(ctx, w, rec); err != nil {
-				return idem.Claim{}, err
+				return storage.Claim{}, err
 			}
 			if ok {
 				return w.acquired(rec.Attempt + 1), nil
 			}
 		}
 	}
-	return idem.Claim{}, ErrContention
+	return storage.Claim{}, ErrContention
 }
 
-func (w *claiming) acquired(attempt int) idem.Claim {
-	return idem.Claim{Outcome: idem.Acquired, Token: w.tok, Record: idem.Record{
+func (w *claiming) acquired(attempt int) storage.Claim {
+	return storage.Claim{Outcome: storage.Acquired, Token: w.tok, Record: storage.Record{
 		Key:         w.a.Key,
-		Status:      idem.StatusInProgress,
+		Status:      storage.StatusInProgress,
 		Token:       w.tok,
 		Attempt:     attempt,
 		Fingerprint: bytes.Clone(w.a.Fingerprint),
@@ -415,7 +414,7 @@ func (s *Store) create(ctx context.Context, w *claiming) (bool, map[string]types
 
 // seenValues returns the values of the condition that rec, as the claim
 // read it, is unchanged and taken over.
-func seenValues(w *claiming, rec idem.Record) map[string]types.AttributeValue {
+func seenValues(w *claiming, rec storage.Record) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{
 		":seentok": tokenValue(rec.Token), ":seenatt": num(int64(rec.Attempt)), ":ip": inProgress,
 		":fp": bin(rec.Fingerprint), ":dead": num(w.c.dead),
@@ -423,7 +422,7 @@ func seenValues(w *claiming, rec idem.Record) map[string]types.AttributeValue {
 }
 
 // takeover gives the claim the record rec, whose lease is over.
-func (s *Store) takeover(ctx context.Context, w *claiming, rec idem.Record) (bool, map[string]types.AttributeValue, error) {
+func (s *Store) takeover(ctx context.Context, w *claiming, rec storage.Record) (bool, map[string]types.AttributeValue, error) {
 	v := seenValues(w, rec)
 	v[":tok"], v[":att"], v[":lease"] = tokenValue(w.tok), num(int64(rec.Attempt)+1), num(w.lease)
 	v[":exp"], v[":ttl"] = num(w.exp), num(s.expiration(w.exp))
@@ -436,10 +435,10 @@ func (s *Store) takeover(ctx context.Context, w *claiming, rec idem.Record) (boo
 
 // exceed marks the record rec, whose lease is over and whose attempts are
 // spent, Failed with ErrTooManyAttempts.
-func (s *Store) exceed(ctx context.Context, w *claiming, rec idem.Record) (bool, map[string]types.AttributeValue, error) {
+func (s *Store) exceed(ctx context.Context, w *claiming, rec storage.Record) (bool, map[string]types.AttributeValue, error) {
 	exp := w.c.now + w.ret
 	v := seenValues(w, rec)
-	v[":failed"], v[":zero"], v[":res"] = str(statusFailed), zero, bin(idem.TooManyAttemptsCause())
+	v[":failed"], v[":zero"], v[":res"] = str(statusFailed), zero, bin(storage.TooManyAttemptsCause())
 	v[":exp"], v[":ttl"] = num(exp), num(s.expiration(exp))
 	in := s.update(w.a.Key, exceedExpr, v)
 	in.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
@@ -476,7 +475,7 @@ func (s *Store) read(ctx context.Context, op, key string) (map[string]types.Attr
 	return out.Item, nil
 }
 
-// Complete implements [idem.Store.Complete] with one UpdateItem
+// Complete implements [storage.Store.Complete] with one UpdateItem
 // conditioned on the token being current, the record InProgress and not
 // expired. The record keeps the token and expires retention from now.
 //
@@ -485,20 +484,20 @@ func (s *Store) read(ctx context.Context, op, key string) (map[string]types.Attr
 // status and value), Complete answers nil, with one strongly consistent
 // GetItem to tell; a single attempt that fails is ErrLeaseLost.
 //
-// Errors: idem.ErrLeaseLost; *ValueTooLargeError and ErrInvalidArgs
+// Errors: storage.ErrLeaseLost; *storage.ValueTooLargeError and ErrInvalidArgs
 // (nothing sent); SDK failures as for Claim.
-func (s *Store) Complete(ctx context.Context, key string, t idem.Token, value []byte, retention time.Duration) error {
-	return s.finish(ctx, "Complete", key, t, idem.StatusCompleted, value, retention)
+func (s *Store) Complete(ctx context.Context, key string, t storage.Token, value []byte, retention time.Duration) error {
+	return s.finish(ctx, "Complete", key, t, storage.StatusCompleted, value, retention)
 }
 
-// Fail implements [idem.Store.Fail] as Complete does, storing cause.
-func (s *Store) Fail(ctx context.Context, key string, t idem.Token, cause []byte, retention time.Duration) error {
-	return s.finish(ctx, "Fail", key, t, idem.StatusFailed, cause, retention)
+// Fail implements [storage.Store.Fail] as Complete does, storing cause.
+func (s *Store) Fail(ctx context.Context, key string, t storage.Token, cause []byte, retention time.Duration) error {
+	return s.finish(ctx, "Fail", key, t, storage.StatusFailed, cause, retention)
 }
 
 func (s *Store) checkOutcome(op, key string, value []byte, retention time.Duration) error {
 	if len(value) > s.cfg.MaxValueSize {
-		return &ValueTooLargeError{Size: len(value), Max: s.cfg.MaxValueSize}
+		return &storage.ValueTooLargeError{Store: "dynamostore", Size: len(value), Max: s.cfg.MaxValueSize}
 	}
 	if err := checkKey(op, key); err != nil {
 		return err
@@ -506,12 +505,12 @@ func (s *Store) checkOutcome(op, key string, value []byte, retention time.Durati
 	return checkDuration(op, "retention", retention)
 }
 
-func (s *Store) finish(ctx context.Context, op, key string, t idem.Token, status idem.Status, value []byte, retention time.Duration) error {
+func (s *Store) finish(ctx context.Context, op, key string, t storage.Token, status storage.Status, value []byte, retention time.Duration) error {
 	if err := s.checkOutcome(op, key, value, retention); err != nil {
 		return err
 	}
 	if t == 0 { // never issued: no record holds it
-		return idem.ErrLeaseLost
+		return storage.ErrLeaseLost
 	}
 	c := s.clock()
 	exp := c.now + ceilMillis(retention)
@@ -533,7 +532,7 @@ func (s *Store) finish(ctx context.Context, op, key string, t idem.Token, status
 	if rec, derr := decodeItem(key, item); derr == nil && rec.Status == status && rec.Token == t && bytes.Equal(rec.Result, value) {
 		return nil
 	}
-	return idem.ErrLeaseLost
+	return storage.ErrLeaseLost
 }
 
 // holderErr translates the error of a write conditioned on the holder's
@@ -543,7 +542,7 @@ func (s *Store) holderErr(op string, err error) error {
 	case err == nil:
 		return nil
 	case isConditionFailed(err):
-		return idem.ErrLeaseLost
+		return storage.ErrLeaseLost
 	}
 	return s.translate(op, err)
 }
@@ -567,18 +566,18 @@ func countAttempts(n *int) func(*dynamodb.Options) {
 	}
 }
 
-// Release implements [idem.Store.Release] with one UpdateItem conditioned
+// Release implements [storage.Store.Release] with one UpdateItem conditioned
 // as Complete's: the token becomes 0 and the lease end 0, so the next
 // claim takes over at once, whatever its clock; the record's expiry does
 // not change. A Release the SDK resent after a lost reply answers
 // ErrLeaseLost, as its first attempt released the token. Errors:
-// idem.ErrLeaseLost; SDK failures as for Claim.
-func (s *Store) Release(ctx context.Context, key string, t idem.Token) error {
+// storage.ErrLeaseLost; SDK failures as for Claim.
+func (s *Store) Release(ctx context.Context, key string, t storage.Token) error {
 	if err := checkKey("Release", key); err != nil {
 		return err
 	}
 	if t == 0 {
-		return idem.ErrLeaseLost
+		return storage.ErrLeaseLost
 	}
 	c := s.clock()
 	_, err := s.api.UpdateItem(ctx, s.update(key, releaseExpr, map[string]types.AttributeValue{
@@ -587,12 +586,12 @@ func (s *Store) Release(ctx context.Context, key string, t idem.Token) error {
 	return s.holderErr("Release", err)
 }
 
-// Extend implements [idem.Store.Extend] with one UpdateItem conditioned as
+// Extend implements [storage.Store.Extend] with one UpdateItem conditioned as
 // Complete's: the lease ends lease from now on this host's clock (later or
 // sooner than it did), and the record expires the claim's retention after
-// that. Errors: idem.ErrLeaseLost; ErrInvalidArgs; SDK failures as for
+// that. Errors: storage.ErrLeaseLost; ErrInvalidArgs; SDK failures as for
 // Claim.
-func (s *Store) Extend(ctx context.Context, key string, t idem.Token, lease time.Duration) error {
+func (s *Store) Extend(ctx context.Context, key string, t storage.Token, lease time.Duration) error {
 	if err := checkKey("Extend", key); err != nil {
 		return err
 	}
@@ -600,7 +599,7 @@ func (s *Store) Extend(ctx context.Context, key string, t idem.Token, lease time
 		return err
 	}
 	if t == 0 {
-		return idem.ErrLeaseLost
+		return storage.ErrLeaseLost
 	}
 	c := s.clock()
 	end := c.now + ceilMillis(lease)
@@ -610,33 +609,33 @@ func (s *Store) Extend(ctx context.Context, key string, t idem.Token, lease time
 	return s.holderErr("Extend", err)
 }
 
-// Get implements [idem.Store.Get] with one strongly consistent GetItem. A
+// Get implements [storage.Store.Get] with one strongly consistent GetItem. A
 // record that expired on this host's clock (less MaxClockSkew) but that
-// DynamoDB has not deleted yet is ErrNotFound. Errors: idem.ErrNotFound;
+// DynamoDB has not deleted yet is ErrNotFound. Errors: storage.ErrNotFound;
 // ErrUnknownFormat; SDK failures as for Claim.
-func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
+func (s *Store) Get(ctx context.Context, key string) (storage.Record, error) {
 	if err := checkKey("Get", key); err != nil {
-		return idem.Record{}, err
+		return storage.Record{}, err
 	}
 	c := s.clock()
 	item, err := s.read(ctx, "Get", key)
 	if err != nil {
-		return idem.Record{}, err
+		return storage.Record{}, err
 	}
 	if item == nil {
-		return idem.Record{}, idem.ErrNotFound
+		return storage.Record{}, storage.ErrNotFound
 	}
 	rec, err := decodeItem(key, item)
 	if err != nil {
-		return idem.Record{}, err
+		return storage.Record{}, err
 	}
 	if millis(rec.ExpiresAt) < c.dead {
-		return idem.Record{}, idem.ErrNotFound
+		return storage.Record{}, storage.ErrNotFound
 	}
 	return rec, nil
 }
 
-// Delete implements [idem.Store.Delete] with one unconditional DeleteItem.
+// Delete implements [storage.Store.Delete] with one unconditional DeleteItem.
 // Errors: SDK failures as for Claim.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := checkKey("Delete", key); err != nil {

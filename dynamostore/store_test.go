@@ -21,11 +21,12 @@ import (
 	"github.com/idemgo/idem/dynamostore"
 	"github.com/idemgo/idem/dynamostore/dynamostoretest"
 	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/storage"
 )
 
 func TestConformance(t *testing.T) {
 	s := dynamostoretest.Store(t, dynamostoretest.Client(t), dynamostore.Config{})
-	idemtest.Run(t, func(*testing.T) idem.Store { return s })
+	idemtest.Run(t, func(*testing.T) storage.Store { return s })
 }
 
 // A Busy answer names the holder's record but not its token: code that
@@ -33,12 +34,12 @@ func TestConformance(t *testing.T) {
 func TestBusyWithholdsToken(t *testing.T) {
 	s := dynamostoretest.Store(t, dynamostoretest.Client(t), dynamostore.Config{})
 	a := args("k", time.Minute)
-	holder := mustClaim(t, s, a, idem.Acquired)
-	b := mustClaim(t, s, a, idem.Busy)
+	holder := mustClaim(t, s, a, storage.Acquired)
+	b := mustClaim(t, s, a, storage.Busy)
 	if b.Token != 0 || b.Record.Token != 0 {
 		t.Fatalf("Busy answer carries token %d / record token %d, want none", b.Token, b.Record.Token)
 	}
-	if b.Record.Status != idem.StatusInProgress || b.Record.Attempt != 1 || !b.Record.LeaseUntil.Equal(holder.Record.LeaseUntil) {
+	if b.Record.Status != storage.StatusInProgress || b.Record.Attempt != 1 || !b.Record.LeaseUntil.Equal(holder.Record.LeaseUntil) {
 		t.Fatalf("Busy record %+v, want the holder's (attempt 1, lease until %v)", b.Record, holder.Record.LeaseUntil)
 	}
 	if err := s.Complete(ctxT(t), a.Key, holder.Token, []byte("v"), time.Minute); err != nil {
@@ -50,17 +51,17 @@ func TestClaimBatch(t *testing.T) {
 	s := dynamostoretest.Store(t, dynamostoretest.Client(t), dynamostore.Config{BatchConcurrency: 8})
 	ctx := ctxT(t)
 	done := args("done", time.Minute)
-	c := mustClaim(t, s, done, idem.Acquired)
+	c := mustClaim(t, s, done, storage.Acquired)
 	if err := s.Complete(ctx, done.Key, c.Token, []byte("done-value"), time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	busy := args("busy", time.Minute)
-	mustClaim(t, s, busy, idem.Acquired)
+	mustClaim(t, s, busy, storage.Acquired)
 	reused := args("done", time.Minute)
 	reused.Fingerprint = []byte("another payload")
 
 	// 40 new keys, each listed twice, around the three taken ones.
-	var batch []idem.ClaimArgs
+	var batch []storage.ClaimArgs
 	for i := range 40 {
 		batch = append(batch, args(fmt.Sprint("new-", i), time.Minute))
 	}
@@ -70,34 +71,34 @@ func TestClaimBatch(t *testing.T) {
 	if err != nil || len(got) != len(batch) {
 		t.Fatalf("ClaimBatch: %d claims, %v", len(got), err)
 	}
-	tokens := map[idem.Token]bool{}
+	tokens := map[storage.Token]bool{}
 	for i := range 40 {
 		first, second := got[i], got[43+i]
-		if first.Outcome != idem.Acquired || first.Token == 0 || first.Record.Attempt != 1 || tokens[first.Token] {
+		if first.Outcome != storage.Acquired || first.Token == 0 || first.Record.Attempt != 1 || tokens[first.Token] {
 			t.Fatalf("new key %d: %+v, want Acquired with a token of its own", i, first)
 		}
 		tokens[first.Token] = true
-		if second.Outcome != idem.Busy || second.Record.Token != 0 || second.Record.Attempt != 1 {
+		if second.Outcome != storage.Busy || second.Record.Token != 0 || second.Record.Attempt != 1 {
 			t.Fatalf("second entry of new key %d: %+v, want Busy behind the first, without its token", i, second)
 		}
 	}
-	if d := got[40]; d.Outcome != idem.Duplicate || string(d.Record.Result) != "done-value" {
+	if d := got[40]; d.Outcome != storage.Duplicate || string(d.Record.Result) != "done-value" {
 		t.Fatalf("completed key: %+v, want Duplicate done-value", d)
 	}
-	if b := got[41]; b.Outcome != idem.Busy || b.Record.Token != 0 {
+	if b := got[41]; b.Outcome != storage.Busy || b.Record.Token != 0 {
 		t.Fatalf("key in progress: %+v, want Busy without the token", b)
 	}
 	if !errors.Is(got[42].Err, idem.ErrKeyReused) {
 		t.Fatalf("reused key: %+v, want Err ErrKeyReused", got[42])
 	}
 
-	cs := make([]idem.Completion, 0, 42)
+	cs := make([]storage.Completion, 0, 42)
 	for i := range 40 {
-		cs = append(cs, idem.Completion{Key: batch[i].Key, Token: got[i].Token, Value: []byte(fmt.Sprint("v", i)), Retention: time.Minute})
+		cs = append(cs, storage.Completion{Key: batch[i].Key, Token: got[i].Token, Value: []byte(fmt.Sprint("v", i)), Retention: time.Minute})
 	}
 	cs = append(cs,
-		idem.Completion{Key: busy.Key, Token: got[0].Token, Value: []byte("foreign token"), Retention: time.Minute},
-		idem.Completion{Key: idem.StoreKey("test", "absent"), Token: 7, Value: []byte("v"), Retention: time.Minute})
+		storage.Completion{Key: busy.Key, Token: got[0].Token, Value: []byte("foreign token"), Retention: time.Minute},
+		storage.Completion{Key: storage.StoreKey("test", "absent"), Token: 7, Value: []byte("v"), Retention: time.Minute})
 	errs, err := s.CompleteBatch(ctx, cs)
 	if err != nil || len(errs) != len(cs) {
 		t.Fatalf("CompleteBatch: %d errors, %v", len(errs), err)
@@ -106,7 +107,7 @@ func TestClaimBatch(t *testing.T) {
 		if errs[i] != nil {
 			t.Fatalf("CompleteBatch entry %d: %v", i, errs[i])
 		}
-		if d := mustClaim(t, s, batch[i], idem.Duplicate); string(d.Record.Result) != fmt.Sprint("v", i) {
+		if d := mustClaim(t, s, batch[i], storage.Duplicate); string(d.Record.Result) != fmt.Sprint("v", i) {
 			t.Fatalf("key %d after CompleteBatch: %q", i, d.Record.Result)
 		}
 	}
@@ -132,14 +133,14 @@ func TestValueSizeLimit(t *testing.T) {
 	rand.Read(value)
 	ctx := ctxT(t)
 	for _, fail := range []bool{false, true} {
-		a := idem.ClaimArgs{Key: longKey[:len(longKey)-len(fmt.Sprint(fail))] + fmt.Sprint(fail), Fingerprint: fp, Lease: time.Minute, Retention: time.Minute}
-		c := mustClaim(t, s, a, idem.Acquired)
-		var tooLarge *dynamostore.ValueTooLargeError
+		a := storage.ClaimArgs{Key: longKey[:len(longKey)-len(fmt.Sprint(fail))] + fmt.Sprint(fail), Fingerprint: fp, Lease: time.Minute, Retention: time.Minute}
+		c := mustClaim(t, s, a, storage.Acquired)
+		var tooLarge *storage.ValueTooLargeError
 		err := s.Complete(ctx, a.Key, c.Token, append(value, 0), time.Minute)
 		if !errors.As(err, &tooLarge) || tooLarge.Size != len(value)+1 || tooLarge.Max != len(value) {
-			t.Fatalf("Complete with %d bytes: %v, want *ValueTooLargeError", len(value)+1, err)
+			t.Fatalf("Complete with %d bytes: %v, want *storage.ValueTooLargeError", len(value)+1, err)
 		}
-		if r, err := s.Get(ctx, a.Key); err != nil || r.Status != idem.StatusInProgress || r.Token != c.Token {
+		if r, err := s.Get(ctx, a.Key); err != nil || r.Status != storage.StatusInProgress || r.Token != c.Token {
 			t.Fatalf("after a refused value: %+v, %v; want the record unchanged", r, err)
 		}
 		if fail {
@@ -150,7 +151,7 @@ func TestValueSizeLimit(t *testing.T) {
 		if err != nil {
 			t.Fatalf("outcome of %d bytes with a %d-byte key and a %d-byte fingerprint: %v", len(value), len(a.Key), len(fp), err)
 		}
-		if d := mustClaim(t, s, a, idem.Duplicate); !bytes.Equal(d.Record.Result, value) {
+		if d := mustClaim(t, s, a, storage.Duplicate); !bytes.Equal(d.Record.Result, value) {
 			t.Fatalf("the %d-byte outcome came back as %d different bytes", len(value), len(d.Record.Result))
 		}
 	}
@@ -159,11 +160,11 @@ func TestValueSizeLimit(t *testing.T) {
 	if err != nil || small.MaxValueSize() != 10 {
 		t.Fatalf("New with MaxValueSize 10: %v, MaxValueSize() %d", err, small.MaxValueSize())
 	}
-	errs, err := small.CompleteBatch(ctx, []idem.Completion{{Key: "k", Token: 1, Value: make([]byte, 11), Retention: time.Minute}})
-	if _, ok := errors.AsType[*dynamostore.ValueTooLargeError](err); !ok || errs != nil {
-		t.Fatalf("CompleteBatch with 11 bytes over a limit of 10: %v, %v; want *ValueTooLargeError", errs, err)
+	errs, err := small.CompleteBatch(ctx, []storage.Completion{{Key: "k", Token: 1, Value: make([]byte, 11), Retention: time.Minute}})
+	if _, ok := errors.AsType[*storage.ValueTooLargeError](err); !ok || errs != nil {
+		t.Fatalf("CompleteBatch with 11 bytes over a limit of 10: %v, %v; want *storage.ValueTooLargeError", errs, err)
 	}
-	if _, err := s.Claim(ctx, idem.ClaimArgs{Key: longKey + "x", Fingerprint: fp, Lease: time.Minute, Retention: time.Minute}); !errors.Is(err, idem.ErrInvalidKey) || !errors.Is(err, dynamostore.ErrInvalidArgs) {
+	if _, err := s.Claim(ctx, storage.ClaimArgs{Key: longKey + "x", Fingerprint: fp, Lease: time.Minute, Retention: time.Minute}); !errors.Is(err, idem.ErrInvalidKey) || !errors.Is(err, dynamostore.ErrInvalidArgs) {
 		t.Fatalf("Claim of a %d-byte key: %v, want ErrInvalidArgs and idem.ErrInvalidKey", len(longKey)+1, err)
 	}
 }
@@ -178,7 +179,7 @@ func TestDuplicateAnsweredFromFailedCondition(t *testing.T) {
 			s := dynamostoretest.Store(t, proxiedClient(t, p), dynamostore.Config{})
 			ctx := ctxT(t)
 			a := args("k", time.Minute)
-			c := mustClaim(t, s, a, idem.Acquired)
+			c := mustClaim(t, s, a, storage.Acquired)
 			if err := s.Complete(ctx, a.Key, c.Token, []byte("v"), time.Minute); err != nil {
 				t.Fatal(err)
 			}
@@ -187,7 +188,7 @@ func TestDuplicateAnsweredFromFailedCondition(t *testing.T) {
 			if returnsItem {
 				want = want[:1]
 			}
-			if d := mustClaim(t, s, a, idem.Duplicate); string(d.Record.Result) != "v" {
+			if d := mustClaim(t, s, a, storage.Duplicate); string(d.Record.Result) != "v" {
 				t.Fatalf("duplicate: %q", d.Record.Result)
 			}
 			if ops := p.take(); !slices.Equal(ops, want) {
@@ -219,7 +220,7 @@ func TestResentAfterLostReply(t *testing.T) {
 
 	p.take()
 	p.loseNext("PutItem", 1)
-	cl := mustClaim(t, s, a, idem.Acquired)
+	cl := mustClaim(t, s, a, storage.Acquired)
 	if ops := p.take(); !slices.Equal(ops, []string{"PutItem", "PutItem", "GetItem"}) {
 		t.Fatalf("claim with a lost reply sent %v, want the PutItem twice and a GetItem", ops)
 	}
@@ -231,7 +232,7 @@ func TestResentAfterLostReply(t *testing.T) {
 	if err := s.Complete(ctx, a.Key, cl.Token, []byte("v"), time.Minute); err != nil {
 		t.Fatalf("Complete whose first reply was lost: %v, want nil (its first attempt stored the value)", err)
 	}
-	if d := mustClaim(t, s, a, idem.Duplicate); string(d.Record.Result) != "v" {
+	if d := mustClaim(t, s, a, storage.Duplicate); string(d.Record.Result) != "v" {
 		t.Fatalf("duplicate: %q", d.Record.Result)
 	}
 	// Without a resend, a Complete that finds the outcome stored is refused.
@@ -241,7 +242,7 @@ func TestResentAfterLostReply(t *testing.T) {
 	// A resent Complete that finds another value was not the one that stored it.
 	p.loseNext("UpdateItem", 1)
 	b := args("other", time.Minute)
-	bc := mustClaim(t, s, b, idem.Acquired)
+	bc := mustClaim(t, s, b, storage.Acquired)
 	if err := s.Complete(ctx, b.Key, bc.Token, []byte("first"), time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -262,13 +263,13 @@ func TestTakeoverRace(t *testing.T) {
 	clk := newClock()
 	s := dynamostoretest.Store(t, dynamostoretest.Client(t), dynamostore.Config{Now: clk.now})
 	a := args("k", time.Minute)
-	first := mustClaim(t, s, a, idem.Acquired)
+	first := mustClaim(t, s, a, storage.Acquired)
 	clk.add(time.Minute + s.Config().MaxClockSkew + time.Millisecond) // the lease is over everywhere
-	race := func(attempt int) idem.Claim {
+	race := func(attempt int) storage.Claim {
 		t.Helper()
 		const n = 32
 		var won atomic.Int32
-		var winner idem.Claim
+		var winner storage.Claim
 		var wg sync.WaitGroup
 		start := make(chan struct{})
 		for range n {
@@ -278,10 +279,10 @@ func TestTakeoverRace(t *testing.T) {
 				switch {
 				case err != nil:
 					t.Errorf("Claim: %v", err)
-				case c.Outcome == idem.Acquired:
+				case c.Outcome == storage.Acquired:
 					won.Add(1)
 					winner = c
-				case c.Outcome != idem.Busy:
+				case c.Outcome != storage.Busy:
 					t.Errorf("Claim = %v, want Acquired or Busy", c.Outcome)
 				}
 			})
@@ -320,20 +321,20 @@ func TestTakeoverAfterReleaseInBetween(t *testing.T) {
 	}
 	ctx := ctxT(t)
 	a := args("k", time.Minute)
-	first := mustClaim(t, other, a, idem.Acquired)
+	first := mustClaim(t, other, a, storage.Acquired)
 	if err := other.Release(ctx, a.Key, first.Token); err != nil {
 		t.Fatal(err)
 	}
 	// The late claim reads the released record (token 0, attempt 1); before
 	// its takeover reaches DynamoDB, another claim takes over and releases.
-	var second idem.Claim
+	var second storage.Claim
 	p.beforeNext("UpdateItem", func() {
-		second = mustClaim(t, other, a, idem.Acquired)
+		second = mustClaim(t, other, a, storage.Acquired)
 		if err := other.Release(ctx, a.Key, second.Token); err != nil {
 			t.Error(err)
 		}
 	})
-	third := mustClaim(t, late, a, idem.Acquired)
+	third := mustClaim(t, late, a, storage.Acquired)
 	if second.Record.Attempt != 2 || third.Record.Attempt != 3 {
 		t.Fatalf("attempts %d then %d, want 2 then 3: the late claim took over the record it read, not the one there", second.Record.Attempt, third.Record.Attempt)
 	}
@@ -352,16 +353,16 @@ func TestExpiredItemsAreAbsent(t *testing.T) {
 	table, skew, ctx := s.Config().Table, s.Config().MaxClockSkew, ctxT(t)
 
 	done := args("done", time.Minute)
-	cl := mustClaim(t, s, done, idem.Acquired)
+	cl := mustClaim(t, s, done, storage.Acquired)
 	if err := s.Complete(ctx, done.Key, cl.Token, []byte("v"), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	held := args("held", time.Second)
 	held.Retention = 10 * time.Second
-	h := mustClaim(t, s, held, idem.Acquired)
+	h := mustClaim(t, s, held, storage.Acquired)
 
 	clk.add(10*time.Second + skew) // expired here, but maybe not on a host MaxClockSkew ahead
-	mustClaim(t, s, done, idem.Duplicate)
+	mustClaim(t, s, done, storage.Duplicate)
 	if _, err := s.Get(ctx, held.Key); err != nil {
 		t.Fatalf("Get of a record within the skew margin of its expiry: %v", err)
 	}
@@ -380,7 +381,7 @@ func TestExpiredItemsAreAbsent(t *testing.T) {
 		t.Fatalf("Complete of an expired claim: %v, want ErrLeaseLost", err)
 	}
 	done.Fingerprint = []byte("another payload")
-	again := mustClaim(t, s, done, idem.Acquired)
+	again := mustClaim(t, s, done, storage.Acquired)
 	if again.Record.Attempt != 1 || again.Token == cl.Token {
 		t.Fatalf("claim of an expired key: %+v, want a new record (attempt 1, a new token)", again.Record)
 	}
@@ -395,7 +396,7 @@ func TestItemAttributes(t *testing.T) {
 	table, ctx := s.Config().Table, ctxT(t)
 	a := args("k", 10*time.Second)
 	a.Retention = time.Hour
-	cl := mustClaim(t, s, a, idem.Acquired)
+	cl := mustClaim(t, s, a, storage.Acquired)
 
 	check := func(when string, want ...string) map[string]types.AttributeValue {
 		t.Helper()
@@ -441,7 +442,7 @@ func TestItemAttributes(t *testing.T) {
 	if numAttr(t, item, "token") != 0 || numAttr(t, item, "lease_until") != 0 {
 		t.Fatalf("released: %v, want token and lease_until 0", item)
 	}
-	next := mustClaim(t, s, a, idem.Acquired)
+	next := mustClaim(t, s, a, storage.Acquired)
 	if err := s.Complete(ctx, a.Key, next.Token, []byte("v"), 2*time.Hour); err != nil {
 		t.Fatal(err)
 	}
@@ -455,7 +456,7 @@ func TestItemAttributes(t *testing.T) {
 func TestForeignItem(t *testing.T) {
 	c := dynamostoretest.Client(t)
 	s := dynamostoretest.Store(t, c, dynamostore.Config{})
-	key := idem.StoreKey("test", "foreign")
+	key := storage.StoreKey("test", "foreign")
 	table := s.Config().Table
 	_, err := c.PutItem(ctxT(t), &dynamodb.PutItemInput{TableName: &table, Item: map[string]types.AttributeValue{
 		"id":         itemKey(key),
@@ -465,7 +466,7 @@ func TestForeignItem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Claim(ctxT(t), idem.ClaimArgs{Key: key, Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Minute}); !errors.Is(err, dynamostore.ErrUnknownFormat) {
+	if _, err := s.Claim(ctxT(t), storage.ClaimArgs{Key: key, Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Minute}); !errors.Is(err, dynamostore.ErrUnknownFormat) {
 		t.Fatalf("Claim over a foreign item: %v, want ErrUnknownFormat", err)
 	}
 	if _, err := s.Get(ctxT(t), key); !errors.Is(err, dynamostore.ErrUnknownFormat) {
@@ -507,7 +508,7 @@ func TestErrors(t *testing.T) {
 			t.Errorf("%s with no server: %v, want ErrStoreUnavailable, prefixed with the operation", what, err)
 		}
 	}
-	for _, bad := range []idem.ClaimArgs{
+	for _, bad := range []storage.ClaimArgs{
 		{Key: "", Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Minute},
 		{Key: "k", Fingerprint: []byte("fp"), Lease: 0, Retention: time.Minute},
 		{Key: "k", Fingerprint: []byte("fp"), Lease: time.Minute, Retention: -1},

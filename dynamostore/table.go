@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 
-	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 // maxTableWait bounds how long CreateTable waits for a new table to become
@@ -24,7 +24,7 @@ const maxTableWait = 5 * time.Minute
 // attribute "expiration". It is idempotent: an existing table is checked
 // with [CheckTable] (any billing mode will do) and gets its TTL enabled
 // when it is not. Errors name the table; when DynamoDB cannot be reached
-// they wrap idem.ErrStoreUnavailable.
+// they wrap storage.ErrStoreUnavailable.
 //
 // A server without the TTL API (dynalite answers UpdateTimeToLive with
 // UnknownOperationException) gets the table without TTL: the store treats
@@ -80,7 +80,7 @@ func enableTTL(ctx context.Context, client *dynamodb.Client, table string) error
 	return nil
 }
 
-// tableErr returns the error of op on table: wrapping idem.ErrStoreUnavailable
+// tableErr returns the error of op on table: wrapping storage.ErrStoreUnavailable
 // when DynamoDB gave no answer (the network, a timeout), as the store's
 // own calls do.
 func tableErr(op, table string, err error) error {
@@ -88,12 +88,12 @@ func tableErr(op, table string, err error) error {
 	if errors.As(err, &api) || errors.Is(err, context.Canceled) {
 		return fmt.Errorf("dynamostore: %s %q: %w", op, table, err)
 	}
-	return fmt.Errorf("dynamostore: %s %q: %w: %w", op, table, idem.ErrStoreUnavailable, err)
+	return fmt.Errorf("dynamostore: %s %q: %w: %w", op, table, storage.ErrStoreUnavailable, err)
 }
 
 // CheckTable returns nil when table exists and has the key schema a Store
 // needs (partition key "id" of type S, no sort key), and an error saying
-// what differs otherwise (wrapping idem.ErrStoreUnavailable when DynamoDB
+// what differs otherwise (wrapping storage.ErrStoreUnavailable when DynamoDB
 // cannot be reached). It reads the table's description only; use it to
 // check a table managed elsewhere (Terraform, CloudFormation) at start-up.
 func CheckTable(ctx context.Context, client *dynamodb.Client, table string) error {

@@ -8,9 +8,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/dynamostore"
 	"github.com/idemgo/idem/dynamostore/dynamostoretest"
+	"github.com/idemgo/idem/storage"
 )
 
 func TestParseURL(t *testing.T) {
@@ -64,5 +64,5 @@ func TestURLClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustClaim(t, s, args("k", time.Minute), idem.Acquired)
+	mustClaim(t, s, args("k", time.Minute), storage.Acquired)
 }

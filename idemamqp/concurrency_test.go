@@ -14,6 +14,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemamqp"
 	"github.com/idemgo/idem/idemamqp/idemamqptest"
+	"github.com/idemgo/idem/storage"
 )
 
 // running tracks the handlers running: how many at most, and whether one
@@ -163,9 +164,9 @@ func TestShutdownWithConcurrentHandlers(t *testing.T) {
 		rec, err := g.Store().Get(context.Background(), g.ScopedStoreKey("", m.Key))
 		_, done := ran.Load(m.Key)
 		switch {
-		case done && (err != nil || rec.Status != idem.StatusCompleted):
+		case done && (err != nil || rec.Status != storage.StatusCompleted):
 			t.Errorf("key %s, handled: record %+v, %v; want completed", m.Key, rec, err)
-		case !done && err == nil && (rec.Status != idem.StatusInProgress || rec.Token != 0):
+		case !done && err == nil && (rec.Status != storage.StatusInProgress || rec.Token != 0):
 			t.Errorf("key %s, not handled: record %+v; want none, or released", m.Key, rec)
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/idemgo/idem/idemamqp"
 	"github.com/idemgo/idem/idemamqp/idemamqptest"
 	"github.com/idemgo/idem/memstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // setup returns a classic test queue, a Guard over a fresh memstore and an
@@ -315,7 +316,7 @@ func guardWithBusyCount(t *testing.T, g *idem.Guard, busy *atomic.Int64) *idem.G
 	t.Helper()
 	cfg := g.Config()
 	cfg.Observer = func(_ context.Context, e idem.Event) {
-		if e.Op == idem.OpClaim && e.Outcome == idem.Busy {
+		if e.Op == idem.OpClaim && e.Outcome == storage.Busy {
 			busy.Add(1)
 		}
 	}
@@ -363,15 +364,15 @@ func TestBusyWithUserIDScopeIsRequeued(t *testing.T) {
 
 // flaky is a store whose Claim fails while down is set.
 type flaky struct {
-	idem.Store
+	storage.Store
 	down   atomic.Bool
 	claims atomic.Int64
 }
 
-func (f *flaky) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+func (f *flaky) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error) {
 	f.claims.Add(1)
 	if f.down.Load() {
-		return idem.Claim{}, errors.New("connection refused")
+		return storage.Claim{}, errors.New("connection refused")
 	}
 	return f.Store.Claim(ctx, a)
 }
@@ -507,7 +508,7 @@ func TestHandlerGoexitDoesNotHangRun(t *testing.T) {
 	stop()
 	idemamqptest.Eventually(t, 10*time.Second, "the message back in the queue", func() bool { return q.Ready(q.Name) == 1 })
 	rec, err := g.Store().Get(context.Background(), g.ScopedStoreKey("", "k"))
-	if err != nil || rec.Status != idem.StatusInProgress || rec.Token != 0 {
+	if err != nil || rec.Status != storage.StatusInProgress || rec.Token != 0 {
 		t.Errorf("record %+v, %v; want the key released", rec, err)
 	}
 }

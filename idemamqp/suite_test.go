@@ -13,12 +13,12 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/consumer/consumertest"
 	"github.com/idemgo/idem/idemamqp"
 	"github.com/idemgo/idem/idemamqp/idemamqptest"
 	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/memstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // The store suite of idemamqptest over memstore; integration/amqpstores
@@ -29,7 +29,7 @@ func TestSuiteMemstore(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	idemamqptest.Run(t, func(*testing.T) idem.Store { return s })
+	idemamqptest.Run(t, func(*testing.T) storage.Store { return s })
 }
 
 // The behaviour suite every idem consumer passes, on the RabbitMQ of

@@ -21,6 +21,7 @@ import (
 	"github.com/idemgo/idem/idemgrpc/idemgrpctest"
 	"github.com/idemgo/idem/internal/adaptertest"
 	"github.com/idemgo/idem/memstore"
+	"github.com/idemgo/idem/storage"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -35,7 +36,7 @@ func newStore(t *testing.T) *memstore.Store {
 	return s
 }
 
-func newGuard(t *testing.T, s idem.Store, cfg idem.Config) *idem.Guard {
+func newGuard(t *testing.T, s storage.Store, cfg idem.Config) *idem.Guard {
 	t.Helper()
 	cfg.Namespace = "idemgrpc-" + rand.Text()
 	g, err := idem.New(s, cfg)
@@ -48,7 +49,7 @@ func newGuard(t *testing.T, s idem.Store, cfg idem.Config) *idem.Guard {
 
 func TestInterceptor(t *testing.T) {
 	s := newStore(t)
-	idemgrpctest.Run(t, func(t *testing.T) idem.Store { return s })
+	idemgrpctest.Run(t, func(t *testing.T) storage.Store { return s })
 }
 
 // charge calls icpt as gRPC calls it, with key, before a handler
@@ -63,10 +64,10 @@ func charge(icpt grpc.UnaryServerInterceptor, key string, runs *atomic.Int32) (a
 }
 
 // downStore fails every claim, as a store that cannot be reached.
-type downStore struct{ idem.Store }
+type downStore struct{ storage.Store }
 
-func (downStore) Claim(context.Context, idem.ClaimArgs) (idem.Claim, error) {
-	return idem.Claim{}, errors.New("connection refused")
+func (downStore) Claim(context.Context, storage.ClaimArgs) (storage.Claim, error) {
+	return storage.Claim{}, errors.New("connection refused")
 }
 
 func TestStoreUnavailable(t *testing.T) {

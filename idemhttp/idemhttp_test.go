@@ -16,6 +16,7 @@ import (
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/adaptertest"
 	"github.com/idemgo/idem/memstore"
+	"github.com/idemgo/idem/storage"
 )
 
 func TestMain(m *testing.M) { idemtest.Main(m, "github.com/idemgo/idem") }
@@ -29,7 +30,7 @@ func newStore(t testing.TB) *memstore.Store {
 	return s
 }
 
-func newGuard(t testing.TB, s idem.Store, cfg idem.Config) *idem.Guard {
+func newGuard(t testing.TB, s storage.Store, cfg idem.Config) *idem.Guard {
 	g, err := idem.New(s, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +41,7 @@ func newGuard(t testing.TB, s idem.Store, cfg idem.Config) *idem.Guard {
 
 func TestMiddleware(t *testing.T) {
 	s := newStore(t)
-	idemhttptest.Run(t, func(t *testing.T) idem.Store { return s })
+	idemhttptest.Run(t, func(t *testing.T) storage.Store { return s })
 }
 
 func TestNewRefusesBadConfiguration(t *testing.T) {

@@ -127,7 +127,7 @@ func WithMaxBodyBytes(n int64) Option {
 // the body was too large to keep (type [TypeResponseNotKept]) and
 // [ReplayedHeader]; a warning is logged and the Guard's Observer sees
 // idem.OpTooLarge. The cap never exceeds what the Guard's store keeps, when
-// the store tells it (idem.ValueLimiter): a response whose stored form
+// the store tells it (storage.Store.MaxValueSize): a response whose stored form
 // would not fit is stored without its body too. Default
 // [DefaultMaxCachedBytes]; at least 1.
 func WithMaxCachedBytes(n int) Option {

@@ -14,13 +14,14 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemkafka"
+	"github.com/idemgo/idem/storage"
 )
 
 // cutStore is one member's connection to the shared store: once cut, the
 // calls named in refuse fail, as they would from a crashed or partitioned
 // process.
 type cutStore struct {
-	idem.Store
+	storage.Store
 	cut    atomic.Bool
 	refuse map[string]bool // "Complete", "Release", "Extend", …; nil: every call
 }
@@ -31,35 +32,35 @@ func (s *cutStore) refused(call string) bool {
 	return s.cut.Load() && (s.refuse == nil || s.refuse[call])
 }
 
-func (s *cutStore) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+func (s *cutStore) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error) {
 	if s.refused("Claim") {
-		return idem.Claim{}, errCut
+		return storage.Claim{}, errCut
 	}
 	return s.Store.Claim(ctx, a)
 }
 
-func (s *cutStore) Complete(ctx context.Context, key string, t idem.Token, v []byte, r time.Duration) error {
+func (s *cutStore) Complete(ctx context.Context, key string, t storage.Token, v []byte, r time.Duration) error {
 	if s.refused("Complete") {
 		return errCut
 	}
 	return s.Store.Complete(ctx, key, t, v, r)
 }
 
-func (s *cutStore) Fail(ctx context.Context, key string, t idem.Token, c []byte, r time.Duration) error {
+func (s *cutStore) Fail(ctx context.Context, key string, t storage.Token, c []byte, r time.Duration) error {
 	if s.refused("Fail") {
 		return errCut
 	}
 	return s.Store.Fail(ctx, key, t, c, r)
 }
 
-func (s *cutStore) Release(ctx context.Context, key string, t idem.Token) error {
+func (s *cutStore) Release(ctx context.Context, key string, t storage.Token) error {
 	if s.refused("Release") {
 		return errCut
 	}
 	return s.Store.Release(ctx, key, t)
 }
 
-func (s *cutStore) Extend(ctx context.Context, key string, t idem.Token, d time.Duration) error {
+func (s *cutStore) Extend(ctx context.Context, key string, t storage.Token, d time.Duration) error {
 	if s.refused("Extend") {
 		return errCut
 	}
@@ -165,7 +166,7 @@ func TestMemberKilledMidHandler(t *testing.T) {
 // database write conditioned on the token would be.
 type fencedLedger struct {
 	*ledger
-	store  idem.Store
+	store  storage.Store
 	g      func(key string) string // the key's store key
 	fenced atomic.Int32
 }
@@ -177,7 +178,7 @@ func (f *fencedLedger) handler(ctx context.Context, r *kgo.Record) error {
 	if err != nil {
 		return err
 	}
-	if rec.Status != idem.StatusInProgress || rec.Token != tok {
+	if rec.Status != storage.StatusInProgress || rec.Token != tok {
 		f.fenced.Add(1)
 		return fmt.Errorf("fenced: token %d is not the current %d", tok, rec.Token)
 	}
@@ -228,7 +229,7 @@ func TestStalledHandlerIsFenced(t *testing.T) {
 	if f.fenced.Load() != 1 {
 		t.Fatalf("%d writes fenced, want the stalled handler's one", f.fenced.Load())
 	}
-	if rec, err := shared.Get(context.Background(), gB.StoreKey("k-5")); err != nil || rec.Status != idem.StatusCompleted || rec.Attempt != 2 {
+	if rec, err := shared.Get(context.Background(), gB.StoreKey("k-5")); err != nil || rec.Status != storage.StatusCompleted || rec.Attempt != 2 {
 		t.Fatalf("k-5's record: %+v, %v; want Completed by the second holder", rec, err)
 	}
 	wantCommitted(t, c, group, topic)

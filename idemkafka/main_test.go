@@ -14,6 +14,7 @@ import (
 	"github.com/idemgo/idem/idemkafka"
 	"github.com/idemgo/idem/idemkafka/internal/kafkatest"
 	"github.com/idemgo/idem/memstore"
+	"github.com/idemgo/idem/storage"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -56,7 +57,7 @@ func newMem(t testing.TB) *memstore.Store {
 	return s
 }
 
-func newGuard(t testing.TB, s idem.Store, cfg idem.Config) *idem.Guard {
+func newGuard(t testing.TB, s storage.Store, cfg idem.Config) *idem.Guard {
 	t.Helper()
 	g, err := idem.New(s, cfg)
 	if err != nil {

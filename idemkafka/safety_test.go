@@ -23,6 +23,7 @@ import (
 	"github.com/idemgo/idem/consumer"
 	"github.com/idemgo/idem/idemkafka"
 	"github.com/idemgo/idem/idemkafka/internal/kafkatest"
+	"github.com/idemgo/idem/storage"
 )
 
 // events collects a consumer's events.
@@ -340,13 +341,13 @@ func TestStoreOutageIsNoAttempt(t *testing.T) {
 
 // downStore is a store whose claims fail while down.
 type downStore struct {
-	idem.Store
+	storage.Store
 	down atomic.Bool
 }
 
-func (s *downStore) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+func (s *downStore) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error) {
 	if s.down.Load() {
-		return idem.Claim{}, errors.New("connection refused")
+		return storage.Claim{}, errors.New("connection refused")
 	}
 	return s.Store.Claim(ctx, a)
 }

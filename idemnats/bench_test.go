@@ -15,6 +15,7 @@ import (
 	"github.com/idemgo/idem/idemnats"
 	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/redisstore/redisstoretest"
+	"github.com/idemgo/idem/storage"
 )
 
 // benchBatch is the Fetch batch of the bare consumer and of idemnats alike.
@@ -176,7 +177,7 @@ func benchBareRedis(b *testing.B, d time.Duration) {
 	cpu.Report(b, b.N)
 }
 
-func benchIdem(b *testing.B, store idem.Store, d time.Duration) {
+func benchIdem(b *testing.B, store storage.Store, d time.Duration) {
 	cons := benchStream(b, b.N)
 	trips := &tripCounter{Store: store}
 	g := newGuard(b, trips, idem.Config{})
@@ -212,62 +213,42 @@ func benchIdem(b *testing.B, store idem.Store, d time.Duration) {
 // tripCounter counts the store round trips the Guard makes: every call of
 // the store, a batch call counting one.
 type tripCounter struct {
-	idem.Store
+	storage.Store
 	n atomic.Int64
 }
 
-func (s *tripCounter) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+func (s *tripCounter) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error) {
 	s.n.Add(1)
 	return s.Store.Claim(ctx, a)
 }
 
-func (s *tripCounter) Complete(ctx context.Context, key string, t idem.Token, value []byte, retention time.Duration) error {
+func (s *tripCounter) Complete(ctx context.Context, key string, t storage.Token, value []byte, retention time.Duration) error {
 	s.n.Add(1)
 	return s.Store.Complete(ctx, key, t, value, retention)
 }
 
-func (s *tripCounter) Fail(ctx context.Context, key string, t idem.Token, cause []byte, retention time.Duration) error {
+func (s *tripCounter) Fail(ctx context.Context, key string, t storage.Token, cause []byte, retention time.Duration) error {
 	s.n.Add(1)
 	return s.Store.Fail(ctx, key, t, cause, retention)
 }
 
-func (s *tripCounter) Release(ctx context.Context, key string, t idem.Token) error {
+func (s *tripCounter) Release(ctx context.Context, key string, t storage.Token) error {
 	s.n.Add(1)
 	return s.Store.Release(ctx, key, t)
 }
 
-func (s *tripCounter) Extend(ctx context.Context, key string, t idem.Token, lease time.Duration) error {
+func (s *tripCounter) Extend(ctx context.Context, key string, t storage.Token, lease time.Duration) error {
 	s.n.Add(1)
 	return s.Store.Extend(ctx, key, t, lease)
 }
 
-// ClaimBatch and CompleteBatch pass through to the store's own, or make one
-// call per key where it has none, as the Guard does.
-func (s *tripCounter) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.Claim, error) {
-	bc, ok := s.Store.(idem.BatchClaimer)
-	if !ok {
-		cls := make([]idem.Claim, len(args))
-		for i, a := range args {
-			var err error
-			if cls[i], err = s.Claim(ctx, a); err != nil {
-				return nil, err
-			}
-		}
-		return cls, nil
-	}
+// ClaimBatch and CompleteBatch count one round trip each.
+func (s *tripCounter) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]storage.Claim, error) {
 	s.n.Add(1)
-	return bc.ClaimBatch(ctx, args)
+	return s.Store.ClaimBatch(ctx, args)
 }
 
-func (s *tripCounter) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]error, error) {
-	bc, ok := s.Store.(idem.BatchCompleter)
-	if !ok {
-		errs := make([]error, len(cs))
-		for i, c := range cs {
-			errs[i] = s.Complete(ctx, c.Key, c.Token, c.Value, c.Retention)
-		}
-		return errs, nil
-	}
+func (s *tripCounter) CompleteBatch(ctx context.Context, cs []storage.Completion) ([]error, error) {
 	s.n.Add(1)
-	return bc.CompleteBatch(ctx, cs)
+	return s.Store.CompleteBatch(ctx, cs)
 }

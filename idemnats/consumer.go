@@ -262,7 +262,7 @@ func (f *inFlightBatch) wait(r *run) {
 // fetchBatch fetches one batch and starts handling its messages as they
 // arrive: the messages that have arrived when a chunk starts (all of a
 // batch the server sends at once) form one chunk, whose keys the Guard
-// claims in one store round trip ([idem.Guard.DoBatchUnordered]) and whose outcomes
+// claims in one store round trip ([idem.Guard.DoBatchIndependent]) and whose outcomes
 // it stores in one. The handlers of a chunk run one after another in the
 // order of the batch, the first once the chunk before it passed its turn
 // (prev for the first chunk). It returns once the last message has
@@ -407,7 +407,7 @@ func (r *run) deliver(chunk []*delivery, prev <-chan struct{}, turn chan struct{
 }
 
 // guard runs the handlers of ms under the Guard, in order, and settles
-// their messages with settle. DoBatchUnordered claims their keys in one store round
+// their messages with settle. DoBatchIndependent claims their keys in one store round
 // trip and stores their outcomes in one, and goes on past a message that
 // does not finish (its retryable error, a busy key), which is naked and
 // comes back later, after the ones behind it: order holds for the messages
@@ -423,7 +423,7 @@ func (r *run) guard(ms []guarded, waitTurn func() bool, handled func(pos int), s
 	for i, m := range ms {
 		ops[i] = idem.BatchOp{Scope: m.d.scope, Key: m.d.key, Payload: c.o.Payload(m.d.msg)}
 	}
-	res := c.g.DoBatchUnordered(r.work, ops, func(ctx context.Context, i int) ([]byte, error) {
+	res := c.g.DoBatchIndependent(r.work, ops, func(ctx context.Context, i int) ([]byte, error) {
 		if !waitTurn() {
 			return nil, errStopping
 		}

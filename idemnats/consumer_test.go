@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemnats"
+	"github.com/idemgo/idem/storage"
 )
 
 // Duplicates published as messages of their own (another Nats-Msg-Id, or
@@ -106,9 +107,9 @@ func TestMsgIDPastTheDuplicateWindow(t *testing.T) {
 // stallingStore is a store whose Extend never reaches the server: the
 // heartbeat of a Guard over it fails, as when its process is paused or cut
 // off from the store.
-type stallingStore struct{ idem.Store }
+type stallingStore struct{ storage.Store }
 
-func (stallingStore) Extend(context.Context, string, idem.Token, time.Duration) error {
+func (stallingStore) Extend(context.Context, string, storage.Token, time.Duration) error {
 	return errors.New("network unreachable")
 }
 

@@ -159,7 +159,7 @@
 // store can ([idem.BatchClaimer]), the handlers run one after another, in
 // stream order, and the outcomes are stored in one round trip
 // ([idem.BatchCompleter]) before the messages are acked
-// ([idem.Guard.DoBatchUnordered]). A handler starts when the one before it
+// ([idem.Guard.DoBatchIndependent]). A handler starts when the one before it
 // returned, while that one's outcome is still on its way to the store. The
 // next Fetch starts as soon as the batch's last message has arrived, so
 // its claims overlap the handlers before it, and its handlers follow

@@ -19,6 +19,7 @@ import (
 	"github.com/idemgo/idem/idemnats"
 	"github.com/idemgo/idem/redisstore"
 	"github.com/idemgo/idem/redisstore/redisstoretest"
+	"github.com/idemgo/idem/storage"
 )
 
 // The environment of the consumer process TestKilledConsumer starts: the
@@ -113,7 +114,7 @@ func awaitOutcomes(ctx context.Context, rdb *redis.Client, g *idem.Guard, prefix
 		pending := 0
 		for _, k := range effected {
 			r, err := g.Store().Get(ctx, g.StoreKey(strings.TrimPrefix(k, prefix+"effects:")))
-			if err != nil || r.Status != idem.StatusCompleted {
+			if err != nil || r.Status != storage.StatusCompleted {
 				pending++
 			}
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/idemgo/idem/pgstore/pgstoretest"
 	"github.com/idemgo/idem/redisstore"
 	"github.com/idemgo/idem/redisstore/redisstoretest"
+	"github.com/idemgo/idem/storage"
 )
 
 func TestMain(m *testing.M) {
@@ -148,7 +149,7 @@ func publish(tb testing.TB, js jetstream.JetStream, subj string, data string, he
 }
 
 // newGuard returns a Guard over store, closed when tb ends.
-func newGuard(tb testing.TB, store idem.Store, cfg idem.Config) *idem.Guard {
+func newGuard(tb testing.TB, store storage.Store, cfg idem.Config) *idem.Guard {
 	tb.Helper()
 	if cfg.Namespace == "" {
 		cfg.Namespace = "idemnats-test-" + random(4)
@@ -161,7 +162,7 @@ func newGuard(tb testing.TB, store idem.Store, cfg idem.Config) *idem.Guard {
 	return g
 }
 
-func memStore(tb testing.TB) idem.Store {
+func memStore(tb testing.TB) storage.Store {
 	s, err := memstore.New(memstore.Config{})
 	if err != nil {
 		tb.Fatal(err)
@@ -177,7 +178,7 @@ var stores = storesWith(0)
 // storeCase is a store the tests or benchmarks run over.
 type storeCase struct {
 	name string
-	new  func(tb testing.TB) idem.Store
+	new  func(tb testing.TB) storage.Store
 }
 
 // storesWith returns the stores, PostgreSQL's over a pool of pgConns
@@ -185,10 +186,10 @@ type storeCase struct {
 func storesWith(pgConns int32) []storeCase {
 	return []storeCase{
 		{"memstore", memStore},
-		{"redis", func(tb testing.TB) idem.Store {
+		{"redis", func(tb testing.TB) storage.Store {
 			return redisstoretest.Store(tb, redisstoretest.Client(tb), redisstore.Config{})
 		}},
-		{"postgres", func(tb testing.TB) idem.Store {
+		{"postgres", func(tb testing.TB) storage.Store {
 			return pgstoretest.Store(tb, pgstoretest.Pool(tb, pgConns), pgstore.Config{})
 		}},
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemnats"
+	"github.com/idemgo/idem/storage"
 )
 
 // AckWait is short and the handlers are slow: one runs three AckWaits,
@@ -119,7 +120,7 @@ func TestShutdownHandsBackInFlight(t *testing.T) {
 	ctx := context.Background()
 	// The keys were claimed as the batch arrived; each is released now.
 	for _, k := range []string{"stuck", "next-1", "next-2"} {
-		if r, err := store.Get(ctx, g.StoreKey(k)); err != nil || r.Status != idem.StatusInProgress || r.Token != 0 {
+		if r, err := store.Get(ctx, g.StoreKey(k)); err != nil || r.Status != storage.StatusInProgress || r.Token != 0 {
 			t.Errorf("%s is %+v (%v), want released", k, r, err)
 		}
 	}
@@ -175,7 +176,7 @@ func TestShutdownLetsHandlerFinish(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if r, err := store.Get(context.Background(), g.StoreKey("j")); err != nil || r.Status != idem.StatusCompleted {
+	if r, err := store.Get(context.Background(), g.StoreKey("j")); err != nil || r.Status != storage.StatusCompleted {
 		t.Fatalf("record %+v (%v), want Completed", r, err)
 	}
 	waitFor(t, 5*time.Second, "the message acked", func() bool { return drained(t, cons) })

@@ -104,7 +104,11 @@ func (t *Telemetry) Observe(ctx context.Context, e idem.Event) {
 		t.storeCall(ctx, "claim", e, ns)
 		t.span(ctx, "idem claim", e, ns, attribute.String("idem.outcome", outcome), attribute.Int("idem.attempt", e.Attempt))
 	case idem.OpCacheHit:
-		t.claims.Add(ctx, 1, metric.WithAttributes(ns, attribute.String("idem.outcome", OutcomeReplayed)))
+		outcome := OutcomeReplayed
+		if errors.Is(e.Err, idem.ErrKeyReused) {
+			outcome = OutcomeKeyReused
+		}
+		t.claims.Add(ctx, 1, metric.WithAttributes(ns, attribute.String("idem.outcome", outcome)))
 		t.cacheHits.Add(ctx, 1, metric.WithAttributes(ns))
 	case idem.OpRun:
 		attrs := []attribute.KeyValue{ns}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 // The cases of Guard.DoBatch, run by Run with the others: every store runs
@@ -31,65 +32,46 @@ func init() {
 
 // spy counts the calls a Guard makes to its store and can refuse Extend.
 type spy struct {
-	idem.Store
+	storage.Store
 	claims, completes, claimBatches, completeBatches atomic.Int32
 	refuseExtend                                     atomic.Bool
 }
 
-func (s *spy) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+func (s *spy) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error) {
 	s.claims.Add(1)
 	return s.Store.Claim(ctx, a)
 }
 
-func (s *spy) Complete(ctx context.Context, key string, t idem.Token, v []byte, r time.Duration) error {
+func (s *spy) Complete(ctx context.Context, key string, t storage.Token, v []byte, r time.Duration) error {
 	s.completes.Add(1)
 	return s.Store.Complete(ctx, key, t, v, r)
 }
 
-func (s *spy) Extend(ctx context.Context, key string, t idem.Token, d time.Duration) error {
+func (s *spy) Extend(ctx context.Context, key string, t storage.Token, d time.Duration) error {
 	if s.refuseExtend.Load() {
 		return errors.New("idemtest: Extend refused")
 	}
 	return s.Store.Extend(ctx, key, t, d)
 }
 
-// batchSpy is a spy over a store with both batch calls, which it forwards.
-type batchSpy struct{ *spy }
-
-func (s batchSpy) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.Claim, error) {
+func (s *spy) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]storage.Claim, error) {
 	s.claimBatches.Add(1)
-	return s.Store.(idem.BatchClaimer).ClaimBatch(ctx, args)
+	return s.Store.ClaimBatch(ctx, args)
 }
 
-func (s batchSpy) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]error, error) {
+func (s *spy) CompleteBatch(ctx context.Context, cs []storage.Completion) ([]error, error) {
 	s.completeBatches.Add(1)
-	return s.Store.(idem.BatchCompleter).CompleteBatch(ctx, cs)
+	return s.Store.CompleteBatch(ctx, cs)
 }
 
-// claimSpy is a spy over a store with ClaimBatch only.
-type claimSpy struct{ *spy }
-
-func (s claimSpy) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.Claim, error) {
-	s.claimBatches.Add(1)
-	return s.Store.(idem.BatchClaimer).ClaimBatch(ctx, args)
-}
-
-// spied returns a spy over the case's store and the store to give a Guard:
-// the spy, with the batch calls of the store under it.
-func (e *env) spied() (*spy, idem.Store) {
+// spied returns a spy over the case's store, twice: as the spy and as the
+// store to give a Guard.
+func (e *env) spied() (*spy, storage.Store) {
 	s := &spy{Store: e.s}
-	_, claimer := e.s.(idem.BatchClaimer)
-	_, completer := e.s.(idem.BatchCompleter)
-	switch {
-	case claimer && completer:
-		return s, batchSpy{s}
-	case claimer:
-		return s, claimSpy{s}
-	}
 	return s, s
 }
 
-func (e *env) guard(s idem.Store, cfg idem.Config) *idem.Guard {
+func (e *env) guard(s storage.Store, cfg idem.Config) *idem.Guard {
 	e.t.Helper()
 	cfg.Namespace = e.ns
 	g, err := idem.New(s, cfg)
@@ -166,13 +148,7 @@ func doBatchRoundTrips(t *testing.T, e *env) {
 		wantResult(t, k, res[i], false)
 	}
 	// ClaimBatch, CompleteBatch, Claim and Complete calls wanted.
-	want := [4]int32{0, 0, int32(len(keys)), int32(len(keys))}
-	switch s.(type) {
-	case batchSpy:
-		want = [4]int32{1, 1, 0, 0}
-	case claimSpy:
-		want = [4]int32{1, 0, 0, int32(len(keys))}
-	}
+	want := [4]int32{1, 1, 0, 0}
 	got := [4]int32{sp.claimBatches.Load(), sp.completeBatches.Load(), sp.claims.Load(), sp.completes.Load()}
 	if want[1] == 1 && got[1] > 1 {
 		// A batch that ran past 50ms (a loaded machine) stores its values
@@ -329,17 +305,17 @@ func doBatchStops(t *testing.T, e *env) {
 func doBatchBusy(t *testing.T, e *env) {
 	_, s := e.spied()
 	g := e.guard(s, idem.Config{})
-	holder := e.mustClaim(idem.ClaimArgs{
-		Key:         idem.StoreKey(e.ns, "held"),
+	holder := e.mustClaim(storage.ClaimArgs{
+		Key:         storage.StoreKey(e.ns, "held"),
 		Fingerprint: idem.SHA256Fingerprint(nil, []byte("payload of held")),
 		Lease:       time.Minute, Retention: time.Minute,
-	}, idem.Acquired)
+	}, storage.Acquired)
 	c := &counter{ops: ops("first", "held", "last")}
 	res := g.DoBatch(ctx(t), c.ops, c.fn)
 	wantResult(t, "first", res[0], false)
 	wantErr(t, "held", res[1].Err, idem.ErrInProgress)
 	wantErr(t, "last", res[2].Err, idem.ErrNotRun)
-	if r := e.get("held"); r.Token != holder.Token || r.Status != idem.StatusInProgress {
+	if r := e.get("held"); r.Token != holder.Token || r.Status != storage.StatusInProgress {
 		t.Fatalf("the held key's record changed: %+v", r)
 	}
 	e.wantRunsAgain(g, "last", true)
@@ -348,7 +324,7 @@ func doBatchBusy(t *testing.T, e *env) {
 	gw := e.guard(s, idem.Config{Wait: 20 * time.Second})
 	go func() {
 		time.Sleep(Lease)
-		e.s.Complete(context.Background(), idem.StoreKey(e.ns, "held"), holder.Token, valueOf("held"), time.Minute)
+		e.s.Complete(context.Background(), storage.StoreKey(e.ns, "held"), holder.Token, valueOf("held"), time.Minute)
 	}()
 	c = &counter{ops: ops("held", "next")}
 	res = gw.DoBatch(ctx(t), c.ops, c.fn)
@@ -381,7 +357,6 @@ func doBatchPanic(t *testing.T, e *env) {
 
 func doBatchHeartbeat(t *testing.T, e *env) {
 	_, s := e.spied()
-	_, claimsAhead := s.(idem.BatchClaimer) // else the key is claimed at its turn
 	// A lease of 40 of the suite's: a slow store's Extend (dynalite under
 	// the race detector, beside the suite's other cases) stays well within
 	// it.
@@ -389,14 +364,14 @@ func doBatchHeartbeat(t *testing.T, e *env) {
 	g := e.guard(s, idem.Config{Lease: lease})
 	c := &counter{ops: ops("slow", "waiting")}
 	res := g.DoBatch(ctx(t), c.ops, func(ctx context.Context, i int) ([]byte, error) {
-		if i == 0 && claimsAhead {
+		if i == 0 {
 			// Hold the batch past the end of its first lease. The second
 			// key's claim is held meanwhile: another claimer finds it busy.
 			deadline := time.Now().Add(lease * 3 / 2)
 			for time.Now().Before(deadline) {
 				time.Sleep(lease / 4)
-				a := idem.ClaimArgs{Key: idem.StoreKey(e.ns, "waiting"), Fingerprint: idem.SHA256Fingerprint(nil, []byte("payload of waiting")), Lease: Lease, Retention: time.Minute}
-				if cl := e.mustClaim(a, idem.Busy); cl.Record.Attempt != 1 {
+				a := storage.ClaimArgs{Key: storage.StoreKey(e.ns, "waiting"), Fingerprint: idem.SHA256Fingerprint(nil, []byte("payload of waiting")), Lease: Lease, Retention: time.Minute}
+				if cl := e.mustClaim(a, storage.Busy); cl.Record.Attempt != 1 {
 					t.Errorf("waiting key: attempt %d, want 1", cl.Record.Attempt)
 				}
 			}
@@ -435,7 +410,7 @@ func doBatchFenced(t *testing.T, e *env) {
 		t.Fatalf("the other holder: %v", otherErr)
 	}
 	wantErr(t, "stale holder's result", res[0].Err, idem.ErrLeaseLost)
-	if r := e.get("k"); r.Status != idem.StatusCompleted || string(r.Result) != "other's" {
+	if r := e.get("k"); r.Status != storage.StatusCompleted || string(r.Result) != "other's" {
 		t.Fatalf("record %v %q, want the other holder's value", r.Status, r.Result)
 	}
 }

@@ -1,8 +1,8 @@
-// Package idemtest holds the conformance suite every [idem.Store] runs from
+// Package idemtest holds the conformance suite every [storage.Store] runs from
 // its own tests, like testing/slogtest for slog handlers:
 //
 //	func TestConformance(t *testing.T) {
-//		idemtest.Run(t, func(t *testing.T) idem.Store { return newStore(t) })
+//		idemtest.Run(t, func(t *testing.T) storage.Store { return newStore(t) })
 //	}
 //
 // Each case is a parallel subtest under a namespace of its own, so newStore
@@ -22,13 +22,14 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 // Lease is the lease the suite claims with; expiry cases wait a few of them.
 const Lease = 50 * time.Millisecond
 
 // Run runs the conformance suite against the stores newStore returns.
-func Run(t *testing.T, newStore func(t *testing.T) idem.Store) {
+func Run(t *testing.T, newStore func(t *testing.T) storage.Store) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -71,11 +72,11 @@ var cases = []suiteCase{
 // env is one case's view of the store: its own namespace and helpers.
 type env struct {
 	t  *testing.T
-	s  idem.Store
+	s  storage.Store
 	ns string
 }
 
-func newEnv(t *testing.T, s idem.Store) *env {
+func newEnv(t *testing.T, s storage.Store) *env {
 	var b [8]byte
 	rand.Read(b[:])
 	return &env{t: t, s: s, ns: "idemtest-" + hex.EncodeToString(b[:])}
@@ -88,15 +89,15 @@ func ctx(t *testing.T) context.Context {
 }
 
 // key returns the store key of k in the case's namespace.
-func (e *env) key(k string) string { return idem.StoreKey(e.ns, k) }
+func (e *env) key(k string) string { return storage.StoreKey(e.ns, k) }
 
-func (e *env) args(k, fingerprint string) idem.ClaimArgs {
-	return idem.ClaimArgs{Key: e.key(k), Fingerprint: []byte(fingerprint), Lease: Lease, Retention: time.Minute}
+func (e *env) args(k, fingerprint string) storage.ClaimArgs {
+	return storage.ClaimArgs{Key: e.key(k), Fingerprint: []byte(fingerprint), Lease: Lease, Retention: time.Minute}
 }
 
-func (e *env) claim(a idem.ClaimArgs) (idem.Claim, error) { return e.s.Claim(ctx(e.t), a) }
+func (e *env) claim(a storage.ClaimArgs) (storage.Claim, error) { return e.s.Claim(ctx(e.t), a) }
 
-func (e *env) mustClaim(a idem.ClaimArgs, want idem.Outcome) idem.Claim {
+func (e *env) mustClaim(a storage.ClaimArgs, want storage.Outcome) storage.Claim {
 	e.t.Helper()
 	c, err := e.claim(a)
 	if err != nil {
@@ -105,7 +106,7 @@ func (e *env) mustClaim(a idem.ClaimArgs, want idem.Outcome) idem.Claim {
 	if c.Outcome != want {
 		e.t.Fatalf("Claim(%q) = %v (record %+v), want %v", a.Key, c.Outcome, c.Record, want)
 	}
-	if want == idem.Acquired && c.Token == 0 {
+	if want == storage.Acquired && c.Token == 0 {
 		e.t.Fatalf("Claim(%q) acquired with the zero token", a.Key)
 	}
 	return c
@@ -120,20 +121,20 @@ const AwaitTimeout = 20 * time.Second
 // awaitAcquire claims until Acquired: the lease or the record has to expire
 // first. It fails after AwaitTimeout. Errors in tolerate may answer while
 // it waits.
-func (e *env) awaitAcquire(a idem.ClaimArgs, tolerate ...error) idem.Claim {
+func (e *env) awaitAcquire(a storage.ClaimArgs, tolerate ...error) storage.Claim {
 	e.t.Helper()
 	deadline := time.Now().Add(AwaitTimeout)
 	for {
 		c, err := e.claim(a)
 		for _, ok := range tolerate {
 			if errors.Is(err, ok) {
-				c, err = idem.Claim{Outcome: idem.Busy}, nil
+				c, err = storage.Claim{Outcome: storage.Busy}, nil
 			}
 		}
 		if err != nil {
 			e.t.Fatalf("Claim(%q): %v", a.Key, err)
 		}
-		if c.Outcome == idem.Acquired {
+		if c.Outcome == storage.Acquired {
 			return c
 		}
 		if time.Now().After(deadline) {
@@ -143,13 +144,13 @@ func (e *env) awaitAcquire(a idem.ClaimArgs, tolerate ...error) idem.Claim {
 	}
 }
 
-func (e *env) get(k string) idem.Record {
+func (e *env) get(k string) storage.Record {
 	e.t.Helper()
 	return e.getStored(e.key(k))
 }
 
 // getStored returns the record of the store key.
-func (e *env) getStored(key string) idem.Record {
+func (e *env) getStored(key string) storage.Record {
 	e.t.Helper()
 	r, err := e.s.Get(ctx(e.t), key)
 	if err != nil {
@@ -160,7 +161,7 @@ func (e *env) getStored(key string) idem.Record {
 
 // sameRecord reports a difference of two reads of one record, ignoring
 // nothing the state machine defines.
-func sameRecord(a, b idem.Record) bool {
+func sameRecord(a, b storage.Record) bool {
 	return a.Key == b.Key && a.Status == b.Status && a.Token == b.Token && a.Attempt == b.Attempt &&
 		bytes.Equal(a.Fingerprint, b.Fingerprint) && bytes.Equal(a.Result, b.Result) &&
 		a.LeaseUntil.Equal(b.LeaseUntil) && a.ExpiresAt.Equal(b.ExpiresAt)
@@ -187,9 +188,9 @@ func concurrentClaims(t *testing.T, e *env) {
 			switch {
 			case err != nil:
 				t.Errorf("Claim: %v", err)
-			case c.Outcome == idem.Acquired:
+			case c.Outcome == storage.Acquired:
 				acquired.Add(1)
-			case c.Outcome == idem.Busy:
+			case c.Outcome == storage.Busy:
 				busy.Add(1)
 			default:
 				t.Errorf("Claim = %v, want Acquired or Busy", c.Outcome)
@@ -243,8 +244,8 @@ func guardRunsOnce(t *testing.T, e *env) {
 
 func duplicateGetsValue(t *testing.T, e *env) {
 	a := e.args("k", "fp")
-	c := e.mustClaim(a, idem.Acquired)
-	if c.Record.Attempt != 1 || c.Record.Status != idem.StatusInProgress {
+	c := e.mustClaim(a, storage.Acquired)
+	if c.Record.Attempt != 1 || c.Record.Status != storage.StatusInProgress {
 		t.Fatalf("first claim: record %+v, want InProgress attempt 1", c.Record)
 	}
 	value := []byte{0, 1, 2, 0xff, 0xfe, 'o', 'k', 0}
@@ -252,8 +253,8 @@ func duplicateGetsValue(t *testing.T, e *env) {
 		t.Fatalf("Complete: %v", err)
 	}
 	for range 3 {
-		d := e.mustClaim(a, idem.Duplicate)
-		if d.Record.Status != idem.StatusCompleted || !bytes.Equal(d.Record.Result, value) {
+		d := e.mustClaim(a, storage.Duplicate)
+		if d.Record.Status != storage.StatusCompleted || !bytes.Equal(d.Record.Result, value) {
 			t.Fatalf("duplicate: %v %q, want Completed %q", d.Record.Status, d.Record.Result, value)
 		}
 		d.Record.Result[0] = 'X' // the caller owns what it got
@@ -265,13 +266,13 @@ func duplicateGetsValue(t *testing.T, e *env) {
 
 func failStoresCause(t *testing.T, e *env) {
 	a := e.args("k", "fp")
-	c := e.mustClaim(a, idem.Acquired)
+	c := e.mustClaim(a, storage.Acquired)
 	cause := idem.EncodeFailure(errors.New("card declined"))
 	if err := e.s.Fail(ctx(t), a.Key, c.Token, cause, time.Minute); err != nil {
 		t.Fatalf("Fail: %v", err)
 	}
-	d := e.mustClaim(a, idem.Duplicate)
-	if d.Record.Status != idem.StatusFailed || !bytes.Equal(d.Record.Result, cause) {
+	d := e.mustClaim(a, storage.Duplicate)
+	if d.Record.Status != storage.StatusFailed || !bytes.Equal(d.Record.Result, cause) {
 		t.Fatalf("duplicate: %v %q, want Failed %q", d.Record.Status, d.Record.Result, cause)
 	}
 	if err := idem.DecodeFailure(d.Record.Result); err.Error() != "card declined" || !idem.IsPermanent(err) {
@@ -282,9 +283,9 @@ func failStoresCause(t *testing.T, e *env) {
 func busyWhileLeaseLive(t *testing.T, e *env) {
 	a := e.args("k", "fp")
 	a.Lease = time.Minute
-	c := e.mustClaim(a, idem.Acquired)
-	b := e.mustClaim(a, idem.Busy)
-	if b.Record.Attempt != 1 || b.Record.Status != idem.StatusInProgress || !bytes.Equal(b.Record.Fingerprint, a.Fingerprint) {
+	c := e.mustClaim(a, storage.Acquired)
+	b := e.mustClaim(a, storage.Busy)
+	if b.Record.Attempt != 1 || b.Record.Status != storage.StatusInProgress || !bytes.Equal(b.Record.Fingerprint, a.Fingerprint) {
 		t.Fatalf("busy record %+v, want the holder's (InProgress, attempt 1)", b.Record)
 	}
 	checkBusyHasNoToken(t, e, a.Key, b, c.Token)
@@ -293,14 +294,14 @@ func busyWhileLeaseLive(t *testing.T, e *env) {
 // checkBusyHasNoToken checks that the Busy claim b, of key held with the
 // token holder, hands out no token: whoever gets a Busy answer must not be
 // able to complete, fail, release or extend the holder's lease.
-func checkBusyHasNoToken(t *testing.T, e *env, key string, b idem.Claim, holder idem.Token) {
+func checkBusyHasNoToken(t *testing.T, e *env, key string, b storage.Claim, holder storage.Token) {
 	t.Helper()
 	if b.Token != 0 || b.Record.Token != 0 {
 		t.Fatalf("a Busy claim carries token %d and record token %d (the holder's is %d), want none", b.Token, b.Record.Token, holder)
 	}
 	before := e.getStored(key)
 	c := ctx(t)
-	for _, tok := range []idem.Token{b.Token, b.Record.Token} {
+	for _, tok := range []storage.Token{b.Token, b.Record.Token} {
 		wantErr(t, "Complete with a Busy answer's token", e.s.Complete(c, key, tok, []byte("stolen"), time.Minute), idem.ErrLeaseLost)
 		wantErr(t, "Release with a Busy answer's token", e.s.Release(c, key, tok), idem.ErrLeaseLost)
 		wantErr(t, "Extend with a Busy answer's token", e.s.Extend(c, key, tok, time.Minute), idem.ErrLeaseLost)
@@ -312,7 +313,7 @@ func checkBusyHasNoToken(t *testing.T, e *env, key string, b idem.Claim, holder 
 
 func takeoverAfterExpiry(t *testing.T, e *env) {
 	a := e.args("k", "fp")
-	first := e.mustClaim(a, idem.Acquired)
+	first := e.mustClaim(a, storage.Acquired)
 	second := e.awaitAcquire(a)
 	if second.Token == first.Token {
 		t.Fatalf("takeover reused token %d", first.Token)
@@ -327,7 +328,7 @@ func takeoverAfterExpiry(t *testing.T, e *env) {
 
 func staleTokenFenced(t *testing.T, e *env) {
 	a := e.args("k", "fp")
-	old := e.mustClaim(a, idem.Acquired)
+	old := e.mustClaim(a, storage.Acquired)
 	cur := e.awaitAcquire(a)
 	before := e.get("k")
 	c := ctx(t)
@@ -342,19 +343,19 @@ func staleTokenFenced(t *testing.T, e *env) {
 	if err := e.s.Complete(c, a.Key, cur.Token, []byte("current"), time.Minute); err != nil {
 		t.Fatalf("current holder's Complete: %v", err)
 	}
-	if d := e.mustClaim(a, idem.Duplicate); string(d.Record.Result) != "current" {
+	if d := e.mustClaim(a, storage.Duplicate); string(d.Record.Result) != "current" {
 		t.Fatalf("outcome %q, want the current holder's %q", d.Record.Result, "current")
 	}
 }
 
 func lateHolderMayFinish(t *testing.T, e *env) {
 	a := e.args("k", "fp")
-	c := e.mustClaim(a, idem.Acquired)
+	c := e.mustClaim(a, storage.Acquired)
 	time.Sleep(2 * Lease) // the lease ends; nobody claims
 	if err := e.s.Complete(ctx(t), a.Key, c.Token, []byte("late"), time.Minute); err != nil {
 		t.Fatalf("Complete by a late holder nobody displaced: %v", err)
 	}
-	if d := e.mustClaim(a, idem.Duplicate); string(d.Record.Result) != "late" {
+	if d := e.mustClaim(a, storage.Duplicate); string(d.Record.Result) != "late" {
 		t.Fatalf("outcome %q, want %q", d.Record.Result, "late")
 	}
 }
@@ -368,10 +369,10 @@ var outcomes = []struct {
 
 // finish claims k and stores value as its outcome, Failed when fail, else
 // Completed, and returns the claim and its arguments.
-func (e *env) finish(k string, fail bool, value []byte) (idem.ClaimArgs, idem.Claim) {
+func (e *env) finish(k string, fail bool, value []byte) (storage.ClaimArgs, storage.Claim) {
 	e.t.Helper()
 	a := e.args(k, "fp")
-	c := e.mustClaim(a, idem.Acquired)
+	c := e.mustClaim(a, storage.Acquired)
 	var err error
 	if fail {
 		err = e.s.Fail(ctx(e.t), a.Key, c.Token, value, time.Minute)
@@ -402,21 +403,21 @@ func outcomeIsFinal(t *testing.T, e *env) {
 			t.Fatalf("%s: calls on an outcome changed it:\nbefore %+v\nafter  %+v", k, before, after)
 		}
 		time.Sleep(2 * Lease) // an outcome has no lease to expire
-		e.mustClaim(a, idem.Duplicate)
+		e.mustClaim(a, storage.Duplicate)
 	}
 }
 
 func releaseLetsNextAcquire(t *testing.T, e *env) {
 	a := e.args("k", "fp")
 	a.Lease = time.Minute
-	first := e.mustClaim(a, idem.Acquired)
+	first := e.mustClaim(a, storage.Acquired)
 	if err := e.s.Release(ctx(t), a.Key, first.Token); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 	wantErr(t, "Complete with the released token", e.s.Complete(ctx(t), a.Key, first.Token, []byte("x"), time.Minute), idem.ErrLeaseLost)
 	wantErr(t, "Extend with the released token", e.s.Extend(ctx(t), a.Key, first.Token, time.Minute), idem.ErrLeaseLost)
 	wantErr(t, "Release again", e.s.Release(ctx(t), a.Key, first.Token), idem.ErrLeaseLost)
-	next := e.mustClaim(a, idem.Acquired) // at once, not after the minute's lease
+	next := e.mustClaim(a, storage.Acquired) // at once, not after the minute's lease
 	if next.Token == first.Token || next.Record.Attempt != 2 {
 		t.Fatalf("claim after Release: token %d attempt %d, want a new token and attempt 2", next.Token, next.Record.Attempt)
 	}
@@ -431,12 +432,12 @@ func releaseLetsNextAcquire(t *testing.T, e *env) {
 // beyond the sleep that follows.
 func extendKeepsLease(t *testing.T, e *env) {
 	a := e.args("k", "fp")
-	c := e.mustClaim(a, idem.Acquired)
+	c := e.mustClaim(a, storage.Acquired)
 	if err := e.s.Extend(ctx(t), a.Key, c.Token, time.Minute); err != nil {
 		t.Fatalf("Extend: %v", err)
 	}
 	time.Sleep(3 * Lease) // the lease claimed with is over; the extension is not
-	e.mustClaim(a, idem.Busy)
+	e.mustClaim(a, storage.Busy)
 	if r := e.get("k"); r.Token != c.Token || !r.LeaseUntil.After(time.Now().Add(30*time.Second)) {
 		t.Fatalf("record after Extend(1m): token %d lease until %v, want token %d and a lease a minute ahead", r.Token, r.LeaseUntil, c.Token)
 	}
@@ -457,7 +458,7 @@ func maxAttemptsFails(t *testing.T, e *env) {
 	a.MaxAttempts = 3
 	a.Lease = time.Minute
 	for i := 1; i <= 3; i++ {
-		c := e.mustClaim(a, idem.Acquired)
+		c := e.mustClaim(a, storage.Acquired)
 		if c.Record.Attempt != i {
 			t.Fatalf("claim %d: attempt %d", i, c.Record.Attempt)
 		}
@@ -465,22 +466,22 @@ func maxAttemptsFails(t *testing.T, e *env) {
 			t.Fatalf("Release: %v", err)
 		}
 	}
-	d := e.mustClaim(a, idem.Duplicate)
-	if d.Record.Status != idem.StatusFailed {
+	d := e.mustClaim(a, storage.Duplicate)
+	if d.Record.Status != storage.StatusFailed {
 		t.Fatalf("claim 4 with MaxAttempts 3: %v, want Failed", d.Record.Status)
 	}
 	if err := idem.DecodeFailure(d.Record.Result); !errors.Is(err, idem.ErrTooManyAttempts) {
 		t.Fatalf("stored failure %v, want ErrTooManyAttempts", err)
 	}
-	if r := e.get("k"); r.Status != idem.StatusFailed {
+	if r := e.get("k"); r.Status != storage.StatusFailed {
 		t.Fatalf("record %v after the cap, want Failed", r.Status)
 	}
-	e.mustClaim(a, idem.Duplicate)
+	e.mustClaim(a, storage.Duplicate)
 }
 
 func retentionFreesKey(t *testing.T, e *env) {
 	a := e.args("k", "fp")
-	c := e.mustClaim(a, idem.Acquired)
+	c := e.mustClaim(a, storage.Acquired)
 	stored := time.Now()
 	if err := e.s.Complete(ctx(t), a.Key, c.Token, []byte("v"), 2*Lease); err != nil {
 		t.Fatalf("Complete: %v", err)
@@ -491,10 +492,10 @@ func retentionFreesKey(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatalf("Claim(%q): %v", a.Key, err)
 	}
-	if again.Outcome != idem.Duplicate && time.Since(stored) < 2*Lease {
+	if again.Outcome != storage.Duplicate && time.Since(stored) < 2*Lease {
 		t.Fatalf("Claim(%q) within the outcome's retention = %v, want Duplicate", a.Key, again.Outcome)
 	}
-	if again.Outcome != idem.Acquired {
+	if again.Outcome != storage.Acquired {
 		again = e.awaitAcquire(a)
 	}
 	if again.Record.Attempt != 1 {
@@ -502,7 +503,7 @@ func retentionFreesKey(t *testing.T, e *env) {
 	}
 	// A record that expired is forgotten: a new payload may use the key.
 	b := e.args("other", "fp")
-	c = e.mustClaim(b, idem.Acquired)
+	c = e.mustClaim(b, storage.Acquired)
 	if err := e.s.Complete(ctx(t), b.Key, c.Token, []byte("v"), 2*Lease); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
@@ -512,8 +513,8 @@ func retentionFreesKey(t *testing.T, e *env) {
 
 func recreatedRefusesOldTokens(t *testing.T, e *env) {
 	a := e.args("k", "fp")
-	seen := map[idem.Token]bool{}
-	var old []idem.Token
+	seen := map[storage.Token]bool{}
+	var old []storage.Token
 	for range 4 {
 		c := e.awaitAcquire(a)
 		if seen[c.Token] {
@@ -538,7 +539,7 @@ func fingerprintMismatch(t *testing.T, e *env) {
 	a.Lease = time.Minute
 	other := a
 	other.Fingerprint = []byte("fp2")
-	c := e.mustClaim(a, idem.Acquired)
+	c := e.mustClaim(a, storage.Acquired)
 	check := func(status string) {
 		t.Helper()
 		before := e.get("k")
@@ -553,14 +554,14 @@ func fingerprintMismatch(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	check("released, lease over") // before takeover is considered
-	c = e.mustClaim(a, idem.Acquired)
+	c = e.mustClaim(a, storage.Acquired)
 	if err := e.s.Complete(ctx(t), a.Key, c.Token, []byte("v"), time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	check("completed")
 
 	f := e.args("f", "fp")
-	c = e.mustClaim(f, idem.Acquired)
+	c = e.mustClaim(f, storage.Acquired)
 	if err := e.s.Fail(ctx(t), f.Key, c.Token, idem.EncodeFailure(errors.New("no")), time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -570,7 +571,7 @@ func fingerprintMismatch(t *testing.T, e *env) {
 
 	// Fingerprints compare byte for byte: a prefix is another fingerprint.
 	p := e.args("p", "abc")
-	e.mustClaim(p, idem.Acquired)
+	e.mustClaim(p, storage.Acquired)
 	p.Fingerprint = []byte("ab")
 	_, err = e.claim(p)
 	wantErr(t, "claim with a prefix of the fingerprint", err, idem.ErrKeyReused)
@@ -585,28 +586,28 @@ func keysNeverCollide(t *testing.T, e *env) {
 		{e.ns, long[:254]}, {e.ns, "ключ"}, {e.ns, " k"}, {e.ns, "k "}, {e.ns, "*"}, {e.ns, "?"}, {e.ns, "%s"},
 	}
 	c := ctx(t)
-	tokens := map[string]idem.Token{}
+	tokens := map[string]storage.Token{}
 	for i, k := range keys {
 		// Scope even the literal namespaces to this run.
-		sk := idem.StoreKey(e.ns+"/"+k.ns, k.key)
+		sk := storage.StoreKey(e.ns+"/"+k.ns, k.key)
 		if _, dup := tokens[sk]; dup {
 			t.Fatalf("StoreKey collision for %q/%q", k.ns, k.key)
 		}
-		cl, err := e.s.Claim(c, idem.ClaimArgs{Key: sk, Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Minute})
-		if err != nil || cl.Outcome != idem.Acquired {
+		cl, err := e.s.Claim(c, storage.ClaimArgs{Key: sk, Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Minute})
+		if err != nil || cl.Outcome != storage.Acquired {
 			t.Fatalf("key %d (%q/%q): %v %v, want Acquired: another key's record answered", i, k.ns, k.key, cl.Outcome, err)
 		}
 		tokens[sk] = cl.Token
 	}
 	for i, k := range keys {
-		sk := idem.StoreKey(e.ns+"/"+k.ns, k.key)
+		sk := storage.StoreKey(e.ns+"/"+k.ns, k.key)
 		v := []byte{byte(i)}
 		if err := e.s.Complete(c, sk, tokens[sk], v, time.Minute); err != nil {
 			t.Fatalf("Complete key %d: %v", i, err)
 		}
 	}
 	for i, k := range keys {
-		sk := idem.StoreKey(e.ns+"/"+k.ns, k.key)
+		sk := storage.StoreKey(e.ns+"/"+k.ns, k.key)
 		r, err := e.s.Get(c, sk)
 		if err != nil || r.Key != sk || !bytes.Equal(r.Result, []byte{byte(i)}) {
 			t.Fatalf("key %d (%q/%q): record %q %q %v, want its own value %d", i, k.ns, k.key, r.Key, r.Result, err, i)
@@ -616,38 +617,37 @@ func keysNeverCollide(t *testing.T, e *env) {
 
 func largeValue(t *testing.T, e *env) {
 	n := 1 << 20
-	if l, ok := e.s.(idem.ValueLimiter); ok {
-		n = min(n, l.MaxValueSize())
+	if l := e.s.MaxValueSize(); l > 0 {
+		n = min(n, l)
 	}
 	value := make([]byte, n)
 	rand.Read(value)
 	a := e.args("k", "fp")
-	c := e.mustClaim(a, idem.Acquired)
+	c := e.mustClaim(a, storage.Acquired)
 	if err := e.s.Complete(ctx(t), a.Key, c.Token, value, time.Minute); err != nil {
 		t.Fatalf("Complete with %d bytes: %v", n, err)
 	}
-	d := e.mustClaim(a, idem.Duplicate)
+	d := e.mustClaim(a, storage.Duplicate)
 	if !bytes.Equal(d.Record.Result, value) {
 		t.Fatalf("a value of %d bytes came back as %d different bytes", n, len(d.Record.Result))
 	}
 }
 
 // valueOverLimit holds a store that states its value limit to it
-// (idem.ValueLimiter): a value or cause one byte longer is refused with an
+// (storage.Store.MaxValueSize): a value or cause one byte longer is refused with an
 // error wrapping idem.ErrValueTooLarge and changes nothing, one of exactly
 // the limit is stored and read back.
 func valueOverLimit(t *testing.T, e *env) {
-	l, ok := e.s.(idem.ValueLimiter)
-	if !ok {
-		t.Skip("the store does not state a value limit (MaxValueSize)")
+	limit := e.s.MaxValueSize()
+	if limit == 0 {
+		t.Skip("the store keeps values of any size (MaxValueSize 0)")
 	}
-	limit := l.MaxValueSize()
-	if limit <= 0 || limit > 64<<20 {
+	if limit < 0 || limit > 64<<20 {
 		t.Fatalf("MaxValueSize() = %d, want a positive limit the suite can fill (at most 64 MiB)", limit)
 	}
 	a := e.args("k", "fp")
 	a.Lease = time.Minute
-	c := e.mustClaim(a, idem.Acquired)
+	c := e.mustClaim(a, storage.Acquired)
 	before := e.get("k")
 	cx := ctx(t)
 	over := make([]byte, limit+1)
@@ -659,8 +659,8 @@ func valueOverLimit(t *testing.T, e *env) {
 			t.Fatalf("%s with %d bytes, over MaxValueSize %d: error %v, want one wrapping idem.ErrValueTooLarge", what, len(over), limit, err)
 		}
 	}
-	if bc, ok := e.s.(idem.BatchCompleter); ok {
-		errs, err := bc.CompleteBatch(cx, []idem.Completion{{Key: a.Key, Token: c.Token, Value: over, Retention: time.Minute}})
+	{
+		errs, err := e.s.CompleteBatch(cx, []storage.Completion{{Key: a.Key, Token: c.Token, Value: over, Retention: time.Minute}})
 		if err == nil && (len(errs) != 1 || !errors.Is(errs[0], idem.ErrValueTooLarge)) {
 			t.Fatalf("CompleteBatch with %d bytes, over MaxValueSize %d: %v, want a refusal wrapping idem.ErrValueTooLarge", len(over), limit, errs)
 		}
@@ -676,7 +676,7 @@ func valueOverLimit(t *testing.T, e *env) {
 	if err := e.s.Complete(cx, a.Key, c.Token, value, time.Minute); err != nil {
 		t.Fatalf("Complete with MaxValueSize (%d) bytes: %v", limit, err)
 	}
-	if d := e.mustClaim(a, idem.Duplicate); !bytes.Equal(d.Record.Result, value) {
+	if d := e.mustClaim(a, storage.Duplicate); !bytes.Equal(d.Record.Result, value) {
 		t.Fatalf("a value of MaxValueSize bytes came back as %d different bytes", len(d.Record.Result))
 	}
 }
@@ -691,9 +691,9 @@ func getAndDelete(t *testing.T, e *env) {
 	}
 	a := e.args("k", "fp")
 	a.Lease = time.Minute
-	cl := e.mustClaim(a, idem.Acquired)
+	cl := e.mustClaim(a, storage.Acquired)
 	r := e.get("k")
-	if r.Key != a.Key || r.Status != idem.StatusInProgress || r.Token != cl.Token || r.Attempt != 1 ||
+	if r.Key != a.Key || r.Status != storage.StatusInProgress || r.Token != cl.Token || r.Attempt != 1 ||
 		!bytes.Equal(r.Fingerprint, a.Fingerprint) || !r.LeaseUntil.After(time.Now().Add(-time.Minute)) ||
 		!r.ExpiresAt.After(r.LeaseUntil.Add(-time.Second)) {
 		t.Fatalf("Get = %+v, want the claim's InProgress record", r)
@@ -705,36 +705,33 @@ func getAndDelete(t *testing.T, e *env) {
 		t.Fatalf("Get after Delete: %v, want ErrNotFound", err)
 	}
 	wantErr(t, "Complete after Delete", e.s.Complete(c, a.Key, cl.Token, []byte("v"), time.Minute), idem.ErrLeaseLost)
-	next := e.mustClaim(a, idem.Acquired)
+	next := e.mustClaim(a, storage.Acquired)
 	if next.Token == cl.Token || next.Record.Attempt != 1 {
 		t.Fatalf("claim after Delete: token %d attempt %d, want a new token, attempt 1", next.Token, next.Record.Attempt)
 	}
 }
 
 func claimBatchAgrees(t *testing.T, e *env) {
-	bc, ok := e.s.(idem.BatchClaimer)
-	if !ok {
-		t.Skip("the store does not implement idem.BatchClaimer")
-	}
+	bc := e.s
 	c := ctx(t)
 	// Set up: "done" completed, "busy" in progress, "reused" completed with another fingerprint.
 	done := e.args("done", "fp")
-	cl := e.mustClaim(done, idem.Acquired)
+	cl := e.mustClaim(done, storage.Acquired)
 	if err := e.s.Complete(c, done.Key, cl.Token, []byte("done-value"), time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	busy := e.args("busy", "fp")
 	busy.Lease = time.Minute
-	holder := e.mustClaim(busy, idem.Acquired)
+	holder := e.mustClaim(busy, storage.Acquired)
 	reused := e.args("reused", "other")
-	cl = e.mustClaim(reused, idem.Acquired)
+	cl = e.mustClaim(reused, storage.Acquired)
 	if err := e.s.Complete(c, reused.Key, cl.Token, []byte("r"), time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	reused.Fingerprint = []byte("fp")
 	fresh := e.args("fresh", "fp")
 	fresh.Lease = time.Minute
-	args := []idem.ClaimArgs{fresh, done, busy, reused, fresh}
+	args := []storage.ClaimArgs{fresh, done, busy, reused, fresh}
 	got, err := bc.ClaimBatch(c, args)
 	if err != nil {
 		t.Fatalf("ClaimBatch: %v", err)
@@ -742,20 +739,20 @@ func claimBatchAgrees(t *testing.T, e *env) {
 	if len(got) != len(args) {
 		t.Fatalf("ClaimBatch returned %d claims for %d args", len(got), len(args))
 	}
-	if got[0].Outcome != idem.Acquired || got[0].Token == 0 || got[0].Err != nil {
+	if got[0].Outcome != storage.Acquired || got[0].Token == 0 || got[0].Err != nil {
 		t.Fatalf("fresh key: %+v, want Acquired", got[0])
 	}
-	if got[1].Outcome != idem.Duplicate || string(got[1].Record.Result) != "done-value" {
+	if got[1].Outcome != storage.Duplicate || string(got[1].Record.Result) != "done-value" {
 		t.Fatalf("completed key: %v %q, want Duplicate %q", got[1].Outcome, got[1].Record.Result, "done-value")
 	}
-	if got[2].Outcome != idem.Busy || got[2].Record.Attempt != 1 {
+	if got[2].Outcome != storage.Busy || got[2].Record.Attempt != 1 {
 		t.Fatalf("busy key: %+v, want Busy with the holder's record", got[2])
 	}
 	checkBusyHasNoToken(t, e, busy.Key, got[2], holder.Token)
 	if !errors.Is(got[3].Err, idem.ErrKeyReused) {
 		t.Fatalf("reused key: Err %v, want ErrKeyReused", got[3].Err)
 	}
-	if got[4].Outcome != idem.Busy || got[4].Record.Attempt != 1 {
+	if got[4].Outcome != storage.Busy || got[4].Record.Attempt != 1 {
 		t.Fatalf("second entry of the fresh key: %+v, want Busy behind the first", got[4])
 	}
 	checkBusyHasNoToken(t, e, fresh.Key, got[4], got[0].Token)
@@ -763,7 +760,7 @@ func claimBatchAgrees(t *testing.T, e *env) {
 	if err := e.s.Complete(c, fresh.Key, got[0].Token, []byte("f"), time.Minute); err != nil {
 		t.Fatalf("Complete of a batch claim: %v", err)
 	}
-	if d := e.mustClaim(fresh, idem.Duplicate); string(d.Record.Result) != "f" {
+	if d := e.mustClaim(fresh, storage.Duplicate); string(d.Record.Result) != "f" {
 		t.Fatalf("after batch: %q", d.Record.Result)
 	}
 	if got, err := bc.ClaimBatch(c, nil); err != nil || len(got) != 0 {
@@ -772,15 +769,12 @@ func claimBatchAgrees(t *testing.T, e *env) {
 }
 
 func completeBatchAgrees(t *testing.T, e *env) {
-	bc, ok := e.s.(idem.BatchCompleter)
-	if !ok {
-		t.Skip("the store does not implement idem.BatchCompleter")
-	}
+	bc := e.s
 	c := ctx(t)
 	x, y := e.args("x", "fp"), e.args("y", "fp")
 	x.Lease, y.Lease = time.Minute, time.Minute
-	cx, cy := e.mustClaim(x, idem.Acquired), e.mustClaim(y, idem.Acquired)
-	errs, err := bc.CompleteBatch(c, []idem.Completion{
+	cx, cy := e.mustClaim(x, storage.Acquired), e.mustClaim(y, storage.Acquired)
+	errs, err := bc.CompleteBatch(c, []storage.Completion{
 		{Key: x.Key, Token: cx.Token, Value: []byte("vx"), Retention: time.Minute},
 		{Key: y.Key, Token: cy.Token + 1, Value: []byte("wrong"), Retention: time.Minute},
 		{Key: e.key("absent"), Token: 7, Value: []byte("v"), Retention: time.Minute},
@@ -791,10 +785,10 @@ func completeBatchAgrees(t *testing.T, e *env) {
 	if errs[0] != nil || !errors.Is(errs[1], idem.ErrLeaseLost) || !errors.Is(errs[2], idem.ErrLeaseLost) {
 		t.Fatalf("CompleteBatch errors %v, want [nil ErrLeaseLost ErrLeaseLost]", errs)
 	}
-	if d := e.mustClaim(x, idem.Duplicate); string(d.Record.Result) != "vx" {
+	if d := e.mustClaim(x, storage.Duplicate); string(d.Record.Result) != "vx" {
 		t.Fatalf("x: %q, want vx", d.Record.Result)
 	}
-	if r := e.get("y"); r.Status != idem.StatusInProgress || r.Token != cy.Token {
+	if r := e.get("y"); r.Status != storage.StatusInProgress || r.Token != cy.Token {
 		t.Fatalf("y after a wrong token: %+v, want unchanged InProgress", r)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/memstore"
+	"github.com/idemgo/idem/storage"
 )
 
 func TestMain(m *testing.M) { idemtest.Main(m, "github.com/idemgo/idem") }
@@ -23,7 +24,7 @@ type broken struct {
 	bug string
 }
 
-func (b broken) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+func (b broken) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error) {
 	switch b.bug {
 	case "ignores-fingerprint":
 		a.Fingerprint = nil
@@ -33,18 +34,18 @@ func (b broken) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 		_, err := b.Get(ctx, a.Key)
 		time.Sleep(time.Millisecond) // a network round trip between check and act
 		c, cerr := b.Store.Claim(ctx, a)
-		if errors.Is(err, idem.ErrNotFound) && c.Outcome == idem.Busy {
-			return idem.Claim{Outcome: idem.Acquired, Token: c.Record.Token, Record: c.Record}, cerr
+		if errors.Is(err, idem.ErrNotFound) && c.Outcome == storage.Busy {
+			return storage.Claim{Outcome: storage.Acquired, Token: c.Record.Token, Record: c.Record}, cerr
 		}
 		return c, cerr
 	case "writes-on-replay":
 		// Refreshes a replayed outcome's retention from the duplicate's
 		// arguments, as a store that rewrites the record would.
 		c, err := b.Store.Claim(ctx, a)
-		if err == nil && c.Outcome == idem.Duplicate {
+		if err == nil && c.Outcome == storage.Duplicate {
 			b.Store.Delete(ctx, a.Key)
 			n, _ := b.Store.Claim(ctx, a)
-			if c.Record.Status == idem.StatusFailed {
+			if c.Record.Status == storage.StatusFailed {
 				b.Store.Fail(ctx, a.Key, n.Token, c.Record.Result, a.Retention)
 			} else {
 				b.Store.Complete(ctx, a.Key, n.Token, c.Record.Result, a.Retention)
@@ -55,9 +56,9 @@ func (b broken) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 	return b.Store.Claim(ctx, a)
 }
 
-func (b broken) Complete(ctx context.Context, key string, t idem.Token, v []byte, r time.Duration) error {
+func (b broken) Complete(ctx context.Context, key string, t storage.Token, v []byte, r time.Duration) error {
 	if b.bug == "no-fencing" {
-		if rec, err := b.Get(ctx, key); err == nil && rec.Status == idem.StatusInProgress {
+		if rec, err := b.Get(ctx, key); err == nil && rec.Status == storage.StatusInProgress {
 			t = rec.Token // whoever asks may finish
 		}
 	}
@@ -76,7 +77,7 @@ func TestBrokenStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	idemtest.Run(t, func(*testing.T) idem.Store { return broken{s, bug} })
+	idemtest.Run(t, func(*testing.T) storage.Store { return broken{s, bug} })
 }
 
 func TestSuiteCatchesBrokenStores(t *testing.T) {
@@ -107,7 +108,7 @@ func TestMemstorePasses(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	idemtest.Run(t, func(*testing.T) idem.Store { return s })
+	idemtest.Run(t, func(*testing.T) storage.Store { return s })
 }
 
 // limited reads a memstore as a store with a smaller value limit would:
@@ -122,26 +123,26 @@ var errStoredTooLarge = fmt.Errorf("stored value over the limit: %w", idem.ErrVa
 
 func (l limited) MaxValueSize() int { return l.max }
 
-func (l limited) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+func (l limited) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error) {
 	c, err := l.Store.Claim(ctx, a)
 	if err == nil && len(c.Record.Result) > l.max && !l.buggy {
-		return idem.Claim{}, errStoredTooLarge
+		return storage.Claim{}, errStoredTooLarge
 	}
 	return c, err
 }
 
-func (l limited) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.Claim, error) {
-	out := make([]idem.Claim, len(args))
+func (l limited) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]storage.Claim, error) {
+	out := make([]storage.Claim, len(args))
 	for i, a := range args {
 		out[i], out[i].Err = l.Claim(ctx, a)
 	}
 	return out, nil
 }
 
-func (l limited) Get(ctx context.Context, key string) (idem.Record, error) {
+func (l limited) Get(ctx context.Context, key string) (storage.Record, error) {
 	r, err := l.Store.Get(ctx, key)
 	if err == nil && len(r.Result) > l.max && !l.buggy {
-		return idem.Record{}, errStoredTooLarge
+		return storage.Record{}, errStoredTooLarge
 	}
 	return r, err
 }
@@ -182,27 +183,27 @@ func (s slow) delay() func() {
 	return func() { time.Sleep(rtt / 2) }
 }
 
-func (s slow) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+func (s slow) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error) {
 	defer s.delay()()
 	return s.Store.Claim(ctx, a)
 }
-func (s slow) Complete(ctx context.Context, key string, t idem.Token, v []byte, r time.Duration) error {
+func (s slow) Complete(ctx context.Context, key string, t storage.Token, v []byte, r time.Duration) error {
 	defer s.delay()()
 	return s.Store.Complete(ctx, key, t, v, r)
 }
-func (s slow) Fail(ctx context.Context, key string, t idem.Token, v []byte, r time.Duration) error {
+func (s slow) Fail(ctx context.Context, key string, t storage.Token, v []byte, r time.Duration) error {
 	defer s.delay()()
 	return s.Store.Fail(ctx, key, t, v, r)
 }
-func (s slow) Release(ctx context.Context, key string, t idem.Token) error {
+func (s slow) Release(ctx context.Context, key string, t storage.Token) error {
 	defer s.delay()()
 	return s.Store.Release(ctx, key, t)
 }
-func (s slow) Extend(ctx context.Context, key string, t idem.Token, lease time.Duration) error {
+func (s slow) Extend(ctx context.Context, key string, t storage.Token, lease time.Duration) error {
 	defer s.delay()()
 	return s.Store.Extend(ctx, key, t, lease)
 }
-func (s slow) Get(ctx context.Context, key string) (idem.Record, error) {
+func (s slow) Get(ctx context.Context, key string) (storage.Record, error) {
 	defer s.delay()()
 	return s.Store.Get(ctx, key)
 }
@@ -210,11 +211,11 @@ func (s slow) Delete(ctx context.Context, key string) error {
 	defer s.delay()()
 	return s.Store.Delete(ctx, key)
 }
-func (s slow) ClaimBatch(ctx context.Context, as []idem.ClaimArgs) ([]idem.Claim, error) {
+func (s slow) ClaimBatch(ctx context.Context, as []storage.ClaimArgs) ([]storage.Claim, error) {
 	defer s.delay()()
 	return s.Store.ClaimBatch(ctx, as)
 }
-func (s slow) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]error, error) {
+func (s slow) CompleteBatch(ctx context.Context, cs []storage.Completion) ([]error, error) {
 	defer s.delay()()
 	return s.Store.CompleteBatch(ctx, cs)
 }
@@ -232,5 +233,5 @@ func TestSuiteToleratesASlowStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	idemtest.Run(t, func(*testing.T) idem.Store { return slow{s} })
+	idemtest.Run(t, func(*testing.T) storage.Store { return slow{s} })
 }

@@ -9,14 +9,15 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 // GuardManyGoroutines runs Do on n goroutines through a Guard over s, each
 // goroutine doing every one of keys keys, starting from a key of its own,
 // and fails t unless fn ran once per key and every other call replayed its
 // value. It is for stores that promise something of concurrent callers,
-// such as [idem.Coalesce].
-func GuardManyGoroutines(t *testing.T, s idem.Store, n, keys int) {
+// such as [coalesce.New].
+func GuardManyGoroutines(t *testing.T, s storage.Store, n, keys int) {
 	t.Helper()
 	g, err := idem.New(s, idem.Config{Namespace: newEnv(t, s).ns, Wait: time.Minute})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 func init() {
@@ -26,7 +27,7 @@ const replays = 50
 // retention and attempt cap than the first claim's: a store that rewrote
 // the record from a duplicate's arguments would show it), the Guard, and
 // the records as Get reads them.
-func (e *env) replayKeys() (args []idem.ClaimArgs, g *idem.Guard, before []idem.Record) {
+func (e *env) replayKeys() (args []storage.ClaimArgs, g *idem.Guard, before []storage.Record) {
 	e.t.Helper()
 	c := ctx(e.t)
 	g = e.guard(e.s, idem.Config{Lease: time.Minute, Retention: time.Minute, FailedRetention: time.Minute})
@@ -40,11 +41,11 @@ func (e *env) replayKeys() (args []idem.ClaimArgs, g *idem.Guard, before []idem.
 	}
 	fp := idem.SHA256Fingerprint(nil, payload)
 	for _, k := range []string{"done", "failed", "busy"} {
-		args = append(args, idem.ClaimArgs{Key: e.key(k), Fingerprint: fp, Lease: 2 * time.Minute, Retention: 3 * time.Minute, MaxAttempts: 1})
+		args = append(args, storage.ClaimArgs{Key: e.key(k), Fingerprint: fp, Lease: 2 * time.Minute, Retention: 3 * time.Minute, MaxAttempts: 1})
 	}
 	first := args[2]
 	first.Lease, first.Retention, first.MaxAttempts = time.Minute, time.Minute, 0
-	e.mustClaim(first, idem.Acquired)
+	e.mustClaim(first, storage.Acquired)
 	for _, a := range args {
 		before = append(before, e.getStored(a.Key))
 	}
@@ -55,22 +56,22 @@ func (e *env) replayKeys() (args []idem.ClaimArgs, g *idem.Guard, before []idem.
 }
 
 // checkReplay checks what a duplicate claim of args[i] answered.
-func checkReplay(t *testing.T, i int, c idem.Claim, err error) {
+func checkReplay(t *testing.T, i int, c storage.Claim, err error) {
 	t.Helper()
 	if err == nil {
 		err = c.Err
 	}
-	want := [...]idem.Outcome{idem.Duplicate, idem.Duplicate, idem.Busy}[i]
+	want := [...]storage.Outcome{storage.Duplicate, storage.Duplicate, storage.Busy}[i]
 	if err != nil || c.Outcome != want {
 		t.Fatalf("duplicate claim %d: %v %v, want %v", i, c.Outcome, err, want)
 	}
 	switch i {
 	case 0:
-		if c.Record.Status != idem.StatusCompleted || string(c.Record.Result) != "receipt" {
+		if c.Record.Status != storage.StatusCompleted || string(c.Record.Result) != "receipt" {
 			t.Fatalf("replay of the completed key: %v %q", c.Record.Status, c.Record.Result)
 		}
 	case 1:
-		if c.Record.Status != idem.StatusFailed || idem.DecodeFailure(c.Record.Result).Error() != "card declined" {
+		if c.Record.Status != storage.StatusFailed || idem.DecodeFailure(c.Record.Result).Error() != "card declined" {
 			t.Fatalf("replay of the failed key: %v %q", c.Record.Status, c.Record.Result)
 		}
 	}
@@ -78,7 +79,7 @@ func checkReplay(t *testing.T, i int, c idem.Claim, err error) {
 
 // checkUnchanged compares every field of the records with their reads
 // before the duplicates.
-func (e *env) checkUnchanged(args []idem.ClaimArgs, before []idem.Record) {
+func (e *env) checkUnchanged(args []storage.ClaimArgs, before []storage.Record) {
 	e.t.Helper()
 	for i, a := range args {
 		if after := e.getStored(a.Key); !sameRecord(before[i], after) {
@@ -99,7 +100,7 @@ func replayLeavesRecord(t *testing.T, e *env) {
 		// concurrent duplicates are the common case, and a slow store
 		// takes long over all the rounds.
 		c := ctx(t)
-		claims, claimErrs := make([]idem.Claim, len(args)), make([]error, len(args))
+		claims, claimErrs := make([]storage.Claim, len(args)), make([]error, len(args))
 		var done, failed, busy error
 		var replayed idem.Result
 		var wg sync.WaitGroup
@@ -128,12 +129,9 @@ func replayLeavesRecord(t *testing.T, e *env) {
 
 // claimBatchReplayLeavesRecord is replayLeavesRecord through ClaimBatch.
 func claimBatchReplayLeavesRecord(t *testing.T, e *env) {
-	bc, ok := e.s.(idem.BatchClaimer)
-	if !ok {
-		t.Skip("the store does not implement idem.BatchClaimer")
-	}
+	bc := e.s
 	args, _, before := e.replayKeys()
-	var batch []idem.ClaimArgs
+	var batch []storage.ClaimArgs
 	for range replays / 5 {
 		batch = append(batch, args...)
 	}

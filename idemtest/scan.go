@@ -7,35 +7,36 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 // scanListsLiveRecords: a Scanner lists the live records of a prefix, each
 // once and as Get reads it, none of another namespace, none expired, and
 // stops when told to.
 func scanListsLiveRecords(t *testing.T, e *env) {
-	sc, ok := e.s.(idem.Scanner)
+	sc, ok := e.s.(storage.Scanner)
 	if !ok {
-		t.Skip("the store does not implement idem.Scanner")
+		t.Skip("the store does not implement storage.Scanner")
 	}
-	c := e.mustClaim(e.args("in-progress", "fp"), idem.Acquired)
-	done := e.mustClaim(e.args("done", "fp"), idem.Acquired)
+	c := e.mustClaim(e.args("in-progress", "fp"), storage.Acquired)
+	done := e.mustClaim(e.args("done", "fp"), storage.Acquired)
 	if err := e.s.Complete(ctx(t), e.key("done"), done.Token, []byte("v"), time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	failed := e.mustClaim(e.args("failed", "fp"), idem.Acquired)
+	failed := e.mustClaim(e.args("failed", "fp"), storage.Acquired)
 	if err := e.s.Fail(ctx(t), e.key("failed"), failed.Token, idem.EncodeFailure(idem.Permanent(errors.New("no"))), time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	e.mustClaim(e.args("deleted", "fp"), idem.Acquired)
+	e.mustClaim(e.args("deleted", "fp"), storage.Acquired)
 	if err := e.s.Delete(ctx(t), e.key("deleted")); err != nil {
 		t.Fatal(err)
 	}
 	other := newEnv(t, e.s)
-	other.mustClaim(other.args("elsewhere", "fp"), idem.Acquired)
+	other.mustClaim(other.args("elsewhere", "fp"), storage.Acquired)
 
-	want := map[string]idem.Status{e.key("in-progress"): idem.StatusInProgress, e.key("done"): idem.StatusCompleted, e.key("failed"): idem.StatusFailed}
+	want := map[string]storage.Status{e.key("in-progress"): storage.StatusInProgress, e.key("done"): storage.StatusCompleted, e.key("failed"): storage.StatusFailed}
 	seen := map[string]int{}
-	err := sc.Scan(ctx(t), idem.NamespacePrefix(e.ns), func(r idem.Record) bool {
+	err := sc.Scan(ctx(t), storage.NamespacePrefix(e.ns), func(r storage.Record) bool {
 		seen[r.Key]++
 		if st, ok := want[r.Key]; !ok {
 			t.Errorf("Scan of the namespace's prefix listed %q", r.Key)
@@ -59,12 +60,12 @@ func scanListsLiveRecords(t *testing.T, e *env) {
 		}
 	}
 	n := 0
-	if err := sc.Scan(ctx(t), idem.NamespacePrefix(e.ns), func(idem.Record) bool { n++; return false }); err != nil || n != 1 {
+	if err := sc.Scan(ctx(t), storage.NamespacePrefix(e.ns), func(storage.Record) bool { n++; return false }); err != nil || n != 1 {
 		t.Errorf("Scan whose fn returns false at once: fn called %d times, %v; want once, nil", n, err)
 	}
 	cctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := sc.Scan(cctx, idem.NamespacePrefix(e.ns), func(idem.Record) bool { return true }); !errors.Is(err, context.Canceled) {
+	if err := sc.Scan(cctx, storage.NamespacePrefix(e.ns), func(storage.Record) bool { return true }); !errors.Is(err, context.Canceled) {
 		t.Errorf("Scan with a cancelled context: %v, want context.Canceled", err)
 	}
 }

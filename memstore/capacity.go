@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 // EntryOverhead is what a record counts against Config.MaxBytes besides
@@ -19,9 +19,9 @@ const EntryOverhead = 192
 // Eviction describes a record the store evicted to make room (see
 // [Store]).
 type Eviction struct {
-	Key    string      // the store key
-	Status idem.Status // Completed, Failed, or InProgress for a released record
-	Bytes  int         // what it counted against Config.MaxBytes
+	Key    string         // the store key
+	Status storage.Status // Completed, Failed, or InProgress for a released record
+	Bytes  int            // what it counted against Config.MaxBytes
 }
 
 // entrySize is what the key's entry e counts against Config.MaxBytes.
@@ -195,7 +195,7 @@ func (v victim) is(e *entry, kind int) bool {
 	if kind == finished {
 		return e.status.Done() && e.expires == v.expires
 	}
-	return e.status == idem.StatusInProgress && e.token == 0 && e.capped == (kind == capped)
+	return e.status == storage.StatusInProgress && e.token == 0 && e.capped == (kind == capped)
 }
 
 // queueReleased queues the key's record e, released, in its shard sh,

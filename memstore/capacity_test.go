@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/memstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // fakeClock is a store clock the test moves by hand.
@@ -29,15 +30,15 @@ func newClock() *fakeClock {
 func (c *fakeClock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
 func (c *fakeClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
 
-func args(key string) idem.ClaimArgs {
-	return idem.ClaimArgs{Key: key, Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Hour}
+func args(key string) storage.ClaimArgs {
+	return storage.ClaimArgs{Key: key, Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Hour}
 }
 
 // finished claims key and completes it with value.
 func finished(t *testing.T, s *memstore.Store, key string, value []byte) {
 	t.Helper()
 	c, err := s.Claim(context.Background(), args(key))
-	if err != nil || c.Outcome != idem.Acquired {
+	if err != nil || c.Outcome != storage.Acquired {
 		t.Fatalf("Claim(%q): %v %v, want Acquired", key, c.Outcome, err)
 	}
 	if err := s.Complete(context.Background(), key, c.Token, value, time.Hour); err != nil {
@@ -45,10 +46,10 @@ func finished(t *testing.T, s *memstore.Store, key string, value []byte) {
 	}
 }
 
-func mustAcquire(t *testing.T, s *memstore.Store, a idem.ClaimArgs) idem.Claim {
+func mustAcquire(t *testing.T, s *memstore.Store, a storage.ClaimArgs) storage.Claim {
 	t.Helper()
 	c, err := s.Claim(context.Background(), a)
-	if err != nil || c.Outcome != idem.Acquired {
+	if err != nil || c.Outcome != storage.Acquired {
 		t.Fatalf("Claim(%q): %v %v, want Acquired", a.Key, c.Outcome, err)
 	}
 	return c
@@ -89,7 +90,7 @@ func TestFullStoreEvictsTheOldestFinished(t *testing.T) {
 	if _, err := s.Claim(context.Background(), args("g")); !errors.Is(err, memstore.ErrFull) {
 		t.Fatalf("a claim in a store full of records in progress: %v, want ErrFull", err)
 	}
-	if c, err := s.Claim(context.Background(), args("d")); err != nil || c.Outcome != idem.Busy {
+	if c, err := s.Claim(context.Background(), args("d")); err != nil || c.Outcome != storage.Busy {
 		t.Fatalf("a key the full store holds: %v %v, want Busy", c.Outcome, err)
 	}
 }
@@ -135,7 +136,7 @@ func TestByteCapEvictsTheOldestFinished(t *testing.T) {
 	if !errors.Is(err, memstore.ErrFull) {
 		t.Fatalf("Complete with nothing to evict: %v, want ErrFull", err)
 	}
-	if r, err := s.Get(context.Background(), "x"); err != nil || r.Status != idem.StatusInProgress || r.Token != x.Token {
+	if r, err := s.Get(context.Background(), "x"); err != nil || r.Status != storage.StatusInProgress || r.Token != x.Token {
 		t.Fatalf("after a refused outcome: %+v %v, want x still in progress", r, err)
 	}
 }
@@ -231,9 +232,9 @@ func TestEvictionsAreObservedAndLogged(t *testing.T) {
 	}
 	// k0, k1 and k2 were evicted, for k2, k3 and k4.
 	want := []memstore.Eviction{
-		{Key: "k0", Status: idem.StatusCompleted, Bytes: memstore.EntryOverhead + 2 + 5},
-		{Key: "k1", Status: idem.StatusCompleted, Bytes: memstore.EntryOverhead + 2 + 5},
-		{Key: "k2", Status: idem.StatusCompleted, Bytes: memstore.EntryOverhead + 2 + 5},
+		{Key: "k0", Status: storage.StatusCompleted, Bytes: memstore.EntryOverhead + 2 + 5},
+		{Key: "k1", Status: storage.StatusCompleted, Bytes: memstore.EntryOverhead + 2 + 5},
+		{Key: "k2", Status: storage.StatusCompleted, Bytes: memstore.EntryOverhead + 2 + 5},
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -313,7 +314,7 @@ func TestCapsHoldUnderConcurrency(t *testing.T) {
 					t.Errorf("Claim: %v", err)
 					return
 				}
-				if err == nil && c.Outcome == idem.Acquired {
+				if err == nil && c.Outcome == storage.Acquired {
 					switch rng.IntN(4) {
 					case 0:
 						s.Release(ctx, key, c.Token)
@@ -377,7 +378,7 @@ func TestFullStoreNeverRefusesWhatItCanEvict(t *testing.T) {
 					t.Errorf("Claim(%q): %v", key, err)
 					return
 				}
-				if c.Outcome != idem.Acquired {
+				if c.Outcome != storage.Acquired {
 					t.Errorf("Claim(%q) of a new key: %v", key, c.Outcome)
 					return
 				}
@@ -409,17 +410,17 @@ func TestBatchEntryErrorsAreTheirOwn(t *testing.T) {
 	s := newStore(t, memstore.Config{MaxEntries: 2})
 	ctx := context.Background()
 	mustAcquire(t, s, args("held"))
-	got, err := s.ClaimBatch(ctx, []idem.ClaimArgs{args("a"), args("b")})
+	got, err := s.ClaimBatch(ctx, []storage.ClaimArgs{args("a"), args("b")})
 	if err != nil {
 		t.Fatalf("ClaimBatch: %v, want each entry's answer", err)
 	}
-	if got[0].Err != nil || got[0].Outcome != idem.Acquired {
+	if got[0].Err != nil || got[0].Outcome != storage.Acquired {
 		t.Fatalf("the entry that fits: %v %v, want Acquired", got[0].Outcome, got[0].Err)
 	}
 	if !errors.Is(got[1].Err, memstore.ErrFull) {
 		t.Fatalf("the entry that does not fit: %v, want ErrFull", got[1].Err)
 	}
-	errs, err := s.CompleteBatch(ctx, []idem.Completion{
+	errs, err := s.CompleteBatch(ctx, []storage.Completion{
 		{Key: "a", Token: got[0].Token, Value: []byte("v"), Retention: time.Hour},
 		{Key: "b", Token: 1, Value: []byte("v"), Retention: time.Hour},
 	})

@@ -7,8 +7,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/memstore"
+	"github.com/idemgo/idem/storage"
 )
 
 func Example() {
@@ -19,11 +19,11 @@ func Example() {
 	defer store.Close()
 
 	ctx := context.Background()
-	key := idem.StoreKey("orders", "order-1")
-	c, _ := store.Claim(ctx, idem.ClaimArgs{Key: key, Fingerprint: []byte("fp"), Lease: time.Second, Retention: time.Hour})
+	key := storage.StoreKey("orders", "order-1")
+	c, _ := store.Claim(ctx, storage.ClaimArgs{Key: key, Fingerprint: []byte("fp"), Lease: time.Second, Retention: time.Hour})
 	fmt.Println(c.Outcome, c.Record.Attempt)
 	store.Complete(ctx, key, c.Token, []byte("done"), time.Hour)
-	c, _ = store.Claim(ctx, idem.ClaimArgs{Key: key, Fingerprint: []byte("fp"), Lease: time.Second, Retention: time.Hour})
+	c, _ = store.Claim(ctx, storage.ClaimArgs{Key: key, Fingerprint: []byte("fp"), Lease: time.Second, Retention: time.Hour})
 	fmt.Println(c.Outcome, string(c.Record.Result))
 	// Output:
 	// Acquired 1
@@ -37,7 +37,7 @@ func ExampleConfig_now() {
 	defer store.Close()
 
 	ctx := context.Background()
-	a := idem.ClaimArgs{Key: "k", Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Hour}
+	a := storage.ClaimArgs{Key: "k", Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Hour}
 	first, _ := store.Claim(ctx, a)
 	now = now.Add(2 * time.Minute) // the holder crashed; its lease ran out
 	second, _ := store.Claim(ctx, a)
@@ -58,7 +58,7 @@ func ExampleConfig_onEvict() {
 
 	ctx := context.Background()
 	for _, key := range []string{"a", "b", "c"} {
-		c, _ := store.Claim(ctx, idem.ClaimArgs{Key: key, Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Hour})
+		c, _ := store.Claim(ctx, storage.ClaimArgs{Key: key, Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Hour})
 		store.Complete(ctx, key, c.Token, []byte("done"), time.Hour)
 	}
 	fmt.Println(store.Len(), "records")

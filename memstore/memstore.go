@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 // ErrFull is returned by Claim for a new key, and by Complete and Fail,
@@ -22,23 +22,6 @@ import (
 // Config.MaxBytes and no record could be evicted to make room (see
 // [Store]). The Guard reports it as idem.ErrStoreUnavailable (fail closed).
 var ErrFull = errors.New("memstore: full")
-
-// ValueTooLargeError is returned by Complete, Fail and CompleteBatch for a
-// value (or cause) longer than Config.MaxValueSize. Nothing was written.
-// A Store never holds a longer value, so it never has one to refuse on
-// read.
-type ValueTooLargeError struct {
-	Size int // the value's length in bytes
-	Max  int // Config.MaxValueSize
-}
-
-func (e *ValueTooLargeError) Error() string {
-	return fmt.Sprintf("memstore: value of %d bytes is larger than Config.MaxValueSize (%d)", e.Size, e.Max)
-}
-
-// Unwrap returns idem.ErrValueTooLarge, which the Guard and the adapters
-// look for: the outcome cannot be kept (or, read back, replayed).
-func (e *ValueTooLargeError) Unwrap() error { return idem.ErrValueTooLarge }
 
 // Config configures a [Store]. The zero value means every default.
 type Config struct {
@@ -55,7 +38,7 @@ type Config struct {
 	MaxBytes int
 
 	// MaxValueSize is the longest value (Complete) or encoded cause (Fail)
-	// accepted, in bytes; a longer one gets a *ValueTooLargeError and
+	// accepted, in bytes; a longer one gets a *storage.ValueTooLargeError and
 	// nothing is written. Default 1 MiB; at most MaxValueSizeLimit.
 	MaxValueSize int
 
@@ -90,7 +73,7 @@ const (
 
 const shardCount = 64 // a power of two
 
-// Store is the in-process [idem.Store]: records live in this process's
+// Store is the in-process [storage.Store]: records live in this process's
 // memory, in sharded maps, and die with it. Every transition runs under its
 // shard's mutex, so it is atomic. Tokens come from a store-wide counter, so
 // no token repeats for a key while the Store lives.
@@ -141,7 +124,7 @@ type shard struct {
 // costs no allocation of its own (Go maps keep values of up to 128 bytes
 // inline). Times are store-clock Unix nanoseconds.
 type entry struct {
-	token      idem.Token
+	token      storage.Token
 	leaseUntil int64
 	expires    int64
 	retention  time.Duration // the claim's, for Extend to move expires
@@ -149,7 +132,7 @@ type entry struct {
 	fpLong     []byte   // a fingerprint longer than fpShort
 	fpShort    [32]byte // a fingerprint of up to 32 bytes (SHA-256's), inline
 	attempt    uint32
-	status     idem.Status
+	status     storage.Status
 	fpLen      uint8 // length of the fingerprint in fpShort
 	capped     bool  // the claim had an attempt cap (MaxAttempts > 0)
 }
@@ -170,16 +153,9 @@ func (e *entry) setFingerprint(fp []byte) {
 }
 
 var (
-	_ idem.Store          = (*Store)(nil)
-	_ idem.BatchClaimer   = (*Store)(nil)
-	_ idem.Scanner        = (*Store)(nil)
-	_ idem.BatchCompleter = (*Store)(nil)
-	_ idem.ArgsCopier     = (*Store)(nil)
+	_ storage.Store   = (*Store)(nil)
+	_ storage.Scanner = (*Store)(nil)
 )
-
-// CopiesClaimArgs implements [idem.ArgsCopier]: Claim copies the key and
-// fingerprint it keeps, so a Guard may hand it bytes it reuses.
-func (*Store) CopiesClaimArgs() bool { return true }
 
 // New returns a Store. It fails when a Config field is out of range; the
 // error names it.
@@ -305,7 +281,7 @@ func (s *store) remove(sh *shard, key string, e *entry) {
 	s.bytes.Add(-entrySize(key, e))
 }
 
-func validClaim(a idem.ClaimArgs) error {
+func validClaim(a storage.ClaimArgs) error {
 	switch {
 	case a.Lease <= 0:
 		return fmt.Errorf("memstore: Claim: lease %v must be positive", a.Lease)
@@ -315,21 +291,21 @@ func validClaim(a idem.ClaimArgs) error {
 	return nil
 }
 
-// Claim implements [idem.Store.Claim]; it returns ErrFull for a new key when
+// Claim implements [storage.Store.Claim]; it returns ErrFull for a new key when
 // the store is full. A Busy answer's record carries no token: the holder's
 // is the holder's alone.
-func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+func (s *Store) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error) {
 	if err := ctx.Err(); err != nil {
-		return idem.Claim{}, err
+		return storage.Claim{}, err
 	}
 	if err := validClaim(a); err != nil {
-		return idem.Claim{}, err
+		return storage.Claim{}, err
 	}
 	return s.claim(a)
 }
 
 // claim claims a, making room when it needs some.
-func (s *store) claim(a idem.ClaimArgs) (idem.Claim, error) {
+func (s *store) claim(a storage.ClaimArgs) (storage.Claim, error) {
 	for {
 		sh := s.shard(a.Key)
 		sh.mu.Lock()
@@ -341,63 +317,63 @@ func (s *store) claim(a idem.ClaimArgs) (idem.Claim, error) {
 	}
 }
 
-func (s *store) claimLocked(sh *shard, a idem.ClaimArgs, clock time.Time) (idem.Claim, error) {
+func (s *store) claimLocked(sh *shard, a storage.ClaimArgs, clock time.Time) (storage.Claim, error) {
 	now := clock.UnixNano()
 	e, ok := s.live(sh, a.Key, now)
 	if !ok {
-		a.Key = strings.Clone(a.Key) // kept as the map's key: the caller's bytes may be reused (CopiesClaimArgs)
-		e = entry{status: idem.StatusInProgress, attempt: 1, retention: a.Retention}
+		a.Key = strings.Clone(a.Key) // kept as the map's key: the caller's bytes may be reused (see storage.Store)
+		e = entry{status: storage.StatusInProgress, attempt: 1, retention: a.Retention}
 		e.setFingerprint(a.Fingerprint)
 		if err := s.reserve(1, entrySize(a.Key, &e)); err != nil {
-			return idem.Claim{}, err
+			return storage.Claim{}, err
 		}
 		s.acquire(&e, a, now)
 		sh.m[a.Key] = e
-		return idem.Claim{Outcome: idem.Acquired, Token: e.token, Record: e.record(a.Key, a.Fingerprint, nil)}, nil
+		return storage.Claim{Outcome: storage.Acquired, Token: e.token, Record: e.record(a.Key, a.Fingerprint, nil)}, nil
 	}
 	if !bytes.Equal(e.fingerprint(), a.Fingerprint) {
-		return idem.Claim{}, idem.ErrKeyReused
+		return storage.Claim{}, storage.ErrKeyReused
 	}
 	switch {
 	case e.status.Done():
-		return idem.Claim{Outcome: idem.Duplicate, Record: e.record(a.Key, a.Fingerprint, bytes.Clone(e.result))}, nil
+		return storage.Claim{Outcome: storage.Duplicate, Record: e.record(a.Key, a.Fingerprint, bytes.Clone(e.result))}, nil
 	case e.leaseUntil > now:
 		busy := e.record(a.Key, a.Fingerprint, nil)
 		busy.Token = 0 // the holder's token is the holder's alone: it would complete or release its lease
-		return idem.Claim{Outcome: idem.Busy, Record: busy}, nil
+		return storage.Claim{Outcome: storage.Busy, Record: busy}, nil
 	}
 	// A write from here: the map's key and the expiry queue keep a.Key.
 	a.Key = strings.Clone(a.Key)
 	if a.MaxAttempts > 0 && int(e.attempt) >= a.MaxAttempts {
-		cause := idem.TooManyAttemptsCause()
+		cause := storage.TooManyAttemptsCause()
 		if err := s.reserve(0, int64(len(cause))); err != nil {
-			return idem.Claim{}, err
+			return storage.Claim{}, err
 		}
-		e.status, e.token, e.leaseUntil = idem.StatusFailed, 0, 0
+		e.status, e.token, e.leaseUntil = storage.StatusFailed, 0, 0
 		e.result = cause
 		e.expires = now + int64(a.Retention)
 		sh.m[a.Key] = e
 		s.queueFinished(sh, a.Key, e.expires)
-		return idem.Claim{Outcome: idem.Duplicate, Record: e.record(a.Key, a.Fingerprint, bytes.Clone(e.result))}, nil
+		return storage.Claim{Outcome: storage.Duplicate, Record: e.record(a.Key, a.Fingerprint, bytes.Clone(e.result))}, nil
 	}
 	e.attempt++
 	e.retention = a.Retention
 	s.acquire(&e, a, now)
 	sh.m[a.Key] = e
-	return idem.Claim{Outcome: idem.Acquired, Token: e.token, Record: e.record(a.Key, a.Fingerprint, nil)}, nil
+	return storage.Claim{Outcome: storage.Acquired, Token: e.token, Record: e.record(a.Key, a.Fingerprint, nil)}, nil
 }
 
-func (s *store) acquire(e *entry, a idem.ClaimArgs, now int64) {
+func (s *store) acquire(e *entry, a storage.ClaimArgs, now int64) {
 	e.capped = a.MaxAttempts > 0
-	e.token = idem.Token(s.tokens.Add(1))
+	e.token = storage.Token(s.tokens.Add(1))
 	e.leaseUntil = now + int64(a.Lease)
 	e.expires = e.leaseUntil + int64(a.Retention)
 }
 
-// record returns the entry as an idem.Record with the given fingerprint and
+// record returns the entry as an storage.Record with the given fingerprint and
 // result slices (the caller's own, or copies).
-func (e *entry) record(key string, fingerprint, result []byte) idem.Record {
-	r := idem.Record{
+func (e *entry) record(key string, fingerprint, result []byte) storage.Record {
+	r := storage.Record{
 		Key:         key,
 		Status:      e.status,
 		Token:       e.token,
@@ -406,7 +382,7 @@ func (e *entry) record(key string, fingerprint, result []byte) idem.Record {
 		Result:      result,
 		ExpiresAt:   time.Unix(0, e.expires),
 	}
-	if e.status == idem.StatusInProgress {
+	if e.status == storage.StatusInProgress {
 		r.LeaseUntil = time.Unix(0, e.leaseUntil)
 	}
 	return r
@@ -414,16 +390,16 @@ func (e *entry) record(key string, fingerprint, result []byte) idem.Record {
 
 // holder returns the key's entry if t is its current token, else
 // ErrLeaseLost. The shard is locked; the caller stores the entry back.
-func (s *store) holder(sh *shard, key string, t idem.Token, now int64) (entry, error) {
+func (s *store) holder(sh *shard, key string, t storage.Token, now int64) (entry, error) {
 	e, ok := s.live(sh, key, now)
-	if !ok || e.status != idem.StatusInProgress || t == 0 || e.token != t {
-		return entry{}, idem.ErrLeaseLost
+	if !ok || e.status != storage.StatusInProgress || t == 0 || e.token != t {
+		return entry{}, storage.ErrLeaseLost
 	}
 	return e, nil
 }
 
 // finish is Complete and Fail: the outcome of claim t.
-func (s *store) finish(ctx context.Context, op string, key string, t idem.Token, status idem.Status, result []byte, retention time.Duration) error {
+func (s *store) finish(ctx context.Context, op string, key string, t storage.Token, status storage.Status, result []byte, retention time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -431,7 +407,7 @@ func (s *store) finish(ctx context.Context, op string, key string, t idem.Token,
 		return fmt.Errorf("memstore: %s: retention %v must be positive", op, retention)
 	}
 	if len(result) > s.cfg.MaxValueSize {
-		return &ValueTooLargeError{Size: len(result), Max: s.cfg.MaxValueSize}
+		return &storage.ValueTooLargeError{Store: "memstore", Size: len(result), Max: s.cfg.MaxValueSize}
 	}
 	result = bytes.Clone(result)
 	for {
@@ -443,7 +419,7 @@ func (s *store) finish(ctx context.Context, op string, key string, t idem.Token,
 }
 
 // finishLocked is finish under the key's shard's lock.
-func (s *store) finishLocked(key string, t idem.Token, status idem.Status, result []byte, retention time.Duration) error {
+func (s *store) finishLocked(key string, t storage.Token, status storage.Status, result []byte, retention time.Duration) error {
 	sh := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -462,19 +438,19 @@ func (s *store) finishLocked(key string, t idem.Token, status idem.Status, resul
 	return nil
 }
 
-// Complete implements [idem.Store.Complete]. The value is copied; one over
-// Config.MaxValueSize gets a *ValueTooLargeError.
-func (s *Store) Complete(ctx context.Context, key string, t idem.Token, value []byte, retention time.Duration) error {
-	return s.finish(ctx, "Complete", key, t, idem.StatusCompleted, value, retention)
+// Complete implements [storage.Store.Complete]. The value is copied; one over
+// Config.MaxValueSize gets a *storage.ValueTooLargeError.
+func (s *Store) Complete(ctx context.Context, key string, t storage.Token, value []byte, retention time.Duration) error {
+	return s.finish(ctx, "Complete", key, t, storage.StatusCompleted, value, retention)
 }
 
-// Fail implements [idem.Store.Fail]. The cause is copied.
-func (s *Store) Fail(ctx context.Context, key string, t idem.Token, cause []byte, retention time.Duration) error {
-	return s.finish(ctx, "Fail", key, t, idem.StatusFailed, cause, retention)
+// Fail implements [storage.Store.Fail]. The cause is copied.
+func (s *Store) Fail(ctx context.Context, key string, t storage.Token, cause []byte, retention time.Duration) error {
+	return s.finish(ctx, "Fail", key, t, storage.StatusFailed, cause, retention)
 }
 
-// Release implements [idem.Store.Release].
-func (s *Store) Release(ctx context.Context, key string, t idem.Token) error {
+// Release implements [storage.Store.Release].
+func (s *Store) Release(ctx context.Context, key string, t storage.Token) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -491,9 +467,9 @@ func (s *Store) Release(ctx context.Context, key string, t idem.Token) error {
 	return nil
 }
 
-// Extend implements [idem.Store.Extend]. The record's expiry moves with the
+// Extend implements [storage.Store.Extend]. The record's expiry moves with the
 // lease, so it stays retained for the claim's retention after the lease.
-func (s *Store) Extend(ctx context.Context, key string, t idem.Token, lease time.Duration) error {
+func (s *Store) Extend(ctx context.Context, key string, t storage.Token, lease time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -514,31 +490,31 @@ func (s *Store) Extend(ctx context.Context, key string, t idem.Token, lease time
 	return nil
 }
 
-// Get implements [idem.Store.Get]; the record's slices are copies.
-func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
+// Get implements [storage.Store.Get]; the record's slices are copies.
+func (s *Store) Get(ctx context.Context, key string) (storage.Record, error) {
 	if err := ctx.Err(); err != nil {
-		return idem.Record{}, err
+		return storage.Record{}, err
 	}
 	sh := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e, ok := s.live(sh, key, s.cfg.Now().UnixNano())
 	if !ok {
-		return idem.Record{}, idem.ErrNotFound
+		return storage.Record{}, storage.ErrNotFound
 	}
 	return e.record(key, bytes.Clone(e.fingerprint()), bytes.Clone(e.result)), nil
 }
 
-// Scan implements [idem.Scanner]: one shard at a time, its matching live
+// Scan implements [storage.Scanner]: one shard at a time, its matching live
 // records copied under its lock and handed to fn after it is released, so
 // fn may call the Store.
-func (s *Store) Scan(ctx context.Context, prefix string, fn func(idem.Record) bool) error {
+func (s *Store) Scan(ctx context.Context, prefix string, fn func(storage.Record) bool) error {
 	for i := range s.shards {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		sh := &s.shards[i]
-		var recs []idem.Record
+		var recs []storage.Record
 		now := s.cfg.Now().UnixNano()
 		sh.mu.Lock()
 		for k, e := range sh.m {
@@ -556,7 +532,7 @@ func (s *Store) Scan(ctx context.Context, prefix string, fn func(idem.Record) bo
 	return nil
 }
 
-// Delete implements [idem.Store.Delete].
+// Delete implements [storage.Store.Delete].
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -570,9 +546,9 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-// ClaimBatch implements [idem.BatchClaimer]: each claim as Claim would,
+// ClaimBatch implements [storage.Store.ClaimBatch]: each claim as Claim would,
 // in order.
-func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.Claim, error) {
+func (s *Store) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]storage.Claim, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -581,7 +557,7 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 			return nil, err // before any claim: the batch claimed nothing
 		}
 	}
-	out := make([]idem.Claim, len(args))
+	out := make([]storage.Claim, len(args))
 	for i, a := range args {
 		// An entry's error (ErrKeyReused, ErrFull) is its own: the
 		// entries before it are claimed, and their callers must know.
@@ -592,13 +568,13 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 	return out, nil
 }
 
-// CompleteBatch implements [idem.BatchCompleter]. A value over
-// Config.MaxValueSize fails the whole batch with a *ValueTooLargeError
+// CompleteBatch implements [storage.Store.CompleteBatch]. A value over
+// Config.MaxValueSize fails the whole batch with a *storage.ValueTooLargeError
 // before anything is written.
-func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]error, error) {
+func (s *Store) CompleteBatch(ctx context.Context, cs []storage.Completion) ([]error, error) {
 	for _, c := range cs {
 		if len(c.Value) > s.cfg.MaxValueSize {
-			return nil, &ValueTooLargeError{Size: len(c.Value), Max: s.cfg.MaxValueSize}
+			return nil, &storage.ValueTooLargeError{Store: "memstore", Size: len(c.Value), Max: s.cfg.MaxValueSize}
 		}
 	}
 	errs := make([]error, len(cs))

@@ -13,6 +13,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/memstore"
+	"github.com/idemgo/idem/storage"
 )
 
 func newStore(t *testing.T, cfg memstore.Config) *memstore.Store {
@@ -30,15 +31,15 @@ func newStore(t *testing.T, cfg memstore.Config) *memstore.Store {
 
 func TestConformance(t *testing.T) {
 	shared := newStore(t, memstore.Config{})
-	idemtest.Run(t, func(t *testing.T) idem.Store { return shared })
+	idemtest.Run(t, func(t *testing.T) storage.Store { return shared })
 }
 
 func TestFullStoreRefusesNewKeys(t *testing.T) {
 	now := time.Unix(1000, 0)
 	s := newStore(t, memstore.Config{MaxEntries: 2, Now: func() time.Time { return now }})
 	ctx := context.Background()
-	a := func(k string) idem.ClaimArgs {
-		return idem.ClaimArgs{Key: k, Fingerprint: nil, Lease: time.Second, Retention: time.Minute}
+	a := func(k string) storage.ClaimArgs {
+		return storage.ClaimArgs{Key: k, Fingerprint: nil, Lease: time.Second, Retention: time.Minute}
 	}
 	for _, k := range []string{"a", "b"} {
 		if _, err := s.Claim(ctx, a(k)); err != nil {
@@ -48,7 +49,7 @@ func TestFullStoreRefusesNewKeys(t *testing.T) {
 	if _, err := s.Claim(ctx, a("c")); !errors.Is(err, memstore.ErrFull) {
 		t.Fatalf("third key in a store of 2: %v, want ErrFull", err)
 	}
-	if c, err := s.Claim(ctx, a("a")); err != nil || c.Outcome != idem.Busy {
+	if c, err := s.Claim(ctx, a("a")); err != nil || c.Outcome != storage.Busy {
 		t.Fatalf("an existing key in a full store: %v %v, want Busy", c.Outcome, err)
 	}
 	// The Guard fails closed on a full store.
@@ -72,17 +73,17 @@ func TestExpiryFollowsTheInjectedClock(t *testing.T) {
 	now := time.Unix(1000, 0)
 	s := newStore(t, memstore.Config{Now: func() time.Time { return now }})
 	ctx := context.Background()
-	a := idem.ClaimArgs{Key: "k", Fingerprint: []byte("fp"), Lease: time.Second, Retention: time.Minute}
+	a := storage.ClaimArgs{Key: "k", Fingerprint: []byte("fp"), Lease: time.Second, Retention: time.Minute}
 	c, _ := s.Claim(ctx, a)
 	if err := s.Complete(ctx, "k", c.Token, []byte("v"), time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(time.Hour - time.Nanosecond)
-	if d, _ := s.Claim(ctx, a); d.Outcome != idem.Duplicate {
+	if d, _ := s.Claim(ctx, a); d.Outcome != storage.Duplicate {
 		t.Fatalf("just before retention ends: %v, want Duplicate", d.Outcome)
 	}
 	now = now.Add(time.Nanosecond)
-	if d, _ := s.Claim(ctx, a); d.Outcome != idem.Acquired || d.Record.Attempt != 1 {
+	if d, _ := s.Claim(ctx, a); d.Outcome != storage.Acquired || d.Record.Attempt != 1 {
 		t.Fatalf("when retention ends: %v attempt %d, want a new record", d.Outcome, d.Record.Attempt)
 	}
 }
@@ -113,7 +114,7 @@ func TestCloseIsIdempotent(t *testing.T) {
 		ctx := context.Background()
 		expiring := func(key string) {
 			t.Helper()
-			if _, err := s.Claim(ctx, idem.ClaimArgs{Key: key, Lease: time.Second, Retention: time.Second}); err != nil {
+			if _, err := s.Claim(ctx, storage.ClaimArgs{Key: key, Lease: time.Second, Retention: time.Second}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -156,8 +157,8 @@ func TestClaimOfAFinishedKeyAllocatesOnlyItsValue(t *testing.T) {
 	s := newStore(t, memstore.Config{})
 	ctx := context.Background()
 	fp := []byte("fingerprint")
-	a := func(k string) idem.ClaimArgs {
-		return idem.ClaimArgs{Key: k, Fingerprint: fp, Lease: time.Minute, Retention: time.Hour, MaxAttempts: 3}
+	a := func(k string) storage.ClaimArgs {
+		return storage.ClaimArgs{Key: k, Fingerprint: fp, Lease: time.Minute, Retention: time.Hour, MaxAttempts: 3}
 	}
 	c, err := s.Claim(ctx, a("done"))
 	if err != nil {

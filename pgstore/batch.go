@@ -11,12 +11,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemgo/idem"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/idemgo/idem/storage"
 )
 
-// ClaimBatch implements [idem.BatchClaimer]: each entry is claimed as Claim
+// ClaimBatch implements [storage.Store.ClaimBatch]: each entry is claimed as Claim
 // would, in one round trip.
 //
 // Distinct keys are claimed by one statement over unnest(…) arrays sorted
@@ -36,14 +37,14 @@ import (
 // the server. Either kind is unique for a key with overwhelming
 // probability.
 //
-// A fingerprint mismatch is that entry's Err (idem.ErrKeyReused), and so is
-// a stored result longer than Config.MaxValueSize (*ValueTooLargeError) and
+// A fingerprint mismatch is that entry's Err (storage.ErrKeyReused), and so is
+// a stored result longer than Config.MaxValueSize (*storage.ValueTooLargeError) and
 // a row this package did not write (a status it does not know): the other
 // entries are claimed and answered. The error returned is for the whole
 // batch (arguments out of range, the server not answering), which then
 // claimed nothing: the statements of a batch commit together or not at all.
-func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.Claim, error) {
-	out := make([]idem.Claim, len(args))
+func (s *Store) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]storage.Claim, error) {
+	out := make([]storage.Claim, len(args))
 	if len(args) == 0 {
 		return out, nil
 	}
@@ -89,7 +90,7 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 
 // claimRounds splits the indexes of args so that no key repeats within a
 // round: round n holds the n-th entry of every key, in key order.
-func claimRounds(args []idem.ClaimArgs) [][]int {
+func claimRounds(args []storage.ClaimArgs) [][]int {
 	seen := make(map[string]int, len(args))
 	var rounds [][]int
 	for i, a := range args {
@@ -116,7 +117,7 @@ type claimRound struct {
 	params    []any
 }
 
-func newClaimRound(args []idem.ClaimArgs, idx []int, maxResult int) claimRound {
+func newClaimRound(args []storage.ClaimArgs, idx []int, maxResult int) claimRound {
 	n := len(idx)
 	keys, fps := make(refArray[bytesRef], n), make(refArray[bytesRef], n)
 	leases, retentions := make(refArray[intervalRef], n), make(refArray[intervalRef], n)
@@ -176,7 +177,7 @@ func randomTokens(n int) []int64 {
 // scan reads the round's rows into out and closes rows. The statement
 // returns one row per entry, in no particular order: each is placed by its
 // key, which the round's sorted keys find by binary search.
-func (r claimRound) scan(rows pgx.Rows, args []idem.ClaimArgs, out []idem.Claim) error {
+func (r claimRound) scan(rows pgx.Rows, args []storage.ClaimArgs, out []storage.Claim) error {
 	defer rows.Close()
 	answered := make([]bool, len(r.idx))
 	n := 0
@@ -223,14 +224,14 @@ func (r claimRound) scan(rows pgx.Rows, args []idem.ClaimArgs, out []idem.Claim)
 	return nil
 }
 
-// CompleteBatch implements [idem.BatchCompleter] with one UPDATE over
+// CompleteBatch implements [storage.Store.CompleteBatch] with one UPDATE over
 // unnest(…) arrays, the rows locked in key order. A value over
-// Config.MaxValueSize fails the whole batch with a *ValueTooLargeError
+// Config.MaxValueSize fails the whole batch with a *storage.ValueTooLargeError
 // before anything is sent. An entry whose key and
-// token repeat an earlier entry's gets idem.ErrLeaseLost, as a second
+// token repeat an earlier entry's gets storage.ErrLeaseLost, as a second
 // Complete would: the first one either completed the record or found the
 // token not current.
-func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]error, error) {
+func (s *Store) CompleteBatch(ctx context.Context, cs []storage.Completion) ([]error, error) {
 	errs := make([]error, len(cs))
 	if len(cs) == 0 {
 		return errs, nil
@@ -241,9 +242,9 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]erro
 			return nil, errors.New("pgstore: CompleteBatch: retention must be positive")
 		}
 		if len(c.Value) > s.cfg.MaxValueSize {
-			return nil, &ValueTooLargeError{Size: len(c.Value), Max: s.cfg.MaxValueSize}
+			return nil, &storage.ValueTooLargeError{Store: "pgstore", Size: len(c.Value), Max: s.cfg.MaxValueSize}
 		}
-		errs[i] = idem.ErrLeaseLost // until its row comes back
+		errs[i] = storage.ErrLeaseLost // until its row comes back
 		if c.Token != 0 {
 			idx = append(idx, i)
 		}

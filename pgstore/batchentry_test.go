@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 // TestBadRowIsItsEntrysError: a row with a status this package never
@@ -18,8 +19,8 @@ import (
 func TestBadRowIsItsEntrysError(t *testing.T) {
 	e := newEnv(t, 2)
 	ctx := testCtx(t)
-	args := func(key string) idem.ClaimArgs {
-		return idem.ClaimArgs{Key: key, Fingerprint: []byte("fp"), Lease: idem.DefaultLease, Retention: idem.DefaultRetention}
+	args := func(key string) storage.ClaimArgs {
+		return storage.ClaimArgs{Key: key, Fingerprint: []byte("fp"), Lease: idem.DefaultLease, Retention: idem.DefaultRetention}
 	}
 	c, err := e.store.Claim(ctx, args("bad"))
 	if err != nil {
@@ -32,7 +33,7 @@ func TestBadRowIsItsEntrysError(t *testing.T) {
 		t.Fatal(err)
 	}
 	keys := []string{"before", "bad", "after"}
-	got, err := e.store.ClaimBatch(ctx, []idem.ClaimArgs{args("before"), args("bad"), args("after")})
+	got, err := e.store.ClaimBatch(ctx, []storage.ClaimArgs{args("before"), args("bad"), args("after")})
 	if err != nil {
 		t.Fatalf("ClaimBatch with a bad row among its keys: %v, want each entry's answer", err)
 	}
@@ -40,7 +41,7 @@ func TestBadRowIsItsEntrysError(t *testing.T) {
 		switch {
 		case k == "bad" && (got[i].Err == nil || !strings.Contains(got[i].Err.Error(), "status 9")):
 			t.Errorf("%s: %v, want its status named", k, got[i].Err)
-		case k != "bad" && (got[i].Err != nil || got[i].Outcome != idem.Acquired):
+		case k != "bad" && (got[i].Err != nil || got[i].Outcome != storage.Acquired):
 			t.Errorf("%s: %v %v, want Acquired", k, got[i].Outcome, got[i].Err)
 		}
 	}
@@ -52,18 +53,18 @@ func TestScanPages(t *testing.T) {
 	e := newEnv(t, 4)
 	ctx := testCtx(t)
 	const n = 1234
-	args := make([]idem.ClaimArgs, 0, n)
+	args := make([]storage.ClaimArgs, 0, n)
 	for i := range n {
-		args = append(args, idem.ClaimArgs{Key: idem.StoreKey("scan", fmt.Sprintf("k%05d", i)), Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Minute})
+		args = append(args, storage.ClaimArgs{Key: storage.StoreKey("scan", fmt.Sprintf("k%05d", i)), Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Minute})
 	}
 	if _, err := e.store.ClaimBatch(ctx, args); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.Claim(ctx, idem.ClaimArgs{Key: idem.StoreKey("scan2", "other"), Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Minute}); err != nil {
+	if _, err := e.store.Claim(ctx, storage.ClaimArgs{Key: storage.StoreKey("scan2", "other"), Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	seen := map[string]int{}
-	if err := e.store.Scan(ctx, idem.NamespacePrefix("scan"), func(r idem.Record) bool { seen[r.Key]++; return true }); err != nil {
+	if err := e.store.Scan(ctx, storage.NamespacePrefix("scan"), func(r storage.Record) bool { seen[r.Key]++; return true }); err != nil {
 		t.Fatal(err)
 	}
 	if len(seen) != n {

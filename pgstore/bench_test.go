@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/pgstore"
+	"github.com/idemgo/idem/storage"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -109,11 +110,11 @@ func BenchmarkClaimComplete(b *testing.B) {
 			runParallel(b, g, func(i int) error {
 				ctx := context.Background()
 				key := e.key(r, i)
-				c, err := s.Claim(ctx, idem.ClaimArgs{Key: key, Fingerprint: benchFingerprint, Lease: 30 * time.Second, Retention: 24 * time.Hour})
+				c, err := s.Claim(ctx, storage.ClaimArgs{Key: key, Fingerprint: benchFingerprint, Lease: 30 * time.Second, Retention: 24 * time.Hour})
 				if err != nil {
 					return err
 				}
-				if c.Outcome != idem.Acquired {
+				if c.Outcome != storage.Acquired {
 					return fmt.Errorf("claim %s: %v", key, c.Outcome)
 				}
 				return s.Complete(ctx, key, c.Token, benchValue, 24*time.Hour)
@@ -156,12 +157,12 @@ func BenchmarkClaimBatch(b *testing.B) {
 		b.Run(fmt.Sprintf("store/g=%d", g), func(b *testing.B) {
 			r := fmt.Sprint("s", run.Add(1))
 			runParallel(b, g, func(i int) error {
-				args := make([]idem.ClaimArgs, size)
+				args := make([]storage.ClaimArgs, size)
 				for j := range args {
-					args[j] = idem.ClaimArgs{Key: e.key(r, i*size+j), Fingerprint: benchFingerprint, Lease: 30 * time.Second, Retention: 24 * time.Hour}
+					args[j] = storage.ClaimArgs{Key: e.key(r, i*size+j), Fingerprint: benchFingerprint, Lease: 30 * time.Second, Retention: 24 * time.Hour}
 				}
 				got, err := s.ClaimBatch(context.Background(), args)
-				if err == nil && got[size-1].Outcome != idem.Acquired {
+				if err == nil && got[size-1].Outcome != storage.Acquired {
 					err = fmt.Errorf("ClaimBatch: %v", got[size-1].Outcome)
 				}
 				return err

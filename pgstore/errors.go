@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/idemgo/idem"
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemgo/idem/storage"
 )
 
 // translate turns an error of pgx into the error an operation returns,
@@ -17,7 +18,7 @@ import (
 //   - the server unreachable, the connection lost, the pool closed or
 //     exhausted until the context's deadline, a timeout, a server shutting
 //     down or out of connections, a lock or statement timeout, a standby
-//     refusing writes: wrapped with idem.ErrStoreUnavailable, and the cause;
+//     refusing writes: wrapped with storage.ErrStoreUnavailable, and the cause;
 //   - the caller's context cancelled: its error, wrapped;
 //   - any other SQL error (a missing table, a permission): wrapped as is,
 //     naming the operation (and Migrate for a missing table).
@@ -33,7 +34,7 @@ func translate(op string, err error) error {
 	case errors.As(err, &pgErr):
 		switch {
 		case unavailableState(pgErr.Code):
-			return fmt.Errorf("pgstore: %s: %w: %w", op, idem.ErrStoreUnavailable, err)
+			return fmt.Errorf("pgstore: %s: %w: %w", op, storage.ErrStoreUnavailable, err)
 		case pgErr.Code == pgerrcode.UndefinedTable:
 			return fmt.Errorf("pgstore: %s: the records table is missing (run pgstore.Migrate): %w", op, err)
 		}
@@ -45,7 +46,7 @@ func translate(op string, err error) error {
 	}
 	// Everything else failed before or while talking to the server: dial
 	// and TLS errors, a closed connection or pool, I/O errors, deadlines.
-	return fmt.Errorf("pgstore: %s: %w: %w", op, idem.ErrStoreUnavailable, err)
+	return fmt.Errorf("pgstore: %s: %w: %w", op, storage.ErrStoreUnavailable, err)
 }
 
 // unavailableState reports whether a SQLSTATE says the server cannot serve
@@ -64,31 +65,7 @@ func unavailableState(code string) bool {
 		pgerrcode.IsSystemError(code) // I/O
 }
 
-// ValueTooLargeError is returned for a value (or cause) longer than
-// Config.MaxValueSize: by Complete, Fail and CompleteBatch, which then write
-// nothing; and by Claim, ClaimBatch (in the entry's Err) and Get for a
-// record whose stored result is longer, which they refuse to read (another
-// program, or a Store with a larger MaxValueSize, wrote it). The server does
-// not send such a result: the statements leave it out.
-type ValueTooLargeError struct {
-	Size   int    // the value's length in bytes
-	Max    int    // Config.MaxValueSize
-	Stored bool   // the value is a stored record's, refused on read
-	Key    string // the store key of that record (Stored only)
-}
-
-func (e *ValueTooLargeError) Error() string {
-	if e.Stored {
-		return fmt.Sprintf("pgstore: the record of key %q holds a result of %d bytes, larger than Config.MaxValueSize (%d)", e.Key, e.Size, e.Max)
-	}
-	return fmt.Sprintf("pgstore: value of %d bytes is larger than Config.MaxValueSize (%d)", e.Size, e.Max)
-}
-
-// Unwrap returns idem.ErrValueTooLarge, which the Guard and the adapters
-// look for: the outcome cannot be kept (or, read back, replayed).
-func (e *ValueTooLargeError) Unwrap() error { return idem.ErrValueTooLarge }
-
 func isValueTooLarge(err error) bool {
-	_, ok := errors.AsType[*ValueTooLargeError](err)
+	_, ok := errors.AsType[*storage.ValueTooLargeError](err)
 	return ok
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/pgstore"
+	"github.com/idemgo/idem/storage"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -26,7 +27,7 @@ func TestConformancePeeking(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Run(name, func(t *testing.T) {
-			idemtest.Run(t, func(t *testing.T) idem.Store { return s })
+			idemtest.Run(t, func(t *testing.T) storage.Store { return s })
 		})
 	}
 }
@@ -101,10 +102,10 @@ func TestPeekAutoFollowsTheWorkload(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := testCtx(t)
-	args := func(k string) idem.ClaimArgs {
-		return idem.ClaimArgs{Key: k, Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Minute}
+	args := func(k string) storage.ClaimArgs {
+		return storage.ClaimArgs{Key: k, Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Minute}
 	}
-	claim := func(k string, want idem.Outcome) idem.Claim {
+	claim := func(k string, want storage.Outcome) storage.Claim {
 		t.Helper()
 		c, err := s.Claim(ctx, args(k))
 		if err != nil || c.Outcome != want {
@@ -116,7 +117,7 @@ func TestPeekAutoFollowsTheWorkload(t *testing.T) {
 		t.Helper()
 		for i := range n {
 			k := fmt.Sprintf("new-%d-%d", round, i)
-			c := claim(k, idem.Acquired)
+			c := claim(k, storage.Acquired)
 			if err := s.Complete(ctx, k, c.Token, []byte("v"), time.Minute); err != nil {
 				t.Fatal(err)
 			}
@@ -131,7 +132,7 @@ func TestPeekAutoFollowsTheWorkload(t *testing.T) {
 		// answered by it alone.
 		n := log.len()
 		for i := range 100 {
-			if c := claim(fmt.Sprintf("new-0-%d", i%10), idem.Duplicate); string(c.Record.Result) != "v" {
+			if c := claim(fmt.Sprintf("new-0-%d", i%10), storage.Duplicate); string(c.Record.Result) != "v" {
 				t.Fatalf("replay: %q", c.Record.Result)
 			}
 		}
@@ -147,12 +148,12 @@ func TestPeekAutoFollowsTheWorkload(t *testing.T) {
 		}
 	}
 	// A busy key and another fingerprint are answered by the read too.
-	held := claim("held", idem.Acquired)
+	held := claim("held", storage.Acquired)
 	for range 40 {
-		claim("held", idem.Busy)
+		claim("held", storage.Busy)
 	}
 	n := log.len()
-	if c := claim("held", idem.Busy); c.Token != 0 {
+	if c := claim("held", storage.Busy); c.Token != 0 {
 		t.Fatalf("a Busy answer carried the holder's token %v", c.Token)
 	}
 	reused := args("held")
@@ -168,7 +169,7 @@ func TestPeekAutoFollowsTheWorkload(t *testing.T) {
 	if err := s.Release(ctx, "held", held.Token); err != nil {
 		t.Fatal(err)
 	}
-	if c := claim("held", idem.Acquired); c.Record.Attempt != 2 {
+	if c := claim("held", storage.Acquired); c.Record.Attempt != 2 {
 		t.Fatalf("takeover after a peek: attempt %d, want 2", c.Record.Attempt)
 	}
 }

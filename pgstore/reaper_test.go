@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/pgstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // fill stores records: expired ones (completed, failed and in progress,
@@ -17,9 +18,9 @@ func fill(t *testing.T, e *env) (expired, live int) {
 	t.Helper()
 	ctx := testCtx(t)
 	s := e.store
-	claim := func(key string, lease, retention time.Duration) idem.Token {
-		c, err := s.Claim(ctx, idem.ClaimArgs{Key: key, Fingerprint: []byte("fp"), Lease: lease, Retention: retention})
-		if err != nil || c.Outcome != idem.Acquired {
+	claim := func(key string, lease, retention time.Duration) storage.Token {
+		c, err := s.Claim(ctx, storage.ClaimArgs{Key: key, Fingerprint: []byte("fp"), Lease: lease, Retention: retention})
+		if err != nil || c.Outcome != storage.Acquired {
 			t.Fatalf("Claim %q: %v %v", key, c.Outcome, err)
 		}
 		return c.Token

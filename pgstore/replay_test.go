@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/pgstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // replays is how many duplicates each replay test sends.
@@ -41,17 +42,17 @@ type replayFixture struct {
 }
 
 type replayClaim struct {
-	args    idem.ClaimArgs
-	outcome idem.Outcome
+	args    storage.ClaimArgs
+	outcome storage.Outcome
 	err     error
 }
 
 func newReplayFixture(t *testing.T, s *pgstore.Store) replayFixture {
 	t.Helper()
 	ctx := testCtx(t)
-	claim := func(key string) idem.Claim {
+	claim := func(key string) storage.Claim {
 		c, err := s.Claim(ctx, claimArgs(key, "fp"))
-		if err != nil || c.Outcome != idem.Acquired {
+		if err != nil || c.Outcome != storage.Acquired {
 			t.Fatalf("claim %q: %v %v", key, c.Outcome, err)
 		}
 		return c
@@ -68,16 +69,16 @@ func newReplayFixture(t *testing.T, s *pgstore.Store) replayFixture {
 	return replayFixture{
 		keys: []string{"completed", "failed", "busy"},
 		claims: []replayClaim{
-			{claimArgs("completed", "fp"), idem.Duplicate, nil},
-			{claimArgs("failed", "fp"), idem.Duplicate, nil},
-			{claimArgs("busy", "fp"), idem.Busy, nil},
+			{claimArgs("completed", "fp"), storage.Duplicate, nil},
+			{claimArgs("failed", "fp"), storage.Duplicate, nil},
+			{claimArgs("busy", "fp"), storage.Busy, nil},
 			{claimArgs("completed", "another"), 0, idem.ErrKeyReused},
 			{claimArgs("busy", "another"), 0, idem.ErrKeyReused},
 		},
 	}
 }
 
-func (f replayFixture) check(t *testing.T, what string, want replayClaim, got idem.Claim, err error) {
+func (f replayFixture) check(t *testing.T, what string, want replayClaim, got storage.Claim, err error) {
 	t.Helper()
 	if want.err != nil {
 		if !errors.Is(err, want.err) {
@@ -88,7 +89,7 @@ func (f replayFixture) check(t *testing.T, what string, want replayClaim, got id
 	if err != nil || got.Outcome != want.outcome || got.Token != 0 {
 		t.Fatalf("%s of %q: %v token %d %v, want %v without a token", what, want.args.Key, got.Outcome, got.Token, err, want.outcome)
 	}
-	if want.outcome == idem.Duplicate && got.Record.Status.Done() && len(got.Record.Result) == 0 {
+	if want.outcome == storage.Duplicate && got.Record.Status.Done() && len(got.Record.Result) == 0 {
 		t.Fatalf("%s of %q: %+v, want the stored result", what, want.args.Key, got.Record)
 	}
 }
@@ -164,7 +165,7 @@ func TestReplayWritesNothing(t *testing.T) {
 	}
 	// Batches of every kind, one of them with each key twice (two rounds,
 	// pipelined).
-	batch := make([]idem.ClaimArgs, 0, 2*len(f.claims))
+	batch := make([]storage.ClaimArgs, 0, 2*len(f.claims))
 	for _, c := range f.claims {
 		batch = append(batch, c.args)
 	}
@@ -210,7 +211,7 @@ func TestTxGuardDuplicateLeavesNothingInTheTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := idem.StoreKey("payments", "order-1")
+	key := storage.StoreKey("payments", "order-1")
 	before := rowImage(t, e.pool, e.store.Table(), key)
 	tx, err := e.pool.Begin(ctx)
 	if err != nil {
@@ -306,13 +307,13 @@ func TestReplayWritesNoWAL(t *testing.T) {
 		t.Fatal(err)
 	}
 	keys := make([]string, 100)
-	batch := make([]idem.ClaimArgs, len(keys))
+	batch := make([]storage.ClaimArgs, len(keys))
 	for i := range keys {
 		keys[i] = fmt.Sprint("order-", i)
 		if _, err := g.Do(ctx, keys[i], []byte("pay"), func(context.Context, pgx.Tx) ([]byte, error) { return []byte("receipt"), nil }); err != nil {
 			t.Fatal(err)
 		}
-		batch[i] = idem.ClaimArgs{Key: idem.StoreKey("payments", keys[i]), Fingerprint: idem.SHA256Fingerprint(nil, []byte("pay")),
+		batch[i] = storage.ClaimArgs{Key: storage.StoreKey("payments", keys[i]), Fingerprint: idem.SHA256Fingerprint(nil, []byte("pay")),
 			Lease: time.Minute, Retention: time.Hour}
 	}
 	noFn := func(context.Context, pgx.Tx) ([]byte, error) { return nil, errors.New("fn ran for a duplicate") }
@@ -329,14 +330,14 @@ func TestReplayWritesNoWAL(t *testing.T) {
 	}{
 		{"Claim", 1, func(i int) error {
 			c, err := s.Claim(ctx, batch[i%len(batch)]) // peeks once the replays lead
-			if err == nil && c.Outcome != idem.Duplicate {
+			if err == nil && c.Outcome != storage.Duplicate {
 				err = fmt.Errorf("outcome %v", c.Outcome)
 			}
 			return err
 		}},
 		{"Claim after a peek", 1, func(i int) error {
 			c, err := peeking.Claim(ctx, batch[i%len(batch)])
-			if err == nil && c.Outcome != idem.Duplicate {
+			if err == nil && c.Outcome != storage.Duplicate {
 				err = fmt.Errorf("outcome %v", c.Outcome)
 			}
 			return err
@@ -344,7 +345,7 @@ func TestReplayWritesNoWAL(t *testing.T) {
 		{"ClaimBatch", len(batch), func(int) error {
 			got, err := s.ClaimBatch(ctx, batch)
 			for _, c := range got {
-				if err == nil && c.Outcome != idem.Duplicate {
+				if err == nil && c.Outcome != storage.Duplicate {
 					err = fmt.Errorf("outcome %v", c.Outcome)
 				}
 			}
@@ -402,12 +403,12 @@ func TestTakeoverAndCapStillWrite(t *testing.T) {
 	e := newEnv(t, 2)
 	ctx := testCtx(t)
 	s := e.store
-	claims := map[string]func(idem.ClaimArgs) (idem.Claim, error){
-		"Claim": func(a idem.ClaimArgs) (idem.Claim, error) { return s.Claim(ctx, a) },
-		"ClaimBatch": func(a idem.ClaimArgs) (idem.Claim, error) {
-			got, err := s.ClaimBatch(ctx, []idem.ClaimArgs{a})
+	claims := map[string]func(storage.ClaimArgs) (storage.Claim, error){
+		"Claim": func(a storage.ClaimArgs) (storage.Claim, error) { return s.Claim(ctx, a) },
+		"ClaimBatch": func(a storage.ClaimArgs) (storage.Claim, error) {
+			got, err := s.ClaimBatch(ctx, []storage.ClaimArgs{a})
 			if err != nil {
-				return idem.Claim{}, err
+				return storage.Claim{}, err
 			}
 			return got[0], got[0].Err
 		},
@@ -423,15 +424,15 @@ func TestTakeoverAndCapStillWrite(t *testing.T) {
 		a := claimArgs(key, "fp")
 		a.MaxAttempts = 2
 		first, err := claim(a)
-		if err != nil || first.Outcome != idem.Acquired || first.Record.Attempt != 1 {
+		if err != nil || first.Outcome != storage.Acquired || first.Record.Attempt != 1 {
 			t.Fatalf("%s: first claim: %v %+v %v", name, first.Outcome, first.Record, err)
 		}
-		if c, err := claim(a); err != nil || c.Outcome != idem.Busy {
+		if c, err := claim(a); err != nil || c.Outcome != storage.Busy {
 			t.Fatalf("%s: claim under the live lease: %v %v, want Busy", name, c.Outcome, err)
 		}
 		past(key, "lease_until")
 		second, err := claim(a)
-		if err != nil || second.Outcome != idem.Acquired || second.Record.Attempt != 2 || second.Token == first.Token {
+		if err != nil || second.Outcome != storage.Acquired || second.Record.Attempt != 2 || second.Token == first.Token {
 			t.Fatalf("%s: claim after the lease ran out: %v %+v %v, want Acquired, attempt 2, a new token", name, second.Outcome, second.Record, err)
 		}
 		if err := s.Complete(ctx, key, first.Token, []byte("late"), time.Hour); !errors.Is(err, idem.ErrLeaseLost) {
@@ -439,22 +440,22 @@ func TestTakeoverAndCapStillWrite(t *testing.T) {
 		}
 		past(key, "lease_until")
 		capped, err := claim(a)
-		if err != nil || capped.Outcome != idem.Duplicate || capped.Record.Status != idem.StatusFailed {
+		if err != nil || capped.Outcome != storage.Duplicate || capped.Record.Status != storage.StatusFailed {
 			t.Fatalf("%s: claim past the cap: %v %+v %v, want a Failed duplicate", name, capped.Outcome, capped.Record, err)
 		}
-		if _, err := idem.Replay(capped.Record); !errors.Is(err, idem.ErrTooManyAttempts) {
+		if err := idem.DecodeFailure(capped.Record.Result); capped.Record.Status != storage.StatusFailed || !errors.Is(err, idem.ErrTooManyAttempts) {
 			t.Fatalf("%s: the capped record replays %v, want ErrTooManyAttempts", name, err)
 		}
 		if err := s.Complete(ctx, key, second.Token, []byte("late"), time.Hour); !errors.Is(err, idem.ErrLeaseLost) {
 			t.Fatalf("%s: the second holder's Complete after the cap: %v, want ErrLeaseLost", name, err)
 		}
-		if r, err := s.Get(ctx, key); err != nil || r.Status != idem.StatusFailed || r.Token != 0 {
+		if r, err := s.Get(ctx, key); err != nil || r.Status != storage.StatusFailed || r.Token != 0 {
 			t.Fatalf("%s: record after the cap: %+v %v, want Failed with no token", name, r, err)
 		}
 		past(key, "expires_at")
 		b := claimArgs(key, "another")
 		anew, err := claim(b)
-		if err != nil || anew.Outcome != idem.Acquired || anew.Record.Attempt != 1 || anew.Token == second.Token {
+		if err != nil || anew.Outcome != storage.Acquired || anew.Record.Attempt != 1 || anew.Token == second.Token {
 			t.Fatalf("%s: claim of the expired record: %v %+v %v, want Acquired, attempt 1, a new token", name, anew.Outcome, anew.Record, err)
 		}
 		if err := s.Complete(ctx, key, anew.Token, []byte("v"), time.Hour); err != nil {
@@ -486,31 +487,31 @@ func testClaimersRacingOnOneKey(t *testing.T, peek pgstore.Peek) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	race := func(key string) (acquired []idem.Claim) {
+	race := func(key string) (acquired []storage.Claim) {
 		var mu sync.Mutex
 		var wg sync.WaitGroup
 		start := make(chan struct{})
 		for i := range goroutines {
 			wg.Go(func() {
 				<-start
-				var c idem.Claim
+				var c storage.Claim
 				var err error
 				if i%2 == 0 {
 					c, err = s.Claim(ctx, claimArgs(key, "fp"))
 				} else {
-					var got []idem.Claim
-					if got, err = s.ClaimBatch(ctx, []idem.ClaimArgs{claimArgs(key, "fp")}); err == nil {
+					var got []storage.Claim
+					if got, err = s.ClaimBatch(ctx, []storage.ClaimArgs{claimArgs(key, "fp")}); err == nil {
 						c, err = got[0], got[0].Err
 					}
 				}
 				switch {
 				case err != nil:
 					t.Errorf("claim of %q: %v", key, err)
-				case c.Outcome == idem.Acquired:
+				case c.Outcome == storage.Acquired:
 					mu.Lock()
 					acquired = append(acquired, c)
 					mu.Unlock()
-				case c.Outcome != idem.Busy:
+				case c.Outcome != storage.Busy:
 					t.Errorf("claim of %q: %v, want Acquired or Busy", key, c.Outcome)
 				}
 			})

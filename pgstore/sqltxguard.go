@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/txguard"
+	"github.com/idemgo/idem/storage"
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
@@ -119,15 +120,15 @@ func (d *sqlDialect) Begin(ctx context.Context) (*sql.Tx, func(), error) {
 
 // Peek finds nothing: the claim statement reads first, and locks and
 // writes nothing for a record that answers it as it is.
-func (d *sqlDialect) Peek(context.Context, *txguard.Call) (idem.Claim, bool, error) {
-	return idem.Claim{}, false, nil
+func (d *sqlDialect) Peek(context.Context, *txguard.Call) (storage.Claim, bool, error) {
+	return storage.Claim{}, false, nil
 }
 
 // Claim sets the guard's lock_timeout, which the claim's last column
 // restores once it has its row, and claims as TxGuard does.
-func (d *sqlDialect) Claim(ctx context.Context, tx *sql.Tx, c *txCall) (idem.Claim, error) {
+func (d *sqlDialect) Claim(ctx context.Context, tx *sql.Tx, c *txCall) (storage.Claim, error) {
 	if _, err := tx.ExecContext(ctx, d.setLockTimeout); err != nil {
-		return idem.Claim{}, translate("claim", err)
+		return storage.Claim{}, translate("claim", err)
 	}
 	return claimLoop(d.q, c, d.lockTimeout, func(claim string, params []any) (r claimRow, found bool, err error) {
 		var restored any
@@ -140,15 +141,15 @@ func (d *sqlDialect) Claim(ctx context.Context, tx *sql.Tx, c *txCall) (idem.Cla
 	})
 }
 
-func (d *sqlDialect) Finish(ctx context.Context, tx *sql.Tx, c *txCall, t idem.Token, status idem.Status, result []byte, retention time.Duration) error {
+func (d *sqlDialect) Finish(ctx context.Context, tx *sql.Tx, c *txCall, t storage.Token, status storage.Status, result []byte, retention time.Duration) error {
 	stmt, op := d.q.txComplete, "complete"
-	if status == idem.StatusFailed {
+	if status == storage.StatusFailed {
 		stmt, op = d.q.txFail, "fail"
 	}
 	var one int
 	err := tx.QueryRowContext(ctx, stmt, []byte(c.Args.Key), int64(t), result, micros(retention)).Scan(&one)
 	if isNoOutcomeRow(err) {
-		return fmt.Errorf("pgstore: %s (key %q): %w: fn changed the record", op, c.Key, idem.ErrLeaseLost)
+		return fmt.Errorf("pgstore: %s (key %q): %w: fn changed the record", op, c.Key, storage.ErrLeaseLost)
 	}
 	return translate(op, err)
 }

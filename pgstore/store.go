@@ -12,8 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/scanpage"
+	"github.com/idemgo/idem/storage"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -42,10 +42,10 @@ type Config struct {
 
 	// MaxValueSize is the longest value (Complete, CompleteBatch) or
 	// encoded cause (Fail) accepted, in bytes; a longer one gets a
-	// *ValueTooLargeError and nothing is written. It also bounds what is
+	// *storage.ValueTooLargeError and nothing is written. It also bounds what is
 	// read: a record holding a longer result (written by another program,
 	// or by a Store with a larger MaxValueSize) is refused by Claim,
-	// ClaimBatch and Get with a *ValueTooLargeError, and the server does
+	// ClaimBatch and Get with a *storage.ValueTooLargeError, and the server does
 	// not send it. Default 1 MiB; at most MaxValueSizeLimit.
 	MaxValueSize int
 
@@ -85,7 +85,7 @@ const (
 	MaxValueSizeLimit   = 256 << 20
 )
 
-// Store is an [idem.Store] over PostgreSQL. Every method is one SQL
+// Store is an [storage.Store] over PostgreSQL. Every method is one SQL
 // statement, atomic on its own, in one round trip; ClaimBatch and
 // CompleteBatch too. Time is the server's statement_timestamp(): the start
 // of the statement, the same for every row it touches, and not frozen
@@ -146,17 +146,9 @@ func (s *Store) peeks() bool {
 }
 
 var (
-	_ idem.Store          = (*Store)(nil)
-	_ idem.Scanner        = (*Store)(nil)
-	_ idem.BatchClaimer   = (*Store)(nil)
-	_ idem.BatchCompleter = (*Store)(nil)
-	_ idem.ArgsCopier     = (*Store)(nil)
+	_ storage.Store   = (*Store)(nil)
+	_ storage.Scanner = (*Store)(nil)
 )
-
-// CopiesClaimArgs implements [idem.ArgsCopier]: Claim sends the key and
-// fingerprint to the server and keeps neither, so a Guard may hand it bytes
-// it reuses.
-func (*Store) CopiesClaimArgs() bool { return true }
 
 // New returns a Store over db. It fails when db is nil or a field of cfg is
 // out of range (cfg.Table not a valid name); the error names the field. It
@@ -194,9 +186,9 @@ func (s *Store) Table() string { return s.t.ident }
 
 // The status column's values.
 const (
-	statusInProgress = int16(idem.StatusInProgress)
-	statusCompleted  = int16(idem.StatusCompleted)
-	statusFailed     = int16(idem.StatusFailed)
+	statusInProgress = int16(storage.StatusInProgress)
+	statusCompleted  = int16(storage.StatusCompleted)
+	statusFailed     = int16(storage.StatusFailed)
 )
 
 // micros rounds d up to whole microseconds, the resolution of PostgreSQL's
@@ -213,7 +205,7 @@ func maxAttempts(n int) int32 {
 	return int32(max(0, min(n, math.MaxInt32)))
 }
 
-func validClaim(op string, a idem.ClaimArgs) error {
+func validClaim(op string, a storage.ClaimArgs) error {
 	switch {
 	case a.Lease <= 0:
 		return fmt.Errorf("pgstore: %s: lease %v must be positive", op, a.Lease)
@@ -225,7 +217,7 @@ func validClaim(op string, a idem.ClaimArgs) error {
 
 // fingerprint is a's fingerprint as a parameter: never NULL, which would
 // compare equal to nothing.
-func fingerprint(a idem.ClaimArgs) []byte {
+func fingerprint(a storage.ClaimArgs) []byte {
 	if a.Fingerprint == nil {
 		return []byte{}
 	}
@@ -233,9 +225,9 @@ func fingerprint(a idem.ClaimArgs) []byte {
 }
 
 // tooManyAttempts is the cause a capped claim stores.
-var tooManyAttempts = idem.TooManyAttemptsCause()
+var tooManyAttempts = storage.TooManyAttemptsCause()
 
-// Claim implements [idem.Store.Claim] in one statement and one round trip,
+// Claim implements [storage.Store.Claim] in one statement and one round trip,
 // which reads the key's row first and writes only to change it: a new key
 // is inserted; a takeover after a crash (an expired record, a released
 // one, a lease that ran out) or a claim over the attempt cap updates the
@@ -250,13 +242,13 @@ var tooManyAttempts = idem.TooManyAttemptsCause()
 // after readFirstTries such runs (claims racing on the key all along) the
 // full claim answers from the row it locks. A Busy answer's record carries
 // no token: the holder's is the holder's alone.
-// It returns idem.ErrKeyReused for a fingerprint mismatch, a
-// *ValueTooLargeError for a stored result longer than Config.MaxValueSize,
-// and an error wrapping idem.ErrStoreUnavailable when the server cannot be
+// It returns storage.ErrKeyReused for a fingerprint mismatch, a
+// *storage.ValueTooLargeError for a stored result longer than Config.MaxValueSize,
+// and an error wrapping storage.ErrStoreUnavailable when the server cannot be
 // reached.
-func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+func (s *Store) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error) {
 	if err := validClaim("Claim", a); err != nil {
-		return idem.Claim{}, err
+		return storage.Claim{}, err
 	}
 	limit := s.limitArg
 	key, fp := []byte(a.Key), fingerprint(a)
@@ -266,7 +258,7 @@ func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 	if s.peeks() {
 		found, err := sc.peek(ctx, s.db, s.q.claimPeek, key, fp)
 		if err != nil {
-			return idem.Claim{}, translate("claim", err)
+			return storage.Claim{}, translate("claim", err)
 		}
 		if found {
 			s.noteClaim(true)
@@ -281,12 +273,12 @@ func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 			return r.cappedClaim(a, s.cfg.MaxValueSize)
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return idem.Claim{}, translate("claim", err)
+			return storage.Claim{}, translate("claim", err)
 		}
 	}
 	args = append(args[:5], tooManyAttempts, limit)
 	if err := s.db.QueryRow(ctx, s.q.claim, args...).Scan(dest...); err != nil {
-		return idem.Claim{}, translate("claim", err)
+		return storage.Claim{}, translate("claim", err)
 	}
 	s.noteClaim(!r.acquired)
 	return r.cappedClaim(a, s.cfg.MaxValueSize)
@@ -366,23 +358,23 @@ type claimRow struct {
 
 // cappedClaim is claim for a row whose result a statement of the Store
 // left out when it is longer than limit.
-func (r *claimRow) cappedClaim(a idem.ClaimArgs, limit int) (idem.Claim, error) {
+func (r *claimRow) cappedClaim(a storage.ClaimArgs, limit int) (storage.Claim, error) {
 	c, err := r.claim(a)
 	if err == nil && r.resultSize.Valid && int(r.resultSize.Int32) > limit {
-		// A copy of the key: Claim's may be lent (CopiesClaimArgs).
-		return idem.Claim{}, &ValueTooLargeError{Size: int(r.resultSize.Int32), Max: limit, Key: strings.Clone(a.Key), Stored: true}
+		// A copy of the key: Claim's may be lent (see storage.Store).
+		return storage.Claim{}, &storage.ValueTooLargeError{Store: "pgstore", Size: int(r.resultSize.Int32), Max: limit, Key: strings.Clone(a.Key), Stored: true}
 	}
 	return c, err
 }
 
-func (r *claimRow) claim(a idem.ClaimArgs) (idem.Claim, error) {
+func (r *claimRow) claim(a storage.ClaimArgs) (storage.Claim, error) {
 	if !r.acquired && !r.sameFingerprint {
-		return idem.Claim{}, idem.ErrKeyReused
+		return storage.Claim{}, storage.ErrKeyReused
 	}
-	rec := idem.Record{
+	rec := storage.Record{
 		Key:         a.Key,
-		Status:      idem.Status(r.status),
-		Token:       idem.Token(r.token),
+		Status:      storage.Status(r.status),
+		Token:       storage.Token(r.token),
 		Attempt:     int(r.attempt),
 		Fingerprint: a.Fingerprint,
 		Result:      r.result,
@@ -393,78 +385,78 @@ func (r *claimRow) claim(a idem.ClaimArgs) (idem.Claim, error) {
 	}
 	switch {
 	case r.acquired:
-		return idem.Claim{Outcome: idem.Acquired, Token: rec.Token, Record: rec}, nil
+		return storage.Claim{Outcome: storage.Acquired, Token: rec.Token, Record: rec}, nil
 	case rec.Status.Done():
-		return idem.Claim{Outcome: idem.Duplicate, Record: rec}, nil
-	case rec.Status == idem.StatusInProgress:
+		return storage.Claim{Outcome: storage.Duplicate, Record: rec}, nil
+	case rec.Status == storage.StatusInProgress:
 		rec.Token = 0 // the holder's token is the holder's alone: it would complete or release its lease
-		return idem.Claim{Outcome: idem.Busy, Record: rec}, nil
+		return storage.Claim{Outcome: storage.Busy, Record: rec}, nil
 	}
-	return idem.Claim{}, fmt.Errorf("pgstore: claim: the record of key %q has status %d", a.Key, r.status)
+	return storage.Claim{}, fmt.Errorf("pgstore: claim: the record of key %q has status %d", a.Key, r.status)
 }
 
-// Complete implements [idem.Store.Complete] with one fenced UPDATE: no row
-// matched means the token is not current, idem.ErrLeaseLost. A value over
-// Config.MaxValueSize gets a *ValueTooLargeError and is not sent. The record
+// Complete implements [storage.Store.Complete] with one fenced UPDATE: no row
+// matched means the token is not current, storage.ErrLeaseLost. A value over
+// Config.MaxValueSize gets a *storage.ValueTooLargeError and is not sent. The record
 // expires retention from now, or keeps the expiry its claim set when that
 // is no earlier and at most the rest of the lease later, so that the
 // UPDATE touches no indexed column (see keptExpiry).
-func (s *Store) Complete(ctx context.Context, key string, t idem.Token, value []byte, retention time.Duration) error {
+func (s *Store) Complete(ctx context.Context, key string, t storage.Token, value []byte, retention time.Duration) error {
 	return s.finish(ctx, "complete", key, t, statusCompleted, value, retention)
 }
 
-// Fail implements [idem.Store.Fail] like Complete, storing cause.
-func (s *Store) Fail(ctx context.Context, key string, t idem.Token, cause []byte, retention time.Duration) error {
+// Fail implements [storage.Store.Fail] like Complete, storing cause.
+func (s *Store) Fail(ctx context.Context, key string, t storage.Token, cause []byte, retention time.Duration) error {
 	return s.finish(ctx, "fail", key, t, statusFailed, cause, retention)
 }
 
-func (s *Store) finish(ctx context.Context, op, key string, t idem.Token, status int16, result []byte, retention time.Duration) error {
+func (s *Store) finish(ctx context.Context, op, key string, t storage.Token, status int16, result []byte, retention time.Duration) error {
 	if retention <= 0 {
 		return fmt.Errorf("pgstore: %s: retention %v must be positive", op, retention)
 	}
 	if len(result) > s.cfg.MaxValueSize {
-		return &ValueTooLargeError{Size: len(result), Max: s.cfg.MaxValueSize}
+		return &storage.ValueTooLargeError{Store: "pgstore", Size: len(result), Max: s.cfg.MaxValueSize}
 	}
 	return s.fenced(ctx, op, t, s.q.finish, []byte(key), int64(t), status, result, micros(retention))
 }
 
-// Release implements [idem.Store.Release]: the token becomes 0 and the
-// lease ends now, so the next Claim takes over at once. idem.ErrLeaseLost
+// Release implements [storage.Store.Release]: the token becomes 0 and the
+// lease ends now, so the next Claim takes over at once. storage.ErrLeaseLost
 // as for Complete.
-func (s *Store) Release(ctx context.Context, key string, t idem.Token) error {
+func (s *Store) Release(ctx context.Context, key string, t storage.Token) error {
 	return s.fenced(ctx, "release", t, s.q.release, []byte(key), int64(t))
 }
 
-// Extend implements [idem.Store.Extend]: the lease ends lease after the
+// Extend implements [storage.Store.Extend]: the lease ends lease after the
 // server's statement time, and the record is kept at least the claim's
-// retention after that. idem.ErrLeaseLost as for Complete.
-func (s *Store) Extend(ctx context.Context, key string, t idem.Token, lease time.Duration) error {
+// retention after that. storage.ErrLeaseLost as for Complete.
+func (s *Store) Extend(ctx context.Context, key string, t storage.Token, lease time.Duration) error {
 	if lease <= 0 {
 		return fmt.Errorf("pgstore: extend: lease %v must be positive", lease)
 	}
 	return s.fenced(ctx, "extend", t, s.q.extend, []byte(key), int64(t), micros(lease))
 }
 
-// fenced runs a holder's UPDATE; no row updated is idem.ErrLeaseLost.
-func (s *Store) fenced(ctx context.Context, op string, t idem.Token, sql string, args ...any) error {
+// fenced runs a holder's UPDATE; no row updated is storage.ErrLeaseLost.
+func (s *Store) fenced(ctx context.Context, op string, t storage.Token, sql string, args ...any) error {
 	if t == 0 { // no claim has token 0; a released record does
-		return idem.ErrLeaseLost
+		return storage.ErrLeaseLost
 	}
 	tag, err := s.db.Exec(ctx, sql, args...)
 	if err != nil {
 		return translate(op, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return idem.ErrLeaseLost
+		return storage.ErrLeaseLost
 	}
 	return nil
 }
 
-// Get implements [idem.Store.Get]: idem.ErrNotFound for a key with no
-// record or an expired one, a *ValueTooLargeError for a stored result
+// Get implements [storage.Store.Get]: storage.ErrNotFound for a key with no
+// record or an expired one, a *storage.ValueTooLargeError for a stored result
 // longer than Config.MaxValueSize. LeaseUntil is zero on an outcome.
-func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
-	rec := idem.Record{Key: key}
+func (s *Store) Get(ctx context.Context, key string) (storage.Record, error) {
+	rec := storage.Record{Key: key}
 	var status int16
 	var token int64
 	var attempt int32
@@ -473,15 +465,15 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 	err := s.db.QueryRow(ctx, s.q.get, []byte(key), int32(s.cfg.MaxValueSize)).
 		Scan(&status, &token, &attempt, &rec.Fingerprint, &leaseUntil, &rec.Result, &resultSize, &rec.ExpiresAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return idem.Record{}, idem.ErrNotFound
+		return storage.Record{}, storage.ErrNotFound
 	}
 	if err != nil {
-		return idem.Record{}, translate("get", err)
+		return storage.Record{}, translate("get", err)
 	}
 	if resultSize.Valid && int(resultSize.Int32) > s.cfg.MaxValueSize {
-		return idem.Record{}, &ValueTooLargeError{Size: int(resultSize.Int32), Max: s.cfg.MaxValueSize, Key: key, Stored: true}
+		return storage.Record{}, &storage.ValueTooLargeError{Store: "pgstore", Size: int(resultSize.Int32), Max: s.cfg.MaxValueSize, Key: key, Stored: true}
 	}
-	rec.Status, rec.Token, rec.Attempt = idem.Status(status), idem.Token(token), int(attempt)
+	rec.Status, rec.Token, rec.Attempt = storage.Status(status), storage.Token(token), int(attempt)
 	if leaseUntil.Valid {
 		rec.LeaseUntil = leaseUntil.Time
 	}
@@ -491,21 +483,21 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 // scanPage is how many records a Scan reads per statement.
 const scanPage = 500
 
-// Scan implements [idem.Scanner] with one statement per page of scanPage
+// Scan implements [storage.Scanner] with one statement per page of scanPage
 // records, in key order from prefix, each page its own snapshot. A record
 // holding a result longer than Config.MaxValueSize is listed without it.
-func (s *Store) Scan(ctx context.Context, prefix string, fn func(idem.Record) bool) error {
+func (s *Store) Scan(ctx context.Context, prefix string, fn func(storage.Record) bool) error {
 	return scanpage.Scan(ctx, prefix, scanPage, s.scanPage, fn)
 }
 
 // scanPage reads one page of Scan.
-func (s *Store) scanPage(ctx context.Context, from []byte, inclusive bool) ([]idem.Record, error) {
+func (s *Store) scanPage(ctx context.Context, from []byte, inclusive bool) ([]storage.Record, error) {
 	rows, err := s.db.Query(ctx, s.q.scan, from, int32(s.cfg.MaxValueSize), inclusive, int32(scanPage))
 	if err != nil {
 		return nil, translate("scan", err)
 	}
 	defer rows.Close()
-	var recs []idem.Record
+	var recs []storage.Record
 	for rows.Next() {
 		var key []byte
 		var status int16
@@ -513,11 +505,11 @@ func (s *Store) scanPage(ctx context.Context, from []byte, inclusive bool) ([]id
 		var attempt int32
 		var leaseUntil pgtype.Timestamptz
 		var resultSize pgtype.Int4
-		var rec idem.Record
+		var rec storage.Record
 		if err := rows.Scan(&key, &status, &token, &attempt, &rec.Fingerprint, &leaseUntil, &rec.Result, &resultSize, &rec.ExpiresAt); err != nil {
 			return nil, translate("scan", err)
 		}
-		rec.Key, rec.Status, rec.Token, rec.Attempt = string(key), idem.Status(status), idem.Token(token), int(attempt)
+		rec.Key, rec.Status, rec.Token, rec.Attempt = string(key), storage.Status(status), storage.Token(token), int(attempt)
 		if leaseUntil.Valid {
 			rec.LeaseUntil = leaseUntil.Time
 		}
@@ -526,7 +518,7 @@ func (s *Store) scanPage(ctx context.Context, from []byte, inclusive bool) ([]id
 	return recs, translate("scan", rows.Err())
 }
 
-// Delete implements [idem.Store.Delete]; a missing key is not an error.
+// Delete implements [storage.Store.Delete]; a missing key is not an error.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	_, err := s.db.Exec(ctx, s.q.delete, []byte(key))
 	return translate("delete", err)

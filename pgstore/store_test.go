@@ -14,12 +14,13 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/pgstore"
+	"github.com/idemgo/idem/storage"
 )
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 16)
-	idemtest.Run(t, func(t *testing.T) idem.Store { return e.store })
+	idemtest.Run(t, func(t *testing.T) storage.Store { return e.store })
 }
 
 func TestNewValidatesTable(t *testing.T) {
@@ -69,7 +70,7 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, err := s.Claim(testCtx(t), claimArgs("k", "fp")); err != nil || c.Outcome != idem.Acquired {
+	if c, err := s.Claim(testCtx(t), claimArgs("k", "fp")); err != nil || c.Outcome != storage.Acquired {
 		t.Fatalf("Claim on the migrated table: %v %v", c.Outcome, err)
 	}
 }
@@ -88,8 +89,8 @@ func TestMissingTableNamesMigrate(t *testing.T) {
 	}
 }
 
-func claimArgs(key, fp string) idem.ClaimArgs {
-	return idem.ClaimArgs{Key: key, Fingerprint: []byte(fp), Lease: time.Minute, Retention: time.Hour}
+func claimArgs(key, fp string) storage.ClaimArgs {
+	return storage.ClaimArgs{Key: key, Fingerprint: []byte(fp), Lease: time.Minute, Retention: time.Hour}
 }
 
 func TestClaimBatchRepeatedKeysInOrder(t *testing.T) {
@@ -108,7 +109,7 @@ func TestClaimBatchRepeatedKeysInOrder(t *testing.T) {
 	if err := s.Release(ctx, "released", c.Token); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.ClaimBatch(ctx, []idem.ClaimArgs{
+	got, err := s.ClaimBatch(ctx, []storage.ClaimArgs{
 		claimArgs("fresh", "F"), claimArgs("released", "B"), claimArgs("fresh", "F"),
 		claimArgs("released", "A"), claimArgs("fresh", "G"), claimArgs("released", "A"),
 	})
@@ -116,12 +117,12 @@ func TestClaimBatchRepeatedKeysInOrder(t *testing.T) {
 		t.Fatalf("ClaimBatch: %v", err)
 	}
 	want := []struct {
-		outcome idem.Outcome
+		outcome storage.Outcome
 		err     error
 		attempt int
 	}{
-		{idem.Acquired, nil, 1}, {0, idem.ErrKeyReused, 0}, {idem.Busy, nil, 1},
-		{idem.Acquired, nil, 2}, {0, idem.ErrKeyReused, 0}, {idem.Busy, nil, 2},
+		{storage.Acquired, nil, 1}, {0, idem.ErrKeyReused, 0}, {storage.Busy, nil, 1},
+		{storage.Acquired, nil, 2}, {0, idem.ErrKeyReused, 0}, {storage.Busy, nil, 2},
 	}
 	for i, w := range want {
 		g := got[i]
@@ -155,7 +156,7 @@ func TestClaimBatchMaxAttemptsPerEntry(t *testing.T) {
 	for _, k := range []string{"capped", "uncapped"} {
 		for range 2 {
 			c, err := e.store.Claim(ctx, claimArgs(k, "fp"))
-			if err != nil || c.Outcome != idem.Acquired {
+			if err != nil || c.Outcome != storage.Acquired {
 				t.Fatalf("Claim: %v %v", c.Outcome, err)
 			}
 			if err := e.store.Release(ctx, k, c.Token); err != nil {
@@ -165,14 +166,14 @@ func TestClaimBatchMaxAttemptsPerEntry(t *testing.T) {
 	}
 	capped, uncapped := claimArgs("capped", "fp"), claimArgs("uncapped", "fp")
 	capped.MaxAttempts, uncapped.MaxAttempts = 2, 3
-	got, err := e.store.ClaimBatch(ctx, []idem.ClaimArgs{uncapped, capped})
+	got, err := e.store.ClaimBatch(ctx, []storage.ClaimArgs{uncapped, capped})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got[0].Outcome != idem.Acquired || got[0].Record.Attempt != 3 {
+	if got[0].Outcome != storage.Acquired || got[0].Record.Attempt != 3 {
 		t.Errorf("uncapped: %v attempt %d, want Acquired attempt 3", got[0].Outcome, got[0].Record.Attempt)
 	}
-	if got[1].Outcome != idem.Duplicate || got[1].Record.Status != idem.StatusFailed ||
+	if got[1].Outcome != storage.Duplicate || got[1].Record.Status != storage.StatusFailed ||
 		!errors.Is(idem.DecodeFailure(got[1].Record.Result), idem.ErrTooManyAttempts) {
 		t.Errorf("capped: %v %v %q, want Duplicate Failed(ErrTooManyAttempts)", got[1].Outcome, got[1].Record.Status, got[1].Record.Result)
 	}
@@ -185,7 +186,7 @@ func TestClaimBatchReplacesAnExpiredRecord(t *testing.T) {
 	e := newEnv(t, 4)
 	ctx := testCtx(t)
 	old, err := e.store.Claim(ctx, claimArgs("old", "A"))
-	if err != nil || old.Outcome != idem.Acquired {
+	if err != nil || old.Outcome != storage.Acquired {
 		t.Fatalf("Claim: %v %v", old.Outcome, err)
 	}
 	if err := e.store.Complete(ctx, "old", old.Token, []byte("v"), time.Hour); err != nil {
@@ -195,12 +196,12 @@ func TestClaimBatchReplacesAnExpiredRecord(t *testing.T) {
 	if _, err := e.pool.Exec(ctx, "UPDATE "+e.store.Table()+" SET expires_at = statement_timestamp() - interval '1 second'"); err != nil {
 		t.Fatal(err)
 	}
-	got, err := e.store.ClaimBatch(ctx, []idem.ClaimArgs{claimArgs("new", "N"), claimArgs("old", "B")})
+	got, err := e.store.ClaimBatch(ctx, []storage.ClaimArgs{claimArgs("new", "N"), claimArgs("old", "B")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := got[1]
-	if c.Outcome != idem.Acquired || c.Err != nil || c.Record.Attempt != 1 || c.Token == old.Token || c.Token == got[0].Token {
+	if c.Outcome != storage.Acquired || c.Err != nil || c.Record.Attempt != 1 || c.Token == old.Token || c.Token == got[0].Token {
 		t.Fatalf("expired key: %v err %v attempt %d token %d (old %d); want Acquired, attempt 1, a new token", c.Outcome, c.Err, c.Record.Attempt, c.Token, old.Token)
 	}
 	if err := e.store.Complete(ctx, "old", old.Token, []byte("stale"), time.Hour); !errors.Is(err, idem.ErrLeaseLost) {
@@ -210,7 +211,7 @@ func TestClaimBatchReplacesAnExpiredRecord(t *testing.T) {
 		t.Fatalf("Complete with the batch's token: %v", err)
 	}
 	d, err := e.store.Claim(ctx, claimArgs("old", "B"))
-	if err != nil || d.Outcome != idem.Duplicate || string(d.Record.Result) != "w" {
+	if err != nil || d.Outcome != storage.Duplicate || string(d.Record.Result) != "w" {
 		t.Errorf("after: %v %q %v, want Duplicate %q", d.Outcome, d.Record.Result, err, "w")
 	}
 }
@@ -222,7 +223,7 @@ func TestClaimBatchLeasesAndRetentions(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 4)
 	ctx := testCtx(t)
-	args := []idem.ClaimArgs{claimArgs("b", "fp"), claimArgs("a", "fp"), claimArgs("c", "fp")}
+	args := []storage.ClaimArgs{claimArgs("b", "fp"), claimArgs("a", "fp"), claimArgs("c", "fp")}
 	args[0].Lease, args[0].Retention = 90*time.Second, 2*time.Hour
 	args[1].Lease, args[1].Retention = 7*time.Second, 30*time.Minute+time.Microsecond
 	args[2].Lease, args[2].Retention = 1500*time.Nanosecond, time.Minute
@@ -241,7 +242,7 @@ func TestClaimBatchLeasesAndRetentions(t *testing.T) {
 	after := serverNow()
 	for i, a := range args {
 		c := got[i]
-		if c.Outcome != idem.Acquired {
+		if c.Outcome != storage.Acquired {
 			t.Fatalf("%s: %v, want Acquired", a.Key, c.Outcome)
 		}
 		lease := (a.Lease + time.Microsecond - 1).Truncate(time.Microsecond) // rounded up
@@ -269,7 +270,7 @@ func TestConcurrentBatchesDoNotDeadlock(t *testing.T) {
 	for w := range 4 {
 		wg.Go(func() {
 			for round := range 10 {
-				args := make([]idem.ClaimArgs, n)
+				args := make([]storage.ClaimArgs, n)
 				for i := range args {
 					args[i] = claimArgs(fmt.Sprintf("r%d-k%02d", round, i), "fp")
 					args[i].Lease = 5 * time.Millisecond
@@ -282,10 +283,10 @@ func TestConcurrentBatchesDoNotDeadlock(t *testing.T) {
 					t.Errorf("worker %d: ClaimBatch: %v", w, err)
 					return
 				}
-				var cs []idem.Completion
+				var cs []storage.Completion
 				for i, c := range got {
-					if c.Outcome == idem.Acquired {
-						cs = append(cs, idem.Completion{Key: args[i].Key, Token: c.Token, Value: []byte("v"), Retention: time.Hour})
+					if c.Outcome == storage.Acquired {
+						cs = append(cs, storage.Completion{Key: args[i].Key, Token: c.Token, Value: []byte("v"), Retention: time.Hour})
 					}
 				}
 				if w%2 == 0 {
@@ -309,7 +310,7 @@ func TestCompleteBatchRepeatedEntries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	errs, err := e.store.CompleteBatch(ctx, []idem.Completion{
+	errs, err := e.store.CompleteBatch(ctx, []storage.Completion{
 		{Key: "k", Token: c.Token + 1, Value: []byte("wrong token"), Retention: time.Hour},
 		{Key: "k", Token: c.Token, Value: []byte("first"), Retention: time.Hour},
 		{Key: "k", Token: c.Token, Value: []byte("second"), Retention: time.Hour},
@@ -351,11 +352,11 @@ func TestExpiredRecordIsReplaced(t *testing.T) {
 	b := claimArgs("k", "new")
 	b.MaxAttempts = 1 // attempt 1 again, so not capped
 	c, err := e.store.Claim(ctx, b)
-	if err != nil || c.Outcome != idem.Acquired || c.Record.Attempt != 1 || c.Token == first.Token {
+	if err != nil || c.Outcome != storage.Acquired || c.Record.Attempt != 1 || c.Token == first.Token {
 		t.Fatalf("claim of the expired key: %v %+v %v, want Acquired attempt 1 with a new token", c.Outcome, c.Record, err)
 	}
 	r, err := e.store.Get(ctx, "k")
-	if err != nil || !bytes.Equal(r.Fingerprint, []byte("new")) || r.Status != idem.StatusInProgress {
+	if err != nil || !bytes.Equal(r.Fingerprint, []byte("new")) || r.Status != storage.StatusInProgress {
 		t.Fatalf("record %+v %v, want the new claim's", r, err)
 	}
 }
@@ -379,7 +380,7 @@ func TestStoreInsideCallerTransaction(t *testing.T) {
 			t.Fatal(err)
 		}
 		c, err := s.Claim(ctx, claimArgs("k", "fp"))
-		if err != nil || c.Outcome != idem.Acquired {
+		if err != nil || c.Outcome != storage.Acquired {
 			t.Fatalf("Claim in tx: %v %v", c.Outcome, err)
 		}
 		if err := s.Complete(ctx, "k", c.Token, []byte("v"), time.Hour); err != nil {
@@ -455,15 +456,15 @@ func TestOutcomeKeepsTheClaimsExpiry(t *testing.T) {
 		{"Complete, a shorter retention", time.Hour, time.Minute, false, false},
 		{"Complete, a longer retention", time.Minute, 2 * time.Hour, false, false},
 	} {
-		a := idem.ClaimArgs{Key: "k " + tc.name, Fingerprint: []byte("fp"), Lease: time.Minute, Retention: tc.claimRet}
+		a := storage.ClaimArgs{Key: "k " + tc.name, Fingerprint: []byte("fp"), Lease: time.Minute, Retention: tc.claimRet}
 		cl, err := s.Claim(ctx, a)
-		if err != nil || cl.Outcome != idem.Acquired {
+		if err != nil || cl.Outcome != storage.Acquired {
 			t.Fatalf("%s: claim: %v %v", tc.name, cl.Outcome, err)
 		}
 		allBefore, hotBefore := updates()
 		if tc.batch {
 			var errs []error
-			if errs, err = s.CompleteBatch(ctx, []idem.Completion{{Key: a.Key, Token: cl.Token, Value: []byte("v"), Retention: tc.outcomeRet}}); err == nil {
+			if errs, err = s.CompleteBatch(ctx, []storage.Completion{{Key: a.Key, Token: cl.Token, Value: []byte("v"), Retention: tc.outcomeRet}}); err == nil {
 				err = errs[0]
 			}
 		} else {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/txguard"
+	"github.com/idemgo/idem/storage"
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -33,7 +34,7 @@ type TxFunc func(ctx context.Context, tx pgx.Tx) ([]byte, error)
 type TxConfig struct {
 	// Config means what it means for an idem.Guard, and is checked and
 	// defaulted the same way (idem.Config.WithDefaults); keys are combined
-	// with idem.ScopedStoreKey, so a TxGuard and an idem.Guard with the
+	// with storage.ScopedStoreKey, so a TxGuard and an idem.Guard with the
 	// same namespace and table share records. In detail:
 	//
 	//   - Namespace, Retention, FailedRetention, Fingerprint, MaxKeyLen,
@@ -161,10 +162,10 @@ func (g *TxGuard) Config() TxConfig { return g.cfg }
 //     key itself.
 //
 // payload is fingerprinted: the same key with another payload gets
-// idem.ErrKeyReused. Other errors: idem.ErrInvalidKey for a key the
+// storage.ErrKeyReused. Other errors: idem.ErrInvalidKey for a key the
 // Config refuses (idem.Config.CheckKey), idem.ErrInProgress when a plain
 // idem.Guard holds the key with a live lease past Config.Wait, and errors
-// wrapping idem.ErrStoreUnavailable when the database fails. An error from
+// wrapping storage.ErrStoreUnavailable when the database fails. An error from
 // the final commit leaves the outcome unknown to this caller (it committed
 // or not): a retry finds out.
 //
@@ -286,7 +287,7 @@ func (g *TxGuard) doBegun(ctx context.Context, c *txCall, fn TxFunc) (idem.Resul
 //
 // tx should be READ COMMITTED: under REPEATABLE READ or SERIALIZABLE a
 // duplicate that waited for the holder fails with a serialization error
-// (wrapping idem.ErrStoreUnavailable) instead of replaying the outcome, and
+// (wrapping storage.ErrStoreUnavailable) instead of replaying the outcome, and
 // the caller must retry its whole transaction.
 func (g *TxGuard) DoTx(ctx context.Context, tx pgx.Tx, key string, payload []byte, fn TxFunc) (idem.Result, error) {
 	return g.DoTxScoped(ctx, tx, "", key, payload, fn)
@@ -375,7 +376,7 @@ func (g *TxGuard) finished(ctx context.Context, c *txCall, r ran, err error) err
 // queueClaim queues the claim of a (for the caller's key) in b and returns
 // the claim statement's index. After it the transaction holds the savepoint
 // pgstore_fn, and in DoTx (nested) pgstore_claim before it.
-func (g *TxGuard) queueClaim(b *pgx.Batch, a idem.ClaimArgs, nested bool) (claimAt int) {
+func (g *TxGuard) queueClaim(b *pgx.Batch, a storage.ClaimArgs, nested bool) (claimAt int) {
 	if nested {
 		b.Queue(g.q.savepointClaim)
 	}
@@ -390,7 +391,7 @@ func (g *TxGuard) queueClaim(b *pgx.Batch, a idem.ClaimArgs, nested bool) (claim
 
 // claimParams are the parameters of tx_claim_read, or of tx_claim (full),
 // which takes the cause it stores when capped too.
-func claimParams(a idem.ClaimArgs, full bool) []any {
+func claimParams(a storage.ClaimArgs, full bool) []any {
 	p := []any{[]byte(a.Key), fingerprint(a), micros(a.Lease), micros(a.Retention), maxAttempts(a.MaxAttempts)}
 	if full {
 		p = append(p, tooManyAttempts)
@@ -400,7 +401,7 @@ func claimParams(a idem.ClaimArgs, full bool) []any {
 
 // readClaim reads the n results of a batch of queueClaim (the claim at
 // claimAt), closing br, and answers as claimLoop.
-func (g *TxGuard) readClaim(ctx context.Context, tx pgx.Tx, br pgx.BatchResults, n, claimAt int, c *txCall) (idem.Claim, error) {
+func (g *TxGuard) readClaim(ctx context.Context, tx pgx.Tx, br pgx.BatchResults, n, claimAt int, c *txCall) (storage.Claim, error) {
 	first := true
 	return claimLoop(g.q, c, g.cfg.LockTimeout, func(claim string, params []any) (claimRow, bool, error) {
 		if first {
@@ -422,7 +423,7 @@ func (g *TxGuard) readClaim(ctx context.Context, tx pgx.Tx, br pgx.BatchResults,
 // read and its write), it runs again, and after readFirstTries runs the
 // full claim answers from the row it locks. A claim that waited
 // lockTimeout for the key's row is idem.ErrInProgress.
-func claimLoop(q queries, c *txCall, lockTimeout time.Duration, run func(claim string, params []any) (claimRow, bool, error)) (idem.Claim, error) {
+func claimLoop(q queries, c *txCall, lockTimeout time.Duration, run func(claim string, params []any) (claimRow, bool, error)) (storage.Claim, error) {
 	a := c.Args
 	r, found, err := run(q.txClaimRead, claimParams(a, false))
 	for try := 1; err == nil && !found; try++ {
@@ -440,12 +441,12 @@ func claimLoop(q queries, c *txCall, lockTimeout time.Duration, run func(claim s
 	}
 	if err != nil {
 		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == pgerrcode.LockNotAvailable {
-			return idem.Claim{}, fmt.Errorf("%w (key %q): its transaction did not end within %v", idem.ErrInProgress, c.Key, lockTimeout)
+			return storage.Claim{}, fmt.Errorf("%w (key %q): its transaction did not end within %v", idem.ErrInProgress, c.Key, lockTimeout)
 		}
-		return idem.Claim{}, translate("claim", err)
+		return storage.Claim{}, translate("claim", err)
 	}
 	cl, err := r.claim(a)
-	if errors.Is(err, idem.ErrKeyReused) {
+	if errors.Is(err, storage.ErrKeyReused) {
 		err = fmt.Errorf("%w (key %q)", err, c.Key)
 	}
 	return cl, err
@@ -473,7 +474,7 @@ func readClaimRow(br pgx.BatchResults, n, claimAt int) (r claimRow, found bool, 
 
 // queueOutcome queues the statements storing fn's outcome: its value, or
 // its permanent error ferr after rolling fn's writes back.
-func (g *TxGuard) queueOutcome(b *pgx.Batch, a idem.ClaimArgs, t idem.Token, value []byte, ferr error) {
+func (g *TxGuard) queueOutcome(b *pgx.Batch, a storage.ClaimArgs, t storage.Token, value []byte, ferr error) {
 	if ferr == nil {
 		b.Queue(g.q.txComplete, []byte(a.Key), int64(t), value, micros(g.cfg.Retention))
 		return
@@ -496,7 +497,7 @@ func (g *TxGuard) readOutcome(br pgx.BatchResults, n, commitAt int, c *txCall, f
 		var tag pgconn.CommandTag
 		tag, err = br.Exec()
 		if isNoOutcomeRow(err) {
-			err = fmt.Errorf("pgstore: %s (key %q): %w: fn changed the record", op, key, idem.ErrLeaseLost)
+			err = fmt.Errorf("pgstore: %s (key %q): %w: fn changed the record", op, key, storage.ErrLeaseLost)
 			op = ""
 		}
 		if i == commitAt {

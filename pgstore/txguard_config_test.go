@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/pgstore"
+	"github.com/idemgo/idem/storage"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -173,7 +174,7 @@ func TestTxGuardWaitsForALeaseHolder(t *testing.T) {
 	t.Parallel()
 	busy := make(chan struct{}, 1)
 	ev := &events{on: func(e idem.Event) {
-		if e.Op == idem.OpClaim && e.Outcome == idem.Busy {
+		if e.Op == idem.OpClaim && e.Outcome == storage.Busy {
 			select {
 			case busy <- struct{}{}:
 			default:
@@ -182,9 +183,9 @@ func TestTxGuardWaitsForALeaseHolder(t *testing.T) {
 	}}
 	e := newTxEnv(t, 4, pgstore.TxConfig{Config: idem.Config{Wait: 30 * time.Second, Observer: ev.observe}})
 	ctx := testCtx(t)
-	key := idem.StoreKey("payments", "held")
-	c, err := e.store.Claim(ctx, idem.ClaimArgs{Key: key, Fingerprint: idem.SHA256Fingerprint(nil, nil), Lease: time.Minute, Retention: time.Hour})
-	if err != nil || c.Outcome != idem.Acquired {
+	key := storage.StoreKey("payments", "held")
+	c, err := e.store.Claim(ctx, storage.ClaimArgs{Key: key, Fingerprint: idem.SHA256Fingerprint(nil, nil), Lease: time.Minute, Retention: time.Hour})
+	if err != nil || c.Outcome != storage.Acquired {
 		t.Fatal(c.Outcome, err)
 	}
 	type answer struct {
@@ -217,8 +218,8 @@ func TestTxGuardWaitsForALeaseHolder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err = e.store.Claim(ctx, idem.ClaimArgs{Key: idem.StoreKey("payments", "held2"), Fingerprint: idem.SHA256Fingerprint(nil, nil), Lease: time.Minute, Retention: time.Hour})
-	if err != nil || c.Outcome != idem.Acquired {
+	c, err = e.store.Claim(ctx, storage.ClaimArgs{Key: storage.StoreKey("payments", "held2"), Fingerprint: idem.SHA256Fingerprint(nil, nil), Lease: time.Minute, Retention: time.Hour})
+	if err != nil || c.Outcome != storage.Acquired {
 		t.Fatal(c.Outcome, err)
 	}
 	if _, err := now.Do(ctx, "held2", nil, e.pay("held2")); !errors.Is(err, idem.ErrInProgress) {
@@ -233,9 +234,9 @@ func TestTxGuardMaxAttempts(t *testing.T) {
 	t.Parallel()
 	e := newTxEnv(t, 4, pgstore.TxConfig{Config: idem.Config{MaxAttempts: 1}})
 	ctx := testCtx(t)
-	key := idem.StoreKey("payments", "poison")
-	c, err := e.store.Claim(ctx, idem.ClaimArgs{Key: key, Fingerprint: idem.SHA256Fingerprint(nil, nil), Lease: time.Minute, Retention: time.Hour})
-	if err != nil || c.Outcome != idem.Acquired {
+	key := storage.StoreKey("payments", "poison")
+	c, err := e.store.Claim(ctx, storage.ClaimArgs{Key: key, Fingerprint: idem.SHA256Fingerprint(nil, nil), Lease: time.Minute, Retention: time.Hour})
+	if err != nil || c.Outcome != storage.Acquired {
 		t.Fatal(c.Outcome, err)
 	}
 	if err := e.store.Release(ctx, key, c.Token); err != nil { // as a Guard does after a retryable error

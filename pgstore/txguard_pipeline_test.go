@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/pgstore"
+	"github.com/idemgo/idem/storage"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -54,7 +55,7 @@ func TestTxGuardOutcomeMatchingNoRowCommitsNothing(t *testing.T) {
 			if _, err := e.pay(key)(ctx, tx); err != nil {
 				return nil, err
 			}
-			_, err := tx.Exec(ctx, "DELETE FROM "+e.store.Table()+" WHERE key = $1", []byte(idem.StoreKey("payments", key)))
+			_, err := tx.Exec(ctx, "DELETE FROM "+e.store.Table()+" WHERE key = $1", []byte(storage.StoreKey("payments", key)))
 			return []byte("paid"), err
 		}
 		_, err := g.Do(ctx, key, nil, sneaky)
@@ -85,7 +86,7 @@ func TestTxGuardOutcomeMatchingNoRowCommitsNothing(t *testing.T) {
 	_, err = e.g.DoTx(ctx, tx, "vanish-dotx", nil, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
 		e.pay("vanish-dotx")(ctx, tx)
 		_, err := tx.Exec(ctx, "UPDATE "+e.store.Table()+" SET token = token + 1000000 WHERE key = $1",
-			[]byte(idem.StoreKey("payments", "vanish-dotx")))
+			[]byte(storage.StoreKey("payments", "vanish-dotx")))
 		return nil, err
 	})
 	if !errors.Is(err, idem.ErrLeaseLost) {
@@ -186,11 +187,11 @@ func TestTxGuardClaimOfAKeyWithARecord(t *testing.T) {
 	for name, g := range txGuards(t, e, pgstore.TxConfig{LockTimeout: 50 * time.Millisecond}) {
 		for i, permanent := range []bool{false, true} {
 			key := fmt.Sprintf("taken-%s-%d", name, i)
-			c, err := e.store.Claim(ctx, idem.ClaimArgs{Key: idem.StoreKey("payments", key), Fingerprint: idem.SHA256Fingerprint(nil, nil), Lease: time.Minute, Retention: time.Hour})
-			if err != nil || c.Outcome != idem.Acquired {
+			c, err := e.store.Claim(ctx, storage.ClaimArgs{Key: storage.StoreKey("payments", key), Fingerprint: idem.SHA256Fingerprint(nil, nil), Lease: time.Minute, Retention: time.Hour})
+			if err != nil || c.Outcome != storage.Acquired {
 				t.Fatalf("plain claim: %v %v", c.Outcome, err)
 			}
-			if err := e.store.Release(ctx, idem.StoreKey("payments", key), c.Token); err != nil {
+			if err := e.store.Release(ctx, storage.StoreKey("payments", key), c.Token); err != nil {
 				t.Fatal(err)
 			}
 			res, err := g.Do(ctx, key, nil, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
@@ -216,11 +217,11 @@ func TestTxGuardClaimOfAKeyWithARecord(t *testing.T) {
 			switch {
 			case !permanent && (err != nil || string(res.Value) != "paid"):
 				t.Fatalf("%s: Do: %q %v", name, res.Value, err)
-			case !permanent && (rec.Status != idem.StatusCompleted || rec.Attempt != 2 || e.ledgerRows(t, key) != 1):
+			case !permanent && (rec.Status != storage.StatusCompleted || rec.Attempt != 2 || e.ledgerRows(t, key) != 1):
 				t.Fatalf("%s: record %v attempt %d, %d ledger rows", name, rec.Status, rec.Attempt, e.ledgerRows(t, key))
 			case permanent && !idem.IsPermanent(err):
 				t.Fatalf("%s: Do: %v, want the permanent error", name, err)
-			case permanent && (rec.Status != idem.StatusFailed || e.ledgerRows(t, key) != 0):
+			case permanent && (rec.Status != storage.StatusFailed || e.ledgerRows(t, key) != 0):
 				t.Fatalf("%s: record %v, %d ledger rows, want Failed and none", name, rec.Status, e.ledgerRows(t, key))
 			}
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/pgstore"
+	"github.com/idemgo/idem/storage"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -58,9 +59,9 @@ func (e *txEnv) ledgerRows(t *testing.T, key string) int {
 }
 
 // record returns the stored record of key in the TxGuard's namespace.
-func (e *txEnv) record(t *testing.T, key string) (idem.Record, error) {
+func (e *txEnv) record(t *testing.T, key string) (storage.Record, error) {
 	t.Helper()
-	return e.store.Get(context.Background(), idem.StoreKey("payments", key))
+	return e.store.Get(context.Background(), storage.StoreKey("payments", key))
 }
 
 func TestTxGuardConcurrentDuplicatesOneEffect(t *testing.T) {
@@ -171,7 +172,7 @@ func TestTxGuardPermanentErrorStoredWritesRolledBack(t *testing.T) {
 		t.Fatalf("%d ledger rows, want 0: fn's writes roll back", rows)
 	}
 	r, err := e.record(t, "order-3")
-	if err != nil || r.Status != idem.StatusFailed || idem.DecodeFailure(r.Result).Error() != "card declined" {
+	if err != nil || r.Status != storage.StatusFailed || idem.DecodeFailure(r.Result).Error() != "card declined" {
 		t.Fatalf("record %+v %v, want Failed(card declined)", r, err)
 	}
 }
@@ -311,10 +312,10 @@ func TestTxGuardDoTxInCallerTransaction(t *testing.T) {
 	if _, err := e.record(t, "a"); !errors.Is(err, idem.ErrNotFound) {
 		t.Errorf("record a: %v, want none", err)
 	}
-	if r, err := e.record(t, "b"); err != nil || r.Status != idem.StatusCompleted {
+	if r, err := e.record(t, "b"); err != nil || r.Status != storage.StatusCompleted {
 		t.Errorf("record b: %+v %v, want Completed", r, err)
 	}
-	if r, err := e.record(t, "c"); err != nil || r.Status != idem.StatusFailed {
+	if r, err := e.record(t, "c"); err != nil || r.Status != storage.StatusFailed {
 		t.Errorf("record c: %+v %v, want Failed", r, err)
 	}
 	// A duplicate in another transaction replays, and leaves that
@@ -349,8 +350,8 @@ func TestTxGuardRefusals(t *testing.T) {
 		}
 	}
 	// A plain Guard holding the key with a live lease: ErrInProgress.
-	c, err := e.store.Claim(ctx, idem.ClaimArgs{Key: idem.StoreKey("payments", "held"), Fingerprint: idem.SHA256Fingerprint(nil, nil), Lease: time.Minute, Retention: time.Hour})
-	if err != nil || c.Outcome != idem.Acquired {
+	c, err := e.store.Claim(ctx, storage.ClaimArgs{Key: storage.StoreKey("payments", "held"), Fingerprint: idem.SHA256Fingerprint(nil, nil), Lease: time.Minute, Retention: time.Hour})
+	if err != nil || c.Outcome != storage.Acquired {
 		t.Fatal(c.Outcome, err)
 	}
 	if _, err := e.g.Do(ctx, "held", nil, e.pay("held")); !errors.Is(err, idem.ErrInProgress) {

@@ -18,6 +18,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/pgstore"
+	"github.com/idemgo/idem/storage"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -30,8 +31,8 @@ func checkUnavailable(t *testing.T, s *pgstore.Store, g *pgstore.TxGuard) {
 	defer cancel()
 	_, claimErr := s.Claim(ctx, claimArgs("k", "fp"))
 	_, getErr := s.Get(ctx, "k")
-	_, batchErr := s.ClaimBatch(ctx, []idem.ClaimArgs{claimArgs("a", "fp"), claimArgs("a", "fp")})
-	_, completeBatchErr := s.CompleteBatch(ctx, []idem.Completion{{Key: "k", Token: 1, Retention: time.Hour}})
+	_, batchErr := s.ClaimBatch(ctx, []storage.ClaimArgs{claimArgs("a", "fp"), claimArgs("a", "fp")})
+	_, completeBatchErr := s.CompleteBatch(ctx, []storage.Completion{{Key: "k", Token: 1, Retention: time.Hour}})
 	_, reapErr := s.Reap(ctx, 0)
 	_, doErr := g.Do(ctx, "k", nil, func(context.Context, pgx.Tx) ([]byte, error) { return nil, nil })
 	for op, err := range map[string]error{
@@ -119,7 +120,7 @@ func TestServerStopped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, err := s.Claim(testCtx(t), claimArgs("up", "fp")); err != nil || c.Outcome != idem.Acquired {
+	if c, err := s.Claim(testCtx(t), claimArgs("up", "fp")); err != nil || c.Outcome != storage.Acquired {
 		t.Fatalf("Claim while the server is up: %v %v", c.Outcome, err)
 	}
 	srv.stop(t)

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/pgstore"
+	"github.com/idemgo/idem/storage"
 )
 
 func TestValueCapOnWrite(t *testing.T) {
@@ -29,18 +29,18 @@ func TestValueCapOnWrite(t *testing.T) {
 	}
 	check := func(op string, err error) {
 		t.Helper()
-		if tooLarge, ok := errors.AsType[*pgstore.ValueTooLargeError](err); !ok || tooLarge.Size != 17 || tooLarge.Max != 16 || tooLarge.Stored {
-			t.Fatalf("%s with 17 bytes: %v, want a *ValueTooLargeError{17, 16}", op, err)
+		if tooLarge, ok := errors.AsType[*storage.ValueTooLargeError](err); !ok || tooLarge.Size != 17 || tooLarge.Max != 16 || tooLarge.Stored {
+			t.Fatalf("%s with 17 bytes: %v, want a *storage.ValueTooLargeError{17, 16}", op, err)
 		}
 	}
 	check("Complete", s.Complete(ctx, a.Key, c.Token, make([]byte, 17), time.Minute))
 	check("Fail", s.Fail(ctx, a.Key, c.Token, make([]byte, 17), time.Minute))
-	_, err = s.CompleteBatch(ctx, []idem.Completion{
+	_, err = s.CompleteBatch(ctx, []storage.Completion{
 		{Key: a.Key, Token: c.Token, Value: []byte("ok"), Retention: time.Minute},
 		{Key: "other", Token: 1, Value: make([]byte, 17), Retention: time.Minute},
 	})
 	check("CompleteBatch", err)
-	if r, err := s.Get(ctx, a.Key); err != nil || r.Status != idem.StatusInProgress {
+	if r, err := s.Get(ctx, a.Key); err != nil || r.Status != storage.StatusInProgress {
 		t.Fatalf("after refused values: %v %v, want the record untouched (InProgress)", r.Status, err)
 	}
 	if err := s.Complete(ctx, a.Key, c.Token, make([]byte, 16), time.Minute); err != nil {
@@ -50,7 +50,7 @@ func TestValueCapOnWrite(t *testing.T) {
 
 // TestStoredValueOverTheCapIsRefusedOnRead: a record another Store (with
 // a larger limit) stored is refused by Claim, ClaimBatch and Get with a
-// *ValueTooLargeError naming the key and the stored size.
+// *storage.ValueTooLargeError naming the key and the stored size.
 func TestStoredValueOverTheCapIsRefusedOnRead(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 2)
@@ -61,7 +61,7 @@ func TestStoredValueOverTheCapIsRefusedOnRead(t *testing.T) {
 				t.Fatal(err)
 			}
 			idemtest.RunStoredValueOverLimit(t, e.store, reader, func(err error, key string, size int) bool {
-				tooLarge, ok := errors.AsType[*pgstore.ValueTooLargeError](err)
+				tooLarge, ok := errors.AsType[*storage.ValueTooLargeError](err)
 				return ok && tooLarge.Stored && tooLarge.Key == key && tooLarge.Size == size && tooLarge.Max == 1024
 			})
 		})

@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 // maxScriptBatch is the most keys one batch script claims or completes: Redis
@@ -20,7 +20,7 @@ const (
 	maxScriptBytes = 1 << 20
 )
 
-// ClaimBatch implements [idem.BatchClaimer]. Each entry is first the
+// ClaimBatch implements [storage.Store.ClaimBatch]. Each entry is first the
 // plain command of a claim (see plainClaim), all of them in one
 // pipeline: one round trip answers every new key (claimed), every
 // duplicate, reused key and unknown value. The entries that find a key in
@@ -33,25 +33,25 @@ const (
 // Cluster go-redis sends each pipeline as one pipeline to each primary
 // concerned, in parallel.
 //
-// A Claim's Err holds idem.ErrKeyReused, ErrUnknownFormat or
-// *ValueTooLargeError for its key.
+// A Claim's Err holds storage.ErrKeyReused, ErrUnknownFormat or
+// *storage.ValueTooLargeError for its key.
 // The returned error is ErrInvalidArgs when an entry is out of range
-// (nothing is sent), or wraps idem.ErrStoreUnavailable when no entry got an
+// (nothing is sent), or wraps storage.ErrStoreUnavailable when no entry got an
 // answer. When only some got one (a primary or a chunk failed, or the
 // context ended before the second round trip's answer), the others carry
 // that error in their Err: their claims may or may not have been made,
 // and such a key answers Busy until its lease ends.
-func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.Claim, error) {
+func (s *Store) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]storage.Claim, error) {
 	for _, a := range args {
 		if err := checkClaim("ClaimBatch", a); err != nil {
 			return nil, err
 		}
 	}
-	out := make([]idem.Claim, len(args))
+	out := make([]storage.Claim, len(args))
 	if len(args) == 0 {
 		return out, nil
 	}
-	tokens := make([]idem.Token, len(args))
+	tokens := make([]storage.Token, len(args))
 	plains := make([]plainClaim, len(args)) // zero for an entry left to the script
 	nvs := make([][]byte, len(args))
 	seen := make(map[string]struct{}, len(args))
@@ -128,9 +128,9 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 // claimAgain claims the entries at of args, with their tokens, by the
 // claim script in one round trip (see ClaimBatch), and puts each one's
 // answer, or error, and the time its script was sent, in r and sent.
-func (s *Store) claimAgain(ctx context.Context, args []idem.ClaimArgs, tokens []idem.Token, at []int, r batchReplies, sent []time.Time) {
-	sub := make([]idem.ClaimArgs, len(at))
-	subTokens := make([]idem.Token, len(at))
+func (s *Store) claimAgain(ctx context.Context, args []storage.ClaimArgs, tokens []storage.Token, at []int, r batchReplies, sent []time.Time) {
+	sub := make([]storage.ClaimArgs, len(at))
+	subTokens := make([]storage.Token, len(at))
 	for k, i := range at {
 		sub[k], subTokens[k] = args[i], tokens[i]
 	}
@@ -168,7 +168,7 @@ type batchReplies struct {
 }
 
 // eachCmds returns one claim script per entry.
-func (s *Store) eachCmds(ctx context.Context, args []idem.ClaimArgs, tokens []idem.Token) []*evalCmd {
+func (s *Store) eachCmds(ctx context.Context, args []storage.ClaimArgs, tokens []storage.Token) []*evalCmd {
 	cmds := make([]*evalCmd, len(args))
 	for i, a := range args {
 		cmds[i] = s.eval(ctx, claimScript, resendable, a.Key, s.claimArgs(a, tokens[i])...)
@@ -186,7 +186,7 @@ func eachReplies(cmds []*evalCmd) batchReplies {
 }
 
 // chunkCmds returns one claim batch script per maxScriptBatch entries.
-func (s *Store) chunkCmds(ctx context.Context, args []idem.ClaimArgs, tokens []idem.Token) []*evalCmd {
+func (s *Store) chunkCmds(ctx context.Context, args []storage.ClaimArgs, tokens []storage.Token) []*evalCmd {
 	return s.batchCmds(ctx, claimBatchScript, resendable, len(args), func(i int) string { return args[i].Key }, s.cfg.MaxValueSize,
 		func(a []any, i int) []any { return appendClaimArgs(a, args[i], tokens[i]) }, nil)
 }
@@ -253,32 +253,32 @@ func chunkReplies(op string, cmds []*evalCmd, n int) batchReplies {
 	return r
 }
 
-// CompleteBatch implements [idem.BatchCompleter] in one round trip. On a
+// CompleteBatch implements [storage.Store.CompleteBatch] in one round trip. On a
 // client of one server (*redis.Client), every maxScriptBatch entries (or
 // fewer, whose values pass a MiB) are completed by one script, in order, the scripts in one pipeline (with
 // Config.WaitReplicas, followed by one WAIT). On any other client
 // (Cluster), the Complete script of each entry goes in the pipeline, and
 // go-redis sends one pipeline to each primary concerned (with
 // Config.WaitReplicas, one pipeline and one WAIT per primary concerned).
-// Each entry's error is nil, idem.ErrLeaseLost
+// Each entry's error is nil, storage.ErrLeaseLost
 // or ErrUnknownFormat, or ErrNotReplicated when its primary's WAIT fell
-// short. The returned error is *ValueTooLargeError or ErrInvalidArgs when
+// short. The returned error is *storage.ValueTooLargeError or ErrInvalidArgs when
 // an entry is out of range (nothing is written), or wraps
-// idem.ErrStoreUnavailable when no entry got an answer; when only some got
+// storage.ErrStoreUnavailable when no entry got an answer; when only some got
 // one, the others carry that error: their outcomes may or may not be
 // stored. The client never resends the pipeline, as for Complete.
-func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]error, error) {
+func (s *Store) CompleteBatch(ctx context.Context, cs []storage.Completion) ([]error, error) {
 	for _, c := range cs {
 		if err := s.checkOutcome("CompleteBatch", c.Value, c.Retention); err != nil {
 			return nil, err
 		}
 	}
 	errs := make([]error, len(cs))
-	todo := make([]idem.Completion, 0, len(cs))
+	todo := make([]storage.Completion, 0, len(cs))
 	idx := make([]int, 0, len(cs)) // todo[j] is cs[idx[j]]
 	for i, c := range cs {
 		if c.Token == 0 {
-			errs[i] = idem.ErrLeaseLost
+			errs[i] = storage.ErrLeaseLost
 			continue
 		}
 		todo = append(todo, c)
@@ -294,7 +294,7 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]erro
 		cmds := make([]*evalCmd, len(todo))
 		keys := make([]string, len(todo))
 		for j, c := range todo {
-			cmds[j] = s.outcomeCmd(ctx, c.Key, c.Token, idem.StatusCompleted, c.Value, c.Retention)
+			cmds[j] = s.outcomeCmd(ctx, c.Key, c.Token, storage.StatusCompleted, c.Value, c.Retention)
 			keys[j] = c.Key
 		}
 		return s.completeAll(ctx, cmds, keys)
@@ -316,8 +316,8 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]erro
 // values pass maxScriptBytes), the scripts in one
 // pipeline (ending with WAIT when Config.WaitReplicas is set), and returns
 // each entry's verdict as completeAll does.
-func (s *Store) completeChunks(ctx context.Context, c *redis.Client, cs []idem.Completion) completions {
-	cmds := s.batchCmds(ctx, completeBatchScript, atMostOnce, len(cs), func(i int) string { return cs[i].Key }, []byte{formatVersion, byte(idem.StatusCompleted)},
+func (s *Store) completeChunks(ctx context.Context, c *redis.Client, cs []storage.Completion) completions {
+	cmds := s.batchCmds(ctx, completeBatchScript, atMostOnce, len(cs), func(i int) string { return cs[i].Key }, []byte{formatVersion, byte(storage.StatusCompleted)},
 		func(a []any, i int) []any {
 			return append(a, holderPrefix(cs[i].Token), cs[i].Value, millis(cs[i].Retention), finishedExpiry(cs[i].Retention))
 		}, func(i int) int { return len(cs[i].Value) })
@@ -354,9 +354,9 @@ type completions struct {
 }
 
 // completeAll sends cmds, the Complete scripts of the records of keys, and
-// returns each one's verdict: nil, idem.ErrLeaseLost, ErrUnknownFormat,
+// returns each one's verdict: nil, storage.ErrLeaseLost, ErrUnknownFormat,
 // ErrNotReplicated, or, when it got no answer, its error wrapping
-// idem.ErrStoreUnavailable.
+// storage.ErrStoreUnavailable.
 func (s *Store) completeAll(ctx context.Context, cmds []*evalCmd, keys []string) completions {
 	r := completions{verdicts: make([]error, len(cmds))}
 	var waitErrs []error // per cmds[j]: the WAIT's verdict on its primary

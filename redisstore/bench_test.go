@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // The benchmarks compare the store with a bare go-redis client running the
@@ -99,12 +100,12 @@ func BenchmarkClaimComplete(b *testing.B) {
 		b.Run(fmt.Sprintf("store/goroutines=%d", g), func(b *testing.B) {
 			s := benchStore(b, c)
 			parallel(b, g, 1, func(n int) error {
-				a := idem.ClaimArgs{Key: idem.StoreKey("orders", "order-"+strconv.Itoa(n)), Fingerprint: benchFP[:], Lease: 30 * time.Second, Retention: benchRetention}
+				a := storage.ClaimArgs{Key: storage.StoreKey("orders", "order-"+strconv.Itoa(n)), Fingerprint: benchFP[:], Lease: 30 * time.Second, Retention: benchRetention}
 				cl, err := s.Claim(ctx, a)
 				if err != nil {
 					return err
 				}
-				if cl.Outcome != idem.Acquired {
+				if cl.Outcome != storage.Acquired {
 					return fmt.Errorf("claim %d: %v", n, cl.Outcome)
 				}
 				return s.Complete(ctx, a.Key, cl.Token, benchResult, benchRetention)
@@ -155,7 +156,7 @@ func BenchmarkClaimBatch100(b *testing.B) {
 			parallel(b, g, size, func(n int) error {
 				args := orderArgs(n, size)
 				got, err := s.ClaimBatch(ctx, args)
-				if err == nil && got[size-1].Outcome != idem.Acquired {
+				if err == nil && got[size-1].Outcome != storage.Acquired {
 					err = fmt.Errorf("batch %d: %v", n, got[size-1].Outcome)
 				}
 				return err
@@ -198,8 +199,8 @@ func BenchmarkMemoryPerRecord(b *testing.B) {
 	run := randomPrefix(b)[9:21] // 12 hex digits: no clash with another run
 	var store, bare int64
 	for i := range n {
-		key := idem.StoreKey("orders", fmt.Sprintf("%s%04d", run, i))
-		cl, err := s.Claim(ctx, idem.ClaimArgs{Key: key, Fingerprint: benchFP[:], Lease: time.Minute, Retention: time.Minute})
+		key := storage.StoreKey("orders", fmt.Sprintf("%s%04d", run, i))
+		cl, err := s.Claim(ctx, storage.ClaimArgs{Key: key, Fingerprint: benchFP[:], Lease: time.Minute, Retention: time.Minute})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -246,12 +247,12 @@ func BenchmarkBatch500(b *testing.B) {
 			if err != nil {
 				return err
 			}
-			cs := make([]idem.Completion, size)
+			cs := make([]storage.Completion, size)
 			for i, cl := range got {
-				if cl.Outcome != idem.Acquired {
+				if cl.Outcome != storage.Acquired {
 					return fmt.Errorf("batch %d, entry %d: %v %v", n, i, cl.Outcome, cl.Err)
 				}
-				cs[i] = idem.Completion{Key: args[i].Key, Token: cl.Token, Value: benchResult, Retention: benchRetention}
+				cs[i] = storage.Completion{Key: args[i].Key, Token: cl.Token, Value: benchResult, Retention: benchRetention}
 			}
 			errs, err := s.CompleteBatch(ctx, cs)
 			if err == nil {
@@ -281,10 +282,10 @@ func BenchmarkBatch500(b *testing.B) {
 }
 
 // orderArgs returns the claims of the n-th batch of size keys.
-func orderArgs(n, size int) []idem.ClaimArgs {
-	args := make([]idem.ClaimArgs, size)
+func orderArgs(n, size int) []storage.ClaimArgs {
+	args := make([]storage.ClaimArgs, size)
 	for i := range args {
-		args[i] = idem.ClaimArgs{Key: idem.StoreKey("orders", "order-"+strconv.Itoa(n*size+i)), Fingerprint: benchFP[:], Lease: 30 * time.Second, Retention: benchRetention}
+		args[i] = storage.ClaimArgs{Key: storage.StoreKey("orders", "order-"+strconv.Itoa(n*size+i)), Fingerprint: benchFP[:], Lease: 30 * time.Second, Retention: benchRetention}
 	}
 	return args
 }

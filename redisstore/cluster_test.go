@@ -15,6 +15,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // startCluster starts three redis-server primaries of the test's own,
@@ -76,12 +77,12 @@ func TestCluster(t *testing.T) {
 	}
 
 	t.Run("Conformance", func(t *testing.T) {
-		idemtest.Run(t, func(t *testing.T) idem.Store { return s })
+		idemtest.Run(t, func(t *testing.T) storage.Store { return s })
 	})
 
 	t.Run("ClaimBatchOnePipelinePerPrimary", func(t *testing.T) {
 		ctx := ctxT(t)
-		args := make([]idem.ClaimArgs, 100)
+		args := make([]storage.ClaimArgs, 100)
 		for i := range args {
 			args[i] = claimArgs(fmt.Sprintf("batch-%d", i))
 		}
@@ -101,7 +102,7 @@ func TestCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, c := range got {
-			if c.Err != nil || c.Outcome != idem.Acquired {
+			if c.Err != nil || c.Outcome != storage.Acquired {
 				t.Fatalf("entry %d: %v %v", i, c.Outcome, c.Err)
 			}
 		}
@@ -132,14 +133,14 @@ func TestCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var cs []idem.Completion
+		var cs []storage.Completion
 		for i := range 12 {
 			a := claimArgs(fmt.Sprintf("wait-%d", i))
 			c, err := w.Claim(ctx, a)
 			if err != nil {
 				t.Fatal(err)
 			}
-			cs = append(cs, idem.Completion{Key: a.Key, Token: c.Token, Value: []byte("v"), Retention: time.Minute})
+			cs = append(cs, storage.Completion{Key: a.Key, Token: c.Token, Value: []byte("v"), Retention: time.Minute})
 		}
 		errs, err := w.CompleteBatch(ctx, cs)
 		if err != nil {
@@ -149,7 +150,7 @@ func TestCluster(t *testing.T) {
 			if !errors.Is(e, redisstore.ErrNotReplicated) {
 				t.Fatalf("entry %d: %v, want ErrNotReplicated", i, e)
 			}
-			if r, err := w.Get(ctx, cs[i].Key); err != nil || r.Status != idem.StatusCompleted {
+			if r, err := w.Get(ctx, cs[i].Key); err != nil || r.Status != storage.StatusCompleted {
 				t.Fatalf("entry %d: %v %v, want Completed on its primary", i, r.Status, err)
 			}
 		}
@@ -167,7 +168,7 @@ func TestCluster(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		args := make([]idem.ClaimArgs, 30)
+		args := make([]storage.ClaimArgs, 30)
 		for i := range args {
 			args[i] = claimArgs(fmt.Sprintf("flushed-%d", i))
 		}
@@ -176,7 +177,7 @@ func TestCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, c := range got {
-			if c.Err != nil || c.Outcome != idem.Acquired {
+			if c.Err != nil || c.Outcome != storage.Acquired {
 				t.Fatalf("entry %d after SCRIPT FLUSH: %v %v", i, c.Outcome, c.Err)
 			}
 		}
@@ -204,7 +205,7 @@ func TestCluster(t *testing.T) {
 	// answers those, and says which entries got no answer.
 	t.Run("PrimaryDown", func(t *testing.T) {
 		ctx := ctxT(t)
-		args := make([]idem.ClaimArgs, 30)
+		args := make([]storage.ClaimArgs, 30)
 		for i := range args {
 			args[i] = claimArgs(fmt.Sprintf("down-%d", i))
 		}
@@ -214,12 +215,12 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("ClaimBatch with one primary of three down: %v, want per-entry errors", err)
 		}
 		var acquired, unavailable int
-		var cs []idem.Completion
+		var cs []storage.Completion
 		for i, c := range got {
 			switch {
-			case c.Err == nil && c.Outcome == idem.Acquired:
+			case c.Err == nil && c.Outcome == storage.Acquired:
 				acquired++
-				cs = append(cs, idem.Completion{Key: args[i].Key, Token: c.Token, Value: []byte("v"), Retention: time.Minute})
+				cs = append(cs, storage.Completion{Key: args[i].Key, Token: c.Token, Value: []byte("v"), Retention: time.Minute})
 			case errors.Is(c.Err, idem.ErrStoreUnavailable):
 				unavailable++
 			default:

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // freezeProxy forwards connections to a Redis server until it is frozen:
@@ -86,7 +87,7 @@ func TestCallsEndWithTheirContext(t *testing.T) {
 			return err
 		},
 		"ClaimBatch": func(ctx context.Context, s *redisstore.Store) error {
-			_, err := s.ClaimBatch(ctx, []idem.ClaimArgs{claimArgs("k"), claimArgs("l")})
+			_, err := s.ClaimBatch(ctx, []storage.ClaimArgs{claimArgs("k"), claimArgs("l")})
 			return err
 		},
 		"Complete": func(ctx context.Context, s *redisstore.Store) error {
@@ -96,7 +97,7 @@ func TestCallsEndWithTheirContext(t *testing.T) {
 			return s.Fail(ctx, "k", 1, []byte("v"), time.Minute)
 		},
 		"CompleteBatch": func(ctx context.Context, s *redisstore.Store) error {
-			_, err := s.CompleteBatch(ctx, []idem.Completion{{Key: "k", Token: 1, Value: []byte("v"), Retention: time.Minute}})
+			_, err := s.CompleteBatch(ctx, []storage.Completion{{Key: "k", Token: 1, Value: []byte("v"), Retention: time.Minute}})
 			return err
 		},
 		"Release": func(ctx context.Context, s *redisstore.Store) error { return s.Release(ctx, "k", 1) },

@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 var (
@@ -34,7 +34,7 @@ var (
 	// ErrOutOfMemory: Redis refused a write because its used memory is
 	// over maxmemory (under the noeviction policy a full Redis refuses
 	// writes rather than forget records). Errors that wrap it also wrap
-	// idem.ErrStoreUnavailable. A duplicate of a key that holds an outcome
+	// storage.ErrStoreUnavailable. A duplicate of a key that holds an outcome
 	// is still answered (Duplicate), and a key held by another caller
 	// still answers Busy; what needs a write (the claim of a new key or a
 	// takeover, Complete, Fail, Release, Extend) fails with it until memory
@@ -68,33 +68,8 @@ func (e *EvictionPolicyError) Error() string {
 		"or set Config.AllowEviction to accept that risk", e.Addr, e.Policy, limit)
 }
 
-// ValueTooLargeError is returned for a value (or cause) longer than
-// Config.MaxValueSize: by Complete, Fail and CompleteBatch, which then write
-// nothing; and by Claim, ClaimBatch (in the entry's Err) and Get for a
-// record whose stored result is longer, which they refuse to read (another
-// program, or a Store with a larger MaxValueSize, wrote it). Get's script
-// leaves such a result out of its reply; a claim's SET … GET (see
-// Store.Claim) is answered the whole value, and drops it.
-type ValueTooLargeError struct {
-	Size   int    // the value's length in bytes
-	Max    int    // Config.MaxValueSize
-	Stored bool   // the value is a stored record's, refused on read
-	Key    string // the store key of that record (Stored only)
-}
-
-func (e *ValueTooLargeError) Error() string {
-	if e.Stored {
-		return fmt.Sprintf("redisstore: the record of key %q holds a result of %d bytes, larger than Config.MaxValueSize (%d)", e.Key, e.Size, e.Max)
-	}
-	return fmt.Sprintf("redisstore: value of %d bytes is larger than Config.MaxValueSize (%d)", e.Size, e.Max)
-}
-
-// Unwrap returns idem.ErrValueTooLarge, which the Guard and the adapters
-// look for: the outcome cannot be kept (or, read back, replayed).
-func (e *ValueTooLargeError) Unwrap() error { return idem.ErrValueTooLarge }
-
 // unavailable translates an error of the Redis client, in a call under
-// ctx, into one wrapping idem.ErrStoreUnavailable. Standard-library causes
+// ctx, into one wrapping storage.ErrStoreUnavailable. Standard-library causes
 // (context, network, EOF) stay in the chain for errors.Is; go-redis's own
 // error values and the server's error replies keep only their text, so no
 // go-redis type leaks through the idem API. When ctx has ended its error
@@ -109,18 +84,18 @@ func unavailable(ctx context.Context, op string, err error) error {
 		err = fmt.Errorf("%w: %w", cerr, err)
 	}
 	if redis.IsOOMError(err) {
-		return fmt.Errorf("redisstore: %s: %w: %w (%s)", op, idem.ErrStoreUnavailable, ErrOutOfMemory, err.Error())
+		return fmt.Errorf("redisstore: %s: %w: %w (%s)", op, storage.ErrStoreUnavailable, ErrOutOfMemory, err.Error())
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return fmt.Errorf("redisstore: %s: %w: %w", op, idem.ErrStoreUnavailable, err)
+		return fmt.Errorf("redisstore: %s: %w: %w", op, storage.ErrStoreUnavailable, err)
 	}
 	if _, ok := errors.AsType[redis.Error](err); !ok {
 		if _, ok := errors.AsType[net.Error](err); ok {
-			return fmt.Errorf("redisstore: %s: %w: %w", op, idem.ErrStoreUnavailable, err)
+			return fmt.Errorf("redisstore: %s: %w: %w", op, storage.ErrStoreUnavailable, err)
 		}
 	}
-	return fmt.Errorf("redisstore: %s: %w: %s", op, idem.ErrStoreUnavailable, err.Error())
+	return fmt.Errorf("redisstore: %s: %w: %s", op, storage.ErrStoreUnavailable, err.Error())
 }
 
 // isNoScript reports whether err is the server's NOSCRIPT reply: the script

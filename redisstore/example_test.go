@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // A Guard over Redis. NewUniversalClient returns a cluster client for
@@ -67,10 +68,10 @@ func ExampleStore_ClaimBatch() {
 	store, _ := redisstore.New(client, redisstore.Config{})
 
 	ctx := context.Background()
-	var args []idem.ClaimArgs
+	var args []storage.ClaimArgs
 	for _, id := range []string{"msg-1", "msg-2", "msg-3"} {
-		args = append(args, idem.ClaimArgs{
-			Key:         idem.StoreKey("orders", id),
+		args = append(args, storage.ClaimArgs{
+			Key:         storage.StoreKey("orders", id),
 			Fingerprint: idem.SHA256Fingerprint(nil, []byte(id)),
 			Lease:       30 * time.Second,
 			Retention:   24 * time.Hour,
@@ -84,11 +85,11 @@ func ExampleStore_ClaimBatch() {
 		switch {
 		case c.Err != nil:
 			log.Printf("%s: %v", args[i].Key, c.Err)
-		case c.Outcome == idem.Acquired:
+		case c.Outcome == storage.Acquired:
 			// process, then Complete (or CompleteBatch) with c.Token
-		case c.Outcome == idem.Duplicate:
+		case c.Outcome == storage.Duplicate:
 			// already processed: ack
-		case c.Outcome == idem.Busy:
+		case c.Outcome == storage.Busy:
 			// another consumer has it: redeliver later
 		}
 	}
@@ -101,6 +102,6 @@ func ExampleStore_RedisKey() {
 	defer client.Close()
 	store, _ := redisstore.New(client, redisstore.Config{})
 
-	fmt.Println(store.RedisKey(idem.StoreKey("charges", "order-1")))
+	fmt.Println(store.RedisKey(storage.StoreKey("charges", "order-1")))
 	// Output: idem:{B2NoYXJnZXMAb3JkZXItMQ}
 }

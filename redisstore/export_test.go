@@ -5,12 +5,12 @@ import (
 	"encoding/binary"
 	"time"
 
-	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 // DecodeRecord exposes the decoder to the black-box tests; expiresMs is
 // the key's PEXPIRETIME, 0 for none.
-func DecodeRecord(key string, v []byte, expiresMs int64) (idem.Record, error) {
+func DecodeRecord(key string, v []byte, expiresMs int64) (storage.Record, error) {
 	return decodeRecord(key, string(v), expiresMs)
 }
 
@@ -18,7 +18,7 @@ func DecodeRecord(key string, v []byte, expiresMs int64) (idem.Record, error) {
 // scripts rewrite, so the tests can hold the Lua code and the Go decoder
 // to one format. retention is the claim's, which only an InProgress
 // record keeps; a finished one holds r.ExpiresAt.
-func EncodeRecord(r idem.Record, retention time.Duration) []byte {
+func EncodeRecord(r storage.Record, retention time.Duration) []byte {
 	b := []byte{formatVersion, byte(r.Status)}
 	b = appendToken(b, r.Token)
 	b = binary.BigEndian.AppendUint32(b, uint32(r.Attempt))
@@ -33,7 +33,7 @@ func EncodeRecord(r idem.Record, retention time.Duration) []byte {
 
 // ClaimWithToken claims with the token t, as the client does when it
 // resends a claim whose reply it lost.
-func (s *Store) ClaimWithToken(ctx context.Context, a idem.ClaimArgs, t idem.Token) (idem.Claim, error) {
+func (s *Store) ClaimWithToken(ctx context.Context, a storage.ClaimArgs, t storage.Token) (storage.Claim, error) {
 	return s.claim(ctx, a, t)
 }
 
@@ -47,10 +47,10 @@ func SetPolicyCheckTimeout(t interface{ Cleanup(func()) }, d time.Duration) {
 
 // Peek runs the read-only peek script that answers a claim on a full
 // Redis, with the arguments of the claim of a with the token t.
-func (s *Store) Peek(ctx context.Context, a idem.ClaimArgs, t idem.Token) (idem.Claim, error) {
+func (s *Store) Peek(ctx context.Context, a storage.ClaimArgs, t storage.Token) (storage.Claim, error) {
 	reply, err := s.run(ctx, s.eval(ctx, peekScript, resendable, a.Key, s.claimArgs(a, t)...))
 	if err != nil {
-		return idem.Claim{}, unavailable(ctx, "Peek", err)
+		return storage.Claim{}, unavailable(ctx, "Peek", err)
 	}
 	return s.claimReply("Peek", a, t, time.Now(), reply)
 }
@@ -59,16 +59,16 @@ func (s *Store) Peek(ctx context.Context, a idem.ClaimArgs, t idem.Token) (idem.
 // (see plainClaim) and returns what it answers, or needsScript when it
 // leaves the key to the claim script. For a key with no record, SET
 // claims it.
-func (s *Store) PlainClaim(ctx context.Context, a idem.ClaimArgs, t idem.Token) (c idem.Claim, needsScript bool, err error) {
+func (s *Store) PlainClaim(ctx context.Context, a storage.ClaimArgs, t storage.Token) (c storage.Claim, needsScript bool, err error) {
 	args := s.claimArgs(a, t)
 	plain := newPlainClaim(ctx, make([]any, 0, plainClaimArgs), s.RedisKey(a.Key), args[0].([]byte), args[1])
 	_ = s.client.Process(ctx, plain.set)
 	reply, needsScript, err := plain.reply(args[0].([]byte), s.cfg.MaxValueSize)
 	if needsScript {
-		return idem.Claim{}, true, nil
+		return storage.Claim{}, true, nil
 	}
 	if err != nil {
-		return idem.Claim{}, false, unavailable(ctx, "PlainClaim", err)
+		return storage.Claim{}, false, unavailable(ctx, "PlainClaim", err)
 	}
 	c, err = s.claimReply("PlainClaim", a, t, time.Now(), reply)
 	return c, false, err
@@ -76,10 +76,10 @@ func (s *Store) PlainClaim(ctx context.Context, a idem.ClaimArgs, t idem.Token) 
 
 // ScriptClaim runs the claim script alone, with the arguments of the
 // claim of a with the token t.
-func (s *Store) ScriptClaim(ctx context.Context, a idem.ClaimArgs, t idem.Token) (idem.Claim, error) {
+func (s *Store) ScriptClaim(ctx context.Context, a storage.ClaimArgs, t storage.Token) (storage.Claim, error) {
 	reply, err := s.run(ctx, s.eval(ctx, claimScript, resendable, a.Key, s.claimArgs(a, t)...))
 	if err != nil {
-		return idem.Claim{}, unavailable(ctx, "ScriptClaim", err)
+		return storage.Claim{}, unavailable(ctx, "ScriptClaim", err)
 	}
 	return s.claimReply("ScriptClaim", a, t, time.Now(), reply)
 }

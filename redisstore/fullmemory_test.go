@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // fillUntilFull writes junk keys to the server of c until it refuses a
@@ -98,8 +99,8 @@ func TestFullRedisAnswersReplays(t *testing.T) {
 	if _, err := g.Do(ctx, "order-1", payload, fn); err != nil {
 		t.Fatal(err)
 	}
-	args := func(key string) idem.ClaimArgs {
-		return idem.ClaimArgs{Key: key, Fingerprint: []byte("fp"), Lease: 10 * time.Minute, Retention: time.Hour}
+	args := func(key string) storage.ClaimArgs {
+		return storage.ClaimArgs{Key: key, Fingerprint: []byte("fp"), Lease: 10 * time.Minute, Retention: time.Hour}
 	}
 	done, err := s.Claim(ctx, args("done"))
 	if err != nil {
@@ -109,11 +110,11 @@ func TestFullRedisAnswersReplays(t *testing.T) {
 		t.Fatal(err)
 	}
 	held, err := s.Claim(ctx, args("held"))
-	if err != nil || held.Outcome != idem.Acquired {
+	if err != nil || held.Outcome != storage.Acquired {
 		t.Fatalf("claim of the held key: %v %v", held.Outcome, err)
 	}
-	lapsed := idem.ClaimArgs{Key: "lapsed", Fingerprint: []byte("fp"), Lease: time.Millisecond, Retention: time.Hour}
-	if cl, err := s.Claim(ctx, lapsed); err != nil || cl.Outcome != idem.Acquired {
+	lapsed := storage.ClaimArgs{Key: "lapsed", Fingerprint: []byte("fp"), Lease: time.Millisecond, Retention: time.Hour}
+	if cl, err := s.Claim(ctx, lapsed); err != nil || cl.Outcome != storage.Acquired {
 		t.Fatalf("claim of the lapsed key: %v %v", cl.Outcome, err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; { // its lease ends: the key has no more than its retention to live
@@ -141,10 +142,10 @@ func TestFullRedisAnswersReplays(t *testing.T) {
 		t.Fatalf("Guard.Do of a completed key on a full Redis: %+v %v (runs %d), want the replayed receipt", res, err, runs)
 	}
 	cl, err := s.Claim(ctx, args("done"))
-	if err != nil || cl.Outcome != idem.Duplicate || string(cl.Record.Result) != "stored" {
+	if err != nil || cl.Outcome != storage.Duplicate || string(cl.Record.Result) != "stored" {
 		t.Fatalf("duplicate claim on a full Redis: %v %q %v, want Duplicate with its value", cl.Outcome, cl.Record.Result, err)
 	}
-	if cl, err := s.Claim(ctx, args("held")); err != nil || cl.Outcome != idem.Busy || cl.Token != 0 {
+	if cl, err := s.Claim(ctx, args("held")); err != nil || cl.Outcome != storage.Busy || cl.Token != 0 {
 		t.Fatalf("claim of a held key on a full Redis: %v %v (token %d), want Busy", cl.Outcome, err, cl.Token)
 	}
 	reused := args("done")
@@ -169,15 +170,15 @@ func TestFullRedisAnswersReplays(t *testing.T) {
 	}
 	_, err = s.Claim(ctx, args("new"))
 	outOfMemory("Claim of a new key", err)
-	cls, err := s.ClaimBatch(ctx, []idem.ClaimArgs{args("done"), args("new"), args("held")})
+	cls, err := s.ClaimBatch(ctx, []storage.ClaimArgs{args("done"), args("new"), args("held")})
 	if err != nil {
 		t.Fatalf("ClaimBatch on a full Redis: %v", err)
 	}
-	if cls[0].Err != nil || cls[0].Outcome != idem.Duplicate || string(cls[0].Record.Result) != "stored" {
+	if cls[0].Err != nil || cls[0].Outcome != storage.Duplicate || string(cls[0].Record.Result) != "stored" {
 		t.Errorf("ClaimBatch's duplicate on a full Redis: %v %q %v", cls[0].Outcome, cls[0].Record.Result, cls[0].Err)
 	}
 	outOfMemory("ClaimBatch's new key", cls[1].Err)
-	if cls[2].Err != nil || cls[2].Outcome != idem.Busy {
+	if cls[2].Err != nil || cls[2].Outcome != storage.Busy {
 		t.Errorf("ClaimBatch's held key on a full Redis: %v %v, want Busy", cls[2].Outcome, cls[2].Err)
 	}
 	if elapsed := time.Since(start); elapsed > 20*time.Second {

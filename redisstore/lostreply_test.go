@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // dropProxy forwards connections to a Redis server. Armed, it swallows the
@@ -90,7 +91,7 @@ func TestLostReply(t *testing.T) {
 	if proxy.armed.Load() {
 		t.Fatal("the proxy dropped no reply")
 	}
-	if err != nil || c.Outcome != idem.Acquired || c.Record.Attempt != 1 {
+	if err != nil || c.Outcome != storage.Acquired || c.Record.Attempt != 1 {
 		t.Fatalf("claim resent after a lost reply: %v attempt %d %v, want Acquired attempt 1", c.Outcome, c.Record.Attempt, err)
 	}
 	if r, _ := check.Get(ctx, a.Key); r.Token != c.Token {
@@ -102,23 +103,23 @@ func TestLostReply(t *testing.T) {
 	if !errors.Is(err, idem.ErrStoreUnavailable) || errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("Complete with a lost reply: %v, want ErrStoreUnavailable (not resent)", err)
 	}
-	if r, _ := check.Get(ctx, a.Key); r.Status != idem.StatusCompleted || string(r.Result) != "v" {
+	if r, _ := check.Get(ctx, a.Key); r.Status != storage.StatusCompleted || string(r.Result) != "v" {
 		t.Fatalf("after the lost reply the record is %v %q, want Completed \"v\"", r.Status, r.Result)
 	}
 
 	// The same holds for the pipelines.
 	b := claimArgs("batch")
 	arm()
-	got, err := s.ClaimBatch(ctx, []idem.ClaimArgs{b, b})
-	if err != nil || got[0].Outcome != idem.Acquired || got[1].Outcome != idem.Busy {
+	got, err := s.ClaimBatch(ctx, []storage.ClaimArgs{b, b})
+	if err != nil || got[0].Outcome != storage.Acquired || got[1].Outcome != storage.Busy {
 		t.Fatalf("ClaimBatch resent after a lost reply: %+v %v, want Acquired then Busy", got, err)
 	}
 	arm()
-	errs, err := s.CompleteBatch(ctx, []idem.Completion{{Key: b.Key, Token: got[0].Token, Value: []byte("v"), Retention: time.Minute}})
+	errs, err := s.CompleteBatch(ctx, []storage.Completion{{Key: b.Key, Token: got[0].Token, Value: []byte("v"), Retention: time.Minute}})
 	if !errors.Is(err, idem.ErrStoreUnavailable) {
 		t.Fatalf("CompleteBatch with a lost reply: %v %v, want ErrStoreUnavailable (not resent)", errs, err)
 	}
-	if r, _ := check.Get(ctx, b.Key); r.Status != idem.StatusCompleted {
+	if r, _ := check.Get(ctx, b.Key); r.Status != storage.StatusCompleted {
 		t.Fatalf("after the lost batch reply the record is %v, want Completed", r.Status)
 	}
 }

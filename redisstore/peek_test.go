@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // TestClaimAndPeekAgree puts a record in each state a claim can meet and
@@ -26,15 +27,15 @@ func TestClaimAndPeekAgree(t *testing.T) {
 	c := sharedClient(t)
 	s := newStore(t, c, redisstore.Config{MaxValueSize: 64})
 	ctx := ctxT(t)
-	const token = idem.Token(7)
+	const token = storage.Token(7)
 	fp := []byte("fingerprint")
 	lease, retention := 10*time.Minute, time.Hour
 	expires := time.UnixMilli(time.Now().Add(retention).UnixMilli()) // a finished record's, in its value
-	rec := func(status idem.Status, attempt int, result string) []byte {
-		return redisstore.EncodeRecord(idem.Record{Status: status, Token: token, Attempt: attempt, Fingerprint: fp, Result: []byte(result),
+	rec := func(status storage.Status, attempt int, result string) []byte {
+		return redisstore.EncodeRecord(storage.Record{Status: status, Token: token, Attempt: attempt, Fingerprint: fp, Result: []byte(result),
 			ExpiresAt: expires}, retention)
 	}
-	unknownStatus := rec(idem.StatusCompleted, 1, "receipt")
+	unknownStatus := rec(storage.StatusCompleted, 1, "receipt")
 	unknownStatus[1] = 9
 	for _, tc := range []struct {
 		name       string
@@ -42,28 +43,28 @@ func TestClaimAndPeekAgree(t *testing.T) {
 		hash       bool          // a hash at the key instead
 		ttl        time.Duration // the key's
 		fp         []byte        // the claim's, fp when nil
-		token      idem.Token    // the claim's, a fresh one when 0
+		token      storage.Token // the claim's, a fresh one when 0
 		cap        int
 		needWrite  bool
 		inProgress bool // left by the plain commands to the script
 	}{
 		{name: "new key", needWrite: true},
-		{name: "completed", value: rec(idem.StatusCompleted, 1, "receipt"), ttl: retention},
-		{name: "failed", value: rec(idem.StatusFailed, 2, "declined"), ttl: retention},
-		{name: "held", value: rec(idem.StatusInProgress, 1, ""), ttl: lease + retention, inProgress: true},
-		{name: "held, own token", value: rec(idem.StatusInProgress, 1, ""), ttl: lease + retention, token: token, needWrite: true, inProgress: true},
-		{name: "held, reused", value: rec(idem.StatusInProgress, 1, ""), ttl: lease + retention, fp: []byte("other")},
-		{name: "lapsed", value: rec(idem.StatusInProgress, 1, ""), ttl: retention, needWrite: true, inProgress: true},
-		{name: "lapsed at the cap", value: rec(idem.StatusInProgress, 3, ""), ttl: retention, cap: 3, needWrite: true, inProgress: true},
-		{name: "reused", value: rec(idem.StatusCompleted, 1, "receipt"), ttl: retention, fp: []byte("other")},
+		{name: "completed", value: rec(storage.StatusCompleted, 1, "receipt"), ttl: retention},
+		{name: "failed", value: rec(storage.StatusFailed, 2, "declined"), ttl: retention},
+		{name: "held", value: rec(storage.StatusInProgress, 1, ""), ttl: lease + retention, inProgress: true},
+		{name: "held, own token", value: rec(storage.StatusInProgress, 1, ""), ttl: lease + retention, token: token, needWrite: true, inProgress: true},
+		{name: "held, reused", value: rec(storage.StatusInProgress, 1, ""), ttl: lease + retention, fp: []byte("other")},
+		{name: "lapsed", value: rec(storage.StatusInProgress, 1, ""), ttl: retention, needWrite: true, inProgress: true},
+		{name: "lapsed at the cap", value: rec(storage.StatusInProgress, 3, ""), ttl: retention, cap: 3, needWrite: true, inProgress: true},
+		{name: "reused", value: rec(storage.StatusCompleted, 1, "receipt"), ttl: retention, fp: []byte("other")},
 		{name: "unknown format", value: []byte("not a record"), ttl: retention},
 		{name: "unknown status", value: unknownStatus, ttl: retention},
 		{name: "empty value", value: []byte{}, ttl: retention},
 		{name: "another type", hash: true},
-		{name: "result over the cap", value: rec(idem.StatusCompleted, 1, string(make([]byte, 100))), ttl: retention},
+		{name: "result over the cap", value: rec(storage.StatusCompleted, 1, string(make([]byte, 100))), ttl: retention},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := idem.ClaimArgs{Key: tc.name, Fingerprint: fp, Lease: lease, Retention: retention, MaxAttempts: tc.cap}
+			a := storage.ClaimArgs{Key: tc.name, Fingerprint: fp, Lease: lease, Retention: retention, MaxAttempts: tc.cap}
 			if tc.fp != nil {
 				a.Fingerprint = tc.fp
 			}
@@ -82,7 +83,7 @@ func TestClaimAndPeekAgree(t *testing.T) {
 				}
 			}
 			peeked, perr := s.Peek(ctx, a, tok)
-			var plained idem.Claim
+			var plained storage.Claim
 			var needsScript bool
 			var plainErr error
 			if tc.value != nil || tc.hash { // SET would claim a key with no record
@@ -106,7 +107,7 @@ func TestClaimAndPeekAgree(t *testing.T) {
 				if !errors.Is(perr, redisstore.ErrOutOfMemory) {
 					t.Fatalf("peek: %v %v, want that the key needs a write", peeked.Outcome, perr)
 				}
-				if cerr != nil || !(claimed.Outcome == idem.Acquired || tc.cap > 0 && claimed.Outcome == idem.Duplicate) {
+				if cerr != nil || !(claimed.Outcome == storage.Acquired || tc.cap > 0 && claimed.Outcome == storage.Duplicate) {
 					t.Fatalf("claim after the peek said it needs a write: %v %v", claimed.Outcome, cerr)
 				}
 				return
@@ -129,13 +130,13 @@ func TestClaimAndPeekAgree(t *testing.T) {
 func FuzzPlainClaim(f *testing.F) {
 	fp := []byte("fingerprint")
 	expires := time.UnixMilli(1795340671542)
-	for _, r := range []idem.Record{
-		{Status: idem.StatusInProgress, Token: 3, Attempt: 1, Fingerprint: fp},
-		{Status: idem.StatusCompleted, Token: 7, Attempt: 2, Fingerprint: fp, Result: []byte("receipt"), ExpiresAt: expires},
-		{Status: idem.StatusFailed, Attempt: 9, Fingerprint: fp, Result: idem.TooManyAttemptsCause(), ExpiresAt: expires},
-		{Status: idem.StatusCompleted, Token: 7, Attempt: 1, Fingerprint: fp, Result: make([]byte, 100), ExpiresAt: expires},
-		{Status: idem.StatusCompleted, Token: 7, Attempt: 1, Fingerprint: []byte("other"), Result: []byte("x"), ExpiresAt: expires},
-		{Status: idem.StatusCompleted, Token: 7, Attempt: 1, Fingerprint: fp}, // no expiry
+	for _, r := range []storage.Record{
+		{Status: storage.StatusInProgress, Token: 3, Attempt: 1, Fingerprint: fp},
+		{Status: storage.StatusCompleted, Token: 7, Attempt: 2, Fingerprint: fp, Result: []byte("receipt"), ExpiresAt: expires},
+		{Status: storage.StatusFailed, Attempt: 9, Fingerprint: fp, Result: storage.TooManyAttemptsCause(), ExpiresAt: expires},
+		{Status: storage.StatusCompleted, Token: 7, Attempt: 1, Fingerprint: fp, Result: make([]byte, 100), ExpiresAt: expires},
+		{Status: storage.StatusCompleted, Token: 7, Attempt: 1, Fingerprint: []byte("other"), Result: []byte("x"), ExpiresAt: expires},
+		{Status: storage.StatusCompleted, Token: 7, Attempt: 1, Fingerprint: fp}, // no expiry
 	} {
 		f.Add(redisstore.EncodeRecord(r, time.Hour))
 	}
@@ -149,7 +150,7 @@ func FuzzPlainClaim(f *testing.F) {
 	var n atomic.Int64
 	f.Fuzz(func(t *testing.T, v []byte) {
 		ctx := ctxT(t)
-		a := idem.ClaimArgs{Key: "fuzz-" + strconv.FormatInt(n.Add(1), 10), Fingerprint: fp, Lease: time.Minute, Retention: time.Hour}
+		a := storage.ClaimArgs{Key: "fuzz-" + strconv.FormatInt(n.Add(1), 10), Fingerprint: fp, Lease: time.Minute, Retention: time.Hour}
 		if err := c.Set(ctx, s.RedisKey(a.Key), v, 2*time.Hour).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -158,7 +159,7 @@ func FuzzPlainClaim(f *testing.F) {
 			// The script's test of a value it knows: version, status, the
 			// fingerprint's length (its other fields it reads as they are).
 			const header = 24
-			inProgress := len(v) >= header && v[0] == 3 && v[1] == byte(idem.StatusInProgress) &&
+			inProgress := len(v) >= header && v[0] == 3 && v[1] == byte(storage.StatusInProgress) &&
 				string(v[header:min(len(v), header+int(binary.BigEndian.Uint16(v[header-2:])))]) == string(fp) &&
 				int(binary.BigEndian.Uint16(v[header-2:])) == len(fp)
 			if !inProgress {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 // A claim starts with a plain command, not a script: Redis spends far
@@ -88,15 +88,15 @@ func answerValue(v string, nv []byte, maxResult int) any {
 	if len(v) < headerLen || v[offVersion] != formatVersion {
 		return unknown()
 	}
-	st := idem.Status(v[offStatus])
+	st := storage.Status(v[offStatus])
 	fpEnd := headerLen + (int(v[offFpLen])<<8 | int(v[offFpLen+1]))
-	if st < idem.StatusInProgress || st > idem.StatusFailed || len(v) < fpEnd {
+	if st < storage.StatusInProgress || st > storage.StatusFailed || len(v) < fpEnd {
 		return unknown()
 	}
 	if v[headerLen:fpEnd] != string(nv[headerLen:]) {
 		return []any{int64(replyKeyReused)}
 	}
-	if st == idem.StatusInProgress {
+	if st == storage.StatusInProgress {
 		return int64(replyNeedsWrite)
 	}
 	if n := len(v) - fpEnd; n > maxResult {

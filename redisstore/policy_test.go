@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // evictingPolicies are every maxmemory-policy of Redis 7.0 but
@@ -38,7 +39,7 @@ func TestNewRefusesEvictingPolicies(t *testing.T) {
 				if err != nil {
 					t.Fatalf("New under noeviction: %v", err)
 				}
-				if _, err := s.Claim(ctxT(t), idem.ClaimArgs{Key: "k", Lease: time.Minute, Retention: time.Minute}); err != nil {
+				if _, err := s.Claim(ctxT(t), storage.ClaimArgs{Key: "k", Lease: time.Minute, Retention: time.Minute}); err != nil {
 					t.Fatal(err)
 				}
 				return

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 // This file is the protocol between the client and the Lua scripts, in one
@@ -19,7 +19,7 @@ import (
 //
 //	field        offset  length
 //	version         0       1   format version (formatVersion)
-//	status          1       1   idem.Status
+//	status          1       1   storage.Status
 //	token           2       8   uint64; zero once released or failed by the attempt cap
 //	attempt        10       4   uint32
 //	retention      14       8   InProgress: the claim's retention in milliseconds;
@@ -119,8 +119,8 @@ type luaConst struct {
 // last its offset plus its length.
 var luaConstants = []luaConst{
 	luaInt("FORMAT", formatVersion),
-	luaInt("IN_PROGRESS", int(idem.StatusInProgress)),
-	luaInt("FAILED", int(idem.StatusFailed)),
+	luaInt("IN_PROGRESS", int(storage.StatusInProgress)),
+	luaInt("FAILED", int(storage.StatusFailed)),
 
 	luaInt("VERSION", offVersion+1),
 	luaInt("STATUS", offStatus+1),
@@ -145,7 +145,7 @@ var luaConstants = []luaConst{
 	luaInt("NEEDS_WRITE", replyNeedsWrite),
 
 	{"NO_TOKEN", luaString(make([]byte, offAttempt-offToken))},
-	{"TOO_MANY_ATTEMPTS", luaString(idem.TooManyAttemptsCause())},
+	{"TOO_MANY_ATTEMPTS", luaString(storage.TooManyAttemptsCause())},
 }
 
 func luaInt(name string, v int) luaConst { return luaConst{name, strconv.Itoa(v)} }

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // TestScriptsReadDeclaredNames holds the scripts to the names protocol.go
@@ -45,7 +45,7 @@ func TestScriptsReadDeclaredNames(t *testing.T) {
 func TestLuaReadsTheFieldsGoWrites(t *testing.T) {
 	c := sharedClient(t)
 	ctx := ctxT(t)
-	rec := idem.Record{Status: idem.StatusFailed, Token: 0x0102030405060708, Attempt: 0x0a0b0c0d,
+	rec := storage.Record{Status: storage.StatusFailed, Token: 0x0102030405060708, Attempt: 0x0a0b0c0d,
 		Fingerprint: []byte("finger\x00print"), Result: []byte("the result"), ExpiresAt: time.UnixMilli(1234)}
 	v := redisstore.EncodeRecord(rec, time.Hour) // a finished record holds its expiry where the retention was
 	got, err := c.Eval(ctx, redisstore.LuaPrelude()+`
@@ -58,7 +58,7 @@ return {string.byte(v, VERSION) == FORMAT and 1 or 0, string.byte(v, STATUS), st
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []any{int64(1), int64(idem.StatusFailed), "\x01\x02\x03\x04\x05\x06\x07\x08",
+	want := []any{int64(1), int64(storage.StatusFailed), "\x01\x02\x03\x04\x05\x06\x07\x08",
 		int64(0x0a0b0c0d), int64(1234), "\x00\x00\x00\x00\x00\x00\x04\xd2", "finger\x00print", "the result"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("Lua read the fields as\n%q\nwant\n%q", got, want)

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 var b64 = base64.RawURLEncoding
@@ -29,34 +29,34 @@ func appendRedisKey(dst []byte, prefix, key string) []byte {
 // an InProgress record needs; a finished one holds its expiry. It
 // never panics: a value it does not know gives an error wrapping
 // ErrUnknownFormat. The record's slices are fresh copies.
-func decodeRecord(key, v string, expiresMs int64) (idem.Record, error) {
+func decodeRecord(key, v string, expiresMs int64) (storage.Record, error) {
 	if len(v) > 0 && v[offVersion] != formatVersion {
-		return idem.Record{}, fmt.Errorf("%w: version %d", ErrUnknownFormat, v[offVersion])
+		return storage.Record{}, fmt.Errorf("%w: version %d", ErrUnknownFormat, v[offVersion])
 	}
 	if len(v) < headerLen {
-		return idem.Record{}, fmt.Errorf("%w: %d bytes, shorter than the %d-byte header", ErrUnknownFormat, len(v), headerLen)
+		return storage.Record{}, fmt.Errorf("%w: %d bytes, shorter than the %d-byte header", ErrUnknownFormat, len(v), headerLen)
 	}
 	var h [headerLen]byte
 	copy(h[:], v)
-	status := idem.Status(h[offStatus])
-	if status != idem.StatusInProgress && !status.Done() {
-		return idem.Record{}, fmt.Errorf("%w: status %d", ErrUnknownFormat, h[offStatus])
+	status := storage.Status(h[offStatus])
+	if status != storage.StatusInProgress && !status.Done() {
+		return storage.Record{}, fmt.Errorf("%w: status %d", ErrUnknownFormat, h[offStatus])
 	}
 	field := binary.BigEndian.Uint64(h[offRetention:offFpLen]) // the retention, or a finished record's expiry
 	switch {
 	case status.Done() && (field == 0 || field >= maxExpiry):
-		return idem.Record{}, fmt.Errorf("%w: expiry %d ms", ErrUnknownFormat, field)
+		return storage.Record{}, fmt.Errorf("%w: expiry %d ms", ErrUnknownFormat, field)
 	case !status.Done() && (field == 0 || field > uint64(maxDuration/time.Millisecond)):
-		return idem.Record{}, fmt.Errorf("%w: retention %d ms", ErrUnknownFormat, field)
+		return storage.Record{}, fmt.Errorf("%w: retention %d ms", ErrUnknownFormat, field)
 	}
 	fpEnd := headerLen + int(binary.BigEndian.Uint16(h[offFpLen:headerLen]))
 	if fpEnd > len(v) {
-		return idem.Record{}, fmt.Errorf("%w: the fingerprint runs past the value's end", ErrUnknownFormat)
+		return storage.Record{}, fmt.Errorf("%w: the fingerprint runs past the value's end", ErrUnknownFormat)
 	}
-	r := idem.Record{
+	r := storage.Record{
 		Key:         key,
 		Status:      status,
-		Token:       idem.Token(binary.BigEndian.Uint64(h[offToken:offAttempt])),
+		Token:       storage.Token(binary.BigEndian.Uint64(h[offToken:offAttempt])),
 		Attempt:     int(binary.BigEndian.Uint32(h[offAttempt:offRetention])),
 		Fingerprint: []byte(v[headerLen:fpEnd]),
 	}
@@ -75,14 +75,14 @@ func decodeRecord(key, v string, expiresMs int64) (idem.Record, error) {
 }
 
 // appendToken appends t as the 8 bytes the scripts compare.
-func appendToken(dst []byte, t idem.Token) []byte {
+func appendToken(dst []byte, t storage.Token) []byte {
 	return binary.BigEndian.AppendUint64(dst, uint64(t))
 }
 
 // holderPrefix returns the first holderPrefixLen bytes of the InProgress
 // record whose current token is t, which the holder scripts compare.
-func holderPrefix(t idem.Token) []byte {
-	return appendToken(append(make([]byte, 0, holderPrefixLen), formatVersion, byte(idem.StatusInProgress)), t)
+func holderPrefix(t storage.Token) []byte {
+	return appendToken(append(make([]byte, 0, holderPrefixLen), formatVersion, byte(storage.StatusInProgress)), t)
 }
 
 // millis converts d to whole milliseconds, rounding up so that no

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // TestRecordRoundTrip holds the Lua encoder and the Go decoder to one
@@ -17,7 +18,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	c := sharedClient(t)
 	s := newStore(t, c, redisstore.Config{})
 	ctx := ctxT(t)
-	check := func(what, key string, retention time.Duration, want func(r idem.Record) bool) {
+	check := func(what, key string, retention time.Duration, want func(r storage.Record) bool) {
 		t.Helper()
 		raw, err := c.Get(ctx, s.RedisKey(key)).Bytes()
 		if err != nil {
@@ -56,27 +57,27 @@ func TestRecordRoundTrip(t *testing.T) {
 	results := [][]byte{nil, {0}, []byte("ok\x00\xff}"), bytes.Repeat([]byte("result"), 1000)}
 	for i, fp := range fps {
 		key := string([]byte{byte(i), '{', 0})
-		a := idem.ClaimArgs{Key: key, Fingerprint: fp, Lease: time.Minute + time.Microsecond, Retention: 3*time.Hour + time.Microsecond, MaxAttempts: 2}
+		a := storage.ClaimArgs{Key: key, Fingerprint: fp, Lease: time.Minute + time.Microsecond, Retention: 3*time.Hour + time.Microsecond, MaxAttempts: 2}
 		cl, err := s.Claim(ctx, a)
 		if err != nil {
 			t.Fatal(err)
 		}
-		check("claimed", key, a.Retention, func(r idem.Record) bool {
+		check("claimed", key, a.Retention, func(r storage.Record) bool {
 			// The lease is whole milliseconds, rounded up, and the
 			// retention too: the lease ends as long before the expiry.
-			return r.Status == idem.StatusInProgress && r.Token == cl.Token && r.Attempt == 1 && bytes.Equal(r.Fingerprint, fp) &&
+			return r.Status == storage.StatusInProgress && r.Token == cl.Token && r.Attempt == 1 && bytes.Equal(r.Fingerprint, fp) &&
 				r.ExpiresAt.Sub(r.LeaseUntil) == 3*time.Hour+time.Millisecond && r.Result == nil
 		})
 		if err := s.Extend(ctx, key, cl.Token, time.Hour); err != nil {
 			t.Fatal(err)
 		}
-		check("extended", key, a.Retention, func(r idem.Record) bool { return r.LeaseUntil.After(cl.Record.LeaseUntil) })
+		check("extended", key, a.Retention, func(r storage.Record) bool { return r.LeaseUntil.After(cl.Record.LeaseUntil) })
 		if err := s.Release(ctx, key, cl.Token); err != nil {
 			t.Fatal(err)
 		}
-		check("released", key, a.Retention, func(r idem.Record) bool { return r.Token == 0 && r.LeaseUntil.IsZero() && r.Attempt == 1 })
+		check("released", key, a.Retention, func(r storage.Record) bool { return r.Token == 0 && r.LeaseUntil.IsZero() && r.Attempt == 1 })
 		cl, _ = s.Claim(ctx, a)
-		check("taken over", key, a.Retention, func(r idem.Record) bool { return r.Token == cl.Token && r.Attempt == 2 })
+		check("taken over", key, a.Retention, func(r storage.Record) bool { return r.Token == cl.Token && r.Attempt == 2 })
 		result := results[i]
 		if i%2 == 0 {
 			err = s.Complete(ctx, key, cl.Token, result, 5*time.Hour)
@@ -87,7 +88,7 @@ func TestRecordRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The value keeps the claim's retention.
-		check("outcome", key, a.Retention, func(r idem.Record) bool {
+		check("outcome", key, a.Retention, func(r storage.Record) bool {
 			return r.Status.Done() && r.Token == cl.Token && r.Attempt == 2 && bytes.Equal(r.Result, result) && r.LeaseUntil.IsZero()
 		})
 
@@ -96,16 +97,16 @@ func TestRecordRoundTrip(t *testing.T) {
 		capped.MaxAttempts = 1
 		cl, _ = s.Claim(ctx, capped)
 		s.Release(ctx, capped.Key, cl.Token)
-		if d, _ := s.Claim(ctx, capped); d.Outcome != idem.Duplicate {
+		if d, _ := s.Claim(ctx, capped); d.Outcome != storage.Duplicate {
 			t.Fatalf("claim over MaxAttempts: %v", d.Outcome)
 		}
-		check("over MaxAttempts", capped.Key, capped.Retention, func(r idem.Record) bool {
-			return r.Status == idem.StatusFailed && r.Token == 0 && errors.Is(idem.DecodeFailure(r.Result), idem.ErrTooManyAttempts)
+		check("over MaxAttempts", capped.Key, capped.Retention, func(r storage.Record) bool {
+			return r.Status == storage.StatusFailed && r.Token == 0 && errors.Is(idem.DecodeFailure(r.Result), idem.ErrTooManyAttempts)
 		})
 	}
 }
 
-func sameRecord(a, b idem.Record) bool {
+func sameRecord(a, b storage.Record) bool {
 	return a.Key == b.Key && a.Status == b.Status && a.Token == b.Token && a.Attempt == b.Attempt &&
 		bytes.Equal(a.Fingerprint, b.Fingerprint) && bytes.Equal(a.Result, b.Result) &&
 		a.LeaseUntil.Equal(b.LeaseUntil) && a.ExpiresAt.Equal(b.ExpiresAt)
@@ -117,10 +118,10 @@ func sameRecord(a, b idem.Record) bool {
 // decodes back to the same record.
 func FuzzDecodeRecord(f *testing.F) {
 	const expires = 1795340671542
-	for _, r := range []idem.Record{
-		{Status: idem.StatusInProgress, Token: 1<<64 - 1, Attempt: 1, Fingerprint: []byte("fp")},
-		{Status: idem.StatusCompleted, Token: 7, Attempt: 3, Fingerprint: make([]byte, 32), Result: []byte("value\x00"), ExpiresAt: time.UnixMilli(expires)},
-		{Status: idem.StatusFailed, Attempt: 9, Result: idem.TooManyAttemptsCause(), ExpiresAt: time.UnixMilli(expires)},
+	for _, r := range []storage.Record{
+		{Status: storage.StatusInProgress, Token: 1<<64 - 1, Attempt: 1, Fingerprint: []byte("fp")},
+		{Status: storage.StatusCompleted, Token: 7, Attempt: 3, Fingerprint: make([]byte, 32), Result: []byte("value\x00"), ExpiresAt: time.UnixMilli(expires)},
+		{Status: storage.StatusFailed, Attempt: 9, Result: storage.TooManyAttemptsCause(), ExpiresAt: time.UnixMilli(expires)},
 	} {
 		f.Add(redisstore.EncodeRecord(r, time.Hour), int64(expires))
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // dirty returns the server's count of writes since its last save
@@ -63,12 +64,12 @@ func TestReplayWritesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	fp := idem.SHA256Fingerprint(nil, payload)
-	var args []idem.ClaimArgs
+	var args []storage.ClaimArgs
 	for _, k := range []string{"done", "failed", "busy"} {
-		args = append(args, idem.ClaimArgs{Key: g.StoreKey(k), Fingerprint: fp, Lease: time.Minute, Retention: time.Hour, MaxAttempts: 1})
+		args = append(args, storage.ClaimArgs{Key: g.StoreKey(k), Fingerprint: fp, Lease: time.Minute, Retention: time.Hour, MaxAttempts: 1})
 	}
 	held, err := s.Claim(ctx, args[2])
-	if err != nil || held.Outcome != idem.Acquired {
+	if err != nil || held.Outcome != storage.Acquired {
 		t.Fatalf("claim of the held key: %v %v", held.Outcome, err)
 	}
 	if _, err := s.ClaimBatch(ctx, args); err != nil { // the batch script is in the server's cache
@@ -76,7 +77,7 @@ func TestReplayWritesNothing(t *testing.T) {
 	}
 
 	before := dirty(t, c)
-	want := []idem.Outcome{idem.Duplicate, idem.Duplicate, idem.Busy}
+	want := []storage.Outcome{storage.Duplicate, storage.Duplicate, storage.Busy}
 	for i := range 1000 {
 		switch i % 4 {
 		case 0, 1, 2:

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // TestServerRestart stops a server of the test's own under a live Guard:
@@ -58,11 +59,11 @@ func TestServerRestart(t *testing.T) {
 
 	// The restarted server has forgotten every script: a batch meets
 	// NOSCRIPT, and the store sends the script itself.
-	batch, err := s.ClaimBatch(ctx, []idem.ClaimArgs{
+	batch, err := s.ClaimBatch(ctx, []storage.ClaimArgs{
 		{Key: "b1", Lease: time.Minute, Retention: time.Minute},
 		{Key: "b2", Lease: time.Minute, Retention: time.Minute},
 	})
-	if err != nil || batch[0].Outcome != idem.Acquired || batch[1].Outcome != idem.Acquired {
+	if err != nil || batch[0].Outcome != storage.Acquired || batch[1].Outcome != storage.Acquired {
 		t.Fatalf("ClaimBatch after the restart: %+v %v, want both acquired", batch, err)
 	}
 }

@@ -7,21 +7,21 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
-var _ idem.Scanner = (*Store)(nil)
+var _ storage.Scanner = (*Store)(nil)
 
 // scanCount is the COUNT hint of Scan's SCAN calls.
 const scanCount = 500
 
-// Scan implements [idem.Scanner] with SCAN over the keys of Config.Prefix
+// Scan implements [storage.Scanner] with SCAN over the keys of Config.Prefix
 // whose encoded store key starts as prefix's does (on Cluster, on every
 // primary), then a Get of each: an operator's tool, which reads each
 // record in a round trip of its own. SCAN may return a key twice; Scan
 // lists it once. A key that expired or was deleted meanwhile, or holds a
 // value this package did not write, is left out.
-func (s *Store) Scan(ctx context.Context, prefix string, fn func(idem.Record) bool) error {
+func (s *Store) Scan(ctx context.Context, prefix string, fn func(storage.Record) bool) error {
 	// The base64 of prefix's whole 3-byte groups starts the encoding of
 	// every key that starts with prefix; the rest is checked decoded.
 	whole := prefix[:len(prefix)/3*3]
@@ -47,7 +47,7 @@ func (s *Store) Scan(ctx context.Context, prefix string, fn func(idem.Record) bo
 			seen[key] = true
 			rec, err := s.Get(ctx, key)
 			switch {
-			case errors.Is(err, idem.ErrNotFound), errors.Is(err, ErrUnknownFormat):
+			case errors.Is(err, storage.ErrNotFound), errors.Is(err, ErrUnknownFormat):
 				continue
 			case err != nil:
 				return err

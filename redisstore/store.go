@@ -13,7 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 // Config configures a [Store]. The zero value means every default.
@@ -25,11 +25,11 @@ type Config struct {
 	Prefix string
 
 	// MaxValueSize is the longest value (Complete) or encoded cause (Fail)
-	// accepted, in bytes; a longer one gets a *ValueTooLargeError and
+	// accepted, in bytes; a longer one gets a *storage.ValueTooLargeError and
 	// nothing is written. It also bounds what is read: a record holding a
 	// longer result (written by another program, or by a Store with a
 	// larger MaxValueSize) is refused by Claim and Get with a
-	// *ValueTooLargeError. Get's script does not send it; a Claim, whose
+	// *storage.ValueTooLargeError. Get's script does not send it; a Claim, whose
 	// SET … GET answers the whole value as a GET would, reads it once and
 	// drops it. Default 1 MiB; at most 256 MiB. Redis holds the
 	// whole value in memory and sends it to every duplicate: keep outcomes
@@ -77,7 +77,7 @@ const (
 // pass through Lua doubles, exact below 2^53.
 const maxDuration = 100 * 365 * 24 * time.Hour
 
-// Store is an [idem.Store] over Redis: one string key per record, every
+// Store is an [storage.Store] over Redis: one string key per record, every
 // transition atomic on that key alone (a claim's SET … NX GET, or one
 // EVALSHA of a Lua script), the Redis server's clock for every time. It works with any
 // redis.UniversalClient: standalone, Sentinel or Cluster.
@@ -93,17 +93,8 @@ type Store struct {
 }
 
 var (
-	_ idem.Store          = (*Store)(nil)
-	_ idem.BatchClaimer   = (*Store)(nil)
-	_ idem.BatchCompleter = (*Store)(nil)
-	_ idem.ArgsCopier     = (*Store)(nil)
+	_ storage.Store = (*Store)(nil)
 )
-
-// CopiesClaimArgs implements [idem.ArgsCopier]: Claim sends copies of the
-// key (within the Redis key) and the fingerprint (within the new record),
-// even when its context ends before Redis answers, and keeps neither, so a
-// Guard may hand it bytes it reuses.
-func (*Store) CopiesClaimArgs() bool { return true }
 
 // New returns a Store over client. It fails when client is nil or a Config
 // field is out of range; the error names the field. It also refuses a
@@ -119,7 +110,7 @@ func (*Store) CopiesClaimArgs() bool { return true }
 // but noeviction, whatever maxmemory is (0, no limit, can be changed at
 // run time), or for a reply with no policy. A server it cannot reach or
 // that does not answer within 5 seconds gives an error wrapping
-// idem.ErrStoreUnavailable, and no Store: New does not pass what it could
+// storage.ErrStoreUnavailable, and no Store: New does not pass what it could
 // not check. A program that may start before Redis does calls New again
 // until it succeeds, as it would retry its first call. The check is made
 // once: a policy changed later (CONFIG SET, a failover to a primary
@@ -220,7 +211,7 @@ func (s *Store) RedisKey(key string) string {
 	return string(appendRedisKey(buf[:0], s.cfg.Prefix, key))
 }
 
-// Claim implements [idem.Store.Claim] with one plain command, SET key
+// Claim implements [storage.Store.Claim] with one plain command, SET key
 // record NX PX ms GET, for a new key, a duplicate, a reused key or a value
 // this package did not write, and a second round trip, the claim script,
 // for a key in progress, whose lease the server's clock judges in the
@@ -241,21 +232,21 @@ func (s *Store) RedisKey(key string) string {
 // (Busy), and a reused key; any other claim needs a write, and fails
 // with ErrOutOfMemory.
 //
-// Errors: idem.ErrKeyReused; ErrInvalidArgs for a lease or retention that
+// Errors: storage.ErrKeyReused; ErrInvalidArgs for a lease or retention that
 // is not positive or longer than 100 years or a fingerprint over 65535
-// bytes; ErrOutOfMemory (wrapping idem.ErrStoreUnavailable); ErrUnknownFormat when the key holds a value this package did not
-// write; *ValueTooLargeError when it holds a result longer than
-// Config.MaxValueSize; any other failure wraps idem.ErrStoreUnavailable.
-func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+// bytes; ErrOutOfMemory (wrapping storage.ErrStoreUnavailable); ErrUnknownFormat when the key holds a value this package did not
+// write; *storage.ValueTooLargeError when it holds a result longer than
+// Config.MaxValueSize; any other failure wraps storage.ErrStoreUnavailable.
+func (s *Store) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error) {
 	if err := checkClaim("Claim", a); err != nil {
-		return idem.Claim{}, err
+		return storage.Claim{}, err
 	}
 	return s.claim(ctx, a, newToken())
 }
 
 // claim claims a with the token t: by a plain command (see plainClaim),
 // then, for a key in progress, by the claim script.
-func (s *Store) claim(ctx context.Context, a idem.ClaimArgs, t idem.Token) (idem.Claim, error) {
+func (s *Store) claim(ctx context.Context, a storage.ClaimArgs, t storage.Token) (storage.Claim, error) {
 	args := s.claimArgs(a, t)
 	plain := newPlainClaim(ctx, make([]any, 0, plainClaimArgs), s.RedisKey(a.Key), args[0].([]byte), args[1])
 	sent := time.Now()
@@ -263,7 +254,7 @@ func (s *Store) claim(ctx context.Context, a idem.ClaimArgs, t idem.Token) (idem
 		_ = s.client.Process(ctx, plain.set) // the command carries its error
 		return struct{}{}
 	}); err != nil {
-		return idem.Claim{}, unavailable(ctx, "Claim", err)
+		return storage.Claim{}, unavailable(ctx, "Claim", err)
 	}
 	reply, needsScript, err := plain.reply(args[0].([]byte), s.cfg.MaxValueSize)
 	switch {
@@ -280,12 +271,12 @@ func (s *Store) claim(ctx context.Context, a idem.ClaimArgs, t idem.Token) (idem
 		}
 	}
 	if err != nil {
-		return idem.Claim{}, unavailable(ctx, "Claim", err)
+		return storage.Claim{}, unavailable(ctx, "Claim", err)
 	}
 	return s.claimReply("Claim", a, t, sent, reply)
 }
 
-func checkClaim(op string, a idem.ClaimArgs) error {
+func checkClaim(op string, a storage.ClaimArgs) error {
 	if err := checkDuration(op, "lease", a.Lease); err != nil {
 		return err
 	}
@@ -306,10 +297,10 @@ func checkDuration(op, name string, d time.Duration) error {
 }
 
 // newToken returns a random nonzero token (see Claim).
-func newToken() idem.Token {
+func newToken() storage.Token {
 	for {
 		if t := rand.Uint64(); t != 0 {
-			return idem.Token(t)
+			return storage.Token(t)
 		}
 	}
 }
@@ -319,15 +310,15 @@ func newToken() idem.Token {
 // retention, the fingerprint), packed here so that the script of a new key
 // only writes it; the key's expiry from now in ms, lease plus retention;
 // the cap.
-func appendClaimArgs(dst []any, a idem.ClaimArgs, t idem.Token) []any {
+func appendClaimArgs(dst []any, a storage.ClaimArgs, t storage.Token) []any {
 	return append(dst, newRecord(a, t), claimExpiry(a), max(a.MaxAttempts, 0))
 }
 
 // newRecord returns the record that the claim of a with the token t
 // creates: version, InProgress, t, attempt 1, retention, the fingerprint.
-func newRecord(a idem.ClaimArgs, t idem.Token) []byte {
+func newRecord(a storage.ClaimArgs, t storage.Token) []byte {
 	nv := make([]byte, 0, headerLen+len(a.Fingerprint))
-	nv = append(nv, formatVersion, byte(idem.StatusInProgress))
+	nv = append(nv, formatVersion, byte(storage.StatusInProgress))
 	nv = binary.BigEndian.AppendUint32(appendToken(nv, t), 1)
 	nv = binary.BigEndian.AppendUint64(nv, uint64(millis(a.Retention)))
 	nv = binary.BigEndian.AppendUint16(nv, uint16(len(a.Fingerprint)))
@@ -336,19 +327,19 @@ func newRecord(a idem.ClaimArgs, t idem.Token) []byte {
 
 // claimExpiry returns the expiry of the key that the claim of a creates or
 // takes over, in ms from now: lease plus retention.
-func claimExpiry(a idem.ClaimArgs) int64 { return millis(a.Lease) + millis(a.Retention) }
+func claimExpiry(a storage.ClaimArgs) int64 { return millis(a.Lease) + millis(a.Retention) }
 
 // claimArgs returns the arguments of claimScript for a and the token t.
-func (s *Store) claimArgs(a idem.ClaimArgs, t idem.Token) []any {
+func (s *Store) claimArgs(a storage.ClaimArgs, t storage.Token) []any {
 	return append(appendClaimArgs(make([]any, 0, 4), a, t), s.cfg.MaxValueSize)
 }
 
 // claimReply turns the reply of the claim of a with token t, sent at
 // sent (or of the peek that followed a claim a full Redis refused), into
 // a Claim.
-func (s *Store) claimReply(op string, a idem.ClaimArgs, t idem.Token, sent time.Time, reply any) (idem.Claim, error) {
+func (s *Store) claimReply(op string, a storage.ClaimArgs, t storage.Token, sent time.Time, reply any) (storage.Claim, error) {
 	if n, ok := reply.(int64); ok && n == replyNeedsWrite {
-		return idem.Claim{}, fmt.Errorf("redisstore: %s: %w: %w: the key needs a write", op, idem.ErrStoreUnavailable, ErrOutOfMemory)
+		return storage.Claim{}, fmt.Errorf("redisstore: %s: %w: %w: the key needs a write", op, storage.ErrStoreUnavailable, ErrOutOfMemory)
 	}
 	if n, ok := reply.(int64); ok && n == replyCreated {
 		// The script created the record from the claim's own arguments
@@ -358,85 +349,85 @@ func (s *Store) claimReply(op string, a idem.ClaimArgs, t idem.Token, sent time.
 		// Get reads both off the server.
 		sent = sent.Round(0)
 		lease := time.Duration(millis(a.Lease)) * time.Millisecond
-		rec := idem.Record{
+		rec := storage.Record{
 			Key:         a.Key,
-			Status:      idem.StatusInProgress,
+			Status:      storage.StatusInProgress,
 			Token:       t,
 			Attempt:     1,
 			Fingerprint: bytes.Clone(a.Fingerprint),
 			LeaseUntil:  sent.Add(lease),
 			ExpiresAt:   sent.Add(lease + time.Duration(millis(a.Retention))*time.Millisecond),
 		}
-		return idem.Claim{Outcome: idem.Acquired, Token: t, Record: rec}, nil
+		return storage.Claim{Outcome: storage.Acquired, Token: t, Record: rec}, nil
 	}
 	r, _ := reply.([]any)
 	if len(r) == 0 {
-		return idem.Claim{}, badReply(op, reply)
+		return storage.Claim{}, badReply(op, reply)
 	}
-	var outcome idem.Outcome
+	var outcome storage.Outcome
 	switch code, _ := r[0].(int64); code {
 	case replyKeyReused:
-		return idem.Claim{}, idem.ErrKeyReused
+		return storage.Claim{}, storage.ErrKeyReused
 	case replyAcquired:
-		outcome = idem.Acquired
+		outcome = storage.Acquired
 	case replyBusy:
-		outcome = idem.Busy
+		outcome = storage.Busy
 	case replyDuplicate:
-		outcome = idem.Duplicate
+		outcome = storage.Duplicate
 	case replyUnknown:
 	default:
-		return idem.Claim{}, badReply(op, reply)
+		return storage.Claim{}, badReply(op, reply)
 	}
 	if len(r) < 2 {
-		return idem.Claim{}, badReply(op, reply)
+		return storage.Claim{}, badReply(op, reply)
 	}
 	rec, err := s.recordReply(a.Key, r[1:])
 	if err != nil {
-		return idem.Claim{}, err
+		return storage.Claim{}, err
 	}
 	if outcome == 0 { // the script refused a value the decoder accepts: a bug on one side
-		return idem.Claim{}, fmt.Errorf("%w: refused by the claim script", ErrUnknownFormat)
+		return storage.Claim{}, fmt.Errorf("%w: refused by the claim script", ErrUnknownFormat)
 	}
-	c := idem.Claim{Outcome: outcome, Record: rec}
+	c := storage.Claim{Outcome: outcome, Record: rec}
 	switch c.Outcome {
-	case idem.Acquired:
+	case storage.Acquired:
 		c.Token = rec.Token
-	case idem.Busy:
+	case storage.Busy:
 		c.Record.Token = 0 // the holder's token is the holder's alone: it would complete or release its lease
 	}
 	return c, nil
 }
 
 func badReply(op string, reply any) error {
-	return fmt.Errorf("redisstore: %s: %w: unexpected reply of type %T", op, idem.ErrStoreUnavailable, reply)
+	return fmt.Errorf("redisstore: %s: %w: unexpected reply of type %T", op, storage.ErrStoreUnavailable, reply)
 }
 
-// Complete implements [idem.Store.Complete] with one EVALSHA (followed by
+// Complete implements [storage.Store.Complete] with one EVALSHA (followed by
 // WAIT in the same round trip when Config.WaitReplicas is set). The client
 // never resends it after a network error: had the first run stored the
 // value, the second would answer ErrLeaseLost.
 //
-// Errors: idem.ErrLeaseLost; *ValueTooLargeError; ErrInvalidArgs for a
+// Errors: storage.ErrLeaseLost; *storage.ValueTooLargeError; ErrInvalidArgs for a
 // retention that is not positive or longer than 100 years;
 // ErrUnknownFormat; ErrNotReplicated; any other failure wraps
-// idem.ErrStoreUnavailable.
-func (s *Store) Complete(ctx context.Context, key string, t idem.Token, value []byte, retention time.Duration) error {
-	return s.finish(ctx, "Complete", key, t, idem.StatusCompleted, value, retention)
+// storage.ErrStoreUnavailable.
+func (s *Store) Complete(ctx context.Context, key string, t storage.Token, value []byte, retention time.Duration) error {
+	return s.finish(ctx, "Complete", key, t, storage.StatusCompleted, value, retention)
 }
 
-// Fail implements [idem.Store.Fail] as Complete does, storing cause.
-func (s *Store) Fail(ctx context.Context, key string, t idem.Token, cause []byte, retention time.Duration) error {
-	return s.finish(ctx, "Fail", key, t, idem.StatusFailed, cause, retention)
+// Fail implements [storage.Store.Fail] as Complete does, storing cause.
+func (s *Store) Fail(ctx context.Context, key string, t storage.Token, cause []byte, retention time.Duration) error {
+	return s.finish(ctx, "Fail", key, t, storage.StatusFailed, cause, retention)
 }
 
 func (s *Store) checkOutcome(op string, value []byte, retention time.Duration) error {
 	if len(value) > s.cfg.MaxValueSize {
-		return &ValueTooLargeError{Size: len(value), Max: s.cfg.MaxValueSize}
+		return &storage.ValueTooLargeError{Store: "redisstore", Size: len(value), Max: s.cfg.MaxValueSize}
 	}
 	return checkDuration(op, "retention", retention)
 }
 
-func (s *Store) outcomeCmd(ctx context.Context, key string, t idem.Token, status idem.Status, value []byte, retention time.Duration) *evalCmd {
+func (s *Store) outcomeCmd(ctx context.Context, key string, t storage.Token, status storage.Status, value []byte, retention time.Duration) *evalCmd {
 	return s.eval(ctx, outcomeScript, atMostOnce, key, holderPrefix(t), []byte{formatVersion, byte(status)}, value, millis(retention),
 		finishedExpiry(retention))
 }
@@ -449,12 +440,12 @@ func finishedExpiry(retention time.Duration) []byte {
 	return binary.BigEndian.AppendUint64(make([]byte, 0, 8), uint64(time.Now().UnixMilli()+millis(retention)))
 }
 
-func (s *Store) finish(ctx context.Context, op, key string, t idem.Token, status idem.Status, value []byte, retention time.Duration) error {
+func (s *Store) finish(ctx context.Context, op, key string, t storage.Token, status storage.Status, value []byte, retention time.Duration) error {
 	if err := s.checkOutcome(op, value, retention); err != nil {
 		return err
 	}
 	if t == 0 { // never issued: no record can hold it
-		return idem.ErrLeaseLost
+		return storage.ErrLeaseLost
 	}
 	cmd := s.outcomeCmd(ctx, key, t, status, value, retention)
 	if s.cfg.WaitReplicas == 0 {
@@ -496,14 +487,14 @@ func (s *Store) replicated(ctx context.Context, op string, acked int64, err erro
 	return nil
 }
 
-// Release implements [idem.Store.Release] with one EVALSHA: the token is
+// Release implements [storage.Store.Release] with one EVALSHA: the token is
 // zeroed, so neither it nor any other is current, and the lease ends, so
 // the next Claim takes over at once: the key now expires the claim's
-// retention from now. Not resent by the client, as Complete. Errors: idem.ErrLeaseLost; ErrUnknownFormat; any
-// other failure wraps idem.ErrStoreUnavailable.
-func (s *Store) Release(ctx context.Context, key string, t idem.Token) error {
+// retention from now. Not resent by the client, as Complete. Errors: storage.ErrLeaseLost; ErrUnknownFormat; any
+// other failure wraps storage.ErrStoreUnavailable.
+func (s *Store) Release(ctx context.Context, key string, t storage.Token) error {
 	if t == 0 {
-		return idem.ErrLeaseLost
+		return storage.ErrLeaseLost
 	}
 	reply, err := s.run(ctx, s.eval(ctx, releaseScript, atMostOnce, key, holderPrefix(t)))
 	if err != nil {
@@ -512,17 +503,17 @@ func (s *Store) Release(ctx context.Context, key string, t idem.Token) error {
 	return holderReply("Release", reply)
 }
 
-// Extend implements [idem.Store.Extend] with one EVALSHA: the lease ends
+// Extend implements [storage.Store.Extend] with one EVALSHA: the lease ends
 // lease from now on the Redis clock (later or sooner than it did), and the
 // key expires the claim's retention after that. Errors:
-// idem.ErrLeaseLost; ErrInvalidArgs; ErrUnknownFormat; any other failure
-// wraps idem.ErrStoreUnavailable.
-func (s *Store) Extend(ctx context.Context, key string, t idem.Token, lease time.Duration) error {
+// storage.ErrLeaseLost; ErrInvalidArgs; ErrUnknownFormat; any other failure
+// wraps storage.ErrStoreUnavailable.
+func (s *Store) Extend(ctx context.Context, key string, t storage.Token, lease time.Duration) error {
 	if err := checkDuration("Extend", "lease", lease); err != nil {
 		return err
 	}
 	if t == 0 {
-		return idem.ErrLeaseLost
+		return storage.ErrLeaseLost
 	}
 	reply, err := s.run(ctx, s.eval(ctx, extendScript, resendable, key, holderPrefix(t), millis(lease)))
 	if err != nil {
@@ -538,31 +529,31 @@ func holderReply(op string, reply any) error {
 	case replyDone:
 		return nil
 	case replyLost:
-		return idem.ErrLeaseLost
+		return storage.ErrLeaseLost
 	case replyUnknown:
 		return fmt.Errorf("%w (%s)", ErrUnknownFormat, op)
 	}
 	return badReply(op, reply)
 }
 
-// Get implements [idem.Store.Get] with one EVALSHA, which reads the value
-// and its expiry together. Errors: idem.ErrNotFound; ErrUnknownFormat;
-// *ValueTooLargeError as for Claim; any other failure wraps
-// idem.ErrStoreUnavailable.
-func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
+// Get implements [storage.Store.Get] with one EVALSHA, which reads the value
+// and its expiry together. Errors: storage.ErrNotFound; ErrUnknownFormat;
+// *storage.ValueTooLargeError as for Claim; any other failure wraps
+// storage.ErrStoreUnavailable.
+func (s *Store) Get(ctx context.Context, key string) (storage.Record, error) {
 	reply, err := s.run(ctx, s.eval(ctx, getScript, resendable, key, s.cfg.MaxValueSize))
 	if err != nil {
 		if errors.Is(err, redis.Nil) {
-			return idem.Record{}, idem.ErrNotFound
+			return storage.Record{}, storage.ErrNotFound
 		}
-		return idem.Record{}, unavailable(ctx, "Get", err)
+		return storage.Record{}, unavailable(ctx, "Get", err)
 	}
 	r, ok := reply.([]any)
 	if !ok {
-		return idem.Record{}, badReply("Get", reply)
+		return storage.Record{}, badReply("Get", reply)
 	}
 	if len(r) == 0 {
-		return idem.Record{}, idem.ErrNotFound
+		return storage.Record{}, storage.ErrNotFound
 	}
 	return s.recordReply(key, r)
 }
@@ -570,9 +561,9 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 // recordReply decodes the record of key from a script's reply r: its value
 // and, when known, its expiry ms, and after them the length of a result
 // longer than Config.MaxValueSize that the script left out of the value.
-func (s *Store) recordReply(key string, r []any) (idem.Record, error) {
+func (s *Store) recordReply(key string, r []any) (storage.Record, error) {
 	if _, other := r[0].(int64); other { // the scripts' mark of a key of another type
-		return idem.Record{}, fmt.Errorf("%w: the key holds a value of another type (a hash, a list…), not a string", ErrUnknownFormat)
+		return storage.Record{}, fmt.Errorf("%w: the key holds a value of another type (a hash, a list…), not a string", ErrUnknownFormat)
 	}
 	v, _ := r[0].(string)
 	var expires int64
@@ -582,14 +573,14 @@ func (s *Store) recordReply(key string, r []any) (idem.Record, error) {
 	rec, err := decodeRecord(key, v, expires)
 	if err == nil && len(r) > 2 {
 		size, _ := r[2].(int64)
-		// A copy of the key: Claim's may be lent (CopiesClaimArgs).
-		return idem.Record{}, &ValueTooLargeError{Size: int(size), Max: s.cfg.MaxValueSize, Key: strings.Clone(key), Stored: true}
+		// A copy of the key: Claim's may be lent (see storage.Store).
+		return storage.Record{}, &storage.ValueTooLargeError{Store: "redisstore", Size: int(size), Max: s.cfg.MaxValueSize, Key: strings.Clone(key), Stored: true}
 	}
 	return rec, err
 }
 
-// Delete implements [idem.Store.Delete] with one DEL. Errors: any failure
-// wraps idem.ErrStoreUnavailable.
+// Delete implements [storage.Store.Delete] with one DEL. Errors: any failure
+// wraps storage.ErrStoreUnavailable.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	rkey := s.RedisKey(key)
 	delErr, err := await(ctx, func() error { return s.client.Del(ctx, rkey).Err() })

@@ -18,6 +18,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/storage"
 )
 
 func ctxT(t *testing.T) context.Context {
@@ -28,7 +29,7 @@ func ctxT(t *testing.T) context.Context {
 
 func TestConformance(t *testing.T) {
 	s := newStore(t, sharedClient(t), redisstore.Config{})
-	idemtest.Run(t, func(t *testing.T) idem.Store { return s })
+	idemtest.Run(t, func(t *testing.T) storage.Store { return s })
 }
 
 // counter is a go-redis hook that counts what reaches the server: single
@@ -71,17 +72,17 @@ func (h *counter) seen() ([]string, []int) {
 	return append([]string{}, h.cmds...), append([]int{}, h.pipes...)
 }
 
-func claimArgs(key string) idem.ClaimArgs {
-	return idem.ClaimArgs{Key: key, Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Minute}
+func claimArgs(key string) storage.ClaimArgs {
+	return storage.ClaimArgs{Key: key, Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Minute}
 }
 
 func TestDuplicateIsOneRoundTrip(t *testing.T) {
 	h := &counter{}
 	s := newStore(t, sharedClient(t, h), redisstore.Config{})
 	ctx := ctxT(t)
-	a := claimArgs(idem.StoreKey("orders", "order-1"))
+	a := claimArgs(storage.StoreKey("orders", "order-1"))
 	c, err := s.Claim(ctx, a)
-	if err != nil || c.Outcome != idem.Acquired {
+	if err != nil || c.Outcome != storage.Acquired {
 		t.Fatalf("Claim: %v %v", c.Outcome, err)
 	}
 	if err := s.Complete(ctx, a.Key, c.Token, []byte("charged"), time.Minute); err != nil {
@@ -89,7 +90,7 @@ func TestDuplicateIsOneRoundTrip(t *testing.T) {
 	}
 	h.reset()
 	d, err := s.Claim(ctx, a)
-	if err != nil || d.Outcome != idem.Duplicate || string(d.Record.Result) != "charged" {
+	if err != nil || d.Outcome != storage.Duplicate || string(d.Record.Result) != "charged" {
 		t.Fatalf("duplicate Claim: %v %q %v", d.Outcome, d.Record.Result, err)
 	}
 	cmds, pipes := h.seen()
@@ -102,10 +103,10 @@ func TestDuplicateIsOneRoundTrip(t *testing.T) {
 // for keys key-0 … key-n-1 of which key-0 is already claimed, and claimed
 // again (so the claim script is in the server's cache), and the counter
 // reset.
-func batchFixture(t *testing.T, n int) (*redisstore.Store, *counter, []idem.ClaimArgs) {
+func batchFixture(t *testing.T, n int) (*redisstore.Store, *counter, []storage.ClaimArgs) {
 	h := &counter{}
 	s := newStore(t, sharedClient(t, h), redisstore.Config{})
-	args := make([]idem.ClaimArgs, n)
+	args := make([]storage.ClaimArgs, n)
 	for i := range args {
 		args[i] = claimArgs(fmt.Sprintf("key-%d", i))
 	}
@@ -126,9 +127,9 @@ func TestClaimBatchIsOneRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, c := range got {
-		want := idem.Acquired
+		want := storage.Acquired
 		if i == 0 {
-			want = idem.Busy
+			want = storage.Busy
 		}
 		if c.Err != nil || c.Outcome != want {
 			t.Fatalf("entry %d: %v %v, want %v", i, c.Outcome, c.Err, want)
@@ -141,9 +142,9 @@ func TestClaimBatchIsOneRoundTrip(t *testing.T) {
 		t.Fatalf("ClaimBatch of 100 keys sent commands %v and pipelines of %v; want one pipeline of a command "+
 			"per key, then one of one script", cmds, pipes)
 	}
-	comps := make([]idem.Completion, 0, 99)
+	comps := make([]storage.Completion, 0, 99)
 	for _, c := range got[1:] {
-		comps = append(comps, idem.Completion{Key: c.Record.Key, Token: c.Token, Value: []byte("v"), Retention: time.Minute})
+		comps = append(comps, storage.Completion{Key: c.Record.Key, Token: c.Token, Value: []byte("v"), Retention: time.Minute})
 	}
 	h.reset()
 	errs, err := s.CompleteBatch(ctx, comps)
@@ -165,7 +166,7 @@ func TestClaimBatchIsOneRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, c := range again {
-		if c.Err != nil || c.Outcome != idem.Duplicate || string(c.Record.Result) != "v" {
+		if c.Err != nil || c.Outcome != storage.Duplicate || string(c.Record.Result) != "v" {
 			t.Fatalf("entry %d again: %v %q %v, want a Duplicate of v", i+1, c.Outcome, c.Record.Result, c.Err)
 		}
 	}
@@ -185,9 +186,9 @@ func TestCompleteBatchSplitsLargeValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs := make([]idem.Completion, n)
+	cs := make([]storage.Completion, n)
 	for i, c := range got {
-		cs[i] = idem.Completion{Key: args[i+1].Key, Token: c.Token, Value: bytes.Repeat([]byte{byte('a' + i)}, size), Retention: time.Minute}
+		cs[i] = storage.Completion{Key: args[i+1].Key, Token: c.Token, Value: bytes.Repeat([]byte{byte('a' + i)}, size), Retention: time.Minute}
 	}
 	h.reset()
 	errs, err := s.CompleteBatch(ctx, cs)
@@ -199,7 +200,7 @@ func TestCompleteBatchSplitsLargeValues(t *testing.T) {
 	}
 	for i, err := range errs {
 		r, gerr := s.Get(ctx, cs[i].Key)
-		if err != nil || gerr != nil || r.Status != idem.StatusCompleted || !bytes.Equal(r.Result, cs[i].Value) {
+		if err != nil || gerr != nil || r.Status != storage.StatusCompleted || !bytes.Equal(r.Result, cs[i].Value) {
 			t.Errorf("entry %d: %v; record %v, %d bytes, %v; want Completed with its value", i, err, r.Status, len(r.Result), gerr)
 		}
 	}
@@ -218,12 +219,12 @@ func TestCompleteBatchAcrossScripts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs := make([]idem.Completion, 0, n-1)
+	cs := make([]storage.Completion, 0, n-1)
 	for i, c := range got {
-		if c.Outcome != idem.Acquired {
+		if c.Outcome != storage.Acquired {
 			t.Fatalf("claim %d: %v %v", i+1, c.Outcome, c.Err)
 		}
-		cs = append(cs, idem.Completion{Key: args[i+1].Key, Token: c.Token, Value: []byte("v" + strconv.Itoa(i+1)), Retention: time.Minute})
+		cs = append(cs, storage.Completion{Key: args[i+1].Key, Token: c.Token, Value: []byte("v" + strconv.Itoa(i+1)), Retention: time.Minute})
 	}
 	const lost, gone, foreign = 100, 140, 260 // in the first, second and third scripts
 	cs[lost].Token++
@@ -257,12 +258,12 @@ func TestCompleteBatchAcrossScripts(t *testing.T) {
 			}
 		default:
 			r, gerr := s.Get(ctx, cs[i].Key)
-			if err != nil || gerr != nil || r.Status != idem.StatusCompleted || string(r.Result) != string(cs[i].Value) || r.Token != cs[i].Token {
+			if err != nil || gerr != nil || r.Status != storage.StatusCompleted || string(r.Result) != string(cs[i].Value) || r.Token != cs[i].Token {
 				t.Errorf("entry %d: %v; record %v %q %v, want Completed with %q", i, err, r.Status, r.Result, gerr, cs[i].Value)
 			}
 		}
 	}
-	if r, err := s.Get(ctx, cs[lost].Key); err != nil || r.Status != idem.StatusInProgress || r.Token != cs[lost].Token-1 {
+	if r, err := s.Get(ctx, cs[lost].Key); err != nil || r.Status != storage.StatusInProgress || r.Token != cs[lost].Token-1 {
 		t.Errorf("the record of the wrong token: %v token %d %v, want InProgress under its holder's", r.Status, r.Token, err)
 	}
 }
@@ -295,11 +296,11 @@ func TestClaimBatchAcrossScripts(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, c := range got {
-		want := idem.Acquired
+		want := storage.Acquired
 		if i == 0 || i == n-1 {
-			want = idem.Busy // held since the fixture; by entry 5
+			want = storage.Busy // held since the fixture; by entry 5
 		}
-		if c.Err != nil || c.Outcome != want || want == idem.Acquired && c.Record.Attempt != 2 {
+		if c.Err != nil || c.Outcome != want || want == storage.Acquired && c.Record.Attempt != 2 {
 			t.Fatalf("entry %d (%s): %v %v (attempt %d), want %v", i, args[i].Key, c.Outcome, c.Err, c.Record.Attempt, want)
 		}
 	}
@@ -318,15 +319,15 @@ func TestClaimBatchAcrossScripts(t *testing.T) {
 func TestBatchAgreesWithSingle(t *testing.T) {
 	s := newStore(t, sharedClient(t), redisstore.Config{})
 	ctx := ctxT(t)
-	setup := func(ns string) []idem.ClaimArgs {
+	setup := func(ns string) []storage.ClaimArgs {
 		t.Helper()
-		a := func(k, fp string, max int) idem.ClaimArgs {
-			return idem.ClaimArgs{Key: idem.StoreKey(ns, k), Fingerprint: []byte(fp), Lease: time.Minute, Retention: time.Minute, MaxAttempts: max}
+		a := func(k, fp string, max int) storage.ClaimArgs {
+			return storage.ClaimArgs{Key: storage.StoreKey(ns, k), Fingerprint: []byte(fp), Lease: time.Minute, Retention: time.Minute, MaxAttempts: max}
 		}
-		claim := func(a idem.ClaimArgs) idem.Token {
+		claim := func(a storage.ClaimArgs) storage.Token {
 			t.Helper()
 			c, err := s.Claim(ctx, a)
-			if err != nil || c.Outcome != idem.Acquired {
+			if err != nil || c.Outcome != storage.Acquired {
 				t.Fatalf("setup claim %q: %v %v", a.Key, c.Outcome, err)
 			}
 			return c.Token
@@ -348,7 +349,7 @@ func TestBatchAgreesWithSingle(t *testing.T) {
 		claim(reused)
 		reused.Fingerprint = []byte("other")
 		fresh := a("fresh", "fp", 0)
-		return []idem.ClaimArgs{fresh, completed, failed, busy, released, capped, reused, fresh, released, a("fresh2", "", 0)}
+		return []storage.ClaimArgs{fresh, completed, failed, busy, released, capped, reused, fresh, released, a("fresh2", "", 0)}
 	}
 	batchArgs, singleArgs := setup("batch"), setup("single")
 	batch, err := s.ClaimBatch(ctx, batchArgs)
@@ -368,8 +369,8 @@ func TestBatchAgreesWithSingle(t *testing.T) {
 	}
 	// CompleteBatch against Complete: the current token, a wrong one, the
 	// zero token, an absent key and a completed record.
-	comps := func(got []idem.Claim, args []idem.ClaimArgs) []idem.Completion {
-		return []idem.Completion{
+	comps := func(got []storage.Claim, args []storage.ClaimArgs) []storage.Completion {
+		return []storage.Completion{
 			{Key: args[0].Key, Token: got[0].Token, Value: []byte("f"), Retention: time.Minute},
 			{Key: args[3].Key, Token: got[3].Record.Token + 1, Value: []byte("x"), Retention: time.Minute},
 			{Key: args[4].Key, Token: 0, Value: []byte("x"), Retention: time.Minute},
@@ -378,13 +379,13 @@ func TestBatchAgreesWithSingle(t *testing.T) {
 			{Key: args[4].Key, Token: got[4].Token, Value: []byte("r"), Retention: time.Minute},
 		}
 	}
-	var singles []idem.Claim
+	var singles []storage.Claim
 	for _, a := range singleArgs {
 		r, err := s.Get(ctx, a.Key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		singles = append(singles, idem.Claim{Token: r.Token, Record: r})
+		singles = append(singles, storage.Claim{Token: r.Token, Record: r})
 	}
 	batchErrs, err := s.CompleteBatch(ctx, comps(batch, batchArgs))
 	if err != nil {
@@ -410,17 +411,17 @@ func TestValueTooLarge(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = s.Complete(ctx, a.Key, c.Token, make([]byte, 17), time.Minute)
-	if tooLarge, ok := errors.AsType[*redisstore.ValueTooLargeError](err); !ok || tooLarge.Size != 17 || tooLarge.Max != 16 {
-		t.Fatalf("Complete with 17 bytes: %v, want a *ValueTooLargeError{17, 16}", err)
+	if tooLarge, ok := errors.AsType[*storage.ValueTooLargeError](err); !ok || tooLarge.Size != 17 || tooLarge.Max != 16 {
+		t.Fatalf("Complete with 17 bytes: %v, want a *storage.ValueTooLargeError{17, 16}", err)
 	}
-	_, err = s.CompleteBatch(ctx, []idem.Completion{
+	_, err = s.CompleteBatch(ctx, []storage.Completion{
 		{Key: a.Key, Token: c.Token, Value: []byte("ok"), Retention: time.Minute},
 		{Key: "other", Token: 1, Value: make([]byte, 17), Retention: time.Minute},
 	})
-	if _, ok := errors.AsType[*redisstore.ValueTooLargeError](err); !ok {
-		t.Fatalf("CompleteBatch with a 17-byte value: %v, want a *ValueTooLargeError", err)
+	if _, ok := errors.AsType[*storage.ValueTooLargeError](err); !ok {
+		t.Fatalf("CompleteBatch with a 17-byte value: %v, want a *storage.ValueTooLargeError", err)
 	}
-	if r, err := s.Get(ctx, a.Key); err != nil || r.Status != idem.StatusInProgress {
+	if r, err := s.Get(ctx, a.Key); err != nil || r.Status != storage.StatusInProgress {
 		t.Fatalf("after refused values: %v %v, want the record untouched (InProgress)", r.Status, err)
 	}
 	if err := s.Fail(ctx, a.Key, c.Token, make([]byte, 16), time.Minute); err != nil {
@@ -431,7 +432,7 @@ func TestValueTooLarge(t *testing.T) {
 func TestInvalidArgs(t *testing.T) {
 	s := newStore(t, sharedClient(t), redisstore.Config{})
 	ctx := ctxT(t)
-	bad := []idem.ClaimArgs{
+	bad := []storage.ClaimArgs{
 		{Key: "k", Lease: 0, Retention: time.Minute},
 		{Key: "k", Lease: time.Minute, Retention: -time.Second},
 		{Key: "k", Lease: 200 * 365 * 24 * time.Hour, Retention: time.Minute},
@@ -441,7 +442,7 @@ func TestInvalidArgs(t *testing.T) {
 		if _, err := s.Claim(ctx, a); !errors.Is(err, redisstore.ErrInvalidArgs) {
 			t.Errorf("Claim(%v, %v, %d-byte fingerprint): %v, want ErrInvalidArgs", a.Lease, a.Retention, len(a.Fingerprint), err)
 		}
-		if _, err := s.ClaimBatch(ctx, []idem.ClaimArgs{claimArgs("ok"), a}); !errors.Is(err, redisstore.ErrInvalidArgs) {
+		if _, err := s.ClaimBatch(ctx, []storage.ClaimArgs{claimArgs("ok"), a}); !errors.Is(err, redisstore.ErrInvalidArgs) {
 			t.Errorf("ClaimBatch with a bad entry: %v, want ErrInvalidArgs", err)
 		}
 	}
@@ -534,7 +535,7 @@ func TestOtherTypesInABatch(t *testing.T) {
 	}
 	t.Cleanup(func() { c.Del(context.Background(), s.RedisKey("a hash")) })
 	keys := []string{"before", "a hash", "after"}
-	args := make([]idem.ClaimArgs, len(keys))
+	args := make([]storage.ClaimArgs, len(keys))
 	for i, k := range keys {
 		args[i] = claimArgs(k)
 	}
@@ -546,7 +547,7 @@ func TestOtherTypesInABatch(t *testing.T) {
 		switch {
 		case k == "a hash" && !errors.Is(got[i].Err, redisstore.ErrUnknownFormat):
 			t.Errorf("%s: %v, want ErrUnknownFormat", k, got[i].Err)
-		case k != "a hash" && (got[i].Err != nil || got[i].Outcome != idem.Acquired):
+		case k != "a hash" && (got[i].Err != nil || got[i].Outcome != storage.Acquired):
 			t.Errorf("%s: %v %v, want Acquired", k, got[i].Outcome, got[i].Err)
 		}
 	}
@@ -559,7 +560,7 @@ func TestOtherTypesInABatch(t *testing.T) {
 	if err := s.Complete(ctx, "a hash", 1, []byte("v"), time.Minute); !errors.Is(err, redisstore.ErrUnknownFormat) {
 		t.Errorf("Complete of a hash: %v, want ErrUnknownFormat", err)
 	}
-	errs, err := s.CompleteBatch(ctx, []idem.Completion{
+	errs, err := s.CompleteBatch(ctx, []storage.Completion{
 		{Key: "before", Token: got[0].Token, Value: []byte("v"), Retention: time.Minute},
 		{Key: "a hash", Token: 1, Value: []byte("v"), Retention: time.Minute},
 		{Key: "after", Token: got[2].Token, Value: []byte("v"), Retention: time.Minute},
@@ -608,7 +609,7 @@ func TestUnknownFormat(t *testing.T) {
 				t.Errorf("%s: %s: %v, want ErrUnknownFormat", name, op, err)
 			}
 		}
-		got, err := s.ClaimBatch(ctx, []idem.ClaimArgs{claimArgs(key)})
+		got, err := s.ClaimBatch(ctx, []storage.ClaimArgs{claimArgs(key)})
 		if err != nil || !errors.Is(got[0].Err, redisstore.ErrUnknownFormat) {
 			t.Errorf("%s: ClaimBatch: %v %v, want the entry's ErrUnknownFormat", name, got, err)
 		}
@@ -648,7 +649,7 @@ func TestExpiryAndClock(t *testing.T) {
 		return now
 	}
 	before := serverNow()
-	a := idem.ClaimArgs{Key: "k", Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Hour}
+	a := storage.ClaimArgs{Key: "k", Fingerprint: []byte("fp"), Lease: time.Minute, Retention: time.Hour}
 	cl, err := s.Claim(ctx, a)
 	if err != nil {
 		t.Fatal(err)
@@ -688,13 +689,13 @@ func TestExpiryAndClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	r3, _ := s.Get(ctx, "k")
-	if r3.Token != 0 || !r3.LeaseUntil.IsZero() || r3.Status != idem.StatusInProgress {
+	if r3.Token != 0 || !r3.LeaseUntil.IsZero() || r3.Status != storage.StatusInProgress {
 		t.Fatalf("after Release: %+v, want InProgress, no token, no lease", r3)
 	}
 	near("expiry after Release", r3.ExpiresAt, now.Add(time.Hour))
 
 	cl, _ = s.Claim(ctx, a)
-	if cl.Outcome != idem.Acquired || cl.Record.Attempt != 2 {
+	if cl.Outcome != storage.Acquired || cl.Record.Attempt != 2 {
 		t.Fatalf("claim after Release: %v attempt %d", cl.Outcome, cl.Record.Attempt)
 	}
 	near("LeaseUntil of the takeover", cl.Record.LeaseUntil, serverNow().Add(time.Minute))
@@ -712,14 +713,14 @@ func TestClaimResentByTheClient(t *testing.T) {
 	ctx := ctxT(t)
 	a := claimArgs("k")
 	first, err := s.ClaimWithToken(ctx, a, 42)
-	if err != nil || first.Outcome != idem.Acquired {
+	if err != nil || first.Outcome != storage.Acquired {
 		t.Fatal(first.Outcome, err)
 	}
 	again, err := s.ClaimWithToken(ctx, a, 42)
-	if err != nil || again.Outcome != idem.Acquired || again.Token != 42 || again.Record.Attempt != 1 {
+	if err != nil || again.Outcome != storage.Acquired || again.Token != 42 || again.Record.Attempt != 1 {
 		t.Fatalf("resent claim: %v token %d attempt %d %v, want Acquired 42 attempt 1", again.Outcome, again.Token, again.Record.Attempt, err)
 	}
-	if other, _ := s.Claim(ctx, a); other.Outcome != idem.Busy {
+	if other, _ := s.Claim(ctx, a); other.Outcome != storage.Busy {
 		t.Fatalf("another claim: %v, want Busy", other.Outcome)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // replySizes is a go-redis hook that keeps the size of the largest reply
@@ -76,7 +77,7 @@ func stringBytes(v any) int {
 // TestStoredValueOverTheCapIsRefusedOnRead: a Store reads no result longer
 // than its MaxValueSize. A record another Store (with a larger limit)
 // stored is refused by Claim, ClaimBatch and Get with a
-// *ValueTooLargeError naming the key and the stored size. The scripts
+// *storage.ValueTooLargeError naming the key and the stored size. The scripts
 // never send the result (Get's, and a claim's that finds a key in
 // progress): their replies stay the size of a header. A claim's SET … GET
 // is answered the whole value, and refuses it.
@@ -88,7 +89,7 @@ func TestStoredValueOverTheCapIsRefusedOnRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	idemtest.RunStoredValueOverLimit(t, writer, reader, func(err error, key string, size int) bool {
-		tooLarge, ok := errors.AsType[*redisstore.ValueTooLargeError](err)
+		tooLarge, ok := errors.AsType[*storage.ValueTooLargeError](err)
 		return ok && tooLarge.Stored && tooLarge.Key == key && tooLarge.Size == size && tooLarge.Max == 1024
 	})
 	if n := h.reset(); n > 1024 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // TestWaitReplicas runs a primary and a replica of the test's own: with
@@ -46,17 +47,17 @@ func TestWaitReplicas(t *testing.T) {
 	}
 	onReplica, _ := redisstore.New(rc, redisstore.Config{})
 
-	claim := func(key string) idem.Token {
+	claim := func(key string) storage.Token {
 		t.Helper()
 		c, err := one.Claim(ctx, claimArgs(key))
-		if err != nil || c.Outcome != idem.Acquired {
+		if err != nil || c.Outcome != storage.Acquired {
 			t.Fatalf("Claim %q: %v %v", key, c.Outcome, err)
 		}
 		return c.Token
 	}
 	stored := func(s *redisstore.Store, key string) bool {
 		r, err := s.Get(ctx, key)
-		return err == nil && r.Status == idem.StatusCompleted
+		return err == nil && r.Status == storage.StatusCompleted
 	}
 
 	if err := one.Complete(ctx, "a", claim("a"), []byte("v"), time.Minute); err != nil {
@@ -65,7 +66,7 @@ func TestWaitReplicas(t *testing.T) {
 	if !stored(onReplica, "a") {
 		t.Fatal("Complete waited for the replica, yet the replica does not hold the outcome")
 	}
-	errs, err := one.CompleteBatch(ctx, []idem.Completion{
+	errs, err := one.CompleteBatch(ctx, []storage.Completion{
 		{Key: "b", Token: claim("b"), Value: []byte("v"), Retention: time.Minute},
 		{Key: "c", Token: claim("c"), Value: []byte("v"), Retention: time.Minute},
 		{Key: "d", Token: 1, Value: []byte("v"), Retention: time.Minute},
@@ -84,7 +85,7 @@ func TestWaitReplicas(t *testing.T) {
 	if !stored(two, "e") {
 		t.Fatal("after ErrNotReplicated the primary does not hold the outcome")
 	}
-	errs, err = two.CompleteBatch(ctx, []idem.Completion{{Key: "f", Token: claim("f"), Value: []byte("v"), Retention: time.Minute}})
+	errs, err = two.CompleteBatch(ctx, []storage.Completion{{Key: "f", Token: claim("f"), Value: []byte("v"), Retention: time.Minute}})
 	if err != nil || !errors.Is(errs[0], redisstore.ErrNotReplicated) || !stored(two, "f") {
 		t.Fatalf("CompleteBatch waiting for 2 of 1 replica: %v %v, want ErrNotReplicated and the outcome stored", errs, err)
 	}

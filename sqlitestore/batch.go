@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
-// ClaimBatch implements [idem.BatchClaimer]: each entry is claimed as Claim
+// ClaimBatch implements [storage.Store.ClaimBatch]: each entry is claimed as Claim
 // would. It reads the entries' records first: a duplicate, a busy key or
 // another fingerprint is answered from the read, with no write and no
 // lock, so a batch of duplicates writes nothing. The other entries (new
@@ -19,11 +19,11 @@ import (
 // order, the later entry seeing the earlier one's result (usually Busy
 // behind an Acquired).
 //
-// A fingerprint mismatch is that entry's Err (idem.ErrKeyReused), and so is
-// a stored result longer than Config.MaxValueSize (*ValueTooLargeError);
+// A fingerprint mismatch is that entry's Err (storage.ErrKeyReused), and so is
+// a stored result longer than Config.MaxValueSize (*storage.ValueTooLargeError);
 // the error returned is for the whole batch, which then claimed nothing.
-func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.Claim, error) {
-	out := make([]idem.Claim, len(args))
+func (s *Store) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]storage.Claim, error) {
+	out := make([]storage.Claim, len(args))
 	for _, a := range args {
 		if err := validClaim("ClaimBatch", a); err != nil {
 			return nil, err
@@ -55,7 +55,7 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 	if len(pending) == 0 {
 		return out, nil
 	}
-	claimed := make([]idem.Claim, len(pending))
+	claimed := make([]storage.Claim, len(pending))
 	err := s.inTx(ctx, "claim batch", func(ctx context.Context, tx *sql.Tx) error {
 		for j, i := range pending {
 			c, err := s.claimIn(ctx, tx, args[i], s.cfg.MaxValueSize)
@@ -79,29 +79,29 @@ func (s *Store) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.C
 // entryErr returns err when it fails a whole batch: any error but the
 // ones of one entry.
 func entryErr(err error) error {
-	if err == nil || errors.Is(err, idem.ErrKeyReused) {
+	if err == nil || errors.Is(err, storage.ErrKeyReused) {
 		return nil
 	}
-	if _, ok := errors.AsType[*ValueTooLargeError](err); ok {
+	if _, ok := errors.AsType[*storage.ValueTooLargeError](err); ok {
 		return nil
 	}
 	return err
 }
 
-// CompleteBatch implements [idem.BatchCompleter] in one BEGIN IMMEDIATE
+// CompleteBatch implements [storage.Store.CompleteBatch] in one BEGIN IMMEDIATE
 // transaction, one sync to disk for the batch: each entry is Complete's
 // fenced UPDATE, in order. A value over Config.MaxValueSize fails the whole
-// batch with a *ValueTooLargeError before anything is written. An entry
-// whose key and token repeat an earlier entry's gets idem.ErrLeaseLost, as
+// batch with a *storage.ValueTooLargeError before anything is written. An entry
+// whose key and token repeat an earlier entry's gets storage.ErrLeaseLost, as
 // a second Complete would.
-func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]error, error) {
+func (s *Store) CompleteBatch(ctx context.Context, cs []storage.Completion) ([]error, error) {
 	errs := make([]error, len(cs))
 	for _, c := range cs {
 		switch {
 		case c.Retention <= 0:
 			return nil, fmt.Errorf("sqlitestore: CompleteBatch: retention %v must be positive", c.Retention)
 		case len(c.Value) > s.cfg.MaxValueSize:
-			return nil, &ValueTooLargeError{Size: len(c.Value), Max: s.cfg.MaxValueSize}
+			return nil, &storage.ValueTooLargeError{Store: "sqlitestore", Size: len(c.Value), Max: s.cfg.MaxValueSize}
 		}
 	}
 	if len(cs) == 0 {
@@ -112,7 +112,7 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]erro
 		for i, c := range cs {
 			errs[i] = nil
 			if c.Token == 0 {
-				errs[i] = fmt.Errorf("sqlitestore: complete batch (key %q): %w", c.Key, idem.ErrLeaseLost)
+				errs[i] = fmt.Errorf("sqlitestore: complete batch (key %q): %w", c.Key, storage.ErrLeaseLost)
 				continue
 			}
 			value := c.Value
@@ -124,7 +124,7 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]erro
 				return translate(ctx, "complete batch", err)
 			}
 			if n, err := res.RowsAffected(); err != nil || n == 0 {
-				errs[i] = fmt.Errorf("sqlitestore: complete batch (key %q): %w", c.Key, idem.ErrLeaseLost)
+				errs[i] = fmt.Errorf("sqlitestore: complete batch (key %q): %w", c.Key, storage.ErrLeaseLost)
 			}
 		}
 		return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/sqlitestore"
+	"github.com/idemgo/idem/storage"
 )
 
 func TestOpenValidates(t *testing.T) {
@@ -78,7 +79,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		t.Fatal("Migrate with a bad name: no error")
 	}
 	s := openStore(t, path, sqlitestore.Config{Table: "user"})
-	if c, err := s.Claim(testCtx(t), claimArgs("k", "fp")); err != nil || c.Outcome != idem.Acquired {
+	if c, err := s.Claim(testCtx(t), claimArgs("k", "fp")); err != nil || c.Outcome != storage.Acquired {
 		t.Fatalf("Claim on the migrated table: %v %v", c.Outcome, err)
 	}
 	// A table dropped under the Store: the error says to migrate, and is
@@ -91,8 +92,8 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	}
 }
 
-func claimArgs(key, fp string) idem.ClaimArgs {
-	return idem.ClaimArgs{Key: key, Fingerprint: []byte(fp), Lease: time.Minute, Retention: time.Hour}
+func claimArgs(key, fp string) storage.ClaimArgs {
+	return storage.ClaimArgs{Key: key, Fingerprint: []byte(fp), Lease: time.Minute, Retention: time.Hour}
 }
 
 func TestValueCapOnWrite(t *testing.T) {
@@ -106,18 +107,18 @@ func TestValueCapOnWrite(t *testing.T) {
 	}
 	check := func(op string, err error) {
 		t.Helper()
-		if tooLarge, ok := errors.AsType[*sqlitestore.ValueTooLargeError](err); !ok || tooLarge.Size != 17 || tooLarge.Max != 16 || tooLarge.Stored || !errors.Is(err, idem.ErrValueTooLarge) {
-			t.Fatalf("%s with 17 bytes: %v, want a *ValueTooLargeError{17, 16}", op, err)
+		if tooLarge, ok := errors.AsType[*storage.ValueTooLargeError](err); !ok || tooLarge.Size != 17 || tooLarge.Max != 16 || tooLarge.Stored || !errors.Is(err, idem.ErrValueTooLarge) {
+			t.Fatalf("%s with 17 bytes: %v, want a *storage.ValueTooLargeError{17, 16}", op, err)
 		}
 	}
 	check("Complete", s.Complete(ctx, a.Key, c.Token, make([]byte, 17), time.Minute))
 	check("Fail", s.Fail(ctx, a.Key, c.Token, make([]byte, 17), time.Minute))
-	_, err = s.CompleteBatch(ctx, []idem.Completion{
+	_, err = s.CompleteBatch(ctx, []storage.Completion{
 		{Key: a.Key, Token: c.Token, Value: []byte("ok"), Retention: time.Minute},
 		{Key: "other", Token: 1, Value: make([]byte, 17), Retention: time.Minute},
 	})
 	check("CompleteBatch", err)
-	if r, err := s.Get(ctx, a.Key); err != nil || r.Status != idem.StatusInProgress {
+	if r, err := s.Get(ctx, a.Key); err != nil || r.Status != storage.StatusInProgress {
 		t.Fatalf("after refused values: %v %v, want the record untouched (InProgress)", r.Status, err)
 	}
 	if err := s.Complete(ctx, a.Key, c.Token, make([]byte, 16), time.Minute); err != nil {
@@ -126,13 +127,13 @@ func TestValueCapOnWrite(t *testing.T) {
 }
 
 // A record a Store with a larger limit stored is refused by Claim,
-// ClaimBatch and Get with a *ValueTooLargeError naming the key and size.
+// ClaimBatch and Get with a *storage.ValueTooLargeError naming the key and size.
 func TestStoredValueOverTheCapIsRefusedOnRead(t *testing.T) {
 	t.Parallel()
 	writer, path := newStore(t, sqlitestore.Config{})
 	reader := openStore(t, path, sqlitestore.Config{MaxValueSize: 1024})
 	idemtest.RunStoredValueOverLimit(t, writer, reader, func(err error, key string, size int) bool {
-		tooLarge, ok := errors.AsType[*sqlitestore.ValueTooLargeError](err)
+		tooLarge, ok := errors.AsType[*storage.ValueTooLargeError](err)
 		return ok && tooLarge.Stored && tooLarge.Key == key && tooLarge.Size == size && tooLarge.Max == 1024
 	})
 }
@@ -156,8 +157,8 @@ func TestReapDeletesOnlyExpired(t *testing.T) {
 	clk := newClock()
 	s, _ := newStore(t, sqlitestore.Config{Now: clk.Now})
 	ctx := testCtx(t)
-	short := func(k string) idem.ClaimArgs {
-		return idem.ClaimArgs{Key: k, Fingerprint: []byte("fp"), Lease: time.Second, Retention: time.Minute}
+	short := func(k string) storage.ClaimArgs {
+		return storage.ClaimArgs{Key: k, Fingerprint: []byte("fp"), Lease: time.Second, Retention: time.Minute}
 	}
 	for i := range 25 {
 		k := "old" + string(rune('a'+i))
@@ -193,7 +194,7 @@ func TestReapDeletesOnlyExpired(t *testing.T) {
 	}
 	clk.Advance(2 * time.Minute)
 	c2, err := s.Claim(ctx, short("again"))
-	if err != nil || c2.Outcome != idem.Acquired || c2.Record.Attempt != 1 || c2.Token == c.Token {
+	if err != nil || c2.Outcome != storage.Acquired || c2.Record.Attempt != 1 || c2.Token == c.Token {
 		t.Fatalf("claim of an expired key: %v attempt %d, %v; want a new record", c2.Outcome, c2.Record.Attempt, err)
 	}
 }
@@ -249,13 +250,13 @@ func TestBusyDatabase(t *testing.T) {
 			t.Errorf("%s on a locked database: %v after %v; want %v after the busy timeout %v", op, err, waited, want, busy)
 		}
 	}
-	if c, err := s.Claim(ctx, claimArgs("done", "fp")); err != nil || c.Outcome != idem.Duplicate {
+	if c, err := s.Claim(ctx, claimArgs("done", "fp")); err != nil || c.Outcome != storage.Duplicate {
 		t.Errorf("a duplicate while the database is locked: %v %v, want it answered", c.Outcome, err)
 	}
 	if err := tx.Rollback(); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := s.Claim(ctx, claimArgs("new", "fp")); err != nil || c.Outcome != idem.Acquired {
+	if c, err := s.Claim(ctx, claimArgs("new", "fp")); err != nil || c.Outcome != storage.Acquired {
 		t.Fatalf("Claim once the lock is free: %v %v", c.Outcome, err)
 	}
 	if err := s.Complete(ctx, "held", held.Token, []byte("v"), time.Hour); err != nil {

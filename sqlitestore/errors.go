@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/idemgo/idem"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/idemgo/idem/storage"
 )
 
 // translate turns an error of the driver into the error an operation
@@ -16,7 +17,7 @@ import (
 //   - the database locked past the busy timeout (SQLITE_BUSY,
 //     SQLITE_LOCKED), an I/O error, a full disk, a file that cannot be
 //     opened or written, the database closed: wrapped with
-//     idem.ErrStoreUnavailable, and the cause;
+//     storage.ErrStoreUnavailable, and the cause;
 //   - the caller's context cancelled: its error, wrapped;
 //   - any other SQL error (a missing table, a corrupt file): wrapped as
 //     is, naming the operation (and Migrate for a missing table).
@@ -32,7 +33,7 @@ func translate(ctx context.Context, op string, err error) error {
 	if sqlErr, ok := errors.AsType[*sqlite.Error](err); ok {
 		switch code := sqlErr.Code() & 0xff; {
 		case unavailableCode(code):
-			return fmt.Errorf("sqlitestore: %s: %w: %w", op, idem.ErrStoreUnavailable, err)
+			return fmt.Errorf("sqlitestore: %s: %w: %w", op, storage.ErrStoreUnavailable, err)
 		case isNoTable(err):
 			return fmt.Errorf("sqlitestore: %s: %w: %w", op, errNoTable, err)
 		}
@@ -43,7 +44,7 @@ func translate(ctx context.Context, op string, err error) error {
 	if isNoTable(err) {
 		return fmt.Errorf("sqlitestore: %s: %w: %w", op, errNoTable, err)
 	}
-	return fmt.Errorf("sqlitestore: %s: %w: %w", op, idem.ErrStoreUnavailable, err)
+	return fmt.Errorf("sqlitestore: %s: %w: %w", op, storage.ErrStoreUnavailable, err)
 }
 
 // unavailableCode reports whether a primary result code says the database
@@ -64,26 +65,3 @@ func isBusy(err error) bool {
 	sqlErr, ok := errors.AsType[*sqlite.Error](err)
 	return ok && (sqlErr.Code()&0xff == sqlite3.SQLITE_BUSY || sqlErr.Code()&0xff == sqlite3.SQLITE_LOCKED)
 }
-
-// ValueTooLargeError is returned for a value (or cause) longer than
-// Config.MaxValueSize: by Complete, Fail and CompleteBatch, which then write
-// nothing; and by Claim, ClaimBatch (in the entry's Err) and Get for a
-// record whose stored result is longer, which they refuse to read (a Store
-// with a larger MaxValueSize wrote it).
-type ValueTooLargeError struct {
-	Size   int    // the value's length in bytes
-	Max    int    // Config.MaxValueSize
-	Stored bool   // the value is a stored record's, refused on read
-	Key    string // the store key of that record (Stored only)
-}
-
-func (e *ValueTooLargeError) Error() string {
-	if e.Stored {
-		return fmt.Sprintf("sqlitestore: the record of key %q holds a result of %d bytes, larger than Config.MaxValueSize (%d)", e.Key, e.Size, e.Max)
-	}
-	return fmt.Sprintf("sqlitestore: value of %d bytes is larger than Config.MaxValueSize (%d)", e.Size, e.Max)
-}
-
-// Unwrap returns idem.ErrValueTooLarge, which the Guard and the adapters
-// look for: the outcome cannot be kept (or, read back, replayed).
-func (e *ValueTooLargeError) Unwrap() error { return idem.ErrValueTooLarge }

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/sqlitestore"
+	"github.com/idemgo/idem/storage"
 )
 
 // FuzzKeys: any two different keys (any bytes: NUL, invalid UTF-8, a
@@ -25,26 +25,26 @@ func FuzzKeys(f *testing.F) {
 		ctx := testCtx(t)
 		defer s.Delete(ctx, k1)
 		defer s.Delete(ctx, k2)
-		a := func(k, fp string) idem.ClaimArgs {
-			return idem.ClaimArgs{Key: k, Fingerprint: []byte(fp), Lease: time.Minute, Retention: time.Hour}
+		a := func(k, fp string) storage.ClaimArgs {
+			return storage.ClaimArgs{Key: k, Fingerprint: []byte(fp), Lease: time.Minute, Retention: time.Hour}
 		}
 		c1, err := s.Claim(ctx, a(k1, "one"))
-		if err != nil || c1.Outcome != idem.Acquired {
+		if err != nil || c1.Outcome != storage.Acquired {
 			t.Fatalf("Claim(%q): %v %v", k1, c1.Outcome, err)
 		}
 		c2, err := s.Claim(ctx, a(k2, "two"))
-		if err != nil || c2.Outcome != idem.Acquired {
+		if err != nil || c2.Outcome != storage.Acquired {
 			t.Fatalf("Claim(%q) after Claim(%q): %v %v, want a record of its own", k2, k1, c2.Outcome, err)
 		}
 		if err := s.Complete(ctx, k1, c1.Token, []byte(k1), time.Hour); err != nil {
 			t.Fatal(err)
 		}
 		r1, err := s.Get(ctx, k1)
-		if err != nil || r1.Status != idem.StatusCompleted || string(r1.Result) != k1 || string(r1.Fingerprint) != "one" {
+		if err != nil || r1.Status != storage.StatusCompleted || string(r1.Result) != k1 || string(r1.Fingerprint) != "one" {
 			t.Fatalf("Get(%q): %+v %v", k1, r1, err)
 		}
 		r2, err := s.Get(ctx, k2)
-		if err != nil || r2.Status != idem.StatusInProgress || string(r2.Fingerprint) != "two" {
+		if err != nil || r2.Status != storage.StatusInProgress || string(r2.Fingerprint) != "two" {
 			t.Fatalf("Get(%q) after completing %q: %+v %v", k2, k1, r2, err)
 		}
 	})

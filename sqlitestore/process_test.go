@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/sqlitestore"
+	"github.com/idemgo/idem/storage"
 )
 
 // The child processes of this file are the test binary run again, told
@@ -158,8 +159,8 @@ func TestRestartAfterSIGKILL(t *testing.T) {
 	ctx := testCtx(t)
 	last := 0
 	for k, v := range reported {
-		r, err := s.Get(ctx, idem.StoreKey(childNamespace, k))
-		if err != nil || r.Status != idem.StatusCompleted || string(r.Result) != v {
+		r, err := s.Get(ctx, storage.StoreKey(childNamespace, k))
+		if err != nil || r.Status != storage.StatusCompleted || string(r.Result) != v {
 			t.Fatalf("%s, reported stored as %q: after the restart %v %q, %v", k, v, r.Status, r.Result, err)
 		}
 		i, _ := strconv.Atoi(strings.TrimPrefix(k, "k"))
@@ -176,11 +177,11 @@ func TestRestartAfterSIGKILL(t *testing.T) {
 	stored, ran := 0, 0
 	for i := range last + 10 {
 		k := "k" + strconv.Itoa(i)
-		before, err := s.Get(ctx, idem.StoreKey(childNamespace, k))
+		before, err := s.Get(ctx, storage.StoreKey(childNamespace, k))
 		if err != nil && !errors.Is(err, idem.ErrNotFound) {
 			t.Fatal(err)
 		}
-		done := err == nil && before.Status == idem.StatusCompleted
+		done := err == nil && before.Status == storage.StatusCompleted
 		runs := 0
 		res, err := g.Do(ctx, k, nil, func(context.Context) ([]byte, error) { runs++; return []byte("after the restart"), nil })
 		switch {

@@ -14,8 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/scanpage"
+	"github.com/idemgo/idem/storage"
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite", pure Go
 )
 
@@ -28,10 +28,10 @@ type Config struct {
 
 	// MaxValueSize is the longest value (Complete, CompleteBatch) or
 	// encoded cause (Fail) accepted, in bytes; a longer one gets a
-	// *ValueTooLargeError and nothing is written. It also bounds what is
+	// *storage.ValueTooLargeError and nothing is written. It also bounds what is
 	// read: a record holding a longer result (written by a Store with a
 	// larger MaxValueSize) is refused by Claim, ClaimBatch and Get with a
-	// *ValueTooLargeError. Default 1 MiB; at most MaxValueSizeLimit.
+	// *storage.ValueTooLargeError. Default 1 MiB; at most MaxValueSizeLimit.
 	MaxValueSize int
 
 	// Synchronous is SQLite's synchronous setting for the Store's
@@ -52,7 +52,7 @@ type Config struct {
 	// write of this Store (they queue in the process), by a transaction
 	// of the caller's (a TxGuard, a transaction begun on [Store.DB]) or
 	// by another process on the same file. A write that cannot have it in
-	// time fails with an error wrapping idem.ErrStoreUnavailable (a
+	// time fails with an error wrapping storage.ErrStoreUnavailable (a
 	// TxGuard's claim: idem.ErrInProgress). It is also SQLite's
 	// busy_timeout. Default 5s; at least 1ms.
 	BusyTimeout time.Duration
@@ -86,7 +86,7 @@ const (
 	DefaultMaxOpenConns = 8
 )
 
-// Store is an [idem.Store] in a SQLite database file: one process, durable,
+// Store is an [storage.Store] in a SQLite database file: one process, durable,
 // no server. It opens the file in WAL mode, so that reads never wait for a
 // write, with synchronous FULL by default (Config.Synchronous) and a busy
 // timeout (Config.BusyTimeout). Writes take SQLite's write lock one at a
@@ -116,12 +116,8 @@ type Store struct {
 }
 
 var (
-	_ idem.Store          = (*Store)(nil)
-	_ idem.BatchClaimer   = (*Store)(nil)
-	_ idem.Scanner        = (*Store)(nil)
-	_ idem.BatchCompleter = (*Store)(nil)
-	_ idem.ValueLimiter   = (*Store)(nil)
-	_ idem.ArgsCopier     = (*Store)(nil)
+	_ storage.Store   = (*Store)(nil)
+	_ storage.Scanner = (*Store)(nil)
 )
 
 // Open opens (creating it if need be) the SQLite database file path and
@@ -216,10 +212,6 @@ func (s *Store) MaxValueSize() int { return s.cfg.MaxValueSize }
 // Table returns the records table's quoted name, for SQL of one's own.
 func (s *Store) Table() string { return s.t.ident }
 
-// CopiesClaimArgs implements [idem.ArgsCopier]: Claim hands the key and
-// fingerprint to SQLite, which copies them, and keeps neither.
-func (*Store) CopiesClaimArgs() bool { return true }
-
 // locked runs fn holding the Store's right to write, which it waits for at
 // most Config.BusyTimeout; fn's own waits for SQLite's write lock are
 // bounded by the same deadline.
@@ -233,7 +225,7 @@ func (s *Store) locked(ctx context.Context, op string, fn func(ctx context.Conte
 	}
 	defer func() { <-s.write }()
 	err := fn(ctx)
-	if err != nil && ctx.Err() != nil && !errors.Is(err, idem.ErrLeaseLost) {
+	if err != nil && ctx.Err() != nil && !errors.Is(err, storage.ErrLeaseLost) {
 		return s.busy(ctx, op)
 	}
 	return err
@@ -245,7 +237,7 @@ func (s *Store) busy(ctx context.Context, op string) error {
 	if err := context.Cause(ctx); errors.Is(err, context.Canceled) {
 		return fmt.Errorf("sqlitestore: %s: %w", op, err)
 	}
-	return fmt.Errorf("sqlitestore: %s: %w: the database was busy for %v", op, idem.ErrStoreUnavailable, s.cfg.BusyTimeout)
+	return fmt.Errorf("sqlitestore: %s: %w: the database was busy for %v", op, storage.ErrStoreUnavailable, s.cfg.BusyTimeout)
 }
 
 // inTx runs fn in a transaction (BEGIN IMMEDIATE) holding the right to
@@ -272,9 +264,9 @@ type querier interface {
 
 // The status column's values.
 const (
-	statusInProgress = int64(idem.StatusInProgress)
-	statusCompleted  = int64(idem.StatusCompleted)
-	statusFailed     = int64(idem.StatusFailed)
+	statusInProgress = int64(storage.StatusInProgress)
+	statusCompleted  = int64(storage.StatusCompleted)
+	statusFailed     = int64(storage.StatusFailed)
 )
 
 // micros is d in whole microseconds, rounded up so that a positive
@@ -291,7 +283,7 @@ func micros(d time.Duration) int64 {
 // now is the Store's clock in microseconds since the Unix epoch.
 func (s *Store) now() int64 { return s.cfg.Now().UnixMicro() }
 
-func validClaim(op string, a idem.ClaimArgs) error {
+func validClaim(op string, a storage.ClaimArgs) error {
 	switch {
 	case a.Lease <= 0:
 		return fmt.Errorf("sqlitestore: %s: lease %v must be positive", op, a.Lease)
@@ -302,7 +294,7 @@ func validClaim(op string, a idem.ClaimArgs) error {
 }
 
 // fingerprint is a's fingerprint as a parameter: never NULL.
-func fingerprint(a idem.ClaimArgs) []byte {
+func fingerprint(a storage.ClaimArgs) []byte {
 	if a.Fingerprint == nil {
 		return []byte{}
 	}
@@ -346,17 +338,17 @@ func (s *Store) read(ctx context.Context, q querier, key string, limit int, now 
 // limit.
 func (r *record) tooLarge(key string, limit int) error {
 	if r.size.Valid && r.size.Int64 > int64(limit) {
-		return &ValueTooLargeError{Size: int(r.size.Int64), Max: limit, Key: strings.Clone(key), Stored: true}
+		return &storage.ValueTooLargeError{Store: "sqlitestore", Size: int(r.size.Int64), Max: limit, Key: strings.Clone(key), Stored: true}
 	}
 	return nil
 }
 
-// idemRecord is r as an idem.Record of key.
-func (r *record) idemRecord(key string, fp []byte) idem.Record {
-	rec := idem.Record{
+// idemRecord is r as an storage.Record of key.
+func (r *record) idemRecord(key string, fp []byte) storage.Record {
+	rec := storage.Record{
 		Key:         key,
-		Status:      idem.Status(r.status),
-		Token:       idem.Token(r.token),
+		Status:      storage.Status(r.status),
+		Token:       storage.Token(r.token),
 		Attempt:     int(r.attempt),
 		Fingerprint: fp,
 		Result:      r.result,
@@ -372,28 +364,28 @@ func (r *record) idemRecord(key string, fp []byte) idem.Record {
 // with no write: another fingerprint (ErrKeyReused), an outcome
 // (Duplicate) or a live lease (Busy). done is false when the claim has to
 // write: no record, or one to take over or cap.
-func answer(a idem.ClaimArgs, r *record, found bool, limit int, now int64) (c idem.Claim, done bool, err error) {
+func answer(a storage.ClaimArgs, r *record, found bool, limit int, now int64) (c storage.Claim, done bool, err error) {
 	switch {
 	case !found:
 		return c, false, nil
 	case !bytes.Equal(r.fingerprint, fingerprint(a)):
-		return c, true, idem.ErrKeyReused
+		return c, true, storage.ErrKeyReused
 	case r.status == statusCompleted || r.status == statusFailed:
 		if err := r.tooLarge(a.Key, limit); err != nil {
 			return c, true, err
 		}
-		return idem.Claim{Outcome: idem.Duplicate, Record: r.idemRecord(a.Key, a.Fingerprint)}, true, nil
+		return storage.Claim{Outcome: storage.Duplicate, Record: r.idemRecord(a.Key, a.Fingerprint)}, true, nil
 	case r.status != statusInProgress:
 		return c, true, fmt.Errorf("sqlitestore: claim: the record of key %q has status %d", a.Key, r.status)
 	case r.token != 0 && r.leaseUntil.Valid && r.leaseUntil.Int64 > now:
 		rec := r.idemRecord(a.Key, a.Fingerprint)
 		rec.Token = 0 // the holder's token is the holder's alone
-		return idem.Claim{Outcome: idem.Busy, Record: rec}, true, nil
+		return storage.Claim{Outcome: storage.Busy, Record: rec}, true, nil
 	}
 	return c, false, nil
 }
 
-// Claim implements [idem.Store.Claim]. It reads the key's record first,
+// Claim implements [storage.Store.Claim]. It reads the key's record first,
 // which answers a duplicate, a busy key or another fingerprint with no
 // write and no lock. Any other claim (a new key, a takeover after a crash
 // or a Release, the attempt cap) runs in a BEGIN IMMEDIATE transaction
@@ -401,22 +393,22 @@ func answer(a idem.ClaimArgs, r *record, found bool, limit int, now int64) (c id
 // of concurrent claims of a key, in this process or another, exactly one
 // acquires it. A Busy answer's record carries no token.
 //
-// It returns idem.ErrKeyReused for a fingerprint mismatch, a
-// *ValueTooLargeError for a stored result longer than Config.MaxValueSize,
-// and an error wrapping idem.ErrStoreUnavailable when the database cannot
+// It returns storage.ErrKeyReused for a fingerprint mismatch, a
+// *storage.ValueTooLargeError for a stored result longer than Config.MaxValueSize,
+// and an error wrapping storage.ErrStoreUnavailable when the database cannot
 // be read or written, or stays locked for Config.BusyTimeout.
-func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+func (s *Store) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error) {
 	if err := validClaim("Claim", a); err != nil {
-		return idem.Claim{}, err
+		return storage.Claim{}, err
 	}
 	r, found, err := s.read(ctx, s.db, a.Key, s.cfg.MaxValueSize, s.now())
 	if err != nil {
-		return idem.Claim{}, translate(ctx, "claim", err)
+		return storage.Claim{}, translate(ctx, "claim", err)
 	}
 	if c, done, err := answer(a, &r, found, s.cfg.MaxValueSize, s.now()); done {
 		return c, err
 	}
-	var c idem.Claim
+	var c storage.Claim
 	err = s.inTx(ctx, "claim", func(ctx context.Context, tx *sql.Tx) (err error) {
 		c, err = s.claimIn(ctx, tx, a, s.cfg.MaxValueSize)
 		return err
@@ -427,11 +419,11 @@ func (s *Store) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error)
 // claimIn claims a in tx, which holds the write lock: it reads the record
 // and answers from it, or writes the claim. Results longer than limit are
 // refused.
-func (s *Store) claimIn(ctx context.Context, tx *sql.Tx, a idem.ClaimArgs, limit int) (idem.Claim, error) {
+func (s *Store) claimIn(ctx context.Context, tx *sql.Tx, a storage.ClaimArgs, limit int) (storage.Claim, error) {
 	now := s.now()
 	r, found, err := s.read(ctx, tx, a.Key, limit, now)
 	if err != nil {
-		return idem.Claim{}, translate(ctx, "claim", err)
+		return storage.Claim{}, translate(ctx, "claim", err)
 	}
 	if c, done, err := answer(a, &r, found, limit, now); done {
 		return c, err
@@ -439,49 +431,49 @@ func (s *Store) claimIn(ctx context.Context, tx *sql.Tx, a idem.ClaimArgs, limit
 	lease, retention := micros(a.Lease), micros(a.Retention)
 	w := record{status: statusInProgress, token: newToken(), attempt: 1, fingerprint: fingerprint(a),
 		leaseUntil: sql.NullInt64{Int64: now + lease, Valid: true}, retention: retention, expiresAt: now + lease + retention}
-	outcome := idem.Acquired
+	outcome := storage.Acquired
 	if found { // a takeover: the lease ran out, or was released
 		w.attempt = r.attempt + 1
 		if a.MaxAttempts > 0 && r.attempt >= int64(a.MaxAttempts) {
 			w = record{status: statusFailed, attempt: r.attempt, fingerprint: r.fingerprint, retention: retention,
 				result: tooManyAttempts, expiresAt: now + retention}
-			outcome = idem.Duplicate
+			outcome = storage.Duplicate
 		}
 	}
 	if _, err := tx.ExecContext(ctx, s.q.put, []byte(a.Key), w.status, w.token, w.attempt, w.fingerprint,
 		w.leaseUntil, w.retention, w.result, w.expiresAt); err != nil {
-		return idem.Claim{}, translate(ctx, "claim", err)
+		return storage.Claim{}, translate(ctx, "claim", err)
 	}
 	rec := w.idemRecord(a.Key, a.Fingerprint)
-	if outcome == idem.Duplicate {
-		return idem.Claim{Outcome: idem.Duplicate, Record: rec}, nil
+	if outcome == storage.Duplicate {
+		return storage.Claim{Outcome: storage.Duplicate, Record: rec}, nil
 	}
-	return idem.Claim{Outcome: idem.Acquired, Token: rec.Token, Record: rec}, nil
+	return storage.Claim{Outcome: storage.Acquired, Token: rec.Token, Record: rec}, nil
 }
 
 // tooManyAttempts is the cause a capped claim stores.
-var tooManyAttempts = idem.TooManyAttemptsCause()
+var tooManyAttempts = storage.TooManyAttemptsCause()
 
-// Complete implements [idem.Store.Complete] with one fenced UPDATE: no row
-// matched means the token is not current, idem.ErrLeaseLost. A value over
-// Config.MaxValueSize gets a *ValueTooLargeError and is not written. The
+// Complete implements [storage.Store.Complete] with one fenced UPDATE: no row
+// matched means the token is not current, storage.ErrLeaseLost. A value over
+// Config.MaxValueSize gets a *storage.ValueTooLargeError and is not written. The
 // record expires retention from now.
-func (s *Store) Complete(ctx context.Context, key string, t idem.Token, value []byte, retention time.Duration) error {
+func (s *Store) Complete(ctx context.Context, key string, t storage.Token, value []byte, retention time.Duration) error {
 	return s.finish(ctx, "complete", key, t, statusCompleted, value, retention)
 }
 
-// Fail implements [idem.Store.Fail] as Complete does, storing the encoded
+// Fail implements [storage.Store.Fail] as Complete does, storing the encoded
 // cause as a Failed outcome.
-func (s *Store) Fail(ctx context.Context, key string, t idem.Token, cause []byte, retention time.Duration) error {
+func (s *Store) Fail(ctx context.Context, key string, t storage.Token, cause []byte, retention time.Duration) error {
 	return s.finish(ctx, "fail", key, t, statusFailed, cause, retention)
 }
 
-func (s *Store) finish(ctx context.Context, op, key string, t idem.Token, status int64, result []byte, retention time.Duration) error {
+func (s *Store) finish(ctx context.Context, op, key string, t storage.Token, status int64, result []byte, retention time.Duration) error {
 	switch {
 	case retention <= 0:
 		return fmt.Errorf("sqlitestore: %s: retention %v must be positive", op, retention)
 	case len(result) > s.cfg.MaxValueSize:
-		return &ValueTooLargeError{Size: len(result), Max: s.cfg.MaxValueSize}
+		return &storage.ValueTooLargeError{Store: "sqlitestore", Size: len(result), Max: s.cfg.MaxValueSize}
 	}
 	if result == nil {
 		result = []byte{} // an outcome's result is never NULL
@@ -492,11 +484,11 @@ func (s *Store) finish(ctx context.Context, op, key string, t idem.Token, status
 }
 
 // holder runs the fenced statement of a holder's call (exec, given the
-// time) and returns idem.ErrLeaseLost when it matched no row. Token 0 is
+// time) and returns storage.ErrLeaseLost when it matched no row. Token 0 is
 // never current.
-func (s *Store) holder(ctx context.Context, op, key string, t idem.Token, exec func(ctx context.Context, now int64) (sql.Result, error)) error {
+func (s *Store) holder(ctx context.Context, op, key string, t storage.Token, exec func(ctx context.Context, now int64) (sql.Result, error)) error {
 	if t == 0 {
-		return fmt.Errorf("sqlitestore: %s (key %q): %w", op, key, idem.ErrLeaseLost)
+		return fmt.Errorf("sqlitestore: %s (key %q): %w", op, key, storage.ErrLeaseLost)
 	}
 	return s.locked(ctx, op, func(ctx context.Context) error {
 		res, err := exec(ctx, s.now())
@@ -504,25 +496,25 @@ func (s *Store) holder(ctx context.Context, op, key string, t idem.Token, exec f
 			return translate(ctx, op, err)
 		}
 		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return fmt.Errorf("sqlitestore: %s (key %q): %w", op, key, idem.ErrLeaseLost)
+			return fmt.Errorf("sqlitestore: %s (key %q): %w", op, key, storage.ErrLeaseLost)
 		}
 		return nil
 	})
 }
 
-// Release implements [idem.Store.Release]: the lease ends now and no
+// Release implements [storage.Store.Release]: the lease ends now and no
 // token is current, so the next claim takes over at once. ErrLeaseLost as
 // for Complete.
-func (s *Store) Release(ctx context.Context, key string, t idem.Token) error {
+func (s *Store) Release(ctx context.Context, key string, t storage.Token) error {
 	return s.holder(ctx, "release", key, t, func(ctx context.Context, now int64) (sql.Result, error) {
 		return s.db.ExecContext(ctx, s.q.release, []byte(key), int64(t), now)
 	})
 }
 
-// Extend implements [idem.Store.Extend]: the lease ends lease from now,
+// Extend implements [storage.Store.Extend]: the lease ends lease from now,
 // and the record stays at least the claim's retention after that.
 // ErrLeaseLost as for Complete.
-func (s *Store) Extend(ctx context.Context, key string, t idem.Token, lease time.Duration) error {
+func (s *Store) Extend(ctx context.Context, key string, t storage.Token, lease time.Duration) error {
 	if lease <= 0 {
 		return fmt.Errorf("sqlitestore: extend: lease %v must be positive", lease)
 	}
@@ -531,19 +523,19 @@ func (s *Store) Extend(ctx context.Context, key string, t idem.Token, lease time
 	})
 }
 
-// Get implements [idem.Store.Get]: the live record of key, or
-// idem.ErrNotFound. A stored result longer than Config.MaxValueSize is a
-// *ValueTooLargeError.
-func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
+// Get implements [storage.Store.Get]: the live record of key, or
+// storage.ErrNotFound. A stored result longer than Config.MaxValueSize is a
+// *storage.ValueTooLargeError.
+func (s *Store) Get(ctx context.Context, key string) (storage.Record, error) {
 	r, found, err := s.read(ctx, s.db, key, s.cfg.MaxValueSize, s.now())
 	switch {
 	case err != nil:
-		return idem.Record{}, translate(ctx, "get", err)
+		return storage.Record{}, translate(ctx, "get", err)
 	case !found:
-		return idem.Record{}, idem.ErrNotFound
+		return storage.Record{}, storage.ErrNotFound
 	}
 	if err := r.tooLarge(key, s.cfg.MaxValueSize); err != nil {
-		return idem.Record{}, err
+		return storage.Record{}, err
 	}
 	return r.idemRecord(key, r.fingerprint), nil
 }
@@ -551,21 +543,21 @@ func (s *Store) Get(ctx context.Context, key string) (idem.Record, error) {
 // scanPage is how many records a Scan reads per statement.
 const scanPage = 500
 
-// Scan implements [idem.Scanner], one statement per page of scanPage
+// Scan implements [storage.Scanner], one statement per page of scanPage
 // records in key order from prefix. A record holding a result longer than
 // Config.MaxValueSize is listed without it.
-func (s *Store) Scan(ctx context.Context, prefix string, fn func(idem.Record) bool) error {
+func (s *Store) Scan(ctx context.Context, prefix string, fn func(storage.Record) bool) error {
 	return scanpage.Scan(ctx, prefix, scanPage, s.scanPage, fn)
 }
 
 // scanPage reads one page of Scan.
-func (s *Store) scanPage(ctx context.Context, from []byte, inclusive bool) ([]idem.Record, error) {
+func (s *Store) scanPage(ctx context.Context, from []byte, inclusive bool) ([]storage.Record, error) {
 	rows, err := s.db.QueryContext(ctx, s.q.scan, from, s.cfg.MaxValueSize, inclusive, s.now(), scanPage)
 	if err != nil {
 		return nil, translate(ctx, "scan", err)
 	}
 	defer rows.Close()
-	var recs []idem.Record
+	var recs []storage.Record
 	for rows.Next() {
 		var key []byte
 		var r record
@@ -577,7 +569,7 @@ func (s *Store) scanPage(ctx context.Context, from []byte, inclusive bool) ([]id
 	return recs, translate(ctx, "scan", rows.Err())
 }
 
-// Delete implements [idem.Store.Delete]: the key's record is gone,
+// Delete implements [storage.Store.Delete]: the key's record is gone,
 // whatever its status; a missing key is not an error.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	return s.locked(ctx, "delete", func(ctx context.Context) error {

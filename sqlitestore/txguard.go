@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/txguard"
+	"github.com/idemgo/idem/storage"
 )
 
 // TxFunc is the operation of a [TxGuard]: it makes its writes with tx and
@@ -19,7 +20,7 @@ type TxFunc func(ctx context.Context, tx *sql.Tx) ([]byte, error)
 // The zero value means every default.
 type TxConfig struct {
 	// Config means what it means for an idem.Guard, and is checked and
-	// defaulted the same way; keys are combined with idem.ScopedStoreKey,
+	// defaulted the same way; keys are combined with storage.ScopedStoreKey,
 	// so a TxGuard and an idem.Guard over the same Store with the same
 	// namespace share records. As for pgstore's TxGuard: Observer and
 	// Logger see the claims, runs and outcomes; Wait is how long a claim
@@ -85,10 +86,10 @@ func (g *TxGuard) Config() TxConfig { return g.cfg }
 //     most the Store's BusyTimeout, else idem.ErrInProgress).
 //
 // payload is fingerprinted: the same key with another payload gets
-// idem.ErrKeyReused. Other errors: idem.ErrInvalidKey for a key the
+// storage.ErrKeyReused. Other errors: idem.ErrInvalidKey for a key the
 // Config refuses, idem.ErrInProgress when a plain idem.Guard holds the key
 // with a live lease past Config.Wait, and errors wrapping
-// idem.ErrStoreUnavailable when the database fails. fn must not commit or
+// storage.ErrStoreUnavailable when the database fails. fn must not commit or
 // roll back tx, nor use it once it returned.
 func (g *TxGuard) Do(ctx context.Context, key string, payload []byte, fn TxFunc) (idem.Result, error) {
 	return g.g.Do(ctx, "", key, payload, fn)
@@ -164,35 +165,35 @@ func (d dialect) busy(cause error) error {
 }
 
 // Peek answers from the committed record without the write lock.
-func (d dialect) Peek(ctx context.Context, c *txguard.Call) (idem.Claim, bool, error) {
+func (d dialect) Peek(ctx context.Context, c *txguard.Call) (storage.Claim, bool, error) {
 	now := d.s.now()
 	r, found, err := d.s.read(ctx, d.s.db, c.Args.Key, unlimited, now)
 	if err != nil {
-		return idem.Claim{}, true, translate(ctx, "claim", err)
+		return storage.Claim{}, true, translate(ctx, "claim", err)
 	}
 	cl, done, err := answer(c.Args, &r, found, unlimited, now)
 	return cl, done, keyReused(err, c)
 }
 
-func (d dialect) Claim(ctx context.Context, tx *sql.Tx, c *txguard.Call) (idem.Claim, error) {
+func (d dialect) Claim(ctx context.Context, tx *sql.Tx, c *txguard.Call) (storage.Claim, error) {
 	cl, err := d.s.claimIn(ctx, tx, c.Args, unlimited)
 	if isBusy(err) {
-		return idem.Claim{}, fmt.Errorf("%w (key %q): %w", idem.ErrInProgress, c.Key, err)
+		return storage.Claim{}, fmt.Errorf("%w (key %q): %w", idem.ErrInProgress, c.Key, err)
 	}
 	return cl, keyReused(err, c)
 }
 
-// keyReused names the caller's key in an idem.ErrKeyReused.
+// keyReused names the caller's key in an storage.ErrKeyReused.
 func keyReused(err error, c *txguard.Call) error {
-	if errors.Is(err, idem.ErrKeyReused) {
+	if errors.Is(err, storage.ErrKeyReused) {
 		return fmt.Errorf("%w (key %q)", err, c.Key)
 	}
 	return err
 }
 
-func (d dialect) Finish(ctx context.Context, tx *sql.Tx, c *txguard.Call, t idem.Token, status idem.Status, result []byte, retention time.Duration) error {
+func (d dialect) Finish(ctx context.Context, tx *sql.Tx, c *txguard.Call, t storage.Token, status storage.Status, result []byte, retention time.Duration) error {
 	stmt, op := d.s.q.txComplete, "complete"
-	if status == idem.StatusFailed {
+	if status == storage.StatusFailed {
 		stmt, op = d.s.q.txFinish, "fail"
 	}
 	if result == nil {
@@ -203,7 +204,7 @@ func (d dialect) Finish(ctx context.Context, tx *sql.Tx, c *txguard.Call, t idem
 		return translate(ctx, op, err)
 	}
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		return fmt.Errorf("sqlitestore: %s (key %q): %w: fn changed the record", op, c.Key, idem.ErrLeaseLost)
+		return fmt.Errorf("sqlitestore: %s (key %q): %w: fn changed the record", op, c.Key, storage.ErrLeaseLost)
 	}
 	return nil
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemhttp"
+	"github.com/idemgo/idem/storage"
 )
 
 // benchHTTPOptions are the flags of idem bench http.
@@ -144,7 +145,7 @@ func runBenchHTTP(ctx context.Context, args []string, stdout, stderr io.Writer) 
 type benchTarget struct {
 	name     string // the row's label
 	url      string // the store's URL without its password
-	store    idem.Store
+	store    storage.Store
 	bare     bareStore // a bare row: the store's writes without idem
 	baseline bool
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/idemgo/idem/memstore"
 	"github.com/idemgo/idem/pgstore"
 	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // The work of every case: a payment-like operation whose 70-byte payload
@@ -43,8 +44,8 @@ var (
 	}()
 )
 
-func storeBenchArgs(key string) idem.ClaimArgs {
-	return idem.ClaimArgs{Key: key, Fingerprint: storeBenchFingerprint, Lease: storeBenchLease, Retention: storeBenchRetention}
+func storeBenchArgs(key string) storage.ClaimArgs {
+	return storage.ClaimArgs{Key: key, Fingerprint: storeBenchFingerprint, Lease: storeBenchLease, Retention: storeBenchRetention}
 }
 
 func storeBenchFn(context.Context) ([]byte, error) { return storeBenchResult, nil }
@@ -56,25 +57,25 @@ var errTaken = errors.New("a new key was already taken")
 // The store's side of the cases every store has, over stores that
 // newStore makes for each phase: the duplicate case's newStore must
 // return a store that holds the completed keys of prepareDuplicates.
-type storeMaker func(ctx context.Context, g int) (idem.Store, func(), error)
+type storeMaker func(ctx context.Context, g int) (storage.Store, func(), error)
 
-func claimCompleteOp(s idem.Store) storeBenchOp {
+func claimCompleteOp(s storage.Store) storeBenchOp {
 	return func(ctx context.Context, w *storeBenchWorker, i int) error {
 		key := w.key(i)
 		c, err := s.Claim(ctx, storeBenchArgs(key))
 		if err != nil {
 			return err
 		}
-		if c.Outcome != idem.Acquired {
+		if c.Outcome != storage.Acquired {
 			return fmt.Errorf("claim of the new key %s: %v", key, c.Outcome)
 		}
 		return s.Complete(ctx, key, c.Token, storeBenchResult, storeBenchRetention)
 	}
 }
 
-func claimBatchOp(b idem.BatchClaimer) storeBenchOp {
+func claimBatchOp(b storage.Store) storeBenchOp {
 	return func(ctx context.Context, w *storeBenchWorker, i int) error {
-		args := make([]idem.ClaimArgs, storeBenchBatch)
+		args := make([]storage.ClaimArgs, storeBenchBatch)
 		for j := range args {
 			args[j] = storeBenchArgs(w.key(i*storeBenchBatch + j))
 		}
@@ -83,7 +84,7 @@ func claimBatchOp(b idem.BatchClaimer) storeBenchOp {
 			return err
 		}
 		for j, c := range got {
-			if c.Outcome != idem.Acquired {
+			if c.Outcome != storage.Acquired {
 				return fmt.Errorf("ClaimBatch of the new key %s: %v", args[j].Key, c.Outcome)
 			}
 		}
@@ -91,13 +92,13 @@ func claimBatchOp(b idem.BatchClaimer) storeBenchOp {
 	}
 }
 
-func newStoreBenchGuard(s idem.Store) (*idem.Guard, error) {
+func newStoreBenchGuard(s storage.Store) (*idem.Guard, error) {
 	return idem.New(s, idem.Config{Namespace: storeBenchNamespace, Lease: storeBenchLease, Retention: storeBenchRetention})
 }
 
 // newCachedBenchGuard is newStoreBenchGuard with a local cache that holds
 // every key of the duplicate case.
-func newCachedBenchGuard(s idem.Store) (*idem.Guard, error) {
+func newCachedBenchGuard(s storage.Store) (*idem.Guard, error) {
 	return idem.New(s, idem.Config{Namespace: storeBenchNamespace, Lease: storeBenchLease, Retention: storeBenchRetention,
 		CacheSize: 4 * storeBenchDups})
 }
@@ -136,7 +137,7 @@ func once(f func(ctx context.Context) error) func(context.Context) error {
 
 // prepareDuplicates completes the duplicate case's keys through a Guard
 // over s, with a retention that outlasts the run.
-func prepareDuplicates(ctx context.Context, s idem.Store) error {
+func prepareDuplicates(ctx context.Context, s storage.Store) error {
 	g, err := idem.New(s, idem.Config{Namespace: storeBenchNamespace, Retention: time.Hour})
 	if err != nil {
 		return err
@@ -153,7 +154,7 @@ func prepareDuplicates(ctx context.Context, s idem.Store) error {
 // storeSides returns the store's side of each case every store has. A
 // store without ClaimBatch has no claim-batch case.
 func storeSides(newStore, dupStore storeMaker) map[string]storeBenchSide {
-	withGuard := func(makeStore storeMaker, newGuard func(idem.Store) (*idem.Guard, error), op func(*idem.Guard) storeBenchOp) storeBenchSide {
+	withGuard := func(makeStore storeMaker, newGuard func(storage.Store) (*idem.Guard, error), op func(*idem.Guard) storeBenchOp) storeBenchSide {
 		return func(ctx context.Context, n int) (storeBenchOp, func(), error) {
 			s, release, err := makeStore(ctx, n)
 			if err != nil {
@@ -180,12 +181,7 @@ func storeSides(newStore, dupStore storeMaker) map[string]storeBenchSide {
 			if err != nil {
 				return nil, nil, err
 			}
-			b, ok := s.(idem.BatchClaimer)
-			if !ok {
-				release()
-				return nil, nil, fmt.Errorf("a %T has no ClaimBatch", s)
-			}
-			return claimBatchOp(b), release, nil
+			return claimBatchOp(s), release, nil
 		},
 		"do":           withGuard(newStore, newStoreBenchGuard, guardDoOp),
 		"do-duplicate": withGuard(dupStore, newStoreBenchGuard, guardDuplicateOp),
@@ -257,14 +253,14 @@ func memBenchTarget(ctx context.Context) (*storeBenchTarget, error) {
 		}
 		return prepareDuplicates(ctx, dups)
 	})
-	newStore := func(context.Context, int) (idem.Store, func(), error) {
+	newStore := func(context.Context, int) (storage.Store, func(), error) {
 		s, err := memstore.New(memstore.Config{})
 		if err != nil {
 			return nil, nil, err
 		}
 		return s, func() { s.Close() }, nil
 	}
-	dupStore := func(ctx context.Context, _ int) (idem.Store, func(), error) { return dups, func() {}, prepare(ctx) }
+	dupStore := func(ctx context.Context, _ int) (storage.Store, func(), error) { return dups, func() {}, prepare(ctx) }
 
 	claimComplete := func(context.Context, int) (storeBenchOp, func(), error) {
 		var m sync.Map
@@ -384,8 +380,8 @@ func redisBenchTarget(ctx context.Context, raw string, maxG int) (*storeBenchTar
 		return prepareDuplicates(ctx, s)
 	})
 
-	shared := func(context.Context, int) (idem.Store, func(), error) { return s, func() {}, nil }
-	dupStore := func(ctx context.Context, _ int) (idem.Store, func(), error) { return s, func() {}, prepare(ctx) }
+	shared := func(context.Context, int) (storage.Store, func(), error) { return s, func() {}, nil }
+	dupStore := func(ctx context.Context, _ int) (storage.Store, func(), error) { return s, func() {}, prepare(ctx) }
 	claimComplete := func(context.Context, int) (storeBenchOp, func(), error) {
 		return func(ctx context.Context, w *storeBenchWorker, i int) error {
 			key, token := bareKey(w.key(i)), strconv.Itoa(i+1)
@@ -474,7 +470,7 @@ func redisMemoryPerRecord(ctx context.Context, c *redis.Client) (*storeBenchMemo
 	run := strings.ToLower(rand.Text()[:12])
 	var m storeBenchMemory
 	for i := range n {
-		key := idem.StoreKey("orders", fmt.Sprintf("%s%04d", run, i))
+		key := storage.StoreKey("orders", fmt.Sprintf("%s%04d", run, i))
 		cl, err := s.Claim(ctx, storeBenchArgs(key))
 		if err != nil {
 			return nil, err
@@ -586,7 +582,7 @@ func postgresBenchTarget(ctx context.Context, raw string) (t *storeBenchTarget, 
 		}
 		return p, nil
 	}
-	storeOn := func(ctx context.Context, n int) (idem.Store, func(), error) {
+	storeOn := func(ctx context.Context, n int) (storage.Store, func(), error) {
 		p, err := pool(ctx, n)
 		if err != nil {
 			return nil, nil, err
@@ -598,7 +594,7 @@ func postgresBenchTarget(ctx context.Context, raw string) (t *storeBenchTarget, 
 		}
 		return s, p.Close, nil
 	}
-	dupStoreOn := func(ctx context.Context, n int) (idem.Store, func(), error) {
+	dupStoreOn := func(ctx context.Context, n int) (storage.Store, func(), error) {
 		if err := prepare(ctx); err != nil {
 			return nil, nil, err
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 // ledger is the payment provider: it charges customers and counts the
@@ -82,7 +83,7 @@ type runStats struct {
 type process struct {
 	dead    atomic.Bool
 	stats   *runStats
-	charged sync.Map // idem.Token → struct{}: calls that charged, outcome not stored yet
+	charged sync.Map // storage.Token → struct{}: calls that charged, outcome not stored yet
 }
 
 // charge charges order on l for the call of ctx, which holds a key of p.
@@ -95,7 +96,7 @@ func (p *process) charge(ctx context.Context, l *ledger, order int) []byte {
 
 // settled reports whether the call holding t charged and may still store
 // its outcome, and forgets it.
-func (p *process) settled(t idem.Token) bool {
+func (p *process) settled(t storage.Token) bool {
 	_, ok := p.charged.LoadAndDelete(t)
 	return ok
 }
@@ -117,58 +118,72 @@ var errProcessDead = errors.New("idem: demo: this consumer process crashed")
 // are refused: the key stays in progress until its lease ends, as after a
 // real crash. It also counts takeovers and busy claims for the report.
 type processStore struct {
-	store idem.Store
+	store storage.Store
 	p     *process
 }
 
-var _ idem.Store = processStore{}
+var _ storage.Store = processStore{}
 
-func (s processStore) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+// ClaimBatch claims each key with Claim, so that a batch counts and dies
+// as its claims do.
+func (s processStore) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]storage.Claim, error) {
+	return storage.ClaimEach(ctx, s, args)
+}
+
+// CompleteBatch completes each key with Complete.
+func (s processStore) CompleteBatch(ctx context.Context, cs []storage.Completion) ([]error, error) {
+	return storage.CompleteEach(ctx, s, cs)
+}
+
+// MaxValueSize is the shared store's.
+func (s processStore) MaxValueSize() int { return s.store.MaxValueSize() }
+
+func (s processStore) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error) {
 	if s.p.dead.Load() {
-		return idem.Claim{}, errProcessDead
+		return storage.Claim{}, errProcessDead
 	}
 	c, err := s.store.Claim(ctx, a)
 	switch {
 	case err != nil:
-	case c.Outcome == idem.Acquired && c.Record.Attempt > 1:
+	case c.Outcome == storage.Acquired && c.Record.Attempt > 1:
 		s.p.stats.takeovers.Add(1)
-	case c.Outcome == idem.Busy:
+	case c.Outcome == storage.Busy:
 		s.p.stats.busy.Add(1)
 	}
 	return c, err
 }
 
-func (s processStore) Complete(ctx context.Context, key string, t idem.Token, value []byte, retention time.Duration) error {
+func (s processStore) Complete(ctx context.Context, key string, t storage.Token, value []byte, retention time.Duration) error {
 	if settled := s.p.settled(t); s.p.dead.Load() && !settled {
 		return errProcessDead
 	}
 	return s.store.Complete(ctx, key, t, value, retention)
 }
 
-func (s processStore) Fail(ctx context.Context, key string, t idem.Token, cause []byte, retention time.Duration) error {
+func (s processStore) Fail(ctx context.Context, key string, t storage.Token, cause []byte, retention time.Duration) error {
 	if s.p.dead.Load() {
 		return errProcessDead
 	}
 	return s.store.Fail(ctx, key, t, cause, retention)
 }
 
-func (s processStore) Release(ctx context.Context, key string, t idem.Token) error {
+func (s processStore) Release(ctx context.Context, key string, t storage.Token) error {
 	if s.p.dead.Load() {
 		return errProcessDead
 	}
 	return s.store.Release(ctx, key, t)
 }
 
-func (s processStore) Extend(ctx context.Context, key string, t idem.Token, lease time.Duration) error {
+func (s processStore) Extend(ctx context.Context, key string, t storage.Token, lease time.Duration) error {
 	if s.p.dead.Load() {
 		return errProcessDead
 	}
 	return s.store.Extend(ctx, key, t, lease)
 }
 
-func (s processStore) Get(ctx context.Context, key string) (idem.Record, error) {
+func (s processStore) Get(ctx context.Context, key string) (storage.Record, error) {
 	if s.p.dead.Load() {
-		return idem.Record{}, errProcessDead
+		return storage.Record{}, errProcessDead
 	}
 	return s.store.Get(ctx, key)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/memstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // memStore returns a new memstore, closed when the test ends.
@@ -52,13 +53,13 @@ func TestCrashInsideDoLeavesTheKeyHeld(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Get: %v", err)
 	}
-	if r.Status != idem.StatusInProgress || r.Token == 0 || r.Attempt != 1 {
+	if r.Status != storage.StatusInProgress || r.Token == 0 || r.Attempt != 1 {
 		t.Errorf("record after the crash: %v, token %d, attempt %d; want InProgress, held by the dead claim", r.Status, r.Token, r.Attempt)
 	}
 	if got := stats.crashes[crashBeforeCharge].Load(); got != 1 {
 		t.Errorf("%d crashes counted, want 1", got)
 	}
-	if _, err := (processStore{store: s, p: dying}).Claim(ctx, idem.ClaimArgs{Key: "k", Lease: time.Second, Retention: time.Second}); !errors.Is(err, errProcessDead) {
+	if _, err := (processStore{store: s, p: dying}).Claim(ctx, storage.ClaimArgs{Key: "k", Lease: time.Second, Retention: time.Second}); !errors.Is(err, errProcessDead) {
 		t.Errorf("Claim through the dead process: %v, want errProcessDead", err)
 	}
 
@@ -129,7 +130,7 @@ func TestCrashLandsAfterChargedCallsStoreTheirOutcome(t *testing.T) {
 	if err != nil || string(res.Value) != "ch_1" {
 		t.Fatalf("Do of the call that charged: %q, %v; want its receipt stored", res.Value, err)
 	}
-	if r, err := s.Get(ctx, g.StoreKey("order-0")); err != nil || r.Status != idem.StatusCompleted {
+	if r, err := s.Get(ctx, g.StoreKey("order-0")); err != nil || r.Status != storage.StatusCompleted {
 		t.Fatalf("order-0 after the crash: %v, %v; want Completed", r.Status, err)
 	}
 	// Order 1 has not charged when the process is found dead: its outcome

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 func init() {
@@ -227,7 +228,7 @@ func runStream(ctx context.Context, o demoOptions, name string, stream []message
 // cleanUpDemo deletes the records the guarded run wrote, unless o.keep; in
 // a shared store it says where they are. An in-process store goes with the
 // process.
-func cleanUpDemo(ctx context.Context, o demoOptions, store idem.Store, cfg idem.Config, stream []message, stdout io.Writer) error {
+func cleanUpDemo(ctx context.Context, o demoOptions, store storage.Store, cfg idem.Config, stream []message, stdout io.Writer) error {
 	if strings.HasPrefix(o.store, "mem:") {
 		return nil
 	}
@@ -243,7 +244,7 @@ func cleanUpDemo(ctx context.Context, o demoOptions, store idem.Store, cfg idem.
 			continue
 		}
 		deleted[m.key] = true
-		if err := store.Delete(ctx, idem.StoreKey(cfg.Namespace, m.key)); err != nil {
+		if err := store.Delete(ctx, storage.StoreKey(cfg.Namespace, m.key)); err != nil {
 			return fmt.Errorf("idem: demo: deleting its records from %s: %w", redactURL(o.store), err)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemamqp"
+	"github.com/idemgo/idem/storage"
 )
 
 // The demo through RabbitMQ (--broker amqp://…): the same stream, crash
@@ -274,7 +275,7 @@ func (r *amqpRun) guarded(ctx context.Context, p *amqpProcess, cfg amqp.Config, 
 		point := p.current().point
 		switch {
 		case point == noCrash:
-		case e.Op == idem.OpClaim && e.Err == nil && e.Outcome != idem.Acquired:
+		case e.Op == idem.OpClaim && e.Err == nil && e.Outcome != storage.Acquired:
 			p.crash(point) // before settling a delivery that runs nothing
 		case e.Op == idem.OpComplete && e.Err == nil && point == crashAfterCharge:
 			p.crash(point) // the outcome is stored, the ack never goes out

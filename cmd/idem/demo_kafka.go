@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemkafka"
+	"github.com/idemgo/idem/storage"
 )
 
 // kafkaPartitions is how many partitions the demo's topics have.
@@ -197,7 +198,7 @@ type kafkaRun struct {
 // every record is committed or o.timeout passes. store is nil for the
 // naive consumer.
 func runKafkaStream(ctx context.Context, o demoOptions, addrs []string, admin *kgo.Client, topic, name string, stream []message, plan crashPlan,
-	stderr io.Writer, store idem.Store) (runReport, error) {
+	stderr io.Writer, store storage.Store) (runReport, error) {
 	r := &kafkaRun{o: o, addrs: addrs, admin: admin, name: name, topic: topic,
 		stream: stream, pos: make([]kgo.EpochOffset, len(stream)), plan: plan, ledger: newLedger(o.messages),
 		attempts: make([]atomic.Int32, len(stream)), released: make(chan struct{})}
@@ -417,7 +418,7 @@ func (r *kafkaRun) naiveProcess(ctx context.Context, p *process) error {
 // and before the offset is committed. The dead process's handler never
 // returns (until the run ends), its store calls fail (processStore), and
 // its client leaves the group.
-func (r *kafkaRun) guardedProcess(ctx context.Context, p *process, store idem.Store) error {
+func (r *kafkaRun) guardedProcess(ctx context.Context, p *process, store storage.Store) error {
 	crashed := make(chan struct{})
 	var once sync.Once
 	var cl *kgo.Client

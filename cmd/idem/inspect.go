@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemhttp"
+	"github.com/idemgo/idem/storage"
 )
 
 func init() {
@@ -84,7 +85,7 @@ func parseKeyArgs(fs *flag.FlagSet, args []string) (string, error) {
 
 // openRecord opens the store of f and returns it with the Guard-side
 // store key of key, and the function that closes the store.
-func openRecord(ctx context.Context, name string, f keyFlags, key string) (idem.Store, string, func() error, error) {
+func openRecord(ctx context.Context, name string, f keyFlags, key string) (storage.Store, string, func() error, error) {
 	switch {
 	case *f.store == "":
 		return nil, "", nil, usageErrorf("idem: %s: --store is required", name)
@@ -99,7 +100,7 @@ func openRecord(ctx context.Context, name string, f keyFlags, key string) (idem.
 	if err != nil {
 		return nil, "", nil, err
 	}
-	return s, idem.ScopedStoreKey(*f.namespace, *f.scope, key), closeStore, nil
+	return s, storage.ScopedStoreKey(*f.namespace, *f.scope, key), closeStore, nil
 }
 
 // recordView is what inspect prints of a record.
@@ -118,14 +119,14 @@ type recordView struct {
 	Failure     string     `json:"failure,omitempty"`     // a Failed record's cause
 }
 
-func view(r idem.Record, key, namespace, scope string, now time.Time) recordView {
+func view(r storage.Record, key, namespace, scope string, now time.Time) recordView {
 	v := recordView{
 		Key: key, Namespace: namespace, Scope: scope,
 		Status: r.Status.String(), Attempt: r.Attempt, ExpiresAt: r.ExpiresAt.UTC(),
 		Fingerprint: hex.EncodeToString(r.Fingerprint), ResultBytes: len(r.Result),
 	}
 	switch r.Status {
-	case idem.StatusInProgress:
+	case storage.StatusInProgress:
 		v.Lease = "ended"
 		if !r.LeaseUntil.IsZero() {
 			until := r.LeaseUntil.UTC()
@@ -134,11 +135,11 @@ func view(r idem.Record, key, namespace, scope string, now time.Time) recordView
 				v.Lease = "live"
 			}
 		}
-	case idem.StatusCompleted:
+	case storage.StatusCompleted:
 		if resp, err := idemhttp.DecodeResponse(r.Result); err == nil {
 			v.HTTPStatus = resp.Status
 		}
-	case idem.StatusFailed:
+	case storage.StatusFailed:
 		v.Failure = idem.DecodeFailure(r.Result).Error()
 	}
 	return v

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemhttp"
+	"github.com/idemgo/idem/storage"
 )
 
 // TestInspectAndPurge: on every store an operator can reach from a shell,
@@ -39,7 +40,7 @@ func TestInspectAndPurge(t *testing.T) {
 			g.DoScoped(ctx, "acme", "order-8", []byte("p"), func(context.Context) ([]byte, error) {
 				return nil, idem.Permanent(errors.New("card declined"))
 			})
-			if _, err := s.Claim(ctx, idem.ClaimArgs{Key: idem.ScopedStoreKey("shop", "acme", "order-9"), Fingerprint: []byte("fp"), Lease: time.Hour, Retention: time.Hour}); err != nil {
+			if _, err := s.Claim(ctx, storage.ClaimArgs{Key: storage.ScopedStoreKey("shop", "acme", "order-9"), Fingerprint: []byte("fp"), Lease: time.Hour, Retention: time.Hour}); err != nil {
 				t.Fatal(err)
 			}
 			at := []string{"--store", raw, "--namespace", "shop", "--scope", "acme"}
@@ -66,7 +67,7 @@ func TestInspectAndPurge(t *testing.T) {
 			if code, stdout, stderr = runArgs(t, append(append([]string{"purge"}, at...), "order-8")...); code != 1 || !strings.Contains(stdout, "Delete this record? [y/N]") {
 				t.Fatalf("purge answered no: %d\n%s%s", code, stdout, stderr)
 			}
-			if _, err := s.Get(ctx, idem.ScopedStoreKey("shop", "acme", "order-8")); err != nil {
+			if _, err := s.Get(ctx, storage.ScopedStoreKey("shop", "acme", "order-8")); err != nil {
 				t.Fatalf("a purge answered no deleted the record: %v", err)
 			}
 			stdin = strings.NewReader("y\n")

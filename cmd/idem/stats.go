@@ -12,7 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 func init() {
@@ -37,8 +37,8 @@ type nsStats struct {
 }
 
 // scanner returns the store's Scanner, or a usage error naming the verb.
-func scanner(verb string, s idem.Store) (idem.Scanner, error) {
-	sc, ok := s.(idem.Scanner)
+func scanner(verb string, s storage.Store) (storage.Scanner, error) {
+	sc, ok := s.(storage.Scanner)
 	if !ok {
 		return nil, usageErrorf("idem: %s: this store cannot list its records", verb)
 	}
@@ -120,14 +120,14 @@ Flags:
 
 // countRecords counts the live records of namespace (of every namespace
 // when all), by namespace, in name order.
-func countRecords(ctx context.Context, sc idem.Scanner, namespace string, all bool, soon time.Duration, now time.Time) ([]nsStats, error) {
+func countRecords(ctx context.Context, sc storage.Scanner, namespace string, all bool, soon time.Duration, now time.Time) ([]nsStats, error) {
 	prefix := ""
 	if !all {
-		prefix = idem.NamespacePrefix(namespace)
+		prefix = storage.NamespacePrefix(namespace)
 	}
 	by := map[string]*nsStats{}
-	err := sc.Scan(ctx, prefix, func(r idem.Record) bool {
-		ns, _, key, ok := idem.SplitStoreKey(r.Key)
+	err := sc.Scan(ctx, prefix, func(r storage.Record) bool {
+		ns, _, key, ok := storage.SplitStoreKey(r.Key)
 		if !ok {
 			return true // not a Guard's key
 		}
@@ -141,11 +141,11 @@ func countRecords(ctx context.Context, sc idem.Scanner, namespace string, all bo
 			st.ExpireSoon++
 		}
 		switch r.Status {
-		case idem.StatusCompleted:
+		case storage.StatusCompleted:
 			st.Completed++
-		case idem.StatusFailed:
+		case storage.StatusFailed:
 			st.Failed++
-		case idem.StatusInProgress:
+		case storage.StatusInProgress:
 			st.InProgress++
 			if !r.LeaseUntil.After(now) {
 				st.Stalled++
@@ -187,8 +187,8 @@ func printStats(w io.Writer, stats []nsStats) {
 
 // purgeStatus deletes the records of namespace with status, after
 // counting them and asking unless yes.
-func purgeStatus(ctx context.Context, s idem.Store, namespace, status string, yes, asJSON bool, stdout io.Writer) error {
-	want, ok := map[string]idem.Status{"completed": idem.StatusCompleted, "failed": idem.StatusFailed, "in-progress": idem.StatusInProgress}[status]
+func purgeStatus(ctx context.Context, s storage.Store, namespace, status string, yes, asJSON bool, stdout io.Writer) error {
+	want, ok := map[string]storage.Status{"completed": storage.StatusCompleted, "failed": storage.StatusFailed, "in-progress": storage.StatusInProgress}[status]
 	if !ok {
 		return usageErrorf("idem: purge: --status %q: want completed, failed or in-progress", status)
 	}
@@ -197,7 +197,7 @@ func purgeStatus(ctx context.Context, s idem.Store, namespace, status string, ye
 		return err
 	}
 	var keys []string
-	if err := sc.Scan(ctx, idem.NamespacePrefix(namespace), func(r idem.Record) bool {
+	if err := sc.Scan(ctx, storage.NamespacePrefix(namespace), func(r storage.Record) bool {
 		if r.Status == want {
 			keys = append(keys, r.Key)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/outbox"
 	"github.com/idemgo/idem/pgstore/pgstoretest"
+	"github.com/idemgo/idem/storage"
 )
 
 // TestStatsAndPurgeByStatus: on every store an operator reaches from a
@@ -49,7 +50,7 @@ func TestStatsAndPurgeByStatus(t *testing.T) {
 				other.Do(ctx, k, nil, fail)
 			}
 			claim := func(k string, lease time.Duration) {
-				if _, err := s.Claim(ctx, idem.ClaimArgs{Key: idem.StoreKey(ns, k), Lease: lease, Retention: time.Hour}); err != nil {
+				if _, err := s.Claim(ctx, storage.ClaimArgs{Key: storage.StoreKey(ns, k), Lease: lease, Retention: time.Hour}); err != nil {
 					t.Fatal(err)
 				}
 			}

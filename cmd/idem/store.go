@@ -18,6 +18,7 @@ import (
 	"github.com/idemgo/idem/pgstore"
 	"github.com/idemgo/idem/redisstore"
 	"github.com/idemgo/idem/sqlitestore"
+	"github.com/idemgo/idem/storage"
 )
 
 // storeUsage documents the --store URLs, for the flags' help.
@@ -45,7 +46,7 @@ const connectTimeout = 10 * time.Second
 // store creates its table (dynamostore.CreateTable is idempotent too). A
 // SQLite store creates its file and table whatever migrate says: it is
 // the process's own.
-func openStore(ctx context.Context, rawURL string, migrate bool) (idem.Store, func() error, error) {
+func openStore(ctx context.Context, rawURL string, migrate bool) (storage.Store, func() error, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme == "" {
 		return nil, nil, usageErrorf("idem: --store %s: not a store URL (want mem://, redis://…, postgres://… or sqlite://…)", redactURL(rawURL))
@@ -97,7 +98,7 @@ func takeParam(u *url.URL, name string) (string, bool) {
 	return v[len(v)-1], true
 }
 
-func openRedis(ctx context.Context, u *url.URL) (idem.Store, func() error, error) {
+func openRedis(ctx context.Context, u *url.URL) (storage.Store, func() error, error) {
 	shown := redactURL(u.String())
 	prefix, _ := takeParam(u, "prefix")
 	opts, err := redis.ParseURL(u.String())
@@ -160,7 +161,7 @@ func openPostgres(ctx context.Context, u *url.URL) (s *pgstore.Store, pool *pgxp
 // sqlite://data/idem.db are relative to the working directory,
 // sqlite:///var/lib/app/idem.db is absolute (sqlite:idem.db works too).
 // Options: table=, synchronous=full|normal.
-func openSQLite(ctx context.Context, u *url.URL) (idem.Store, func() error, error) {
+func openSQLite(ctx context.Context, u *url.URL) (storage.Store, func() error, error) {
 	shown := u.String()
 	var cfg sqlitestore.Config
 	cfg.Table, _ = takeParam(u, "table")
@@ -206,7 +207,7 @@ func migratePostgres(ctx context.Context, pool *pgxpool.Pool, table string) erro
 // openDynamo opens the DynamoDB store of rawURL. With migrate set it
 // creates the table (or checks and completes an existing one); otherwise
 // it checks the table, which also shows that DynamoDB answers.
-func openDynamo(ctx context.Context, rawURL string, migrate bool) (idem.Store, func() error, error) {
+func openDynamo(ctx context.Context, rawURL string, migrate bool) (storage.Store, func() error, error) {
 	u, err := dynamostore.ParseURL(rawURL)
 	if err != nil {
 		return nil, nil, usageErrorf("idem: --store %s: %v", redactURL(rawURL), err)

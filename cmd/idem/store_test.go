@@ -21,6 +21,7 @@ import (
 	"github.com/idemgo/idem/pgstore/pgstoretest"
 	"github.com/idemgo/idem/redisstore/redisstoretest"
 	"github.com/idemgo/idem/sqlitestore"
+	"github.com/idemgo/idem/storage"
 )
 
 // serverURL returns the --store URL of the shared Redis ("redis") or
@@ -118,8 +119,8 @@ func TestMigrateThenReap(t *testing.T) {
 	defer closeStore()
 	claim := func(key string, retention time.Duration) {
 		t.Helper()
-		c, err := s.Claim(ctx, idem.ClaimArgs{Key: key, Lease: time.Minute, Retention: time.Hour})
-		if err != nil || c.Outcome != idem.Acquired {
+		c, err := s.Claim(ctx, storage.ClaimArgs{Key: key, Lease: time.Minute, Retention: time.Hour})
+		if err != nil || c.Outcome != storage.Acquired {
 			t.Fatalf("claim %s: %+v %v", key, c, err)
 		}
 		if err := s.Complete(ctx, key, c.Token, []byte("v"), retention); err != nil {
@@ -262,9 +263,9 @@ func TestSQLiteStoreURLs(t *testing.T) {
 		if err != nil {
 			t.Fatalf("openStore(%s): %v", raw, err)
 		}
-		c, err := s.Claim(context.Background(), idem.ClaimArgs{Key: "k", Lease: time.Minute, Retention: time.Hour})
+		c, err := s.Claim(context.Background(), storage.ClaimArgs{Key: "k", Lease: time.Minute, Retention: time.Hour})
 		closeStore()
-		if err != nil || c.Outcome != idem.Acquired {
+		if err != nil || c.Outcome != storage.Acquired {
 			t.Fatalf("%s: claim %v %v", raw, c.Outcome, err)
 		}
 		if _, err := os.Stat(filepath.Join(dir, file)); err != nil {

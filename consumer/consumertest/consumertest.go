@@ -57,6 +57,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/consumer"
 	"github.com/idemgo/idem/memstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // Broker is a consumer under test with its broker.
@@ -636,7 +637,7 @@ func busyKey(t *testing.T, e *env) {
 	duplicates := 0
 	cfg := e.config(t, nil)
 	cfg.Guard = e.guard(t, func(ctx context.Context, ev idem.Event) {
-		if ev.Op == idem.OpClaim && ev.Key == "busy" && ev.Outcome == idem.Duplicate {
+		if ev.Op == idem.OpClaim && ev.Key == "busy" && ev.Outcome == storage.Duplicate {
 			mu.Lock()
 			duplicates++
 			mu.Unlock()

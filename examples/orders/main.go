@@ -43,6 +43,7 @@ import (
 	"github.com/idemgo/idem/memstore"
 	"github.com/idemgo/idem/pgstore"
 	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/storage"
 )
 
 func main() {
@@ -134,7 +135,7 @@ func newServer(h http.Handler) *http.Server {
 // middleware, with the orders it keeps and the function that stops its
 // Guard. GET /metrics serves the Guard's metrics (idemotel's, through
 // OpenTelemetry's Prometheus exporter) for a Prometheus to scrape.
-func newAPI(store idem.Store, log *slog.Logger) (http.Handler, *orders, func(), error) {
+func newAPI(store storage.Store, log *slog.Logger) (http.Handler, *orders, func(), error) {
 	reg := prometheus.NewRegistry()
 	exporter, err := otelprom.New(otelprom.WithRegisterer(reg))
 	if err != nil {
@@ -188,7 +189,7 @@ const connectTimeout = 10 * time.Second
 // expired records; Redis and memstore expire records themselves. A
 // DynamoDB store's table is created, or checked, by
 // dynamostore.CreateTable; DynamoDB's TTL deletes expired records.
-func openStore(ctx context.Context, rawURL string) (idem.Store, func(), error) {
+func openStore(ctx context.Context, rawURL string) (storage.Store, func(), error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme == "" {
 		return nil, nil, fmt.Errorf("-store %q: not a URL with a supported scheme (%s)", redacted(rawURL), schemes)

@@ -28,6 +28,7 @@ import (
 	"github.com/idemgo/idem/pgstore/pgstoretest"
 	"github.com/idemgo/idem/redisstore"
 	"github.com/idemgo/idem/redisstore/redisstoretest"
+	"github.com/idemgo/idem/storage"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -62,7 +63,7 @@ type api struct {
 	orders *orders
 }
 
-func newTestAPI(t *testing.T, store idem.Store) *api {
+func newTestAPI(t *testing.T, store storage.Store) *api {
 	h, o, closeAPI, err := newAPI(store, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +150,7 @@ func wantProblem(t *testing.T, what string, r response, status int, typ, detail 
 	}
 }
 
-func testOrders(t *testing.T, store idem.Store) {
+func testOrders(t *testing.T, store storage.Store) {
 	a := newTestAPI(t, store)
 	const body = `{"customer":"Ada","amount_cents":1250}`
 	key := rand.Text()
@@ -197,13 +198,13 @@ func testOrders(t *testing.T, store idem.Store) {
 // holdingStore holds back the first outcome until n claims were made, so
 // that concurrent duplicates find the key in progress.
 type holdingStore struct {
-	idem.Store
+	storage.Store
 	n       int32
 	claims  atomic.Int32
 	arrived chan struct{} // closed at the nth claim
 }
 
-func (s *holdingStore) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+func (s *holdingStore) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error) {
 	c, err := s.Store.Claim(ctx, a)
 	if s.claims.Add(1) == s.n {
 		close(s.arrived)
@@ -211,7 +212,7 @@ func (s *holdingStore) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim,
 	return c, err
 }
 
-func (s *holdingStore) Complete(ctx context.Context, key string, t idem.Token, value []byte, retention time.Duration) error {
+func (s *holdingStore) Complete(ctx context.Context, key string, t storage.Token, value []byte, retention time.Duration) error {
 	select {
 	case <-s.arrived:
 	case <-ctx.Done(): // the Guard's StoreTimeout: the test fails, it does not hang
@@ -223,7 +224,7 @@ func (s *holdingStore) Complete(ctx context.Context, key string, t idem.Token, v
 // testConcurrentRetries sends retries while the first request still runs:
 // they wait for its response instead of getting 409, and one order is
 // created.
-func testConcurrentRetries(t *testing.T, store idem.Store) {
+func testConcurrentRetries(t *testing.T, store storage.Store) {
 	const n = 20
 	a := newTestAPI(t, &holdingStore{Store: store, n: n, arrived: make(chan struct{})})
 	key := rand.Text()
@@ -368,7 +369,7 @@ func TestOpenStore(t *testing.T) {
 
 // wantWorking checks that s answers a Get of an unknown key: it reached its
 // server and, for PostgreSQL, found its table.
-func wantWorking(t *testing.T, s idem.Store) {
+func wantWorking(t *testing.T, s storage.Store) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -14,6 +14,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/memstore"
 	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // OrderCreated is the event the order service publishes.
@@ -88,7 +89,7 @@ func (p *provider) summary(orders int) (charged, double int) {
 }
 
 // openStore opens the idempotency store at rawURL: mem:// or redis://.
-func openStore(ctx context.Context, rawURL string) (idem.Store, func(), error) {
+func openStore(ctx context.Context, rawURL string) (storage.Store, func(), error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, nil, fmt.Errorf("payments: --store %q: %v", rawURL, err)

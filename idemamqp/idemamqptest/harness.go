@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemamqp"
+	"github.com/idemgo/idem/storage"
 )
 
 // Ledger counts the side effects of handlers per key: what a payment
@@ -128,7 +129,7 @@ func (e *Events) Settled() int {
 
 // NewGuard returns a Guard over s, closed when t ends, in a namespace of
 // its own unless cfg.Namespace is set. A zero cfg.Lease becomes 10s.
-func NewGuard(t testing.TB, s idem.Store, cfg idem.Config) *idem.Guard {
+func NewGuard(t testing.TB, s storage.Store, cfg idem.Config) *idem.Guard {
 	t.Helper()
 	if cfg.Namespace == "" {
 		cfg.Namespace = "idemamqptest-" + rand.Text()

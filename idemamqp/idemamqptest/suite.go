@@ -1,10 +1,10 @@
 // Package idemamqptest holds the behaviour suite of package idemamqp's
-// consumer, run over any [idem.Store] against a real RabbitMQ, and the
+// consumer, run over any [storage.Store] against a real RabbitMQ, and the
 // helpers it is built from (test queues, publishing, a ledger of effects),
 // so every store module can check that the consumer works over it:
 //
 //	func TestAMQP(t *testing.T) {
-//		idemamqptest.Run(t, func(t *testing.T) idem.Store { return newStore(t) })
+//		idemamqptest.Run(t, func(t *testing.T) storage.Store { return newStore(t) })
 //	}
 //
 // The broker is the one at IDEM_AMQP_URL (default
@@ -30,10 +30,11 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/consumer"
 	"github.com/idemgo/idem/idemamqp"
+	"github.com/idemgo/idem/storage"
 )
 
 // Run runs the suite against the stores newStore returns.
-func Run(t *testing.T, newStore func(t *testing.T) idem.Store) {
+func Run(t *testing.T, newStore func(t *testing.T) storage.Store) {
 	for _, c := range cases {
 		for _, typ := range []QueueType{Classic, Quorum} {
 			t.Run(c.name+"/"+string(typ), func(t *testing.T) {
@@ -46,7 +47,7 @@ func Run(t *testing.T, newStore func(t *testing.T) idem.Store) {
 
 // env is what a case runs with.
 type env struct {
-	store idem.Store
+	store storage.Store
 	conn  *amqp.Connection
 	typ   QueueType
 }
@@ -173,7 +174,7 @@ func stalledHolderOneEffect(t *testing.T, e env) {
 	gA := NewGuard(t, e.store, idem.Config{Lease: lease})
 	gB := NewGuard(t, e.store, idem.Config{Namespace: gA.Config().Namespace, Lease: lease,
 		Observer: func(_ context.Context, ge idem.Event) {
-			if ge.Op == idem.OpClaim && ge.Outcome == idem.Busy {
+			if ge.Op == idem.OpClaim && ge.Outcome == storage.Busy {
 				busy.Add(1)
 			}
 		}})
@@ -200,11 +201,11 @@ func stalledHolderOneEffect(t *testing.T, e env) {
 
 // cutOff is a store whose Extend fails: its holder is cut off from the
 // store while its handler runs.
-type cutOff struct{ idem.Store }
+type cutOff struct{ storage.Store }
 
 var errCutOff = errors.New("idemamqptest: this holder is cut off from the store")
 
-func (cutOff) Extend(context.Context, string, idem.Token, time.Duration) error { return errCutOff }
+func (cutOff) Extend(context.Context, string, storage.Token, time.Duration) error { return errCutOff }
 
 // cutOffHolderOneEffect: the first consumer's handler stalls and its
 // heartbeat cannot reach the store. Its context is cancelled before its
@@ -257,7 +258,7 @@ func busyComesBack(t *testing.T, e env) {
 		heads []amqp.Delivery
 	)
 	g := NewGuard(t, e.store, idem.Config{Observer: func(_ context.Context, ge idem.Event) {
-		if ge.Op == idem.OpClaim && ge.Outcome == idem.Busy {
+		if ge.Op == idem.OpClaim && ge.Outcome == storage.Busy {
 			mu.Lock()
 			busy = append(busy, time.Now())
 			mu.Unlock()
@@ -321,16 +322,16 @@ func busyComesBack(t *testing.T, e env) {
 // consumer of g's namespace would with a delivery of body, and returns the
 // token; release it with g.Store().Release(ctx, g.ScopedStoreKey(scope,
 // key), token).
-func HoldKey(t testing.TB, g *idem.Guard, scope, key, body string) idem.Token {
+func HoldKey(t testing.TB, g *idem.Guard, scope, key, body string) storage.Token {
 	t.Helper()
 	cfg := g.Config()
-	cl, err := g.Store().Claim(context.Background(), idem.ClaimArgs{
+	cl, err := g.Store().Claim(context.Background(), storage.ClaimArgs{
 		Key:         g.ScopedStoreKey(scope, key),
 		Fingerprint: cfg.Fingerprint(nil, []byte(body)),
 		Lease:       time.Minute,
 		Retention:   cfg.Retention,
 	})
-	if err != nil || cl.Outcome != idem.Acquired {
+	if err != nil || cl.Outcome != storage.Acquired {
 		t.Fatalf("claim %s: %v %v", key, cl.Outcome, err)
 	}
 	return cl.Token

@@ -1,9 +1,9 @@
 // Package idemgrpctest holds the behaviour suite of package idemgrpc's
-// interceptor, run over any [idem.Store], so every store module can check
+// interceptor, run over any [storage.Store], so every store module can check
 // that the interceptor works over it:
 //
 //	func TestGRPC(t *testing.T) {
-//		idemgrpctest.Run(t, func(t *testing.T) idem.Store { return newStore(t) })
+//		idemgrpctest.Run(t, func(t *testing.T) storage.Store { return newStore(t) })
 //	}
 //
 // Each case is a parallel subtest with a Guard of its own in a random
@@ -37,10 +37,11 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemgrpc"
 	"github.com/idemgo/idem/internal/adaptertest"
+	"github.com/idemgo/idem/storage"
 )
 
 // Run runs the suite against the stores newStore returns.
-func Run(t *testing.T, newStore func(t *testing.T) idem.Store) {
+func Run(t *testing.T, newStore func(t *testing.T) storage.Store) {
 	adaptertest.Run(t, newStore, cases)
 }
 
@@ -206,7 +207,7 @@ func wantRuns(t *testing.T, p *payments, n int32) {
 	}
 }
 
-func retryReplays(t *testing.T, s idem.Store) {
+func retryReplays(t *testing.T, s storage.Store) {
 	p := &payments{}
 	conn := serve(t, p, interceptor(t, newGuard(t, s, idem.Config{})))
 	want(t, "first", charge(conn, "k1", "10"), "charged 10", codes.OK, false)
@@ -215,7 +216,7 @@ func retryReplays(t *testing.T, s idem.Store) {
 	wantRuns(t, p, 2)
 }
 
-func otherMethodsPassThrough(t *testing.T, s idem.Store) {
+func otherMethodsPassThrough(t *testing.T, s storage.Store) {
 	p := &payments{}
 	conn := serve(t, p, interceptor(t, newGuard(t, s, idem.Config{}), idemgrpc.WithMethods(func(m string) bool { return m == chargeMethod })))
 	want(t, "refund", invoke(conn, refundMethod, "1", "idempotency-key", "k"), "charged 1", codes.OK, false)
@@ -225,7 +226,7 @@ func otherMethodsPassThrough(t *testing.T, s idem.Store) {
 	wantRuns(t, p, 3)
 }
 
-func missingKeyPassesThrough(t *testing.T, s idem.Store) {
+func missingKeyPassesThrough(t *testing.T, s storage.Store) {
 	p := &payments{}
 	conn := serve(t, p, interceptor(t, newGuard(t, s, idem.Config{})))
 	want(t, "no key", invoke(conn, chargeMethod, "1"), "charged 1", codes.OK, false)
@@ -233,7 +234,7 @@ func missingKeyPassesThrough(t *testing.T, s idem.Store) {
 	wantRuns(t, p, 2)
 }
 
-func missingKeyRequired(t *testing.T, s idem.Store) {
+func missingKeyRequired(t *testing.T, s storage.Store) {
 	p := &payments{}
 	conn := serve(t, p, interceptor(t, newGuard(t, s, idem.Config{}), idemgrpc.WithRequired()))
 	want(t, "no key", invoke(conn, chargeMethod, "1"), "", codes.InvalidArgument, false)
@@ -242,7 +243,7 @@ func missingKeyRequired(t *testing.T, s idem.Store) {
 	wantRuns(t, p, 1)
 }
 
-func invalidKeysRefused(t *testing.T, s idem.Store) {
+func invalidKeysRefused(t *testing.T, s storage.Store) {
 	p := &payments{}
 	conn := serve(t, p, interceptor(t, newGuard(t, s, idem.Config{MaxKeyLen: 36, ValidateKey: func(k string) error {
 		if strings.HasPrefix(k, "bad") {
@@ -266,7 +267,7 @@ func invalidKeysRefused(t *testing.T, s idem.Store) {
 	want(t, "36 bytes", charge(conn, strings.Repeat("k", 36), "1"), "charged 1", codes.OK, false)
 }
 
-func keyReused(t *testing.T, s idem.Store) {
+func keyReused(t *testing.T, s storage.Store) {
 	p := &payments{}
 	conn := serve(t, p, interceptor(t, newGuard(t, s, idem.Config{})))
 	want(t, "first", charge(conn, "k", "10"), "charged 10", codes.OK, false)
@@ -276,7 +277,7 @@ func keyReused(t *testing.T, s idem.Store) {
 	wantRuns(t, p, 1)
 }
 
-func concurrentWithWait(t *testing.T, s idem.Store) {
+func concurrentWithWait(t *testing.T, s storage.Store) {
 	const n = 50
 	var arrived atomic.Int32
 	all := make(chan struct{})
@@ -316,7 +317,7 @@ func concurrentWithWait(t *testing.T, s idem.Store) {
 	}
 }
 
-func concurrentWithoutWait(t *testing.T, s idem.Store) {
+func concurrentWithoutWait(t *testing.T, s storage.Store) {
 	entered, release := make(chan struct{}), make(chan struct{})
 	p := &payments{handle: func(context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		close(entered)
@@ -334,7 +335,7 @@ func concurrentWithoutWait(t *testing.T, s idem.Store) {
 	wantRuns(t, p, 1)
 }
 
-func permanentErrorReplayed(t *testing.T, s idem.Store) {
+func permanentErrorReplayed(t *testing.T, s storage.Store) {
 	// A status with a detail, as handlers return.
 	detail, err := anypb.New(wrapperspb.String("order 42"))
 	if err != nil {
@@ -354,7 +355,7 @@ func permanentErrorReplayed(t *testing.T, s idem.Store) {
 	wantRuns(t, p, 1)
 }
 
-func retryableErrorReleased(t *testing.T, s idem.Store) {
+func retryableErrorReleased(t *testing.T, s storage.Store) {
 	var fail atomic.Bool
 	fail.Store(true)
 	p := &payments{handle: func(context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
@@ -370,7 +371,7 @@ func retryableErrorReleased(t *testing.T, s idem.Store) {
 	wantRuns(t, p, 2)
 }
 
-func permanentCodesAndMarked(t *testing.T, s idem.Store) {
+func permanentCodesAndMarked(t *testing.T, s storage.Store) {
 	p := &payments{handle: func(_ context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		switch in.GetValue() {
 		case "exhausted":
@@ -396,7 +397,7 @@ func permanentCodesAndMarked(t *testing.T, s idem.Store) {
 	wantRuns(t, p, 4)
 }
 
-func panicReleases(t *testing.T, s idem.Store) {
+func panicReleases(t *testing.T, s storage.Store) {
 	// Called directly, as gRPC calls it: a server would recover the panic
 	// in its own goroutine.
 	icpt := interceptor(t, newGuard(t, s, idem.Config{}))
@@ -423,7 +424,7 @@ func panicReleases(t *testing.T, s idem.Store) {
 	}
 }
 
-func scopesNeverCross(t *testing.T, s idem.Store) {
+func scopesNeverCross(t *testing.T, s storage.Store) {
 	p := &payments{handle: func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		md, _ := metadata.FromIncomingContext(ctx)
 		return wrapperspb.String(strings.Join(md.Get("account"), "") + ":" + in.GetValue()), nil
@@ -439,7 +440,7 @@ func scopesNeverCross(t *testing.T, s idem.Store) {
 	wantRuns(t, p, 2)
 }
 
-func tooManyAttempts(t *testing.T, s idem.Store) {
+func tooManyAttempts(t *testing.T, s storage.Store) {
 	p := &payments{handle: func(context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		return nil, status.Error(codes.Internal, "bug")
 	}}
@@ -449,7 +450,7 @@ func tooManyAttempts(t *testing.T, s idem.Store) {
 	wantRuns(t, p, 1)
 }
 
-func tokenInContext(t *testing.T, s idem.Store) {
+func tokenInContext(t *testing.T, s storage.Store) {
 	p := &payments{handle: func(ctx context.Context, _ *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		if tok, ok := idem.TokenFrom(ctx); !ok || tok == 0 {
 			t.Errorf("idem.TokenFrom(handler's context) = %v, %v; want the lease token", tok, ok)
@@ -459,7 +460,7 @@ func tokenInContext(t *testing.T, s idem.Store) {
 	want(t, "call", charge(serve(t, p, interceptor(t, newGuard(t, s, idem.Config{}))), "k", "1"), "ok", codes.OK, false)
 }
 
-func unreplayableStored(t *testing.T, s idem.Store) {
+func unreplayableStored(t *testing.T, s storage.Store) {
 	g := newGuard(t, s, idem.Config{})
 	p := &payments{}
 	fixed := func(string, any) ([]byte, error) { return []byte("fixed"), nil }
@@ -485,7 +486,7 @@ func unreplayableStored(t *testing.T, s idem.Store) {
 // A response the store cannot keep is served, and its key gets an outcome
 // all the same: the retry is told the call succeeded and its response was
 // not kept (AlreadyExists, replayed), and the handler runs once.
-func responseTooLarge(t *testing.T, s idem.Store) {
+func responseTooLarge(t *testing.T, s storage.Store) {
 	p := &payments{}
 	conn := serve(t, p, interceptor(t, newGuard(t, adaptertest.LimitStore{Store: s, Max: 64}, idem.Config{})))
 	big := strings.Repeat("x", 100)
@@ -503,7 +504,7 @@ func responseTooLarge(t *testing.T, s idem.Store) {
 // A streaming call that carries a key is refused with a clear status,
 // however often it comes: the interceptor cannot make it idempotent, so
 // the handler never runs for it. Without a key it runs.
-func keyedStreamRefused(t *testing.T, s idem.Store) {
+func keyedStreamRefused(t *testing.T, s storage.Store) {
 	i, err := idemgrpc.New(newGuard(t, s, idem.Config{}), idemgrpc.WithScope(account))
 	if err != nil {
 		t.Fatal(err)

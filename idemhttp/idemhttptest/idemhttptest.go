@@ -1,9 +1,9 @@
 // Package idemhttptest holds the behaviour suite of package idemhttp's
-// middleware, run over any [idem.Store], so every store module can check
+// middleware, run over any [storage.Store], so every store module can check
 // that the middleware works over it:
 //
 //	func TestHTTP(t *testing.T) {
-//		idemhttptest.Run(t, func(t *testing.T) idem.Store { return newStore(t) })
+//		idemhttptest.Run(t, func(t *testing.T) storage.Store { return newStore(t) })
 //	}
 //
 // Each case is a parallel subtest with a Guard of its own in a random
@@ -32,10 +32,11 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemhttp"
 	"github.com/idemgo/idem/internal/adaptertest"
+	"github.com/idemgo/idem/storage"
 )
 
 // Run runs the suite against the stores newStore returns.
-func Run(t *testing.T, newStore func(t *testing.T) idem.Store) {
+func Run(t *testing.T, newStore func(t *testing.T) storage.Store) {
 	adaptertest.Run(t, newStore, cases)
 }
 
@@ -214,7 +215,7 @@ func wantRuns(t *testing.T, c *counter, n int32) {
 	}
 }
 
-func retryReplays(t *testing.T, s idem.Store) {
+func retryReplays(t *testing.T, s storage.Store) {
 	c := &counter{}
 	h := wrap(t, newGuard(t, s, idem.Config{}), c)
 	first := `{"run":1,"body":"amount=10"}`
@@ -228,7 +229,7 @@ func retryReplays(t *testing.T, s idem.Store) {
 	wantRuns(t, c, 2)
 }
 
-func replayByteIdentical(t *testing.T, s idem.Store) {
+func replayByteIdentical(t *testing.T, s storage.Store) {
 	big := bytes.Repeat([]byte("0123456789abcdef"), 8<<10) // 128 KiB: sent chunked
 	var runs atomic.Int32
 	h := wrap(t, newGuard(t, s, idem.Config{}), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -295,7 +296,7 @@ func headersEqual(a, b http.Header) bool {
 	return maps.EqualFunc(a, b, func(x, y []string) bool { return slices.Equal(x, y) })
 }
 
-func otherMethodsPassThrough(t *testing.T, s idem.Store) {
+func otherMethodsPassThrough(t *testing.T, s storage.Store) {
 	g := newGuard(t, s, idem.Config{})
 	c := &counter{}
 	h := wrap(t, g, c)
@@ -314,14 +315,14 @@ func otherMethodsPassThrough(t *testing.T, s idem.Store) {
 	wantRuns(t, c2, 3)
 }
 
-func missingKeyPassesThrough(t *testing.T, s idem.Store) {
+func missingKeyPassesThrough(t *testing.T, s storage.Store) {
 	c := &counter{}
 	h := wrap(t, newGuard(t, s, idem.Config{}), c)
 	want(t, "no key", serve(h, req{body: "a"}), http.StatusCreated, false, `{"run":1,"body":"a"}`)
 	want(t, "no key again", serve(h, req{body: "a"}), http.StatusCreated, false, `{"run":2,"body":"a"}`)
 }
 
-func missingKeyRequired(t *testing.T, s idem.Store) {
+func missingKeyRequired(t *testing.T, s storage.Store) {
 	c := &counter{}
 	h := wrap(t, newGuard(t, s, idem.Config{}), c, idemhttp.WithRequired())
 	wantProblem(t, "no key", serve(h, req{body: "a"}), http.StatusBadRequest, idemhttp.TypeKeyMissing)
@@ -330,7 +331,7 @@ func missingKeyRequired(t *testing.T, s idem.Store) {
 	wantRuns(t, c, 2)
 }
 
-func invalidKeysRefused(t *testing.T, s idem.Store) {
+func invalidKeysRefused(t *testing.T, s storage.Store) {
 	g := newGuard(t, s, idem.Config{})
 	c := &counter{}
 	lenient := wrap(t, g, c)
@@ -367,7 +368,7 @@ func invalidKeysRefused(t *testing.T, s idem.Store) {
 	wantRuns(t, c, 1)
 }
 
-func keyFormsAreOneKey(t *testing.T, s idem.Store) {
+func keyFormsAreOneKey(t *testing.T, s storage.Store) {
 	c := &counter{}
 	h := wrap(t, newGuard(t, s, idem.Config{}), c)
 	want(t, "quoted", serve(h, post(`"8e03978e-40d5"`, "x")), http.StatusCreated, false, "")
@@ -381,7 +382,7 @@ func keyFormsAreOneKey(t *testing.T, s idem.Store) {
 	wantRuns(t, c, 3)
 }
 
-func keyValidatorAndLength(t *testing.T, s idem.Store) {
+func keyValidatorAndLength(t *testing.T, s storage.Store) {
 	c := &counter{}
 	errNotUUID := errors.New("the key must be a UUID")
 	h := wrap(t, newGuard(t, s, idem.Config{MaxKeyLen: 36, ValidateKey: func(key string) error {
@@ -399,7 +400,7 @@ func keyValidatorAndLength(t *testing.T, s idem.Store) {
 	wantRuns(t, c, 1)
 }
 
-func bodyTooLarge(t *testing.T, s idem.Store) {
+func bodyTooLarge(t *testing.T, s storage.Store) {
 	c := &counter{}
 	h := wrap(t, newGuard(t, s, idem.Config{}), c, idemhttp.WithMaxBodyBytes(10))
 	wantProblem(t, "11 bytes", serve(h, post(quoted("k"), "01234567890")), http.StatusRequestEntityTooLarge, idemhttp.TypeBodyTooLarge)
@@ -415,7 +416,7 @@ func bodyTooLarge(t *testing.T, s idem.Store) {
 	want(t, "10 bytes", serve(h, post(quoted("k"), "0123456789")), http.StatusCreated, false, `{"run":1,"body":"0123456789"}`)
 }
 
-func bodyGivenBack(t *testing.T, s idem.Store) {
+func bodyGivenBack(t *testing.T, s storage.Store) {
 	body := strings.Repeat("payload-", 10_000)
 	var got atomic.Value
 	h := wrap(t, newGuard(t, s, idem.Config{}), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -431,7 +432,7 @@ func bodyGivenBack(t *testing.T, s idem.Store) {
 	}
 }
 
-func keyReused(t *testing.T, s idem.Store) {
+func keyReused(t *testing.T, s storage.Store) {
 	c := &counter{}
 	h := wrap(t, newGuard(t, s, idem.Config{}), c)
 	orig := post(quoted("k"), "amount=10")
@@ -470,7 +471,7 @@ func concurrent(h http.Handler, n int, r req) []*http.Response {
 	return resps
 }
 
-func concurrentWithWait(t *testing.T, s idem.Store) {
+func concurrentWithWait(t *testing.T, s storage.Store) {
 	const n = 100
 	var arrived atomic.Int32
 	c := &counter{}
@@ -500,7 +501,7 @@ func concurrentWithWait(t *testing.T, s idem.Store) {
 	}
 }
 
-func concurrentWithoutWait(t *testing.T, s idem.Store) {
+func concurrentWithoutWait(t *testing.T, s storage.Store) {
 	entered, release := make(chan struct{}), make(chan struct{})
 	c := &counter{}
 	h := wrap(t, newGuard(t, s, idem.Config{}), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -524,7 +525,7 @@ func concurrentWithoutWait(t *testing.T, s idem.Store) {
 	wantRuns(t, c, 1)
 }
 
-func concurrentBurstWithoutWait(t *testing.T, s idem.Store) {
+func concurrentBurstWithoutWait(t *testing.T, s storage.Store) {
 	const n = 100
 	c := &counter{}
 	h := wrap(t, newGuard(t, s, idem.Config{}), c)
@@ -550,16 +551,16 @@ func concurrentBurstWithoutWait(t *testing.T, s idem.Store) {
 
 // ctxStore refuses outcome writes under a context that ended, as a remote
 // store does, whatever the store under it does with contexts.
-type ctxStore struct{ idem.Store }
+type ctxStore struct{ storage.Store }
 
-func (s ctxStore) Complete(ctx context.Context, key string, t idem.Token, value []byte, retention time.Duration) error {
+func (s ctxStore) Complete(ctx context.Context, key string, t storage.Token, value []byte, retention time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	return s.Store.Complete(ctx, key, t, value, retention)
 }
 
-func storedAfterDisconnect(t *testing.T, s idem.Store) {
+func storedAfterDisconnect(t *testing.T, s storage.Store) {
 	c := &counter{}
 	h := wrap(t, newGuard(t, ctxStore{s}, idem.Config{}), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c.ServeHTTP(w, r)
@@ -579,7 +580,7 @@ func storedAfterDisconnect(t *testing.T, s idem.Store) {
 
 type cancelKey struct{}
 
-func storedWhenClientLeaves(t *testing.T, s idem.Store) {
+func storedWhenClientLeaves(t *testing.T, s storage.Store) {
 	var full strings.Builder
 	for i := range 51 {
 		fmt.Fprintf(&full, "part%d;", i)
@@ -627,7 +628,7 @@ func storedWhenClientLeaves(t *testing.T, s idem.Store) {
 	}
 }
 
-func serverErrorReleased(t *testing.T, s idem.Store) {
+func serverErrorReleased(t *testing.T, s storage.Store) {
 	c := &counter{status: http.StatusServiceUnavailable}
 	h := wrap(t, newGuard(t, s, idem.Config{}), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c.ServeHTTP(w, r)
@@ -639,7 +640,7 @@ func serverErrorReleased(t *testing.T, s idem.Store) {
 	wantRuns(t, c, 2)
 }
 
-func serverErrorCached(t *testing.T, s idem.Store) {
+func serverErrorCached(t *testing.T, s storage.Store) {
 	c := &counter{status: http.StatusInternalServerError}
 	h := wrap(t, newGuard(t, s, idem.Config{}), c, idemhttp.WithCacheServerErrors())
 	want(t, "first", serve(h, post(quoted("k"), "x")), http.StatusInternalServerError, false, "")
@@ -647,7 +648,7 @@ func serverErrorCached(t *testing.T, s idem.Store) {
 	wantRuns(t, c, 1)
 }
 
-func clientErrorStored(t *testing.T, s idem.Store) {
+func clientErrorStored(t *testing.T, s storage.Store) {
 	c := &counter{status: http.StatusPaymentRequired}
 	h := wrap(t, newGuard(t, s, idem.Config{}), c)
 	want(t, "first", serve(h, post(quoted("k"), "x")), http.StatusPaymentRequired, false, "")
@@ -663,7 +664,7 @@ func clientErrorStored(t *testing.T, s idem.Store) {
 	}
 }
 
-func panicReleases(t *testing.T, s idem.Store) {
+func panicReleases(t *testing.T, s storage.Store) {
 	c := &counter{}
 	boom := errors.New("boom")
 	var panicked atomic.Bool
@@ -685,7 +686,7 @@ func panicReleases(t *testing.T, s idem.Store) {
 	want(t, "retry after success", serve(h, post(quoted("k"), "x")), http.StatusCreated, true, `{"run":1,"body":"x"}`)
 }
 
-func scopesNeverCross(t *testing.T, s idem.Store) {
+func scopesNeverCross(t *testing.T, s storage.Store) {
 	c := &counter{}
 	h := wrap(t, newGuard(t, s, idem.Config{}), c)
 	as := func(account, key, body string) req {
@@ -717,7 +718,7 @@ func scopesNeverCross(t *testing.T, s idem.Store) {
 // without its body: the retry does not run the handler again, and gets the
 // first status, the kept fields and a problem saying why the body is not
 // there. The warning is logged and observed.
-func largeResponseWithoutBody(t *testing.T, s idem.Store) {
+func largeResponseWithoutBody(t *testing.T, s storage.Store) {
 	var runs atomic.Int32
 	ops := &adaptertest.Ops{}
 	var log logBuffer
@@ -807,7 +808,7 @@ func (l *logBuffer) String() string {
 // fits the middleware's cap but not, with its head, the store: it is
 // stored without its body instead of leaving the key in progress, and the
 // handler never runs twice.
-func storeLimitNeverExceeded(t *testing.T, s idem.Store) {
+func storeLimitNeverExceeded(t *testing.T, s storage.Store) {
 	var runs atomic.Int32
 	h := wrap(t, newGuard(t, adaptertest.LimitStore{Store: s, Max: 1000}, idem.Config{}), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs.Add(1)
@@ -831,7 +832,7 @@ func storeLimitNeverExceeded(t *testing.T, s idem.Store) {
 // Set-Cookie and the other per-caller fields are not stored: a retry
 // never gets the first request's session. WithUnstoredHeaders replaces
 // the list.
-func perCallerHeadersNotStored(t *testing.T, s idem.Store) {
+func perCallerHeadersNotStored(t *testing.T, s storage.Store) {
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Add("Set-Cookie", "session=first; HttpOnly")
 		w.Header().Set("X-Session", "first")
@@ -864,7 +865,7 @@ func perCallerHeadersNotStored(t *testing.T, s idem.Store) {
 
 // Fields an outer handler sets before the middleware runs belong to that
 // request: they are not stored, and a replay keeps the retry's own.
-func outerHeadersKept(t *testing.T, s idem.Store) {
+func outerHeadersKept(t *testing.T, s storage.Store) {
 	var seq atomic.Int32
 	inner := wrap(t, newGuard(t, s, idem.Config{}), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Location", "/orders/1")
@@ -890,7 +891,7 @@ func outerHeadersKept(t *testing.T, s idem.Store) {
 // Content-Type, Cache-Control) is the handler's answer: the replay carries
 // the handler's value, as the first response did, while the outer fields
 // the handler left alone stay the retry's own.
-func overriddenOuterHeadersReplayed(t *testing.T, s idem.Store) {
+func overriddenOuterHeadersReplayed(t *testing.T, s storage.Store) {
 	var seq atomic.Int32
 	inner := wrap(t, newGuard(t, s, idem.Config{}), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -925,7 +926,7 @@ func overriddenOuterHeadersReplayed(t *testing.T, s idem.Store) {
 // A handler that returns without answering because its request ended
 // (client gone, lease lost, Guard closed) leaves nothing stored: the retry
 // runs it again.
-func endedRequestNotStored(t *testing.T, s idem.Store) {
+func endedRequestNotStored(t *testing.T, s storage.Store) {
 	c := &counter{}
 	var calls atomic.Int32
 	h := wrap(t, newGuard(t, s, idem.Config{}), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -946,7 +947,7 @@ func endedRequestNotStored(t *testing.T, s idem.Store) {
 
 // A permanent failure stored under the key (by other code sharing the
 // Guard's namespace) is answered with a problem that says so, not 500.
-func storedPermanentFailure(t *testing.T, s idem.Store) {
+func storedPermanentFailure(t *testing.T, s storage.Store) {
 	h, c, err := storeUnderK(t, s, func(context.Context) ([]byte, error) {
 		return nil, idem.Permanent(errors.New("card declined"))
 	})
@@ -964,7 +965,7 @@ func storedPermanentFailure(t *testing.T, s idem.Store) {
 // over s, and returns a middleware over that Guard whose every request has
 // the same fingerprint, so a request with "k" gets that outcome; with the
 // handler behind it, and fn's error.
-func storeUnderK(t *testing.T, s idem.Store, fn func(context.Context) ([]byte, error)) (http.Handler, *counter, error) {
+func storeUnderK(t *testing.T, s storage.Store, fn func(context.Context) ([]byte, error)) (http.Handler, *counter, error) {
 	g := newGuard(t, s, idem.Config{})
 	payload := []byte("fixed")
 	c := &counter{}
@@ -975,15 +976,15 @@ func storeUnderK(t *testing.T, s idem.Store, fn func(context.Context) ([]byte, e
 
 // downStore is a store whose every call fails, as a store that cannot be
 // reached.
-type downStore struct{ idem.Store }
+type downStore struct{ storage.Store }
 
 var errDown = errors.New("idemhttptest: store down")
 
-func (downStore) Claim(context.Context, idem.ClaimArgs) (idem.Claim, error) {
-	return idem.Claim{}, errDown
+func (downStore) Claim(context.Context, storage.ClaimArgs) (storage.Claim, error) {
+	return storage.Claim{}, errDown
 }
 
-func storeUnavailable(t *testing.T, s idem.Store) {
+func storeUnavailable(t *testing.T, s storage.Store) {
 	c := &counter{}
 	g := newGuard(t, downStore{s}, idem.Config{})
 	p := wantProblem(t, "fail closed", serve(wrap(t, g, c), post(quoted("k"), "x")), http.StatusServiceUnavailable, idemhttp.TypeStoreUnavailable)
@@ -996,7 +997,7 @@ func storeUnavailable(t *testing.T, s idem.Store) {
 	want(t, "fail open", resp, http.StatusCreated, false, `{"run":1,"body":"x"}`)
 }
 
-func tooManyAttempts(t *testing.T, s idem.Store) {
+func tooManyAttempts(t *testing.T, s storage.Store) {
 	c := &counter{status: http.StatusInternalServerError}
 	h := wrap(t, newGuard(t, s, idem.Config{MaxAttempts: 2}), c)
 	want(t, "attempt 1", serve(h, post(quoted("k"), "x")), http.StatusInternalServerError, false, "")
@@ -1005,7 +1006,7 @@ func tooManyAttempts(t *testing.T, s idem.Store) {
 	wantRuns(t, c, 2)
 }
 
-func streamsThrough(t *testing.T, s idem.Store) {
+func streamsThrough(t *testing.T, s storage.Store) {
 	read := make(chan struct{})
 	var runs atomic.Int32
 	h := wrap(t, newGuard(t, s, idem.Config{}), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -1053,7 +1054,7 @@ func streamsThrough(t *testing.T, s idem.Store) {
 	}
 }
 
-func hijackedNotStored(t *testing.T, s idem.Store) {
+func hijackedNotStored(t *testing.T, s storage.Store) {
 	var runs atomic.Int32
 	// The client has its answer before the handler returns and the key is
 	// released: the retry waits for that.
@@ -1084,7 +1085,7 @@ func hijackedNotStored(t *testing.T, s idem.Store) {
 	}
 }
 
-func informationalNotFinal(t *testing.T, s idem.Store) {
+func informationalNotFinal(t *testing.T, s storage.Store) {
 	var runs atomic.Int32
 	h := wrap(t, newGuard(t, s, idem.Config{}), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs.Add(1)
@@ -1109,7 +1110,7 @@ func informationalNotFinal(t *testing.T, s idem.Store) {
 	}
 }
 
-func tokenInContext(t *testing.T, s idem.Store) {
+func tokenInContext(t *testing.T, s storage.Store) {
 	h := wrap(t, newGuard(t, s, idem.Config{}), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if tok, ok := idem.TokenFrom(r.Context()); !ok || tok == 0 {
 			t.Errorf("idem.TokenFrom(handler's context) = %v, %v; want the lease token", tok, ok)
@@ -1118,7 +1119,7 @@ func tokenInContext(t *testing.T, s idem.Store) {
 	want(t, "post", serve(h, post(quoted("k"), "x")), http.StatusOK, false, "")
 }
 
-func undecodableStored(t *testing.T, s idem.Store) {
+func undecodableStored(t *testing.T, s storage.Store) {
 	h, c, err := storeUnderK(t, s, func(context.Context) ([]byte, error) {
 		return []byte("not a stored response"), nil
 	})
@@ -1129,7 +1130,7 @@ func undecodableStored(t *testing.T, s idem.Store) {
 	wantRuns(t, c, 0)
 }
 
-func customErrorHandler(t *testing.T, s idem.Store) {
+func customErrorHandler(t *testing.T, s storage.Store) {
 	var seen atomic.Value
 	h := wrap(t, newGuard(t, s, idem.Config{}), &counter{}, idemhttp.WithRequired(), idemhttp.WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) {
 		seen.Store(err)
@@ -1147,7 +1148,7 @@ func customErrorHandler(t *testing.T, s idem.Store) {
 	}
 }
 
-func emptyResponse(t *testing.T, s idem.Store) {
+func emptyResponse(t *testing.T, s storage.Store) {
 	var runs atomic.Int32
 	h := wrap(t, newGuard(t, s, idem.Config{}), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs.Add(1)

@@ -31,6 +31,7 @@ import (
 	"github.com/idemgo/idem/pgstore/pgstoretest"
 	"github.com/idemgo/idem/redisstore"
 	"github.com/idemgo/idem/redisstore/redisstoretest"
+	"github.com/idemgo/idem/storage"
 )
 
 // BenchmarkKafka consumes one topic of 16 partitions, records of which a
@@ -307,7 +308,7 @@ func (f *fixture) bare(b *testing.B, handle func(ctx context.Context, p int32, r
 }
 
 // idem consumes the topic with idemkafka over store, a handler taking d.
-func (f *fixture) idem(b *testing.B, store idem.Store, d time.Duration) float64 {
+func (f *fixture) idem(b *testing.B, store storage.Store, d time.Duration) float64 {
 	g, err := idem.New(store, idem.Config{Namespace: "bench-" + random()})
 	if err != nil {
 		b.Fatal(err)
@@ -373,7 +374,7 @@ func sleep(d time.Duration) func(context.Context, int32, []*kgo.Record) error {
 	}
 }
 
-func (f *fixture) mem(b *testing.B) idem.Store {
+func (f *fixture) mem(b *testing.B) storage.Store {
 	s, err := memstore.New(memstore.Config{})
 	if err != nil {
 		b.Fatal(err)
@@ -382,11 +383,11 @@ func (f *fixture) mem(b *testing.B) idem.Store {
 	return s
 }
 
-func (f *fixture) redisStore(b *testing.B) idem.Store {
+func (f *fixture) redisStore(b *testing.B) storage.Store {
 	return redisstoretest.Store(b, f.redisClient(b), redisstore.Config{}) // its keys deleted after the case
 }
 
-func (f *fixture) pgStore(b *testing.B) idem.Store {
+func (f *fixture) pgStore(b *testing.B) storage.Store {
 	s, err := pgstore.New(f.pgPool(b), pgstore.Config{Table: f.schema + ".idem_records"})
 	if err != nil {
 		b.Fatal(err)
@@ -417,7 +418,7 @@ func (f *fixture) redisLimit(b *testing.B) func(context.Context, int32, []*kgo.R
 
 // storeBatches is the store's own work for a batch, without the Guard and
 // the consumer: one ClaimBatch of the records' keys, one CompleteBatch.
-func (f *fixture) storeBatches(s idem.Store) func(context.Context, int32, []*kgo.Record) error {
+func (f *fixture) storeBatches(s storage.Store) func(context.Context, int32, []*kgo.Record) error {
 	ns := "bench-" + random()
 	return func(ctx context.Context, _ int32, recs []*kgo.Record) error {
 		complete, err := storeBatch(ctx, s, ns, recs)
@@ -431,29 +432,29 @@ func (f *fixture) storeBatches(s idem.Store) func(context.Context, int32, []*kgo
 // storeBatch claims the keys of recs under ns with one ClaimBatch of s,
 // each key once (as Guard.DoBatch and kafkapg do: a key's later records
 // are its duplicates), and returns the CompleteBatch of those acquired.
-func storeBatch(ctx context.Context, s idem.Store, ns string, recs []*kgo.Record) (complete func() error, err error) {
-	args := make([]idem.ClaimArgs, 0, len(recs))
+func storeBatch(ctx context.Context, s storage.Store, ns string, recs []*kgo.Record) (complete func() error, err error) {
+	args := make([]storage.ClaimArgs, 0, len(recs))
 	seen := make(map[string]bool, len(recs))
 	for _, r := range recs {
-		k := idem.StoreKey(ns, kafkatest.HeaderKey(r))
+		k := storage.StoreKey(ns, kafkatest.HeaderKey(r))
 		if seen[k] {
 			continue
 		}
 		seen[k] = true
-		args = append(args, idem.ClaimArgs{Key: k, Fingerprint: idem.SHA256Fingerprint(nil, r.Value), Lease: 30 * time.Second, Retention: time.Hour})
+		args = append(args, storage.ClaimArgs{Key: k, Fingerprint: idem.SHA256Fingerprint(nil, r.Value), Lease: 30 * time.Second, Retention: time.Hour})
 	}
-	cls, err := s.(idem.BatchClaimer).ClaimBatch(ctx, args)
+	cls, err := s.ClaimBatch(ctx, args)
 	if err != nil {
 		return nil, err
 	}
-	var cs []idem.Completion
+	var cs []storage.Completion
 	for i, c := range cls {
-		if c.Outcome == idem.Acquired {
-			cs = append(cs, idem.Completion{Key: args[i].Key, Token: c.Token, Retention: time.Hour})
+		if c.Outcome == storage.Acquired {
+			cs = append(cs, storage.Completion{Key: args[i].Key, Token: c.Token, Retention: time.Hour})
 		}
 	}
 	return func() error {
-		_, err := s.(idem.BatchCompleter).CompleteBatch(ctx, cs)
+		_, err := s.CompleteBatch(ctx, cs)
 		return err
 	}, nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/idemgo/idem/pgstore/pgstoretest"
 	"github.com/idemgo/idem/redisstore"
 	"github.com/idemgo/idem/redisstore/redisstoretest"
+	"github.com/idemgo/idem/storage"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -30,9 +31,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestBatchPathOnStores(t *testing.T) {
 	for _, s := range []struct {
 		name string
-		open func(t *testing.T) idem.Store
+		open func(t *testing.T) storage.Store
 	}{
-		{"redis", func(t *testing.T) idem.Store {
+		{"redis", func(t *testing.T) storage.Store {
 			c := redis.NewClient(&redis.Options{Addr: redisServer.Addr()})
 			t.Cleanup(func() { c.Close() })
 			if err := c.Ping(context.Background()).Err(); err != nil {
@@ -40,7 +41,9 @@ func TestBatchPathOnStores(t *testing.T) {
 			}
 			return redisstoretest.Store(t, c, redisstore.Config{}) // its keys deleted when the test ends
 		}},
-		{"postgres", func(t *testing.T) idem.Store { return pgstoretest.Store(t, pgstoretest.Pool(t, 8), pgstore.Config{}) }},
+		{"postgres", func(t *testing.T) storage.Store {
+			return pgstoretest.Store(t, pgstoretest.Pool(t, 8), pgstore.Config{})
+		}},
 	} {
 		t.Run(s.name, func(t *testing.T) {
 			t.Parallel()

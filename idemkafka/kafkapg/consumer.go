@@ -16,6 +16,7 @@ import (
 	"github.com/idemgo/idem/internal/adapter"
 	"github.com/idemgo/idem/internal/chassis"
 	"github.com/idemgo/idem/pgstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // Handler makes the business writes of one record with tx, the consumer's
@@ -171,7 +172,7 @@ func (c processor) batch(ctx context.Context, p *consume.Partition, items []cons
 	}
 	fps := make([][]byte, len(items))
 	claimOf := make([]int, len(items)) // index into claims, or -1
-	var args []idem.ClaimArgs
+	var args []storage.ClaimArgs
 	first := map[string]int{} // store key → its first item
 	lead := map[int]int{}     // item → the earlier item of the same key
 	for i, it := range items {
@@ -182,7 +183,7 @@ func (c processor) batch(ctx context.Context, p *consume.Partition, items []cons
 		if c.keys.CheckKey(it.Scope, it.Key) != nil {
 			return 0, v, true // poison
 		}
-		k := idem.ScopedStoreKey(c.keys.Namespace, it.Scope, it.Key)
+		k := storage.ScopedStoreKey(c.keys.Namespace, it.Scope, it.Key)
 		fps[i] = c.keys.Fingerprint(nil, o.Payload(it.Rec))
 		if j, ok := first[k]; ok {
 			lead[i] = j
@@ -190,13 +191,13 @@ func (c processor) batch(ctx context.Context, p *consume.Partition, items []cons
 		}
 		first[k] = i
 		claimOf[i] = len(args)
-		args = append(args, idem.ClaimArgs{Key: k, Fingerprint: fps[i], Lease: c.keys.Lease, Retention: c.keys.Retention})
+		args = append(args, storage.ClaimArgs{Key: k, Fingerprint: fps[i], Lease: c.keys.Lease, Retention: c.keys.Retention})
 	}
 	claims, err := store.ClaimBatch(ctx, args)
 	if err != nil {
 		return 0, consume.Outage(err), false
 	}
-	var comps []idem.Completion
+	var comps []storage.Completion
 	replayed := 0
 	htx := handlerTx{tx}
 	stop := len(items)
@@ -223,18 +224,18 @@ loop:
 		default:
 			cl := claims[claimOf[i]]
 			switch {
-			case cl.Err != nil, cl.Outcome == idem.Duplicate && cl.Record.Status != idem.StatusCompleted:
+			case cl.Err != nil, cl.Outcome == storage.Duplicate && cl.Record.Status != storage.StatusCompleted:
 				return 0, v, true // key reused, or a stored failure to dead-letter again
-			case cl.Outcome == idem.Duplicate:
+			case cl.Outcome == storage.Duplicate:
 				replayed++
-			case cl.Outcome == idem.Busy:
+			case cl.Outcome == storage.Busy:
 				stop, stopErr = i, fmt.Errorf("%w (key %q, attempt %d): held by a lease", idem.ErrInProgress, it.Key, cl.Record.Attempt)
 				break loop
 			default:
 				if err := c.handle(ctx, htx, it); err != nil {
 					return c.retryAt(ctx, p, items, i, err, tx)
 				}
-				comps = append(comps, idem.Completion{Key: args[claimOf[i]].Key, Token: cl.Token, Retention: c.keys.Retention})
+				comps = append(comps, storage.Completion{Key: args[claimOf[i]].Key, Token: cl.Token, Retention: c.keys.Retention})
 			}
 		}
 	}
@@ -278,9 +279,9 @@ func (c processor) handle(ctx context.Context, tx pgx.Tx, it consume.Item) error
 
 // acquiredFrom reports whether any of the claims of claimOf (indexes into
 // claims, or -1 for an item without a claim of its own) was acquired.
-func acquiredFrom(claimOf []int, claims []idem.Claim) bool {
+func acquiredFrom(claimOf []int, claims []storage.Claim) bool {
 	for _, k := range claimOf {
-		if k >= 0 && claims[k].Err == nil && claims[k].Outcome == idem.Acquired {
+		if k >= 0 && claims[k].Err == nil && claims[k].Outcome == storage.Acquired {
 			return true
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/idemgo/idem/idemkafka"
 	"github.com/idemgo/idem/idemkafka/kafkapg"
 	"github.com/idemgo/idem/pgstore"
+	"github.com/idemgo/idem/storage"
 )
 
 func TestExactlyOnce(t *testing.T) {
@@ -76,7 +77,7 @@ func TestPermanentErrorUndoesTheRecordAlone(t *testing.T) {
 		t.Fatalf("%d dead letters of the declined record, want 1", dead.Load())
 	}
 	var status int16
-	if err := e.pool.QueryRow(context.Background(), "SELECT status FROM "+e.records+" WHERE position('declined'::bytea IN key) > 0").Scan(&status); err != nil || idem.Status(status) != idem.StatusFailed {
+	if err := e.pool.QueryRow(context.Background(), "SELECT status FROM "+e.records+" WHERE position('declined'::bytea IN key) > 0").Scan(&status); err != nil || storage.Status(status) != storage.StatusFailed {
 		t.Fatalf("the declined key's record: status %d, %v; want Failed", status, err)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/idemgo/idem/pgstore/pgstoretest"
 	"github.com/idemgo/idem/redisstore"
 	"github.com/idemgo/idem/redisstore/redisstoretest"
+	"github.com/idemgo/idem/storage"
 )
 
 func TestMain(m *testing.M) {
@@ -39,12 +40,12 @@ func TestMain(m *testing.M) {
 
 func TestAMQPRedis(t *testing.T) {
 	s := redisstoretest.Store(t, redisstoretest.Client(t), redisstore.Config{})
-	idemamqptest.Run(t, func(*testing.T) idem.Store { return s })
+	idemamqptest.Run(t, func(*testing.T) storage.Store { return s })
 }
 
 func TestAMQPPostgres(t *testing.T) {
 	s := pgstoretest.Store(t, pgstoretest.Pool(t, 0), pgstore.Config{})
-	idemamqptest.Run(t, func(*testing.T) idem.Store { return s })
+	idemamqptest.Run(t, func(*testing.T) storage.Store { return s })
 }
 
 // The child process's configuration, in its environment.
@@ -73,7 +74,7 @@ func TestKilledMidHandler(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			var (
-				store idem.Store
+				store storage.Store
 				where string
 			)
 			switch kind {
@@ -157,7 +158,7 @@ func TestKilledMidHandler(t *testing.T) {
 				}
 			}
 			rec, err := store.Get(context.Background(), g.ScopedStoreKey("", stall))
-			if err != nil || rec.Status != idem.StatusCompleted || rec.Attempt != 2 {
+			if err != nil || rec.Status != storage.StatusCompleted || rec.Attempt != 2 {
 				t.Errorf("the stalled key's record: %+v, %v; want completed at the second attempt (a takeover)", rec, err)
 			}
 			redelivered := ev.Count(func(e idemamqp.Event) bool { return e.Key == stall && e.Redelivered })
@@ -216,7 +217,7 @@ func child() int {
 	}
 	ctx := context.Background()
 	kind, where, _ := strings.Cut(os.Getenv(childEnv), " ")
-	var store idem.Store
+	var store storage.Store
 	switch kind {
 	case "redis":
 		s, err := redisstore.New(redis.NewClient(&redis.Options{Addr: redisstoretest.Addr()}), redisstore.Config{Prefix: where})

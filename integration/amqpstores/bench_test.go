@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/coalesce"
 	"github.com/idemgo/idem/idemamqp"
 	"github.com/idemgo/idem/idemamqp/idemamqptest"
 	"github.com/idemgo/idem/internal/testenv"
@@ -23,6 +24,7 @@ import (
 	"github.com/idemgo/idem/pgstore/pgstoretest"
 	"github.com/idemgo/idem/redisstore"
 	"github.com/idemgo/idem/redisstore/redisstoretest"
+	"github.com/idemgo/idem/storage"
 )
 
 // The consumers of the benchmark share these settings, which
@@ -43,7 +45,7 @@ func envInt(name string, def int) int {
 // beforehand with b.N messages, each with its own key: a bare amqp091
 // consumer (benchConcurrency goroutines, the same prefetch, an ack per
 // message) beside idemamqp over memstore, Redis and PostgreSQL (each
-// remote store also wrapped in idem.Coalesce), with a
+// remote store also wrapped in coalesce.New), with a
 // handler that does nothing and one that sleeps 1ms. Run it with a fixed
 // count (-benchtime 20000x) and the runs interleaved: scripts/bench-amqp.sh.
 func BenchmarkConsume(b *testing.B) {
@@ -65,19 +67,19 @@ func BenchmarkConsume(b *testing.B) {
 			})
 			b.Run("redis", func(b *testing.B) { benchIdem(b, benchRedis(b), h.pause) })
 			b.Run("redis-guard", func(b *testing.B) { benchGuard(b, benchRedis(b), h.pause) })
-			b.Run("redis-coalesced", func(b *testing.B) { benchIdem(b, idem.Coalesce(benchRedis(b)), h.pause) })
-			b.Run("redis-coalesced-guard", func(b *testing.B) { benchGuard(b, idem.Coalesce(benchRedis(b)), h.pause) })
+			b.Run("redis-coalesced", func(b *testing.B) { benchIdem(b, coalesce.New(benchRedis(b)), h.pause) })
+			b.Run("redis-coalesced-guard", func(b *testing.B) { benchGuard(b, coalesce.New(benchRedis(b)), h.pause) })
 			b.Run("postgres", func(b *testing.B) { benchIdem(b, benchPostgres(b), h.pause) })
 			b.Run("postgres-guard", func(b *testing.B) { benchGuard(b, benchPostgres(b), h.pause) })
-			b.Run("postgres-coalesced", func(b *testing.B) { benchIdem(b, idem.Coalesce(benchPostgres(b)), h.pause) })
-			b.Run("postgres-coalesced-guard", func(b *testing.B) { benchGuard(b, idem.Coalesce(benchPostgres(b)), h.pause) })
+			b.Run("postgres-coalesced", func(b *testing.B) { benchIdem(b, coalesce.New(benchPostgres(b)), h.pause) })
+			b.Run("postgres-coalesced-guard", func(b *testing.B) { benchGuard(b, coalesce.New(benchPostgres(b)), h.pause) })
 		})
 	}
 }
 
 // benchRedis returns a store on the test Redis whose client has a
 // connection per handler goroutine, as a service would size its pool.
-func benchRedis(b *testing.B) idem.Store {
+func benchRedis(b *testing.B) storage.Store {
 	redisstoretest.Client(b) // skips or fails when unreachable
 	c := redis.NewClient(&redis.Options{Addr: redisstoretest.Addr(), PoolSize: benchConcurrency})
 	b.Cleanup(func() { c.Close() })
@@ -86,14 +88,14 @@ func benchRedis(b *testing.B) idem.Store {
 
 // benchPostgres returns a store on the test PostgreSQL with a connection
 // per handler goroutine.
-func benchPostgres(b *testing.B) idem.Store {
+func benchPostgres(b *testing.B) storage.Store {
 	return pgstoretest.Store(b, pgstoretest.Pool(b, int32(benchConcurrency)), pgstore.Config{})
 }
 
 // benchGuard runs b.N Guard.Do calls of new keys over s on
 // benchConcurrency goroutines, without a broker: the store's own ceiling
 // for the consumer, in the same run.
-func benchGuard(b *testing.B, s idem.Store, d time.Duration) {
+func benchGuard(b *testing.B, s storage.Store, d time.Duration) {
 	g, err := idem.New(s, idem.Config{Namespace: "bench-" + rand.Text()})
 	if err != nil {
 		b.Fatal(err)
@@ -215,7 +217,7 @@ func benchBare(b *testing.B, d time.Duration, handle func(m amqp.Delivery) error
 }
 
 // benchIdem consumes with idemamqp over s.
-func benchIdem(b *testing.B, s idem.Store, d time.Duration) {
+func benchIdem(b *testing.B, s storage.Store, d time.Duration) {
 	q := fill(b, b.N)
 	g, err := idem.New(s, idem.Config{Namespace: "bench-" + rand.Text()})
 	if err != nil {

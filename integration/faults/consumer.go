@@ -18,6 +18,7 @@ import (
 	"github.com/idemgo/idem/memstore"
 	"github.com/idemgo/idem/pgstore"
 	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // consumer is the consumer process: one of the K processes the harness
@@ -73,7 +74,7 @@ func consume(ctx context.Context, spec consumerSpec) error {
 	defer pool.Close()
 	c.pool, c.ledger = pool, newLedger(pool, spec.Ledger)
 
-	var store idem.Store
+	var store storage.Store
 	switch spec.Store {
 	case storePG, storePGTx:
 		if store, err = pgstore.New(pool, pgstore.Config{Table: spec.Records}); err != nil {
@@ -103,7 +104,7 @@ func consume(ctx context.Context, spec consumerSpec) error {
 	default:
 		return fmt.Errorf("unknown store %q", spec.Store)
 	}
-	var fs idem.Store = &faultStore{Store: store, c: c}
+	var fs storage.Store = &faultStore{Store: store, c: c}
 	if bs := newFaultBatchStore(fs.(*faultStore)); bs != nil {
 		fs = bs
 	}
@@ -233,28 +234,28 @@ func (c *consumer) handleInTx(ctx context.Context, tx pgx.Tx, key string) error 
 // faultStore is the consumer's store with its kill points before the
 // claim and after the outcome, and the events of both.
 type faultStore struct {
-	idem.Store
+	storage.Store
 	c *consumer
 }
 
 // key is the message key of a store key: the harness's keys are the last
 // part of the store key, after the namespace and the empty scope.
 func (s *faultStore) key(storeKey string) string {
-	prefix := idem.StoreKey(s.c.spec.Namespace, "")
+	prefix := storage.StoreKey(s.c.spec.Namespace, "")
 	if len(storeKey) >= len(prefix) && storeKey[:len(prefix)] == prefix {
 		return storeKey[len(prefix):]
 	}
 	return storeKey
 }
 
-func (s *faultStore) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+func (s *faultStore) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error) {
 	key := s.key(a.Key)
 	events.emit(evDelivery, key)
 	s.c.point(killBeforeClaim, key)
 	return s.Store.Claim(ctx, a)
 }
 
-func (s *faultStore) Complete(ctx context.Context, key string, t idem.Token, value []byte, retention time.Duration) error {
+func (s *faultStore) Complete(ctx context.Context, key string, t storage.Token, value []byte, retention time.Duration) error {
 	k := s.key(key)
 	if err := s.Store.Complete(ctx, key, t, value, retention); err != nil {
 		// Not stored (the lease was lost) or unknown (the store failed):
@@ -269,37 +270,30 @@ func (s *faultStore) Complete(ctx context.Context, key string, t idem.Token, val
 
 // faultBatchStore is faultStore over a store with batch calls, which
 // idemkafka's DoBatch uses: the same kill points and events, for each key
-// of a batch. It is nil when the store has no batch calls.
+// of a batch.
 type faultBatchStore struct {
 	*faultStore
-	bc idem.BatchClaimer
-	bk idem.BatchCompleter
 }
 
 func newFaultBatchStore(s *faultStore) *faultBatchStore {
-	bc, ok1 := s.Store.(idem.BatchClaimer)
-	bk, ok2 := s.Store.(idem.BatchCompleter)
-	if !ok1 || !ok2 {
-		return nil
-	}
-	return &faultBatchStore{faultStore: s, bc: bc, bk: bk}
+	return &faultBatchStore{faultStore: s}
 }
 
 // ClaimBatch reaches the before-claim point once for each key, before any
 // is claimed.
-func (s *faultBatchStore) ClaimBatch(ctx context.Context, args []idem.ClaimArgs) ([]idem.Claim, error) {
+func (s *faultBatchStore) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]storage.Claim, error) {
 	for _, a := range args {
 		key := s.key(a.Key)
 		events.emit(evDelivery, key)
 		s.c.point(killBeforeClaim, key)
 	}
-	return s.bc.ClaimBatch(ctx, args)
+	return s.Store.ClaimBatch(ctx, args)
 }
 
 // CompleteBatch reaches the after-outcome point once for each key whose
 // outcome it stored, after the whole batch is stored.
-func (s *faultBatchStore) CompleteBatch(ctx context.Context, cs []idem.Completion) ([]error, error) {
-	errs, err := s.bk.CompleteBatch(ctx, cs)
+func (s *faultBatchStore) CompleteBatch(ctx context.Context, cs []storage.Completion) ([]error, error) {
+	errs, err := s.Store.CompleteBatch(ctx, cs)
 	var stored []string
 	for i, cm := range cs {
 		k := s.key(cm.Key)

@@ -24,6 +24,7 @@ import (
 	"github.com/idemgo/idem/idemkafka/kafkapg"
 	"github.com/idemgo/idem/pgstore"
 	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // broker is the harness's side of a message broker: the run's stream,
@@ -711,11 +712,11 @@ func (r *run) restartRedis(ctx context.Context) error {
 	}
 	res := restartResult{crash: crash, checked: len(stored)}
 	for k, ev := range stored {
-		rec, err := s.Get(ctx, idem.StoreKey(r.spec.Namespace, k))
+		rec, err := s.Get(ctx, storage.StoreKey(r.spec.Namespace, k))
 		if err != nil && !errors.Is(err, idem.ErrNotFound) {
 			return err
 		}
-		if err != nil || strconv.FormatUint(uint64(rec.Token), 10) != ev.detail || rec.Status != idem.StatusCompleted {
+		if err != nil || strconv.FormatUint(uint64(rec.Token), 10) != ev.detail || rec.Status != storage.StatusCompleted {
 			res.lost = append(res.lost, lostOutcome{key: k, at: ev.at})
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 // The ledger is where the consumers' side effects land: a PostgreSQL schema
@@ -65,7 +65,7 @@ type execer interface {
 }
 
 // apply is the unfenced side effect: one more row.
-func (l ledger) apply(ctx context.Context, db execer, key string, t idem.Token, pid int) error {
+func (l ledger) apply(ctx context.Context, db execer, key string, t storage.Token, pid int) error {
 	_, err := db.Exec(ctx, l.sql(`INSERT INTO {s}.effects (key, token, pid) VALUES ($1, $2, $3)`), key, int64(t), pid)
 	return err
 }
@@ -73,7 +73,7 @@ func (l ledger) apply(ctx context.Context, db execer, key string, t idem.Token, 
 // applyFenced is the fenced side effect. It reports whether the effect was
 // applied under t: false when the key's effect was applied under another
 // token. The statement is atomic: of two holders, one applies.
-func (l ledger) applyFenced(ctx context.Context, db execer, key string, t idem.Token, pid int) (bool, error) {
+func (l ledger) applyFenced(ctx context.Context, db execer, key string, t storage.Token, pid int) (bool, error) {
 	tag, err := db.Exec(ctx, l.sql(`WITH f AS (
 			INSERT INTO {s}.fence (key, token) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING RETURNING key)
 		INSERT INTO {s}.effects (key, token, pid) SELECT $1, $2, $3 FROM f`), key, int64(t), pid)

@@ -8,12 +8,12 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemgrpc/idemgrpctest"
 	"github.com/idemgo/idem/pgstore"
 	"github.com/idemgo/idem/pgstore/pgstoretest"
 	"github.com/idemgo/idem/redisstore"
 	"github.com/idemgo/idem/redisstore/redisstoretest"
+	"github.com/idemgo/idem/storage"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -23,15 +23,15 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestGRPCRedis(t *testing.T) {
 	s := redisstoretest.Store(t, redisstoretest.Client(t), redisstore.Config{})
-	idemgrpctest.Run(t, func(t *testing.T) idem.Store { return s })
+	idemgrpctest.Run(t, func(t *testing.T) storage.Store { return s })
 }
 
 func TestGRPCPostgres(t *testing.T) {
 	s := pgstoretest.Store(t, pgstoretest.Pool(t, 0), pgstore.Config{})
-	idemgrpctest.Run(t, func(t *testing.T) idem.Store { return s })
+	idemgrpctest.Run(t, func(t *testing.T) storage.Store { return s })
 }
 
 func TestGRPCDynamoDB(t *testing.T) {
 	s := dynamostoretest.Store(t, dynamostoretest.Client(t), dynamostore.Config{})
-	idemgrpctest.Run(t, func(t *testing.T) idem.Store { return s })
+	idemgrpctest.Run(t, func(t *testing.T) storage.Store { return s })
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/idemgo/idem/pgstore/pgstoretest"
 	"github.com/idemgo/idem/redisstore"
 	"github.com/idemgo/idem/redisstore/redisstoretest"
+	"github.com/idemgo/idem/storage"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -29,22 +30,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestHTTPRedis(t *testing.T) {
 	s := redisstoretest.Store(t, redisstoretest.Client(t), redisstore.Config{})
-	idemhttptest.Run(t, func(t *testing.T) idem.Store { return s })
+	idemhttptest.Run(t, func(t *testing.T) storage.Store { return s })
 }
 
 func TestHTTPPostgres(t *testing.T) {
 	s := pgstoretest.Store(t, pgstoretest.Pool(t, 0), pgstore.Config{})
-	idemhttptest.Run(t, func(t *testing.T) idem.Store { return s })
+	idemhttptest.Run(t, func(t *testing.T) storage.Store { return s })
 }
-
-// advertised tells the store's value limit (idem.ValueLimiter) for a store
-// that keeps a limit without telling it.
-type advertised struct {
-	idem.Store
-	max int
-}
-
-func (s advertised) MaxValueSize() int { return s.max }
 
 // A response body of exactly the middleware's default cap (1 MiB) fits
 // the cap but, with its head, not redisstore's default value limit: over
@@ -52,10 +44,7 @@ func (s advertised) MaxValueSize() int { return s.max }
 // status and a problem, and the handler runs once. The key is never left
 // in progress.
 func TestHTTPRedisBodyAtTheValueLimit(t *testing.T) {
-	var store idem.Store = redisstoretest.Store(t, redisstoretest.Client(t), redisstore.Config{})
-	if _, ok := store.(idem.ValueLimiter); !ok {
-		store = advertised{store, redisstore.DefaultMaxValueSize}
-	}
+	var store storage.Store = redisstoretest.Store(t, redisstoretest.Client(t), redisstore.Config{})
 	g, err := idem.New(store, idem.Config{Namespace: "limit"})
 	if err != nil {
 		t.Fatal(err)
@@ -96,5 +85,5 @@ func TestHTTPRedisBodyAtTheValueLimit(t *testing.T) {
 
 func TestHTTPDynamoDB(t *testing.T) {
 	s := dynamostoretest.Store(t, dynamostoretest.Client(t), dynamostore.Config{})
-	idemhttptest.Run(t, func(t *testing.T) idem.Store { return s })
+	idemhttptest.Run(t, func(t *testing.T) storage.Store { return s })
 }

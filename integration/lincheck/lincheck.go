@@ -39,6 +39,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 // Options size a check. The zero value checks 6 clients doing 60 calls
@@ -100,7 +101,7 @@ var kindNames = [...]string{"claim", "claim-other", "complete", "fail", "release
 type input struct {
 	kind  kind
 	key   string
-	token idem.Token
+	token storage.Token
 	value string
 	lease int64 // Claim's and Extend's lease, ns
 	ret   int64 // Claim's, Complete's or Fail's retention, ns
@@ -116,10 +117,10 @@ func (i input) fingerprint() string {
 
 type output struct {
 	err     string // "", "reused", "lost", "notfound"
-	outcome idem.Outcome
-	token   idem.Token // Acquired: the new token; Get: the record's
+	outcome storage.Outcome
+	token   storage.Token // Acquired: the new token; Get: the record's
 	attempt int
-	status  idem.Status
+	status  storage.Status
 	result  string
 }
 
@@ -128,7 +129,7 @@ type output struct {
 // under t's temporary directory (or $LINCHECK_DIR) and its path logged.
 // It also fails t when a token was handed out twice for a key. It returns
 // what the history held, for a caller to show that expiry happened.
-func Check(t testing.TB, s idem.Store, o Options) Stats {
+func Check(t testing.TB, s storage.Store, o Options) Stats {
 	t.Helper()
 	clients, calls, nkeys := cmp.Or(max(o.Clients, 0), 6), cmp.Or(max(o.Calls, 0), 60), cmp.Or(max(o.Keys, 0), 8)
 	lease := cmp.Or(o.Lease, time.Hour)
@@ -143,19 +144,19 @@ func Check(t testing.TB, s idem.Store, o Options) Stats {
 	ns := fmt.Sprintf("lincheck-%x", rand.Uint64())
 	keys := make([]string, nkeys)
 	for i := range keys {
-		keys[i] = idem.StoreKey(ns, fmt.Sprint("k", i))
+		keys[i] = storage.StoreKey(ns, fmt.Sprint("k", i))
 	}
 
 	// tokens holds every token issued per key, so clients also try stale
 	// and foreign tokens, which fencing must refuse.
 	var mu sync.Mutex
-	tokens := map[string][]idem.Token{}
+	tokens := map[string][]storage.Token{}
 	history := make([][]porcupine.Operation, clients)
 	var wg sync.WaitGroup
 	for c := range clients {
 		wg.Go(func() {
 			r := rand.New(rand.NewPCG(seed, uint64(c)))
-			mine := map[string]idem.Token{}
+			mine := map[string]storage.Token{}
 			for n := range calls {
 				key := keys[r.IntN(len(keys))]
 				in := input{kind: kind(r.IntN(len(kindNames))), key: key}
@@ -186,7 +187,7 @@ func Check(t testing.TB, s idem.Store, o Options) Stats {
 				out := do(s, in)
 				ret := time.Now().UnixNano()
 				in.at = span{call - int64(tol), ret + int64(tol)}
-				if out.outcome == idem.Acquired {
+				if out.outcome == storage.Acquired {
 					mine[key] = out.token
 					mu.Lock()
 					tokens[key] = append(tokens[key], out.token)
@@ -215,7 +216,7 @@ func Check(t testing.TB, s idem.Store, o Options) Stats {
 	// expired and were claimed anew included. The model does not hold
 	// every past token, so this is checked here.
 	for key, ts := range tokens {
-		seen := map[idem.Token]bool{}
+		seen := map[storage.Token]bool{}
 		for _, tok := range ts {
 			if seen[tok] {
 				t.Fatalf("lincheck: token %d was handed out twice for key %q (seed %d)", tok, key, seed)
@@ -252,15 +253,15 @@ func Check(t testing.TB, s idem.Store, o Options) Stats {
 }
 
 // do runs one call and turns its answer into the model's output.
-func do(s idem.Store, in input) output {
+func do(s storage.Store, in input) output {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var err error
 	var out output
 	switch in.kind {
 	case claim, claimOther:
-		var c idem.Claim
-		c, err = s.Claim(ctx, idem.ClaimArgs{Key: in.key, Fingerprint: []byte(in.fingerprint()),
+		var c storage.Claim
+		c, err = s.Claim(ctx, storage.ClaimArgs{Key: in.key, Fingerprint: []byte(in.fingerprint()),
 			Lease: time.Duration(in.lease), Retention: time.Duration(in.ret), MaxAttempts: maxAttempts})
 		out = output{outcome: c.Outcome, token: c.Token, attempt: c.Record.Attempt, status: c.Record.Status, result: string(c.Record.Result)}
 	case complete:
@@ -272,7 +273,7 @@ func do(s idem.Store, in input) output {
 	case extend:
 		err = s.Extend(ctx, in.key, in.token, time.Duration(in.lease))
 	case get:
-		var r idem.Record
+		var r storage.Record
 		r, err = s.Get(ctx, in.key)
 		out = output{token: r.Token, attempt: r.Attempt, status: r.Status, result: string(r.Result)}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/idemgo/idem/pgstore/pgstoretest"
 	"github.com/idemgo/idem/redisstore"
 	"github.com/idemgo/idem/redisstore/redisstoretest"
+	"github.com/idemgo/idem/storage"
 )
 
 func newMemstore(t *testing.T) *memstore.Store {
@@ -64,7 +65,7 @@ func TestDynamoDBIsLinearizable(t *testing.T) {
 // were taken over, records forgotten and claimed anew, expired records
 // read. A check in which nothing expired would prove nothing about expiry.
 // tolerance is the checks' Options.Tolerance (0: the default).
-func checkExpiring(t *testing.T, s idem.Store, tolerance time.Duration) {
+func checkExpiring(t *testing.T, s storage.Store, tolerance time.Duration) {
 	o := lincheck.Expiring()
 	o.Tolerance = tolerance
 	var st lincheck.Stats
@@ -123,7 +124,7 @@ func (f *failures) Fatalf(format string, a ...any) {
 
 // mustCatch runs up to n checks of the broken store s and fails t unless
 // one of them fails.
-func mustCatch(t *testing.T, s idem.Store, o lincheck.Options, n int) {
+func mustCatch(t *testing.T, s storage.Store, o lincheck.Options, n int) {
 	t.Helper()
 	f := &failures{TB: t}
 	for range n {
@@ -139,7 +140,7 @@ func mustCatch(t *testing.T, s idem.Store, o lincheck.Options, n int) {
 // fencing tokens exist to prevent.
 type unfenced struct{ *memstore.Store }
 
-func (u unfenced) Complete(ctx context.Context, key string, _ idem.Token, v []byte, r time.Duration) error {
+func (u unfenced) Complete(ctx context.Context, key string, _ storage.Token, v []byte, r time.Duration) error {
 	rec, err := u.Get(ctx, key)
 	if err != nil {
 		return idem.ErrLeaseLost
@@ -155,9 +156,9 @@ func TestCheckCatchesMissingFencing(t *testing.T) {
 // live: two holders at once, the bug leases exist to prevent.
 type stealsLiveLeases struct{ *memstore.Store }
 
-func (s stealsLiveLeases) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+func (s stealsLiveLeases) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error) {
 	c, err := s.Store.Claim(ctx, a)
-	if err != nil || c.Outcome != idem.Busy {
+	if err != nil || c.Outcome != storage.Busy {
 		return c, err
 	}
 	rec, err := s.Get(ctx, a.Key)
@@ -173,19 +174,19 @@ func (s stealsLiveLeases) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Cla
 // neverForgets keeps every record a thousand times its retention.
 type neverForgets struct{ *memstore.Store }
 
-func (s neverForgets) Claim(ctx context.Context, a idem.ClaimArgs) (idem.Claim, error) {
+func (s neverForgets) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error) {
 	a.Retention *= 1000
 	return s.Store.Claim(ctx, a)
 }
 
-func (s neverForgets) Complete(ctx context.Context, key string, t idem.Token, v []byte, r time.Duration) error {
+func (s neverForgets) Complete(ctx context.Context, key string, t storage.Token, v []byte, r time.Duration) error {
 	return s.Store.Complete(ctx, key, t, v, r*1000)
 }
 
 // forgetsEarly drops a completed record after a tenth of its retention.
 type forgetsEarly struct{ *memstore.Store }
 
-func (s forgetsEarly) Complete(ctx context.Context, key string, t idem.Token, v []byte, r time.Duration) error {
+func (s forgetsEarly) Complete(ctx context.Context, key string, t storage.Token, v []byte, r time.Duration) error {
 	return s.Store.Complete(ctx, key, t, v, r/10)
 }
 
@@ -193,9 +194,9 @@ func (s forgetsEarly) Complete(ctx context.Context, key string, t idem.Token, v 
 // was, so another claim takes over a lease its holder renewed.
 type ignoresExtend struct{ *memstore.Store }
 
-func (s ignoresExtend) Extend(ctx context.Context, key string, t idem.Token, _ time.Duration) error {
+func (s ignoresExtend) Extend(ctx context.Context, key string, t storage.Token, _ time.Duration) error {
 	rec, err := s.Get(ctx, key)
-	if errors.Is(err, idem.ErrNotFound) || err == nil && (rec.Status != idem.StatusInProgress || rec.Token != t || t == 0) {
+	if errors.Is(err, idem.ErrNotFound) || err == nil && (rec.Status != storage.StatusInProgress || rec.Token != t || t == 0) {
 		return idem.ErrLeaseLost
 	}
 	return err
@@ -205,7 +206,7 @@ func (s ignoresExtend) Extend(ctx context.Context, key string, t idem.Token, _ t
 // store whose leases or expiries are wrong fails the check with short
 // leases.
 func TestExpiryCheckCatchesBrokenStores(t *testing.T) {
-	for name, s := range map[string]idem.Store{
+	for name, s := range map[string]storage.Store{
 		"steals live leases": stealsLiveLeases{newMemstore(t)},
 		"never forgets":      neverForgets{newMemstore(t)},
 		"forgets early":      forgetsEarly{newMemstore(t)},

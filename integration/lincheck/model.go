@@ -6,7 +6,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 // span is an instant of the store's clock that the checker does not know
@@ -46,8 +46,8 @@ func (s span) ahead(t span) span { return span{max(s.lo, t.lo), s.hi} }
 // state is one key's record in the model.
 type state struct {
 	exists  bool
-	status  idem.Status
-	token   idem.Token // 0 once released or capped
+	status  storage.Status
+	token   storage.Token // 0 once released or capped
 	attempt int
 	fp      string
 	result  string
@@ -78,13 +78,13 @@ func step(s state, in input, o output) (bool, state) {
 	switch in.kind {
 	case claim, claimOther:
 		fp := in.fingerprint()
-		if o.err == "" && o.outcome == idem.Acquired && o.attempt == 1 {
+		if o.err == "" && o.outcome == storage.Acquired && o.attempt == 1 {
 			// Only a claim of an absent key is attempt 1; a takeover
 			// counts on from the record's attempt.
 			if !mayBeGone || o.token == 0 {
 				return false, s
 			}
-			return true, state{exists: true, status: idem.StatusInProgress, token: o.token, attempt: 1, fp: fp,
+			return true, state{exists: true, status: storage.StatusInProgress, token: o.token, attempt: 1, fp: fp,
 				lease: t.add(in.lease), expiry: t.add(in.lease + in.ret), ret: in.ret}
 		}
 		if !mayBeThere {
@@ -97,19 +97,19 @@ func step(s state, in input, o output) (bool, state) {
 		case o.err != "":
 			return false, s
 		case s.status.Done():
-			return o.outcome == idem.Duplicate && o.status == s.status && o.result == s.result, s
+			return o.outcome == storage.Duplicate && o.status == s.status && o.result == s.result, s
 		}
 		leaseMayBeLive := s.token != 0 && s.lease.mayBeAhead(t)
 		leaseMayBeOver := s.token == 0 || s.lease.mayBeReached(t)
 		switch o.outcome {
-		case idem.Busy:
+		case storage.Busy:
 			// A Busy answer carries the holder's record, never a token.
-			if !leaseMayBeLive || o.status != idem.StatusInProgress || o.attempt != s.attempt || o.token != 0 {
+			if !leaseMayBeLive || o.status != storage.StatusInProgress || o.attempt != s.attempt || o.token != 0 {
 				return false, s
 			}
 			s.lease = s.lease.ahead(t)
 			return true, s
-		case idem.Acquired:
+		case storage.Acquired:
 			if !leaseMayBeOver || s.attempt >= maxAttempts || o.attempt != s.attempt+1 || o.token == 0 {
 				return false, s
 			}
@@ -120,19 +120,19 @@ func step(s state, in input, o output) (bool, state) {
 			n.token, n.attempt = o.token, s.attempt+1
 			n.lease, n.expiry, n.ret = t.add(in.lease), t.add(in.lease+in.ret), in.ret
 			return true, n
-		case idem.Duplicate:
-			cause := string(idem.TooManyAttemptsCause())
-			if !leaseMayBeOver || s.attempt < maxAttempts || o.status != idem.StatusFailed || o.result != cause {
+		case storage.Duplicate:
+			cause := string(storage.TooManyAttemptsCause())
+			if !leaseMayBeOver || s.attempt < maxAttempts || o.status != storage.StatusFailed || o.result != cause {
 				return false, s
 			}
 			n := s
-			n.status, n.result, n.token, n.lease = idem.StatusFailed, cause, 0, span{}
+			n.status, n.result, n.token, n.lease = storage.StatusFailed, cause, 0, span{}
 			n.expiry = t.add(in.ret)
 			return true, n
 		}
 		return false, s
 	case complete, fail, release, extend:
-		holder := s.exists && s.status == idem.StatusInProgress && s.token != 0 && in.token == s.token
+		holder := s.exists && s.status == storage.StatusInProgress && s.token != 0 && in.token == s.token
 		if o.err == "lost" {
 			if !holder {
 				return true, s
@@ -146,9 +146,9 @@ func step(s state, in input, o output) (bool, state) {
 		n := there
 		switch in.kind {
 		case complete, fail:
-			n.status, n.result = idem.StatusCompleted, in.value
+			n.status, n.result = storage.StatusCompleted, in.value
 			if in.kind == fail {
-				n.status = idem.StatusFailed
+				n.status = storage.StatusFailed
 			}
 			// Kept the retention from the call; pgstore keeps the claim's
 			// expiry when that is later by at most the rest of the lease.
@@ -258,7 +258,7 @@ func count(ops []porcupine.Operation) Stats {
 		in, o := op.Input.(input), op.Output.(output)
 		_, n := step(s, in, o)
 		switch {
-		case o.err == "" && o.outcome == idem.Acquired && (in.kind == claim || in.kind == claimOther):
+		case o.err == "" && o.outcome == storage.Acquired && (in.kind == claim || in.kind == claimOther):
 			if o.attempt == 1 && s.exists {
 				st.Recreated++
 			} else if o.attempt > 1 && s.token != 0 {
@@ -269,7 +269,7 @@ func count(ops []porcupine.Operation) Stats {
 				st.LateHolders++
 			}
 		case s.exists && (in.kind == get && o.err == "notfound" ||
-			o.err == "lost" && in.kind != get && s.status == idem.StatusInProgress && s.token == in.token && s.token != 0):
+			o.err == "lost" && in.kind != get && s.status == storage.StatusInProgress && s.token == in.token && s.token != 0):
 			st.ExpiredSeen++
 		}
 		s = n

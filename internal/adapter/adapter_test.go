@@ -12,6 +12,7 @@ import (
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/adapter"
 	"github.com/idemgo/idem/memstore"
+	"github.com/idemgo/idem/storage"
 )
 
 func TestMain(m *testing.M) { idemtest.Main(m, "github.com/idemgo/idem") }
@@ -203,7 +204,7 @@ func TestDecide(t *testing.T) {
 		{"retryable", idem.Result{}, errors.New("downstream timeout"), adapter.Retry, adapter.Retryable, 4 * time.Second, false},
 		{"permanent", idem.Result{}, permanent, adapter.DeadLetter, adapter.Permanent, 0, false},
 		{"stored permanent", idem.Result{Replayed: true}, stored, adapter.DeadLetter, adapter.StoredFailure, 0, true},
-		{"too many attempts", idem.Result{Replayed: true}, idem.DecodeFailure(idem.TooManyAttemptsCause()), adapter.DeadLetter, adapter.TooManyAttempts, 0, true},
+		{"too many attempts", idem.Result{Replayed: true}, idem.DecodeFailure(storage.TooManyAttemptsCause()), adapter.DeadLetter, adapter.TooManyAttempts, 0, true},
 		{"key reused", idem.Result{}, fmt.Errorf("%w (key %q)", idem.ErrKeyReused, "k"), adapter.DeadLetter, adapter.KeyReused, 0, false},
 		{"invalid key", idem.Result{}, fmt.Errorf("%w: the key is empty", idem.ErrInvalidKey), adapter.DeadLetter, adapter.InvalidKey, 0, false},
 		{"missing key", idem.Result{}, adapter.ErrKeyMissing, adapter.DeadLetter, adapter.InvalidKey, 0, false},

@@ -172,15 +172,12 @@ func (p *Policy[M]) Do(ctx context.Context, m M, key string, payload []byte, fn 
 	return p.g.DoScoped(ctx, p.Scope(m), key, payload, fn)
 }
 
-// ValueLimit returns the longest value the Guard's store keeps, when the
-// store tells it (idem.ValueLimiter), else 0. An adapter keeps what it
+// ValueLimit returns the longest value the Guard's store keeps, or 0 when
+// it keeps any (storage.Store.MaxValueSize). An adapter keeps what it
 // stores within it, less its encoding's overhead, so that the store never
 // refuses an outcome for its size.
 func (p *Policy[M]) ValueLimit() int {
-	if vl, ok := p.g.Store().(idem.ValueLimiter); ok {
-		return max(0, vl.MaxValueSize())
-	}
-	return 0
+	return max(0, p.g.Store().MaxValueSize())
 }
 
 // TooLarge reports an answer of size bytes that was too large to store as

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 // Case is one behaviour check of a suite, run against a store: a struct
@@ -20,12 +21,12 @@ import (
 // {"Name", run} pairs.
 type Case = struct {
 	Name string
-	Run  func(t *testing.T, s idem.Store)
+	Run  func(t *testing.T, s storage.Store)
 }
 
 // Run runs cases as parallel subtests of t, each against the store
 // newStore returns for it.
-func Run(t *testing.T, newStore func(t *testing.T) idem.Store, cases []Case) {
+func Run(t *testing.T, newStore func(t *testing.T) storage.Store, cases []Case) {
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
 			t.Parallel()
@@ -37,7 +38,7 @@ func Run(t *testing.T, newStore func(t *testing.T) idem.Store, cases []Case) {
 // NewGuard returns a Guard over s with cfg in a namespace of its own (so
 // cases may share one store), with a lease of 10s unless cfg sets one, and
 // closes it at the end of the test.
-func NewGuard(t *testing.T, s idem.Store, cfg idem.Config) *idem.Guard {
+func NewGuard(t *testing.T, s storage.Store, cfg idem.Config) *idem.Guard {
 	t.Helper()
 	cfg.Namespace = "adaptertest-" + rand.Text()
 	if cfg.Lease == 0 {
@@ -68,18 +69,18 @@ func CheckNoScope(t *testing.T, err error, pkg, request string) {
 }
 
 // LimitStore is a store that keeps values of Max bytes at most and says
-// so (idem.ValueLimiter), as redisstore and pgstore do: a longer value or
+// so (storage.Store.MaxValueSize), as redisstore and pgstore do: a longer value or
 // cause is refused with an error wrapping idem.ErrValueTooLarge.
 type LimitStore struct {
-	idem.Store
+	storage.Store
 	Max int
 }
 
-// MaxValueSize implements idem.ValueLimiter.
+// MaxValueSize implements storage.Store.MaxValueSize.
 func (s LimitStore) MaxValueSize() int { return s.Max }
 
 // Complete refuses a value longer than Max.
-func (s LimitStore) Complete(ctx context.Context, key string, t idem.Token, value []byte, retention time.Duration) error {
+func (s LimitStore) Complete(ctx context.Context, key string, t storage.Token, value []byte, retention time.Duration) error {
 	if len(value) > s.Max {
 		return fmt.Errorf("adaptertest: %w: %d bytes, more than %d", idem.ErrValueTooLarge, len(value), s.Max)
 	}
@@ -87,7 +88,7 @@ func (s LimitStore) Complete(ctx context.Context, key string, t idem.Token, valu
 }
 
 // Fail refuses a cause longer than Max.
-func (s LimitStore) Fail(ctx context.Context, key string, t idem.Token, cause []byte, retention time.Duration) error {
+func (s LimitStore) Fail(ctx context.Context, key string, t storage.Token, cause []byte, retention time.Duration) error {
 	if len(cause) > s.Max {
 		return fmt.Errorf("adaptertest: %w: %d bytes, more than %d", idem.ErrValueTooLarge, len(cause), s.Max)
 	}

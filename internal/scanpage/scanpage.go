@@ -1,4 +1,4 @@
-// Package scanpage is the loop of an idem.Scanner over a store that reads
+// Package scanpage is the loop of an storage.Scanner over a store that reads
 // its records in key order, a page at a time (pgstore, sqlitestore).
 package scanpage
 
@@ -6,15 +6,15 @@ import (
 	"context"
 	"strings"
 
-	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 // Scan calls fn with the records of prefix, page by page, as
-// idem.Scanner.Scan does: read returns, in key order, at most size live
+// storage.Scanner.Scan does: read returns, in key order, at most size live
 // records whose key follows from (from from on, when inclusive); Scan
 // stops at the first key past prefix, at a short page, or when fn returns
 // false.
-func Scan(ctx context.Context, prefix string, size int, read func(ctx context.Context, from []byte, inclusive bool) ([]idem.Record, error), fn func(idem.Record) bool) error {
+func Scan(ctx context.Context, prefix string, size int, read func(ctx context.Context, from []byte, inclusive bool) ([]storage.Record, error), fn func(storage.Record) bool) error {
 	from, inclusive := []byte(prefix), true
 	for {
 		recs, err := read(ctx, from, inclusive)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 // Func is the operation of a TxGuard over database/sql: it makes its
@@ -30,19 +31,19 @@ type Dialect interface {
 	// another fingerprint, a plain Guard's live lease): found reports it.
 	// A dialect whose claim statement locks nothing for such a record
 	// may always return found false.
-	Peek(ctx context.Context, c *Call) (cl idem.Claim, found bool, err error)
+	Peek(ctx context.Context, c *Call) (cl storage.Claim, found bool, err error)
 
-	// Claim claims c.Args.Key in tx, as idem.Store.Claim does, and holds
+	// Claim claims c.Args.Key in tx, as storage.Store.Claim does, and holds
 	// the key until tx ends: duplicates wait for tx (or, after the
 	// dialect's lock timeout, get an error wrapping idem.ErrInProgress).
 	// A fingerprint mismatch is an error wrapping idem.ErrKeyReused.
-	Claim(ctx context.Context, tx *sql.Tx, c *Call) (idem.Claim, error)
+	Claim(ctx context.Context, tx *sql.Tx, c *Call) (storage.Claim, error)
 
 	// Finish stores the outcome of claim t in tx: status Completed with
 	// the value, or Failed with the encoded cause, kept retention from
 	// now. It returns an error wrapping idem.ErrLeaseLost when t is not
 	// the key's current token in tx (fn changed the record).
-	Finish(ctx context.Context, tx *sql.Tx, c *Call, t idem.Token, status idem.Status, result []byte, retention time.Duration) error
+	Finish(ctx context.Context, tx *sql.Tx, c *Call, t storage.Token, status storage.Status, result []byte, retention time.Duration) error
 
 	// Translate turns an error of database/sql in step op ("begin",
 	// "savepoint", "commit") into the error the executor returns.
@@ -189,7 +190,7 @@ type ran struct {
 // error), done is set and res, err are the answer.
 func (g *SQL) claimAndRun(ctx context.Context, tx *sql.Tx, c *Call, sent time.Time, fn Func) (r ran, res idem.Result, done bool, err error) {
 	cl, err := g.d.Claim(ctx, tx, c)
-	if err == nil && cl.Outcome == idem.Acquired {
+	if err == nil && cl.Outcome == storage.Acquired {
 		if _, serr := tx.ExecContext(ctx, savepointFn); serr != nil {
 			err = g.d.Translate("savepoint", serr)
 		}
@@ -201,7 +202,7 @@ func (g *SQL) claimAndRun(ctx context.Context, tx *sql.Tx, c *Call, sent time.Ti
 	r.value, r.ferr = run.Value, run.Err
 	r.op, r.sent = idem.OpComplete, time.Now()
 	if r.ferr == nil {
-		r.err = g.d.Finish(ctx, tx, c, cl.Token, idem.StatusCompleted, r.value, g.x.Cfg.Retention)
+		r.err = g.d.Finish(ctx, tx, c, cl.Token, storage.StatusCompleted, r.value, g.x.Cfg.Retention)
 		return r, idem.Result{}, false, nil
 	}
 	r.op = idem.OpFail
@@ -209,6 +210,6 @@ func (g *SQL) claimAndRun(ctx context.Context, tx *sql.Tx, c *Call, sent time.Ti
 		r.err = g.d.Translate("savepoint", err)
 		return r, idem.Result{}, false, nil
 	}
-	r.err = g.d.Finish(ctx, tx, c, cl.Token, idem.StatusFailed, idem.EncodeFailure(r.ferr), g.x.Cfg.FailedRetention)
+	r.err = g.d.Finish(ctx, tx, c, cl.Token, storage.StatusFailed, idem.EncodeFailure(r.ferr), g.x.Cfg.FailedRetention)
 	return r, idem.Result{}, false, nil
 }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 // Exec is the part of a transactional executor that does not depend on the
@@ -52,7 +53,7 @@ func NewExec(pkg, config string, cfg idem.Config) (Exec, error) {
 // arguments.
 type Call struct {
 	Scope, Key string
-	Args       idem.ClaimArgs
+	Args       storage.ClaimArgs
 	// Releasing is set while fn runs and after it returned a retryable
 	// error (or panicked): the rollback then gives the key back, and is
 	// observed as idem.OpRelease.
@@ -60,7 +61,7 @@ type Call struct {
 }
 
 // NewCall checks the call's arguments as an idem.Guard does and builds the
-// claim's: the store key is idem.ScopedStoreKey's, so that an executor and
+// claim's: the store key is storage.ScopedStoreKey's, so that an executor and
 // an idem.Guard with the same namespace share records.
 func (x *Exec) NewCall(scope, key string, payload []byte, fnNil bool) (*Call, error) {
 	if fnNil {
@@ -69,8 +70,8 @@ func (x *Exec) NewCall(scope, key string, payload []byte, fnNil bool) (*Call, er
 	if err := x.Cfg.CheckKey(scope, key); err != nil {
 		return nil, err
 	}
-	return &Call{Scope: scope, Key: key, Args: idem.ClaimArgs{
-		Key:         idem.ScopedStoreKey(x.Cfg.Namespace, scope, key),
+	return &Call{Scope: scope, Key: key, Args: storage.ClaimArgs{
+		Key:         storage.ScopedStoreKey(x.Cfg.Namespace, scope, key),
 		Fingerprint: x.Cfg.Fingerprint(nil, payload),
 		Lease:       x.Cfg.Lease,
 		Retention:   x.Cfg.Retention,
@@ -105,15 +106,17 @@ func (x *Exec) WaitLease(ctx context.Context, c *Call, do func() (idem.Result, e
 }
 
 // Claimed answers a claim that did not acquire the key: done is false
-// when it did, and fn is to run. A duplicate replays as idem.Replay does;
+// when it did, and fn is to run. A duplicate replays as the Guard's Do replays it;
 // a key held by a plain Guard's live lease is idem.ErrInProgress, with
 // ErrLeaseHeld in the chain.
-func (x *Exec) Claimed(cl idem.Claim, c *Call) (res idem.Result, done bool, err error) {
+func (x *Exec) Claimed(cl storage.Claim, c *Call) (res idem.Result, done bool, err error) {
 	switch cl.Outcome {
-	case idem.Duplicate:
-		res, err := idem.Replay(cl.Record)
-		return res, true, err
-	case idem.Busy:
+	case storage.Duplicate:
+		if cl.Record.Status == storage.StatusFailed {
+			return idem.Result{Replayed: true}, true, idem.DecodeFailure(cl.Record.Result)
+		}
+		return idem.Result{Value: cl.Record.Result, Replayed: true}, true, nil
+	case storage.Busy:
 		return idem.Result{}, true, fmt.Errorf("%w (key %q, attempt %d): %w", idem.ErrInProgress, c.Key, cl.Record.Attempt, ErrLeaseHeld)
 	}
 	return idem.Result{}, false, nil
@@ -133,7 +136,7 @@ type Ran struct {
 // caller's answer: a claim that failed or did not acquire the key, or
 // fn's retryable error, which its transaction is to roll back. Otherwise
 // r is fn's outcome, to be stored; a panic of fn goes through Run.
-func (x *Exec) Run(ctx context.Context, c *Call, cl idem.Claim, err error, sent time.Time, fn func() ([]byte, error)) (r Ran, res idem.Result, done bool, _ error) {
+func (x *Exec) Run(ctx context.Context, c *Call, cl storage.Claim, err error, sent time.Time, fn func() ([]byte, error)) (r Ran, res idem.Result, done bool, _ error) {
 	x.Observe(ctx, c, idem.Event{Op: idem.OpClaim, Outcome: cl.Outcome, Attempt: cl.Record.Attempt, Duration: time.Since(sent), Err: err})
 	if err != nil {
 		return r, idem.Result{}, true, err

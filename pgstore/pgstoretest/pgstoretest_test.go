@@ -13,6 +13,7 @@ import (
 	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/pgstore"
 	"github.com/idemgo/idem/pgstore/pgstoretest"
+	"github.com/idemgo/idem/storage"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -39,8 +40,8 @@ func TestStoresAreIsolatedAndDropped(t *testing.T) {
 		}
 		schema = strings.Trim(strings.Split(a.Table(), ".")[0], `"`)
 		ctx := context.Background()
-		c, err := a.Claim(ctx, idem.ClaimArgs{Key: "k", Lease: time.Minute, Retention: time.Hour})
-		if err != nil || c.Outcome != idem.Acquired {
+		c, err := a.Claim(ctx, storage.ClaimArgs{Key: "k", Lease: time.Minute, Retention: time.Hour})
+		if err != nil || c.Outcome != storage.Acquired {
 			t.Fatalf("Claim: %v %v, want Acquired", c.Outcome, err)
 		}
 		if _, err := b.Get(ctx, "k"); !errors.Is(err, idem.ErrNotFound) {

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/redisstore"
 	"github.com/idemgo/idem/redisstore/redisstoretest"
+	"github.com/idemgo/idem/storage"
 )
 
 // testDuplicateGetsTheOutcome is a test of a Redis store; in a test file
@@ -20,7 +20,7 @@ func testDuplicateGetsTheOutcome(t *testing.T) {
 	store := redisstoretest.Store(t, client, redisstore.Config{})
 
 	ctx := context.Background()
-	args := idem.ClaimArgs{Key: "order-42", Lease: time.Minute, Retention: time.Hour}
+	args := storage.ClaimArgs{Key: "order-42", Lease: time.Minute, Retention: time.Hour}
 	first, err := store.Claim(ctx, args)
 	if err != nil {
 		t.Fatal(err)
@@ -29,7 +29,7 @@ func testDuplicateGetsTheOutcome(t *testing.T) {
 		t.Fatal(err)
 	}
 	again, err := store.Claim(ctx, args)
-	if err != nil || again.Outcome != idem.Duplicate || string(again.Record.Result) != "receipt" {
+	if err != nil || again.Outcome != storage.Duplicate || string(again.Record.Result) != "receipt" {
 		t.Fatalf("second claim: %v %q %v, want the duplicate's receipt", again.Outcome, again.Record.Result, err)
 	}
 	if n, err := client.Exists(ctx, store.RedisKey(args.Key)).Result(); err != nil || n != 1 {

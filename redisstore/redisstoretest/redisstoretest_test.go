@@ -14,6 +14,7 @@ import (
 	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/redisstore"
 	"github.com/idemgo/idem/redisstore/redisstoretest"
+	"github.com/idemgo/idem/storage"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -35,8 +36,8 @@ func TestStoresAreIsolatedAndCleanedUp(t *testing.T) {
 		for i := range 2500 {
 			c.Set(ctx, fmt.Sprint(prefix, "extra:", i), "v", time.Minute)
 		}
-		cl, err := a.Claim(ctx, idem.ClaimArgs{Key: "k", Lease: time.Minute, Retention: time.Hour})
-		if err != nil || cl.Outcome != idem.Acquired {
+		cl, err := a.Claim(ctx, storage.ClaimArgs{Key: "k", Lease: time.Minute, Retention: time.Hour})
+		if err != nil || cl.Outcome != storage.Acquired {
 			t.Fatalf("Claim: %v %v, want Acquired", cl.Outcome, err)
 		}
 		if _, err := b.Get(ctx, "k"); !errors.Is(err, idem.ErrNotFound) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/txguard"
+	"github.com/idemgo/idem/storage"
 )
 
 // Env is a TxGuard over database/sql under test and the database it
@@ -28,7 +29,7 @@ type Env struct {
 	// DB is the database of the records and the ledger.
 	DB *sql.DB
 	// Store is a store over the TxGuard's records table.
-	Store idem.Store
+	Store storage.Store
 	// Namespace is the TxGuard's Config.Namespace.
 	Namespace string
 	// Records is the records table's quoted name.
@@ -99,8 +100,8 @@ func (e *env) ledgerRows(key string) int {
 	return n
 }
 
-func (e *env) record(key string) (idem.Record, error) {
-	return e.Store.Get(e.ctx(), idem.StoreKey(e.Namespace, key))
+func (e *env) record(key string) (storage.Record, error) {
+	return e.Store.Get(e.ctx(), storage.StoreKey(e.Namespace, key))
 }
 
 func effectsAndRecordTogether(t *testing.T, e *env) {
@@ -125,7 +126,7 @@ func effectsAndRecordTogether(t *testing.T, e *env) {
 		t.Fatalf("fn ran %d times, %d ledger rows; want 1 and 1", runs, e.ledgerRows(k))
 	}
 	r, err := e.record(k)
-	if err != nil || r.Status != idem.StatusCompleted || string(r.Result) != string(first.Value) {
+	if err != nil || r.Status != storage.StatusCompleted || string(r.Result) != string(first.Value) {
 		t.Fatalf("record %+v %v, want Completed with the receipt", r, err)
 	}
 }
@@ -237,7 +238,7 @@ func permanentError(t *testing.T, e *env) {
 		t.Fatalf("%d ledger rows, want 0: fn's writes roll back", rows)
 	}
 	r, err := e.record(k)
-	if err != nil || r.Status != idem.StatusFailed || idem.DecodeFailure(r.Result).Error() != "card declined" {
+	if err != nil || r.Status != storage.StatusFailed || idem.DecodeFailure(r.Result).Error() != "card declined" {
 		t.Fatalf("record %+v %v, want Failed(card declined)", r, err)
 	}
 }
@@ -246,10 +247,10 @@ func permanentError(t *testing.T, e *env) {
 // whose outcome commits; the stale holder's outcome is then refused.
 func staleHolderFenced(t *testing.T, e *env) {
 	k := e.key("order")
-	sk := idem.StoreKey(e.Namespace, k)
-	stale, err := e.Store.Claim(e.ctx(), idem.ClaimArgs{Key: sk, Fingerprint: idem.SHA256Fingerprint(nil, []byte("pay 10")),
+	sk := storage.StoreKey(e.Namespace, k)
+	stale, err := e.Store.Claim(e.ctx(), storage.ClaimArgs{Key: sk, Fingerprint: idem.SHA256Fingerprint(nil, []byte("pay 10")),
 		Lease: 50 * time.Millisecond, Retention: time.Hour})
-	if err != nil || stale.Outcome != idem.Acquired {
+	if err != nil || stale.Outcome != storage.Acquired {
 		t.Fatalf("plain claim: %v %v", stale.Outcome, err)
 	}
 	var res idem.Result
@@ -270,7 +271,7 @@ func staleHolderFenced(t *testing.T, e *env) {
 		t.Fatalf("the stale holder's Release: %v, want ErrLeaseLost", err)
 	}
 	r, err := e.record(k)
-	if err != nil || r.Status != idem.StatusCompleted || string(r.Result) != string(res.Value) || r.Attempt != 2 {
+	if err != nil || r.Status != storage.StatusCompleted || string(r.Result) != string(res.Value) || r.Attempt != 2 {
 		t.Fatalf("record %+v %v, want the TxGuard's outcome, attempt 2", r, err)
 	}
 	if rows := e.ledgerRows(k); rows != 1 {
@@ -287,7 +288,7 @@ func outcomeMatchingNoRecord(t *testing.T, e *env) {
 		if _, err := e.pay(k)(ctx, tx); err != nil {
 			return nil, err
 		}
-		_, err := tx.ExecContext(ctx, "DELETE FROM "+e.Records+" WHERE key = $1", []byte(idem.StoreKey(e.Namespace, k)))
+		_, err := tx.ExecContext(ctx, "DELETE FROM "+e.Records+" WHERE key = $1", []byte(storage.StoreKey(e.Namespace, k)))
 		return []byte("paid"), err
 	})
 	if !errors.Is(err, idem.ErrLeaseLost) {
@@ -353,10 +354,10 @@ func doTxInCallersTx(t *testing.T, e *env) {
 	if _, err := e.record(k("a")); !errors.Is(err, idem.ErrNotFound) {
 		t.Errorf("record a: %v, want none", err)
 	}
-	if r, err := e.record(k("b")); err != nil || r.Status != idem.StatusCompleted {
+	if r, err := e.record(k("b")); err != nil || r.Status != storage.StatusCompleted {
 		t.Errorf("record b: %+v %v, want Completed", r, err)
 	}
-	if r, err := e.record(k("c")); err != nil || r.Status != idem.StatusFailed {
+	if r, err := e.record(k("c")); err != nil || r.Status != storage.StatusFailed {
 		t.Errorf("record c: %+v %v, want Failed", r, err)
 	}
 	// A duplicate in another transaction replays, and leaves that
@@ -397,9 +398,9 @@ func refusedKeys(t *testing.T, e *env) {
 	}
 	// A plain Guard holding the key with a live lease: ErrInProgress.
 	held := e.key("held")
-	c, err := e.Store.Claim(e.ctx(), idem.ClaimArgs{Key: idem.StoreKey(e.Namespace, held), Fingerprint: idem.SHA256Fingerprint(nil, nil),
+	c, err := e.Store.Claim(e.ctx(), storage.ClaimArgs{Key: storage.StoreKey(e.Namespace, held), Fingerprint: idem.SHA256Fingerprint(nil, nil),
 		Lease: time.Minute, Retention: time.Hour})
-	if err != nil || c.Outcome != idem.Acquired {
+	if err != nil || c.Outcome != storage.Acquired {
 		t.Fatal(c.Outcome, err)
 	}
 	if _, err := e.Do(e.ctx(), held, nil, e.pay(held)); !errors.Is(err, idem.ErrInProgress) {

@@ -10,6 +10,7 @@
 //	go run ./internal/release version v0.2.0   # set the version, check, print the tags
 //	go run ./internal/release proxy DIR        # write the module proxy only
 //	go run ./internal/release tidy             # go mod tidy every module
+//	go run ./internal/release deps             # a go.mod requires only what its packages import
 //
 // check serves every module of go.work from a file-based module proxy built
 // from the working tree (the layout `go mod download` reads), then, in a
@@ -20,6 +21,9 @@
 // each other at different versions, or when a module, on its own, compiles a
 // dependency at another version than the workspace does (users would build
 // with versions the tests never ran).
+//
+// deps fails when the go.mod of a module users import requires a module
+// that only its tests need (see deps.go).
 package main
 
 import (
@@ -59,7 +63,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: release check | version vX.Y.Z | proxy DIR | tidy [MODULE_DIR...]")
+		return errors.New("usage: release check | deps | version vX.Y.Z | proxy DIR | tidy [MODULE_DIR...]")
 	}
 	mods, err := workspaceModules()
 	if err != nil {
@@ -87,6 +91,8 @@ func run(args []string) error {
 		return nil
 	case "tidy":
 		return tidy(mods, args[1:])
+	case "deps":
+		return deps(mods)
 	case "proxy":
 		if len(args) != 2 {
 			return errors.New("usage: release proxy DIR")

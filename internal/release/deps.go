@@ -1,0 +1,256 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// The deps check: the go.mod of a module users import requires only the
+// modules its packages import, so that a user of idemnats downloads no
+// PostgreSQL client and a user of idemkafka no fake Kafka broker. A test
+// that needs another store or broker lives in the integration module.
+//
+// A module's packages are those a user can import (no "internal" element
+// in their path) and every package they import, directly or not, on any
+// of the platforms below; its tests are not among them. go mod tidy keeps
+// a requirement for any package of the module or any of its tests, so a
+// requirement that only a test (or an internal package no other package
+// imports) needs fails the check.
+
+// notLibraries lists the published modules that users do not import
+// packages of, so whose go.mod the check leaves alone: the command
+// (installed with go install) and the examples.
+var notLibraries = map[string]bool{corePath + "/cmd/idem": true, corePath + "/examples": true}
+
+// testOnlyAllowed lists the requirements a module may carry for its tests
+// alone: the module the requirement is allowed in ("" for every module),
+// then the requirement and why. The modules an allowed requirement's
+// packages import are allowed with it.
+var testOnlyAllowed = map[string]map[string]string{
+	"": {
+		// goleak checks that a module's tests leave no goroutine running
+		// (TestMain in every module). It imports the standard library
+		// only, so it adds no package to a user's build and, its go.mod
+		// being at go 1.20, none of its own requirements (testify) to a
+		// user's module graph: one small module listed, never compiled.
+		"go.uber.org/goleak": "the tests' goroutine-leak check",
+	},
+	corePath + "/idemotel": {
+		// idemotel writes to the OpenTelemetry API; its tests read what
+		// it wrote through the SDK's in-memory reader and span recorder.
+		// A program that exports idemotel's metrics or spans has the SDK
+		// in its build already (the API alone records nothing), at the
+		// version of the API it uses, which idemotel requires anyway.
+		"go.opentelemetry.io/otel/sdk":        "the tests' span recorder; every exporting program has the SDK",
+		"go.opentelemetry.io/otel/sdk/metric": "the tests' metric reader; every exporting program has the SDK",
+	},
+}
+
+// platforms are the GOOS/GOARCH pairs whose imports count: go mod tidy
+// keeps what any platform's files import, and some modules import a
+// package on one system only (modernc.org/sqlite imports go-isatty on
+// macOS and Windows, not on Linux).
+var platforms = [][2]string{
+	{"linux", "amd64"}, {"linux", "arm64"}, {"linux", "386"},
+	{"darwin", "amd64"}, {"darwin", "arm64"}, {"windows", "amd64"},
+}
+
+// listed is a package as go list -json describes it.
+type listed struct {
+	ImportPath string
+	ForTest    string // the package whose test this variant is for
+	Module     *struct{ Path string }
+	Deps       []string
+}
+
+// graph is what go list -deps -test says of the packages of some modules,
+// their tests, and everything they import: the module of each package,
+// and each package's imports, direct or not. A package p is there as
+// itself (its imports without its tests'), as "p [p.test]" and
+// "p_test [p.test]" (its test variants) and as "p.test" (the test binary,
+// importing all its tests do).
+type graph struct {
+	module map[string]string          // package → module
+	deps   map[string]map[string]bool // package → its imports, transitively
+}
+
+func newGraph() graph {
+	return graph{module: map[string]string{}, deps: map[string]map[string]bool{}}
+}
+
+// add adds what go list -deps -json printed.
+func (g graph) add(out []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for dec.More() {
+		var p listed
+		if err := dec.Decode(&p); err != nil {
+			return err
+		}
+		path := plain(p.ImportPath)
+		// The module of each package, not of a test's own package
+		// ("p_test") or binary ("p.test").
+		test := path == p.ForTest+"_test" || p.ForTest == "" && strings.HasSuffix(path, ".test")
+		if p.Module != nil && !test {
+			g.module[path] = p.Module.Path
+		}
+		if g.deps[p.ImportPath] == nil {
+			g.deps[p.ImportPath] = map[string]bool{}
+		}
+		for _, d := range p.Deps {
+			g.deps[p.ImportPath][plain(d)] = true
+		}
+	}
+	return nil
+}
+
+// modulesOf returns the modules of pkgs and of the packages they import.
+func (g graph) modulesOf(pkgs ...string) map[string]bool {
+	mods := map[string]bool{}
+	for _, p := range pkgs {
+		if m, ok := g.module[plain(p)]; ok {
+			mods[m] = true
+		}
+		for q := range g.deps[p] {
+			if m, ok := g.module[q]; ok {
+				mods[m] = true
+			}
+		}
+	}
+	return mods
+}
+
+// plain strips the test variant of a package path: "p [p.test]" is p.
+func plain(path string) string {
+	p, _, _ := strings.Cut(path, " ")
+	return p
+}
+
+// public reports whether a user can import the package at path: no
+// element of it is "internal".
+func public(path string) bool {
+	return !slices.Contains(strings.Split(path, "/"), "internal")
+}
+
+// depsCheck is the deps check of the modules of the workspace at root
+// (see the top of this file); allowed is testOnlyAllowed or a test's. It
+// returns a list of problems, empty when every module passes.
+func depsCheck(root string, mods []module, allowed map[string]map[string]string) ([]string, error) {
+	var patterns []string
+	for _, m := range mods {
+		dir, err := filepath.Rel(root, m.Dir)
+		if err != nil {
+			return nil, err
+		}
+		patterns = append(patterns, "./"+filepath.ToSlash(dir)+"/...")
+	}
+	g := newGraph()
+	for i, pl := range platforms {
+		args := []string{"list", "-deps", "-test", "-json=ImportPath,ForTest,Module,Deps"}
+		if i > 0 {
+			// A package with no file for this platform is an error that
+			// only means it is not built there.
+			args = append(args, "-e")
+		}
+		out, err := goCmd(root, []string{"GOOS=" + pl[0], "GOARCH=" + pl[1], "CGO_ENABLED=0"}, append(args, patterns...)...)
+		if err != nil {
+			return nil, err
+		}
+		if err := g.add(out); err != nil {
+			return nil, err
+		}
+	}
+	var problems []string
+	for _, m := range mods {
+		gm, err := readGoMod(m)
+		if err != nil {
+			return nil, err
+		}
+		var own []string // the module's packages, as go list names them
+		for p, mod := range g.module {
+			if mod == m.Path {
+				own = append(own, p)
+			}
+		}
+		slices.Sort(own)
+		used := g.modulesOf(slices.DeleteFunc(slices.Clone(own), func(p string) bool { return !public(p) })...)
+		// The allowed requirements and the modules their packages import.
+		allow := map[string]bool{}
+		for _, scope := range []string{"", m.Path} {
+			for req := range allowed[scope] {
+				allow[req] = true
+				var theirs []string
+				for p, mod := range g.module {
+					if mod == req {
+						theirs = append(theirs, p)
+					}
+				}
+				maps.Copy(allow, g.modulesOf(theirs...))
+			}
+		}
+		var extra, by []string // the requirements, and the packages whose tests import them
+		for _, r := range gm.Require {
+			if used[r.Path] || allow[r.Path] {
+				continue
+			}
+			extra = append(extra, r.Path)
+			for _, p := range own {
+				if g.modulesOf(p + ".test")[r.Path] && !slices.Contains(by, p) {
+					by = append(by, p)
+				}
+			}
+		}
+		if len(extra) > 0 {
+			why := "no package of it imports"
+			if len(by) > 0 {
+				slices.Sort(by)
+				why = "only the tests of " + strings.Join(by, ", ") + " import"
+			}
+			problems = append(problems, fmt.Sprintf("%s/go.mod requires what %s: %s", rel(m.Dir), why, strings.Join(extra, ", ")))
+		}
+	}
+	return problems, nil
+}
+
+// deps runs the deps check on the libraries of the workspace: every
+// published module but those of notLibraries.
+func deps(mods []module) error {
+	work, err := goCmd("", nil, "env", "GOWORK")
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(string(work)) == "" || strings.TrimSpace(string(work)) == "off" {
+		return errors.New("deps: run it in the workspace (go.work)")
+	}
+	var libs []module
+	for _, m := range mods {
+		if !private[m.Path] && !notLibraries[m.Path] {
+			libs = append(libs, m)
+		}
+	}
+	problems, err := depsCheck(filepath.Dir(strings.TrimSpace(string(work))), libs, testOnlyAllowed)
+	if err != nil {
+		return err
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("a module requires what only its tests need, which every user would download:\n  %s\n"+
+			"Move those tests to the integration module and run go run ./internal/release tidy DIR, or allow the requirement in testOnlyAllowed (internal/release/deps.go), saying why.",
+			strings.Join(problems, "\n  "))
+	}
+	fmt.Fprintf(os.Stdout, "deps check: the go.mod of each of %d modules requires only what its packages import (and %d allowed test modules)\n", len(libs), countAllowed(testOnlyAllowed))
+	return nil
+}
+
+func countAllowed(allowed map[string]map[string]string) int {
+	n := 0
+	for _, reqs := range allowed {
+		n += len(reqs)
+	}
+	return n
+}

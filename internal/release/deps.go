@@ -51,6 +51,11 @@ var testOnlyAllowed = map[string]map[string]string{
 		"go.opentelemetry.io/otel/sdk":        "the tests' span recorder; every exporting program has the SDK",
 		"go.opentelemetry.io/otel/sdk/metric": "the tests' metric reader; every exporting program has the SDK",
 	},
+	corePath + "/idemotel/otelrelay": {
+		// As idemotel's: the tests read the relay's metrics through the
+		// SDK's in-memory reader.
+		"go.opentelemetry.io/otel/sdk/metric": "the tests' metric reader; every exporting program has the SDK",
+	},
 }
 
 // platforms are the GOOS/GOARCH pairs whose imports count: go mod tidy

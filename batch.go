@@ -34,13 +34,12 @@ var ErrNotRun = errors.New("idem: not run: an earlier operation of the batch did
 
 // DoBatch runs the operations ops in order, each as [Guard.DoScoped] would
 // run it with fn(ctx, i) as its operation, and returns one result per
-// operation. It is for consumers that receive messages in batches: where
-// the store implements [BatchClaimer], every key is claimed in one round
-// trip before the first fn runs, and where it implements
-// [BatchCompleter], the values are stored in one round trip once the last
-// fn returned (or, in a batch of slow operations, every 50ms, so that
-// duplicates waiting elsewhere do not wait for the whole batch). Other
-// stores get one DoScoped call per operation.
+// operation. It is for consumers that receive messages in batches: every
+// key is claimed in one [storage.Store.ClaimBatch] before the first fn
+// runs, and the values are stored in one [storage.Store.CompleteBatch]
+// once the last fn returned (or, in a batch of slow operations, every
+// 50ms, so that duplicates waiting elsewhere do not wait for the whole
+// batch).
 //
 // The guarantees are Do's, for every operation: fn runs at most once to
 // completion per key, under a context that carries the key's token and is

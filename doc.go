@@ -4,7 +4,7 @@
 // is retained, never runs it twice in parallel, and gives every later
 // duplicate the first outcome back.
 //
-// A [Guard] does the work over a [Store]:
+// A [Guard] does the work over a store ([storage.Store]):
 //
 //	g, err := idem.New(store, idem.Config{Namespace: "payments"})
 //	res, err := g.Do(ctx, msg.ID, msg.Body, func(ctx context.Context) ([]byte, error) {
@@ -45,4 +45,13 @@
 //
 // The conformance suite in package idemtest holds every store to these
 // rules; package memstore is the in-process default store.
+//
+// # Where to look
+//
+// This package is for users: the Guard, its Config, its Result and errors.
+// A store author implements the contract in package
+// [github.com/idemgo/idem/storage] and runs idemtest's suite; an operator's
+// tool reads records through it too. Package
+// [github.com/idemgo/idem/coalesce] batches the concurrent calls of many
+// goroutines into one round trip to a remote store.
 package idem

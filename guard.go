@@ -16,7 +16,8 @@ import (
 	"github.com/idemgo/idem/storage"
 )
 
-// Guard runs operations at most once per idempotency key, over a [Store].
+// Guard runs operations at most once per idempotency key, over a
+// [storage.Store].
 // It is safe for concurrent use. Create one with [New] and [Guard.Close] it
 // when done: it owns the heartbeat goroutine.
 type Guard struct {
@@ -75,11 +76,11 @@ func (g *Guard) Close() error {
 func (g *Guard) Store() storage.Store { return g.store }
 
 // StoreKey returns the store key the Guard uses for an unscoped key: its
-// namespace and key combined by [StoreKey].
+// namespace and key combined by [storage.StoreKey].
 func (g *Guard) StoreKey(key string) string { return storage.StoreKey(g.cfg.Namespace, key) }
 
 // ScopedStoreKey returns the store key the Guard uses for key in scope: its
-// namespace, scope and key combined by [ScopedStoreKey]. Use it to inspect or
+// namespace, scope and key combined by [storage.ScopedStoreKey]. Use it to inspect or
 // delete a record that [Guard.DoScoped] wrote.
 func (g *Guard) ScopedStoreKey(scope, key string) string {
 	return storage.ScopedStoreKey(g.cfg.Namespace, scope, key)
@@ -131,7 +132,7 @@ func (g *Guard) Do(ctx context.Context, key string, payload []byte, fn func(ctx 
 // principal, a route. The same key in two scopes names two operations, so a
 // client of one scope can never receive the outcome another scope stored.
 // The Guard composes namespace, scope and key without ambiguity
-// ([ScopedStoreKey]); Config.MaxKeyLen and Config.ValidateKey apply to key
+// ([storage.ScopedStoreKey]); Config.MaxKeyLen and Config.ValidateKey apply to key
 // alone, and scope may be up to [MaxScopeLen] bytes (ErrInvalidKey beyond).
 // The empty scope is the one Do uses.
 func (g *Guard) DoScoped(ctx context.Context, scope, key string, payload []byte, fn func(ctx context.Context) ([]byte, error)) (Result, error) {
@@ -301,7 +302,7 @@ func own(a storage.ClaimArgs) storage.ClaimArgs {
 	return a
 }
 
-// lent is the pool of the buffers a Guard lends an [ArgsCopier] store.
+// lent is the pool of the buffers a Guard lends its store's Claim.
 var lent lendPool
 
 type lendPool struct{ p sync.Pool }

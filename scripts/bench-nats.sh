@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # idemnats beside a bare JetStream pull consumer, in one run against the same
-# NATS server: BenchmarkConsume (idemnats/bench_test.go) publishes b.N
+# NATS server: BenchmarkConsume (integration/natsstores/bench_test.go) publishes b.N
 # messages to a fresh stream and consumes them with
 #   - bare: Fetch batches of 64 and Ack each message after its handler;
 #   - idemnats over memstore, Redis and PostgreSQL, with the same batch;
@@ -13,7 +13,7 @@
 # deleted at its end.
 set -euo pipefail
 stats=$(cat "$(dirname "$0")/stats.awk") # median, pratio: see the file
-cd "$(dirname "$0")/../idemnats"
+cd "$(dirname "$0")/../integration/natsstores"
 count=${1:-5}
 out=$(mktemp)
 trap 'rm -f "$out" "$out.test"' EXIT

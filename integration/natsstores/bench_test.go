@@ -1,4 +1,4 @@
-package idemnats_test
+package natsstores_test
 
 import (
 	"context"

@@ -74,20 +74,49 @@ const releaseTimeout = 5 * time.Second
 //
 // A batch's goroutine ends once the queue is empty and the store has
 // answered: there is nothing to close.
-func New(s storage.Store) storage.Store {
+func New(s storage.Store, opts ...Option) storage.Store {
 	if _, ok := s.(interface{ coalesces() }); ok || s == nil {
 		return s
 	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	c := &coalesced{Store: s, limit: max(0, s.MaxValueSize())}
-	c.claims = &pipe[storage.ClaimArgs, storage.Claim]{one: s.Claim, many: s.ClaimBatch, own: ownArgs, gaveUp: c.release}
+	c.claims = &pipe[storage.ClaimArgs, storage.Claim]{
+		name: "ClaimBatch", one: s.Claim, many: s.ClaimBatch, own: ownArgs, gaveUp: c.release, hook: o.hook,
+	}
 	c.completes = &pipe[storage.Completion, error]{
+		name: "CompleteBatch",
 		one: func(ctx context.Context, a storage.Completion) (error, error) {
 			return s.Complete(ctx, a.Key, a.Token, a.Value, a.Retention), nil
 		},
 		many: s.CompleteBatch,
+		hook: o.hook,
 	}
 	return c
 }
+
+// Option configures [New].
+type Option func(*options)
+
+type options struct {
+	hook BatchHook
+}
+
+// BatchHook is called as a batch is sent, on the batch's goroutine, with
+// the batch's context, the store call's name ("ClaimBatch" or
+// "CompleteBatch") and the contexts of the callers in the batch (read
+// their values only: they belong to goroutines that wait). It returns the
+// context to make the call under and a func that is called with the call's
+// error once it returns. Tracing uses it: a span for the batch, linked to
+// each caller's span (idemotel's Telemetry.CoalesceHook). A call made at
+// once on its caller's goroutine, with no queue, is not a batch: it runs
+// under the caller's own context, and the hook is not called.
+type BatchHook func(ctx context.Context, call string, callers []context.Context) (context.Context, func(error))
+
+// WithBatchHook calls h around every batch New sends.
+func WithBatchHook(h BatchHook) Option { return func(o *options) { o.hook = h } }
 
 // ownArgs returns a with a key and fingerprint of its own, for a queued
 // claim: its caller may give up and reuse the bytes while the batch holds
@@ -156,6 +185,8 @@ type pipe[A, R any] struct {
 	many   func(ctx context.Context, as []A) ([]R, error)
 	own    func(a A) A               // a copy of a that shares no bytes with the caller's; may be nil
 	gaveUp func(a A, r R, err error) // the answer of a call whose caller had gone; may be nil
+	name   string                    // the batch call's name, for hook
+	hook   BatchHook                 // may be nil
 
 	mu    sync.Mutex
 	busy  bool            // a call is in flight, or the pipe's goroutine runs
@@ -276,7 +307,22 @@ func (p *pipe[A, R]) send(batch []*waiter[A, R]) {
 	for i, w := range batch {
 		args[i] = w.arg
 	}
+	var done func(error)
+	if p.hook != nil {
+		callers := make([]context.Context, len(batch))
+		for i, w := range batch {
+			callers[i] = w.ctx
+		}
+		ctx, done = p.hook(ctx, p.name, callers)
+	}
 	res, err, panicked := p.call(ctx, args)
+	if done != nil {
+		if panicked != nil {
+			done(panicked)
+		} else {
+			done(err)
+		}
+	}
 	cancel()
 	if err == nil && panicked == nil && len(res) != len(batch) {
 		err = fmt.Errorf("idem: coalesce: the store answered %d of a batch of %d", len(res), len(batch))

@@ -606,3 +606,56 @@ func TestCoalesceGuardManyGoroutines(t *testing.T) {
 		t.Log("no batch: the calls never overlapped")
 	}
 }
+
+type callerKey struct{}
+
+// The batch hook sees each batch, with its callers' contexts, wraps the
+// context the store call runs under, and gets the call's error; a call
+// made at once, with no queue, is no batch and runs under its caller's
+// context.
+func TestCoalesceBatchHook(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		type seen struct {
+			call    string
+			callers []any
+			err     error
+		}
+		var mu sync.Mutex
+		var hooked []*seen
+		type hookKey struct{}
+		hook := func(ctx context.Context, call string, callers []context.Context) (context.Context, func(error)) {
+			s := &seen{call: call}
+			for _, c := range callers {
+				s.callers = append(s.callers, c.Value(callerKey{}))
+			}
+			mu.Lock()
+			hooked = append(hooked, s)
+			mu.Unlock()
+			return context.WithValue(ctx, hookKey{}, call), func(err error) { s.err = err }
+		}
+		g := newGated(t)
+		s := coalesce.New(g, coalesce.WithBatchHook(hook))
+		bg := context.Background()
+		first := claimAsync(context.WithValue(bg, callerKey{}, "first"), s, claimOf("first"))
+		synctest.Wait()
+		a := claimAsync(context.WithValue(bg, callerKey{}, "a"), s, claimOf("a"))
+		synctest.Wait()
+		b := claimAsync(context.WithValue(bg, callerKey{}, "b"), s, claimOf("b"))
+		synctest.Wait()
+		g.open(t)
+		<-first
+		synctest.Wait()
+		g.open(t)
+		<-a
+		<-b
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(hooked) != 1 || hooked[0].call != "ClaimBatch" || !slices.Equal(hooked[0].callers, []any{"a", "b"}) || hooked[0].err != nil {
+			t.Fatalf("hook saw %+v, want one ClaimBatch of callers a and b, ended without error", hooked)
+		}
+		if len(g.batchCtx) != 1 || g.batchCtx[0].Value(hookKey{}) != "ClaimBatch" {
+			t.Fatal("the batch's store call did not run under the hook's context")
+		}
+	})
+}

@@ -40,6 +40,10 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/idemgo/idem/idemkafka v0.1.0
 	github.com/idemgo/idem/idemkafka/kafkapg v0.1.0
+	github.com/idemgo/idem/outbox v0.1.0
+	github.com/idemgo/idem/outbox/amqppub v0.1.0
+	github.com/idemgo/idem/outbox/kafkapub v0.1.0
+	github.com/idemgo/idem/outbox/natspub v0.1.0
 	github.com/jackc/pgerrcode v0.0.0-20250907135507-afb5586c32a6 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
@@ -48,6 +52,7 @@ require (
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/twmb/franz-go v1.22.2
+	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	github.com/twmb/franz-go/pkg/kmsg v1.15.0
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/crypto v0.57.0 // indirect

@@ -1,4 +1,4 @@
-package amqppub_test
+package outboxamqp_test
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package kafkapub_test
+package outboxkafka_test
 
 import (
 	"context"

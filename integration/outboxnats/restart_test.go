@@ -1,4 +1,4 @@
-package natspub_test
+package outboxnats_test
 
 import (
 	"context"

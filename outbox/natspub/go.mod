@@ -3,16 +3,12 @@ module github.com/idemgo/idem/outbox/natspub
 go 1.26.0
 
 require (
-	github.com/idemgo/idem v0.1.0
 	github.com/idemgo/idem/outbox v0.1.0
-	github.com/idemgo/idem/pgstore v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/nats-io/nats.go v1.55.0
-	go.uber.org/goleak v1.3.0
 )
 
 require (
-	github.com/jackc/pgerrcode v0.0.0-20250907135507-afb5586c32a6 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect

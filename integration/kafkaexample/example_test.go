@@ -1,4 +1,4 @@
-package idemkafka_test
+package kafkaexample_test
 
 import (
 	"context"

@@ -8,9 +8,9 @@ MODULES := $(shell go list -m -f '{{.Dir}}')
 # Integration tests fail, not skip, when a server is missing.
 export IDEM_REQUIRE_SERVICES := 1
 
-.PHONY: test services fmt vet stdlib-only unit release-check tidy bench
+.PHONY: test services fmt vet stdlib-only deps unit release-check tidy bench
 
-test: services fmt vet stdlib-only unit release-check
+test: services fmt vet stdlib-only deps unit release-check
 
 services:
 	@scripts/services.sh
@@ -26,6 +26,11 @@ vet:
 stdlib-only:
 	@deps=$$(go list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' . | grep -v '^github.com/idemgo/idem\(/storage\)\?$$'); \
 	if [ -n "$$deps" ]; then echo "package idem imports non-standard packages:"; echo "$$deps"; exit 1; fi
+
+# A library's go.mod requires only what its packages import: a test that
+# needs another store or broker lives in the integration module.
+deps:
+	@go run ./internal/release deps
 
 unit:
 	@set -e; for m in $(MODULES); do (cd $$m && go test -race -count=1 -timeout 8m ./...); done

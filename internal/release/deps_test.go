@@ -74,6 +74,10 @@ func TestDepsCheck(t *testing.T) {
 		"clean/clean_test.go":   pkg("clean", "example.com/dep"),
 		"clean/cmd/c/main.go":   pkg("main", "example.com/dep"),
 		"clean/internal/x/x.go": pkg("x", "example.com/dep"),
+		// A tool: commands only, installed rather than imported.
+		"tool/go.mod":       "module example.com/tool\n\ngo 1.26.0\n\nrequire example.com/testdep v0.1.0\n",
+		"tool/main.go":      pkg("main"),
+		"tool/main_test.go": pkg("main", "example.com/testdep"),
 	})
 	check := func(allowed map[string]map[string]string, paths ...string) []string {
 		t.Helper()
@@ -91,6 +95,10 @@ func TestDepsCheck(t *testing.T) {
 
 	if p := check(leak, "example.com/clean"); len(p) > 0 {
 		t.Errorf("a module requiring only what its package imports: %q, want no problem", p)
+	}
+
+	if p := check(nil, "example.com/tool"); len(p) > 0 {
+		t.Errorf("a module of commands only: %q, want it left alone", p)
 	}
 
 	p := check(leak, "example.com/lib", "example.com/clean")

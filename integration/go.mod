@@ -9,16 +9,29 @@ require (
 	github.com/idemgo/idem/idemamqp v0.1.0
 	github.com/idemgo/idem/idemgrpc v0.1.0
 	github.com/idemgo/idem/idemnats v0.1.0
+	github.com/idemgo/idem/idemotel v0.1.0
 	github.com/idemgo/idem/pgstore v0.1.0
 	github.com/idemgo/idem/redisstore v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/nats-io/nats.go v1.55.0
 	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/redis/go-redis/v9 v9.23.0
+	go.opentelemetry.io/otel v1.47.0
+	go.opentelemetry.io/otel/sdk/metric v1.47.0
 	go.uber.org/goleak v1.3.0
 )
 
-require github.com/pierrec/lz4/v4 v4.1.33 // indirect
+require (
+	github.com/go-logr/logr v1.4.4 // indirect
+	github.com/go-logr/stdr v1.2.2 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
+	go.opentelemetry.io/otel/log v1.47.0 // indirect
+	go.opentelemetry.io/otel/metric v1.47.0 // indirect
+	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
+	go.opentelemetry.io/otel/trace v1.47.0 // indirect
+)
 
 require (
 	github.com/aws/aws-sdk-go-v2 v1.47.7 // indirect

@@ -89,7 +89,7 @@ func TestEnqueueSQLComposesWithSQLTxGuard(t *testing.T) {
 	pool, _, ob := newOutbox(t)
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
-	g, err := pgstore.NewSQLTxGuard(db, pgstore.TxConfig{Table: pgstoretest.Table(t, pool), Config: idem.Config{Namespace: "orders"}})
+	g, err := pgstore.NewSQLTxGuard(db, idem.Config{Namespace: "orders"}, pgstore.TxConfig{Table: pgstoretest.Table(t, pool)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -215,7 +215,7 @@ func TestEnqueueComposesWithTxGuard(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	pool, _, ob := newOutbox(t)
-	g, err := pgstore.NewTxGuard(pool, pgstore.TxConfig{Table: pgstoretest.Table(t, pool), Config: idem.Config{Namespace: "orders"}})
+	g, err := pgstore.NewTxGuard(pool, idem.Config{Namespace: "orders"}, pgstore.TxConfig{Table: pgstoretest.Table(t, pool)})
 	if err != nil {
 		t.Fatal(err)
 	}

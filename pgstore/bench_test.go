@@ -197,7 +197,7 @@ func BenchmarkTxDo(b *testing.B) {
 	var run atomic.Int64
 	for _, g := range []int{1, 16} {
 		pool, done := e.pool(b, g)
-		tg, err := pgstore.NewTxGuard(pool, pgstore.TxConfig{Table: e.table, Config: idem.Config{Namespace: "bench"}})
+		tg, err := pgstore.NewTxGuard(pool, idem.Config{Namespace: "bench"}, pgstore.TxConfig{Table: e.table})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -11,7 +11,7 @@
 //	res, err := guard.Do(ctx, key, payload, charge)
 //
 //	// Side effects in this database: exactly once, no window.
-//	txg, err := pgstore.NewTxGuard(pool, pgstore.TxConfig{Config: idem.Config{Namespace: "orders"}})
+//	txg, err := pgstore.NewTxGuard(pool, idem.Config{Namespace: "orders"}, pgstore.TxConfig{})
 //	res, err = txg.Do(ctx, key, payload, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
 //		_, err := tx.Exec(ctx, "INSERT INTO orders (id, amount) VALUES ($1, $2)", id, amount)
 //		return []byte(id), err // committed with the record, or rolled back with it

@@ -54,7 +54,7 @@ func ExampleTxGuard_Do() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	g, err := pgstore.NewTxGuard(pool, pgstore.TxConfig{Config: idem.Config{Namespace: "ledger"}})
+	g, err := pgstore.NewTxGuard(pool, idem.Config{Namespace: "ledger"}, pgstore.TxConfig{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func ExampleTxGuard_DoTx() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	g, err := pgstore.NewTxGuard(nil, pgstore.TxConfig{Config: idem.Config{Namespace: "orders-consumer"}})
+	g, err := pgstore.NewTxGuard(nil, idem.Config{Namespace: "orders-consumer"}, pgstore.TxConfig{})
 	if err != nil {
 		log.Fatal(err)
 	}

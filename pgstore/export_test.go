@@ -4,6 +4,9 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"time"
+
+	"github.com/idemgo/idem/internal/pgsql"
 )
 
 // Statements returns every statement a Store, a TxGuard (with a lock
@@ -20,7 +23,11 @@ func Statements(table string) (map[string]string, error) {
 		out["queries."+q.Type().Field(i).Name] = q.Field(i).String()
 	}
 	out["set_lock_timeout"], out["begin"] = t.setLockTimeout(5000)
-	out["migrate_lock"] = t.render(sqlTemplates, "migrate_lock", "lock_key", "42")
+	script, err := pgsql.MigrationScript("pgstore", migrations, "migrations/*.sql", t.lockKey(), t.vars())
+	if err != nil {
+		return nil, err
+	}
+	out["migrate"] = script
 	return out, nil
 }
 
@@ -31,7 +38,8 @@ func UnusedDefinitions() []string {
 	rendered := []string{"claim_peek", "claim_read", "claim", "claim_batch", "finish", "release", "extend", "complete_batch",
 		"get", "delete", "reap", "scan", "tx_claim_read", "tx_claim", "tx_complete", "tx_fail", "savepoint_claim",
 		"release_claim", "rollback_claim", "savepoint_fn", "rollback_fn", "commit",
-		"set_lock_timeout", "begin", "migrate_lock"}
+		"savepoint_batch", "release_batch", "rollback_batch", "restore_lock_timeout_stmt",
+		"set_lock_timeout", "begin"}
 	included := map[string]bool{}
 	for _, m := range regexp.MustCompile(`\{\{-?\s*template "([^"]+)"`).FindAllStringSubmatch(queriesSQL, -1) {
 		included[m[1]] = true
@@ -53,3 +61,7 @@ func SetReadFirstTries(tb interface{ Cleanup(func()) }, n int) {
 	readFirstTries = n
 	tb.Cleanup(func() { readFirstTries = old })
 }
+
+// SetClaimLease sets the lease of g's claims, which sets how much longer
+// than its retention a completed record may be kept.
+func SetClaimLease(g *TxGuard, d time.Duration) { g.x.ClaimLease = d }

@@ -2,12 +2,10 @@ package pgstore
 
 import (
 	_ "embed"
-	"errors"
-	"fmt"
-	"maps"
 	"strconv"
-	"strings"
 	"text/template"
+
+	"github.com/idemgo/idem/internal/pgsql"
 )
 
 // queriesSQL holds every statement pgstore sends, but the migrations: see
@@ -18,27 +16,7 @@ var queriesSQL string
 
 // sqlTemplates are the definitions of queries.sql. The migrations are
 // rendered the same way (see Migrate).
-var sqlTemplates = newSQLTemplate("queries.sql", queriesSQL)
-
-// newSQLTemplate parses text, SQL with text/template actions over a map of
-// strings: the one way pgstore puts names and fragments into its SQL.
-func newSQLTemplate(name, text string) *template.Template {
-	return template.Must(template.New(name).Option("missingkey=error").
-		Funcs(template.FuncMap{"args": sqlArgs}).Parse(text))
-}
-
-// sqlArgs returns m with the pairs kv (a key, its value, …) added: how a
-// definition passes arguments to a fragment.
-func sqlArgs(m map[string]string, kv ...string) (map[string]string, error) {
-	if len(kv)%2 != 0 {
-		return nil, errors.New("args: a key without its value")
-	}
-	out := maps.Clone(m)
-	for i := 0; i < len(kv); i += 2 {
-		out[kv[i]] = kv[i+1]
-	}
-	return out, nil
-}
+var sqlTemplates = pgsql.Parse("queries.sql", queriesSQL)
 
 // noOutcomeRow starts the error of TxGuard's outcome statement when it
 // matched no row (see tx_outcome in queries.sql).
@@ -51,18 +29,9 @@ func (t table) vars() map[string]string {
 }
 
 // render returns the definition name of tmpl rendered for t, with the
-// arguments kv (see sqlArgs). The statements are pgstore's own, rendered
-// by every test: an error is a bug of this package.
+// arguments kv (see pgsql.Args).
 func (t table) render(tmpl *template.Template, name string, kv ...string) string {
-	vars, err := sqlArgs(t.vars(), kv...)
-	var b strings.Builder
-	if err == nil {
-		err = tmpl.ExecuteTemplate(&b, name, vars)
-	}
-	if err != nil {
-		panic(fmt.Sprintf("pgstore: rendering %s: %v", name, err))
-	}
-	return strings.TrimSpace(b.String())
+	return pgsql.Render("pgstore", tmpl, name, t.vars(), kv...)
 }
 
 // queries are the statements of a Store and a TxGuard over a table,
@@ -74,6 +43,8 @@ type queries struct {
 	txClaimRead, txClaim, txComplete, txFail    string
 	savepointClaim, releaseClaim, rollbackClaim string
 	savepointFn, rollbackFn, commit             string
+	savepointBatch, releaseBatch, rollbackBatch string
+	restoreLockTimeout                          string
 }
 
 func newQueries(t table) queries {
@@ -101,6 +72,11 @@ func newQueries(t table) queries {
 		savepointFn:    r("savepoint_fn"),
 		rollbackFn:     r("rollback_fn"),
 		commit:         r("commit"),
+
+		savepointBatch:     r("savepoint_batch"),
+		releaseBatch:       r("release_batch"),
+		rollbackBatch:      r("rollback_batch"),
+		restoreLockTimeout: r("restore_lock_timeout_stmt"),
 	}
 }
 

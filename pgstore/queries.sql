@@ -313,10 +313,6 @@ ORDER BY key LIMIT $4::int{{end}}
 	ORDER BY expires_at LIMIT $1::int FOR UPDATE SKIP LOCKED)
 AND expires_at <= statement_timestamp(){{end}}
 
--- The transaction-level advisory lock Migrate holds while it runs the
--- migrations: the argument lock_key is an integer literal, the table's.
-{{define "migrate_lock"}}SELECT pg_advisory_xact_lock({{.lock_key}}){{end}}
-
 -- ---------------------------------------------------------------------------
 -- TxGuard
 -- ---------------------------------------------------------------------------
@@ -337,7 +333,8 @@ AND expires_at <= statement_timestamp(){{end}}
 SELECT CASE count(*) WHEN 1 THEN 1 ELSE ('{{.no_outcome_row}} ' || count(*))::int END FROM u{{end}}
 
 -- A complete keeps expires_at when it is late enough already (see
--- TxConfig.Lease).
+-- txguard.ClaimLease: a completed record is kept at least its retention
+-- after the commit, and at most the claim's lease longer).
 {{define "tx_complete"}}{{template "tx_outcome" args . "status" "2"
 	"expires_at" "greatest(expires_at, statement_timestamp() + $4::interval)"}}{{end}}
 
@@ -367,5 +364,15 @@ FROM (SELECT set_config('pgstore.lock_timeout', current_setting('lock_timeout'),
 {{define "release_claim"}}RELEASE SAVEPOINT pgstore_claim{{end}}
 {{define "rollback_claim"}}ROLLBACK TO SAVEPOINT pgstore_claim; RELEASE SAVEPOINT pgstore_claim{{end}}
 {{define "savepoint_fn"}}SAVEPOINT pgstore_fn{{end}}
+
+-- DoBatchTx's claims run after the savepoint pgstore_batch: a batch that
+-- stops at an operation whose writes are in the transaction, or fails,
+-- rolls back to it, and leaves the caller's transaction usable. Its claim
+-- (claim_batch) restores the transaction's lock_timeout in a statement of
+-- its own, pipelined after it.
+{{define "savepoint_batch"}}SAVEPOINT pgstore_batch{{end}}
+{{define "release_batch"}}RELEASE SAVEPOINT pgstore_batch{{end}}
+{{define "rollback_batch"}}ROLLBACK TO SAVEPOINT pgstore_batch; RELEASE SAVEPOINT pgstore_batch{{end}}
+{{define "restore_lock_timeout_stmt"}}SELECT {{template "restore_lock_timeout"}}{{end}}
 {{define "rollback_fn"}}ROLLBACK TO SAVEPOINT pgstore_fn{{end}}
 {{define "commit"}}COMMIT{{end}}

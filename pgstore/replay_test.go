@@ -72,8 +72,8 @@ func newReplayFixture(t *testing.T, s *pgstore.Store) replayFixture {
 			{claimArgs("completed", "fp"), storage.Duplicate, nil},
 			{claimArgs("failed", "fp"), storage.Duplicate, nil},
 			{claimArgs("busy", "fp"), storage.Busy, nil},
-			{claimArgs("completed", "another"), 0, idem.ErrKeyReused},
-			{claimArgs("busy", "another"), 0, idem.ErrKeyReused},
+			{claimArgs("completed", "another"), 0, storage.ErrKeyReused},
+			{claimArgs("busy", "another"), 0, storage.ErrKeyReused},
 		},
 	}
 }
@@ -205,7 +205,7 @@ func equal(a, b []string) bool { return strings.Join(a, "\n") == strings.Join(b,
 // record's row lockable by anyone else while the transaction is open.
 func TestTxGuardDuplicateLeavesNothingInTheTransaction(t *testing.T) {
 	t.Parallel()
-	e := newTxEnv(t, 4, pgstore.TxConfig{LockTimeout: time.Second})
+	e := newTxEnv(t, 4, txConf{TxConfig: pgstore.TxConfig{LockTimeout: time.Second}})
 	ctx := testCtx(t)
 	first, err := e.g.Do(ctx, "order-1", []byte("pay 10"), e.pay("order-1"))
 	if err != nil {
@@ -298,7 +298,7 @@ func TestReplayWritesNoWAL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := pgstore.NewTxGuard(pool, pgstore.TxConfig{Config: idem.Config{Namespace: "payments"}})
+	g, err := pgstore.NewTxGuard(pool, idem.Config{Namespace: "payments"}, pgstore.TxConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -435,7 +435,7 @@ func TestTakeoverAndCapStillWrite(t *testing.T) {
 		if err != nil || second.Outcome != storage.Acquired || second.Record.Attempt != 2 || second.Token == first.Token {
 			t.Fatalf("%s: claim after the lease ran out: %v %+v %v, want Acquired, attempt 2, a new token", name, second.Outcome, second.Record, err)
 		}
-		if err := s.Complete(ctx, key, first.Token, []byte("late"), time.Hour); !errors.Is(err, idem.ErrLeaseLost) {
+		if err := s.Complete(ctx, key, first.Token, []byte("late"), time.Hour); !errors.Is(err, storage.ErrLeaseLost) {
 			t.Fatalf("%s: the first holder's Complete after the takeover: %v, want ErrLeaseLost", name, err)
 		}
 		past(key, "lease_until")
@@ -446,7 +446,7 @@ func TestTakeoverAndCapStillWrite(t *testing.T) {
 		if err := idem.DecodeFailure(capped.Record.Result); capped.Record.Status != storage.StatusFailed || !errors.Is(err, idem.ErrTooManyAttempts) {
 			t.Fatalf("%s: the capped record replays %v, want ErrTooManyAttempts", name, err)
 		}
-		if err := s.Complete(ctx, key, second.Token, []byte("late"), time.Hour); !errors.Is(err, idem.ErrLeaseLost) {
+		if err := s.Complete(ctx, key, second.Token, []byte("late"), time.Hour); !errors.Is(err, storage.ErrLeaseLost) {
 			t.Fatalf("%s: the second holder's Complete after the cap: %v, want ErrLeaseLost", name, err)
 		}
 		if r, err := s.Get(ctx, key); err != nil || r.Status != storage.StatusFailed || r.Token != 0 {
@@ -553,7 +553,7 @@ func TestTxGuardDuplicatesWaitingForTheHolder(t *testing.T) {
 				pgstore.SetReadFirstTries(t, 1)
 			}
 			const n = 8
-			e := newTxEnv(t, n, pgstore.TxConfig{LockTimeout: 20 * time.Second})
+			e := newTxEnv(t, n, txConf{TxConfig: pgstore.TxConfig{LockTimeout: 20 * time.Second}})
 			monitor := newPool(t, 1)
 			var mu sync.Mutex
 			runs, fresh := 0, 0

@@ -27,7 +27,7 @@ type SQLTxFunc func(ctx context.Context, tx *sql.Tx) ([]byte, error)
 // It runs the statements of [TxGuard], one round trip each (database/sql
 // has no pipeline): BEGIN, the claim, a savepoint, fn's statements, the
 // outcome and COMMIT. It answers as TxGuard does, takes the same
-// [TxConfig], and shares records with TxGuard and idem.Guard over a
+// idem.Config and [TxConfig] (refusing the same fields), and shares records with TxGuard and idem.Guard over a
 // [Store] of the same table and namespace. What Go cannot enforce on a
 // *sql.Tx, fn must keep to: it must not commit or roll back tx, nor use
 // it once it returned.
@@ -42,11 +42,11 @@ type SQLTxGuard struct {
 var _ txguard.Dialect = (*sqlDialect)(nil)
 
 // NewSQLTxGuard returns an SQLTxGuard that begins its transactions on db
-// (which may be nil if only [SQLTxGuard.DoTx] is used). It fails when a
-// field of cfg is out of range, or when db is not a database of pgx's
-// stdlib driver; the error names the field.
-func NewSQLTxGuard(db *sql.DB, cfg TxConfig) (*SQLTxGuard, error) {
-	t, err := parseTable(cfg.Table)
+// (which may be nil if only [SQLTxGuard.DoTx] is used). It fails as
+// [NewTxGuard] does, or when db is not a database of pgx's stdlib driver;
+// the error names the field.
+func NewSQLTxGuard(db *sql.DB, cfg idem.Config, txc TxConfig) (*SQLTxGuard, error) {
+	t, err := parseTable(txc.Table)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: TxConfig.Table: %w", err)
 	}
@@ -55,18 +55,22 @@ func NewSQLTxGuard(db *sql.DB, cfg TxConfig) (*SQLTxGuard, error) {
 			return nil, fmt.Errorf("pgstore: NewSQLTxGuard: db's driver is %T, want pgx's stdlib driver (github.com/jackc/pgx/v5/stdlib)", db.Driver())
 		}
 	}
-	cfg, x, err := checkTxConfig(cfg)
+	txc, x, err := checkTxConfig(cfg, txc)
 	if err != nil {
 		return nil, err
 	}
-	d := &sqlDialect{db: db, q: newQueries(t), lockTimeout: cfg.LockTimeout}
-	d.setLockTimeout, _ = t.setLockTimeout(cfg.LockTimeout.Milliseconds())
-	return &SQLTxGuard{g: txguard.NewSQL(x, d), d: d, cfg: cfg}, nil
+	txc.Table = t.name
+	d := &sqlDialect{db: db, q: newQueries(t), lockTimeout: txc.LockTimeout}
+	d.setLockTimeout, _ = t.setLockTimeout(txc.LockTimeout.Milliseconds())
+	return &SQLTxGuard{g: txguard.NewSQL(x, d), d: d, cfg: txc}, nil
 }
 
-// Config returns the SQLTxGuard's configuration with the defaults filled
-// in.
-func (g *SQLTxGuard) Config() TxConfig { return g.cfg }
+// Config returns the SQLTxGuard's idem.Config with the defaults filled in
+// (the fields it refuses are zero).
+func (g *SQLTxGuard) Config() idem.Config { return g.g.Config() }
+
+// TxConfig returns the SQLTxGuard's TxConfig with the defaults filled in.
+func (g *SQLTxGuard) TxConfig() TxConfig { return g.cfg }
 
 // Do is [TxGuard.Do] over database/sql: fn runs at most once to completion
 // for key, in a READ COMMITTED transaction Do begins on the SQLTxGuard's

@@ -38,7 +38,7 @@ func ExampleSQLTxGuard_Do() {
 	}
 	defer db.Close()
 	queries := &Queries{db: db}
-	g, err := pgstore.NewSQLTxGuard(db, pgstore.TxConfig{Config: idem.Config{Namespace: "transfers"}})
+	g, err := pgstore.NewSQLTxGuard(db, idem.Config{Namespace: "transfers"}, pgstore.TxConfig{})
 	if err != nil {
 		log.Fatal(err)
 	}

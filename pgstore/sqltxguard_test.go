@@ -18,13 +18,13 @@ import (
 
 // sqlEnv is a txEnv's database through database/sql (pgx's stdlib
 // driver) and an SQLTxGuard over it.
-func newSQLTxGuard(t *testing.T, cfg pgstore.TxConfig) (*txEnv, *sql.DB, *pgstore.SQLTxGuard) {
+func newSQLTxGuard(t *testing.T, cfg txConf) (*txEnv, *sql.DB, *pgstore.SQLTxGuard) {
 	t.Helper()
 	e := newTxEnv(t, 24, cfg)
 	db := stdlib.OpenDBFromPool(e.pool)
 	t.Cleanup(func() { db.Close() })
 	cfg.Table, cfg.Namespace = e.table, "payments"
-	g, err := pgstore.NewSQLTxGuard(db, cfg)
+	g, err := pgstore.NewSQLTxGuard(db, cfg.Config, cfg.TxConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func newSQLTxGuard(t *testing.T, cfg pgstore.TxConfig) (*txEnv, *sql.DB, *pgstor
 func TestSQLTxGuard(t *testing.T) {
 	t.Parallel()
 	txguardtest.Run(t, func(t *testing.T) *txguardtest.Env {
-		e, db, g := newSQLTxGuard(t, pgstore.TxConfig{LockTimeout: 30 * time.Second})
+		e, db, g := newSQLTxGuard(t, txConf{TxConfig: pgstore.TxConfig{LockTimeout: 30 * time.Second}})
 		return &txguardtest.Env{
 			DB: db, Store: e.store, Namespace: "payments", Records: e.store.Table(), Ledger: e.ledger,
 			Do: func(ctx context.Context, key string, payload []byte, fn func(context.Context, *sql.Tx) ([]byte, error)) (idem.Result, error) {
@@ -51,7 +51,7 @@ func TestSQLTxGuard(t *testing.T) {
 // share records: each replays what the other stored.
 func TestSQLTxGuardSharesRecordsWithTxGuard(t *testing.T) {
 	t.Parallel()
-	e, _, g := newSQLTxGuard(t, pgstore.TxConfig{})
+	e, _, g := newSQLTxGuard(t, txConf{})
 	ctx := testCtx(t)
 	res, err := g.Do(ctx, "a", nil, func(ctx context.Context, tx *sql.Tx) ([]byte, error) { return []byte("sql"), nil })
 	if err != nil {
@@ -73,7 +73,7 @@ func TestSQLTxGuardSharesRecordsWithTxGuard(t *testing.T) {
 // session's lock_timeout, not the claim's.
 func TestSQLTxGuardLockTimeout(t *testing.T) {
 	t.Parallel()
-	_, db, g := newSQLTxGuard(t, pgstore.TxConfig{LockTimeout: 50 * time.Millisecond})
+	_, db, g := newSQLTxGuard(t, txConf{TxConfig: pgstore.TxConfig{LockTimeout: 50 * time.Millisecond}})
 	ctx := testCtx(t)
 	inside, release := make(chan struct{}), make(chan struct{})
 	held := make(chan error, 1)
@@ -103,7 +103,7 @@ func TestSQLTxGuardLockTimeout(t *testing.T) {
 	if err != nil || !res.Replayed || string(res.Value) == "50ms" {
 		t.Fatalf("after the holder committed: %q replayed=%v %v; want its value, not the claim's lock_timeout", res.Value, res.Replayed, err)
 	}
-	if _, err := pgstore.NewSQLTxGuard(db, pgstore.TxConfig{Config: idem.Config{FailOpen: true}}); err == nil || !strings.Contains(err.Error(), "TxConfig.FailOpen") {
-		t.Fatalf("FailOpen: %v, want an error naming TxConfig.FailOpen", err)
+	if _, err := pgstore.NewSQLTxGuard(db, idem.Config{FailOpen: true}, pgstore.TxConfig{}); err == nil || !strings.Contains(err.Error(), "idem.Config.FailOpen") {
+		t.Fatalf("FailOpen: %v, want an error naming idem.Config.FailOpen", err)
 	}
 }

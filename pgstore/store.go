@@ -34,10 +34,11 @@ type DB interface {
 // Config configures a [Store]. The zero value means every default.
 type Config struct {
 	// Table is the records table, created by [Migrate]: a name, or
-	// schema.name. Each part is lowercase ASCII letters, digits and
-	// underscores, not starting with a digit, at most 48 bytes; it is
-	// quoted in SQL, so reserved words are fine. Default [DefaultTable],
-	// found through the connection's search_path.
+	// schema.name, as written in SQL. Each part is either unquoted, of
+	// lowercase ASCII letters, digits and underscores, not starting with a
+	// digit, or in double quotes (any other name: "Records"), at most 48
+	// bytes; it is always quoted in SQL, so reserved words are fine.
+	// Default [DefaultTable], found through the connection's search_path.
 	Table string
 
 	// MaxValueSize is the longest value (Complete, CompleteBatch) or

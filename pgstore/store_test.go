@@ -25,7 +25,7 @@ func TestConformance(t *testing.T) {
 
 func TestNewValidatesTable(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{"a b", "t;drop table x", `"t"`, "s.t.u", "T", "1t", ".t", "t.", "s..t", strings.Repeat("t", 49), "idem-records", "tä"} {
+	for _, name := range []string{"a b", "t;drop table x", `"t`, `"t"x`, `""`, "s.t.u", "T", "1t", ".t", "t.", "s..t", strings.Repeat("t", 49), "idem-records", "tä"} {
 		if _, err := pgstore.New(dummyDB{}, pgstore.Config{Table: name}); err == nil || !strings.HasPrefix(err.Error(), "pgstore: Config.Table") {
 			t.Errorf("New with table %q: %v, want an error naming Config.Table", name, err)
 		}
@@ -33,7 +33,7 @@ func TestNewValidatesTable(t *testing.T) {
 			t.Errorf("Migrate with table %q: no error", name)
 		}
 	}
-	for _, name := range []string{"", "idem_records", "billing.idem_records", "user", "public.select", "_t9", strings.Repeat("t", 48)} {
+	for _, name := range []string{"", "idem_records", "billing.idem_records", "user", "public.select", "_t9", strings.Repeat("t", 48), `"t"`, `"Records"`, `billing."Idem ""Records"""`} {
 		if _, err := pgstore.New(dummyDB{}, pgstore.Config{Table: name}); err != nil {
 			t.Errorf("New with table %q: %v", name, err)
 		}
@@ -84,7 +84,7 @@ func TestMissingTableNamesMigrate(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = s.Claim(testCtx(t), claimArgs("k", "fp"))
-	if err == nil || !strings.Contains(err.Error(), "pgstore.Migrate") || errors.Is(err, idem.ErrStoreUnavailable) {
+	if err == nil || !strings.Contains(err.Error(), "pgstore.Migrate") || errors.Is(err, storage.ErrStoreUnavailable) {
 		t.Fatalf("Claim on a missing table: %v, want an error that names Migrate and is not ErrStoreUnavailable", err)
 	}
 }
@@ -121,8 +121,8 @@ func TestClaimBatchRepeatedKeysInOrder(t *testing.T) {
 		err     error
 		attempt int
 	}{
-		{storage.Acquired, nil, 1}, {0, idem.ErrKeyReused, 0}, {storage.Busy, nil, 1},
-		{storage.Acquired, nil, 2}, {0, idem.ErrKeyReused, 0}, {storage.Busy, nil, 2},
+		{storage.Acquired, nil, 1}, {0, storage.ErrKeyReused, 0}, {storage.Busy, nil, 1},
+		{storage.Acquired, nil, 2}, {0, storage.ErrKeyReused, 0}, {storage.Busy, nil, 2},
 	}
 	for i, w := range want {
 		g := got[i]
@@ -204,7 +204,7 @@ func TestClaimBatchReplacesAnExpiredRecord(t *testing.T) {
 	if c.Outcome != storage.Acquired || c.Err != nil || c.Record.Attempt != 1 || c.Token == old.Token || c.Token == got[0].Token {
 		t.Fatalf("expired key: %v err %v attempt %d token %d (old %d); want Acquired, attempt 1, a new token", c.Outcome, c.Err, c.Record.Attempt, c.Token, old.Token)
 	}
-	if err := e.store.Complete(ctx, "old", old.Token, []byte("stale"), time.Hour); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := e.store.Complete(ctx, "old", old.Token, []byte("stale"), time.Hour); !errors.Is(err, storage.ErrLeaseLost) {
 		t.Errorf("Complete with the expired record's token: %v, want ErrLeaseLost", err)
 	}
 	if err := e.store.Complete(ctx, "old", c.Token, []byte("w"), time.Hour); err != nil {
@@ -319,7 +319,7 @@ func TestCompleteBatchRepeatedEntries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !errors.Is(errs[0], idem.ErrLeaseLost) || errs[1] != nil || !errors.Is(errs[2], idem.ErrLeaseLost) || !errors.Is(errs[3], idem.ErrLeaseLost) {
+	if !errors.Is(errs[0], storage.ErrLeaseLost) || errs[1] != nil || !errors.Is(errs[2], storage.ErrLeaseLost) || !errors.Is(errs[3], storage.ErrLeaseLost) {
 		t.Fatalf("errors %v, want [ErrLeaseLost nil ErrLeaseLost ErrLeaseLost]", errs)
 	}
 	if r, err := e.store.Get(ctx, "k"); err != nil || string(r.Result) != "first" {
@@ -341,7 +341,7 @@ func TestExpiredRecordIsReplaced(t *testing.T) {
 	}
 	// Wait for the server to see the record expired.
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		if _, err := e.store.Get(ctx, "k"); errors.Is(err, idem.ErrNotFound) {
+		if _, err := e.store.Get(ctx, "k"); errors.Is(err, storage.ErrNotFound) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -395,7 +395,7 @@ func TestStoreInsideCallerTransaction(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = e.store.Get(ctx, "k")
-		if commit && err != nil || !commit && !errors.Is(err, idem.ErrNotFound) {
+		if commit && err != nil || !commit && !errors.Is(err, storage.ErrNotFound) {
 			t.Fatalf("commit=%v: Get after the transaction: %v", commit, err)
 		}
 	}

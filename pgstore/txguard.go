@@ -29,36 +29,10 @@ type Beginner interface {
 // returns the value to store. It must not commit or roll back tx.
 type TxFunc func(ctx context.Context, tx pgx.Tx) ([]byte, error)
 
-// TxConfig configures a [TxGuard]: the same [idem.Config] a Guard takes,
-// plus the settings of PostgreSQL. The zero value means every default.
+// TxConfig is what a [TxGuard] (and an [SQLTxGuard]) adds to the
+// idem.Config it takes: the settings of PostgreSQL. The zero value means
+// every default.
 type TxConfig struct {
-	// Config means what it means for an idem.Guard, and is checked and
-	// defaulted the same way (idem.Config.WithDefaults); keys are combined
-	// with storage.ScopedStoreKey, so a TxGuard and an idem.Guard with the
-	// same namespace and table share records. In detail:
-	//
-	//   - Namespace, Retention, FailedRetention, Fingerprint, MaxKeyLen,
-	//     ValidateKey: as for a Guard.
-	//   - Observer and Logger: the TxGuard reports its claims, runs and
-	//     outcomes (idem.OpClaim, OpRun, OpComplete, OpFail, OpRelease for
-	//     a rollback) and logs outcomes that did not commit.
-	//   - Wait: how long a claim that finds the key held by a plain
-	//     Guard's live lease polls for its outcome before it returns
-	//     idem.ErrInProgress. A key held by another TxGuard's open
-	//     transaction is waited for by LockTimeout instead.
-	//   - MaxAttempts: caps the takeovers of a record that plain Guards
-	//     left in progress. A rolled back transactional claim leaves
-	//     nothing to count.
-	//   - Lease: how much longer than Retention the claim's record may be
-	//     kept. The row lock, not the lease, keeps duplicates out while fn
-	//     runs; an fn that ends within the lease leaves the expiry the
-	//     claim set, so storing its outcome is a HOT update.
-	//   - StoreTimeout: bounds a rollback, which runs detached from the
-	//     caller's cancellation.
-	//   - CacheSize and CacheTTL are not used: duplicates read the
-	//     committed row. FailOpen is refused: fn's writes need the database.
-	idem.Config
-
 	// Table is the records table, as [Config.Table]. Default [DefaultTable].
 	Table string
 
@@ -78,14 +52,15 @@ const DefaultLockTimeout = 5 * time.Second
 // Create one with [NewTxGuard]; it is safe for concurrent use and owns no
 // goroutine.
 //
-//	txg, err := pgstore.NewTxGuard(pool, pgstore.TxConfig{Config: idem.Config{Namespace: "orders"}})
+//	txg, err := pgstore.NewTxGuard(pool, idem.Config{Namespace: "orders"}, pgstore.TxConfig{})
 //	res, err := txg.Do(ctx, key, payload, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
 //		_, err := tx.Exec(ctx, "INSERT INTO orders (id, amount) VALUES ($1, $2)", id, amount)
 //		return []byte(id), err
 //	})
 //
 // [TxGuard.DoTx] runs inside a transaction of the caller's instead, so that
-// more writes (a Kafka offset, an outbox message) commit with the record.
+// more writes (a Kafka offset, an outbox message) commit with the record,
+// and [TxGuard.DoBatchTx] runs a batch of operations in one.
 type TxGuard struct {
 	db  Beginner
 	cfg TxConfig
@@ -103,43 +78,73 @@ type TxGuard struct {
 }
 
 // NewTxGuard returns a TxGuard that begins its transactions on db (which
-// may be nil if only [TxGuard.DoTx] is used). It fails when a field of cfg
-// is out of range; the error names it.
-func NewTxGuard(db Beginner, cfg TxConfig) (*TxGuard, error) {
-	t, err := parseTable(cfg.Table)
+// may be nil if only [TxGuard.DoTx] and [TxGuard.DoBatchTx] are used). cfg
+// is the idem.Config a Guard takes, checked the same way; keys are
+// combined with storage.ScopedStoreKey, so a TxGuard and an idem.Guard with
+// the same namespace and table share records. Every field means what it
+// means for a Guard, or is refused with an error naming it:
+//
+//   - Namespace, Retention, FailedRetention, Fingerprint, MaxKeyLen,
+//     ValidateKey: as for a Guard.
+//   - Wait: how long a claim that finds the key held by a plain Guard's
+//     live lease polls for its outcome (Do, DoTx) before it returns
+//     idem.ErrInProgress. A key held by another transaction is waited for
+//     on its row lock, at most TxConfig.LockTimeout.
+//   - Observer and Logger: the TxGuard reports its claims, runs and
+//     outcomes (idem.OpClaim, OpRun, OpComplete, OpFail, OpRelease for a
+//     rollback) and logs outcomes that did not commit.
+//   - StoreTimeout: bounds a rollback, which runs detached from the
+//     caller's cancellation.
+//   - Lease is refused: the transaction's row lock, not a lease, holds the
+//     key from the claim to the commit, and a holder that dies frees it as
+//     soon as the server ends its transaction.
+//   - MaxAttempts is refused: a claim whose operation fails rolls back
+//     with it, and leaves no attempt to count. Return a permanent error
+//     (idem.Permanent) to stop an operation that must not run again.
+//   - CacheSize and CacheTTL are refused: duplicates read the committed
+//     record. FailOpen is refused: fn's writes need the database.
+//
+// It also fails when a field of txc is out of range; the error names it.
+func NewTxGuard(db Beginner, cfg idem.Config, txc TxConfig) (*TxGuard, error) {
+	t, err := parseTable(txc.Table)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: TxConfig.Table: %w", err)
 	}
-	cfg, x, err := checkTxConfig(cfg)
+	txc, x, err := checkTxConfig(cfg, txc)
 	if err != nil {
 		return nil, err
 	}
+	txc.Table = t.name
 	g := &TxGuard{
 		db:  db,
-		cfg: cfg,
+		cfg: txc,
 		x:   x,
 		q:   newQueries(t),
 	}
-	g.setLockTimeout, g.begin = t.setLockTimeout(cfg.LockTimeout.Milliseconds())
+	g.setLockTimeout, g.begin = t.setLockTimeout(txc.LockTimeout.Milliseconds())
 	return g, nil
 }
 
-// checkTxConfig checks cfg's fields but Table and fills in the defaults.
-func checkTxConfig(cfg TxConfig) (TxConfig, txguard.Exec, error) {
-	if cfg.LockTimeout < 0 || (cfg.LockTimeout > 0 && cfg.LockTimeout < time.Millisecond) {
-		return cfg, txguard.Exec{}, fmt.Errorf("pgstore: TxConfig.LockTimeout %v: must be at least 1ms", cfg.LockTimeout)
+// checkTxConfig checks cfg and txc's fields but Table and fills in the
+// defaults.
+func checkTxConfig(cfg idem.Config, txc TxConfig) (TxConfig, txguard.Exec, error) {
+	if txc.LockTimeout < 0 || (txc.LockTimeout > 0 && txc.LockTimeout < time.Millisecond) {
+		return txc, txguard.Exec{}, fmt.Errorf("pgstore: TxConfig.LockTimeout %v: must be at least 1ms", txc.LockTimeout)
 	}
-	x, err := txguard.NewExec("pgstore", "TxConfig", cfg.Config)
+	x, err := txguard.NewExec("pgstore", "idem.Config", cfg)
 	if err != nil {
-		return cfg, x, err
+		return txc, x, err
 	}
-	cfg.Config = x.Cfg
-	cfg.LockTimeout = cmp.Or(cfg.LockTimeout, DefaultLockTimeout)
-	return cfg, x, nil
+	txc.LockTimeout = cmp.Or(txc.LockTimeout, DefaultLockTimeout)
+	return txc, x, nil
 }
 
-// Config returns the TxGuard's configuration with the defaults filled in.
-func (g *TxGuard) Config() TxConfig { return g.cfg }
+// Config returns the TxGuard's idem.Config with the defaults filled in (the
+// fields it refuses are zero).
+func (g *TxGuard) Config() idem.Config { return g.x.Cfg }
+
+// TxConfig returns the TxGuard's TxConfig with the defaults filled in.
+func (g *TxGuard) TxConfig() TxConfig { return g.cfg }
 
 // Do runs fn at most once to completion for key, in a READ COMMITTED
 // transaction it begins on the TxGuard's db and commits:
@@ -175,8 +180,7 @@ func (g *TxGuard) Config() TxConfig { return g.cfg }
 // outcome with COMMIT. A duplicate costs two, BEGIN with the claim and
 // ROLLBACK: its claim reads the committed outcome and writes nothing, so
 // its transaction has no ID and nothing to commit. A completed record is
-// kept at least Retention after its commit, and at most Config.Lease
-// longer.
+// kept at least Retention after its commit, and at most 30s longer.
 //
 // fn may run more than once over time (retryable errors, crashes), but its
 // writes commit once. Attempts are not counted in this mode (a rolled back
@@ -476,11 +480,11 @@ func readClaimRow(br pgx.BatchResults, n, claimAt int) (r claimRow, found bool, 
 // its permanent error ferr after rolling fn's writes back.
 func (g *TxGuard) queueOutcome(b *pgx.Batch, a storage.ClaimArgs, t storage.Token, value []byte, ferr error) {
 	if ferr == nil {
-		b.Queue(g.q.txComplete, []byte(a.Key), int64(t), value, micros(g.cfg.Retention))
+		b.Queue(g.q.txComplete, []byte(a.Key), int64(t), value, micros(g.x.Cfg.Retention))
 		return
 	}
 	b.Queue(g.q.rollbackFn)
-	b.Queue(g.q.txFail, []byte(a.Key), int64(t), idem.EncodeFailure(ferr), micros(g.cfg.FailedRetention))
+	b.Queue(g.q.txFail, []byte(a.Key), int64(t), idem.EncodeFailure(ferr), micros(g.x.Cfg.FailedRetention))
 }
 
 // readOutcome reads the n results of a batch of queueOutcome and whatever

@@ -60,7 +60,7 @@ func TestTxGuardTakesTheGuardsConfig(t *testing.T) {
 	var log bytes.Buffer
 	var logMu sync.Mutex
 	errNotUUID := errors.New("not a UUID")
-	e := newTxEnv(t, 4, pgstore.TxConfig{Config: idem.Config{
+	e := newTxEnv(t, 4, txConf{Config: idem.Config{
 		Observer: ev.observe,
 		Logger:   slog.New(slog.NewTextHandler(&lockedWriter{w: &log, mu: &logMu}, nil)),
 		ValidateKey: func(k string) error {
@@ -71,7 +71,7 @@ func TestTxGuardTakesTheGuardsConfig(t *testing.T) {
 		},
 	}})
 	ctx := testCtx(t)
-	for name, g := range txGuards(t, e, e.g.Config()) {
+	for name, g := range txGuards(t, e, txConf{Config: e.g.Config()}) {
 		key := "k-" + name
 		if _, err := g.Do(ctx, key, nil, e.pay(key)); err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -105,7 +105,7 @@ func TestTxGuardTakesTheGuardsConfig(t *testing.T) {
 		_, err := tx.Exec(ctx, "DELETE FROM "+e.table)
 		return nil, err
 	})
-	if !errors.Is(err, idem.ErrLeaseLost) {
+	if !errors.Is(err, storage.ErrLeaseLost) {
 		t.Fatalf("fn deleted its claim: %v, want ErrLeaseLost", err)
 	}
 	if got := ev.take(); !slices.Contains(got, "complete:error") {
@@ -133,7 +133,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // same table, namespace and scope replays what the TxGuard committed.
 func TestTxGuardScopes(t *testing.T) {
 	t.Parallel()
-	e := newTxEnv(t, 4, pgstore.TxConfig{})
+	e := newTxEnv(t, 4, txConf{})
 	ctx := testCtx(t)
 	alice, err := e.g.DoScoped(ctx, "alice", "k", nil, e.pay("alice"))
 	if err != nil {
@@ -181,7 +181,7 @@ func TestTxGuardWaitsForALeaseHolder(t *testing.T) {
 			}
 		}
 	}}
-	e := newTxEnv(t, 4, pgstore.TxConfig{Config: idem.Config{Wait: 30 * time.Second, Observer: ev.observe}})
+	e := newTxEnv(t, 4, txConf{Config: idem.Config{Wait: 30 * time.Second, Observer: ev.observe}})
 	ctx := testCtx(t)
 	key := storage.StoreKey("payments", "held")
 	c, err := e.store.Claim(ctx, storage.ClaimArgs{Key: key, Fingerprint: idem.SHA256Fingerprint(nil, nil), Lease: time.Minute, Retention: time.Hour})
@@ -214,7 +214,7 @@ func TestTxGuardWaitsForALeaseHolder(t *testing.T) {
 	}
 
 	// Without Wait the answer is ErrInProgress at once.
-	now, err := pgstore.NewTxGuard(e.pool, pgstore.TxConfig{Table: e.table, Config: idem.Config{Namespace: "payments"}})
+	now, err := pgstore.NewTxGuard(e.pool, idem.Config{Namespace: "payments"}, pgstore.TxConfig{Table: e.table})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,29 +224,5 @@ func TestTxGuardWaitsForALeaseHolder(t *testing.T) {
 	}
 	if _, err := now.Do(ctx, "held2", nil, e.pay("held2")); !errors.Is(err, idem.ErrInProgress) {
 		t.Fatalf("Wait 0: %v, want ErrInProgress", err)
-	}
-}
-
-// Config.MaxAttempts caps the takeovers of a record that plain Guards left
-// in progress: the TxGuard's claim past the cap gets ErrTooManyAttempts,
-// and fn does not run.
-func TestTxGuardMaxAttempts(t *testing.T) {
-	t.Parallel()
-	e := newTxEnv(t, 4, pgstore.TxConfig{Config: idem.Config{MaxAttempts: 1}})
-	ctx := testCtx(t)
-	key := storage.StoreKey("payments", "poison")
-	c, err := e.store.Claim(ctx, storage.ClaimArgs{Key: key, Fingerprint: idem.SHA256Fingerprint(nil, nil), Lease: time.Minute, Retention: time.Hour})
-	if err != nil || c.Outcome != storage.Acquired {
-		t.Fatal(c.Outcome, err)
-	}
-	if err := e.store.Release(ctx, key, c.Token); err != nil { // as a Guard does after a retryable error
-		t.Fatal(err)
-	}
-	_, err = e.g.Do(ctx, "poison", nil, e.pay("poison"))
-	if !errors.Is(err, idem.ErrTooManyAttempts) {
-		t.Fatalf("the second attempt with MaxAttempts 1: %v, want ErrTooManyAttempts", err)
-	}
-	if n := e.ledgerRows(t, "poison"); n != 0 {
-		t.Fatalf("fn ran: %d ledger rows", n)
 	}
 }

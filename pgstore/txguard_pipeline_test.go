@@ -23,7 +23,7 @@ func (b beginner) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, erro
 
 // txGuards returns TxGuards over e's table and namespace on every kind of
 // Beginner: a pool and a connection (the pipelined path), and another one.
-func txGuards(t *testing.T, e *txEnv, cfg pgstore.TxConfig) map[string]*pgstore.TxGuard {
+func txGuards(t *testing.T, e *txEnv, cfg txConf) map[string]*pgstore.TxGuard {
 	t.Helper()
 	cfg.Table, cfg.Namespace = e.table, "payments"
 	c, err := e.pool.Acquire(context.Background())
@@ -33,7 +33,7 @@ func txGuards(t *testing.T, e *txEnv, cfg pgstore.TxConfig) map[string]*pgstore.
 	t.Cleanup(c.Release)
 	gs := map[string]*pgstore.TxGuard{}
 	for name, db := range map[string]pgstore.Beginner{"pool": e.pool, "conn": c.Conn(), "beginner": beginner{e.pool}} {
-		g, err := pgstore.NewTxGuard(db, cfg)
+		g, err := pgstore.NewTxGuard(db, cfg.Config, cfg.TxConfig)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -47,9 +47,9 @@ func txGuards(t *testing.T, e *txEnv, cfg pgstore.TxConfig) map[string]*pgstore.
 // so, and a retry runs fn.
 func TestTxGuardOutcomeMatchingNoRowCommitsNothing(t *testing.T) {
 	t.Parallel()
-	e := newTxEnv(t, 4, pgstore.TxConfig{})
+	e := newTxEnv(t, 4, txConf{})
 	ctx := testCtx(t)
-	for name, g := range txGuards(t, e, pgstore.TxConfig{}) {
+	for name, g := range txGuards(t, e, txConf{}) {
 		key := "vanish-" + name
 		sneaky := func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
 			if _, err := e.pay(key)(ctx, tx); err != nil {
@@ -59,13 +59,13 @@ func TestTxGuardOutcomeMatchingNoRowCommitsNothing(t *testing.T) {
 			return []byte("paid"), err
 		}
 		_, err := g.Do(ctx, key, nil, sneaky)
-		if !errors.Is(err, idem.ErrLeaseLost) {
+		if !errors.Is(err, storage.ErrLeaseLost) {
 			t.Fatalf("%s: Do with fn deleting its record: %v, want ErrLeaseLost", name, err)
 		}
 		if n := e.ledgerRows(t, key); n != 0 {
 			t.Fatalf("%s: %d ledger rows committed without their outcome", name, n)
 		}
-		if _, err := e.record(t, key); !errors.Is(err, idem.ErrNotFound) {
+		if _, err := e.record(t, key); !errors.Is(err, storage.ErrNotFound) {
 			t.Fatalf("%s: record after the failed Do: %v, want ErrNotFound", name, err)
 		}
 		// The connection is usable and the key free: a retry runs fn.
@@ -89,7 +89,7 @@ func TestTxGuardOutcomeMatchingNoRowCommitsNothing(t *testing.T) {
 			[]byte(storage.StoreKey("payments", "vanish-dotx")))
 		return nil, err
 	})
-	if !errors.Is(err, idem.ErrLeaseLost) {
+	if !errors.Is(err, storage.ErrLeaseLost) {
 		t.Fatalf("DoTx with fn changing its record: %v, want ErrLeaseLost", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -104,9 +104,9 @@ func TestTxGuardOutcomeMatchingNoRowCommitsNothing(t *testing.T) {
 // closed once fn returned.
 func TestTxGuardFnCannotEndTheTransaction(t *testing.T) {
 	t.Parallel()
-	e := newTxEnv(t, 4, pgstore.TxConfig{})
+	e := newTxEnv(t, 4, txConf{})
 	ctx := testCtx(t)
-	for name, g := range txGuards(t, e, pgstore.TxConfig{}) {
+	for name, g := range txGuards(t, e, txConf{}) {
 		key := "end-" + name
 		var kept pgx.Tx
 		res, err := g.Do(ctx, key, nil, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
@@ -182,9 +182,9 @@ func TestTxGuardFnCannotEndTheTransaction(t *testing.T) {
 // still rolls fn's writes back to after the claim.
 func TestTxGuardClaimOfAKeyWithARecord(t *testing.T) {
 	t.Parallel()
-	e := newTxEnv(t, 4, pgstore.TxConfig{LockTimeout: 50 * time.Millisecond})
+	e := newTxEnv(t, 4, txConf{TxConfig: pgstore.TxConfig{LockTimeout: 50 * time.Millisecond}})
 	ctx := testCtx(t)
-	for name, g := range txGuards(t, e, pgstore.TxConfig{LockTimeout: 50 * time.Millisecond}) {
+	for name, g := range txGuards(t, e, txConf{TxConfig: pgstore.TxConfig{LockTimeout: 50 * time.Millisecond}}) {
 		for i, permanent := range []bool{false, true} {
 			key := fmt.Sprintf("taken-%s-%d", name, i)
 			c, err := e.store.Claim(ctx, storage.ClaimArgs{Key: storage.StoreKey("payments", key), Fingerprint: idem.SHA256Fingerprint(nil, nil), Lease: time.Minute, Retention: time.Hour})
@@ -229,12 +229,13 @@ func TestTxGuardClaimOfAKeyWithARecord(t *testing.T) {
 }
 
 // A completed record is kept at least Retention after its commit, and at
-// most Config.Lease (here a second) more than that after its claim.
+// most the claim's lease (here a second) more than that after its claim.
 func TestTxGuardRetentionOfTheOutcome(t *testing.T) {
 	t.Parallel()
-	e := newTxEnv(t, 4, pgstore.TxConfig{})
+	e := newTxEnv(t, 4, txConf{})
 	ctx := testCtx(t)
-	for name, g := range txGuards(t, e, pgstore.TxConfig{Config: idem.Config{Lease: time.Second, Retention: time.Hour, FailedRetention: time.Minute}}) {
+	for name, g := range txGuards(t, e, txConf{Config: idem.Config{Retention: time.Hour, FailedRetention: time.Minute}}) {
+		pgstore.SetClaimLease(g, time.Second)
 		var now time.Time
 		for _, fail := range []bool{false, true} {
 			key := fmt.Sprintf("kept-%s-%v", name, fail)

@@ -24,7 +24,7 @@ type txEnv struct {
 	g      *pgstore.TxGuard
 }
 
-func newTxEnv(t *testing.T, maxConns int32, cfg pgstore.TxConfig) *txEnv {
+func newTxEnv(t *testing.T, maxConns int32, cfg txConf) *txEnv {
 	t.Helper()
 	e := newEnv(t, maxConns)
 	ledger := pgx.Identifier{e.schema, "ledger"}.Sanitize()
@@ -33,7 +33,7 @@ func newTxEnv(t *testing.T, maxConns int32, cfg pgstore.TxConfig) *txEnv {
 	}
 	cfg.Table = e.table
 	cfg.Namespace = "payments"
-	g, err := pgstore.NewTxGuard(e.pool, cfg)
+	g, err := pgstore.NewTxGuard(e.pool, cfg.Config, cfg.TxConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func (e *txEnv) record(t *testing.T, key string) (storage.Record, error) {
 func TestTxGuardConcurrentDuplicatesOneEffect(t *testing.T) {
 	t.Parallel()
 	const n = 32
-	e := newTxEnv(t, 8, pgstore.TxConfig{LockTimeout: 20 * time.Second})
+	e := newTxEnv(t, 8, txConf{TxConfig: pgstore.TxConfig{LockTimeout: 20 * time.Second}})
 	monitor := newPool(t, 1) // e.pool's connections are all busy
 	var runs, fresh atomic.Int32
 	values := make([]string, n)
@@ -109,7 +109,7 @@ func TestTxGuardConcurrentDuplicatesOneEffect(t *testing.T) {
 
 func TestTxGuardConnectionKilledMidway(t *testing.T) {
 	t.Parallel()
-	e := newTxEnv(t, 4, pgstore.TxConfig{})
+	e := newTxEnv(t, 4, txConf{})
 	ctx := testCtx(t)
 	_, err := e.g.Do(ctx, "order-2", []byte("pay 10"), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
 		if _, err := e.pay("order-2")(ctx, tx); err != nil {
@@ -132,7 +132,7 @@ func TestTxGuardConnectionKilledMidway(t *testing.T) {
 	if rows := e.ledgerRows(t, "order-2"); rows != 0 {
 		t.Fatalf("%d ledger rows after the kill, want 0", rows)
 	}
-	if r, err := e.record(t, "order-2"); !errors.Is(err, idem.ErrNotFound) {
+	if r, err := e.record(t, "order-2"); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("record after the kill: %+v %v, want none", r, err)
 	}
 	for i := range 2 {
@@ -148,7 +148,7 @@ func TestTxGuardConnectionKilledMidway(t *testing.T) {
 
 func TestTxGuardPermanentErrorStoredWritesRolledBack(t *testing.T) {
 	t.Parallel()
-	e := newTxEnv(t, 4, pgstore.TxConfig{})
+	e := newTxEnv(t, 4, txConf{})
 	ctx := testCtx(t)
 	declined := errors.New("card declined")
 	runs := 0
@@ -179,7 +179,7 @@ func TestTxGuardPermanentErrorStoredWritesRolledBack(t *testing.T) {
 
 func TestTxGuardRetryableErrorLeavesNothing(t *testing.T) {
 	t.Parallel()
-	e := newTxEnv(t, 4, pgstore.TxConfig{})
+	e := newTxEnv(t, 4, txConf{})
 	ctx := testCtx(t)
 	flaky := errors.New("gateway timeout")
 	_, err := e.g.Do(ctx, "order-4", []byte("pay 10"), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
@@ -205,7 +205,7 @@ func TestTxGuardRetryableErrorLeavesNothing(t *testing.T) {
 	if rows := e.ledgerRows(t, "order-4"); rows != 0 {
 		t.Fatalf("%d ledger rows, want 0", rows)
 	}
-	if _, err := e.record(t, "order-4"); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := e.record(t, "order-4"); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("record: %v, want none", err)
 	}
 	if res, err := e.g.Do(ctx, "order-4", []byte("pay 10"), e.pay("order-4")); err != nil || res.Replayed {
@@ -218,7 +218,7 @@ func TestTxGuardRetryableErrorLeavesNothing(t *testing.T) {
 
 func TestTxGuardLockTimeoutThenReplay(t *testing.T) {
 	t.Parallel()
-	e := newTxEnv(t, 4, pgstore.TxConfig{LockTimeout: 50 * time.Millisecond})
+	e := newTxEnv(t, 4, txConf{TxConfig: pgstore.TxConfig{LockTimeout: 50 * time.Millisecond}})
 	ctx := testCtx(t)
 	inside, release := make(chan struct{}), make(chan struct{})
 	held := make(chan error, 1)
@@ -264,7 +264,7 @@ func TestTxGuardLockTimeoutThenReplay(t *testing.T) {
 
 func TestTxGuardDoTxInCallerTransaction(t *testing.T) {
 	t.Parallel()
-	e := newTxEnv(t, 4, pgstore.TxConfig{})
+	e := newTxEnv(t, 4, txConf{})
 	ctx := testCtx(t)
 	tx, err := e.pool.Begin(ctx)
 	if err != nil {
@@ -298,7 +298,7 @@ func TestTxGuardDoTxInCallerTransaction(t *testing.T) {
 		t.Fatalf("DoTx c: %v, want the permanent error", err)
 	}
 	// Nothing is visible before the caller commits.
-	if _, err := e.record(t, "b"); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := e.record(t, "b"); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("record b before commit: %v", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -309,7 +309,7 @@ func TestTxGuardDoTxInCallerTransaction(t *testing.T) {
 			t.Errorf("ledger %q: %d rows, want %d", key, got, want)
 		}
 	}
-	if _, err := e.record(t, "a"); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := e.record(t, "a"); !errors.Is(err, storage.ErrNotFound) {
 		t.Errorf("record a: %v, want none", err)
 	}
 	if r, err := e.record(t, "b"); err != nil || r.Status != storage.StatusCompleted {
@@ -336,12 +336,12 @@ func TestTxGuardDoTxInCallerTransaction(t *testing.T) {
 
 func TestTxGuardRefusals(t *testing.T) {
 	t.Parallel()
-	e := newTxEnv(t, 4, pgstore.TxConfig{Config: idem.Config{MaxKeyLen: 8}})
+	e := newTxEnv(t, 4, txConf{Config: idem.Config{MaxKeyLen: 8}})
 	ctx := testCtx(t)
 	if _, err := e.g.Do(ctx, "k", []byte("A"), e.pay("k")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.g.Do(ctx, "k", []byte("B"), e.pay("k")); !errors.Is(err, idem.ErrKeyReused) {
+	if _, err := e.g.Do(ctx, "k", []byte("B"), e.pay("k")); !errors.Is(err, storage.ErrKeyReused) {
 		t.Fatalf("other payload: %v, want ErrKeyReused", err)
 	}
 	for _, k := range []string{"", "123456789"} {
@@ -360,16 +360,20 @@ func TestTxGuardRefusals(t *testing.T) {
 	if rows := e.ledgerRows(t, "k") + e.ledgerRows(t, "held"); rows != 1 {
 		t.Fatalf("%d ledger rows, want 1", rows)
 	}
-	for field, cfg := range map[string]pgstore.TxConfig{
-		"Table":            {Table: "a b"},
-		"LockTimeout":      {LockTimeout: time.Microsecond},
-		"Config.Retention": {Config: idem.Config{Retention: -1}},
-		"Config.MaxKeyLen": {Config: idem.Config{MaxKeyLen: -1}},
-		"Config.Lease":     {Config: idem.Config{Lease: time.Microsecond}},
-		"FailOpen":         {Config: idem.Config{FailOpen: true}},
+	for field, cfg := range map[string]txConf{
+		"TxConfig.Table":       {TxConfig: pgstore.TxConfig{Table: "a b"}},
+		"TxConfig.LockTimeout": {TxConfig: pgstore.TxConfig{LockTimeout: time.Microsecond}},
+		"Config.Retention":     {Config: idem.Config{Retention: -1}},
+		"Config.MaxKeyLen":     {Config: idem.Config{MaxKeyLen: -1}},
 	} {
-		if _, err := pgstore.NewTxGuard(e.pool, cfg); err == nil || !strings.HasPrefix(err.Error(), "pgstore: TxConfig") || !strings.Contains(err.Error(), field) {
-			t.Errorf("NewTxGuard with a bad %s: %v, want an error starting pgstore: TxConfig and naming the field", field, err)
+		if _, err := pgstore.NewTxGuard(e.pool, cfg.Config, cfg.TxConfig); err == nil || !strings.HasPrefix(err.Error(), "pgstore: ") || !strings.Contains(err.Error(), field) {
+			t.Errorf("NewTxGuard with a bad %s: %v, want an error starting pgstore: and naming the field", field, err)
 		}
 	}
+}
+
+// txConf is a TxGuard's two configurations, for the tests' helpers.
+type txConf struct {
+	idem.Config
+	pgstore.TxConfig
 }

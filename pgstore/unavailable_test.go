@@ -24,7 +24,7 @@ import (
 )
 
 // checkUnavailable calls every method of s and wants each error to wrap
-// idem.ErrStoreUnavailable.
+// storage.ErrStoreUnavailable.
 func checkUnavailable(t *testing.T, s *pgstore.Store, g *pgstore.TxGuard) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -48,7 +48,7 @@ func checkUnavailable(t *testing.T, s *pgstore.Store, g *pgstore.TxGuard) {
 		"Reap":          reapErr,
 		"TxGuard.Do":    doErr,
 	} {
-		if !errors.Is(err, idem.ErrStoreUnavailable) || !strings.HasPrefix(err.Error(), "pgstore: ") {
+		if !errors.Is(err, storage.ErrStoreUnavailable) || !strings.HasPrefix(err.Error(), "pgstore: ") {
 			t.Errorf("%s: %v, want a pgstore error wrapping ErrStoreUnavailable", op, err)
 		}
 	}
@@ -75,7 +75,7 @@ func TestConnectionRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := pgstore.NewTxGuard(pool, pgstore.TxConfig{})
+	g, err := pgstore.NewTxGuard(pool, idem.Config{}, pgstore.TxConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestPoolExhausted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	_, err = e.store.Claim(ctx, claimArgs("k", "fp"))
-	if !errors.Is(err, idem.ErrStoreUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+	if !errors.Is(err, storage.ErrStoreUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Claim with the pool exhausted: %v, want ErrStoreUnavailable and the deadline", err)
 	}
 }
@@ -116,7 +116,7 @@ func TestServerStopped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := pgstore.NewTxGuard(pool, pgstore.TxConfig{})
+	g, err := pgstore.NewTxGuard(pool, idem.Config{}, pgstore.TxConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

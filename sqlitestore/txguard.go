@@ -25,10 +25,11 @@ type TxConfig struct {
 	// namespace share records. As for pgstore's TxGuard: Observer and
 	// Logger see the claims, runs and outcomes; Wait is how long a claim
 	// that finds the key held by a plain Guard's live lease polls for its
-	// outcome; MaxAttempts caps the takeovers of a record plain Guards
-	// left in progress; Lease is how long past Retention the record may
-	// be kept; StoreTimeout bounds a rollback. CacheSize and CacheTTL are
-	// not used, and FailOpen is refused: fn's writes need the database.
+	// outcome; StoreTimeout bounds a rollback. Lease, MaxAttempts,
+	// CacheSize, CacheTTL and FailOpen are refused (NewTxGuard's error
+	// names the field): the transaction, not a lease, holds the key; a
+	// failed claim rolls back and leaves no attempt to count; there is no
+	// cache; and fn's writes need the database.
 	idem.Config
 }
 

@@ -136,10 +136,8 @@ func (c *checkout) close() {
 func (c *checkout) table(name string) string { return c.cfg.schema + "." + name }
 
 func (c *checkout) txGuard(namespace string) (*pgstore.TxGuard, error) {
-	return pgstore.NewTxGuard(c.pool, pgstore.TxConfig{
-		Table:  c.table("idem_records"),
-		Config: idem.Config{Namespace: namespace, Logger: c.log},
-	})
+	return pgstore.NewTxGuard(c.pool, idem.Config{Namespace: namespace, Logger: c.log},
+		pgstore.TxConfig{Table: c.table("idem_records")})
 }
 
 // order is an order as the API returns it.

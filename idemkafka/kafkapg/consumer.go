@@ -1,7 +1,6 @@
 package kafkapg
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,7 +15,6 @@ import (
 	"github.com/idemgo/idem/internal/adapter"
 	"github.com/idemgo/idem/internal/chassis"
 	"github.com/idemgo/idem/pgstore"
-	"github.com/idemgo/idem/storage"
 )
 
 // Handler makes the business writes of one record with tx, the consumer's
@@ -47,9 +45,7 @@ type Consumer struct {
 	h       Handler
 	cfg     config
 	tg      *pgstore.TxGuard
-	keys    idem.Config // the TxGuard's: its key checks and fingerprint
 	offsets offsetsTable
-	begin   string // BEGIN and the claim's lock timeout, one message
 
 	afterCommit func(topic string, partition int32, next int64) // tests: a kill point
 }
@@ -72,20 +68,17 @@ func New(db DB, h Handler, opts ...Option) (*Consumer, error) {
 		opt(&cfg)
 	}
 	errs := cfg.errs
-	txConfig := func(logger *slog.Logger) pgstore.TxConfig {
-		return pgstore.TxConfig{
-			Config:      idem.Config{Namespace: cfg.namespace, Retention: cfg.retention, Logger: logger},
-			Table:       cfg.recordsTable,
-			LockTimeout: cfg.lockTimeout,
-		}
+	newTxGuard := func(logger *slog.Logger) (*pgstore.TxGuard, error) {
+		return pgstore.NewTxGuard(nil, idem.Config{Namespace: cfg.namespace, Retention: cfg.retention, Logger: logger},
+			pgstore.TxConfig{Table: cfg.recordsTable, LockTimeout: cfg.lockTimeout})
 	}
 	// The TxGuard's configuration checks the keys; the TxGuard logs with
 	// the consumer's logger, known once the options are built.
 	var keys idem.Config
-	if tg, err := pgstore.NewTxGuard(nil, txConfig(nil)); err != nil {
+	if tg, err := newTxGuard(nil); err != nil {
 		errs = append(errs, err)
 	} else {
-		keys = tg.Config().Config
+		keys = tg.Config()
 	}
 	var o consume.Options
 	if err := consume.Build(&o, "kafkapg", nil, keys, cfg.consumer); err != nil {
@@ -98,13 +91,12 @@ func New(db DB, h Handler, opts ...Option) (*Consumer, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	tg, err := pgstore.NewTxGuard(nil, txConfig(o.Logger()))
+	tg, err := newTxGuard(o.Logger())
 	if err != nil {
 		return nil, err
 	}
-	cfg.retention, cfg.lockTimeout = tg.Config().Retention, tg.Config().LockTimeout
-	c := &Consumer{db: db, h: h, cfg: cfg, tg: tg, keys: tg.Config().Config, offsets: offsets,
-		begin: fmt.Sprintf("BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = %d", cfg.lockTimeout.Milliseconds())}
+	cfg.retention, cfg.lockTimeout = tg.Config().Retention, tg.TxConfig().LockTimeout
+	c := &Consumer{db: db, h: h, cfg: cfg, tg: tg, offsets: offsets}
 	c.c = consume.New(o, processor{c}, c.adjust)
 	return c, nil
 }
@@ -146,17 +138,19 @@ func group(p *consume.Partition) string {
 	return g
 }
 
-// batch handles items in one transaction, the fast way: the keys are
-// claimed in one statement, the handlers run, the outcomes are stored in
-// one statement with the offset, and it commits. It stops, committing
-// what came before, at a key busy under a plain Guard's lease. On anything
-// that needs a record's writes undone alone (a handler's error) or a dead
-// letter, it rolls back and asks for the careful path (fallback); at a
-// handler's retryable error, it keeps what came before (retryAt). An
-// error of the database is an outage.
+// batch handles items in one transaction, the fast way: the keyed records
+// go through the TxGuard's DoBatchTx (their keys claimed in one statement,
+// the handlers run, the outcomes stored in one statement), the records
+// without a key through a savepoint each, and the offset is stored with
+// them and committed. It stops, committing what came before, at a key busy
+// under a plain Guard's lease or at a handler's retryable error. On
+// anything that needs a record's writes undone alone (a permanent error),
+// a dead letter or a key held by another transaction, it rolls back and
+// asks for the careful path (fallback). An error of the database is an
+// outage.
 func (c processor) batch(ctx context.Context, p *consume.Partition, items []consume.Item) (done int, v chassis.Verdict, fallback bool) {
 	o := c.c.Options()
-	tx, err := c.db.BeginTx(ctx, pgx.TxOptions{BeginQuery: c.begin})
+	tx, err := c.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return 0, consume.Outage(fmt.Errorf("kafkapg: begin: %w", err)), false
 	}
@@ -166,150 +160,83 @@ func (c processor) batch(ctx context.Context, p *consume.Partition, items []cons
 			rollback(ctx, tx)
 		}
 	}()
-	store, err := pgstore.New(tx, pgstore.Config{Table: c.cfg.recordsTable})
-	if err != nil {
-		return 0, consume.Outage(err), false
-	}
-	fps := make([][]byte, len(items))
-	claimOf := make([]int, len(items)) // index into claims, or -1
-	var args []storage.ClaimArgs
-	first := map[string]int{} // store key → its first item
-	lead := map[int]int{}     // item → the earlier item of the same key
-	for i, it := range items {
-		claimOf[i] = -1
-		if !it.KeyOK {
-			continue
-		}
-		if c.keys.CheckKey(it.Scope, it.Key) != nil {
-			return 0, v, true // poison
-		}
-		k := storage.ScopedStoreKey(c.keys.Namespace, it.Scope, it.Key)
-		fps[i] = c.keys.Fingerprint(nil, o.Payload(it.Rec))
-		if j, ok := first[k]; ok {
-			lead[i] = j
-			continue
-		}
-		first[k] = i
-		claimOf[i] = len(args)
-		args = append(args, storage.ClaimArgs{Key: k, Fingerprint: fps[i], Lease: c.keys.Lease, Retention: c.keys.Retention})
-	}
-	claims, err := store.ClaimBatch(ctx, args)
-	if err != nil {
-		return 0, consume.Outage(err), false
-	}
-	var comps []storage.Completion
 	replayed := 0
-	htx := handlerTx{tx}
-	stop := len(items)
-	var stopErr error
-loop:
-	for i, it := range items {
-		if p.Draining() {
-			stop, stopErr = i, consume.ErrDraining
-			break
+	// stopAt decides on items[i], which did not finish with err: the items
+	// before it commit, unless it is poison (the careful path).
+	stopAt := func(i int, err error) (int, chassis.Verdict, bool) {
+		v := p.Decide(ctx, idem.Result{}, err, items[i].Rec)
+		if v.Verdict != adapter.Retry && !errors.Is(err, consume.ErrDraining) {
+			return 0, v, true
 		}
-		switch {
-		case !it.KeyOK:
+		if i > 0 {
+			if err := c.commit(ctx, p, tx, items[i-1].Rec); err != nil {
+				return 0, consume.Outage(err), false
+			}
+			committed = true
+			p.Replayed(replayed)
+		}
+		return i, v, false
+	}
+	for i := 0; i < len(items); {
+		if !items[i].KeyOK {
+			it := items[i]
 			if it.KeyErr != nil || !o.UnkeyedUnguarded() {
 				return 0, v, true // poison
 			}
-			if err := c.handle(ctx, htx, it); err != nil {
-				return c.retryAt(ctx, p, items, i, err, tx)
+			if p.Draining() {
+				return stopAt(i, consume.ErrDraining)
 			}
-		case claimOf[i] < 0: // the key of an earlier item: its duplicate
-			if !bytes.Equal(fps[i], fps[lead[i]]) {
-				return 0, v, true // key reused
+			if err := c.unguarded(ctx, tx, it); err != nil {
+				return stopAt(i, err)
 			}
-			replayed++
-		default:
-			cl := claims[claimOf[i]]
-			switch {
-			case cl.Err != nil, cl.Outcome == storage.Duplicate && cl.Record.Status != storage.StatusCompleted:
-				return 0, v, true // key reused, or a stored failure to dead-letter again
-			case cl.Outcome == storage.Duplicate:
+			i++
+			continue
+		}
+		j := i
+		for j < len(items) && items[j].KeyOK {
+			j++
+		}
+		run := items[i:j]
+		ops := make([]idem.BatchOp, len(run))
+		for k, it := range run {
+			ops[k] = idem.BatchOp{Scope: it.Scope, Key: it.Key, Payload: o.Payload(it.Rec)}
+		}
+		res, n, err := c.tg.DoBatchTx(ctx, tx, ops, func(ctx context.Context, tx pgx.Tx, k int) ([]byte, error) {
+			if p.Draining() {
+				return nil, consume.ErrDraining
+			}
+			return nil, c.handle(ctx, handlerTx{tx}, run[k])
+		})
+		switch {
+		case errors.Is(err, idem.ErrInProgress):
+			return 0, v, true // a key held by another transaction: the careful path finds which
+		case err != nil:
+			return 0, consume.Outage(err), false
+		}
+		for _, r := range res[:n] {
+			if r.Err != nil {
+				return 0, v, true // key reused, refused, or a stored failure to dead-letter again
+			}
+			if r.Replayed {
 				replayed++
-			case cl.Outcome == storage.Busy:
-				stop, stopErr = i, fmt.Errorf("%w (key %q, attempt %d): held by a lease", idem.ErrInProgress, it.Key, cl.Record.Attempt)
-				break loop
-			default:
-				if err := c.handle(ctx, htx, it); err != nil {
-					return c.retryAt(ctx, p, items, i, err, tx)
-				}
-				comps = append(comps, storage.Completion{Key: args[claimOf[i]].Key, Token: cl.Token, Retention: c.keys.Retention})
 			}
 		}
-	}
-	if acquiredFrom(claimOf[stop:], claims) {
-		// The claims past the stop must not commit: a record left in
-		// progress would hold its key until its lease ends. Before a busy
-		// key the records are done again without them; when draining,
-		// the records are left to the next owner.
-		if stopErr != consume.ErrDraining {
-			return c.retryAt(ctx, p, items, stop, stopErr, tx)
+		if n < len(run) {
+			return stopAt(i+n, res[n].Err)
 		}
-		return 0, consume.Outage(stopErr), false
+		i = j
 	}
-	if stop < len(items) {
-		v = p.Decide(ctx, idem.Result{}, stopErr, items[stop].Rec)
-	}
-	if stop == 0 {
-		return 0, v, false
-	}
-	if len(comps) > 0 {
-		errs, err := store.CompleteBatch(ctx, comps)
-		if err == nil {
-			err = errors.Join(errs...)
-		}
-		if err != nil {
-			return 0, consume.Outage(fmt.Errorf("kafkapg: storing the outcomes: %w", err)), false
-		}
-	}
-	if err := c.commit(ctx, p, tx, items[stop-1].Rec); err != nil {
+	if err := c.commit(ctx, p, tx, items[len(items)-1].Rec); err != nil {
 		return 0, consume.Outage(err), false
 	}
 	committed = true
 	p.Replayed(replayed)
-	return stop, v, false
+	return len(items), chassis.Verdict{}, false
 }
 
 // handle runs the handler for the record of it with tx.
 func (c processor) handle(ctx context.Context, tx pgx.Tx, it consume.Item) error {
 	return c.c.Options().Handle(ctx, it, func(ctx context.Context) error { return c.h(ctx, tx, it.Rec) })
-}
-
-// acquiredFrom reports whether any of the claims of claimOf (indexes into
-// claims, or -1 for an item without a claim of its own) was acquired.
-func acquiredFrom(claimOf []int, claims []storage.Claim) bool {
-	for _, k := range claimOf {
-		if k >= 0 && claims[k].Err == nil && claims[k].Outcome == storage.Acquired {
-			return true
-		}
-	}
-	return false
-}
-
-// retryAt answers a handler's error at items[i] in batch: one that makes
-// the record poison (permanent, or its last attempt) goes to the careful
-// path (fallback); for any other, tx is rolled back, the records before i
-// are done again in a transaction of their own, and items[i] waits for
-// its retry.
-func (c processor) retryAt(ctx context.Context, p *consume.Partition, items []consume.Item, i int, err error, tx pgx.Tx) (int, chassis.Verdict, bool) {
-	v := p.Decide(ctx, idem.Result{}, err, items[i].Rec)
-	if v.Verdict != adapter.Retry {
-		return 0, v, true
-	}
-	rollback(ctx, tx)
-	if i == 0 {
-		return 0, v, false
-	}
-	n, pv, fallback := c.batch(ctx, p, items[:i])
-	if fallback {
-		n, pv = c.oneByOne(ctx, p, items[:i], false)
-	}
-	if n < i {
-		return n, pv, false
-	}
-	return n, v, false
 }
 
 // commit stores the partition's next offset after last in tx and commits.

@@ -2,13 +2,15 @@ package kafkapg
 
 import (
 	"context"
+	"embed"
 	"errors"
 	"fmt"
-	"strings"
+	"hash/fnv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/idemgo/idem/internal/pgsql"
 	"github.com/idemgo/idem/pgstore"
 )
 
@@ -16,67 +18,67 @@ import (
 // not given.
 const DefaultOffsetsTable = "idem_kafka_offsets"
 
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+//go:embed queries.sql
+var queriesSQL string
+
+var sqlTemplates = pgsql.Parse("queries.sql", queriesSQL)
+
 // offsetsTable is a validated offsets table name and its statements.
 type offsetsTable struct {
 	name   string
 	ident  string
-	create string
 	store  string // $1 group, $2 topic, $3 partition, $4 next offset, $5 leader epoch
 	load   string // $1 group, $2 topics
+	stored string // $1 group, $2 topic, $3 partition
 }
 
-// parseOffsetsTable validates name as pgstore validates its table's: one
-// or two dot-separated parts of lowercase ASCII letters, digits and
-// underscores, not starting with a digit, at most 48 bytes each.
+// parseOffsetsTable parses name ("" for [DefaultOffsetsTable]) as every
+// table name of idem's PostgreSQL packages is parsed (see
+// [WithOffsetsTable]), and renders the table's statements (queries.sql).
 func parseOffsetsTable(name string) (offsetsTable, error) {
 	if name == "" {
 		name = DefaultOffsetsTable
 	}
-	parts := strings.Split(name, ".")
-	if len(parts) > 2 {
-		return offsetsTable{}, fmt.Errorf("table %q: at most one dot (schema.table)", name)
+	p, err := pgsql.ParseTable(name)
+	if err != nil {
+		return offsetsTable{}, err
 	}
-	for _, p := range parts {
-		ok := p != "" && len(p) <= 48 && !(p[0] >= '0' && p[0] <= '9')
-		for _, r := range p {
-			ok = ok && (r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_')
-		}
-		if !ok {
-			return offsetsTable{}, fmt.Errorf("table %q: each part lowercase letters, digits and underscores, not starting with a digit, 1 to 48 bytes", name)
-		}
-	}
-	t := offsetsTable{name: name, ident: pgx.Identifier(parts).Sanitize()}
-	t.create = `CREATE TABLE IF NOT EXISTS ` + t.ident + ` (
-		consumer_group text    NOT NULL,
-		topic          text    NOT NULL,
-		partition      integer NOT NULL,
-		next_offset    bigint  NOT NULL,
-		leader_epoch   integer NOT NULL,
-		updated_at     timestamptz NOT NULL DEFAULT now(),
-		PRIMARY KEY (consumer_group, topic, partition)
-	)`
-	// The offset only moves forward: a member that lost the partition and
-	// commits late cannot move it back under the new owner.
-	t.store = `INSERT INTO ` + t.ident + ` AS o (consumer_group, topic, partition, next_offset, leader_epoch)
-		VALUES ($1, $2, $3, $4, $5)
-		ON CONFLICT (consumer_group, topic, partition) DO UPDATE
-		SET next_offset = EXCLUDED.next_offset, leader_epoch = EXCLUDED.leader_epoch, updated_at = now()
-		WHERE o.next_offset < EXCLUDED.next_offset`
-	t.load = `SELECT topic, partition, next_offset FROM ` + t.ident + ` WHERE consumer_group = $1 AND topic = ANY($2)`
+	t := offsetsTable{name: name, ident: p.Ident()}
+	r := func(def string) string { return pgsql.Render("kafkapg", sqlTemplates, def, t.vars()) }
+	t.store, t.load, t.stored = r("store"), r("load"), r("stored")
 	return t, nil
 }
 
-// Migrate creates the offsets table named table ("" for
+// vars are what queries.sql and the migrations are rendered with.
+func (t offsetsTable) vars() map[string]string { return map[string]string{"table": t.ident} }
+
+// lockKey is the advisory lock Migrate holds for the table.
+func (t offsetsTable) lockKey() int64 {
+	h := fnv.New64a()
+	h.Write([]byte("kafkapg.Migrate:" + t.ident))
+	return int64(h.Sum64())
+}
+
+// Migrate creates or upgrades the offsets table named table ("" for
 // [DefaultOffsetsTable]; schema.table accepted, the schema must exist):
 // one row per consumer group, topic and partition, holding the next offset
-// to consume. It is idempotent. The records table is pgstore's: create it
-// with pgstore.Migrate.
+// to consume. It is idempotent, and safe when several processes run it at
+// once: its statements (migrations/*.sql) run as one transaction holding
+// an advisory lock for the table. The records table is pgstore's: create
+// it with pgstore.Migrate (idem migrate creates both).
 func Migrate(ctx context.Context, db pgstore.DB, table string) error {
 	t, err := parseOffsetsTable(table)
 	if err != nil {
 		return fmt.Errorf("kafkapg: Migrate: %w", err)
 	}
-	if _, err := db.Exec(ctx, t.create); err != nil {
+	script, err := pgsql.MigrationScript("kafkapg", migrations, "migrations/*.sql", t.lockKey(), t.vars())
+	if err != nil {
+		return fmt.Errorf("kafkapg: Migrate: %w", err)
+	}
+	if _, err := db.Exec(ctx, script); err != nil {
 		return fmt.Errorf("kafkapg: Migrate %s: %w", t.name, err)
 	}
 	return nil
@@ -128,8 +130,7 @@ func StoredOffset(ctx context.Context, db pgstore.DB, table, group, topic string
 		return 0, fmt.Errorf("kafkapg: StoredOffset: %w", err)
 	}
 	var next int64
-	err = db.QueryRow(ctx, `SELECT next_offset FROM `+t.ident+` WHERE consumer_group = $1 AND topic = $2 AND partition = $3`,
-		group, topic, partition).Scan(&next)
+	err = db.QueryRow(ctx, t.stored, group, topic, partition).Scan(&next)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return -1, nil
 	}

@@ -81,8 +81,8 @@ func consume(ctx context.Context, spec consumerSpec) error {
 			return err
 		}
 		if spec.Store == storePGTx {
-			c.txg, err = pgstore.NewTxGuard(pool, pgstore.TxConfig{Table: spec.Records,
-				Config: idem.Config{Namespace: spec.Namespace + "-tx", Lease: spec.Lease}})
+			c.txg, err = pgstore.NewTxGuard(pool, idem.Config{Namespace: spec.Namespace + "-tx"},
+				pgstore.TxConfig{Table: spec.Records})
 			if err != nil {
 				return err
 			}

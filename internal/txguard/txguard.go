@@ -28,25 +28,62 @@ import (
 // database: its Config and the package it speaks for.
 type Exec struct {
 	// Cfg is the executor's idem.Config, defaults filled in
-	// (idem.Config.WithDefaults).
+	// (idem.Config.WithDefaults) but for the fields it refuses, which stay
+	// zero (see [NewExec]).
 	Cfg idem.Config
 	// Pkg starts the executor's messages: "pgstore", "sqlitestore".
 	Pkg string
+	// ClaimLease is the lease of the executor's claims: [ClaimLease]
+	// (tests shorten it).
+	ClaimLease time.Duration
 }
 
-// NewExec checks cfg as an idem.Guard does and refuses FailOpen, which a
-// transactional executor cannot honour: the operation's writes need the
-// database. config names the configuration type in errors
-// ("TxConfig").
+// ClaimLease is the lease of a transactional claim's record. Nobody else
+// sees the record in progress: its transaction stores the outcome before
+// it commits, and a claim that fails rolls back. The lease only sets the
+// record's first expiry, the lease end plus Retention, which an outcome
+// stored within the lease keeps (see pgstore's tx_complete): a completed
+// record is kept at least Retention after its commit, and at most
+// ClaimLease longer.
+const ClaimLease = idem.DefaultLease
+
+// NewExec checks cfg as an idem.Guard does, and refuses the fields a
+// transactional executor cannot honour, each with an error naming it
+// (config names the configuration type: "idem.Config", "TxConfig"):
+//
+//   - Lease: the key is held by the transaction's row lock, not by a
+//     lease, from the claim to the commit; a holder that dies frees it as
+//     soon as the database ends its transaction.
+//   - MaxAttempts: a claim whose operation fails rolls back with it, and
+//     leaves nothing to count; a permanent error (idem.Permanent) stops an
+//     operation that must not run again.
+//   - CacheSize and CacheTTL: there is no cache; a duplicate reads the
+//     committed record.
+//   - FailOpen: the operation's writes need the database.
+//
+// The other fields mean what they mean for a Guard.
 func NewExec(pkg, config string, cfg idem.Config) (Exec, error) {
-	if cfg.FailOpen {
-		return Exec{}, fmt.Errorf("%s: %s.FailOpen: a TxGuard cannot run without its database", pkg, config)
+	refuse := func(field, why string) (Exec, error) {
+		return Exec{}, fmt.Errorf("%s: %s.%s: %s", pkg, config, field, why)
+	}
+	switch {
+	case cfg.Lease != 0:
+		return refuse("Lease", "a TxGuard holds its key with its transaction's row lock, not a lease (leave it 0)")
+	case cfg.MaxAttempts != 0:
+		return refuse("MaxAttempts", "a TxGuard's failed claim rolls back and leaves no attempt to count (leave it 0; return idem.Permanent to stop an operation)")
+	case cfg.CacheSize != 0:
+		return refuse("CacheSize", "a TxGuard keeps no cache: duplicates read the committed record (leave it 0)")
+	case cfg.CacheTTL != 0:
+		return refuse("CacheTTL", "a TxGuard keeps no cache (leave it 0)")
+	case cfg.FailOpen:
+		return refuse("FailOpen", "a TxGuard cannot run without its database")
 	}
 	cfg, err := cfg.WithDefaults()
 	if err != nil {
 		return Exec{}, fmt.Errorf("%s: %s: %w", pkg, config, err)
 	}
-	return Exec{Cfg: cfg, Pkg: pkg}, nil
+	cfg.Lease, cfg.CacheTTL = 0, 0 // refused: not used
+	return Exec{Cfg: cfg, Pkg: pkg, ClaimLease: ClaimLease}, nil
 }
 
 // Call is one Do or DoTx: the caller's scope and key, and the claim's
@@ -73,9 +110,8 @@ func (x *Exec) NewCall(scope, key string, payload []byte, fnNil bool) (*Call, er
 	return &Call{Scope: scope, Key: key, Args: storage.ClaimArgs{
 		Key:         storage.ScopedStoreKey(x.Cfg.Namespace, scope, key),
 		Fingerprint: x.Cfg.Fingerprint(nil, payload),
-		Lease:       x.Cfg.Lease,
+		Lease:       x.ClaimLease,
 		Retention:   x.Cfg.Retention,
-		MaxAttempts: x.Cfg.MaxAttempts,
 	}}, nil
 }
 

@@ -162,6 +162,10 @@ type batch struct {
 	ran     bool      // values wait to be stored
 	slow    bool      // the last operation run took the flush time or longer
 	flushed time.Time // when values were last stored, or the operations began
+
+	flushTimer *time.Timer // flushDuring's, made at its first use
+	flushMu    sync.Mutex  // held by a flush under way
+	flushArmed bool        // guarded by flushMu: a flush is wanted when the timer fires
 }
 
 // batchFlush is how long a batch keeps the values of operations that ran
@@ -172,8 +176,8 @@ const batchFlush = 50 * time.Millisecond
 
 func (b *batch) run() {
 	g := b.g
-	var args []storage.ClaimArgs
-	var idx []int // args[k] claims ops[idx[k]]
+	args := make([]storage.ClaimArgs, 0, len(b.ops))
+	idx := make([]int, 0, len(b.ops)) // args[k] claims ops[idx[k]]
 	first := make(map[string]int, len(b.ops))
 	fps := make([][sha256.Size]byte, len(b.ops)) // room for the default fingerprints
 	var kb [256]byte                             // each op's store key, before it is a string
@@ -382,11 +386,11 @@ func (b *batch) runOne(i int) {
 	if g.cfg.Observer != nil {
 		started = time.Now()
 	}
-	stopFlush := b.flushDuring()
-	defer stopFlush() // when fn panics: before abort stores values
+	b.flushDuring()
+	defer b.stopFlush() // when fn panics: before abort stores values
 	began := time.Now()
 	value, ferr := b.fn(ctx, i) // a panic finds the key acquired, and abort releases it
-	stopFlush()
+	b.stopFlush()
 	b.slow = time.Since(began) >= batchFlush
 	c.cancel(context.Canceled)
 	if g.cfg.Observer != nil {
@@ -418,25 +422,45 @@ func (b *batch) runOne(i int) {
 // once the batch's flush time has passed, if an operation still runs
 // then: a slow or stalled operation does not keep the ones before it
 // unstored, which a crash would run again. The batch's state is the
-// flush's alone until the returned function, which waits for a flush under
-// way, has returned; calling it again does nothing.
-func (b *batch) flushDuring() (stop func()) {
+// flush's alone until stopFlush, which waits for a flush under way, has
+// returned. One timer serves the whole batch.
+func (b *batch) flushDuring() {
 	if !b.ran {
-		return func() {}
+		return
 	}
-	flushed := make(chan struct{})
-	t := time.AfterFunc(max(batchFlush-time.Since(b.flushed), 0), func() {
-		defer close(flushed)
+	b.flushMu.Lock()
+	b.flushArmed = true
+	b.flushMu.Unlock()
+	d := max(batchFlush-time.Since(b.flushed), 0)
+	if b.flushTimer == nil {
+		b.flushTimer = time.AfterFunc(d, b.flushNow)
+	} else {
+		b.flushTimer.Reset(d)
+	}
+}
+
+// flushNow is the flush timer's: it stores the values that ran, unless
+// stopFlush came first.
+func (b *batch) flushNow() {
+	b.flushMu.Lock()
+	defer b.flushMu.Unlock()
+	if b.flushArmed {
+		b.flushArmed = false
 		b.complete()
-	})
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			if !t.Stop() {
-				<-flushed
-			}
-		})
 	}
+}
+
+// stopFlush ends what flushDuring arranged: after it, no flush runs until
+// the next flushDuring, and one under way has ended. Calling it again does
+// nothing.
+func (b *batch) stopFlush() {
+	if b.flushTimer == nil {
+		return
+	}
+	b.flushTimer.Stop()
+	b.flushMu.Lock() // waits for a flush under way
+	b.flushArmed = false
+	b.flushMu.Unlock()
 }
 
 // skip gives up operation i after the batch stopped.
@@ -466,8 +490,14 @@ func (b *batch) abort() {
 // where the store has CompleteBatch.
 func (b *batch) complete() {
 	g := b.g
-	var cs []storage.Completion
-	var idx []int
+	n := 0
+	for _, s := range b.state {
+		if s == opRan {
+			n++
+		}
+	}
+	cs := make([]storage.Completion, 0, n)
+	idx := make([]int, 0, n)
 	for i, s := range b.state {
 		if s != opRan {
 			continue
@@ -485,17 +515,15 @@ func (b *batch) complete() {
 	}
 	start := time.Now()
 	b.ran, b.flushed = false, start
-	errs := make([]error, len(cs))
 	octx, cancel := context.WithTimeout(context.WithoutCancel(b.ctx), g.cfg.StoreTimeout)
-	got, err := g.store.CompleteBatch(octx, cs)
-	if err == nil && len(got) != len(cs) {
-		err = fmt.Errorf("CompleteBatch answered %d errors for %d keys", len(got), len(cs))
+	errs, err := g.store.CompleteBatch(octx, cs)
+	if err == nil && len(errs) != len(cs) {
+		err = fmt.Errorf("CompleteBatch answered %d errors for %d keys", len(errs), len(cs))
 	}
-	for k := range errs {
-		if err != nil {
+	if err != nil {
+		errs = make([]error, len(cs))
+		for k := range errs {
 			errs[k] = err
-		} else {
-			errs[k] = got[k]
 		}
 	}
 	cancel()

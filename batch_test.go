@@ -277,3 +277,44 @@ func TestDoBatchStoresValuesWhileAnOperationStalls(t *testing.T) {
 		})
 	}
 }
+
+// While a slow operation runs, the values of the operations before it are
+// stored once the batch's flush time (50ms) has passed: a crash then would
+// not run them again. Each later slow operation flushes again.
+func TestDoBatchStoresValuesWhileASlowOperationRuns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newMem(t)
+		g := newGuard(t, s, idem.Config{Namespace: "flush", Lease: time.Minute})
+		ops := []idem.BatchOp{{Key: "a"}, {Key: "slow-1"}, {Key: "b"}, {Key: "slow-2"}}
+		status := func(key string) storage.Status {
+			r, err := s.Get(context.Background(), storage.StoreKey("flush", key))
+			if err != nil {
+				t.Fatalf("%s: %v", key, err)
+			}
+			return r.Status
+		}
+		res := g.DoBatch(context.Background(), ops, func(_ context.Context, i int) ([]byte, error) {
+			switch ops[i].Key {
+			case "slow-1":
+				time.Sleep(time.Second)
+				if st := status("a"); st != storage.StatusCompleted {
+					t.Errorf("a is %v a second into slow-1, want Completed", st)
+				}
+			case "slow-2":
+				time.Sleep(time.Second)
+				if st := status("slow-1"); st != storage.StatusCompleted {
+					t.Errorf("slow-1 is %v a second into slow-2, want Completed", st)
+				}
+				if st := status("b"); st != storage.StatusCompleted {
+					t.Errorf("b is %v a second into slow-2, want Completed", st)
+				}
+			}
+			return []byte(ops[i].Key), nil
+		})
+		for i, r := range res {
+			if r.Err != nil || string(r.Value) != ops[i].Key {
+				t.Errorf("%s: %q, %v", ops[i].Key, r.Value, r.Err)
+			}
+		}
+	})
+}

@@ -34,7 +34,7 @@ type DeadMessage struct {
 func Dead(ctx context.Context, db DB, table string, limit int) ([]DeadMessage, error) {
 	t, err := parseTable(table)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: Dead: table %w", err)
+		return nil, fmt.Errorf("outbox: Dead: %w", err)
 	}
 	if limit < 1 || limit > 10000 {
 		return nil, fmt.Errorf("outbox: Dead: limit %d: must be 1 to 10000", limit)
@@ -83,7 +83,7 @@ func Dead(ctx context.Context, db DB, table string, limit int) ([]DeadMessage, e
 func Redrive(ctx context.Context, db DB, table string, ids ...int64) (int, error) {
 	t, err := parseTable(table)
 	if err != nil {
-		return 0, fmt.Errorf("outbox: Redrive: table %w", err)
+		return 0, fmt.Errorf("outbox: Redrive: %w", err)
 	}
 	if len(ids) == 0 {
 		return 0, nil
@@ -100,7 +100,7 @@ func Redrive(ctx context.Context, db DB, table string, ids ...int64) (int, error
 func Discard(ctx context.Context, db DB, table string, ids ...int64) (int, error) {
 	t, err := parseTable(table)
 	if err != nil {
-		return 0, fmt.Errorf("outbox: Discard: table %w", err)
+		return 0, fmt.Errorf("outbox: Discard: %w", err)
 	}
 	if len(ids) == 0 {
 		return 0, nil

@@ -24,8 +24,9 @@ type DB interface {
 // Config configures an [Outbox]. The zero value means every default.
 type Config struct {
 	// Table is the outbox table, created by [Migrate]: a name or
-	// schema.name, each part lowercase ASCII letters, digits and
-	// underscores, not starting with a digit, at most 48 bytes. Default
+	// schema.name, each part either unquoted (lowercase ASCII letters,
+	// digits and underscores, not starting with a digit) or in double
+	// quotes ("Outbox"), at most 48 bytes, as pgstore's. Default
 	// [DefaultTable], found through the connection's search_path. The
 	// Relay that publishes it must name the same table.
 	Table string
@@ -78,7 +79,7 @@ type Outbox struct {
 func New(cfg Config) (*Outbox, error) {
 	t, err := parseTable(cfg.Table)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: Config.Table %w", err)
+		return nil, fmt.Errorf("outbox: Config.Table: %w", err)
 	}
 	if cfg.MaxPayload < 0 || cfg.MaxPayload > MaxMaxPayload {
 		return nil, fmt.Errorf("outbox: Config.MaxPayload %d: must be 1 to %d (0: the default, %d)", cfg.MaxPayload, MaxMaxPayload, DefaultMaxPayload)

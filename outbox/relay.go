@@ -265,7 +265,7 @@ func NewRelay(pool *pgxpool.Pool, pub Publisher, cfg RelayConfig) (*Relay, error
 	}
 	t, err := parseTable(cfg.Table)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: RelayConfig.Table %w", err)
+		return nil, fmt.Errorf("outbox: RelayConfig.Table: %w", err)
 	}
 	cfg, err = cfg.withDefaults()
 	if err != nil {
@@ -983,7 +983,7 @@ func lagQuery(t table) string {
 func ReadLag(ctx context.Context, db DB, table string) (Lag, error) {
 	t, err := parseTable(table)
 	if err != nil {
-		return Lag{}, fmt.Errorf("outbox: ReadLag: table %w", err)
+		return Lag{}, fmt.Errorf("outbox: ReadLag: %w", err)
 	}
 	b := &pgx.Batch{}
 	b.Queue(lagQuery(t))

@@ -6,10 +6,9 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io/fs"
-	"regexp"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/idemgo/idem/internal/pgsql"
 )
 
 // DefaultTable is the outbox table used when a Table field is empty.
@@ -17,12 +16,6 @@ const DefaultTable = "idem_outbox"
 
 //go:embed migrations/*.sql
 var migrations embed.FS
-
-// tableName is what a table name may be: a name or schema.name, each part
-// lowercase ASCII letters, digits and underscores, not starting with a
-// digit, at most 48 bytes (index names add up to 12, and PostgreSQL
-// truncates identifiers past 63 bytes).
-var tableName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}(\.[a-z_][a-z0-9_]{0,47})?$`)
 
 // table is a validated outbox table name and what derives from it.
 type table struct {
@@ -42,26 +35,31 @@ type table struct {
 	migrateLock int64
 }
 
+// parseTable parses name ("" for [DefaultTable]) as every table name of
+// idem's PostgreSQL packages is parsed (internal/pgsql): a name or
+// schema.name, each part unquoted (lowercase ASCII letters, digits and
+// underscores, not starting with a digit) or in double quotes, at most 48
+// bytes (index names add up to 12, and PostgreSQL truncates identifiers
+// past 63 bytes).
 func parseTable(name string) (table, error) {
 	if name == "" {
 		name = DefaultTable
 	}
-	if !tableName.MatchString(name) {
-		return table{}, fmt.Errorf("%q: want name or schema.name, each of lowercase ASCII letters, digits and underscores, not starting with a digit, at most 48 bytes", name)
+	p, err := pgsql.ParseTable(name)
+	if err != nil {
+		return table{}, err
 	}
-	parts := strings.Split(name, ".")
-	base := parts[len(parts)-1]
-	ident := pgx.Identifier(parts).Sanitize()
+	ident := p.Ident()
 	h := fnv.New64a()
 	h.Write([]byte("outbox:" + ident))
 	sum := h.Sum64()
 	return table{
 		name:        name,
 		ident:       ident,
-		pending:     pgx.Identifier{base + "_pending_idx"}.Sanitize(),
-		sent:        pgx.Identifier{base + "_sent_idx"}.Sanitize(),
-		retry:       pgx.Identifier{base + "_retry_idx"}.Sanitize(),
-		dead:        pgx.Identifier(append(parts[:len(parts)-1:len(parts)-1], base+"_dead")).Sanitize(),
+		pending:     p.Local("_pending_idx"),
+		sent:        p.Local("_sent_idx"),
+		retry:       p.Local("_retry_idx"),
+		dead:        p.Sibling("_dead"),
 		channel:     fmt.Sprintf("outbox_%016x", sum),
 		lockClass:   int32(sum >> 32),
 		migrateLock: int64(sum),
@@ -84,7 +82,7 @@ func (t table) expand(sql string) string {
 func Migrate(ctx context.Context, db DB, table string) error {
 	t, err := parseTable(table)
 	if err != nil {
-		return fmt.Errorf("outbox: Migrate: table %w", err)
+		return fmt.Errorf("outbox: Migrate: %w", err)
 	}
 	var script strings.Builder
 	fmt.Fprintf(&script, "SELECT pg_advisory_xact_lock(%d);\n", t.migrateLock)

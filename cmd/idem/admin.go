@@ -43,11 +43,15 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	store := fs.String("store", "", "the PostgreSQL store's URL: postgres://user@host:port/db[?table=[schema.]name]")
+	var more migrateFlags
+	more.register(fs)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: idem migrate --store postgres://…
+		fmt.Fprint(fs.Output(), `Usage: idem migrate --store postgres://… [--outbox TABLE]… [--kafka-offsets TABLE]…
 
 Creates pgstore's records table, its expiry index and its token sequence,
-or upgrades them to this version's schema. It runs every migration in one
+or upgrades them to this version's schema; with --outbox, an outbox table
+and its dead rows' table; with --kafka-offsets, a kafkapg offsets table:
+every table a configuration needs. Each table's migrations run in one
 transaction under an advisory lock, so it is idempotent and several
 processes may run it at once. The schema of a schema-qualified table must
 exist.
@@ -75,7 +79,7 @@ Flags:
 		return err
 	}
 	fmt.Fprintf(stdout, "idem migrate: %s is up to date\n", s.Table())
-	return nil
+	return more.migrateTables(ctx, *store, stdout)
 }
 
 func runReap(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -682,7 +682,7 @@ func postgresBenchTarget(ctx context.Context, raw string) (t *storeBenchTarget, 
 	}
 	stores := storeSides(storeOn, dupStoreOn)
 	stores["txguard-do"] = onPool(func(p *pgxpool.Pool) (storeBenchOp, error) {
-		tg, err := pgstore.NewTxGuard(p, pgstore.TxConfig{Table: table})
+		tg, err := pgstore.NewTxGuard(p, idem.Config{}, pgstore.TxConfig{Table: table})
 		if err != nil {
 			return nil, err
 		}

@@ -7,6 +7,7 @@ require (
 	github.com/idemgo/idem/dynamostore v0.1.0
 	github.com/idemgo/idem/idemamqp v0.1.0
 	github.com/idemgo/idem/idemkafka v0.1.0
+	github.com/idemgo/idem/idemkafka/kafkapg v0.1.0
 	github.com/idemgo/idem/idemnats v0.1.0
 	github.com/idemgo/idem/outbox v0.1.0
 	github.com/idemgo/idem/pgstore v0.1.0

@@ -9,7 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemgo/idem/dynamostore"
 	"github.com/idemgo/idem/pgstore"
+	"github.com/idemgo/idem/storeurl"
 )
 
 func init() {
@@ -34,7 +36,7 @@ func postgresFlag(fs *flag.FlagSet, raw string) (*url.URL, error) {
 	}
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return nil, usageErrorf("idem: %s: --store %s: want a postgres:// URL (Redis and memstore need neither migrations nor reaping)", fs.Name(), redactURL(raw))
+		return nil, usageErrorf("idem: %s: --store %s: want a postgres:// URL (Redis and memstore need neither migrations nor reaping)", fs.Name(), storeurl.Redact(raw))
 	}
 	return u, nil
 }
@@ -63,22 +65,24 @@ Flags:
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if strings.HasPrefix(*store, "dynamodb:") {
-		return migrateDynamo(ctx, *store, stdout)
+	if !strings.HasPrefix(*store, "dynamodb:") {
+		if _, err := postgresFlag(fs, *store); err != nil {
+			return err
+		}
 	}
-	u, err := postgresFlag(fs, *store)
+	s, closeStore, err := openStore(ctx, *store, true)
 	if err != nil {
 		return err
 	}
-	s, pool, table, err := openPostgres(ctx, u)
-	if err != nil {
-		return err
+	defer closeStore()
+	table := ""
+	if pg, ok := s.(*pgstore.Store); ok {
+		table = pg.Table()
+	} else {
+		u, _ := dynamostore.ParseURL(*store) // storeurl opened it
+		table = u.Table
 	}
-	defer pool.Close()
-	if err := migratePostgres(ctx, pool, table); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "idem migrate: %s is up to date\n", s.Table())
+	fmt.Fprintf(stdout, "idem migrate: %s is up to date\n", table)
 	return more.migrateTables(ctx, *store, stdout)
 }
 
@@ -111,15 +115,15 @@ Flags:
 	case *timeout <= 0:
 		return usageErrorf("idem: reap: --timeout %v: must be positive", *timeout)
 	}
-	u, err := postgresFlag(fs, *store)
+	if _, err := postgresFlag(fs, *store); err != nil {
+		return err
+	}
+	opened, closeStore, err := openStore(ctx, *store, false)
 	if err != nil {
 		return err
 	}
-	s, pool, _, err := openPostgres(ctx, u)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+	defer closeStore()
+	s := opened.(*pgstore.Store) // postgresFlag let postgres:// URLs only through
 	rctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	n, err := s.Reap(rctx, *batch)

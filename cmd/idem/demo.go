@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/storage"
+	"github.com/idemgo/idem/storeurl"
 )
 
 func init() {
@@ -129,10 +130,10 @@ func demo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (naive, 
 	case strings.HasPrefix(o.broker, "nats://"):
 		runs, via = natsRunStream(o.broker), ", broker "+o.broker
 	case o.broker != "":
-		runs, via = amqpRunStream(o.broker), ", broker "+redactURL(o.broker)
+		runs, via = amqpRunStream(o.broker), ", broker "+storeurl.Redact(o.broker)
 	}
 	fmt.Fprintf(stdout, "idem demo: %d orders, %d consumers, dup rate %v, crash rate %v, store %s%s\n",
-		o.messages, o.consumers, o.dupRate, o.crashRate, redactURL(o.store), via)
+		o.messages, o.consumers, o.dupRate, o.crashRate, storeurl.Redact(o.store), via)
 	fmt.Fprintf(stdout, "seed %d (repeat this run with --seed %d)\n", o.seed, o.seed)
 
 	naive, err = runs(ctx, o, "naive", stream, plan, stderr, func(_ *process, l *ledger) (handler, func(), error) {
@@ -234,7 +235,7 @@ func cleanUpDemo(ctx context.Context, o demoOptions, store storage.Store, cfg id
 	}
 	if o.keep {
 		fmt.Fprintf(stdout, "\nThe run's %d records stay in %s under namespace %q; they expire after %v.\n",
-			o.messages, redactURL(o.store), cfg.Namespace, cfg.Retention)
+			o.messages, storeurl.Redact(o.store), cfg.Namespace, cfg.Retention)
 		return nil
 	}
 	ctx = context.WithoutCancel(ctx) // an interrupted run still cleans up
@@ -245,10 +246,10 @@ func cleanUpDemo(ctx context.Context, o demoOptions, store storage.Store, cfg id
 		}
 		deleted[m.key] = true
 		if err := store.Delete(ctx, storage.StoreKey(cfg.Namespace, m.key)); err != nil {
-			return fmt.Errorf("idem: demo: deleting its records from %s: %w", redactURL(o.store), err)
+			return fmt.Errorf("idem: demo: deleting its records from %s: %w", storeurl.Redact(o.store), err)
 		}
 	}
 	fmt.Fprintf(stdout, "\nDeleted the run's %d records from %s (namespace %q); --keep keeps them.\n",
-		len(deleted), redactURL(o.store), cfg.Namespace)
+		len(deleted), storeurl.Redact(o.store), cfg.Namespace)
 	return nil
 }

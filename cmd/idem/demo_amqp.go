@@ -18,6 +18,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemamqp"
 	"github.com/idemgo/idem/storage"
+	"github.com/idemgo/idem/storeurl"
 )
 
 // The demo through RabbitMQ (--broker amqp://…): the same stream, crash
@@ -46,7 +47,7 @@ func amqpRunStream(url string) runStreamFunc {
 		newHandler func(p *process, l *ledger) (handler, func(), error)) (runReport, error) {
 		admin, err := amqp.DialConfig(url, amqp.Config{Properties: amqp.Table{"connection_name": "idem demo"}})
 		if err != nil {
-			return runReport{}, fmt.Errorf("idem: demo: connecting to RabbitMQ at %s: %w", redactURL(url), err)
+			return runReport{}, fmt.Errorf("idem: demo: connecting to RabbitMQ at %s: %w", storeurl.Redact(url), err)
 		}
 		defer admin.Close()
 		r := &amqpRun{url: url, msgs: stream, plan: plan, acked: make([]atomic.Bool, len(stream)),

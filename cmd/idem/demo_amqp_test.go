@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idemgo/idem/internal/testenv"
+	"github.com/idemgo/idem/storeurl"
 )
 
 // rabbitMQ is the broker of the tests.
@@ -23,7 +24,7 @@ func TestDemoThroughRabbitMQ(t *testing.T) {
 	url := rabbitMQ.Addr()
 	c, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(3 * time.Second)})
 	if err != nil {
-		rabbitMQ.Unreachable(t, redactURL(url), err)
+		rabbitMQ.Unreachable(t, storeurl.Redact(url), err)
 	}
 	c.Close()
 	for _, seed := range []uint64{1, 2} {

@@ -19,6 +19,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemkafka"
 	"github.com/idemgo/idem/storage"
+	"github.com/idemgo/idem/storeurl"
 )
 
 // kafkaPartitions is how many partitions the demo's topics have.
@@ -87,7 +88,7 @@ func demoKafka(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (na
 	stream := newStream(o.seed, o.messages, o.dupRate)
 	plan := crashPlan{seed: o.seed, rate: o.crashRate}
 	fmt.Fprintf(stdout, "idem demo: %d orders, %d consumers, dup rate %v, crash rate %v, store %s\n",
-		o.messages, o.consumers, o.dupRate, o.crashRate, redactURL(o.store))
+		o.messages, o.consumers, o.dupRate, o.crashRate, storeurl.Redact(o.store))
 	fmt.Fprintf(stdout, "broker: %s, topics %s and %s of %d partitions\n", where, naiveTopic, topic, kafkaPartitions)
 	fmt.Fprintf(stdout, "seed %d (repeat this run with --seed %d %s)\n", o.seed, o.seed, repeat)
 

@@ -1,25 +1,34 @@
-// Command idem is the command-line tool of github.com/idemgo/idem.
+// Command idem is the command-line tool of github.com/idemgo/idem: the
+// demo, and an operator's verbs over a store.
 //
 //	idem <command> [flags]
 //
 // Commands:
 //
-//	bench http  an HTTP handler driven by concurrent clients, bare and
-//	            behind idemhttp over each store: throughput and latency
-//	bench store a store's operations beside a bare client of its server,
-//	            in interleaved rounds: the ratios BENCHMARKS.md reports
 //	demo        a payment stream with duplicates and crashes, handled by a
 //	            naive consumer and by an idem-guarded one, side by side
-//	migrate     create or upgrade pgstore's records table
+//	inspect     show the record of one idempotency key
+//	purge       delete the record of one key, or those of a namespace with
+//	            a status (--status failed [--older-than 24h])
+//	stats       count a store's records by namespace and status
+//	outbox      stats: an outbox table's backlog
+//	migrate     create or upgrade pgstore's records table (or a DynamoDB table)
 //	reap        delete pgstore's expired records, for cron
+//	version     the versions of the tool, Go and idem's modules
 //
-// Every command that uses a store takes its URL in --store: mem:// (the
-// default, in-process), redis://host:port/db (?prefix= for the key prefix)
-// or postgres://user@host:port/db (?table= for a [schema.]table).
+// Every command that uses a store takes its URL in --store, as
+// storeurl.Open reads it (github.com/idemgo/idem/storeurl): mem:// (the
+// default of the demo, in-process), redis://host:port/db (?prefix= for the
+// key prefix), postgres://user@host:port/db (?table= for a
+// [schema.]table), dynamodb://host:port/table or sqlite://file.db. No
+// error or line the tool prints shows a password or secret parameter of
+// a URL.
 //
 // Run "idem help" for the list and "idem <command> -h" for a command's
 // flags. The exit status is 0 on success, 1 when the command failed and 2
-// on a usage error.
+// on a usage error. The benchmarks are a tool of their own, idem-bench
+// (github.com/idemgo/idem/cmd/idem-bench), so that this one links no load
+// generator.
 //
 // # idem demo
 //
@@ -48,48 +57,4 @@
 // partitions) and deletes them at the end.
 //
 //	go run ./cmd/idem demo --broker kafka --brokers 127.0.0.1:9092
-//
-// # idem bench http
-//
-// What idempotency costs a request. A POST handler that sleeps --sleep
-// (50ms, standing for the real work) and answers a small JSON body is
-// served on a loopback port and driven by --clients (50) concurrent clients
-// in a closed loop, with vegeta, for --duration (10s) per row: bare first,
-// the baseline, then behind [idemhttp] over each store of --stores (by
-// default memstore, the Redis at IDEM_REDIS_ADDR and the PostgreSQL at
-// IDEM_POSTGRES_URL), each row in a fresh namespace. Each row's load is
-// split into --rounds (5) rounds, and every round runs each row once, in
-// turn, so that a machine whose speed drifts weighs on every row alike.
-// Every row runs twice:
-// the fresh pass sends a new Idempotency-Key with each request, the repeat
-// pass resends with --repeat (30%) of its requests the key of a request
-// already answered, which the middleware replays without running the
-// handler. The table gives each row's requests, 2xx responses per second,
-// mean, p50, p95 and p99 latency, errors, repeats and replays, and its
-// throughput and p99 against the baseline of the same pass; --json adds the
-// same as JSON. A store that cannot be reached fails the command before any
-// load runs, and a row with errors (responses other than 2xx) fails it once
-// the table is printed.
-//
-//	go run ./cmd/idem bench http --duration 10s
-//
-// # idem bench store
-//
-// What a store costs beside the least a client of its server must do for
-// the same work, with the same client library, connections and goroutines:
-// its bare side (sync.Map for memstore; a SET NX PX script and a
-// compare-and-SET script for Redis; INSERT … ON CONFLICT DO NOTHING and the
-// fenced UPDATE for PostgreSQL, and so on for each case). The cases are
-// Claim+Complete, ClaimBatch of 100, Guard.Do of a new key, Guard.Do of a
-// duplicate and, for PostgreSQL, TxGuard.Do. Each of --rounds (5) rounds
-// runs every case with each of --goroutines (1,16,64), its store side and
-// its bare side one right after the other, for --duration (1s) each, so
-// that a machine whose speed drifts weighs on both sides of a round alike.
-// The table gives the medians of the rounds' keys per second and
-// allocations per operation, and the median of the rounds' own store ÷
-// bare ratios, then each round's; --json adds every round's figures. With
-// --ops, each side runs an exact number of operations instead: the
-// callgrind scripts of scripts/ count a server's instructions that way.
-//
-//	go run ./cmd/idem bench store --store redis://127.0.0.1:6379/0
 package main

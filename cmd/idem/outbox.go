@@ -6,8 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgo/idem/outbox"
+	"github.com/idemgo/idem/storage"
+	"github.com/idemgo/idem/storeurl"
 )
 
 func init() {
@@ -49,7 +55,7 @@ Flags:
 	if err != nil {
 		return err
 	}
-	_, pool, _, err := openPostgres(ctx, u)
+	pool, err := openPool(ctx, u)
 	if err != nil {
 		return err
 	}
@@ -68,4 +74,25 @@ Flags:
 	}
 	fmt.Fprintf(stdout, "table           %s\npending         %d\noldest pending  %v\ndead            %d\n", *table, lag.Pending, lag.OldestPending, lag.Dead)
 	return nil
+}
+
+// openPool connects a pool to the database of u and checks that it
+// answers.
+func openPool(ctx context.Context, u *url.URL) (*pgxpool.Pool, error) {
+	shown := storeurl.Redact(u.String())
+	cfg, err := pgxpool.ParseConfig(u.String())
+	if err != nil {
+		return nil, usageErrorf("idem: --store %s: %v", shown, err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("idem: --store %s: %w", shown, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("idem: --store %s: cannot reach PostgreSQL: %w: %w", shown, storage.ErrStoreUnavailable, err)
+	}
+	return pool, nil
 }

@@ -4,12 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/pgstore/pgstoretest"
 	"github.com/idemgo/idem/redisstore/redisstoretest"
 	"github.com/idemgo/idem/sqlitestore"
@@ -206,82 +201,4 @@ func demoRecords(t *testing.T, kind, raw string) int {
 		t.Fatal(err)
 	}
 	return n
-}
-
-// A Redis whose maxmemory-policy may evict records is refused with the
-// reason, as a runtime error (exit 1), not taken for a usage error.
-func TestEvictingRedisRefused(t *testing.T) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		testenv.Unavailable(t, "redis-server is not installed: %v", err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	srv := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--maxmemory", "64mb", "--maxmemory-policy", "volatile-lru")
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if c, err := net.Dial("tcp", l.Addr().String()); err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the private redis-server did not listen within 20s")
-		}
-	}
-	code, _, stderr := runArgs(t, "demo", "--messages", "10", "--store", fmt.Sprintf("redis://127.0.0.1:%d/0", port))
-	if code != 1 || !strings.Contains(stderr, "volatile-lru") || !strings.Contains(stderr, "noeviction") {
-		t.Errorf("demo over a volatile-lru Redis: exit status %d, stderr %q; want 1, naming the policy and noeviction", code, stderr)
-	}
-}
-
-// The forms of a sqlite:// URL: a path relative to the working directory
-// (sqlite://idem.db, sqlite://data/idem.db, sqlite:idem.db), an absolute
-// one (sqlite:///…), the table and synchronous options; and what is
-// refused, as usage errors.
-func TestSQLiteStoreURLs(t *testing.T) {
-	dir := t.TempDir()
-	t.Chdir(dir)
-	if err := os.Mkdir("data", 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for raw, file := range map[string]string{
-		"sqlite://idem.db":                           "idem.db",
-		"sqlite://data/idem.db?table=records":        "data/idem.db",
-		"sqlite:plain.db?synchronous=normal":         "plain.db",
-		"sqlite://" + filepath.Join(dir, "abs.db"):   "abs.db",
-		"sqlite://" + filepath.Join(dir, "again.db"): "again.db",
-	} {
-		s, closeStore, err := openStore(context.Background(), raw, false)
-		if err != nil {
-			t.Fatalf("openStore(%s): %v", raw, err)
-		}
-		c, err := s.Claim(context.Background(), storage.ClaimArgs{Key: "k", Lease: time.Minute, Retention: time.Hour})
-		closeStore()
-		if err != nil || c.Outcome != storage.Acquired {
-			t.Fatalf("%s: claim %v %v", raw, c.Outcome, err)
-		}
-		if _, err := os.Stat(filepath.Join(dir, file)); err != nil {
-			t.Errorf("%s: %v, want the file %s", raw, err, file)
-		}
-	}
-	checkUsage(t, []usageCase{
-		{args: []string{"demo", "--store", "sqlite://"}, code: 2, stderr: "no file"},
-		{args: []string{"demo", "--store", "sqlite://x.db?synchronous=off"}, code: 2, stderr: "want full or normal"},
-		{args: []string{"demo", "--store", "sqlite://x.db?cache=shared"}, code: 2, stderr: "unknown options"},
-		{args: []string{"demo", "--store", "sqlite://me@x.db"}, code: 2, stderr: "no user"},
-		{args: []string{"demo", "--store", "sqlite://x.db?table=A-B"}, code: 2, stderr: "Config.Table"},
-	})
-	// A file that cannot be created is the machine's state, not a usage
-	// error.
-	if code, _, stderr := runArgs(t, "demo", "--store", "sqlite://missing/dir/x.db"); code != 1 || !strings.Contains(stderr, "sqlitestore: Open") {
-		t.Errorf("a file in a missing directory: exit status %d, stderr %q; want 1 and sqlitestore's error", code, stderr)
-	}
 }

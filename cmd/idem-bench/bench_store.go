@@ -17,16 +17,18 @@ import (
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
+
+	"github.com/idemgo/idem/storeurl"
 )
 
-// idem bench store measures a store beside the least a client of the same
+// idem-bench store measures a store beside the least a client of the same
 // server must do for the same work (its "bare" side), in interleaved
 // rounds: every round runs each case's store side and bare side once, one
 // right after the other, so that a machine whose speed drifts weighs on
 // both sides of each round's ratio alike. The table shows the medians of
 // the rounds and the median of each round's own store ÷ bare ratio.
 
-// benchStoreOptions are the flags of idem bench store.
+// benchStoreOptions are the flags of idem-bench store.
 type benchStoreOptions struct {
 	store      string
 	rounds     int
@@ -43,9 +45,9 @@ func parseBenchStoreFlags(args []string, stderr io.Writer) (benchStoreOptions, e
 		o                        benchStoreOptions
 		goroutines, cases, sides string
 	)
-	fs := flag.NewFlagSet("bench store", flag.ContinueOnError)
+	fs := flag.NewFlagSet("store", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.store, "store", "", "the store to measure (required): "+storeUsage)
+	fs.StringVar(&o.store, "store", "", "the store to measure (required): mem://, redis://host:port[/db] (rediss:// for TLS) or postgres://user@host:port/db")
 	fs.IntVar(&o.rounds, "rounds", 5, "rounds; each runs every case's store side and bare side once, in turn")
 	fs.DurationVar(&o.duration, "duration", time.Second, "how long each side of a case runs in each round")
 	fs.IntVar(&o.ops, "ops", 0, "if set, each side of a case runs exactly this many operations per round instead of --duration")
@@ -54,7 +56,7 @@ func parseBenchStoreFlags(args []string, stderr io.Writer) (benchStoreOptions, e
 	fs.StringVar(&sides, "sides", "store,bare", "the sides to run: store, bare or both")
 	fs.BoolVar(&o.json, "json", false, "also print the results as JSON, after the table")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), `Usage: idem bench store --store URL [flags]
+		fmt.Fprintf(fs.Output(), `Usage: idem-bench store --store URL [flags]
 
 Measures the store at --store beside its bare side: the least a client of
 the same server does for the same work, with the same client library,
@@ -100,18 +102,18 @@ Flags:
 	}
 	switch {
 	case o.store == "":
-		return o, usageErrorf("idem: bench store: --store is required")
+		return o, usageErrorf("idem-bench: store: --store is required")
 	case o.rounds < 1:
-		return o, usageErrorf("idem: --rounds %d: must be at least 1", o.rounds)
+		return o, usageErrorf("idem-bench: --rounds %d: must be at least 1", o.rounds)
 	case o.duration <= 0:
-		return o, usageErrorf("idem: --duration %v: must be positive", o.duration)
+		return o, usageErrorf("idem-bench: --duration %v: must be positive", o.duration)
 	case o.ops < 0:
-		return o, usageErrorf("idem: --ops %d: must not be negative", o.ops)
+		return o, usageErrorf("idem-bench: --ops %d: must not be negative", o.ops)
 	}
 	for _, f := range commaList(goroutines) {
 		g, err := strconv.Atoi(f)
 		if err != nil || g < 1 || g > 1024 {
-			return o, usageErrorf("idem: --goroutines %q: want numbers from 1 to 1024, comma-separated", goroutines)
+			return o, usageErrorf("idem-bench: --goroutines %q: want numbers from 1 to 1024, comma-separated", goroutines)
 		}
 		o.goroutines = append(o.goroutines, g)
 	}
@@ -119,14 +121,14 @@ Flags:
 		o.cases = commaList(cases)
 		for _, c := range o.cases {
 			if !slices.Contains(storeBenchCases, c) {
-				return o, usageErrorf("idem: --cases: unknown case %q (cases: %s)", c, strings.Join(storeBenchCases, ", "))
+				return o, usageErrorf("idem-bench: --cases: unknown case %q (cases: %s)", c, strings.Join(storeBenchCases, ", "))
 			}
 		}
 	}
 	o.sides = commaList(sides)
 	if slices.ContainsFunc(o.sides, func(s string) bool { return s != "store" && s != "bare" }) ||
 		len(o.sides) > 2 || len(o.sides) == 2 && o.sides[0] == o.sides[1] {
-		return o, usageErrorf("idem: --sides %q: want store, bare or store,bare", sides)
+		return o, usageErrorf("idem-bench: --sides %q: want store, bare or store,bare", sides)
 	}
 	return o, nil
 }
@@ -319,7 +321,7 @@ func benchStore(ctx context.Context, o benchStoreOptions, stdout, stderr io.Writ
 		}
 	}
 	if len(cases) == 0 {
-		return report, usageErrorf("idem: --cases %s: none of them applies to %s", strings.Join(o.cases, ","), t.url)
+		return report, usageErrorf("idem-bench: --cases %s: none of them applies to %s", strings.Join(o.cases, ","), t.url)
 	}
 	for _, c := range cases {
 		for _, g := range o.goroutines {
@@ -329,7 +331,7 @@ func benchStore(ctx context.Context, o benchStoreOptions, stdout, stderr io.Writ
 
 	phase := 0
 	for round := range o.rounds {
-		fmt.Fprintf(stderr, "idem bench store: round %d of %d\n", round+1, o.rounds)
+		fmt.Fprintf(stderr, "idem-bench store: round %d of %d\n", round+1, o.rounds)
 		row := 0
 		for _, c := range cases {
 			for _, g := range o.goroutines {
@@ -348,7 +350,7 @@ func benchStore(ctx context.Context, o benchStoreOptions, stdout, stderr io.Writ
 					}
 					op, release, err := ready(ctx, g)
 					if err != nil {
-						return report, fmt.Errorf("idem: bench store: %s, %s side: %w", c.name, side, err)
+						return report, fmt.Errorf("idem-bench: store: %s, %s side: %w", c.name, side, err)
 					}
 					var walStart, walEnd int64
 					if t.walPosition != nil {
@@ -363,7 +365,7 @@ func benchStore(ctx context.Context, o benchStoreOptions, stdout, stderr io.Writ
 					}
 					release()
 					if err != nil {
-						return report, fmt.Errorf("idem: bench store: %s on %d goroutines, %s side: %w", c.name, g, side, err)
+						return report, fmt.Errorf("idem-bench: store: %s on %d goroutines, %s side: %w", c.name, g, side, err)
 					}
 					*ops = append(*ops, p.ops)
 					*rates = append(*rates, float64(p.ops*c.keys)/p.elapsed.Seconds())
@@ -380,7 +382,7 @@ func benchStore(ctx context.Context, o benchStoreOptions, stdout, stderr io.Writ
 	}
 	if t.memory != nil && len(o.sides) == 2 {
 		if report.Memory, err = t.memory(ctx); err != nil {
-			return report, fmt.Errorf("idem: bench store: memory per record: %w", err)
+			return report, fmt.Errorf("idem-bench: store: memory per record: %w", err)
 		}
 	}
 	writeBenchStoreTable(stdout, report, o)
@@ -489,10 +491,10 @@ func cpuModel() string {
 func benchURL(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme == "" {
-		return nil, usageErrorf("idem: --store %s: not a store URL (want mem://, redis://… or postgres://…)", redactURL(raw))
+		return nil, usageErrorf("idem-bench: --store %s: not a store URL (want mem://, redis://… or postgres://…)", storeurl.Redact(raw))
 	}
 	if u.Query().Has("table") {
-		return nil, usageErrorf("idem: bench store: --store %s: no ?table=: the benchmark's tables go in a schema of its own", redactURL(u.String()))
+		return nil, usageErrorf("idem-bench: store: --store %s: no ?table=: the benchmark's tables go in a schema of its own", storeurl.Redact(u.String()))
 	}
 	return u, nil
 }

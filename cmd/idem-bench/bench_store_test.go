@@ -17,29 +17,29 @@ import (
 
 func TestBenchStoreUsage(t *testing.T) {
 	checkUsage(t, []usageCase{
-		{args: []string{"bench", "-h"}, code: 0, stderr: "store   a store's operations beside a bare client"},
-		{args: []string{"bench", "store", "-h"}, code: 0, stderr: "Usage: idem bench store --store URL [flags]"},
-		{args: []string{"bench", "store"}, code: 2, stderr: "idem: bench store: --store is required\nrun 'idem bench store -h' for its flags"},
-		{args: []string{"bench", "store", "--store", "mem://", "--rounds", "0"}, code: 2, stderr: "idem: --rounds 0: must be at least 1"},
-		{args: []string{"bench", "store", "--store", "mem://", "--duration", "0s"}, code: 2, stderr: "idem: --duration 0s: must be positive"},
-		{args: []string{"bench", "store", "--store", "mem://", "--ops", "-1"}, code: 2, stderr: "idem: --ops -1: must not be negative"},
-		{args: []string{"bench", "store", "--store", "mem://", "--goroutines", "1,,16"}, code: 2, stderr: `idem: --goroutines "1,,16": want numbers from 1 to 1024`},
-		{args: []string{"bench", "store", "--store", "mem://", "--goroutines", "0"}, code: 2, stderr: `idem: --goroutines "0": want numbers from 1 to 1024`},
-		{args: []string{"bench", "store", "--store", "mem://", "--cases", "do,undo"}, code: 2, stderr: `idem: --cases: unknown case "undo"`},
-		{args: []string{"bench", "store", "--store", "mem://", "--sides", "left"}, code: 2, stderr: `idem: --sides "left": want store, bare or store,bare`},
-		{args: []string{"bench", "store", "--store", "mem://", "--cases", "txguard-do"}, code: 2, stderr: "idem: --cases txguard-do: none of them applies to mem://"},
-		{args: []string{"bench", "store", "--store", "mem://x"}, code: 2, stderr: "mem:// takes no host, path or options"},
-		{args: []string{"bench", "store", "--store", "ftp://x"}, code: 2, stderr: `unsupported scheme "ftp"`},
-		{args: []string{"bench", "store", "--store", "postgres://u:s3cret@127.0.0.1:1/db?table=t"}, code: 2, stderr: "no ?table=: the benchmark's tables go in a schema of its own"},
-		{args: []string{"bench", "store", "--store", "mem://", "now"}, code: 2, stderr: `idem: bench store: unexpected argument "now"`},
+		{args: []string{"-h"}, code: 0, stderr: "store   a store's operations beside a bare client"},
+		{args: []string{"store", "-h"}, code: 0, stderr: "Usage: idem-bench store --store URL [flags]"},
+		{args: []string{"store"}, code: 2, stderr: "idem-bench: store: --store is required\nrun 'idem-bench store -h' for its flags"},
+		{args: []string{"store", "--store", "mem://", "--rounds", "0"}, code: 2, stderr: "idem-bench: --rounds 0: must be at least 1"},
+		{args: []string{"store", "--store", "mem://", "--duration", "0s"}, code: 2, stderr: "idem-bench: --duration 0s: must be positive"},
+		{args: []string{"store", "--store", "mem://", "--ops", "-1"}, code: 2, stderr: "idem-bench: --ops -1: must not be negative"},
+		{args: []string{"store", "--store", "mem://", "--goroutines", "1,,16"}, code: 2, stderr: `idem-bench: --goroutines "1,,16": want numbers from 1 to 1024`},
+		{args: []string{"store", "--store", "mem://", "--goroutines", "0"}, code: 2, stderr: `idem-bench: --goroutines "0": want numbers from 1 to 1024`},
+		{args: []string{"store", "--store", "mem://", "--cases", "do,undo"}, code: 2, stderr: `idem-bench: --cases: unknown case "undo"`},
+		{args: []string{"store", "--store", "mem://", "--sides", "left"}, code: 2, stderr: `idem-bench: --sides "left": want store, bare or store,bare`},
+		{args: []string{"store", "--store", "mem://", "--cases", "txguard-do"}, code: 2, stderr: "idem-bench: --cases txguard-do: none of them applies to mem://"},
+		{args: []string{"store", "--store", "mem://x"}, code: 2, stderr: "mem:// takes no host, path or options"},
+		{args: []string{"store", "--store", "ftp://x"}, code: 2, stderr: `unsupported scheme "ftp"`},
+		{args: []string{"store", "--store", "postgres://u:s3cret@127.0.0.1:1/db?table=t"}, code: 2, stderr: "no ?table=: the benchmark's tables go in a schema of its own"},
+		{args: []string{"store", "--store", "mem://", "now"}, code: 2, stderr: `idem-bench: store: unexpected argument "now"`},
 	})
 }
 
-// benchStoreJSON runs idem bench store with args and --json, and returns
+// benchStoreJSON runs idem-bench store with args and --json, and returns
 // the report after checking the run succeeded and printed its table.
 func benchStoreJSON(t *testing.T, args ...string) (report benchStoreReport, stdout string) {
 	t.Helper()
-	code, stdout, stderr := runArgs(t, append([]string{"bench", "store", "--json"}, args...)...)
+	code, stdout, stderr := runArgs(t, append([]string{"store", "--json"}, args...)...)
 	if code != 0 {
 		t.Fatalf("exit status %d, want 0\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
@@ -120,7 +120,7 @@ func TestBenchStoreOpsAndOneSide(t *testing.T) {
 
 func TestBenchStoreUnreachable(t *testing.T) {
 	for _, raw := range []string{"redis://127.0.0.1:1/0?max_retries=-1", "postgres://postgres:s3cret@127.0.0.1:1/test?sslmode=disable&connect_timeout=5"} {
-		code, stdout, stderr := runArgs(t, "bench", "store", "--store", raw, "--duration", "10ms")
+		code, stdout, stderr := runArgs(t, "store", "--store", raw, "--duration", "10ms")
 		if code != 1 || stdout != "" || !strings.Contains(stderr, "cannot reach") || strings.Contains(stderr, "s3cret") {
 			t.Errorf("--store %s: exit status %d, want 1 with an error naming the store without its password, and no table\nstdout:\n%s\nstderr:\n%s",
 				raw, code, stdout, stderr)

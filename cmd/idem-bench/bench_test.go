@@ -14,40 +14,40 @@ import (
 
 func TestBenchUsage(t *testing.T) {
 	checkUsage(t, []usageCase{
-		{args: []string{"help"}, code: 0, stdout: "bench     measure idem's cost"},
-		{args: []string{"bench"}, code: 2, stderr: "idem: bench: name a benchmark: http, store\nrun 'idem bench -h' for its flags"},
-		{args: []string{"bench", "-h"}, code: 0, stderr: "http    a handler that sleeps"},
-		{args: []string{"help", "bench"}, code: 0, stderr: "Usage: idem bench <benchmark> [flags]"},
-		{args: []string{"bench", "ftp"}, code: 2, stderr: `idem: bench: unknown benchmark "ftp" (benchmarks: http, store)`},
-		{args: []string{"bench", "--clients", "3", "http"}, code: 2, stderr: "flag provided but not defined: -clients"},
-		{args: []string{"bench", "http", "-h"}, code: 0, stderr: "Usage: idem bench http [flags]"},
-		{args: []string{"bench", "http", "--repeat", "1"}, code: 2, stderr: "idem: --repeat 1: must be at least 0 and below 1\nrun 'idem bench http -h' for its flags"},
-		{args: []string{"bench", "http", "--repeat", "-0.3"}, code: 2, stderr: "idem: --repeat -0.3: must be at least 0 and below 1"},
-		{args: []string{"bench", "http", "--repeat", "NaN"}, code: 2, stderr: "idem: --repeat NaN: must be at least 0 and below 1"},
-		{args: []string{"bench", "http", "--repeat", "often"}, code: 2, stderr: `invalid value "often" for flag -repeat`},
-		{args: []string{"bench", "http", "--clients", "0"}, code: 2, stderr: "idem: --clients 0: must be at least 1"},
-		{args: []string{"bench", "http", "--rounds", "0"}, code: 2, stderr: "idem: --rounds 0: must be at least 1"},
-		{args: []string{"bench", "http", "--duration", "40ms", "--rounds", "5"}, code: 2, stderr: "idem: --duration 40ms: too short for 5 rounds"},
-		{args: []string{"bench", "http", "--duration", "0s"}, code: 2, stderr: "idem: --duration 0s: must be positive"},
-		{args: []string{"bench", "http", "--duration", "-1s"}, code: 2, stderr: "idem: --duration -1s: must be positive"},
-		{args: []string{"bench", "http", "--duration", "10"}, code: 2, stderr: `invalid value "10" for flag -duration`},
-		{args: []string{"bench", "http", "--sleep", "-5ms"}, code: 2, stderr: "idem: --sleep -5ms: must not be negative"},
-		{args: []string{"bench", "http", "--stores", "mem://,,mem://"}, code: 2, stderr: `idem: --stores "mem://,,mem://": an empty entry`},
-		{args: []string{"bench", "http", "--stores", "mem://,ftp://x"}, code: 2, stderr: `unsupported scheme "ftp"`},
-		{args: []string{"bench", "http", "now"}, code: 2, stderr: `idem: bench http: unexpected argument "now"`},
+		{args: nil, code: 2, stderr: "idem-bench: name a benchmark: http, store"},
+		{args: []string{"-h"}, code: 0, stderr: "http    a handler that sleeps"},
+		{args: []string{"help"}, code: 0, stderr: "Usage: idem-bench <benchmark> [flags]"},
+		{args: []string{"help", "store"}, code: 0, stderr: "Usage: idem-bench store --store URL [flags]"},
+		{args: []string{"ftp"}, code: 2, stderr: `idem-bench: unknown benchmark "ftp" (benchmarks: http, store)`},
+		{args: []string{"--clients", "3", "http"}, code: 2, stderr: "flag provided but not defined: -clients"},
+		{args: []string{"http", "-h"}, code: 0, stderr: "Usage: idem-bench http [flags]"},
+		{args: []string{"http", "--repeat", "1"}, code: 2, stderr: "idem-bench: --repeat 1: must be at least 0 and below 1\nrun 'idem-bench http -h' for its flags"},
+		{args: []string{"http", "--repeat", "-0.3"}, code: 2, stderr: "idem-bench: --repeat -0.3: must be at least 0 and below 1"},
+		{args: []string{"http", "--repeat", "NaN"}, code: 2, stderr: "idem-bench: --repeat NaN: must be at least 0 and below 1"},
+		{args: []string{"http", "--repeat", "often"}, code: 2, stderr: `invalid value "often" for flag -repeat`},
+		{args: []string{"http", "--clients", "0"}, code: 2, stderr: "idem-bench: --clients 0: must be at least 1"},
+		{args: []string{"http", "--rounds", "0"}, code: 2, stderr: "idem-bench: --rounds 0: must be at least 1"},
+		{args: []string{"http", "--duration", "40ms", "--rounds", "5"}, code: 2, stderr: "idem-bench: --duration 40ms: too short for 5 rounds"},
+		{args: []string{"http", "--duration", "0s"}, code: 2, stderr: "idem-bench: --duration 0s: must be positive"},
+		{args: []string{"http", "--duration", "-1s"}, code: 2, stderr: "idem-bench: --duration -1s: must be positive"},
+		{args: []string{"http", "--duration", "10"}, code: 2, stderr: `invalid value "10" for flag -duration`},
+		{args: []string{"http", "--sleep", "-5ms"}, code: 2, stderr: "idem-bench: --sleep -5ms: must not be negative"},
+		{args: []string{"http", "--stores", "mem://,,mem://"}, code: 2, stderr: `idem-bench: --stores "mem://,,mem://": an empty entry`},
+		{args: []string{"http", "--stores", "mem://,ftp://x"}, code: 2, stderr: `unsupported scheme "ftp"`},
+		{args: []string{"http", "now"}, code: 2, stderr: `idem-bench: http: unexpected argument "now"`},
 	})
 }
 
 func TestBenchHTTPUnreachableStore(t *testing.T) {
 	// Nothing listens on port 1: the store fails before any load runs.
-	code, stdout, stderr := runArgs(t, "bench", "http", "--duration", "100ms", "--stores", "mem://,redis://127.0.0.1:1/0")
+	code, stdout, stderr := runArgs(t, "http", "--duration", "100ms", "--stores", "mem://,redis://127.0.0.1:1/0")
 	if code != 1 || stdout != "" || !strings.Contains(stderr, "redis://127.0.0.1:1/0?pool_size=50: cannot reach Redis") {
 		t.Errorf("exit status %d, want 1 with an error naming the store and no table\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 }
 
 func TestBenchHTTPMem(t *testing.T) {
-	code, stdout, stderr := runArgs(t, "bench", "http", "--duration", "300ms", "--clients", "4", "--sleep", "5ms", "--stores", "mem://", "--json")
+	code, stdout, stderr := runArgs(t, "http", "--duration", "300ms", "--clients", "4", "--sleep", "5ms", "--stores", "mem://", "--json")
 	if code != 0 {
 		t.Fatalf("exit status %d, want 0\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
@@ -84,7 +84,7 @@ func TestBenchHTTPMem(t *testing.T) {
 	if base := report.Rows[2]; base.Repeats == 0 || base.Replays != 0 {
 		t.Errorf("baseline/repeat: %d repeats, %d replays; want repeats run again, not replayed", base.Repeats, base.Replays)
 	}
-	if !strings.Contains(stderr, "idem bench http: repeat pass, round 5 of 5, 60ms per row") {
+	if !strings.Contains(stderr, "idem-bench http: repeat pass, round 5 of 5, 60ms per row") {
 		t.Errorf("stderr = %q, want the rows' progress", stderr)
 	}
 }
@@ -121,7 +121,7 @@ func TestBenchHTTPBareRows(t *testing.T) {
 	}
 	tablesBefore, keysBefore := counts()
 
-	code, stdout, stderr := runArgs(t, "bench", "http", "--duration", "200ms", "--rounds", "2", "--clients", "4",
+	code, stdout, stderr := runArgs(t, "http", "--duration", "200ms", "--rounds", "2", "--clients", "4",
 		"--sleep", "2ms", "--stores", redisURL+","+pgURL, "--json")
 	if code != 0 {
 		t.Fatalf("exit status %d, want 0\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)

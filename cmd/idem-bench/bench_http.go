@@ -25,9 +25,10 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemhttp"
 	"github.com/idemgo/idem/storage"
+	"github.com/idemgo/idem/storeurl"
 )
 
-// benchHTTPOptions are the flags of idem bench http.
+// benchHTTPOptions are the flags of idem-bench http.
 type benchHTTPOptions struct {
 	duration time.Duration // of each row
 	clients  int
@@ -61,7 +62,7 @@ func parseBenchHTTPFlags(args []string, stderr io.Writer) (benchHTTPOptions, err
 		o      benchHTTPOptions
 		stores string
 	)
-	fs := flag.NewFlagSet("bench http", flag.ContinueOnError)
+	fs := flag.NewFlagSet("http", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long each row's load runs, in all its rounds")
 	fs.IntVar(&o.rounds, "rounds", 5, "rounds each row's load is split into; every round runs each row of a pass once, in turn")
@@ -72,7 +73,7 @@ func parseBenchHTTPFlags(args []string, stderr io.Writer) (benchHTTPOptions, err
 	fs.StringVar(&stores, "stores", defaultBenchStores(), "comma-separated URLs of the stores to measure; \"\" for the baseline alone")
 	fs.BoolVar(&o.json, "json", false, "also print the results as JSON, after the table")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), `Usage: idem bench http [flags]
+		fmt.Fprintf(fs.Output(), `Usage: idem-bench http [flags]
 
 Serves a POST handler that sleeps --sleep and answers a small JSON body on
 a loopback port and drives it with --clients concurrent clients (vegeta, in
@@ -100,30 +101,30 @@ pool_max_conns (PostgreSQL) or pool_size (Redis).
 Flags:
 `)
 		fs.PrintDefaults()
-		fmt.Fprintf(fs.Output(), "\nEach URL of --stores is %s\n", storeUsage)
+		fmt.Fprintf(fs.Output(), "\nEach URL of --stores is %s.\n", storeUsage)
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
 	}
 	switch {
 	case o.duration <= 0:
-		return o, usageErrorf("idem: --duration %v: must be positive", o.duration)
+		return o, usageErrorf("idem-bench: --duration %v: must be positive", o.duration)
 	case o.clients < 1:
-		return o, usageErrorf("idem: --clients %d: must be at least 1", o.clients)
+		return o, usageErrorf("idem-bench: --clients %d: must be at least 1", o.clients)
 	case o.rounds < 1:
-		return o, usageErrorf("idem: --rounds %d: must be at least 1", o.rounds)
+		return o, usageErrorf("idem-bench: --rounds %d: must be at least 1", o.rounds)
 	case o.duration/time.Duration(o.rounds) < 10*time.Millisecond:
-		return o, usageErrorf("idem: --duration %v: too short for %d rounds (at least 10ms a round)", o.duration, o.rounds)
+		return o, usageErrorf("idem-bench: --duration %v: too short for %d rounds (at least 10ms a round)", o.duration, o.rounds)
 	case o.sleep < 0:
-		return o, usageErrorf("idem: --sleep %v: must not be negative", o.sleep)
+		return o, usageErrorf("idem-bench: --sleep %v: must not be negative", o.sleep)
 	case !(o.repeat >= 0 && o.repeat < 1):
-		return o, usageErrorf("idem: --repeat %v: must be at least 0 and below 1", o.repeat)
+		return o, usageErrorf("idem-bench: --repeat %v: must be at least 0 and below 1", o.repeat)
 	}
 	if strings.TrimSpace(stores) != "" {
 		for s := range strings.SplitSeq(stores, ",") {
 			s = strings.TrimSpace(s)
 			if s == "" {
-				return o, usageErrorf("idem: --stores %q: an empty entry", stores)
+				return o, usageErrorf("idem-bench: --stores %q: an empty entry", stores)
 			}
 			o.stores = append(o.stores, s)
 		}
@@ -194,7 +195,7 @@ func benchHTTP(ctx context.Context, o benchHTTPOptions, stdout, stderr io.Writer
 	taken := map[string]bool{"baseline": true}
 	runID := time.Now().UnixNano()
 	for _, raw := range o.stores {
-		s, closeStore, openErr := openStore(ctx, withPoolSize(raw, o.clients), true)
+		s, closeStore, openErr := openStore(ctx, withPoolSize(raw, o.clients))
 		if openErr != nil {
 			return nil, openErr
 		}
@@ -203,7 +204,7 @@ func benchHTTP(ctx context.Context, o benchHTTPOptions, stdout, stderr io.Writer
 		if u, err := url.Parse(raw); err == nil { // openStore parsed it
 			t.name = u.Scheme
 			if _, ok := u.User.Password(); ok {
-				t.url = redactURL(u.String())
+				t.url = storeurl.Redact(u.String())
 			}
 			switch u.Scheme {
 			case "rediss":
@@ -234,7 +235,7 @@ func benchHTTP(ctx context.Context, o benchHTTPOptions, stdout, stderr io.Writer
 	if o.repeat > 0 {
 		passes = append(passes, benchPass{name: "repeat", repeat: o.repeat})
 	}
-	fmt.Fprintf(stdout, "idem bench http: POST to a handler that sleeps %v, %d clients in a closed loop (vegeta), %v per row\n",
+	fmt.Fprintf(stdout, "idem-bench http: POST to a handler that sleeps %v, %d clients in a closed loop (vegeta), %v per row\n",
 		o.sleep, o.clients, o.duration)
 	fmt.Fprint(stdout, "passes: fresh sends a new Idempotency-Key with every request")
 	if o.repeat > 0 {
@@ -256,7 +257,7 @@ func benchHTTP(ctx context.Context, o benchHTTPOptions, stdout, stderr io.Writer
 	for _, p := range passes {
 		accs := make([]rowAcc, len(targets))
 		for r := range o.rounds {
-			fmt.Fprintf(stderr, "idem bench http: %s pass, round %d of %d, %v per row\n", p.name, r+1, o.rounds, round)
+			fmt.Fprintf(stderr, "idem-bench http: %s pass, round %d of %d, %v per row\n", p.name, r+1, o.rounds, round)
 			for i, t := range targets {
 				if t.bare != nil && p.repeat > 0 {
 					continue // a bare row replays nothing: it has no repeat pass
@@ -306,7 +307,7 @@ func benchHTTP(ctx context.Context, o benchHTTPOptions, stdout, stderr io.Writer
 		fmt.Fprintf(stdout, "\n%s\n", b)
 	}
 	if failed > 0 {
-		return rows, fmt.Errorf("idem: bench http: %d of %d requests were not answered 2xx (see the table): those rows do not measure what they claim", failed, total)
+		return rows, fmt.Errorf("idem-bench: http: %d of %d requests were not answered 2xx (see the table): those rows do not measure what they claim", failed, total)
 	}
 	return rows, nil
 }
@@ -419,7 +420,7 @@ func benchHTTPRound(ctx context.Context, o benchHTTPOptions, t benchTarget, p be
 	}
 	m.Close()
 	if ctx.Err() != nil {
-		return fmt.Errorf("idem: bench http interrupted: %w", context.Cause(ctx))
+		return fmt.Errorf("idem-bench: http interrupted: %w", context.Cause(ctx))
 	}
 	acc.repeats += repeats.Load()
 	acc.wall += m.Duration + m.Wait
@@ -530,7 +531,7 @@ func benchHandler(sleep time.Duration) http.Handler {
 func serveBench(h http.Handler) (target string, stop func(), err error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return "", nil, fmt.Errorf("idem: bench http: %w", err)
+		return "", nil, fmt.Errorf("idem-bench: http: %w", err)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})

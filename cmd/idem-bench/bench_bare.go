@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgo/idem/idemhttp"
+	"github.com/idemgo/idem/storeurl"
 )
 
 // A bare row is the limit a store's row is measured against: the same
@@ -42,20 +43,20 @@ func openBare(ctx context.Context, raw string, runID int64) (bareStore, error) {
 	if err != nil {
 		return nil, nil // openStore has refused it already
 	}
-	shown := redactURL(u.String())
+	shown := storeurl.Redact(u.String())
 	switch u.Scheme {
 	case "redis", "rediss":
-		takeParam(u, "prefix")
+		dropParam(u, "prefix")
 		opts, err := redis.ParseURL(u.String())
 		if err != nil {
-			return nil, usageErrorf("idem: --store %s: %v", shown, err)
+			return nil, usageErrorf("idem-bench: --store %s: %v", shown, err)
 		}
 		return &bareRedis{c: redis.NewClient(opts), prefix: fmt.Sprintf("idem-bench-bare:%d:", runID)}, nil
 	case "postgres", "postgresql":
-		takeParam(u, "table")
+		dropParam(u, "table")
 		pool, err := pgxpool.New(ctx, u.String())
 		if err != nil {
-			return nil, fmt.Errorf("idem: --store %s: %w", shown, err)
+			return nil, fmt.Errorf("idem-bench: --store %s: %w", shown, err)
 		}
 		b := &barePostgres{pool: pool, table: pgx.Identifier{fmt.Sprintf("idem_bench_bare_%d", runID)}.Sanitize()}
 		// A key, a token, a result and an expiry, keyed as the records
@@ -65,7 +66,7 @@ func openBare(ctx context.Context, raw string, runID int64) (bareStore, error) {
 			result bytea, expires_at timestamptz NOT NULL)`)
 		if err != nil {
 			pool.Close()
-			return nil, fmt.Errorf("idem: --store %s: bare table: %w", shown, err)
+			return nil, fmt.Errorf("idem-bench: --store %s: bare table: %w", shown, err)
 		}
 		return b, nil
 	}

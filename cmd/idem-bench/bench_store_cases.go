@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +21,7 @@ import (
 	"github.com/idemgo/idem/pgstore"
 	"github.com/idemgo/idem/redisstore"
 	"github.com/idemgo/idem/storage"
+	"github.com/idemgo/idem/storeurl"
 )
 
 // The work of every case: a payment-like operation whose 70-byte payload
@@ -225,7 +228,7 @@ func openStoreBenchTarget(ctx context.Context, raw string, maxG int) (*storeBenc
 	switch u.Scheme {
 	case "mem":
 		if u.Host != "" || u.Path != "" || u.RawQuery != "" || u.Opaque != "" {
-			return nil, usageErrorf("idem: --store %s: mem:// takes no host, path or options", redactURL(raw))
+			return nil, usageErrorf("idem-bench: --store %s: mem:// takes no host, path or options", storeurl.Redact(raw))
 		}
 		return memBenchTarget(ctx)
 	case "redis", "rediss":
@@ -233,8 +236,8 @@ func openStoreBenchTarget(ctx context.Context, raw string, maxG int) (*storeBenc
 	case "postgres", "postgresql":
 		return postgresBenchTarget(ctx, u.String())
 	}
-	return nil, usageErrorf("idem: --store: unsupported scheme %q in %q (supported: mem://, redis://, rediss://, postgres://, postgresql://)",
-		u.Scheme, redactURL(u.String()))
+	return nil, usageErrorf("idem-bench: --store: unsupported scheme %q in %q (supported: mem://, redis://, rediss://, postgres://, postgresql://)",
+		u.Scheme, storeurl.Redact(u.String()))
 }
 
 // memBenchTarget measures memstore beside a sync.Map: the least an
@@ -319,14 +322,12 @@ return 0`)
 // of maxG goroutines.
 func redisBenchTarget(ctx context.Context, raw string, maxG int) (*storeBenchTarget, error) {
 	u, _ := benchURL(raw)
-	shown := redactURL(u.String())
-	base, ok := takeParam(u, "prefix")
-	if !ok {
-		base = "idem-bench:"
-	}
+	shown := storeurl.Redact(u.String())
+	base := cmp.Or(u.Query().Get("prefix"), "idem-bench:")
+	dropParam(u, "prefix")
 	opts, err := redis.ParseURL(u.String())
 	if err != nil {
-		return nil, usageErrorf("idem: --store %s: %v", shown, err)
+		return nil, usageErrorf("idem-bench: --store %s: %v", shown, err)
 	}
 	if !u.Query().Has("pool_size") {
 		opts.PoolSize = maxG
@@ -336,11 +337,11 @@ func redisBenchTarget(ctx context.Context, raw string, maxG int) (*storeBenchTar
 		c.Close()
 		return nil, err
 	}
-	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	info, err := c.Info(pctx, "server").Result()
 	if err != nil {
-		return fail(fmt.Errorf("idem: --store %s: cannot reach Redis: %w: %w", shown, idem.ErrStoreUnavailable, err))
+		return fail(fmt.Errorf("idem-bench: --store %s: cannot reach Redis: %w: %w", shown, idem.ErrStoreUnavailable, err))
 	}
 	server := "Redis"
 	for line := range strings.Lines(info) {
@@ -363,7 +364,7 @@ func redisBenchTarget(ctx context.Context, raw string, maxG int) (*storeBenchTar
 	prefix := base + strings.ToLower(rand.Text()[:12]) + ":"
 	s, err := redisstore.New(c, redisstore.Config{Prefix: prefix + "store:"})
 	if err != nil {
-		return fail(usageErrorf("idem: --store %s: %v", shown, err))
+		return fail(usageErrorf("idem-bench: --store %s: %v", shown, err))
 	}
 	bareKey := func(key string) string { return prefix + "bare:" + key }
 	retention := storeBenchRetention.Milliseconds()
@@ -505,7 +506,7 @@ func redisMemoryPerRecord(ctx context.Context, c *redis.Client) (*storeBenchMemo
 // pool of one connection per goroutine, all connected before it is timed.
 func postgresBenchTarget(ctx context.Context, raw string) (t *storeBenchTarget, err error) {
 	u, _ := benchURL(raw)
-	_, setup, _, err := openPostgres(ctx, u)
+	setup, err := openPool(ctx, u)
 	if err != nil {
 		return nil, err
 	}
@@ -699,7 +700,7 @@ func postgresBenchTarget(ctx context.Context, raw string) (t *storeBenchTarget, 
 		}, nil
 	})
 	return &storeBenchTarget{
-		url:    redactURL(u.String()),
+		url:    storeurl.Redact(u.String()),
 		server: fmt.Sprintf("PostgreSQL %s  synchronous_commit=%s  fsync=%s", version, syncCommit, fsync),
 		cases:  cases(stores, bare),
 		close:  dropSchema,
@@ -709,4 +710,34 @@ func postgresBenchTarget(ctx context.Context, raw string) (t *storeBenchTarget, 
 			return pos, err
 		},
 	}, nil
+}
+
+// dropParam removes the query parameter name from u: the drivers' URL
+// parsers refuse (go-redis) or pass on to the server (pgx) the parameters
+// that are idem's.
+func dropParam(u *url.URL, name string) {
+	q := u.Query()
+	q.Del(name)
+	u.RawQuery = q.Encode()
+}
+
+// openPool connects a pool to the database of u and checks that it
+// answers.
+func openPool(ctx context.Context, u *url.URL) (*pgxpool.Pool, error) {
+	shown := storeurl.Redact(u.String())
+	cfg, err := pgxpool.ParseConfig(u.String())
+	if err != nil {
+		return nil, usageErrorf("idem-bench: --store %s: %v", shown, err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("idem-bench: --store %s: %w", shown, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("idem-bench: --store %s: cannot reach PostgreSQL: %w: %w", shown, storage.ErrStoreUnavailable, err)
+	}
+	return pool, nil
 }

@@ -217,9 +217,12 @@ func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	f := newKeyFlags(fs)
 	yes := fs.Bool("yes", false, "delete without asking")
 	status := fs.String("status", "", "instead of one KEY, every record of --namespace with this status: completed, failed or in-progress")
+	var age ageFilter
+	fs.DurationVar(&age.olderThan, "older-than", 0, "with --status: only the records last written more than this long ago (see above)")
+	fs.DurationVar(&age.retention, "retention", idem.DefaultRetention, "with --older-than: the retention the Guard wrote the records with: its Config.FailedRetention for failed and in-progress records, its Config.Retention for completed ones")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: idem purge --store URL [--namespace NS] [--scope S] [--yes] KEY
-       idem purge --store URL --namespace NS --status failed [--yes]
+       idem purge --store URL --namespace NS --status failed [--older-than 24h [--retention 168h]] [--yes]
 
 Deletes the record of KEY, whatever its status, after showing it and
 asking (or at once with --yes): its next delivery or request runs the
@@ -228,6 +231,20 @@ hand; a key in progress with a live lease is being run right now, and a
 purge lets a duplicate run beside it. With --status, deletes every record
 of the namespace in that status (failed: let every failed key run again),
 after counting them and asking.
+
+With --older-than D, --status deletes only the records last written more
+than D ago. A record does not keep when it was written, but it keeps when
+it expires, which the store set to the time of the write plus the
+retention the Guard asked for: so a failed record failed at its expiry
+minus --retention (the Guard's Config.FailedRetention), and a completed
+one completed at its expiry minus --retention (Config.Retention). A record
+in progress counts from the end of its lease (a released one, from the
+end of the lease it gave up: its expiry minus --retention, the Guard's
+Config.FailedRetention), so a live lease is never older than anything.
+--retention defaults to idem's default retention, 24h; name the Guard's
+if it sets another, or records are taken for older (a shorter retention)
+or younger (a longer one) than they are. Ages are measured on this
+machine's clock against times the store's clock set.
 
 Flags:
 `)
@@ -245,16 +262,22 @@ Flags:
 		case strings.HasPrefix(*f.store, "mem:"):
 			return usageErrorf("idem: purge: --store mem://: a memstore lives in the process that made it")
 		}
+		if err := age.check(); err != nil {
+			return err
+		}
 		s, closeStore, err := openStore(ctx, *f.store, false)
 		if err != nil {
 			return err
 		}
 		defer closeStore()
-		return purgeStatus(ctx, s, *f.namespace, *status, *yes, *f.json, stdout)
+		return purgeStatus(ctx, s, *f.namespace, *status, age, *yes, *f.json, stdout)
 	}
 	key, err := parseKeyArgs(fs, args)
 	if err != nil {
 		return err
+	}
+	if age.olderThan != 0 {
+		return usageErrorf("idem: purge: --older-than goes with --status, not with a KEY")
 	}
 	s, storeKey, closeStore, err := openRecord(ctx, "purge", f, key)
 	if err != nil {

@@ -21,13 +21,8 @@ import (
 func TestInspectAndPurge(t *testing.T) {
 	for _, kind := range []string{"redis", "postgres", "dynamodb", "sqlite"} {
 		t.Run(kind, func(t *testing.T) {
-			raw := dynamoOr(t, kind)
+			raw, s := kindStore(t, kind)
 			ctx := context.Background()
-			s, closeStore, err := openStore(ctx, raw, true)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer closeStore()
 			g, err := idem.New(s, idem.Config{Namespace: "shop", Lease: time.Minute})
 			if err != nil {
 				t.Fatal(err)
@@ -103,4 +98,17 @@ func dynamoOr(t *testing.T, kind string) string {
 		return dynamoURL(t)
 	}
 	return testStoreURL(t, kind)
+}
+
+// kindStore returns a --store URL of kind's of the test's own, and the
+// store opened from it (its table created), closed when the test ends.
+func kindStore(t *testing.T, kind string) (string, storage.Store) {
+	t.Helper()
+	raw := dynamoOr(t, kind)
+	s, closeStore, err := openStore(context.Background(), raw, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeStore() })
+	return raw, s
 }

@@ -185,9 +185,40 @@ func printStats(w io.Writer, stats []nsStats) {
 	}
 }
 
-// purgeStatus deletes the records of namespace with status, after
-// counting them and asking unless yes.
-func purgeStatus(ctx context.Context, s storage.Store, namespace, status string, yes, asJSON bool, stdout io.Writer) error {
+// ageFilter is purge's --older-than and --retention.
+type ageFilter struct {
+	olderThan time.Duration // 0: every record
+	retention time.Duration
+}
+
+// check returns a usage error for flags that cannot select a record.
+func (a ageFilter) check() error {
+	switch {
+	case a.olderThan < 0:
+		return usageErrorf("idem: purge: --older-than %v: must be positive", a.olderThan)
+	case a.retention <= 0:
+		return usageErrorf("idem: purge: --retention %v: must be positive", a.retention)
+	case a.olderThan != 0 && a.olderThan >= a.retention:
+		return usageErrorf("idem: purge: --older-than %v is not less than --retention %v: a record written that long ago has expired already, "+
+			"so none would match (if the Guard keeps its records longer, give its retention with --retention)", a.olderThan, a.retention)
+	}
+	return nil
+}
+
+// lastWritten returns when r was last written, as far as the record
+// tells (see idem purge -h): the end of the lease of a record in
+// progress, else its expiry minus the retention it was written with.
+func lastWritten(r storage.Record, retention time.Duration) time.Time {
+	if r.Status == storage.StatusInProgress && !r.LeaseUntil.IsZero() {
+		return r.LeaseUntil
+	}
+	return r.ExpiresAt.Add(-retention)
+}
+
+// purgeStatus deletes the records of namespace with status, last written
+// before now minus age.olderThan if that is set, after counting them and
+// asking unless yes.
+func purgeStatus(ctx context.Context, s storage.Store, namespace, status string, age ageFilter, yes, asJSON bool, stdout io.Writer) error {
 	want, ok := map[string]storage.Status{"completed": storage.StatusCompleted, "failed": storage.StatusFailed, "in-progress": storage.StatusInProgress}[status]
 	if !ok {
 		return usageErrorf("idem: purge: --status %q: want completed, failed or in-progress", status)
@@ -196,9 +227,15 @@ func purgeStatus(ctx context.Context, s storage.Store, namespace, status string,
 	if err != nil {
 		return err
 	}
+	var before time.Time
+	which := fmt.Sprintf("%s records in namespace %q", status, namespace)
+	if age.olderThan > 0 {
+		before = time.Now().Add(-age.olderThan)
+		which += fmt.Sprintf(" last written more than %v ago (before %s, taking a retention of %v)", age.olderThan, before.UTC().Format(time.RFC3339), age.retention)
+	}
 	var keys []string
 	if err := sc.Scan(ctx, storage.NamespacePrefix(namespace), func(r storage.Record) bool {
-		if r.Status == want {
+		if r.Status == want && (before.IsZero() || lastWritten(r, age.retention).Before(before)) {
 			keys = append(keys, r.Key)
 		}
 		return true
@@ -206,7 +243,7 @@ func purgeStatus(ctx context.Context, s storage.Store, namespace, status string,
 		return fmt.Errorf("idem: purge: %w", err)
 	}
 	if !yes {
-		fmt.Fprintf(stdout, "%d %s records in namespace %q. Delete them? [y/N] ", len(keys), status, namespace)
+		fmt.Fprintf(stdout, "%d %s. Delete them? [y/N] ", len(keys), which)
 		if !confirmed() {
 			return errors.New("idem: purge: not deleted")
 		}
@@ -219,12 +256,20 @@ func purgeStatus(ctx context.Context, s storage.Store, namespace, status string,
 		deleted++
 	}
 	if asJSON {
-		return json.NewEncoder(stdout).Encode(struct {
-			Namespace string `json:"namespace"`
-			Status    string `json:"status"`
-			Deleted   int    `json:"deleted"`
-		}{namespace, status, deleted})
+		out := struct {
+			Namespace string     `json:"namespace"`
+			Status    string     `json:"status"`
+			OlderThan string     `json:"older_than,omitempty"`
+			Before    *time.Time `json:"before,omitempty"` // last written before this
+			Retention string     `json:"retention,omitempty"`
+			Deleted   int        `json:"deleted"`
+		}{Namespace: namespace, Status: status, Deleted: deleted}
+		if !before.IsZero() {
+			b := before.UTC()
+			out.OlderThan, out.Before, out.Retention = age.olderThan.String(), &b, age.retention.String()
+		}
+		return json.NewEncoder(stdout).Encode(out)
 	}
-	fmt.Fprintf(stdout, "idem purge: deleted %d %s records of namespace %q\n", deleted, status, namespace)
+	fmt.Fprintf(stdout, "idem purge: deleted %d %s\n", deleted, which)
 	return nil
 }

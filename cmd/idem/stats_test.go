@@ -22,13 +22,8 @@ import (
 func TestStatsAndPurgeByStatus(t *testing.T) {
 	for _, kind := range []string{"redis", "postgres", "dynamodb", "sqlite"} {
 		t.Run(kind, func(t *testing.T) {
-			raw := dynamoOr(t, kind)
+			raw, s := kindStore(t, kind)
 			ctx := context.Background()
-			s, closeStore, err := openStore(ctx, raw, true)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer closeStore()
 			ns := "stats-" + strings.ReplaceAll(t.Name(), "/", "-")
 			g, err := idem.New(s, idem.Config{Namespace: ns, Lease: time.Minute})
 			if err != nil {
@@ -90,6 +85,100 @@ func TestStatsAndPurgeByStatus(t *testing.T) {
 		})
 	}
 	stdin = nil
+}
+
+// TestPurgeOlderThan: on every store an operator reaches from a shell,
+// purge --status failed --older-than deletes the failed records of the
+// namespace written longer ago than that, by their expiry and the
+// retention they were written with, and leaves the younger ones and the
+// other statuses; it asks first, and --json says what it did. A record
+// failed by a Guard whose FailedRetention is 1h expires 23h earlier than
+// one failed at the same moment under 24h (--retention): to purge, it is
+// as old as a record failed 23h ago.
+func TestPurgeOlderThan(t *testing.T) {
+	for _, kind := range []string{"redis", "postgres", "dynamodb", "sqlite"} {
+		t.Run(kind, func(t *testing.T) {
+			raw, s := kindStore(t, kind)
+			ctx := context.Background()
+			ns := "older-" + strings.ReplaceAll(t.Name(), "/", "-")
+			guard := func(failedRetention time.Duration) *idem.Guard {
+				g, err := idem.New(s, idem.Config{Namespace: ns, Retention: 24 * time.Hour, FailedRetention: failedRetention})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { g.Close() })
+				return g
+			}
+			young, old := guard(24*time.Hour), guard(time.Hour)
+			fail := func(context.Context) ([]byte, error) { return nil, idem.Permanent(errors.New("declined")) }
+			ok := func(context.Context) ([]byte, error) { return []byte("v"), nil }
+			for _, k := range []string{"young-1", "young-2"} {
+				young.Do(ctx, k, nil, fail)
+			}
+			for _, k := range []string{"old-1", "old-2", "old-3"} {
+				old.Do(ctx, k, nil, fail)
+			}
+			if _, err := old.Do(ctx, "done", nil, ok); err != nil {
+				t.Fatal(err)
+			}
+			at := []string{"purge", "--store", raw, "--namespace", ns, "--status", "failed", "--older-than", "12h"}
+
+			stdin = strings.NewReader("n\n")
+			code, stdout, stderr := runArgs(t, at...)
+			if code != 1 || !strings.Contains(stdout, "3 failed records") || !strings.Contains(stdout, "more than 12h0m0s ago") {
+				t.Fatalf("purge --older-than 12h answered no: %d\n%s%s", code, stdout, stderr)
+			}
+			code, stdout, stderr = runArgs(t, append(at, "--yes", "--json")...)
+			var got struct {
+				OlderThan string `json:"older_than"`
+				Before    time.Time
+				Deleted   int
+			}
+			if code != 0 || json.Unmarshal([]byte(stdout), &got) != nil || got.Deleted != 3 || got.OlderThan != "12h0m0s" ||
+				time.Since(got.Before) < 12*time.Hour || time.Since(got.Before) > 13*time.Hour {
+				t.Fatalf("purge --older-than 12h --yes --json: %d %+v\n%s%s", code, got, stdout, stderr)
+			}
+			for _, k := range []string{"young-1", "young-2", "done", "old-1", "old-2", "old-3"} {
+				_, err := s.Get(ctx, storage.StoreKey(ns, k))
+				if gone := errors.Is(err, idem.ErrNotFound); gone != strings.HasPrefix(k, "old-") || (!gone && err != nil) {
+					t.Errorf("after the purge, Get(%s): %v", k, err)
+				}
+			}
+			// With the Guard's own retention named, the records failed
+			// under 1h are as young as they are.
+			old.Do(ctx, "old-4", nil, fail)
+			if code, stdout, _ = runArgs(t, "purge", "--store", raw, "--namespace", ns, "--status", "failed",
+				"--older-than", "30m", "--retention", "1h", "--yes"); code != 0 || !strings.Contains(stdout, "deleted 0 failed records") {
+				t.Fatalf("purge --older-than 30m --retention 1h: %d\n%s", code, stdout)
+			}
+		})
+	}
+	stdin = nil
+	checkUsage(t, []usageCase{
+		{args: []string{"purge", "--store", "mem://", "--older-than", "1h", "k"}, code: 2, stderr: "--older-than goes with --status"},
+		{args: []string{"purge", "--store", "redis://127.0.0.1:1", "--status", "failed", "--older-than", "24h"}, code: 2, stderr: "is not less than --retention 24h0m0s"},
+		{args: []string{"purge", "--store", "redis://127.0.0.1:1", "--status", "failed", "--older-than", "-1h"}, code: 2, stderr: "must be positive"},
+		{args: []string{"purge", "--store", "redis://127.0.0.1:1", "--status", "failed", "--retention", "0s"}, code: 2, stderr: "--retention 0s: must be positive"},
+	})
+}
+
+// lastWritten is when a record was last written, by what it holds.
+func TestLastWritten(t *testing.T) {
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		r    storage.Record
+		want time.Time
+	}{
+		{"failed", storage.Record{Status: storage.StatusFailed, ExpiresAt: now.Add(24 * time.Hour)}, now},
+		{"completed", storage.Record{Status: storage.StatusCompleted, ExpiresAt: now.Add(20 * time.Hour)}, now.Add(-4 * time.Hour)},
+		{"in progress: its lease end", storage.Record{Status: storage.StatusInProgress, LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(48 * time.Hour)}, now.Add(time.Minute)},
+		{"released: the lease it gave up", storage.Record{Status: storage.StatusInProgress, ExpiresAt: now.Add(23 * time.Hour)}, now.Add(-time.Hour)},
+	} {
+		if got := lastWritten(tc.r, 24*time.Hour); !got.Equal(tc.want) {
+			t.Errorf("%s: lastWritten = %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }
 
 // TestOutboxStats: idem outbox stats reads a table's backlog as the relay

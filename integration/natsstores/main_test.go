@@ -2,23 +2,18 @@ package natsstores_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemnats"
-	"github.com/idemgo/idem/internal/testenv"
-	"github.com/idemgo/idem/memstore"
+	"github.com/idemgo/idem/idemnats/idemnatstest"
 	"github.com/idemgo/idem/pgstore"
 	"github.com/idemgo/idem/pgstore/pgstoretest"
 	"github.com/idemgo/idem/redisstore"
@@ -33,142 +28,19 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// natsServer is the shared NATS server the tests use.
-var natsServer = testenv.Server{Name: "NATS", Env: "IDEM_NATS_URL", Default: nats.DefaultURL}
-
-// natsURL is its URL.
-var natsURL = natsServer.Addr()
-
-// connect connects to the NATS server at url, closed when tb ends.
-func connect(tb testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
-	tb.Helper()
-	nc, err := nats.Connect(url, append([]nats.Option{nats.Timeout(3 * time.Second)}, opts...)...)
-	if err != nil {
-		natsServer.Unreachable(tb, url, err)
-	}
-	tb.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := js.AccountInfo(ctx); err != nil {
-		natsServer.Unreachable(tb, url+" (JetStream)", err)
-	}
-	return nc, js
-}
-
-// random returns n random bytes in hex.
-func random(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// newStream creates a stream of the test's own, named IDEMTEST_<random>,
-// on the subjects <name>.>, in memory unless cfg says otherwise; deleted
-// when tb ends.
-func newStream(tb testing.TB, js jetstream.JetStream, cfg jetstream.StreamConfig) jetstream.Stream {
-	tb.Helper()
-	cfg.Name = "IDEMTEST_" + strings.ToUpper(random(6))
-	if cfg.Subjects == nil {
-		cfg.Subjects = []string{cfg.Name + ".>"}
-	}
-	if cfg.Storage == jetstream.FileStorage && cfg.MaxAge == 0 {
-		cfg.MaxAge = time.Hour // a stream a crashed run leaves behind goes away
-	}
-	if cfg.Storage != jetstream.FileStorage {
-		cfg.Storage = jetstream.MemoryStorage
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := js.CreateStream(ctx, cfg)
-	// nats-server 2.9 may remove its account's streams directory as the
-	// last stream of another test is deleted, under a stream being created
-	// ("error creating store for stream", 10049): create it again.
-	for try := 0; try < 5 && isAPIError(err, 10049); try++ {
-		s, err = js.CreateStream(ctx, cfg)
-	}
-	if err != nil {
-		tb.Fatalf("create stream: %v", err)
-	}
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := js.DeleteStream(ctx, cfg.Name); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-			tb.Logf("delete stream %s: %v", cfg.Name, err)
-		}
-	})
-	return s
-}
-
-// isAPIError reports whether err is JetStream's error of code code.
-func isAPIError(err error, code jetstream.ErrorCode) bool {
-	apiErr, ok := errors.AsType[*jetstream.APIError](err)
-	return ok && apiErr.ErrorCode == code
-}
-
-// subject returns a subject of the stream.
-func subject(s jetstream.Stream, token string) string {
-	return s.CachedInfo().Config.Name + "." + token
-}
-
-// newConsumer creates a durable pull consumer on s with explicit acks.
-func newConsumer(tb testing.TB, s jetstream.Stream, cfg jetstream.ConsumerConfig) jetstream.Consumer {
-	tb.Helper()
-	if cfg.Durable == "" {
-		cfg.Durable = "workers"
-	}
-	cfg.AckPolicy = jetstream.AckExplicitPolicy
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := s.CreateOrUpdateConsumer(ctx, cfg)
-	if err != nil {
-		tb.Fatalf("create consumer: %v", err)
-	}
-	return c
-}
-
-// publish publishes data to subj with the headers given as name, value
-// pairs, and fails tb unless the stream stored it.
-func publish(tb testing.TB, js jetstream.JetStream, subj string, data string, headers ...string) *jetstream.PubAck {
-	tb.Helper()
-	m := &nats.Msg{Subject: subj, Data: []byte(data), Header: nats.Header{}}
-	for i := 0; i+1 < len(headers); i += 2 {
-		m.Header.Add(headers[i], headers[i+1])
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ack, err := js.PublishMsg(ctx, m)
-	if err != nil {
-		tb.Fatalf("publish to %s: %v", subj, err)
-	}
-	return ack
-}
-
-// newGuard returns a Guard over store, closed when tb ends.
-func newGuard(tb testing.TB, store storage.Store, cfg idem.Config) *idem.Guard {
-	tb.Helper()
-	if cfg.Namespace == "" {
-		cfg.Namespace = "idemnats-test-" + random(4)
-	}
-	g, err := idem.New(store, cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { g.Close() })
-	return g
-}
-
-func memStore(tb testing.TB) storage.Store {
-	s, err := memstore.New(memstore.Config{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { s.Close() })
-	return s
-}
+// The shared helpers, under the names the tests use.
+var (
+	natsURL     = idemnatstest.URL()
+	connect     = idemnatstest.Connect
+	random      = idemnatstest.Random
+	newStream   = idemnatstest.NewStream
+	isAPIError  = idemnatstest.IsAPIError
+	subject     = idemnatstest.Subject
+	newConsumer = idemnatstest.NewConsumer
+	publish     = idemnatstest.Publish
+	newGuard    = idemnatstest.Guard
+	memStore    = idemnatstest.MemStore
+)
 
 // stores are the stores the tests run over, each isolated from every
 // other test's (a Redis key prefix, a PostgreSQL schema).

@@ -146,10 +146,11 @@ func (g *Guard) fromCache(ctx context.Context, scope, key string, storeKey, fing
 	if !ok {
 		return Result{}, nil, false
 	}
-	g.observe(ctx, Event{Op: OpCacheHit, Scope: scope, Key: key})
 	if !same {
+		g.observe(ctx, Event{Op: OpCacheHit, Scope: scope, Key: key, Err: ErrKeyReused})
 		return Result{}, fmt.Errorf("%w (key %q)", ErrKeyReused, key), true
 	}
+	g.observe(ctx, Event{Op: OpCacheHit, Scope: scope, Key: key})
 	res, err := replay(storage.Record{Status: status, Result: result})
 	return res, err, true
 }

@@ -177,7 +177,7 @@ type Op uint8
 // The steps an [Observer] sees.
 const (
 	OpClaim     Op = iota + 1 // a storage.Claim answered (Event.Outcome) or failed (Event.Err; ErrKeyReused, or ErrTooManyAttempts for a storage.Duplicate the attempt cap failed)
-	OpCacheHit                // a duplicate answered from the local cache
+	OpCacheHit                // a duplicate answered from the local cache (Event.Err ErrKeyReused when its payload differs)
 	OpRun                     // the operation ran (Event.Duration; Event.Err is its error)
 	OpComplete                // Complete answered
 	OpFail                    // Fail answered

@@ -718,3 +718,33 @@ func TestStoreKeyIsUnambiguous(t *testing.T) {
 		t.Fatal("StoreKey does not end with the key")
 	}
 }
+
+// A key reused with another payload and answered from the local cache
+// reaches the Observer as ErrKeyReused, as it does from the store, not as
+// a plain replay.
+func TestCacheHitOfReusedKeyIsObservedAsReused(t *testing.T) {
+	var mu sync.Mutex
+	var hits []idem.Event
+	g := newGuard(t, newMem(t), idem.Config{CacheSize: 10, Observer: func(_ context.Context, e idem.Event) {
+		if e.Op == idem.OpCacheHit {
+			mu.Lock()
+			hits = append(hits, e)
+			mu.Unlock()
+		}
+	}})
+	ctx := context.Background()
+	if _, err := g.Do(ctx, "order-1", []byte("a"), value("v")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Do(ctx, "order-1", []byte("a"), value("v")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Do(ctx, "order-1", []byte("b"), value("v")); !errors.Is(err, idem.ErrKeyReused) {
+		t.Fatalf("Do with another payload: %v, want ErrKeyReused", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(hits) != 2 || hits[0].Err != nil || !errors.Is(hits[1].Err, idem.ErrKeyReused) {
+		t.Fatalf("cache hits observed: %+v; want a replay, then one with ErrKeyReused", hits)
+	}
+}

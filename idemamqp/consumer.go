@@ -18,6 +18,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/consumer"
 	"github.com/idemgo/idem/internal/adapter"
+	"github.com/idemgo/idem/internal/ahead"
 	"github.com/idemgo/idem/internal/chassis"
 )
 
@@ -46,6 +47,7 @@ type Consumer struct {
 	handler Handler
 	o       options
 	tries   *chassis.Tries // handler failures in a row, by delivery identity
+	ahead   ahead.Claimer  // g's claim and finish apart
 	running atomic.Bool
 }
 
@@ -102,6 +104,7 @@ func New(g *idem.Guard, url, queue string, h Handler, opts ...Option) (*Consumer
 		return nil, err
 	}
 	c.tries = chassis.NewTries(maxTries)
+	c.ahead = ahead.For(g)
 	return c, nil
 }
 
@@ -138,10 +141,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 	hctx, cancelHandlers := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancelHandlers(nil)
 	r := &runner{c: c, hctx: hctx, stopping: ctx.Done(), slots: make(chan struct{}, c.o.concurrency)}
-	// Each session has concurrency workers that take its deliveries
-	// straight from amqp091, as a bare consumer's would; the slots bound
-	// the handlers running at once across sessions, since the handlers of
-	// a dropped connection run on.
+	r.startOutcomes()
+	// Each session has a claimer and concurrency workers (see serve); the
+	// slots bound the handlers running at once across sessions, since the
+	// handlers of a dropped connection run on.
 	var workers sync.WaitGroup
 
 	var last *session
@@ -153,9 +156,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			pause = c.o.reconnectMin
 			r.observe(ctx, Event{Kind: EventConnected, Queue: c.queue})
 			log.InfoContext(ctx, "idemamqp: consuming", slog.String("queue", c.queue), slog.String("url", c.shown))
-			for range c.o.concurrency {
-				workers.Go(func() { r.work(s) })
-			}
+			workers.Go(func() { r.serve(s) })
 			err = c.scrub(s.watch(ctx))
 			if ctx.Err() != nil {
 				last = s
@@ -178,6 +179,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 
 	r.drain(cancelHandlers)
+	r.out.close() // stores the values of the handlers that ran, and acks their deliveries
 	if last != nil {
 		last.close() // ends its deliveries, and so its workers
 	}
@@ -185,18 +187,38 @@ func (c *Consumer) Run(ctx context.Context) error {
 	return nil
 }
 
-// work handles the deliveries of s until its delivery channel closes. Once
-// Run is stopping it takes them without handling them: the broker requeues
-// them when the connection closes.
+// serve consumes s: its claimer (claimAhead) takes the deliveries from
+// amqp091 and claims them ahead, and concurrency workers handle them, as
+// many as a bare consumer's goroutines. It returns once the delivery
+// channel closed and the workers took what the claimer handed them; the
+// keys of deliveries left by workers that ended (runtime.Goexit) are
+// given back.
+func (r *runner) serve(s *session) {
+	s.ready = make(chan job, r.c.o.prefetch)
+	var wg sync.WaitGroup
+	wg.Go(func() { r.claimAhead(s) })
+	for range r.c.o.concurrency {
+		wg.Go(func() { r.work(s) })
+	}
+	wg.Wait()
+	for j := range s.ready {
+		j.giveBack()
+	}
+}
+
+// work handles the deliveries of s until the claimer closes s.ready. Once
+// Run is stopping it takes them without handling them, giving back the
+// keys claimed for them: the broker requeues them when the connection
+// closes.
 func (r *runner) work(s *session) {
-	for d := range s.deliveries {
-		start := time.Now()
+	for j := range s.ready {
 		select {
 		case r.slots <- struct{}{}:
 		case <-r.stopping:
+			j.giveBack()
 			continue
 		}
-		r.handleInSlot(job{s: s, d: d, start: start})
+		r.handleInSlot(j)
 	}
 }
 
@@ -206,6 +228,7 @@ func (r *runner) handleInSlot(j job) {
 	defer func() { <-r.slots }()
 	select {
 	case <-r.stopping:
+		j.giveBack()
 	default:
 		r.handle(j)
 	}
@@ -240,13 +263,21 @@ type runner struct {
 	hctx     context.Context // the handlers' context: Run's values, cancelled after the drain timeout
 	stopping <-chan struct{} // closed when Run's context ends
 	slots    chan struct{}   // one per handler running, at most the concurrency
+	out      *outcomes       // stores the values of the handlers that ran, and settles their deliveries
 }
 
-// job is one delivery a worker handles, with the session it came from.
+// job is one delivery a worker handles, with the session it came from and
+// what the claimer learnt of it.
 type job struct {
-	s     *session
-	d     amqp.Delivery
-	start time.Time
+	s       *session
+	d       amqp.Delivery
+	start   time.Time // when the claimer took it
+	key     string
+	keyErr  error
+	scope   string
+	payload []byte // what is fingerprinted, for a delivery with a usable key
+	claimed bool   // the claimer claimed its key: cl is the answer
+	cl      ahead.Claim
 }
 
 // delivery is what the consumer learnt of a delivery before it settles it.
@@ -268,12 +299,13 @@ func (r *runner) handle(j job) {
 	dl := delivery{job: j, ev: Event{Queue: r.c.queue, DeliveryTag: d.DeliveryTag, Redelivered: d.Redelivered}}
 	if j.s.isDead() {
 		// Taken before the channel closed: the broker delivers it again.
+		j.giveBack()
 		r.settled(dl, EventUnsettled, errChannelClosed)
 		return
 	}
-	key, keyErr := o.Key(d)
+	key, keyErr := j.key, j.keyErr
 	dl.key, dl.keyOK = key, keyErr == nil && key != ""
-	dl.ev.Key, dl.ev.Scope = key, o.Scope(d)
+	dl.ev.Key, dl.ev.Scope = key, j.scope
 	dl.id = identity(dl.ev.Scope, key, d)
 	trace := chassis.Trace(func(name string) string { return traceHeader(d, name) })
 	var v chassis.Verdict
@@ -284,8 +316,18 @@ func (r *runner) handle(j job) {
 		err := r.call(chassis.HandlerContext(r.hctx, nil, trace), d)
 		v = o.Decide(idem.Result{}, err, r.c.tries.Count(dl.id))
 	default:
-		v, dl.ev.Replayed = r.guarded(dl, trace)
+		var pending bool
+		v, dl.ev.Replayed, pending = r.guarded(dl, trace)
+		if pending {
+			return // the outcome writer stores its value and settles it
+		}
 	}
+	r.finish(dl, v)
+}
+
+// finish counts a failed handler's failure and carries out the verdict v
+// on the delivery dl.
+func (r *runner) finish(dl delivery, v chassis.Verdict) {
 	if v.Failed {
 		r.c.tries.Failed(dl.id)
 	}
@@ -312,28 +354,46 @@ func identity(scope, key string, d amqp.Delivery) string {
 }
 
 // guarded runs the handler under the Guard and decides the settlement. A
-// claim the store could not answer is tried again, with a backoff, while
-// the delivery is held: the broker's redelivery count is not spent on a
-// store outage. It reports whether the outcome was replayed.
-func (r *runner) guarded(dl delivery, trace consumer.TraceCarrier) (chassis.Verdict, bool) {
+// delivery claimed ahead runs on its claim, and a handler that returned
+// leaves its value to the outcome writer (pending: the delivery is the
+// writer's to settle); one answered by its claim is decided at once. The
+// others, and those whose lease was lost while they waited, go through
+// DoScoped. A claim the store could not answer is tried again, with a
+// backoff, while the delivery is held: the broker's redelivery count is
+// not spent on a store outage. It reports whether the outcome was
+// replayed.
+func (r *runner) guarded(dl delivery, trace consumer.TraceCarrier) (v chassis.Verdict, replayed, pending bool) {
 	o := &r.c.o
-	payload := o.Payload(dl.d)
 	var ran bool
 	fn := func(ctx context.Context) ([]byte, error) {
 		ran = true
 		return nil, r.call(chassis.HandlerContext(ctx, nil, trace), dl.d)
 	}
+	switch cl := dl.cl; {
+	case cl.Held != nil:
+		_, err, ok := cl.Held.Run(fn)
+		if ok && err == nil {
+			r.out.add(dl, cl.Held)
+			return v, false, true
+		}
+		if ok {
+			return o.Decide(idem.Result{}, err, r.c.tries.Count(dl.id)), false, false
+		}
+	case dl.claimed && !cl.Later && !errors.Is(cl.Err, idem.ErrStoreUnavailable):
+		res := idem.Result{Value: cl.Value, Replayed: cl.Replayed}
+		return o.Decide(res, cl.Err, r.c.tries.Count(dl.id)), cl.Err == nil && cl.Replayed, false
+	}
 	pause := 50 * time.Millisecond
 	for {
-		res, err := r.c.g.DoScoped(r.hctx, dl.ev.Scope, dl.key, payload, fn)
+		res, err := r.c.g.DoScoped(r.hctx, dl.ev.Scope, dl.key, dl.payload, fn)
 		if ran || !errors.Is(err, idem.ErrStoreUnavailable) {
-			return o.Decide(res, err, r.c.tries.Count(dl.id)), err == nil && res.Replayed
+			return o.Decide(res, err, r.c.tries.Count(dl.id)), err == nil && res.Replayed, false
 		}
 		o.Logger().Warn("idemamqp: the store cannot claim the key; holding the delivery and trying again",
 			slog.String("queue", r.c.queue), slog.String("scope", dl.ev.Scope), slog.String("key", dl.key),
 			slog.Duration("pause", pause), slog.Any("error", err))
 		if !r.wait(dl.s, pause) {
-			return o.Decide(res, err, 0), false
+			return o.Decide(res, err, 0), false, false
 		}
 		pause = min(2*pause, 5*time.Second)
 	}

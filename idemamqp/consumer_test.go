@@ -362,7 +362,7 @@ func TestBusyWithUserIDScopeIsRequeued(t *testing.T) {
 	}
 }
 
-// flaky is a store whose Claim fails while down is set.
+// flaky is a store whose claims (Claim, ClaimBatch) fail while down is set.
 type flaky struct {
 	storage.Store
 	down   atomic.Bool
@@ -375,6 +375,14 @@ func (f *flaky) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, 
 		return storage.Claim{}, errors.New("connection refused")
 	}
 	return f.Store.Claim(ctx, a)
+}
+
+func (f *flaky) ClaimBatch(ctx context.Context, as []storage.ClaimArgs) ([]storage.Claim, error) {
+	f.claims.Add(1)
+	if f.down.Load() {
+		return nil, errors.New("connection refused")
+	}
+	return f.Store.ClaimBatch(ctx, as)
 }
 
 // While the store cannot be reached the delivery is held, not requeued: the

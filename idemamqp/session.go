@@ -26,6 +26,7 @@ type session struct {
 	conn       *amqp.Connection
 	ch         *amqp.Channel
 	deliveries <-chan amqp.Delivery
+	ready      chan job // the deliveries the claimer hands the workers (serve)
 	tag        string
 	frameSize  int // negotiated: the largest frame, 0 for no limit
 

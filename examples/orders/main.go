@@ -22,28 +22,25 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/go-redis/v9"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/dynamostore"
 	"github.com/idemgo/idem/idemhttp"
 	"github.com/idemgo/idem/idemotel"
-	"github.com/idemgo/idem/memstore"
 	"github.com/idemgo/idem/pgstore"
-	"github.com/idemgo/idem/redisstore"
 	"github.com/idemgo/idem/storage"
+	"github.com/idemgo/idem/storeurl"
+	_ "github.com/idemgo/idem/storeurl/dynamourl" // the schemes -store takes, besides mem://
+	_ "github.com/idemgo/idem/storeurl/pgurl"
+	_ "github.com/idemgo/idem/storeurl/redisurl"
 )
 
 func main() {
@@ -88,7 +85,7 @@ func run(ctx context.Context, addr, storeURL string, log *slog.Logger) error {
 	srv := newServer(h)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
-	log.Info("orders: listening", "url", "http://"+l.Addr().String(), "store", redacted(storeURL))
+	log.Info("orders: listening", "url", "http://"+l.Addr().String(), "store", storeurl.Redact(storeURL))
 
 	select {
 	case err := <-served:
@@ -180,102 +177,24 @@ func newAPI(store storage.Store, log *slog.Logger) (http.Handler, *orders, func(
 	}, nil
 }
 
-// connectTimeout bounds reaching a store at start-up.
-const connectTimeout = 10 * time.Second
-
-// openStore opens the store named by rawURL and returns it with the
-// function that releases it. A PostgreSQL store's table is created or
-// upgraded first (pgstore.Migrate is idempotent), and a reaper deletes its
-// expired records; Redis and memstore expire records themselves. A
-// DynamoDB store's table is created, or checked, by
-// dynamostore.CreateTable; DynamoDB's TTL deletes expired records.
+// openStore opens the store named by rawURL with storeurl.Open, its table
+// created or upgraded first (pgstore.Migrate and dynamostore.CreateTable
+// are idempotent), and returns it with the function that releases it. A
+// PostgreSQL store also gets a reaper that deletes its expired records;
+// Redis, memstore and DynamoDB (its TTL) expire records themselves.
 func openStore(ctx context.Context, rawURL string) (storage.Store, func(), error) {
-	u, err := url.Parse(rawURL)
-	if err != nil || u.Scheme == "" {
-		return nil, nil, fmt.Errorf("-store %q: not a URL with a supported scheme (%s)", redacted(rawURL), schemes)
+	s, closeStore, err := storeurl.Open(ctx, rawURL, storeurl.Migrate())
+	if err != nil {
+		return nil, nil, fmt.Errorf("-store: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
-	defer cancel()
-	switch u.Scheme {
-	case "mem":
-		s, err := memstore.New(memstore.Config{})
-		if err != nil {
-			return nil, nil, err
-		}
-		return s, func() { s.Close() }, nil
-
-	case "redis", "rediss":
-		opts, err := redis.ParseURL(rawURL)
-		if err != nil {
-			return nil, nil, fmt.Errorf("-store %s: %w", redacted(rawURL), err)
-		}
-		client := redis.NewClient(opts)
-		if err := client.Ping(ctx).Err(); err != nil {
-			client.Close()
-			return nil, nil, fmt.Errorf("-store %s: cannot reach Redis: %w", redacted(rawURL), err)
-		}
-		s, err := redisstore.New(client, redisstore.Config{})
-		if err != nil {
-			client.Close()
-			return nil, nil, err
-		}
-		return s, func() { client.Close() }, nil
-
-	case "postgres", "postgresql":
-		pool, err := pgxpool.New(ctx, rawURL)
-		if err != nil {
-			return nil, nil, fmt.Errorf("-store %s: %w", redacted(rawURL), err)
-		}
-		if err := pgstore.Migrate(ctx, pool, pgstore.DefaultTable); err != nil {
-			pool.Close()
-			return nil, nil, fmt.Errorf("-store %s: %w", redacted(rawURL), err)
-		}
-		s, err := pgstore.New(pool, pgstore.Config{})
-		if err != nil {
-			pool.Close()
-			return nil, nil, err
-		}
-		reaper, err := pgstore.NewReaper(s, pgstore.ReaperConfig{})
-		if err != nil {
-			pool.Close()
-			return nil, nil, err
-		}
-		return s, func() { reaper.Close(); pool.Close() }, nil
-
-	case "dynamodb":
-		d, err := dynamostore.ParseURL(rawURL)
-		if err != nil {
-			return nil, nil, fmt.Errorf("-store: %w", err)
-		}
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		client, err := d.NewClient(ctx, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: tr} })
-		if err == nil {
-			err = dynamostore.CreateTable(ctx, client, d.Table)
-		}
-		var s *dynamostore.Store
-		if err == nil {
-			s, err = dynamostore.New(client, dynamostore.Config{Table: d.Table})
-		}
-		if err != nil {
-			tr.CloseIdleConnections()
-			return nil, nil, fmt.Errorf("-store %s: %w", rawURL, err)
-		}
-		return s, tr.CloseIdleConnections, nil
+	pg, ok := s.(*pgstore.Store)
+	if !ok {
+		return s, func() { closeStore() }, nil
 	}
-	return nil, nil, fmt.Errorf("-store %q: not a URL with a supported scheme (%s)", redacted(rawURL), schemes)
-}
-
-// schemes lists the -store URL forms, for error messages.
-const schemes = "mem://, redis://host:port/db, rediss://…, postgres://user@host:port/db, postgresql://… or dynamodb://host:port/table"
-
-// redacted returns rawURL with its password, if any, replaced by "xxxxx".
-func redacted(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	switch {
-	case err != nil:
-		return "(not a URL)"
-	case u.User == nil:
-		return rawURL
+	reaper, err := pgstore.NewReaper(pg, pgstore.ReaperConfig{})
+	if err != nil {
+		closeStore()
+		return nil, nil, err
 	}
-	return u.Redacted()
+	return s, func() { reaper.Close(); closeStore() }, nil
 }

@@ -339,9 +339,10 @@ func TestBadOrdersRefused(t *testing.T) {
 func TestOpenStore(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct{ url, err string }{
-		{"ftp://example.com", "supported scheme"},
-		{"127.0.0.1:6379", "supported scheme"},
-		{"localhost", "supported scheme"},
+		{"ftp://example.com", `unsupported scheme "ftp"`},
+		{"sqlite://orders.db", "not linked"},
+		{"127.0.0.1:6379", "not a URL"},
+		{"localhost", "no scheme"},
 		{"redis://127.0.0.1:6379/x", "invalid database number"},
 		{"redis://127.0.0.1:1/0?max_retries=-1", "cannot reach Redis"},
 		{"redis://:s3cret@127.0.0.1:1/0?max_retries=-1", "xxxxx"},

@@ -47,13 +47,13 @@ tidy:
 	@go run ./internal/release tidy
 
 # make bench: each store beside a bare client of its server doing the least
-# the same work needs, in interleaved rounds (idem bench store), on the
+# the same work needs, in interleaved rounds (idem-bench store), on the
 # servers of the tests' variables. scripts/bench-*-instructions.sh count
 # the servers' instructions instead, under callgrind.
 BENCH_REDIS := redis://$(or $(IDEM_REDIS_ADDR),127.0.0.1:6379)/0
 BENCH_PG    := $(or $(IDEM_POSTGRES_URL),postgres://postgres@127.0.0.1:5432/test?sslmode=disable)
 bench:
-	@set -e; for s in mem:// '$(BENCH_REDIS)' '$(BENCH_PG)'; do go run ./cmd/idem bench store --store "$$s"; done
+	@set -e; for s in mem:// '$(BENCH_REDIS)' '$(BENCH_PG)'; do go run ./cmd/idem-bench store --store "$$s"; done
 
 # make faults: the fault suite (integration/faults, FAULTS.md). Consumer
 # processes killed with SIGKILL at every point of a message's handling,

@@ -23,7 +23,7 @@ import (
 //
 //	go test -run '^$' -bench . -benchtime 5s
 //
-// Each reports keys/s (or ops/s). idem bench store (cmd/idem) runs the
+// Each reports keys/s (or ops/s). idem-bench store (cmd/idem-bench) runs the
 // same cases in interleaved rounds and prints the ratios.
 
 var benchGoroutines = []int{1, 16, 64}

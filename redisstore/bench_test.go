@@ -23,8 +23,8 @@ import (
 // least a Redis idempotency check can do: a claim script (SET NX with an
 // expiry) and a complete script (compare the token, SET the value), with
 // the same client options and goroutines, against the same server. Keys
-// expire after benchRetention instead of being deleted. idem bench store
-// (cmd/idem) runs the same cases in interleaved rounds and prints the
+// expire after benchRetention instead of being deleted. idem-bench store
+// (cmd/idem-bench) runs the same cases in interleaved rounds and prints the
 // ratios.
 
 const benchRetention = 30 * time.Second

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # What pgstore costs the PostgreSQL server, counted rather than timed: a
-# private server on a loopback port runs under callgrind, and `idem bench
+# private server on a loopback port runs under callgrind, and `idem-bench
 # store` drives it (one goroutine), the store and then bare pgx. Each side
 # runs twice, for N1 and N2 operations; the difference of the server's
 # instructions over N2 - N1 is the cost of one operation, whatever the
 # command's set-up costs (connections, its schema and tables). Instructions
 # do not move with the load of a shared machine the way ops/s do.
 #   scripts/bench-pg-instructions.sh [case ...]
-#   (cases of idem bench store, default: claim-complete claim-batch txguard-do;
+#   (cases of idem-bench store, default: claim-complete claim-batch txguard-do;
 #   IDEM_CALLGRIND_OPS="N1 N2", default "100 600")
 # Needs valgrind and PostgreSQL's server binaries; the shared server is not
 # touched. Run as root, it runs the server as the postgres user.
@@ -35,7 +35,7 @@ if psql "$url" -qc 'SELECT 1' >/dev/null 2>&1; then
 	echo "bench-pg-instructions: a server already listens on port $port (IDEM_CALLGRIND_PORT)" >&2
 	exit 1
 fi
-go build -o "$dir/idem" ./cmd/idem
+go build -o "$dir/idem-bench" ./cmd/idem-bench
 "${as[@]}" "$bin/initdb" -D "$dir/data" -A trust -U postgres >/dev/null
 "${as[@]}" mkdir "$dir/out"
 # Autovacuum off: no background work lands in a count.
@@ -55,7 +55,7 @@ run() { # run CASE SIDE OPS: the server's instructions for the whole command
 	# not weigh on this one's count.
 	psql "$url" -qc "CREATE DATABASE $db" >/dev/null
 	ls "$dir/out" | sort >"$before"
-	"$dir/idem" bench store --store "postgres://postgres@127.0.0.1:$port/$db?sslmode=disable" \
+	"$dir/idem-bench" store --store "postgres://postgres@127.0.0.1:$port/$db?sslmode=disable" \
 		--cases "$1" --sides "$2" --goroutines 1 --rounds 1 --ops "$3" >"$dir/bench.out" 2>&1 ||
 		{ cat "$dir/bench.out" >&2; return 1; }
 	# Backends dump their counts as they exit, after the client has gone:

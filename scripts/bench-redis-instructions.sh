@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # What a claim and its complete cost the Redis server, counted rather than
 # timed: a private redis-server on a loopback port runs under callgrind,
-# and `idem bench store` drives it (the claim-complete case, 16 goroutines),
+# and `idem-bench store` drives it (the claim-complete case, 16 goroutines),
 # with the store and then with the bare scripts, each side for N1 and then
 # N2 keys. The difference of the server's instructions over N2 - N1 is the
 # cost of one key, whatever the command's own set-up costs (connections,
 # SCRIPT LOAD). Instructions per key do not move with the load of a shared
 # machine the way keys/s do.
-# IDEM_CALLGRIND_CASE picks the case of `idem bench store --cases`:
+# IDEM_CALLGRIND_CASE picks the case of `idem-bench store --cases`:
 # claim-complete (the default: a new key's claim and complete, what one
 # Guard.Do of a new key costs the server) or do-duplicate (a replay).
 #   scripts/bench-redis-instructions.sh      (IDEM_CALLGRIND_OPS="N1 N2", default "500 4500")
@@ -22,7 +22,7 @@ dir=$(mktemp -d)
 pid=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$dir"' EXIT
 
-go build -o "$dir/idem" ./cmd/idem
+go build -o "$dir/idem-bench" ./cmd/idem-bench
 valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" \
 	redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no >"$dir/valgrind.log" 2>&1 &
 pid=$!
@@ -34,7 +34,7 @@ redis-cli -p "$port" ping >/dev/null
 
 count() { # count SIDE OPS: the server's instructions while the command runs OPS operations of SIDE
 	callgrind_control -z "$pid" >/dev/null 2>&1
-	"$dir/idem" bench store --store "redis://127.0.0.1:$port/0" --cases "$case" --sides "$1" \
+	"$dir/idem-bench" store --store "redis://127.0.0.1:$port/0" --cases "$case" --sides "$1" \
 		--goroutines 16 --rounds 1 --ops "$2" >"$dir/bench.out" 2>&1 || { cat "$dir/bench.out" >&2; return 1; }
 	rm -f "$dir"/cg."$pid".*
 	callgrind_control -d "$pid" >/dev/null 2>&1

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Guard.Do of a completed key before and after a change, in one run:
-# `idem bench store` is built at BASE, with this tree's
-# bench harness (cmd/idem/bench*.go) so that both sides measure the same
-# way, and at this tree; the two then run in turn, RUNS times each (which
+# `idem-bench store` is built at BASE, with this tree's
+# bench harness (cmd/idem-bench, and storeurl, which it opens stores with)
+# so that both sides measure the same way, and at this tree; BASE must
+# have the store contract in package storage (8b5e409 or later); the two then run in turn, RUNS times each (which
 # goes first alternates), one round of the duplicate cases each time. The
 # table gives the medians of the runs' keys/s and allocations per Do, and
 # the median of the runs' own new ÷ old ratios: the two ran seconds apart,
@@ -24,16 +25,21 @@ trap 'rm -rf "$dir"' EXIT
 
 mkdir "$dir/old"
 git archive "$base" | tar -x -C "$dir/old"
-for f in cmd/idem/bench*.go; do
-	case $f in *_test.go) ;; *) cp "$f" "$dir/old/$f" ;; esac
+for m in cmd/idem-bench storeurl; do
+	rm -rf "${dir:?}/old/$m"
+	cp -r "$m" "$dir/old/$m"
+	find "$dir/old/$m" -name '*_test.go' -delete
 done
-(cd "$dir/old" && go build -o "$dir/idem-old" ./cmd/idem)
-go build -o "$dir/idem-new" ./cmd/idem
+(cd "$dir/old" && go work use ./cmd/idem-bench ./storeurl &&
+	go work edit -replace=github.com/idemgo/idem/cmd/idem-bench@v0.1.0=./cmd/idem-bench \
+		-replace=github.com/idemgo/idem/storeurl@v0.1.0=./storeurl &&
+	go build -o "$dir/idem-old" ./cmd/idem-bench)
+go build -o "$dir/idem-new" ./cmd/idem-bench
 echo "base $base ($(git rev-parse --short "$base")) against $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo '+changes')"
 echo "store $store, $runs runs of each, one round of $duration per side, goroutines $goroutines, started $(date -u +%FT%TZ)"
 
 run() { # run SIDE: one round of each case, as lines "side case goroutines store_kps store_allocs bare_kps"
-	"$dir/idem-$1" bench store --store "$store" --cases "$cases" --goroutines "$goroutines" \
+	"$dir/idem-$1" store --store "$store" --cases "$cases" --goroutines "$goroutines" \
 		--rounds 1 --duration "$duration" --json 2>/dev/null |
 		sed -n '/^{/,$p' |
 		jq -r --arg side "$1" '.rows[] | [$side, .case, .goroutines, .store_keys_per_s[0], .store_allocs_per_op[0], .bare_keys_per_s[0]] | @tsv'

@@ -173,3 +173,32 @@ func TestPeekAutoFollowsTheWorkload(t *testing.T) {
 		t.Fatalf("takeover after a peek: attempt %d, want 2", c.Record.Attempt)
 	}
 }
+
+// A claim that takes over a key past its attempt cap is answered by the
+// claim that reads first and the full claim, which stores the cap: two
+// statements, not the read three times before it.
+func TestCappedTakeoverTakesTwoStatements(t *testing.T) {
+	e := newEnv(t, 1)
+	ctx := testCtx(t)
+	log := &sqlLog{DB: e.pool}
+	s, err := pgstore.New(log, pgstore.Config{Table: e.table, Peek: pgstore.PeekNever})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := claimArgs("capped", "fp")
+	a.MaxAttempts = 1
+	if c, err := s.Claim(ctx, a); err != nil || c.Outcome != storage.Acquired {
+		t.Fatalf("first claim: %v %v", c.Outcome, err)
+	}
+	if _, err := e.pool.Exec(ctx, "UPDATE "+s.Table()+" SET lease_until = statement_timestamp() - interval '1 second' WHERE key = $1", []byte(a.Key)); err != nil {
+		t.Fatal(err)
+	}
+	n := log.len()
+	c, err := s.Claim(ctx, a)
+	if err != nil || c.Outcome != storage.Duplicate || c.Record.Status != storage.StatusFailed {
+		t.Fatalf("claim past the cap: %v %+v %v, want a Failed duplicate", c.Outcome, c.Record, err)
+	}
+	if _, others := log.since(n, ""); others != 2 {
+		t.Fatalf("the capped takeover sent %d statements, want 2 (the read, then the full claim)", others)
+	}
+}

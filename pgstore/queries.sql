@@ -58,12 +58,12 @@ VALUES ($1::bytea, 1, nextval('{{.seq}}'), 1, $2::bytea, statement_timestamp() +
 -- changed since, its transaction waited for) is no longer to be taken
 -- over. ins locked it all the same (a DO UPDATE locks the row whatever its
 -- WHERE says): that race costs a row lock, never a duplicate that found
--- its record. No row comes back either for a takeover over the cap, which
--- stores Failed(ErrTooManyAttempts): the full claim does that, rarely
--- enough that its CASEs are not worth setting up in every execution of
--- this one. The client then runs the statement again, with a new snapshot
--- that sees what changed (READ COMMITTED), and after a few runs the full
--- claim.
+-- its record. The client then runs the statement again, with a new
+-- snapshot that sees what changed (READ COMMITTED), and after a few runs
+-- the full claim. A takeover over the cap, which stores
+-- Failed(ErrTooManyAttempts), comes back as cur's row with status 0: the
+-- full claim stores it, at once, rarely enough that its CASEs are not
+-- worth setting up in every execution of this one.
 --
 -- One write, the insert, with the takeover's plain SET, and no UPDATE of
 -- its own: the server sets up every data-modifying statement of a WITH,
@@ -99,6 +99,8 @@ SELECT *{{if .restore}}, {{template "restore_lock_timeout"}}{{end}} FROM (
 	SELECT 1::smallint, token, attempt, true, lease_until, {{.null_result}}, expires_at, true FROM ins
 	UNION ALL
 	SELECT status, token, attempt, same, lease_until, {{.result_cols}}, expires_at, false FROM cur WHERE NOT take
+	UNION ALL
+	SELECT 0::smallint, token, attempt, same, lease_until, {{.result_cols}}, expires_at, false FROM cur WHERE take AND capped
 ) AS claimed{{end}}
 
 -- Whether a takeover of the record r by read_first_claim would cap it:

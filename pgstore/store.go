@@ -269,6 +269,9 @@ func (s *Store) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, 
 	args := []any{key, fp, micros(a.Lease), micros(a.Retention), maxAttempts(a.MaxAttempts), limit}
 	for range readFirstTries {
 		err := s.db.QueryRow(ctx, s.q.claimRead, args...).Scan(dest...)
+		if err == nil && r.status == statusCapped {
+			break // the full claim stores the cap
+		}
 		if err == nil {
 			s.noteClaim(!r.acquired)
 			return r.cappedClaim(a, s.cfg.MaxValueSize)
@@ -284,6 +287,10 @@ func (s *Store) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, 
 	s.noteClaim(!r.acquired)
 	return r.cappedClaim(a, s.cfg.MaxValueSize)
 }
+
+// statusCapped is the status read_first_claim answers for a takeover over
+// the attempt cap: no record has it, and the full claim follows at once.
+const statusCapped = 0
 
 // readFirstTries is how many times a claim runs the statement that reads
 // first (read_first_claim in queries.sql) before the full claim, at least

@@ -430,15 +430,18 @@ func (g *TxGuard) readClaim(ctx context.Context, tx pgx.Tx, br pgx.BatchResults,
 func claimLoop(q queries, c *txCall, lockTimeout time.Duration, run func(claim string, params []any) (claimRow, bool, error)) (storage.Claim, error) {
 	a := c.Args
 	r, found, err := run(q.txClaimRead, claimParams(a, false))
-	for try := 1; err == nil && !found; try++ {
-		// The claim that returned no row restored no lock_timeout: the
-		// guard's is still set.
-		full := try >= readFirstTries
+	capped := found && r.status == statusCapped
+	for try := 1; err == nil && (!found || capped); try++ {
+		// The claim that returned no row, or found the cap, restored no
+		// lock_timeout: the guard's is still set. The cap goes to the full
+		// claim at once.
+		full := try >= readFirstTries || capped
 		claim := q.txClaimRead
 		if full {
 			claim = q.txClaim
 		}
 		r, found, err = run(claim, claimParams(a, full))
+		capped = found && !full && r.status == statusCapped
 		if err == nil && !found && full {
 			err = errors.New("the full claim returned no row")
 		}

@@ -502,6 +502,7 @@ var errChannelClosed = errors.New("idemamqp: the delivery's channel closed; the 
 // settled reports the settlement of kind, or EventUnsettled when err (the
 // settling call's error) says it did not reach the broker.
 func (r *runner) settled(dl delivery, kind EventKind, err error) {
+	dl.s.held.Add(-1)
 	ev := dl.ev
 	ev.Kind = kind
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -26,7 +27,8 @@ type session struct {
 	conn       *amqp.Connection
 	ch         *amqp.Channel
 	deliveries <-chan amqp.Delivery
-	ready      chan job // the deliveries the claimer hands the workers (serve)
+	ready      chan job     // the deliveries the claimer hands the workers (serve)
+	held       atomic.Int64 // deliveries the claimer took and the consumer has not settled
 	tag        string
 	frameSize  int // negotiated: the largest frame, 0 for no limit
 

@@ -25,6 +25,7 @@ const (
 // The points at which a consumer process kills itself with SIGKILL.
 const (
 	killBeforeClaim  = "before-claim"  // a delivery arrived; its key is not claimed yet
+	killAfterClaim   = "after-claim"   // its key is claimed, in a batch ahead of the workers; the handler has not run
 	killBeforeEffect = "before-effect" // the key is claimed, the handler runs; no side effect yet
 	killAfterEffect  = "after-effect"  // the side effect is applied (tx: written, not committed); no outcome
 	killAfterCommit  = "after-commit"  // tx: the transaction with effect and outcome committed; the outer record not completed (Kafka: the offset not committed to Kafka)
@@ -79,10 +80,17 @@ func (c runConfig) points() []string {
 		// offset: after the commit the record is done, in PostgreSQL.
 		return []string{killBeforeClaim, killBeforeEffect, killAfterEffect, killAfterCommit}
 	}
-	if c.Mode == modeTx {
-		return []string{killBeforeClaim, killBeforeEffect, killAfterEffect, killAfterCommit, killAfterOutcome}
+	claim := []string{killBeforeClaim}
+	if c.Broker == "amqp" {
+		// idemamqp claims the deliveries waiting in its prefetch buffer
+		// before its workers take them: the keys of a batch stay claimed
+		// while their deliveries wait.
+		claim = append(claim, killAfterClaim)
 	}
-	return []string{killBeforeClaim, killBeforeEffect, killAfterEffect, killAfterOutcome}
+	if c.Mode == modeTx {
+		return append(claim, killBeforeEffect, killAfterEffect, killAfterCommit, killAfterOutcome)
+	}
+	return append(claim, killBeforeEffect, killAfterEffect, killAfterOutcome)
 }
 
 // consumerSpec is what a consumer process is told, as JSON in the

@@ -280,14 +280,22 @@ func newFaultBatchStore(s *faultStore) *faultBatchStore {
 }
 
 // ClaimBatch reaches the before-claim point once for each key, before any
-// is claimed.
+// is claimed, and the after-claim point once for each key it claimed,
+// after the whole batch is claimed: idemamqp's claimer has not handed the
+// batch's deliveries to its workers yet.
 func (s *faultBatchStore) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]storage.Claim, error) {
 	for _, a := range args {
 		key := s.key(a.Key)
 		events.emit(evDelivery, key)
 		s.c.point(killBeforeClaim, key)
 	}
-	return s.Store.ClaimBatch(ctx, args)
+	cls, err := s.Store.ClaimBatch(ctx, args)
+	for i, cl := range cls {
+		if err == nil && cl.Err == nil && cl.Outcome == storage.Acquired && i < len(args) {
+			s.c.point(killAfterClaim, s.key(args[i].Key))
+		}
+	}
+	return cls, err
 }
 
 // CompleteBatch reaches the after-outcome point once for each key whose

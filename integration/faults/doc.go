@@ -23,6 +23,7 @@
 // gave it:
 //
 //	before-claim    a delivery arrived; its key is not claimed
+//	after-claim     RabbitMQ: its key is claimed, in a batch ahead of the workers; the handler has not run
 //	before-effect   the key is claimed and the handler runs; no side effect yet
 //	after-effect    the side effect is applied (tx mode: written in the transaction, not committed)
 //	after-commit    tx mode: the transaction with the effect and the outcome committed (kafkapg: and the offset)

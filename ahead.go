@@ -3,7 +3,6 @@ package idem
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"time"
@@ -121,69 +120,6 @@ func (h *aheadHeld) Release() {
 	h.b.g.hb.stop(c)
 	c.cancel(context.Canceled)
 	c.release(h.b.ctx)
-}
-
-// fnFailed stores ferr, the error fn returned, as Do does: a permanent
-// error as the key's outcome (Fail), any other by releasing the key; and
-// returns what Do returns then. c is off the heartbeat.
-func (c *call) fnFailed(ctx context.Context, ferr error) error {
-	g := c.g
-	if !IsPermanent(ferr) {
-		c.release(ctx)
-		return ferr
-	}
-	cause, err := c.fail(ctx, EncodeFailure(ferr), g.cfg.FailedRetention)
-	if err != nil {
-		return errors.Join(ferr, err)
-	}
-	if g.cache != nil {
-		g.cache.put(c.storeKey, storage.StatusFailed, c.fingerprint, cause, time.Now().Add(g.cfg.FailedRetention))
-	}
-	return ferr
-}
-
-// prepare readies a batch's claim: it checks each operation's key, builds
-// its store key and fingerprint, marks an operation whose key an earlier
-// one has as its follower, answers those the local cache holds, and
-// returns the arguments of the claims of the others: args[k] claims
-// ops[idx[k]].
-func (b *batch) prepare() (args []storage.ClaimArgs, idx []int) {
-	g := b.g
-	args = make([]storage.ClaimArgs, 0, len(b.ops))
-	idx = make([]int, 0, len(b.ops))
-	first := make(map[string]int, len(b.ops))
-	fps := make([][sha256.Size]byte, len(b.ops)) // room for the default fingerprints
-	var kb [256]byte                             // each op's store key, before it is a string
-	for i, op := range b.ops {
-		if err := g.cfg.CheckKey(op.Scope, op.Key); err != nil {
-			b.res[i].Err = err
-			continue
-		}
-		c := &b.calls[i]
-		c.g, c.scope, c.key = g, op.Scope, op.Key
-		k := g.appendStoreKey(kb[:0], op.Scope, op.Key)
-		c.storeKey = string(k)
-		c.fingerprint = g.cfg.Fingerprint(fps[i][:0], op.Payload)
-		if j, ok := first[c.storeKey]; ok {
-			if b.lead == nil {
-				b.lead = make(map[int]int)
-			}
-			b.lead[i] = j
-			b.state[i] = opFollower
-			continue
-		}
-		first[c.storeKey] = i
-		a := storage.ClaimArgs{Key: c.storeKey, Fingerprint: c.fingerprint, Lease: g.cfg.Lease, Retention: g.cfg.FailedRetention, MaxAttempts: g.cfg.MaxAttempts}
-		if g.cache != nil {
-			if r, err, ok := g.fromCache(b.ctx, op.Scope, op.Key, k, c.fingerprint, time.Now()); ok {
-				b.res[i] = BatchResult{r, err}
-				continue
-			}
-		}
-		args = append(args, a)
-		idx = append(idx, i)
-	}
-	return args, idx
 }
 
 // completeCalls stores values[k] as the outcome of calls[k], a held key

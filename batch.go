@@ -174,10 +174,15 @@ type batch struct {
 // to its end.
 const batchFlush = 50 * time.Millisecond
 
-func (b *batch) run() {
+// prepare readies a batch's claim: it checks each operation's key, builds
+// its store key and fingerprint, marks an operation whose key an earlier
+// one has as its follower, answers those the local cache holds, and
+// returns the arguments of the claims of the others: args[k] claims
+// ops[idx[k]].
+func (b *batch) prepare() (args []storage.ClaimArgs, idx []int) {
 	g := b.g
-	args := make([]storage.ClaimArgs, 0, len(b.ops))
-	idx := make([]int, 0, len(b.ops)) // args[k] claims ops[idx[k]]
+	args = make([]storage.ClaimArgs, 0, len(b.ops))
+	idx = make([]int, 0, len(b.ops))
 	first := make(map[string]int, len(b.ops))
 	fps := make([][sha256.Size]byte, len(b.ops)) // room for the default fingerprints
 	var kb [256]byte                             // each op's store key, before it is a string
@@ -210,6 +215,11 @@ func (b *batch) run() {
 		args = append(args, a)
 		idx = append(idx, i)
 	}
+	return args, idx
+}
+
+func (b *batch) run() {
+	args, idx := b.prepare()
 	if len(args) > 0 {
 		b.claim(args, idx)
 		b.holdNothingPastStop()
@@ -396,26 +406,34 @@ func (b *batch) runOne(i int) {
 	if g.cfg.Observer != nil {
 		g.observe(b.ctx, Event{Op: OpRun, Scope: c.scope, Key: c.key, Duration: time.Since(started), Err: ferr})
 	}
-	switch {
-	case ferr == nil:
+	if ferr == nil {
 		b.res[i].Value = value
 		b.state[i] = opRan // the heartbeat keeps the lease until it is stored
 		b.ran = true
 		return
-	case IsPermanent(ferr):
-		g.hb.stop(c)
-		cause, err := c.fail(b.ctx, EncodeFailure(ferr), g.cfg.FailedRetention)
-		if err != nil {
-			ferr = errors.Join(ferr, err)
-		} else if g.cache != nil {
-			g.cache.put(c.storeKey, storage.StatusFailed, c.fingerprint, cause, time.Now().Add(g.cfg.FailedRetention))
-		}
-	default:
-		g.hb.stop(c)
-		c.release(b.ctx)
 	}
+	g.hb.stop(c)
 	b.state[i] = opDecided
-	b.res[i].Err = ferr
+	b.res[i].Err = c.fnFailed(b.ctx, ferr)
+}
+
+// fnFailed stores ferr, the error fn returned, as Do does: a permanent
+// error as the key's outcome (Fail), any other by releasing the key; and
+// returns what Do returns then. c is off the heartbeat.
+func (c *call) fnFailed(ctx context.Context, ferr error) error {
+	g := c.g
+	if !IsPermanent(ferr) {
+		c.release(ctx)
+		return ferr
+	}
+	cause, err := c.fail(ctx, EncodeFailure(ferr), g.cfg.FailedRetention)
+	if err != nil {
+		return errors.Join(ferr, err)
+	}
+	if g.cache != nil {
+		g.cache.put(c.storeKey, storage.StatusFailed, c.fingerprint, cause, time.Now().Add(g.cfg.FailedRetention))
+	}
+	return ferr
 }
 
 // flushDuring arranges for the values waiting to be stored to be stored

@@ -179,6 +179,26 @@
 // spend none of it. Classic queues have no delivery limit; MaxAttempts is
 // the cap there. Both kinds of queue work the same otherwise.
 //
+// # Claims ahead of the workers
+//
+// A delivery's store round trips are not on its handler's path. The
+// consumer takes the deliveries waiting in its prefetch buffer, claims
+// their keys in one store round trip (storage.Store.ClaimBatch) and hands
+// them to its [WithConcurrency] handlers; a handler that returned leaves
+// its value to be stored, with those of the other handlers that returned
+// meanwhile, in one round trip (storage.Store.CompleteBatch), after which
+// their deliveries are acked. Under load a claim waits a few hundred
+// microseconds after its first delivery for the ones behind it, so that
+// each round trip serves many deliveries. The guarantees are Do's: a
+// key's lease starts at its claim and the Guard's heartbeat keeps it
+// while the delivery waits for a handler and while its value waits to be
+// stored; a delivery acked is one whose outcome is stored; a delivery
+// whose lease was lost while it waited is claimed again when a handler
+// takes it; two deliveries of one key in a claim are one operation (the
+// second is answered after the first, as a duplicate or busy); and at a
+// shutdown or a lost channel the keys claimed for deliveries whose
+// handler did not start are released.
+//
 // # Connections
 //
 // amqp091 does not reconnect by default, and its optional Config.Recovery
@@ -194,10 +214,12 @@
 //
 // # Shutdown and observability
 //
-// When Run's context ends the consumer stops taking deliveries, lets the
-// running handlers finish for [WithDrainTimeout], then cancels their
-// contexts (their keys are released) and closes the connection, and
-// RabbitMQ requeues what was not settled.
+// When Run's context ends the consumer stops taking deliveries (releasing
+// the keys claimed for those waiting), lets the running handlers finish
+// for [WithDrainTimeout], then cancels their contexts (their keys are
+// released), stores the values of the handlers that returned and acks
+// their deliveries, and closes the connection, and RabbitMQ requeues what
+// was not settled.
 //
 // A handler's context carries the W3C trace context of the message's
 // traceparent, tracestate and baggage headers: consumer.TraceFrom returns

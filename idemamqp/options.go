@@ -206,13 +206,14 @@ func WithPrefetch(n int) Option {
 // at most the prefetch (more would wait for deliveries the broker holds
 // back).
 //
-// Each handler runs on one of as many goroutines reading amqp091's
-// delivery channel, as a bare consumer's would: handlers of different
-// deliveries run in parallel and finish in any order, since RabbitMQ keeps
-// no per-key order among the deliveries it sends ahead and a requeue puts
-// a message behind later ones. With a concurrency of 1 they run one after
-// another in delivery order. Whatever the concurrency, the Guard keeps a
-// key's handler from running twice at once.
+// Each handler runs on one of as many goroutines taking the deliveries in
+// the order amqp091 delivered them, once their keys are claimed (see
+// "Claims ahead of the workers" in the package documentation): handlers of
+// different deliveries run in parallel and finish in any order, since
+// RabbitMQ keeps no per-key order among the deliveries it sends ahead and
+// a requeue puts a message behind later ones. With a concurrency of 1 they
+// run one after another in delivery order. Whatever the concurrency, the
+// Guard keeps a key's handler from running twice at once.
 func WithConcurrency(n int) Option {
 	return func(o *options) {
 		if o.Check(n >= 1, "WithConcurrency(%d): must be at least 1", n) {

@@ -23,7 +23,7 @@ func Statements(table string) (map[string]string, error) {
 		out["queries."+q.Type().Field(i).Name] = q.Field(i).String()
 	}
 	out["set_lock_timeout"], out["begin"] = t.setLockTimeout(5000)
-	script, err := pgsql.MigrationScript("pgstore", migrations, "migrations/*.sql", t.lockKey(), t.vars())
+	script, err := pgsql.MigrationScript("pgstore", migrations, "migrations/*.sql", t.lockKey, t.vars())
 	if err != nil {
 		return nil, err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"embed"
 	"fmt"
-	"hash/fnv"
 
 	"github.com/idemgo/idem/internal/pgsql"
 )
@@ -22,33 +21,26 @@ type table struct {
 	ident string // quoted, schema-qualified if given: "s"."t"
 	index string // quoted, unqualified (an index lives in its table's schema)
 	seq   string // quoted, qualified like the table
+	// lockKey is the advisory lock Migrate holds for the table: two
+	// processes migrating the same table at once run one after the other.
+	lockKey int64
 }
 
 // parseTable parses name ("" for [DefaultTable]) as every table name of
 // idem's PostgreSQL packages is parsed (see Config.Table): nothing else is
 // ever put into SQL text.
 func parseTable(name string) (table, error) {
-	if name == "" {
-		name = DefaultTable
-	}
-	p, err := pgsql.ParseTable(name)
+	p, err := pgsql.ParseTableOr(name, DefaultTable)
 	if err != nil {
 		return table{}, err
 	}
 	return table{
-		name:  name,
-		ident: p.Ident(),
-		index: p.Local("_expires_at_idx"),
-		seq:   p.Sibling("_token_seq"),
+		name:    p.Given,
+		ident:   p.Ident(),
+		index:   p.Local("_expires_at_idx"),
+		seq:     p.Sibling("_token_seq"),
+		lockKey: p.LockKey("pgstore.Migrate:"),
 	}, nil
-}
-
-// lockKey is the advisory lock Migrate holds for the table: two processes
-// migrating the same table at once run one after the other.
-func (t table) lockKey() int64 {
-	h := fnv.New64a()
-	h.Write([]byte("pgstore.Migrate:" + t.ident))
-	return int64(h.Sum64())
 }
 
 // Migrate creates or upgrades the records table named table ("" for
@@ -65,7 +57,7 @@ func Migrate(ctx context.Context, db DB, table string) error {
 	// One simple-protocol message (Exec without arguments): PostgreSQL runs
 	// its statements as one implicit transaction, so the lock is held until
 	// the last migration is applied.
-	script, err := pgsql.MigrationScript("pgstore", migrations, "migrations/*.sql", t.lockKey(), t.vars())
+	script, err := pgsql.MigrationScript("pgstore", migrations, "migrations/*.sql", t.lockKey, t.vars())
 	if err != nil {
 		return fmt.Errorf("pgstore: Migrate: %w", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"hash/fnv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -28,25 +27,23 @@ var sqlTemplates = pgsql.Parse("queries.sql", queriesSQL)
 
 // offsetsTable is a validated offsets table name and its statements.
 type offsetsTable struct {
-	name   string
-	ident  string
-	store  string // $1 group, $2 topic, $3 partition, $4 next offset, $5 leader epoch
-	load   string // $1 group, $2 topics
-	stored string // $1 group, $2 topic, $3 partition
+	name    string
+	ident   string
+	lockKey int64  // the advisory lock Migrate holds for the table
+	store   string // $1 group, $2 topic, $3 partition, $4 next offset, $5 leader epoch
+	load    string // $1 group, $2 topics
+	stored  string // $1 group, $2 topic, $3 partition
 }
 
 // parseOffsetsTable parses name ("" for [DefaultOffsetsTable]) as every
 // table name of idem's PostgreSQL packages is parsed (see
 // [WithOffsetsTable]), and renders the table's statements (queries.sql).
 func parseOffsetsTable(name string) (offsetsTable, error) {
-	if name == "" {
-		name = DefaultOffsetsTable
-	}
-	p, err := pgsql.ParseTable(name)
+	p, err := pgsql.ParseTableOr(name, DefaultOffsetsTable)
 	if err != nil {
 		return offsetsTable{}, err
 	}
-	t := offsetsTable{name: name, ident: p.Ident()}
+	t := offsetsTable{name: p.Given, ident: p.Ident(), lockKey: p.LockKey("kafkapg.Migrate:")}
 	r := func(def string) string { return pgsql.Render("kafkapg", sqlTemplates, def, t.vars()) }
 	t.store, t.load, t.stored = r("store"), r("load"), r("stored")
 	return t, nil
@@ -54,13 +51,6 @@ func parseOffsetsTable(name string) (offsetsTable, error) {
 
 // vars are what queries.sql and the migrations are rendered with.
 func (t offsetsTable) vars() map[string]string { return map[string]string{"table": t.ident} }
-
-// lockKey is the advisory lock Migrate holds for the table.
-func (t offsetsTable) lockKey() int64 {
-	h := fnv.New64a()
-	h.Write([]byte("kafkapg.Migrate:" + t.ident))
-	return int64(h.Sum64())
-}
 
 // Migrate creates or upgrades the offsets table named table ("" for
 // [DefaultOffsetsTable]; schema.table accepted, the schema must exist):
@@ -74,7 +64,7 @@ func Migrate(ctx context.Context, db pgstore.DB, table string) error {
 	if err != nil {
 		return fmt.Errorf("kafkapg: Migrate: %w", err)
 	}
-	script, err := pgsql.MigrationScript("kafkapg", migrations, "migrations/*.sql", t.lockKey(), t.vars())
+	script, err := pgsql.MigrationScript("kafkapg", migrations, "migrations/*.sql", t.lockKey, t.vars())
 	if err != nil {
 		return fmt.Errorf("kafkapg: Migrate: %w", err)
 	}

@@ -9,6 +9,7 @@ package pgsql
 
 import (
 	"fmt"
+	"hash/fnv"
 	"strings"
 	"unicode/utf8"
 )
@@ -42,10 +43,13 @@ type Table struct {
 // schema and a table separated by a dot. A part is either unquoted, of
 // lowercase ASCII letters, digits and underscores and not starting with a
 // digit (the names PostgreSQL does not fold or need quoted), or quoted in
-// double quotes, of any UTF-8 text but control characters, a double quote
-// written twice ("Order ""Items"""). Each part is 1 to [MaxNameLen] bytes.
-// Nothing else is accepted, so that a name renders in SQL as one quoted
-// identifier whatever it holds. The error is a *[NameError].
+// double quotes, of any UTF-8 text but control characters, single quotes,
+// dollar signs and backslashes, a double quote written twice ("Order
+// ""Items"""). Each part is 1 to [MaxNameLen] bytes. Nothing else is
+// accepted, so that a name renders in SQL as one quoted identifier whatever
+// it holds, also where the packages' SQL puts it in a string literal
+// (nextval('…'), '…'::regclass) or in a dollar-quoted body (DO $$ … $$).
+// The error is a *[NameError].
 func ParseTable(name string) (Table, error) {
 	fail := func(format string, args ...any) (Table, error) {
 		return Table{}, &NameError{Name: name, Reason: fmt.Sprintf(format, args...)}
@@ -78,6 +82,27 @@ func ParseTable(name string) (Table, error) {
 		t.Schema = parts[0]
 	}
 	return t, nil
+}
+
+// ParseTableOr parses name as [ParseTable] does, or def when name is "":
+// a configuration's table, with the package's default. Given is the name
+// parsed.
+func ParseTableOr(name, def string) (Table, error) {
+	if name == "" {
+		name = def
+	}
+	return ParseTable(name)
+}
+
+// LockKey returns a 64-bit key of the table's own in the space of prefix
+// (a package's, as "pgstore.Migrate:"): FNV-1a of prefix and the table's
+// quoted name, [Table.Ident]. The packages derive their advisory locks
+// from it, so that processes working on the same table, and only those,
+// take the same lock.
+func (t Table) LockKey(prefix string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(prefix + t.Ident()))
+	return int64(h.Sum64())
 }
 
 // parsePart parses the part s starts with and returns it unquoted, how many
@@ -113,6 +138,8 @@ func parsePart(s string) (part string, n int, why string) {
 				return "", 0, "a quoted name is UTF-8 text"
 			case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0):
 				return "", 0, "a quoted name holds no control character"
+			case r == '\'' || r == '$' || r == '\\':
+				return "", 0, "a quoted name holds no single quote, dollar sign or backslash"
 			case r == '"' && n+1 < len(s) && s[n+1] == '"':
 				b.WriteByte('"')
 				n += 2

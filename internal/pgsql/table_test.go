@@ -42,6 +42,9 @@ func TestParseTableRefuses(t *testing.T) {
 		"", ".", "a.", ".a", "a..b", "a.b.c", "Orders", "1t", "s.1t", "a-b", "a b", "a;drop", `a"b`,
 		strings.Repeat("a", pgsql.MaxNameLen+1), "s." + strings.Repeat("a", pgsql.MaxNameLen+1),
 		`""`, `"a`, `"a"b`, `"a""`, "\"a\x00\"", "\"a\n\"", "\"\xff\"", `"a".`, `"` + strings.Repeat("é", pgsql.MaxNameLen/2+1) + `"`,
+		// What would end a string literal or a dollar-quoted body the
+		// name is put in.
+		`"it's"`, `s."a$$b"`, `"a$b"`, `"a\b"`,
 	} {
 		_, err := pgsql.ParseTable(name)
 		var ne *pgsql.NameError
@@ -65,6 +68,35 @@ func TestDerivedNames(t *testing.T) {
 	tb, _ = pgsql.ParseTable("t")
 	if got, want := tb.Sibling("_seq"), `"t_seq"`; got != want {
 		t.Errorf("Sibling = %s, want %s", got, want)
+	}
+}
+
+// TestParseTableOr: an empty name is the default's; the key of a table is
+// the same whatever its spelling, so that processes configured with
+// "t" and "\"t\"" take the same lock, and differs between tables and
+// between packages (prefixes).
+func TestParseTableOr(t *testing.T) {
+	def, err := pgsql.ParseTableOr("", "idem_records")
+	if err != nil || def.Given != "idem_records" || def.Ident() != `"idem_records"` {
+		t.Fatalf("ParseTableOr(\"\", default) = %+v, %v; want the default", def, err)
+	}
+	if _, err := pgsql.ParseTableOr("", "Bad"); err == nil {
+		t.Error("ParseTableOr accepted an invalid default")
+	}
+	quoted, err := pgsql.ParseTableOr(`"idem_records"`, "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := pgsql.ParseTable("s.idem_records")
+	switch k := def.LockKey("p:"); {
+	case quoted.LockKey("p:") != k:
+		t.Errorf("LockKey differs between idem_records and its quoted spelling")
+	case other.LockKey("p:") == k || def.LockKey("q:") == k:
+		t.Errorf("LockKey is the same for another table or another prefix")
+	case def.LockKey("pgstore.Migrate:") != -3866026717035681854:
+		// Migrate's lock: a process of an earlier build migrating the
+		// same table at the same time must take the same one.
+		t.Errorf("LockKey(pgstore.Migrate:) of idem_records = %d: the key changed", def.LockKey("pgstore.Migrate:"))
 	}
 }
 
@@ -99,7 +131,7 @@ func FuzzParseTable(f *testing.F) {
 		// A rendering is one identifier: its quotes pair up, so no
 		// caller's text ends it early.
 		id := tb.Ident()
-		if strings.Count(id, `"`)%2 != 0 || strings.ContainsRune(id, 0) {
+		if strings.Count(id, `"`)%2 != 0 || strings.ContainsAny(id, "\x00'$\\") {
 			t.Fatalf("ParseTable(%q) renders as %s", name, id)
 		}
 	})

@@ -40,8 +40,7 @@ func Dead(ctx context.Context, db DB, table string, limit int) ([]DeadMessage, e
 		return nil, fmt.Errorf("outbox: Dead: limit %d: must be 1 to 10000", limit)
 	}
 	b := &pgx.Batch{}
-	b.Queue("SELECT id, message_id, destination, key, headers, payload, created_at, attempts, coalesce(last_error, ''), dead_at FROM "+
-		t.dead+" ORDER BY id LIMIT $1", limit)
+	b.Queue(t.render("dead_rows"), limit)
 	br := db.SendBatch(ctx, b)
 	defer br.Close()
 	rows, err := br.Query()
@@ -88,10 +87,7 @@ func Redrive(ctx context.Context, db DB, table string, ids ...int64) (int, error
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	return execCount(ctx, db, "Redrive", "WITH d AS (DELETE FROM "+t.dead+" WHERE id = ANY($1::int8[])"+
-		" RETURNING id, message_id, destination, key, key_hash, headers, payload, created_at, last_error)"+
-		" INSERT INTO "+t.ident+" (id, message_id, destination, key, key_hash, headers, payload, created_at, last_error)"+
-		" OVERRIDING SYSTEM VALUE SELECT * FROM d", ids)
+	return execCount(ctx, db, "Redrive", t.render("redrive"), ids)
 }
 
 // Discard deletes the dead rows ids of table ("" for [DefaultTable]), whose
@@ -105,7 +101,7 @@ func Discard(ctx context.Context, db DB, table string, ids ...int64) (int, error
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	return execCount(ctx, db, "Discard", "DELETE FROM "+t.dead+" WHERE id = ANY($1::int8[])", ids)
+	return execCount(ctx, db, "Discard", t.render("discard"), ids)
 }
 
 func execCount(ctx context.Context, db DB, op, sql string, ids []int64) (int, error) {

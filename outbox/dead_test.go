@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -388,15 +387,8 @@ func TestMigrateUpgradesATableOfThePreviousVersion(t *testing.T) {
 	pool := pgstoretest.Pool(t, 4)
 	schema := pgstoretest.Schema(t, pool)
 	table := schema + ".outbox"
-	v1, err := os.ReadFile("migrations/0001_outbox.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sql := strings.NewReplacer("{table}", `"`+schema+`"."outbox"`, "{pending_idx}", "outbox_pending_idx", "{sent_idx}", "outbox_sent_idx").Replace(string(v1))
+	createV1(t, pool, table)
 	ctx := testCtx(t)
-	if _, err := pool.Exec(ctx, sql); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := pool.Exec(ctx, `INSERT INTO "`+schema+`"."outbox" (message_id, destination, key, key_hash, payload, attempts, last_error)
 		VALUES ('old', 'd', 'k', 1, 'p', 2, 'refused')`); err != nil {
 		t.Fatal(err)

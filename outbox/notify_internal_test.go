@@ -3,11 +3,8 @@ package outbox
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/idemgo/idem/pgstore/pgstoretest"
 )
 
 // TestEnqueueNotifiesOnlyWhenAsked: a transaction that enqueues through
@@ -17,13 +14,7 @@ import (
 // Enqueue's commit must be the one of the transaction after it.
 func TestEnqueueNotifiesOnlyWhenAsked(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	pool := pgstoretest.Pool(t, 4)
-	name := pgstoretest.Schema(t, pool) + ".outbox"
-	if err := Migrate(ctx, pool, name); err != nil {
-		t.Fatal(err)
-	}
+	ctx, pool, name := migrated(t, "outbox")
 	quiet, err := New(Config{Table: name})
 	if err != nil {
 		t.Fatal(err)

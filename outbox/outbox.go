@@ -84,14 +84,12 @@ func New(cfg Config) (*Outbox, error) {
 	if cfg.MaxPayload < 0 || cfg.MaxPayload > MaxMaxPayload {
 		return nil, fmt.Errorf("outbox: Config.MaxPayload %d: must be 1 to %d (0: the default, %d)", cfg.MaxPayload, MaxMaxPayload, DefaultMaxPayload)
 	}
-	const cols = "(message_id, destination, key, key_hash, headers, payload)"
 	return &Outbox{
-		t:       t,
-		notify:  cfg.Notify,
-		insert1: "INSERT INTO " + t.ident + " " + cols + " VALUES ($1, $2, $3, $4, $5, $6)",
-		insertN: "INSERT INTO " + t.ident + " " + cols +
-			" SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::int8[], $5::bytea[], $6::bytea[])",
-		notifySQL: fmt.Sprintf("SELECT pg_notify('%s', '')", t.channel),
+		t:         t,
+		notify:    cfg.Notify,
+		insert1:   t.render("insert_one"),
+		insertN:   t.render("insert_many"),
+		notifySQL: t.render("notify"),
 		max:       cmp.Or(cfg.MaxPayload, DefaultMaxPayload),
 	}, nil
 }

@@ -15,27 +15,6 @@ import (
 // so a relay that dies, is killed or loses its connection frees its
 // partitions the moment PostgreSQL sees the session end.
 
-// partitionQueries returns the statements of the advisory locks: join
-// takes the member lock; members counts the relays with the same partition
-// count and returns the highest member key (that of the smallest count);
-// release gives partitions up; acquire tries candidates in order until it
-// holds enough.
-func partitionQueries() (join, members, release, acquire string) {
-	join = "SELECT pg_advisory_lock_shared($1::int4, $2::int4)"
-	// pg_locks shows the two keys as oids: -n as 2^32-n. Partition keys are
-	// below 2^31, member keys above.
-	members = `SELECT count(DISTINCT pid) FILTER (WHERE objid::int8 = $2),
-		coalesce(max(objid::int8) FILTER (WHERE objid::int8 >= 2147483648), $2)
-		FROM pg_locks
-		WHERE locktype = 'advisory' AND objsubid = 2 AND granted AND classid::int8 = $1
-		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
-	release = "SELECT bool_and(pg_advisory_unlock($1::int4, p)) FROM unnest($2::int4[]) AS p"
-	// A Limit over a function scan pulls rows one at a time: the lock is
-	// tried on candidates only until enough were taken.
-	acquire = "SELECT p FROM unnest($2::int4[]) AS p WHERE pg_try_advisory_lock($1::int4, p) LIMIT $3"
-	return join, members, release, acquire
-}
-
 // rebalance counts the table's relays and takes or gives up partitions so
 // that this relay holds its share, ceil(Partitions / relays): together the
 // relays' shares cover every partition. What the relay published is marked

@@ -451,7 +451,7 @@ func (r *Relay) connect(ctx context.Context) (*session, error) {
 	}
 	s.conn = conn
 	b := &pgx.Batch{}
-	b.Queue("LISTEN " + pgx.Identifier{r.t.channel}.Sanitize())
+	b.Queue(r.q.listen)
 	b.Queue(r.q.join, r.t.lockClass, r.q.memberID)
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		s.close(ctx)
@@ -961,20 +961,15 @@ func (s *session) sampleLag(ctx context.Context) {
 	s.r.observe(ctx, Event{Op: OpLag, Pending: l.Pending, OldestPending: l.OldestPending, Dead: int(l.Dead)})
 }
 
-// relayQueries are a Relay's statements, with the table's name in them.
+// relayQueries are a Relay's statements, rendered from queries.sql for its
+// table and configuration; each is described there, under its name.
 type relayQueries struct {
-	fetch, fetchAll, mark, kill, recordFailures, cleanup, lag string
-	join, members, release, acquire                           string
+	listen, fetch, fetchAll, mark, kill, recordFailures, cleanup, lag string
+	join, members, release, acquire                                   string
 	// memberID is the second key of the lock every relay of the table
 	// holds shared while it runs: -Partitions, so relays with different
 	// partition counts see each other (partition locks use 0…n-1).
 	memberID int32
-}
-
-// lagQuery is the statement of the table t's Lag.
-func lagQuery(t table) string {
-	return "SELECT count(*), coalesce(statement_timestamp() - min(created_at), '0'), (SELECT count(*) FROM " + t.dead + ") FROM " + t.ident +
-		" WHERE sent_at IS NULL"
 }
 
 // ReadLag returns the backlog of table ("" for [DefaultTable]) without a
@@ -986,7 +981,7 @@ func ReadLag(ctx context.Context, db DB, table string) (Lag, error) {
 		return Lag{}, fmt.Errorf("outbox: ReadLag: %w", err)
 	}
 	b := &pgx.Batch{}
-	b.Queue(lagQuery(t))
+	b.Queue(t.render("lag"))
 	br := db.SendBatch(ctx, b)
 	defer br.Close()
 	var l Lag
@@ -997,53 +992,27 @@ func ReadLag(ctx context.Context, db DB, table string) (Lag, error) {
 }
 
 func newRelayQueries(t table, cfg RelayConfig) relayQueries {
-	const cols = "id, message_id, destination, key, headers, payload, created_at"
-	// A batch: the first pending rows in id order, but those of keys
-	// (key_hash: a collision makes another key wait too) of which a row
-	// waits out its backoff, through the small index of the failed rows;
-	// then the longest run of them whose payloads add up to at most
-	// MaxBatchBytes, or the first alone. octet_length reads a TOASTed payload's
-	// size without reading the payload.
-	batch := func(where string) string {
-		return "SELECT " + cols + " FROM (SELECT *, sum(size) OVER w AS upto, row_number() OVER w AS n FROM (" +
-			"SELECT " + cols + ", octet_length(payload) AS size FROM " + t.ident +
-			" WHERE sent_at IS NULL AND id <> ALL($1::int8[])" + where +
-			" AND key_hash NOT IN (SELECT key_hash FROM " + t.ident +
-			" WHERE sent_at IS NULL AND next_attempt_at IS NOT NULL AND next_attempt_at > statement_timestamp())" +
-			" ORDER BY id LIMIT $" + strconv.Itoa(strings.Count(where, "$")+2) + ") AS b WINDOW w AS (ORDER BY id)) AS w" +
-			" WHERE upto <= " + strconv.Itoa(cfg.MaxBatchBytes) + " OR n = 1 ORDER BY id"
-	}
+	backoff := func(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'g', -1, 64) }
+	fetch := []string{"max_batch_bytes", itoa(cfg.MaxBatchBytes)}
 	q := relayQueries{
-		fetchAll: batch(""),
-		fetch:    batch(" AND key_hash % $2 = ANY($3::int8[])"),
-		mark:     "UPDATE " + t.ident + " SET sent_at = statement_timestamp() WHERE id = ANY($1::int8[]) AND sent_at IS NULL",
-		// The rows that failed for good, or for the last allowed time,
-		// move to the dead rows (ON CONFLICT: a row redriven and dead
-		// again replaces its old copy, which Redrive deleted anyway).
-		kill: "WITH f AS (SELECT * FROM unnest($1::int8[], $2::text[], $3::bool[]) AS f(id, err, permanent))," +
-			" d AS (DELETE FROM " + t.ident + " AS o USING f WHERE o.id = f.id AND o.sent_at IS NULL" +
-			" AND (f.permanent OR o.attempts + 1 >= " + strconv.Itoa(cfg.MaxAttempts) + ")" +
-			" RETURNING o.id, o.message_id, o.destination, o.key, o.key_hash, o.headers, o.payload, o.created_at, o.attempts + 1, f.err)" +
-			" INSERT INTO " + t.dead + " AS x (id, message_id, destination, key, key_hash, headers, payload, created_at, attempts, last_error)" +
-			" SELECT * FROM d ON CONFLICT (id) DO UPDATE SET attempts = excluded.attempts, last_error = excluded.last_error, dead_at = excluded.dead_at",
-		// The others wait MinBackoff doubled at each failure, at most
-		// MaxBackoff, the upper half of it at random, as the relay's own
-		// backoff.
-		recordFailures: "UPDATE " + t.ident + " AS o SET attempts = o.attempts + 1, last_error = f.err," +
-			fmt.Sprintf(" next_attempt_at = statement_timestamp() + make_interval(secs => least(%g, %g * power(2, least(o.attempts, 40))) * (0.5 + random() / 2))",
-				cfg.MaxBackoff.Seconds(), cfg.MinBackoff.Seconds()) +
-			" FROM unnest($1::int8[], $2::text[]) AS f(id, err) WHERE o.id = f.id AND o.sent_at IS NULL",
-		// Constants, not parameters: planned with the retention, it finds
-		// the rows past it through the sent rows' index.
-		cleanup: fmt.Sprintf("DELETE FROM %s WHERE id IN (SELECT id FROM %s"+
-			" WHERE sent_at < statement_timestamp() - interval '%d microseconds' LIMIT %d FOR UPDATE SKIP LOCKED)",
-			t.ident, t.ident, cfg.Retention.Microseconds(), cleanupBatch),
-		lag:      lagQuery(t),
+		listen:   t.render("listen"),
+		fetchAll: t.render("fetch_all", fetch...),
+		fetch:    t.render("fetch", fetch...),
+		mark:     t.render("mark"),
+		kill:     t.render("kill", "max_attempts", itoa(cfg.MaxAttempts)),
+		recordFailures: t.render("record_failures",
+			"min_backoff", backoff(cfg.MinBackoff), "max_backoff", backoff(cfg.MaxBackoff)),
+		cleanup: t.render("cleanup",
+			"retention_us", itoa(cfg.Retention.Microseconds()), "cleanup_batch", itoa(cleanupBatch)),
+		lag:      t.render("lag"),
+		join:     t.render("join"),
+		members:  t.render("members"),
+		release:  t.render("release"),
+		acquire:  t.render("acquire"),
 		memberID: int32(-cfg.Partitions),
 	}
 	if cfg.DeleteSent {
-		q.mark = "DELETE FROM " + t.ident + " WHERE id = ANY($1::int8[])"
+		q.mark = t.render("mark_delete")
 	}
-	q.join, q.members, q.release, q.acquire = partitionQueries()
 	return q
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"embed"
 	"fmt"
-	"hash/fnv"
-	"io/fs"
-	"strings"
+	"strconv"
 
 	"github.com/idemgo/idem/internal/pgsql"
 )
@@ -17,14 +15,24 @@ const DefaultTable = "idem_outbox"
 //go:embed migrations/*.sql
 var migrations embed.FS
 
+// queriesSQL holds every statement the package sends, but the migrations:
+// see its header for how it is written.
+//
+//go:embed queries.sql
+var queriesSQL string
+
+// sqlTemplates are the definitions of queries.sql. The migrations are
+// rendered with the same names (see Migrate).
+var sqlTemplates = pgsql.Parse("queries.sql", queriesSQL)
+
 // table is a validated outbox table name and what derives from it.
 type table struct {
-	name    string // as given
-	ident   string // quoted, schema-qualified if given
-	pending string // quoted name of the pending rows' index
-	sent    string // quoted name of the sent rows' index
-	retry   string // quoted name of the retrying rows' index
-	dead    string // quoted, schema-qualified if given: the dead rows' table
+	name  string // as given
+	ident string // quoted, schema-qualified if given
+	dead  string // quoted, schema-qualified if given: the dead rows' table
+	// pending, sent and retry are the quoted names of the indexes of the
+	// pending rows, the sent rows and the retrying rows.
+	pending, sent, retry string
 	// channel is the LISTEN/NOTIFY channel: a hash of the name, since a
 	// schema-qualified name may be longer than a channel name may be.
 	channel string
@@ -42,65 +50,60 @@ type table struct {
 // bytes (index names add up to 12, and PostgreSQL truncates identifiers
 // past 63 bytes).
 func parseTable(name string) (table, error) {
-	if name == "" {
-		name = DefaultTable
-	}
-	p, err := pgsql.ParseTable(name)
+	p, err := pgsql.ParseTableOr(name, DefaultTable)
 	if err != nil {
 		return table{}, err
 	}
-	ident := p.Ident()
-	h := fnv.New64a()
-	h.Write([]byte("outbox:" + ident))
-	sum := h.Sum64()
+	key := p.LockKey("outbox:")
 	return table{
-		name:        name,
-		ident:       ident,
+		name:        p.Given,
+		ident:       p.Ident(),
+		dead:        p.Sibling("_dead"),
 		pending:     p.Local("_pending_idx"),
 		sent:        p.Local("_sent_idx"),
 		retry:       p.Local("_retry_idx"),
-		dead:        p.Sibling("_dead"),
-		channel:     fmt.Sprintf("outbox_%016x", sum),
-		lockClass:   int32(sum >> 32),
-		migrateLock: int64(sum),
+		channel:     fmt.Sprintf("outbox_%016x", uint64(key)),
+		lockClass:   int32(uint64(key) >> 32),
+		migrateLock: key,
 	}, nil
 }
 
-// expand puts the table's quoted names into a statement.
-func (t table) expand(sql string) string {
-	return strings.NewReplacer("{table}", t.ident, "{pending_idx}", t.pending, "{sent_idx}", t.sent,
-		"{retry_idx}", t.retry, "{dead}", t.dead).Replace(sql)
+// vars are what every definition of queries.sql and every migration is
+// rendered with.
+func (t table) vars() map[string]string {
+	return map[string]string{"table": t.ident, "dead": t.dead, "pending_idx": t.pending, "sent_idx": t.sent,
+		"retry_idx": t.retry, "channel": t.channel}
 }
+
+// render returns the definition name of queries.sql rendered for t, with
+// the arguments kv (see pgsql.Args).
+func (t table) render(name string, kv ...string) string {
+	return pgsql.Render("outbox", sqlTemplates, name, t.vars(), kv...)
+}
+
+// itoa formats a number of the package's own for a statement.
+func itoa[N ~int | ~int64](n N) string { return strconv.FormatInt(int64(n), 10) }
 
 // Migrate creates or upgrades the outbox table named table ("" for
 // [DefaultTable]; schema.name is accepted, the schema must exist) and its
 // indexes, and the table of its dead rows, named after it with "_dead"
 // (see [Dead]). It upgrades a table created by an earlier version in place:
-// the migrations (migrations/*.sql) only add what is missing. It is idempotent and safe to run from several processes at once:
-// its statements run as one transaction that holds an advisory lock for the
+// the migrations (migrations/*.sql) only add what is missing. It is
+// idempotent and safe to run from several processes at once: its
+// statements run as one transaction that holds an advisory lock for the
 // table. With db a pgx.Tx, they run in that transaction.
 func Migrate(ctx context.Context, db DB, table string) error {
 	t, err := parseTable(table)
 	if err != nil {
 		return fmt.Errorf("outbox: Migrate: %w", err)
 	}
-	var script strings.Builder
-	fmt.Fprintf(&script, "SELECT pg_advisory_xact_lock(%d);\n", t.migrateLock)
-	files, err := fs.Glob(migrations, "migrations/*.sql") // sorted by name
+	script, err := pgsql.MigrationScript("outbox", migrations, "migrations/*.sql", t.migrateLock, t.vars())
 	if err != nil {
 		return fmt.Errorf("outbox: Migrate: %w", err)
 	}
-	for _, f := range files {
-		b, err := migrations.ReadFile(f)
-		if err != nil {
-			return fmt.Errorf("outbox: Migrate: %w", err)
-		}
-		script.WriteString(t.expand(string(b)))
-		script.WriteString("\n")
-	}
 	// One simple-protocol message: PostgreSQL runs it as one implicit
 	// transaction, so the lock is held until the last statement.
-	if _, err := db.Exec(ctx, script.String()); err != nil {
+	if _, err := db.Exec(ctx, script); err != nil {
 		return dbError("Migrate", err)
 	}
 	return nil

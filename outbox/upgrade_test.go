@@ -1,10 +1,14 @@
 package outbox_test
 
 import (
+	"context"
 	"os"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgo/idem/internal/pgsql"
 	"github.com/idemgo/idem/outbox"
 	"github.com/idemgo/idem/outbox/outboxtest"
 	"github.com/idemgo/idem/pgstore/pgstoretest"
@@ -19,15 +23,8 @@ func TestARelayStopsOnATableOfThePreviousVersion(t *testing.T) {
 	pool := pgstoretest.Pool(t, 4)
 	schema := pgstoretest.Schema(t, pool)
 	table := schema + ".outbox"
-	v1, err := os.ReadFile("migrations/0001_outbox.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := testCtx(t)
-	sql := strings.NewReplacer("{table}", `"`+schema+`"."outbox"`, "{pending_idx}", "outbox_pending_idx", "{sent_idx}", "outbox_sent_idx").Replace(string(v1))
-	if _, err := pool.Exec(ctx, sql); err != nil {
-		t.Fatal(err)
-	}
+	createV1(t, pool, table)
 	ob, err := outbox.New(outbox.Config{Table: table})
 	if err != nil {
 		t.Fatal(err)
@@ -47,5 +44,23 @@ func TestARelayStopsOnATableOfThePreviousVersion(t *testing.T) {
 	}
 	if n := len(rec.Messages()); n != 0 {
 		t.Errorf("%d messages published from a table the relay cannot keep track of", n)
+	}
+}
+
+// createV1 creates table as the first version of the package did: its
+// first migration alone, rendered as Migrate renders it.
+func createV1(t *testing.T, pool *pgxpool.Pool, table string) {
+	t.Helper()
+	p, err := pgsql.ParseTable(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{"table": p.Ident(), "pending_idx": p.Local("_pending_idx"), "sent_idx": p.Local("_sent_idx")}
+	script, err := pgsql.MigrationScript("outbox", os.DirFS("."), "migrations/0001_outbox.sql", 1, vars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(context.Background(), script); err != nil {
+		t.Fatal(err)
 	}
 }

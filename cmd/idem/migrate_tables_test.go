@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemgo/idem/internal/pgsql"
 	"github.com/idemgo/idem/pgstore/pgstoretest"
 )
 
@@ -19,12 +20,11 @@ func TestMigrateEveryTable(t *testing.T) {
 	raw := withParam(t, serverURL(t, "postgres"), "table", schema+".records")
 	ctx := context.Background()
 	// The outbox table as the first version created it.
-	v1, err := os.ReadFile("../../outbox/migrations/0001_outbox.sql")
+	old, err := pgsql.MigrationScript("outbox", os.DirFS("../../outbox"), "migrations/0001_outbox.sql", 1, map[string]string{
+		"table": `"` + schema + `"."old_outbox"`, "pending_idx": `"old_outbox_pending_idx"`, "sent_idx": `"old_outbox_sent_idx"`})
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := strings.NewReplacer("{table}", `"`+schema+`"."old_outbox"`, "{pending_idx}", `"old_outbox_pending_idx"`,
-		"{sent_idx}", `"old_outbox_sent_idx"`).Replace(string(v1))
 	if _, err := pool.Exec(ctx, old); err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,11 @@
 -- The outbox table: one row per message, from Enqueue until the relay has
 -- published it (and, unless the relay deletes sent rows, until the
--- retention after that). {table}, {pending_idx} and {sent_idx} are
--- replaced by validated, quoted identifiers. Every migration is
+-- retention after that). Migrate renders each migration as a text/template
+-- with the names of queries.sql: {{.table}}, {{.pending_idx}} and
+-- {{.sent_idx}} are validated, quoted identifiers. Every migration is
 -- idempotent: Migrate runs them all, in order, each time.
 
-CREATE TABLE IF NOT EXISTS {table} (
+CREATE TABLE IF NOT EXISTS {{.table}} (
     -- Enqueue order: messages of one key are published in id order.
     id           bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     -- The message's ID, its consumer's idempotency key downstream. Not
@@ -30,7 +31,7 @@ CREATE TABLE IF NOT EXISTS {table} (
 );
 
 -- The relay reads pending rows in id order, and only those.
-CREATE INDEX IF NOT EXISTS {pending_idx} ON {table} (id) WHERE sent_at IS NULL;
+CREATE INDEX IF NOT EXISTS {{.pending_idx}} ON {{.table}} (id) WHERE sent_at IS NULL;
 
 -- The clean-up finds the sent rows past their retention.
-CREATE INDEX IF NOT EXISTS {sent_idx} ON {table} (sent_at) WHERE sent_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS {{.sent_idx}} ON {{.table}} (sent_at) WHERE sent_at IS NOT NULL;

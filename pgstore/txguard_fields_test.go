@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"github.com/idemgo/idem/storage"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/txguard/txguardtest"
 	"github.com/idemgo/idem/pgstore"
 )
 
@@ -17,21 +17,14 @@ import (
 // cannot honour, naming it; so does an SQLTxGuard.
 func TestTxGuardRefusesTheFieldsItCannotHonour(t *testing.T) {
 	t.Parallel()
-	for field, cfg := range map[string]idem.Config{
-		"Lease":       {Lease: time.Minute},
-		"MaxAttempts": {MaxAttempts: 3},
-		"CacheSize":   {CacheSize: 100},
-		"CacheTTL":    {CacheTTL: time.Minute},
-		"FailOpen":    {FailOpen: true},
-	} {
-		want := "pgstore: idem.Config." + field + ":"
-		if _, err := pgstore.NewTxGuard(nil, cfg, pgstore.TxConfig{}); err == nil || !strings.HasPrefix(err.Error(), want) {
-			t.Errorf("NewTxGuard with %s: %v, want an error starting %q", field, err, want)
-		}
-		if _, err := pgstore.NewSQLTxGuard(nil, cfg, pgstore.TxConfig{}); err == nil || !strings.HasPrefix(err.Error(), want) {
-			t.Errorf("NewSQLTxGuard with %s: %v, want an error starting %q", field, err, want)
-		}
-	}
+	txguardtest.Refuses(t, "pgstore", func(cfg idem.Config) error {
+		_, err := pgstore.NewTxGuard(nil, cfg, pgstore.TxConfig{})
+		return err
+	})
+	txguardtest.Refuses(t, "pgstore", func(cfg idem.Config) error {
+		_, err := pgstore.NewSQLTxGuard(nil, cfg, pgstore.TxConfig{})
+		return err
+	})
 	g, err := pgstore.NewTxGuard(nil, idem.Config{Namespace: "n", Retention: time.Hour, StoreTimeout: time.Second}, pgstore.TxConfig{})
 	if err != nil {
 		t.Fatal(err)

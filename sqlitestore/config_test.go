@@ -221,7 +221,7 @@ func TestBusyDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := sqlitestore.NewTxGuard(s, sqlitestore.TxConfig{})
+	g, err := sqlitestore.NewTxGuard(s, idem.Config{}, sqlitestore.TxConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@
 //	res, err := guard.Do(ctx, key, payload, charge)
 //
 //	// Side effects in this database: exactly once, no window.
-//	txg, err := sqlitestore.NewTxGuard(store, sqlitestore.TxConfig{Config: idem.Config{Namespace: "orders"}})
+//	txg, err := sqlitestore.NewTxGuard(store, idem.Config{Namespace: "orders"}, sqlitestore.TxConfig{})
 //	res, err = txg.Do(ctx, key, payload, func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
 //		_, err := tx.ExecContext(ctx, "INSERT INTO orders (id, amount) VALUES (?, ?)", id, amount)
 //		return []byte(id), err // committed with the record, or rolled back with it

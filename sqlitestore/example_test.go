@@ -89,7 +89,7 @@ func ExampleTxGuard_Do() {
 		log.Fatal(err)
 	}
 	queries := New(store.DB())
-	txg, err := sqlitestore.NewTxGuard(store, sqlitestore.TxConfig{Config: idem.Config{Namespace: "orders"}})
+	txg, err := sqlitestore.NewTxGuard(store, idem.Config{Namespace: "orders"}, sqlitestore.TxConfig{})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -16,22 +16,13 @@ import (
 // returns the value to store. It must not commit or roll back tx.
 type TxFunc func(ctx context.Context, tx *sql.Tx) ([]byte, error)
 
-// TxConfig configures a [TxGuard]: the same [idem.Config] a Guard takes.
-// The zero value means every default.
-type TxConfig struct {
-	// Config means what it means for an idem.Guard, and is checked and
-	// defaulted the same way; keys are combined with storage.ScopedStoreKey,
-	// so a TxGuard and an idem.Guard over the same Store with the same
-	// namespace share records. As for pgstore's TxGuard: Observer and
-	// Logger see the claims, runs and outcomes; Wait is how long a claim
-	// that finds the key held by a plain Guard's live lease polls for its
-	// outcome; StoreTimeout bounds a rollback. Lease, MaxAttempts,
-	// CacheSize, CacheTTL and FailOpen are refused (NewTxGuard's error
-	// names the field): the transaction, not a lease, holds the key; a
-	// failed claim rolls back and leaves no attempt to count; there is no
-	// cache; and fn's writes need the database.
-	idem.Config
-}
+// TxConfig is what configures a [TxGuard] beside the Guard's idem.Config,
+// as pgstore's TxConfig does for its TxGuard. It has no field yet: the
+// Store's Config (BusyTimeout) is the TxGuard's database, and everything
+// else is the idem.Config's. NewTxGuard takes it so that its signature is
+// pgstore's, and so that a field can come without changing it. The zero
+// value is the only value.
+type TxConfig struct{}
 
 // TxGuard runs operations whose effects are writes to the Store's SQLite
 // database exactly once per key: the claim of the key, the operation's
@@ -46,27 +37,37 @@ type TxConfig struct {
 //
 // TxGuard is safe for concurrent use and owns no goroutine.
 type TxGuard struct {
-	g   *txguard.SQL
-	cfg TxConfig
+	g *txguard.SQL
 }
 
 // NewTxGuard returns a TxGuard whose records are the Store s's, and whose
-// transactions begin on s.DB(). It fails when a field of cfg is out of
-// range; the error names it.
-func NewTxGuard(s *Store, cfg TxConfig) (*TxGuard, error) {
+// transactions begin on s.DB(). cfg is the Guard's idem.Config, checked
+// and defaulted as idem.New does, and means what it means for a Guard:
+// keys are combined with storage.ScopedStoreKey, so a TxGuard and an
+// idem.Guard over the same Store with the same Namespace share records;
+// Observer and Logger see the claims, runs and outcomes; Wait is how long
+// a claim that finds the key held by a plain Guard's live lease polls for
+// its outcome; StoreTimeout bounds a rollback. The fields a TxGuard cannot
+// honour are refused with an error naming the field (as pgstore's
+// TxGuard refuses them): Lease (the transaction, not a lease, holds the
+// key), MaxAttempts (a failed claim rolls back and leaves no attempt to
+// count), CacheSize and CacheTTL (there is no cache) and FailOpen (fn's
+// writes need the database). It also fails when another field of cfg is
+// out of range, or s is nil.
+func NewTxGuard(s *Store, cfg idem.Config, _ TxConfig) (*TxGuard, error) {
 	if s == nil {
 		return nil, errors.New("sqlitestore: NewTxGuard: store is nil")
 	}
-	x, err := txguard.NewExec("sqlitestore", "TxConfig", cfg.Config)
+	x, err := txguard.NewExec("sqlitestore", "idem.Config", cfg)
 	if err != nil {
 		return nil, err
 	}
-	cfg.Config = x.Cfg
-	return &TxGuard{g: txguard.NewSQL(x, dialect{s}), cfg: cfg}, nil
+	return &TxGuard{g: txguard.NewSQL(x, dialect{s})}, nil
 }
 
-// Config returns the TxGuard's configuration with the defaults filled in.
-func (g *TxGuard) Config() TxConfig { return g.cfg }
+// Config returns the TxGuard's idem.Config with the defaults filled in
+// (the fields it refuses are zero).
+func (g *TxGuard) Config() idem.Config { return g.g.Config() }
 
 // Do runs fn at most once to completion for key, in a transaction it
 // begins on the Store's database and commits:

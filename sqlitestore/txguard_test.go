@@ -3,6 +3,7 @@ package sqlitestore_test
 import (
 	"context"
 	"database/sql"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,14 +15,14 @@ import (
 // newTxGuard returns a TxGuard in namespace "payments" over a new Store,
 // whose database has a ledger table, the business side effect of the
 // transactional tests.
-func newTxGuard(t *testing.T, scfg sqlitestore.Config, cfg sqlitestore.TxConfig) (*sqlitestore.TxGuard, *sqlitestore.Store) {
+func newTxGuard(t *testing.T, scfg sqlitestore.Config, cfg idem.Config) (*sqlitestore.TxGuard, *sqlitestore.Store) {
 	t.Helper()
 	s, _ := newStore(t, scfg)
 	if _, err := s.DB().ExecContext(testCtx(t), `CREATE TABLE ledger (id INTEGER PRIMARY KEY, key TEXT NOT NULL, amount INTEGER NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
 	cfg.Namespace = "payments"
-	g, err := sqlitestore.NewTxGuard(s, cfg)
+	g, err := sqlitestore.NewTxGuard(s, cfg, sqlitestore.TxConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +32,7 @@ func newTxGuard(t *testing.T, scfg sqlitestore.Config, cfg sqlitestore.TxConfig)
 func TestTxGuard(t *testing.T) {
 	t.Parallel()
 	txguardtest.Run(t, func(t *testing.T) *txguardtest.Env {
-		g, s := newTxGuard(t, sqlitestore.Config{BusyTimeout: 30 * time.Second}, sqlitestore.TxConfig{})
+		g, s := newTxGuard(t, sqlitestore.Config{BusyTimeout: 30 * time.Second}, idem.Config{})
 		return &txguardtest.Env{
 			DB: s.DB(), Store: s, Namespace: "payments", Records: s.Table(), Ledger: "ledger",
 			Do: func(ctx context.Context, key string, payload []byte, fn func(context.Context, *sql.Tx) ([]byte, error)) (idem.Result, error) {
@@ -42,4 +43,29 @@ func TestTxGuard(t *testing.T) {
 			},
 		}
 	})
+}
+
+// A TxGuard takes the Guard's idem.Config and refuses, at construction,
+// every field it cannot honour, naming it, as pgstore's TxGuard does; the
+// others are defaulted as a Guard's.
+func TestTxGuardRefusesTheFieldsItCannotHonour(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t, sqlitestore.Config{})
+	txguardtest.Refuses(t, "sqlitestore", func(cfg idem.Config) error {
+		_, err := sqlitestore.NewTxGuard(s, cfg, sqlitestore.TxConfig{})
+		return err
+	})
+	if _, err := sqlitestore.NewTxGuard(s, idem.Config{Retention: -time.Second}, sqlitestore.TxConfig{}); err == nil ||
+		!strings.Contains(err.Error(), "Retention") {
+		t.Errorf("NewTxGuard with a negative Retention: %v, want an error naming it", err)
+	}
+	g, err := sqlitestore.NewTxGuard(s, idem.Config{Namespace: "n", Retention: time.Hour, StoreTimeout: time.Second}, sqlitestore.TxConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := g.Config()
+	if cfg.Namespace != "n" || cfg.Retention != time.Hour || cfg.StoreTimeout != time.Second ||
+		cfg.Lease != 0 || cfg.CacheTTL != 0 || cfg.MaxKeyLen != idem.DefaultMaxKeyLen || cfg.Fingerprint == nil {
+		t.Errorf("Config() = %+v: want the Guard's defaults, and the refused fields zero", cfg)
+	}
 }

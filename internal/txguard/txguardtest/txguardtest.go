@@ -22,6 +22,26 @@ import (
 	"github.com/idemgo/idem/storage"
 )
 
+// Refuses checks a transactional executor's constructor, newGuard, as
+// txguard.NewExec refuses: with a Config that sets a field no TxGuard can
+// honour (Lease, MaxAttempts, CacheSize, CacheTTL, FailOpen), it must fail
+// with an error that starts "pkg: idem.Config.Field:".
+func Refuses(t *testing.T, pkg string, newGuard func(idem.Config) error) {
+	t.Helper()
+	for field, cfg := range map[string]idem.Config{
+		"Lease":       {Lease: time.Minute},
+		"MaxAttempts": {MaxAttempts: 3},
+		"CacheSize":   {CacheSize: 100},
+		"CacheTTL":    {CacheTTL: time.Minute},
+		"FailOpen":    {FailOpen: true},
+	} {
+		want := pkg + ": idem.Config." + field + ":"
+		if err := newGuard(cfg); err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("a TxGuard with %s: %v, want an error starting %q", field, err, want)
+		}
+	}
+}
+
 // Env is a TxGuard over database/sql under test and the database it
 // writes to. Its SQL is written for both PostgreSQL and SQLite ($n
 // parameters, RETURNING).

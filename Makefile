@@ -21,10 +21,12 @@ fmt:
 vet:
 	@set -e; for m in $(MODULES); do echo "go vet $$m"; (cd $$m && go vet ./...); done
 
-# The root package imports the standard library only, and the store
-# contract (storage), which imports the standard library only (DESIGN §2).
+# The root package imports the standard library only, and two packages of
+# its module that import the standard library only themselves: the store
+# contract (storage) and the consumers' split call (internal/ahead). The
+# list is transitive: anything they imported would show here.
 stdlib-only:
-	@deps=$$(go list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' . | grep -v '^github.com/idemgo/idem\(/storage\)\?$$'); \
+	@deps=$$(go list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' . | grep -v '^github.com/idemgo/idem\(/storage\|/internal/ahead\)\?$$'); \
 	if [ -n "$$deps" ]; then echo "package idem imports non-standard packages:"; echo "$$deps"; exit 1; fi
 
 # A library's go.mod requires only what its packages import: a test that

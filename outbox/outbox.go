@@ -26,7 +26,8 @@ type Config struct {
 	// Table is the outbox table, created by [Migrate]: a name or
 	// schema.name, each part either unquoted (lowercase ASCII letters,
 	// digits and underscores, not starting with a digit) or in double
-	// quotes ("Outbox"), at most 48 bytes, as pgstore's. Default
+	// quotes ("Outbox"; no single quote, dollar sign or backslash in it),
+	// at most 48 bytes, as pgstore's. Default
 	// [DefaultTable], found through the connection's search_path. The
 	// Relay that publishes it must name the same table.
 	Table string

@@ -46,9 +46,9 @@ type table struct {
 // parseTable parses name ("" for [DefaultTable]) as every table name of
 // idem's PostgreSQL packages is parsed (internal/pgsql): a name or
 // schema.name, each part unquoted (lowercase ASCII letters, digits and
-// underscores, not starting with a digit) or in double quotes, at most 48
-// bytes (index names add up to 12, and PostgreSQL truncates identifiers
-// past 63 bytes).
+// underscores, not starting with a digit) or in double quotes (no single
+// quote, dollar sign or backslash), at most 48 bytes (index names add up
+// to 12, and PostgreSQL truncates identifiers past 63 bytes).
 func parseTable(name string) (table, error) {
 	p, err := pgsql.ParseTableOr(name, DefaultTable)
 	if err != nil {

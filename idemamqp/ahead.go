@@ -14,10 +14,10 @@ import (
 // A delivery's store round trips are off its worker's path: a session's
 // claimer takes the deliveries waiting in amqp091's channel (the prefetch
 // buffer), claims their keys in one round trip and hands them to the
-// workers; a worker runs the handler of a claimed delivery and leaves its
-// value to the runner's outcome writer, which stores the values of the
-// handlers that ran meanwhile in one round trip and then acks their
-// deliveries. The Guard's heartbeat keeps each key's lease from its claim
+// workers (a few claims under way at once: inFlight); a worker runs the
+// handler of a claimed delivery and leaves its value to the runner's
+// outcome writer, which stores the values of the handlers that ran
+// meanwhile in one round trip and then acks their deliveries. The Guard's heartbeat keeps each key's lease from its claim
 // to its stored outcome, through the waits for a worker and for the writer.
 
 // maxAhead bounds the deliveries one claim takes: the store's batch, and
@@ -36,22 +36,47 @@ const (
 	busyGap     = time.Millisecond
 )
 
+// inFlight bounds the claims under way at once, and the outcome writes.
+// One at a time, a store whose batch calls take milliseconds (PostgreSQL's)
+// would bound the consumer to a batch per round trip; with a few, the
+// deliveries that come meanwhile make the next batch. A write waits up to
+// claimLinger for the one under way before it goes beside it, so that a
+// fast store (Redis) still takes each batch whole.
+const inFlight = 4
+
+// round is one claim: its deliveries, handed to the workers once it is
+// answered.
+type round struct {
+	jobs []job
+	done chan struct{} // closed once the claim is answered, or when there is none
+}
+
 // claimAhead takes the deliveries of s as they come, claims the keys of
 // those waiting at once, and hands them to the workers in delivery order.
-// It closes s.ready once the delivery channel closed.
+// It closes s.ready once the delivery channel closed and every claim was
+// handed over.
 func (r *runner) claimAhead(s *session) {
-	defer close(s.ready)
-	var (
-		batch  []job
-		ops    []ahead.Op
-		claims []ahead.Claim
-		at     []int // ops[k] is batch[at[k]]'s
-	)
+	rounds := make(chan *round, inFlight-1) // and one being handed over
+	handed := make(chan struct{})
+	go func() {
+		defer close(handed)
+		defer close(s.ready)
+		for rd := range rounds {
+			<-rd.done
+			for _, j := range rd.jobs {
+				s.ready <- j // never blocks: s.ready holds the prefetch
+			}
+		}
+	}()
+	defer func() {
+		close(rounds)
+		<-handed
+	}()
 	linger := time.NewTimer(claimLinger)
 	linger.Stop()
 	var last time.Time // when the delivery before was taken
 	for d := range s.deliveries {
-		batch = append(batch[:0], r.newJob(s, d))
+		batch := []job{r.newJob(s, d)}
 		if busy := batch[0].start.Sub(last) < busyGap; busy {
 			linger.Reset(claimLinger)
 		wait:
@@ -81,26 +106,35 @@ func (r *runner) claimAhead(s *session) {
 			}
 		}
 		last = batch[len(batch)-1].start
-		ops, at = ops[:0], at[:0]
-		for i := range batch {
-			if j := &batch[i]; j.keyErr == nil && j.key != "" {
-				ops = append(ops, ahead.Op{Scope: j.scope, Key: j.key, Payload: j.payload})
-				at = append(at, i)
-			}
-		}
-		if len(ops) > 0 && !r.isStopping() && !s.isDead() {
-			claims = append(claims[:0], make([]ahead.Claim, len(ops))...)
-			r.c.ahead.Claim(r.hctx, ops, claims)
-			for k, i := range at {
-				batch[i].cl, batch[i].claimed = claims[k], true
-				claims[k] = ahead.Claim{}
-			}
-		}
-		for i := range batch {
-			s.ready <- batch[i] // never blocks: s.ready holds the prefetch
-			batch[i] = job{}
+		rd := &round{jobs: batch, done: make(chan struct{})}
+		r.claim(s, rd)
+		rounds <- rd // waits while inFlight claims are under way: deliveries gather meanwhile
+	}
+}
+
+// claim claims the keys of rd's deliveries that have a usable one, on a
+// goroutine of its own, and closes rd.done once it is answered.
+func (r *runner) claim(s *session, rd *round) {
+	var ops []ahead.Op
+	var at []int // ops[k] is rd.jobs[at[k]]'s
+	for i := range rd.jobs {
+		if j := &rd.jobs[i]; j.keyErr == nil && j.key != "" {
+			ops = append(ops, ahead.Op{Scope: j.scope, Key: j.key, Payload: j.payload})
+			at = append(at, i)
 		}
 	}
+	if len(ops) == 0 || r.isStopping() || s.isDead() {
+		close(rd.done) // the workers take them through DoScoped, or give them up
+		return
+	}
+	go func() {
+		defer close(rd.done)
+		claims := make([]ahead.Claim, len(ops))
+		r.c.ahead.Claim(r.hctx, ops, claims)
+		for k, i := range at {
+			rd.jobs[i].cl, rd.jobs[i].claimed = claims[k], true
+		}
+	}()
 }
 
 // newJob returns the job of d, with what the claim needs to know of it.
@@ -142,7 +176,6 @@ type outcomes struct {
 
 	mu    sync.Mutex
 	queue []ran // guarded by mu
-	spare []ran // the writer's, swapped with queue
 
 	wake     chan struct{}
 	quit     chan struct{}
@@ -181,34 +214,65 @@ func (o *outcomes) close() {
 
 func (o *outcomes) loop() {
 	defer close(o.done)
-	var held []ahead.Held
-	var errs []error
-	for {
-		quit := false
+	writing := make(chan struct{}, inFlight)
+	ended := make(chan struct{}, 1) // a write ended
+	var writes sync.WaitGroup
+	var began time.Time // when the last write began
+	wait := time.NewTimer(claimLinger)
+	wait.Stop()
+	for quit := false; !quit; {
 		select {
 		case <-o.wake:
 		case <-o.quit:
 			quit = true
 		}
+		writing <- struct{}{} // waits while inFlight writes are under way: what the workers leave meanwhile joins the next
+		if len(writing) > 1 && !quit {
+			// Another write is under way: a fast store ends it before
+			// long, and one write then takes all that waits; a slow
+			// one gets a write beside it.
+			wait.Reset(claimLinger - time.Since(began))
+			select {
+			case <-ended:
+			case <-wait.C:
+			case <-o.quit:
+				quit = true
+			}
+			wait.Stop()
+		}
 		o.mu.Lock()
 		batch := o.queue
-		o.queue, o.spare = o.spare[:0], batch
+		o.queue = nil
 		o.mu.Unlock()
-		if len(batch) > 0 {
-			held, errs = held[:0], append(errs[:0], make([]error, len(batch))...)
-			for _, p := range batch {
-				held = append(held, p.held)
-			}
-			o.r.c.ahead.Complete(held, errs)
-			for k := range batch {
-				o.settle(batch[k].dl, errs[k])
-				batch[k], held[k] = ran{}, nil
-			}
+		if len(batch) == 0 {
+			<-writing
+			continue
 		}
-		if quit {
-			o.settling.Wait()
-			return
-		}
+		began = time.Now()
+		writes.Go(func() {
+			o.write(batch)
+			<-writing
+			select {
+			case ended <- struct{}{}:
+			default:
+			}
+		})
+	}
+	writes.Wait()
+	o.settling.Wait()
+}
+
+// write stores the values of batch in one round trip and settles its
+// deliveries.
+func (o *outcomes) write(batch []ran) {
+	held := make([]ahead.Held, len(batch))
+	errs := make([]error, len(batch))
+	for k, p := range batch {
+		held[k] = p.held
+	}
+	o.r.c.ahead.Complete(held, errs)
+	for k := range batch {
+		o.settle(batch[k].dl, errs[k])
 	}
 }
 

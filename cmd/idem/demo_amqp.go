@@ -171,7 +171,7 @@ func (r *amqpRun) stats(orders int) brokerStats {
 // process crashes, a fresh one.
 func (r *amqpRun) consume(ctx context.Context, stats *runStats, newHandler func(p *process) (handler, func(), error)) error {
 	for ctx.Err() == nil {
-		p := &amqpProcess{process: &process{stats: stats}, r: r, crashed: make(chan struct{}), tags: map[uint64]amqpReceipt{}}
+		p := &amqpProcess{process: &process{stats: stats}, r: r, crashed: make(chan struct{}), tags: map[uint64]amqpReceipt{}, keys: map[string]amqpReceipt{}}
 		h, closeHandler, err := newHandler(p.process)
 		if err != nil {
 			return err
@@ -273,7 +273,7 @@ func (r *amqpRun) naive(ctx context.Context, p *amqpProcess, cfg amqp.Config, l 
 func (r *amqpRun) guarded(ctx context.Context, p *amqpProcess, cfg amqp.Config, h guardedHandler) error {
 	gcfg := h.guard.Config()
 	gcfg.Observer = func(_ context.Context, e idem.Event) {
-		point := p.current().point
+		point := p.keyed(e.Key).point
 		switch {
 		case point == noCrash:
 		case e.Op == idem.OpClaim && e.Err == nil && e.Outcome != storage.Acquired:
@@ -291,7 +291,7 @@ func (r *amqpRun) guarded(ctx context.Context, p *amqpProcess, cfg amqp.Config, 
 		if p.dead.Load() {
 			runtime.Goexit() // the process is gone
 		}
-		rc := p.current()
+		rc := p.receive(d)
 		if rc.point == crashBeforeCharge {
 			p.crash(rc.point) // holding the claim: it stays until the lease ends
 		}
@@ -351,7 +351,11 @@ type amqpProcess struct {
 	mu   sync.Mutex
 	conn net.Conn
 	tags map[uint64]amqpReceipt // by delivery tag
-	cur  amqpReceipt            // the delivery being handled (one at a time)
+	// keys holds the last delivery received of each key: the Guard's
+	// events name a key, and idemamqp claims the deliveries of its
+	// prefetch buffer before their handlers run and stores their outcomes
+	// after, so the delivery of an event is not the one a handler runs.
+	keys map[string]amqpReceipt
 }
 
 func (p *amqpProcess) setConn(c net.Conn) {
@@ -360,9 +364,9 @@ func (p *amqpProcess) setConn(c net.Conn) {
 	p.mu.Unlock()
 }
 
-// receive records a delivery: its attempt, its crash point, and that it is
-// the one being handled. Idempotent per delivery tag, since idemamqp may
-// read the key of a delivery twice.
+// receive records a delivery: its attempt and its crash point, and
+// returns them. Idempotent per delivery tag, since idemamqp reads the key
+// of a delivery before its handler runs, and may read it twice.
 func (p *amqpProcess) receive(d amqp.Delivery) amqpReceipt {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -376,14 +380,18 @@ func (p *amqpProcess) receive(d amqp.Delivery) amqpReceipt {
 		p.r.duplicates.Add(1)
 	}
 	rc := amqpReceipt{idx: idx, point: p.r.plan.at(&delivery{id: idx, attempt: attempt})}
-	p.tags[d.DeliveryTag], p.cur = rc, rc
+	p.tags[d.DeliveryTag] = rc
+	if key, ok := d.Headers[amqpDemoKey].(string); ok {
+		p.keys[key] = rc
+	}
 	return rc
 }
 
-func (p *amqpProcess) current() amqpReceipt {
+// keyed returns the last delivery received of key.
+func (p *amqpProcess) keyed(key string) amqpReceipt {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.cur
+	return p.keys[key]
 }
 
 // index returns the message index of the delivery with tag, or -1.

@@ -16,9 +16,10 @@ import (
 
 // Open opens the store that rawURL names (see the package doc for the
 // schemes) and returns it with the function that closes it: the store's
-// connections, pool or file. It waits for the server to answer (at most
-// 10 seconds, and no longer than ctx allows) so that a server that cannot
-// be reached is Open's error and not the first request's.
+// connections, pool or file. It waits for the server to answer (a ping, at
+// most 10 seconds; a DynamoDB table check or a migration, at most a
+// minute; never longer than ctx allows) so that a server that cannot be
+// reached is Open's error and not the first request's.
 //
 // A URL that is not one of a linked scheme's, or whose parameters the
 // store refuses, is an [*URLError]. A server that does not answer is an

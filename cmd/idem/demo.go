@@ -41,7 +41,7 @@ type demoOptions struct {
 	store     string
 	keep      bool          // keep the records in the store after the run
 	broker    string        // "": the in-process queue; kafka: Kafka; nats://…: NATS JetStream; amqp://…: RabbitMQ
-	brokers   string        // kafka: seed brokers, host:port,…; "": an in-process cluster (kfake)
+	brokers   string        // kafka: seed brokers, host:port,…
 	timeout   time.Duration // per run
 }
 
@@ -55,8 +55,8 @@ func parseDemoFlags(args []string, stderr io.Writer) (demoOptions, error) {
 	fs.Float64Var(&o.crashRate, "crash-rate", 0.02, "chance that a consumer crashes while handling a delivery, in [0, 1)")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed of the messages, duplicates and crash points (default: from the clock, printed)")
 	fs.StringVar(&o.store, "store", "mem://", storeUsage)
-	fs.StringVar(&o.broker, "broker", "", "the broker the stream goes through: kafka for Kafka consumer groups (on an in-process cluster, kfake, unless --brokers), nats://host:port for NATS JetStream, amqp://user:password@host:port/vhost for RabbitMQ (default: an in-process queue)")
-	fs.StringVar(&o.brokers, "brokers", "", "with --broker kafka: the seed brokers host:port,... of a Kafka cluster to run on instead of the in-process one; the demo creates topics and consumer groups of its own there (unique names) and deletes the topics at the end")
+	fs.StringVar(&o.broker, "broker", "", "the broker the stream goes through: kafka for Kafka consumer groups (with --brokers), nats://host:port for NATS JetStream, amqp://user:password@host:port/vhost for RabbitMQ (default: an in-process queue)")
+	fs.StringVar(&o.brokers, "brokers", "", "with --broker kafka, required: the seed brokers host:port,... of a Kafka cluster to run on; the demo creates topics and consumer groups of its own there (unique names) and deletes the topics at the end")
 	fs.DurationVar(&o.timeout, "timeout", time.Minute, "how long each run may take; orders not acked by then count as lost")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run's records in the store (they expire after an hour) instead of deleting them at the end")
 	fs.Usage = func() {

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -30,42 +29,30 @@ const kafkaPartitions = 8
 const msgHeader = "demo-msg"
 
 // demoKafka is the demo over Kafka: the same stream, published to a topic
-// of an in-process cluster (franz-go's kfake) or, with o.brokers, of a real
-// Kafka cluster, consumed by a consumer group of o.consumers processes,
+// of the Kafka cluster at o.brokers, consumed by a consumer group of o.consumers processes,
 // naive ones, then idemkafka ones. Each run has a topic and a group of its
-// own, named after the run; on o.brokers the topics are deleted at the end. A
+// own, named after the run, deleted at the end. A
 // process that crashes dies where the plan says: it charges or commits
 // nothing more, its store calls fail, and its client leaves the group
 // without committing; a new process takes its slot. Kafka redelivers what
 // was not committed to the members that get the partitions.
 func demoKafka(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (naive, guarded runReport, err error) {
+	var addrs []string
+	for _, b := range strings.Split(o.brokers, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			addrs = append(addrs, b)
+		}
+	}
+	if len(addrs) == 0 {
+		return naive, guarded, usageErrorf("idem: demo: --broker kafka needs --brokers host:port,… (a Kafka cluster the demo creates topics on); go run ./examples/payments runs a consumer on an in-process cluster")
+	}
 	store, closeStore, err := openStore(ctx, o.store, true)
 	if err != nil {
 		return naive, guarded, err
 	}
 	defer func() { err = errors.Join(err, closeStore()) }()
-	var addrs []string
-	where, repeat := "", "--broker kafka"
-	if o.brokers != "" {
-		for _, b := range strings.Split(o.brokers, ",") {
-			if b = strings.TrimSpace(b); b != "" {
-				addrs = append(addrs, b)
-			}
-		}
-		if len(addrs) == 0 {
-			return naive, guarded, fmt.Errorf("idem: --brokers %q: no broker address", o.brokers)
-		}
-		where = "Kafka at " + strings.Join(addrs, ",")
-		repeat += " --brokers " + strings.Join(addrs, ",")
-	} else {
-		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
-		if err != nil {
-			return naive, guarded, err
-		}
-		defer cluster.Close()
-		addrs = cluster.ListenAddrs()
-		where = "Kafka, an in-process cluster (kfake) at " + strings.Join(addrs, ",")
-	}
+	where := "Kafka at " + strings.Join(addrs, ",")
+	repeat := "--broker kafka --brokers " + strings.Join(addrs, ",")
 	admin, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
 	if err != nil {
 		return naive, guarded, err
@@ -76,14 +63,12 @@ func demoKafka(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (na
 	if err := createKafkaTopics(ctx, admin, naiveTopic, topic); err != nil {
 		return naive, guarded, err
 	}
-	if o.brokers != "" {
-		defer func() {
-			err = errors.Join(err, deleteKafkaTopics(ctx, admin, naiveTopic, topic))
-			if err == nil {
-				fmt.Fprintf(stdout, "Deleted the topics %s and %s.\n", naiveTopic, topic)
-			}
-		}()
-	}
+	defer func() {
+		err = errors.Join(err, deleteKafkaTopics(ctx, admin, naiveTopic, topic))
+		if err == nil {
+			fmt.Fprintf(stdout, "Deleted the topics %s and %s.\n", naiveTopic, topic)
+		}
+	}()
 
 	stream := newStream(o.seed, o.messages, o.dupRate)
 	plan := crashPlan{seed: o.seed, rate: o.crashRate}
@@ -348,14 +333,10 @@ func (r *kafkaRun) brokerStats() brokerStats {
 // clientOpts are a consumer process's client options: quick fetches, and
 // rebalances within a second of a member's leaving. A crashed process's
 // client leaves the group as it closes, so the session timeout only bounds
-// what the demo does not do, a member that vanishes: 2 seconds on kfake;
-// on --brokers, the 6 seconds every broker accepts by default
-// (group.min.session.timeout.ms).
+// what the demo does not do, a member that vanishes: the 6 seconds every
+// broker accepts by default (group.min.session.timeout.ms).
 func (r *kafkaRun) clientOpts(extra ...kgo.Opt) []kgo.Opt {
-	session := 2 * time.Second
-	if r.o.brokers != "" {
-		session = 6 * time.Second
-	}
+	session := 6 * time.Second
 	return append([]kgo.Opt{
 		kgo.SeedBrokers(r.addrs...),
 		kgo.ConsumerGroup(r.topic),

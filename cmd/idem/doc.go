@@ -50,11 +50,11 @@
 //
 // --broker sends the stream through a real broker's redeliveries instead:
 // kafka for Kafka consumer groups, nats://host:port for NATS JetStream,
-// amqp://user:password@host:port/vhost for RabbitMQ. With --broker kafka
-// the demo runs on an in-process cluster (franz-go's kfake), so that it
-// needs nothing installed, or, with --brokers host:port,..., on those
-// Kafka brokers: it creates topics of its own there (unique names, 8
-// partitions) and deletes them at the end.
+// amqp://user:password@host:port/vhost for RabbitMQ. --broker kafka runs
+// on the Kafka brokers that --brokers host:port,... names: the demo creates
+// topics of its own there (unique names, 8 partitions) and deletes them at
+// the end. The operator's binary links no fake broker: for a consumer on
+// an in-process Kafka cluster, run go run ./examples/payments.
 //
 //	go run ./cmd/idem demo --broker kafka --brokers 127.0.0.1:9092
 package main

@@ -3,6 +3,7 @@ package dynamostore
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -39,9 +40,12 @@ type URL struct {
 func ParseURL(raw string) (URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
+		if ue, ok := errors.AsType[*url.Error](err); ok {
+			err = ue.Err // without the URL, which may hold a secret
+		}
 		return URL{}, fmt.Errorf("dynamostore: store URL: %w", err)
 	}
-	shown := u.Redacted()
+	shown := redacted(u)
 	if u.Scheme != "dynamodb" {
 		return URL{}, fmt.Errorf("dynamostore: store URL %s: scheme %q, want dynamodb", shown, u.Scheme)
 	}
@@ -52,7 +56,11 @@ func ParseURL(raw string) (URL, error) {
 	if u.Host != "" {
 		p.Endpoint = "http://" + u.Host
 	}
-	for name, v := range u.Query() {
+	query, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return URL{}, fmt.Errorf("dynamostore: store URL %s: malformed query", shown)
+	}
+	for name, v := range query {
 		switch {
 		case name != "region":
 			return URL{}, fmt.Errorf("dynamostore: store URL %s: unknown parameter %q (the only one is region=)", shown, name)
@@ -65,6 +73,26 @@ func ParseURL(raw string) (URL, error) {
 		return URL{}, fmt.Errorf("dynamostore: store URL %s: table %q: must be 3 to 255 letters, digits, '_', '-' or '.'", shown, p.Table)
 	}
 	return p, nil
+}
+
+// redacted returns u as an error may print it: without a password, and
+// with the value of every query parameter but region replaced, since such
+// a parameter (a secret key, a token) is refused, not understood.
+func redacted(u *url.URL) string {
+	c := *u
+	q, err := url.ParseQuery(c.RawQuery)
+	switch {
+	case err != nil:
+		c.RawQuery = "xxxxx"
+	case len(q) > 0:
+		for name := range q {
+			if name != "region" {
+				q[name] = []string{"xxxxx"}
+			}
+		}
+		c.RawQuery = q.Encode()
+	}
+	return c.Redacted()
 }
 
 // NewClient returns a DynamoDB client for the URL: on AWS one built from

@@ -66,3 +66,25 @@ func TestURLClient(t *testing.T) {
 	}
 	mustClaim(t, s, args("k", time.Minute), storage.Acquired)
 }
+
+// No error of ParseURL prints a secret of the URL it refuses: a password,
+// a query parameter's value (a secret key, a token), or the whole URL of
+// one that does not parse.
+func TestParseURLPrintsNoSecret(t *testing.T) {
+	const secret = "S3cretPw"
+	for _, raw := range []string{
+		"dynamodb://user:" + secret + "@127.0.0.1:8000/t",
+		"dynamodb://127.0.0.1:8000/t?secret_access_key=" + secret,
+		"dynamodb:///t?region=eu-west-1&aws_session_token=" + secret,
+		"dynamodb://127.0.0.1:8000/t?token=" + secret + "%zz",
+		"http://127.0.0.1:8000/t?secret=" + secret,
+	} {
+		_, err := dynamostore.ParseURL(raw)
+		if err == nil {
+			t.Fatalf("ParseURL(%q): no error", raw)
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("ParseURL(%q): %v: prints the secret", raw, err)
+		}
+	}
+}

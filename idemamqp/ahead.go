@@ -24,13 +24,14 @@ import (
 // what a claim's round trip waits on.
 const maxAhead = 256
 
-// A claim under load waits up to claimLinger after its first delivery for
-// more, while the broker may send more (the session holds less than the
-// prefetch): RabbitMQ sends a delivery for each ack, so without the wait
-// most claims would take one delivery and cost a round trip each, which
-// the consumer, RabbitMQ and the store pay in CPU. Under load means the
-// delivery came within busyGap of the one before; an idle consumer claims
-// a lone delivery at once.
+// A claim under load waits after its first delivery for more, while the
+// broker may send more (the session holds less than the prefetch), as
+// long as the last claim took, up to claimLinger: RabbitMQ sends a
+// delivery for each ack, so without the wait most claims would take one
+// delivery and cost a round trip each, which the consumer, RabbitMQ and
+// the store pay in CPU; a store without round trips (memstore) is not
+// waited for. Under load means the delivery came within busyGap of the one
+// before; an idle consumer claims a lone delivery at once.
 const (
 	claimLinger = 300 * time.Microsecond
 	busyGap     = time.Millisecond
@@ -78,7 +79,7 @@ func (r *runner) claimAhead(s *session) {
 	for d := range s.deliveries {
 		batch := []job{r.newJob(s, d)}
 		if busy := batch[0].start.Sub(last) < busyGap; busy {
-			linger.Reset(claimLinger)
+			linger.Reset(min(claimLinger, time.Duration(s.claimTook.Load())))
 		wait:
 			for len(batch) < maxAhead && s.held.Load() < int64(r.c.o.prefetch) {
 				select {
@@ -130,7 +131,9 @@ func (r *runner) claim(s *session, rd *round) {
 	go func() {
 		defer close(rd.done)
 		claims := make([]ahead.Claim, len(ops))
+		began := time.Now()
 		r.c.ahead.Claim(r.hctx, ops, claims)
+		s.claimTook.Store(int64(time.Since(began)))
 		for k, i := range at {
 			rd.jobs[i].cl, rd.jobs[i].claimed = claims[k], true
 		}
@@ -141,6 +144,7 @@ func (r *runner) claim(s *session, rd *round) {
 func (r *runner) newJob(s *session, d amqp.Delivery) job {
 	o := &r.c.o
 	s.held.Add(1)
+	s.tags.add(d.DeliveryTag)
 	j := job{s: s, d: d, start: time.Now()}
 	j.key, j.keyErr = o.Key(d)
 	j.scope = o.Scope(d)
@@ -271,20 +275,40 @@ func (o *outcomes) write(batch []ran) {
 		held[k] = p.held
 	}
 	o.r.c.ahead.Complete(held, errs)
-	for k := range batch {
-		o.settle(batch[k].dl, errs[k])
-	}
-}
-
-// settle settles dl, whose handler ran and whose outcome the store answered
-// with err, as the worker would have after Do: an ack at once, a
-// settlement that waits on a goroutine of its own.
-func (o *outcomes) settle(dl delivery, err error) {
 	r := o.r
-	v := r.c.o.Decide(idem.Result{}, err, r.c.tries.Count(dl.id))
-	if v.Verdict == adapter.Ack {
-		r.finish(dl, v)
-		return
+	var acks []delivery // those to ack, grouped by session below
+	for k := range batch {
+		dl := batch[k].dl
+		v := r.c.o.Decide(idem.Result{}, errs[k], r.c.tries.Count(dl.id))
+		if v.Verdict == adapter.Ack {
+			acks = append(acks, dl)
+			continue
+		}
+		// A settlement that waits (a requeue's backoff, a dead letter's
+		// confirm), as the worker would have after Do.
+		o.settling.Go(func() { r.finish(dl, v) })
 	}
-	o.settling.Go(func() { r.finish(dl, v) })
+	for len(acks) > 0 {
+		s := acks[0].s
+		var tags []uint64
+		for _, dl := range acks {
+			if dl.s == s {
+				tags = append(tags, dl.d.DeliveryTag)
+			}
+		}
+		ackErrs := make([]error, len(tags))
+		s.ackAll(tags, ackErrs)
+		k, n := 0, 0
+		for _, dl := range acks {
+			if dl.s != s {
+				acks[k] = dl // another session's, for the next round
+				k++
+				continue
+			}
+			r.c.tries.Forget(dl.id)
+			r.settled(dl, EventAcked, ackErrs[n])
+			n++
+		}
+		acks = acks[:k]
+	}
 }

@@ -503,6 +503,7 @@ var errChannelClosed = errors.New("idemamqp: the delivery's channel closed; the 
 // settling call's error) says it did not reach the broker.
 func (r *runner) settled(dl delivery, kind EventKind, err error) {
 	dl.s.held.Add(-1)
+	dl.s.tags.settled(dl.d.DeliveryTag)
 	ev := dl.ev
 	ev.Kind = kind
 	if err != nil {

@@ -29,6 +29,8 @@ type session struct {
 	deliveries <-chan amqp.Delivery
 	ready      chan job     // the deliveries the claimer hands the workers (serve)
 	held       atomic.Int64 // deliveries the claimer took and the consumer has not settled
+	claimTook  atomic.Int64 // how long the last claim took, a time.Duration
+	tags       tagLog       // the deliveries taken and not settled, for acks of runs
 	tag        string
 	frameSize  int // negotiated: the largest frame, 0 for no limit
 

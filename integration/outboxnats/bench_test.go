@@ -45,8 +45,8 @@ import (
 // PostgreSQL backend (pg) while each ran. Batches are of 100 messages,
 // or 500 in the cases named so.
 //
-//	go test -run '^$' -bench RelayVsRaw -benchtime 1x ./outbox/natspub
-//	go test -run '^$' -bench 'RelayVsRaw/keys1000$' -benchtime 1x ./outbox/natspub  # one case
+//	cd integration && go test -run '^$' -bench RelayVsRaw -benchtime 1x ./outboxnats
+//	cd integration && go test -run '^$' -bench 'RelayVsRaw/keys1000$' -benchtime 1x ./outboxnats  # one case
 func BenchmarkRelayVsRaw(b *testing.B) {
 	const (
 		messages = 20000

@@ -187,9 +187,12 @@
 // them to its [WithConcurrency] handlers; a handler that returned leaves
 // its value to be stored, with those of the other handlers that returned
 // meanwhile, in one round trip (storage.Store.CompleteBatch), after which
-// their deliveries are acked. Under load a claim waits a few hundred
-// microseconds after its first delivery for the ones behind it, so that
-// each round trip serves many deliveries. The guarantees are Do's: a
+// their deliveries are acked, a run of them with one basic.ack (multiple)
+// where no other delivery is among them. Under load a claim waits for the
+// deliveries behind its first, as long as the last claim took and at most
+// 300µs, so that each round trip serves many deliveries; a few claims and
+// outcome writes may be under way at once, for a store whose batch calls
+// take milliseconds. The guarantees are Do's: a
 // key's lease starts at its claim and the Guard's heartbeat keeps it
 // while the delivery waits for a handler and while its value waits to be
 // stored; a delivery acked is one whose outcome is stored; a delivery

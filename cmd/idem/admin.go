@@ -17,7 +17,7 @@ import (
 func init() {
 	register(command{
 		name:    "migrate",
-		summary: "create or upgrade pgstore's records table (idempotent; safe to run from several processes)",
+		summary: "create or upgrade pgstore's records table (and outbox and offsets tables), or a DynamoDB table; idempotent",
 		run:     runMigrate,
 	})
 	register(command{
@@ -27,40 +27,58 @@ func init() {
 	})
 }
 
-// postgresFlag parses the --store of migrate and reap: a postgres:// URL
-// only, since neither verb means anything for memstore or Redis (Redis
-// expires its keys by itself).
+// postgresFlag parses the --store of migrate, reap and outbox stats: a
+// postgres:// URL only (runMigrate lets dynamodb:// URLs through before it
+// asks); storeWanted says why.
 func postgresFlag(fs *flag.FlagSet, raw string) (*url.URL, error) {
 	if raw == "" {
-		return nil, usageErrorf("idem: %s: --store is required (postgres://…)", fs.Name())
+		want, _ := storeWanted(fs.Name())
+		return nil, usageErrorf("idem: %s: --store is required (%s)", fs.Name(), want)
 	}
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return nil, usageErrorf("idem: %s: --store %s: want a postgres:// URL (Redis and memstore need neither migrations nor reaping)", fs.Name(), storeurl.Redact(raw))
+		want, why := storeWanted(fs.Name())
+		return nil, usageErrorf("idem: %s: --store %s: want a %s URL (%s)", fs.Name(), storeurl.Redact(raw), want, why)
 	}
 	return u, nil
+}
+
+// storeWanted says what the --store of migrate, reap and outbox stats may
+// be, and why no other store will do, for postgresFlag's errors.
+func storeWanted(verb string) (want, why string) {
+	switch verb {
+	case "migrate":
+		return "postgres:// or dynamodb://", "Redis and memstore have no table, and a SQLite file gets its table when a store opens it"
+	case "reap":
+		return "postgres://", "reap deletes pgstore's expired rows: Redis and DynamoDB's TTL expire records by themselves, and a SQLite store's Reap runs in its program"
+	}
+	return "postgres://", "the outbox table is in PostgreSQL"
 }
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	store := fs.String("store", "", "the PostgreSQL store's URL: postgres://user@host:port/db[?table=[schema.]name]")
+	store := fs.String("store", "", "the store's URL: postgres://user@host:port/db[?table=[schema.]name] for PostgreSQL, dynamodb://host:port/table or dynamodb:///table (AWS) for DynamoDB")
 	var more migrateFlags
 	more.register(fs)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: idem migrate --store postgres://… [--outbox TABLE]… [--kafka-offsets TABLE]…
+       idem migrate --store dynamodb://…
 
-Creates pgstore's records table, its expiry index and its token sequence,
-or upgrades them to this version's schema; with --outbox, an outbox table
-and its dead rows' table; with --kafka-offsets, a kafkapg offsets table:
-every table a configuration needs. Each table's migrations run in one
-transaction under an advisory lock, so it is idempotent and several
-processes may run it at once. The schema of a schema-qualified table must
-exist.
+With a postgres:// store, creates pgstore's records table, its expiry index
+and its token sequence, or upgrades them to this version's schema; with
+--outbox, an outbox table and its dead rows' table; with --kafka-offsets, a
+kafkapg offsets table: every table a configuration needs. Each table's
+migrations run in one transaction under an advisory lock, so it is
+idempotent and several processes may run it at once. The schema of a
+schema-qualified table must exist.
+
+With a dynamodb:// store, creates dynamostore's table, or checks and
+completes an existing one (idempotent too).
 
 Flags:
 `)
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -104,7 +122,7 @@ use pgstore.NewReaper in a long-running process instead.
 
 Flags:
 `)
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -12,7 +12,8 @@
 //	            a status (--status failed [--older-than 24h])
 //	stats       count a store's records by namespace and status
 //	outbox      stats: an outbox table's backlog
-//	migrate     create or upgrade pgstore's records table (or a DynamoDB table)
+//	migrate     create or upgrade pgstore's records table (and outbox and
+//	            kafkapg offsets tables), or create a DynamoDB table
 //	reap        delete pgstore's expired records, for cron
 //	version     the versions of the tool, Go and idem's modules
 //
@@ -25,7 +26,8 @@
 // a URL.
 //
 // Run "idem help" for the list and "idem <command> -h" for a command's
-// flags. The exit status is 0 on success, 1 when the command failed and 2
+// flags, which the help writes --name, as here (Go's flag package takes
+// -name too). The exit status is 0 on success, 1 when the command failed and 2
 // on a usage error. The benchmarks are a tool of their own, idem-bench
 // (github.com/idemgo/idem/cmd/idem-bench), so that this one links no load
 // generator.
@@ -45,6 +47,15 @@
 // [idem.Guard.Do] keyed by the order ID. The table shows what each charged.
 // The command fails (status 1) if the idem consumer charged an order twice
 // or left one uncharged.
+//
+// The idem consumer crashes inside Do before the charge, holding the key
+// (another consumer takes it over once the lease ends), or after Do stored
+// the outcome (the redelivery finds it): never between the charge and the
+// stored outcome. A crash there, in the window a lease-based store leaves,
+// charges again after the lease, unless the charge is fenced with the
+// claim's token or written in the store's own transaction. The demo does
+// not show that window; the fault suite does (FAULTS.md in the
+// repository).
 //
 //	go run ./cmd/idem demo --messages 5000 --dup-rate 0.3 --crash-rate 0.05
 //

@@ -183,7 +183,7 @@ key has no record.
 
 Flags:
 `)
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	key, err := parseKeyArgs(fs, args)
 	if err != nil {
@@ -248,7 +248,7 @@ machine's clock against times the store's clock set.
 
 Flags:
 `)
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	if slices.ContainsFunc(args, func(a string) bool {
 		return a == "--status" || a == "-status" || strings.HasPrefix(a, "--status=") || strings.HasPrefix(a, "-status=")

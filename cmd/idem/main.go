@@ -101,6 +101,23 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, "\nRun 'idem <command> -h' for a command's flags.\n")
 }
 
+// printFlags prints fs's flags as fs.PrintDefaults does, but each as
+// --name, the way the documentation writes them (the flag package takes
+// -name and --name alike).
+func printFlags(fs *flag.FlagSet) {
+	var b strings.Builder
+	out := fs.Output()
+	fs.SetOutput(&b)
+	fs.PrintDefaults()
+	fs.SetOutput(out)
+	for line := range strings.Lines(b.String()) {
+		if strings.HasPrefix(line, "  -") {
+			line = "  --" + line[len("  -"):]
+		}
+		fmt.Fprint(out, line)
+	}
+}
+
 // usageError is a bad command line: the exit status is 2.
 type usageError struct {
 	err     error

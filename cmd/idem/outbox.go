@@ -46,7 +46,7 @@ wait for an operator (outbox.Dead, Redrive, Discard).
 
 Flags:
 `)
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err

@@ -65,7 +65,7 @@ over. The oldest in progress is the one whose lease ends first.
 
 Flags:
 `)
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -68,7 +68,7 @@
 //	[2] stored and replayed with WithCacheServerErrors
 //	[3] the handler wrote nothing and its context ended (client gone, lease
 //	    lost, Guard closed): nothing it did is an answer to keep
-//	[4] the store's limit comes from idem.ValueLimiter. The retry gets the
+//	[4] the store's limit is its MaxValueSize (storage.Store). The retry gets the
 //	    first status and kept fields, Idempotent-Replayed: true, and a
 //	    problem of type TypeResponseNotKept; a warning is logged and the
 //	    Guard's Observer sees idem.OpTooLarge
@@ -112,8 +112,8 @@
 // hold a connection and its buffer for long.
 //
 // The Guard composes its namespace, the scope and the key into the store
-// key ([idem.ScopedStoreKey]); g.ScopedStoreKey(scope, key) finds a
-// client's record for inspection.
+// key ([github.com/idemgo/idem/storage.ScopedStoreKey]);
+// g.ScopedStoreKey(scope, key) finds a client's record for inspection.
 //
 // # Concurrency, waiting and failures
 //

@@ -155,10 +155,10 @@
 //
 // Run fetches up to [WithBatchSize] messages at a time. The messages that
 // have arrived when one is taken (under load, a whole batch) form a chunk:
-// the Guard claims the chunk's keys in one store round trip where the
-// store can ([idem.BatchClaimer]), the handlers run one after another, in
-// stream order, and the outcomes are stored in one round trip
-// ([idem.BatchCompleter]) before the messages are acked
+// the Guard claims the chunk's keys in one store call (the store's
+// ClaimBatch: one round trip where the store has a batch of its own), the
+// handlers run one after another, in stream order, and the outcomes are
+// stored in one call (CompleteBatch) before the messages are acked
 // ([idem.Guard.DoBatchIndependent]). A handler starts when the one before it
 // returned, while that one's outcome is still on its way to the store. The
 // next Fetch starts as soon as the batch's last message has arrived, so

@@ -17,7 +17,7 @@
 //		return []byte(id), err // committed with the record, or rolled back with it
 //	})
 //
-// The plain mode is an [idem.Store] for the Guard: [New] over a pool, a
+// The plain mode is a [storage.Store] for the Guard: [New] over a pool, a
 // connection or a transaction ([DB]). Each transition of the state machine
 // is one SQL statement: Claim reads the key's row and, in the same
 // statement, inserts a new key's record or takes over one whose lease

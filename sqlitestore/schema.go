@@ -73,8 +73,8 @@ func migrate(ctx context.Context, db interface {
 // table in its index pages.
 func (t table) createTable() string {
 	return `CREATE TABLE IF NOT EXISTS ` + t.ident + ` (
-	key         BLOB    NOT NULL PRIMARY KEY, -- idem.StoreKey: any bytes, compared byte for byte
-	status      INTEGER NOT NULL,             -- 1 InProgress, 2 Completed, 3 Failed (idem.Status)
+	key         BLOB    NOT NULL PRIMARY KEY, -- storage.StoreKey: any bytes, compared byte for byte
+	status      INTEGER NOT NULL,             -- 1 InProgress, 2 Completed, 3 Failed (storage.Status)
 	token       INTEGER NOT NULL,             -- the current claim's fencing token; 0 once released
 	attempt     INTEGER NOT NULL,             -- from 1
 	fingerprint BLOB    NOT NULL,

@@ -17,7 +17,7 @@
 // benchmark's flags. The exit status is 0 on success, 1 when the
 // benchmark failed and 2 on a usage error.
 //
-//	go install github.com/idemgo/idem/cmd/idem-bench@latest
+//	go install github.com/idemgo/idem/cmd/idem-bench   # once v0.1.0 is tagged; until then, go run ./cmd/idem-bench in a clone
 //
 // # idem-bench http
 //

@@ -33,7 +33,8 @@
 // github.com/idemgo/idem import this package (idemgrpc and the consumer
 // adapters are modules of their own) and nothing outside. What users do
 // need is exported from the core instead: [idem.Guard.DoScoped],
-// [idem.Config.CheckKey], [idem.ValueLimiter], [idem.ErrValueTooLarge].
+// [idem.Config.CheckKey], [idem.ErrValueTooLarge], and the store's
+// MaxValueSize in [github.com/idemgo/idem/storage.Store].
 //
 // The package imports the standard library and the core only, like the
 // core itself, so the core module stays free of dependencies.

@@ -194,10 +194,10 @@ func demo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (naive, 
 
 // demoLimit is what the verdict does not show: the demo's crashes never
 // fall between a charge and its stored outcome.
-const demoLimit = `The crashes fall before a charge or after its outcome is stored, never between the two. A crash
-there, in the window a lease-based store leaves, charges again once the lease ends, unless the charge is
-fenced with the claim's token or written in the store's own transaction: FAULTS.md, in idem's
-repository, counts what each store and mode let through when processes die there.
+const demoLimit = `The crashes fall before a charge or after its outcome is stored, never between the two. A crash there,
+in the window a lease-based store leaves, charges again once the lease ends, unless the charge is fenced
+with the claim's token or written in the store's own transaction: FAULTS.md, in idem's repository,
+counts what each store and mode let through when processes die there.
 `
 
 // runStream delivers stream to o.consumers consumer slots, each running one

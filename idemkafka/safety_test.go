@@ -345,6 +345,11 @@ type downStore struct {
 	down atomic.Bool
 }
 
+// ClaimBatch goes through Claim, so that a batch fails as its claims do.
+func (s *downStore) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]storage.Claim, error) {
+	return storage.ClaimEach(ctx, s, args)
+}
+
 func (s *downStore) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error) {
 	if s.down.Load() {
 		return storage.Claim{}, errors.New("connection refused")

@@ -23,6 +23,11 @@ import (
 // another's. The Claims they return may hold them. [idemtest]'s conformance
 // suite checks every rule here.
 //
+// A store that wraps another (to count, trace or fail calls) and changes
+// what Claim or Complete do must change ClaimBatch and CompleteBatch too:
+// the Guard's batches call those alone. [ClaimEach] and [CompleteEach]
+// route them through the wrapper's own Claim and Complete.
+//
 // [idemtest]: https://pkg.go.dev/github.com/idemgo/idem/idemtest
 type Store interface {
 	// Claim claims the key for a.Lease:

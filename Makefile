@@ -57,6 +57,14 @@ BENCH_PG    := $(or $(IDEM_POSTGRES_URL),postgres://postgres@127.0.0.1:5432/test
 bench:
 	@set -e; for s in mem:// '$(BENCH_REDIS)' '$(BENCH_PG)'; do go run ./cmd/idem-bench store --store "$$s"; done
 
+# make charts: BENCHMARKS.md's charts (docs/bench/*.svg), drawn from the rows
+# of docs/bench/results.json, each copied from the BENCHMARKS.md section it
+# names. go test ./cmd/idem-bench fails when a chart, or the summary table
+# (-table prints it), is not what the rows make.
+.PHONY: charts
+charts:
+	go run ./cmd/idem-bench chart -in docs/bench/results.json -out docs/bench
+
 # make faults: the fault suite (integration/faults, FAULTS.md). Consumer
 # processes killed with SIGKILL at every point of a message's handling,
 # Redis crashed and restarted, the consumers' PostgreSQL backends

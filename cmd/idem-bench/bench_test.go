@@ -18,7 +18,7 @@ func TestBenchUsage(t *testing.T) {
 		{args: []string{"-h"}, code: 0, stderr: "http    a handler that sleeps"},
 		{args: []string{"help"}, code: 0, stderr: "Usage: idem-bench <benchmark> [flags]"},
 		{args: []string{"help", "store"}, code: 0, stderr: "Usage: idem-bench store --store URL [flags]"},
-		{args: []string{"ftp"}, code: 2, stderr: `idem-bench: unknown benchmark "ftp" (benchmarks: http, store)`},
+		{args: []string{"ftp"}, code: 2, stderr: `idem-bench: unknown benchmark "ftp" (benchmarks: http, store, chart)`},
 		{args: []string{"--clients", "3", "http"}, code: 2, stderr: "flag provided but not defined: -clients"},
 		{args: []string{"http", "-h"}, code: 0, stderr: "Usage: idem-bench http [flags]"},
 		{args: []string{"http", "--repeat", "1"}, code: 2, stderr: "idem-bench: --repeat 1: must be at least 0 and below 1\nrun 'idem-bench http -h' for its flags"},

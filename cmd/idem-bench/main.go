@@ -41,6 +41,7 @@ type benchmark struct {
 var benchmarks = []benchmark{
 	{name: "http", summary: "a handler that sleeps, driven by concurrent clients, bare and behind idemhttp over each store", run: runBenchHTTP},
 	{name: "store", summary: "a store's operations beside a bare client of its server doing the least the same work needs", run: runBenchStore},
+	{name: "chart", summary: "not a benchmark: renders BENCHMARKS.md's charts from docs/bench/results.json", run: runChart},
 }
 
 func benchNames() string {

@@ -38,6 +38,7 @@ type benchHTTPOptions struct {
 	stores   []string
 	bare     bool
 	json     bool
+	report   string // a directory for the run's JSON and chart
 }
 
 // benchRetention is the Retention of the benchmark's records. They serve
@@ -72,6 +73,7 @@ func parseBenchHTTPFlags(args []string, stderr io.Writer) (benchHTTPOptions, err
 	fs.Float64Var(&o.repeat, "repeat", 0.3, "share of the repeat pass's requests that resend an answered request's key, in [0, 1); 0 skips that pass")
 	fs.StringVar(&stores, "stores", defaultBenchStores(), "comma-separated URLs of the stores to measure; \"\" for the baseline alone")
 	fs.BoolVar(&o.json, "json", false, "also print the results as JSON, after the table")
+	fs.StringVar(&o.report, "report", "", reportUsage)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: idem-bench http [flags]
 
@@ -292,24 +294,32 @@ func benchHTTP(ctx context.Context, o benchHTTPOptions, stdout, stderr io.Writer
 		}
 		fmt.Fprintln(stdout)
 	}
+	report := benchHTTPReport{o.duration.Seconds(), o.clients, ms(o.sleep), o.repeat, rows}
 	if o.json {
-		report := struct {
-			DurationS float64    `json:"duration_s"`
-			Clients   int        `json:"clients"`
-			SleepMS   float64    `json:"sleep_ms"`
-			Repeat    float64    `json:"repeat"`
-			Rows      []benchRow `json:"rows"`
-		}{o.duration.Seconds(), o.clients, ms(o.sleep), o.repeat, rows}
 		b, err := json.MarshalIndent(report, "", "  ")
 		if err != nil {
 			return rows, err
 		}
 		fmt.Fprintf(stdout, "\n%s\n", b)
 	}
+	if o.report != "" {
+		if err := writeHTTPReport(o.report, report, stderr); err != nil {
+			return rows, err
+		}
+	}
 	if failed > 0 {
 		return rows, fmt.Errorf("idem-bench: http: %d of %d requests were not answered 2xx (see the table): those rows do not measure what they claim", failed, total)
 	}
 	return rows, nil
+}
+
+// benchHTTPReport is the JSON of --json and --report.
+type benchHTTPReport struct {
+	DurationS float64    `json:"duration_s"`
+	Clients   int        `json:"clients"`
+	SleepMS   float64    `json:"sleep_ms"`
+	Repeat    float64    `json:"repeat"`
+	Rows      []benchRow `json:"rows"`
 }
 
 // rowAcc adds up a row's rounds.

@@ -38,6 +38,7 @@ type benchStoreOptions struct {
 	cases      []string // nil for every case the store has
 	sides      []string // "store", "bare" or both, in the order of the first round
 	json       bool
+	report     string // a directory for the run's JSON and chart
 }
 
 func parseBenchStoreFlags(args []string, stderr io.Writer) (benchStoreOptions, error) {
@@ -55,6 +56,7 @@ func parseBenchStoreFlags(args []string, stderr io.Writer) (benchStoreOptions, e
 	fs.StringVar(&cases, "cases", "", "comma-separated cases to run (default: every case the store has): "+strings.Join(storeBenchCases, ", "))
 	fs.StringVar(&sides, "sides", "store,bare", "the sides to run: store, bare or both")
 	fs.BoolVar(&o.json, "json", false, "also print the results as JSON, after the table")
+	fs.StringVar(&o.report, "report", "", reportUsage)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: idem-bench store --store URL [flags]
 
@@ -390,6 +392,11 @@ func benchStore(ctx context.Context, o benchStoreOptions, stdout, stderr io.Writ
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(report); err != nil {
+			return report, err
+		}
+	}
+	if o.report != "" {
+		if err := writeStoreReport(o.report, report, stderr); err != nil {
 			return report, err
 		}
 	}

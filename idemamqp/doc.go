@@ -200,7 +200,13 @@
 // takes it; two deliveries of one key in a claim are one operation (the
 // second is answered after the first, as a duplicate or busy); and at a
 // shutdown or a lost channel the keys claimed for deliveries whose
-// handler did not start are released.
+// handler did not start are released. A crash between a handler's return
+// and its stored outcome runs it again once its lease ends, as it does
+// after Do; storing the outcome behind the handler makes that window
+// longer by the outcome writer's round trip, during which the handler's
+// goroutine has gone on to the next delivery. Where a second run of an
+// effect matters, fence it with the token (idem.TokenFrom) or write it in
+// the store's own transaction.
 //
 // # Connections
 //

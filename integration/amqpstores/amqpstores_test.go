@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -209,7 +210,11 @@ func countEffects(t *testing.T, path string) map[string]int {
 }
 
 // child runs the consumer of the kill test until it is killed: handlers
-// one at a time, the stalled key's printing "holding <key>" and blocking.
+// one at a time, the stalled key's printing "holding <key>" and blocking
+// once the deliveries handled before it are acked (their outcomes stored:
+// the consumer stores outcomes behind its handlers), so that the kill
+// finds no handler's effect without its outcome. It also holds the keys
+// it claimed ahead for the deliveries behind the stalled one.
 func child() int {
 	fail := func(err error) int {
 		fmt.Fprintln(os.Stderr, "child:", err)
@@ -243,15 +248,30 @@ func child() int {
 		return fail(err)
 	}
 	stall, effect := os.Getenv(childStall), appendEffect(os.Getenv(childLedger))
+	var handled, acked atomic.Int64
+	ack := make(chan struct{}, 1)
 	h := func(ctx context.Context, d amqp.Delivery) error {
 		if d.Headers["idempotency-key"] == stall {
+			for acked.Load() < handled.Load() {
+				<-ack
+			}
 			fmt.Println("holding " + stall)
 			select {} // until SIGKILL
 		}
+		handled.Add(1)
 		return effect(ctx, d)
 	}
+	observe := func(_ context.Context, e idemamqp.Event) {
+		if e.Kind == idemamqp.EventAcked {
+			acked.Add(1)
+			select {
+			case ack <- struct{}{}:
+			default:
+			}
+		}
+	}
 	c, err := idemamqp.New(g, idemamqptest.URL(), os.Getenv(childQueue), h, idemamqp.WithSharedScope(), idemamqp.WithDiscardPoison(),
-		idemamqp.WithConcurrency(1), idemamqp.WithPrefetch(8), idemamqp.WithBusyDelay(killBusyDelay))
+		idemamqp.WithConcurrency(1), idemamqp.WithPrefetch(8), idemamqp.WithBusyDelay(killBusyDelay), idemamqp.WithObserver(observe))
 	if err != nil {
 		return fail(err)
 	}

@@ -5,14 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/idemgo/idem/storage"
 	"math"
 	"time"
 
-	"github.com/idemgo/idem"
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 // TxBatchFunc is the operation ops[i] of [TxGuard.DoBatchTx]: it makes its

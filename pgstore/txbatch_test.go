@@ -4,14 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/idemgo/idem/storage"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/pgstore"
-	"github.com/jackc/pgx/v5"
+	"github.com/idemgo/idem/storage"
 )
 
 // batchRun is one DoBatchTx in a transaction of its own, committed after

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/idemgo/idem/storage"
 	"testing"
 	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/txguard/txguardtest"
 	"github.com/idemgo/idem/pgstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // A TxGuard refuses, at construction, every field of the idem.Config it

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,7 +12,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemnats"
-	"github.com/idemgo/idem/storage"
+	"github.com/idemgo/idem/idemnats/idemnatstest"
 )
 
 // A batch fetched at once is claimed in one store round trip and stored in
@@ -23,7 +22,7 @@ func TestBatchIsClaimedAndStoredTogether(t *testing.T) {
 	t.Parallel()
 	const n = 64
 	cons := orders(t, n)
-	trips := &tripCounter{Store: memStore(t)}
+	trips := &idemnatstest.TripCounter{Store: memStore(t)}
 	g := newGuard(t, trips, idem.Config{})
 	var ev events
 	run(t, g, cons, func(context.Context, jetstream.Msg) error { return nil },
@@ -33,7 +32,7 @@ func TestBatchIsClaimedAndStoredTogether(t *testing.T) {
 	})
 	// Two round trips per chunk: the messages already arrived when one is
 	// taken form a chunk, so a batch sent at once is one or a few chunks.
-	if got := trips.n.Load(); got > n/2 {
+	if got := trips.N.Load(); got > n/2 {
 		t.Errorf("%d store round trips for %d messages fetched in one batch, want a claim and a store per chunk", got, n)
 	}
 }
@@ -106,47 +105,4 @@ func orders(t *testing.T, n int) jetstream.Consumer {
 		publish(t, js, subject(s, "orders"), "order", jetstream.MsgIDHeader, "order-"+strconv.Itoa(i))
 	}
 	return cons
-}
-
-// tripCounter counts the store round trips the Guard makes: every call of
-// the store, a batch call counting one.
-type tripCounter struct {
-	storage.Store
-	n atomic.Int64
-}
-
-func (s *tripCounter) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error) {
-	s.n.Add(1)
-	return s.Store.Claim(ctx, a)
-}
-
-func (s *tripCounter) Complete(ctx context.Context, key string, t storage.Token, value []byte, retention time.Duration) error {
-	s.n.Add(1)
-	return s.Store.Complete(ctx, key, t, value, retention)
-}
-
-func (s *tripCounter) Fail(ctx context.Context, key string, t storage.Token, cause []byte, retention time.Duration) error {
-	s.n.Add(1)
-	return s.Store.Fail(ctx, key, t, cause, retention)
-}
-
-func (s *tripCounter) Release(ctx context.Context, key string, t storage.Token) error {
-	s.n.Add(1)
-	return s.Store.Release(ctx, key, t)
-}
-
-func (s *tripCounter) Extend(ctx context.Context, key string, t storage.Token, lease time.Duration) error {
-	s.n.Add(1)
-	return s.Store.Extend(ctx, key, t, lease)
-}
-
-// ClaimBatch and CompleteBatch count one round trip each.
-func (s *tripCounter) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]storage.Claim, error) {
-	s.n.Add(1)
-	return s.Store.ClaimBatch(ctx, args)
-}
-
-func (s *tripCounter) CompleteBatch(ctx context.Context, cs []storage.Completion) ([]error, error) {
-	s.n.Add(1)
-	return s.Store.CompleteBatch(ctx, cs)
 }

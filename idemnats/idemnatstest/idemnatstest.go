@@ -14,6 +14,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -232,4 +233,53 @@ func Drained(tb testing.TB, cons jetstream.Consumer) bool {
 		return false
 	}
 	return info.NumPending == 0 && info.NumAckPending == 0
+}
+
+// TripCounter counts the store round trips a Guard makes over Store in N:
+// every call of the store, a batch call counting one.
+type TripCounter struct {
+	storage.Store
+	N atomic.Int64
+}
+
+// Claim counts one round trip.
+func (s *TripCounter) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error) {
+	s.N.Add(1)
+	return s.Store.Claim(ctx, a)
+}
+
+// Complete counts one round trip.
+func (s *TripCounter) Complete(ctx context.Context, key string, t storage.Token, value []byte, retention time.Duration) error {
+	s.N.Add(1)
+	return s.Store.Complete(ctx, key, t, value, retention)
+}
+
+// Fail counts one round trip.
+func (s *TripCounter) Fail(ctx context.Context, key string, t storage.Token, cause []byte, retention time.Duration) error {
+	s.N.Add(1)
+	return s.Store.Fail(ctx, key, t, cause, retention)
+}
+
+// Release counts one round trip.
+func (s *TripCounter) Release(ctx context.Context, key string, t storage.Token) error {
+	s.N.Add(1)
+	return s.Store.Release(ctx, key, t)
+}
+
+// Extend counts one round trip.
+func (s *TripCounter) Extend(ctx context.Context, key string, t storage.Token, lease time.Duration) error {
+	s.N.Add(1)
+	return s.Store.Extend(ctx, key, t, lease)
+}
+
+// ClaimBatch counts one round trip for the batch.
+func (s *TripCounter) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]storage.Claim, error) {
+	s.N.Add(1)
+	return s.Store.ClaimBatch(ctx, args)
+}
+
+// CompleteBatch counts one round trip for the batch.
+func (s *TripCounter) CompleteBatch(ctx context.Context, cs []storage.Completion) ([]error, error) {
+	s.N.Add(1)
+	return s.Store.CompleteBatch(ctx, cs)
 }

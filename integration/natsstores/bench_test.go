@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemnats"
+	"github.com/idemgo/idem/idemnats/idemnatstest"
 	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/redisstore/redisstoretest"
 	"github.com/idemgo/idem/storage"
@@ -179,7 +180,7 @@ func benchBareRedis(b *testing.B, d time.Duration) {
 
 func benchIdem(b *testing.B, store storage.Store, d time.Duration) {
 	cons := benchStream(b, b.N)
-	trips := &tripCounter{Store: store}
+	trips := &idemnatstest.TripCounter{Store: store}
 	g := newGuard(b, trips, idem.Config{})
 	var handled atomic.Int64
 	all := make(chan struct{})
@@ -206,49 +207,6 @@ func benchIdem(b *testing.B, store storage.Store, d time.Duration) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
-	b.ReportMetric(float64(trips.n.Load())/float64(b.N), "trips/msg")
+	b.ReportMetric(float64(trips.N.Load())/float64(b.N), "trips/msg")
 	cpu.Report(b, b.N)
-}
-
-// tripCounter counts the store round trips the Guard makes: every call of
-// the store, a batch call counting one.
-type tripCounter struct {
-	storage.Store
-	n atomic.Int64
-}
-
-func (s *tripCounter) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error) {
-	s.n.Add(1)
-	return s.Store.Claim(ctx, a)
-}
-
-func (s *tripCounter) Complete(ctx context.Context, key string, t storage.Token, value []byte, retention time.Duration) error {
-	s.n.Add(1)
-	return s.Store.Complete(ctx, key, t, value, retention)
-}
-
-func (s *tripCounter) Fail(ctx context.Context, key string, t storage.Token, cause []byte, retention time.Duration) error {
-	s.n.Add(1)
-	return s.Store.Fail(ctx, key, t, cause, retention)
-}
-
-func (s *tripCounter) Release(ctx context.Context, key string, t storage.Token) error {
-	s.n.Add(1)
-	return s.Store.Release(ctx, key, t)
-}
-
-func (s *tripCounter) Extend(ctx context.Context, key string, t storage.Token, lease time.Duration) error {
-	s.n.Add(1)
-	return s.Store.Extend(ctx, key, t, lease)
-}
-
-// ClaimBatch and CompleteBatch count one round trip each.
-func (s *tripCounter) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]storage.Claim, error) {
-	s.n.Add(1)
-	return s.Store.ClaimBatch(ctx, args)
-}
-
-func (s *tripCounter) CompleteBatch(ctx context.Context, cs []storage.Completion) ([]error, error) {
-	s.n.Add(1)
-	return s.Store.CompleteBatch(ctx, cs)
 }

@@ -187,29 +187,50 @@ func eachReplies(cmds []*evalCmd) batchReplies {
 
 // chunkCmds returns one claim batch script per maxScriptBatch entries.
 func (s *Store) chunkCmds(ctx context.Context, args []storage.ClaimArgs, tokens []storage.Token) []*evalCmd {
-	return s.batchCmds(ctx, claimBatchScript, resendable, len(args), func(i int) string { return args[i].Key }, s.cfg.MaxValueSize,
-		func(a []any, i int) []any { return appendClaimArgs(a, args[i], tokens[i]) }, nil)
+	head := []any{s.cfg.MaxValueSize}
+	return s.batchCmds(ctx, claimBatchScript, resendable, len(args), func(i int) string { return args[i].Key }, func(int) []any { return head },
+		func(a []any, i int) []any { return appendClaimArgs(a, args[i], tokens[i]) }, nil, nil, false)
 }
 
 // batchCmds returns the calls of sc, a batch script, over n entries in
 // order, each call of up to maxScriptBatch of them and, when size is not
 // nil, ending before their sizes pass maxScriptBytes (one entry at
-// least): a call's keys are those of key(i) for its entries i, its
-// arguments head then each entry's, appended by args. chunkReplies splits
-// their answers.
-func (s *Store) batchCmds(ctx context.Context, sc *script, d delivery, n int, key func(i int) string, head any,
-	args func(a []any, i int) []any, size func(i int) int) []*evalCmd {
+// least), before an entry i that joins, when not nil, says cannot join the
+// call that starts at entry lo, and, when distinct is set, before an
+// entry whose key is already in the call: a call's keys are those of
+// key(i) for its entries i, its arguments head(lo) then each entry's,
+// appended by args. chunkReplies splits their answers.
+func (s *Store) batchCmds(ctx context.Context, sc *script, d delivery, n int, key func(i int) string, head func(lo int) []any,
+	args func(a []any, i int) []any, size func(i int) int, joins func(lo, i int) bool, distinct bool) []*evalCmd {
 	var cmds []*evalCmd
+	var in map[string]struct{} // with distinct: the keys of the call being built
+	if distinct && n > 1 {
+		in = make(map[string]struct{}, min(n, maxScriptBatch))
+	}
 	for lo := 0; lo < n; {
 		hi, bytes := lo+1, 0
 		if size != nil {
 			bytes = size(lo)
+		}
+		if in != nil {
+			clear(in)
+			in[key(lo)] = struct{}{}
 		}
 		for hi < min(lo+maxScriptBatch, n) {
 			if size != nil {
 				if bytes += size(hi); bytes > maxScriptBytes {
 					break
 				}
+			}
+			if joins != nil && !joins(lo, hi) {
+				break
+			}
+			if in != nil {
+				k := key(hi)
+				if _, ok := in[k]; ok {
+					break
+				}
+				in[k] = struct{}{}
 			}
 			hi++
 		}
@@ -218,7 +239,7 @@ func (s *Store) batchCmds(ctx context.Context, sc *script, d delivery, n int, ke
 		for i := lo; i < hi; i++ {
 			a = append(a, s.RedisKey(key(i)))
 		}
-		a = append(a, head)
+		a = append(a, head(lo)...)
 		for i := lo; i < hi; i++ {
 			a = args(a, i)
 		}
@@ -253,9 +274,62 @@ func chunkReplies(op string, cmds []*evalCmd, n int) batchReplies {
 	return r
 }
 
+// exceptionReplies returns the answers of the n entries of the sent batch
+// scripts cmds of op whose replies list only the entries that did not get
+// the common answer: {i, answer, i, answer, …}, i counting the call's
+// entries from 1, in increasing order. Every entry not listed gets
+// common. Sending no answer for the common case spares the server a reply
+// per entry.
+func exceptionReplies(op string, cmds []*evalCmd, n int, common int64) batchReplies {
+	r := batchReplies{replies: make([]any, n), errs: make([]error, n)}
+	lo := 0
+	for _, cmd := range cmds {
+		size, _ := cmd.Args()[2].(int) // EVALSHA sha numkeys: the call's entries
+		size = max(0, min(size, n-lo))
+		err := cmd.Err()
+		list, _ := cmd.Val().([]any)
+		if err == nil {
+			err = checkExceptions(op, cmd.Val(), list, size)
+		}
+		for j := range size {
+			if err != nil {
+				r.errs[lo+j] = err
+				continue
+			}
+			r.replies[lo+j] = common
+		}
+		if err == nil {
+			for k := 0; k < len(list); k += 2 {
+				i, _ := list[k].(int64)
+				r.replies[lo+int(i)-1] = list[k+1]
+			}
+		}
+		lo += size
+	}
+	return r
+}
+
+// checkExceptions tells whether list, the reply val of a batch script of
+// size entries, is a list of exceptions as exceptionReplies reads them.
+func checkExceptions(op string, val any, list []any, size int) error {
+	if list == nil && val != nil || len(list)%2 != 0 {
+		return badReply(op, val)
+	}
+	prev := int64(0)
+	for k := 0; k < len(list); k += 2 {
+		i, ok := list[k].(int64)
+		if !ok || i <= prev || i > int64(size) {
+			return badReply(op, val)
+		}
+		prev = i
+	}
+	return nil
+}
+
 // CompleteBatch implements [storage.Store.CompleteBatch] in one round trip. On a
 // client of one server (*redis.Client), every maxScriptBatch entries (or
-// fewer, whose values pass a MiB) are completed by one script, in order, the scripts in one pipeline (with
+// fewer: whose values pass a MiB, up to a key repeated or a change of
+// retention) are completed by one script, in order, the scripts in one pipeline (with
 // Config.WaitReplicas, followed by one WAIT). On any other client
 // (Cluster), the Complete script of each entry goes in the pipeline, and
 // go-redis sends one pipeline to each primary concerned (with
@@ -317,10 +391,12 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []storage.Completion) ([]e
 // pipeline (ending with WAIT when Config.WaitReplicas is set), and returns
 // each entry's verdict as completeAll does.
 func (s *Store) completeChunks(ctx context.Context, c *redis.Client, cs []storage.Completion) completions {
-	cmds := s.batchCmds(ctx, completeBatchScript, atMostOnce, len(cs), func(i int) string { return cs[i].Key }, []byte{formatVersion, byte(storage.StatusCompleted)},
-		func(a []any, i int) []any {
-			return append(a, holderPrefix(cs[i].Token), cs[i].Value, millis(cs[i].Retention), finishedExpiry(cs[i].Retention))
-		}, func(i int) int { return len(cs[i].Value) })
+	status := []byte{formatVersion, byte(storage.StatusCompleted)}
+	cmds := s.batchCmds(ctx, completeBatchScript, atMostOnce, len(cs), func(i int) string { return cs[i].Key },
+		func(lo int) []any { return []any{status, millis(cs[lo].Retention), finishedExpiry(cs[lo].Retention)} },
+		func(a []any, i int) []any { return append(a, holderPrefix(cs[i].Token), cs[i].Value) },
+		func(i int) int { return len(cs[i].Value) },
+		func(lo, i int) bool { return cs[i].Retention == cs[lo].Retention }, true)
 	var waited error // the WAIT's verdict, for every entry stored
 	if s.cfg.WaitReplicas == 0 {
 		s.pipeline(ctx, c, cmds)
@@ -328,7 +404,7 @@ func (s *Store) completeChunks(ctx context.Context, c *redis.Client, cs []storag
 		acked, err := s.pipelineAndWait(ctx, c, cmds)
 		waited = s.replicated(ctx, "CompleteBatch", acked, err)
 	}
-	replies := chunkReplies("CompleteBatch", cmds, len(cs))
+	replies := exceptionReplies("CompleteBatch", cmds, len(cs), replyDone)
 	r := completions{verdicts: make([]error, len(cs))}
 	for j, err := range replies.errs {
 		if err != nil {

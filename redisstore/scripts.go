@@ -193,28 +193,38 @@ var outcomeScript = holderScript(`
     'PX', ARGV[4])`)
 
 // completeBatchScript completes every key of KEYS in order, as
-// outcomeScript does with the status Completed, and replies with the list
-// of their answers (DONE, LOST or UNKNOWN). ARGV: the version and new
-// status, then for each key the holder's prefix, the result, the
-// retention ms and the expiry the record holds. Like claimBatchScript it serves a client of one server
-// only; on Cluster, CompleteBatch pipelines outcomeScript. Completing n
-// keys in one script spares Redis n script calls, most of what a complete
-// costs it.
+// outcomeScript does with the status Completed. ARGV: the version and new
+// status, the retention ms and the expiry the records hold, the same for
+// every key of the call (batchCmds starts a new call where the retention
+// changes), then for each key the holder's prefix and the result. It
+// reads every record
+// with one MGET, which costs the server far less than a GET per key
+// through redis.call, so the keys of one call must be distinct (batchCmds
+// makes them so): a key completed earlier in the call is not read again.
+// A key MGET finds no string under is read once more with GET, to tell a
+// missing record (LOST) from a key of another type (UNKNOWN). It replies
+// with the entries that were not completed only, {i, LOST or UNKNOWN, …}
+// (see exceptionReplies). The MGET, the shared arguments and the short
+// reply cut the server's work per key from 32.0k instructions to 27.0k
+// (callgrind, batches of 500). Like claimBatchScript it serves a client of one server only; on
+// Cluster, CompleteBatch pipelines outcomeScript. Completing n keys in one
+// script spares Redis n script calls, most of what a complete costs it.
 var completeBatchScript = newScript("", knownFn+`
+local vs = redis.call('MGET', unpack(KEYS))
 local out = {}
 for i = 1, #KEYS do
-  local key, a = KEYS[i], i * 4 - 2
-  local v = redis.pcall('GET', key)
-  if type(v) == 'table' then
-    out[i] = UNKNOWN
-  elseif v and string.sub(v, VERSION, TOKEN_END) == ARGV[a] then
-    redis.call('SET', key, ARGV[1] .. string.sub(v, TOKEN, ATTEMPT_END) .. ARGV[a + 3] .. string.sub(v, FP_LEN) .. ARGV[a + 1],
-      'PX', ARGV[a + 2])
-    out[i] = DONE
-  elseif v and not known(v) then
-    out[i] = UNKNOWN
+  local a, v = i * 2 + 2, vs[i]
+  if v and string.sub(v, VERSION, TOKEN_END) == ARGV[a] then
+    redis.call('SET', KEYS[i], ARGV[1] .. string.sub(v, TOKEN, ATTEMPT_END) .. ARGV[3] .. string.sub(v, FP_LEN) .. ARGV[a + 1],
+      'PX', ARGV[2])
   else
-    out[i] = LOST
+    if not v then v = redis.pcall('GET', KEYS[i]) end
+    out[#out + 1] = i
+    if type(v) == 'table' or (v and not known(v)) then
+      out[#out + 1] = UNKNOWN
+    else
+      out[#out + 1] = LOST
+    end
   end
 end
 return out

@@ -1,0 +1,162 @@
+package redisstoretest
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// fencedChunk is the most keys one run of fencedScript writes; a larger
+// batch pipelines several runs in one round trip.
+const fencedChunk = 128
+
+// fencedScript writes the outcome of every key of KEYS whose value is still
+// its claim's token, and replies with the number of keys it wrote. ARGV:
+// per key its token and its outcome (ARGV[2i-1], ARGV[2i]), then the
+// outcome's TTL in milliseconds, once, as the last argument.
+var fencedScript = redis.NewScript(`
+local vs = redis.call('MGET', unpack(KEYS))
+local px = ARGV[#ARGV]
+local n = 0
+for i = 1, #KEYS do
+	if vs[i] == ARGV[2*i-1] then
+		redis.call('SET', KEYS[i], ARGV[2*i], 'PX', px)
+		n = n + 1
+	end
+end
+return n
+`)
+
+// FencedDedupe is the least a fenced dedupe does in Redis 7.0 per batch of
+// messages, with no library: a benchmark's limit for a store that fences
+// its outcome writes. [FencedDedupe.Claim] sends one pipeline of
+// SET key token NX PX lease+retention, each key with a token of its own (8
+// bytes of math/rand/v2, as redisstore draws its tokens);
+// [FencedDedupe.Complete] writes the outcome of the keys it claimed, each
+// only while the key still holds its token, through one Lua script per
+// chunk of at most 128 keys (an MGET of the chunk, then a SET PX retention
+// per key that still holds its token; the retention in milliseconds is
+// passed once, as the script's last argument), the scripts pipelined in
+// one round trip. A compare-and-set in one atomic step exists in Redis 7.0
+// only as a script: WATCH/MULTI/EXEC costs the server more.
+//
+// It keeps neither fingerprints, attempts nor takeovers: it is not a store.
+//
+// A FencedDedupe is for one goroutine: it keeps the last claim's keys and
+// tokens until Complete, in buffers it reuses from batch to batch. Its
+// client is of one server (MGET needs the chunk's keys on one node).
+type FencedDedupe struct {
+	pipe      redis.Pipeliner
+	prefix    string
+	claimTTL  int64 // ms: lease + retention
+	retention any   // ms, the scripts' last argument, boxed once
+
+	keys    []string // the last Claim's keys, prefixed
+	tokens  []byte   // their tokens, 8 bytes each
+	setnx   []*redis.BoolCmd
+	claimed []bool
+	won     []string // the keys the last Claim claimed
+	wonTok  []any    // their tokens, boxed once for both commands
+	args    []any
+	runs    []*redis.Cmd
+}
+
+// NewFencedDedupe returns a FencedDedupe over c: its keys are prefix plus
+// the caller's keys, a claim lives lease+retention, an outcome retention
+// (both in whole milliseconds).
+func NewFencedDedupe(c *redis.Client, prefix string, lease, retention time.Duration) *FencedDedupe {
+	return &FencedDedupe{
+		pipe:      c.Pipeline(),
+		prefix:    prefix,
+		claimTTL:  (lease + retention).Milliseconds(),
+		retention: retention.Milliseconds(),
+	}
+}
+
+// Claim claims keys in one pipeline of SET NX PX, each with a token of its
+// own, and reports which it claimed: not those another claim holds or whose
+// outcome is stored, nor a key's later copies in keys. The slice is valid
+// until the next Claim. The keys claimed are those [FencedDedupe.Complete]
+// writes.
+func (f *FencedDedupe) Claim(ctx context.Context, keys []string) ([]bool, error) {
+	f.keys, f.setnx, f.won, f.wonTok = f.keys[:0], f.setnx[:0], f.won[:0], f.wonTok[:0]
+	f.tokens = slices.Grow(f.tokens[:0], 8*len(keys))[:8*len(keys)]
+	f.claimed = slices.Grow(f.claimed[:0], len(keys))[:len(keys)]
+	for i, k := range keys {
+		t := f.tokens[8*i : 8*i+8 : 8*i+8]
+		binary.LittleEndian.PutUint64(t, rand.Uint64())
+		key := f.prefix + k
+		cmd := redis.NewBoolCmd(ctx, "set", key, t, "px", f.claimTTL, "nx")
+		_ = f.pipe.Process(ctx, cmd)
+		f.keys = append(f.keys, key)
+		f.setnx = append(f.setnx, cmd)
+	}
+	if len(keys) == 0 {
+		return f.claimed, nil
+	}
+	if _, err := f.pipe.Exec(ctx); err != nil {
+		return nil, err
+	}
+	for i, cmd := range f.setnx {
+		f.claimed[i] = cmd.Val()
+		if f.claimed[i] {
+			f.won = append(f.won, f.keys[i])
+			f.wonTok = append(f.wonTok, cmd.Args()[2]) // the token, boxed already
+		}
+	}
+	return f.claimed, nil
+}
+
+// Complete writes outcome, with a TTL of the retention, to every key the
+// last [FencedDedupe.Claim] claimed whose value is still its token, and
+// returns an error unless it wrote every one of them: a limit that wrote
+// nothing would measure nothing. It takes one round trip (EVALSHA), and a
+// second (EVAL) when the server does not hold the script yet.
+func (f *FencedDedupe) Complete(ctx context.Context, outcome []byte) error {
+	want := len(f.won)
+	if want == 0 {
+		return nil
+	}
+	var out any = outcome
+	args := func(lo, hi int) []any {
+		f.args = f.args[:0]
+		for i := lo; i < hi; i++ {
+			f.args = append(f.args, f.wonTok[i], out)
+		}
+		return append(f.args, f.retention)
+	}
+	f.runs = f.runs[:0]
+	for lo := 0; lo < want; lo += fencedChunk {
+		hi := min(lo+fencedChunk, want)
+		f.runs = append(f.runs, fencedScript.EvalSha(ctx, f.pipe, f.won[lo:hi], args(lo, hi)...))
+	}
+	_, _ = f.pipe.Exec(ctx) // each run carries its own error
+	again := false
+	for k, run := range f.runs {
+		if redis.HasErrorPrefix(run.Err(), "NOSCRIPT") { // it did not run: send the script itself
+			lo := k * fencedChunk
+			f.runs[k] = fencedScript.Eval(ctx, f.pipe, f.won[lo:min(lo+fencedChunk, want)], args(lo, min(lo+fencedChunk, want))...)
+			again = true
+		}
+	}
+	if again {
+		_, _ = f.pipe.Exec(ctx)
+	}
+	written := int64(0)
+	for _, run := range f.runs {
+		n, err := run.Int64()
+		if err != nil {
+			return err
+		}
+		written += n
+	}
+	if written != int64(want) {
+		return fmt.Errorf("redisstoretest: FencedDedupe wrote %d of the %d outcomes it claimed", written, want)
+	}
+	return nil
+}

@@ -403,8 +403,9 @@ func (r *runner) guarded(dl delivery, trace consumer.TraceCarrier) (v chassis.Ve
 // is a *consumer.PanicError, logged.
 func (r *runner) call(ctx context.Context, d amqp.Delivery) error {
 	d.Acknowledger = nil
-	return r.c.o.Call(ctx, func(ctx context.Context) error { return r.c.handler(ctx, d) },
-		slog.String("queue", r.c.queue), slog.Uint64("delivery_tag", d.DeliveryTag))
+	return r.c.o.Call(ctx, func(ctx context.Context) error { return r.c.handler(ctx, d) }, func() []slog.Attr {
+		return []slog.Attr{slog.String("queue", r.c.queue), slog.Uint64("delivery_tag", d.DeliveryTag)}
+	})
 }
 
 // wait pauses for d; it reports false, at once, when the consumer stops or

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
@@ -236,15 +237,32 @@ func TestBackoff(t *testing.T) {
 	}
 }
 
+// TestCallTurnsAPanicIntoAnError: a panic is the handler's
+// *consumer.PanicError, logged with the message's attributes; the
+// attributes are built for that log only, never for a handler that
+// returns.
 func TestCallTurnsAPanicIntoAnError(t *testing.T) {
-	o, err := build(t, shared, discard)
+	var logged bytes.Buffer
+	logTo := func(o *options) { o.SetLogger(slog.New(slog.NewTextHandler(&logged, nil))) }
+	o, err := build(t, shared, discard, logTo)
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = o.Call(context.Background(), func(context.Context) error { panic("nil map") })
+	built := 0
+	attrs := func() []slog.Attr { built++; return []slog.Attr{slog.String("subject", "orders.created")} }
+	if err := o.Call(context.Background(), func(context.Context) error { return nil }, attrs); err != nil || built != 0 {
+		t.Fatalf("Call of a handler that returns: %v, its attributes built %d times, want never", err, built)
+	}
+	err = o.Call(context.Background(), func(context.Context) error { panic("nil map") }, attrs)
 	pe, ok := errors.AsType[*consumer.PanicError](err)
 	if !ok || pe.Value != "nil map" || !bytes.Contains(pe.Stack, []byte("chassis_test")) {
 		t.Fatalf("Call of a panicking handler = %v, want a *consumer.PanicError with its value and stack", err)
+	}
+	if log := logged.String(); !strings.Contains(log, "subject=orders.created") || !strings.Contains(log, "panic=\"nil map\"") {
+		t.Fatalf("the panic's log %q lacks the message's attributes or the panic", log)
+	}
+	if err := o.Call(context.Background(), func(context.Context) error { panic("no attrs") }, nil); err == nil {
+		t.Fatal("Call with no attributes let a panic pass as a success")
 	}
 	if v := o.Decide(idem.Result{}, err, 0); v.Verdict != adapter.Retry || !v.Failed {
 		t.Fatalf("a panic is a failed attempt, retried: %v failed %v", v.Verdict, v.Failed)

@@ -271,13 +271,19 @@ func (o *Options[M]) Key(m M) (string, error) {
 }
 
 // Call runs h with ctx and turns its panic into a *consumer.PanicError,
-// logged at error level with its stack and attrs.
-func (o *Options[M]) Call(ctx context.Context, h func(context.Context) error, attrs ...slog.Attr) (err error) {
+// logged at error level with its stack and the attributes attrs returns
+// (nil: none). attrs runs only then: a message's attributes cost more to
+// build than a no-op handler costs to run.
+func (o *Options[M]) Call(ctx context.Context, h func(context.Context) error, attrs func() []slog.Attr) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			pe := &consumer.PanicError{Value: v, Stack: debug.Stack()}
+			var a []slog.Attr
+			if attrs != nil {
+				a = attrs()
+			}
 			o.Logger().LogAttrs(ctx, slog.LevelError, o.Names().Pkg+": the handler panicked",
-				append(attrs, slog.Any("panic", v), slog.String("stack", string(pe.Stack)))...)
+				append(a, slog.Any("panic", v), slog.String("stack", string(pe.Stack)))...)
 			err = pe
 		}
 	}()

@@ -92,5 +92,5 @@ func Attrs(r *kgo.Record) []slog.Attr {
 func (o *Options) Handle(ctx context.Context, it Item, h func(ctx context.Context) error) error {
 	r := it.Rec
 	hctx := chassis.HandlerContext(ctx, r.Context, chassis.TraceFromHeaders(Headers(r)))
-	return o.Call(hctx, h, append(Attrs(r), slog.String("key", it.Key))...)
+	return o.Call(hctx, h, func() []slog.Attr { return append(Attrs(r), slog.String("key", it.Key)) })
 }

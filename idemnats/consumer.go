@@ -398,7 +398,7 @@ func (r *run) deliver(chunk []*delivery, prev <-chan struct{}, turn chan struct{
 			}
 			err := c.handle(r.work, d)
 			handled(pos)
-			settle(d, c.o.Decide(idem.Result{}, err, c.tries.Count(d.id())))
+			settle(d, c.o.Decide(idem.Result{}, err, c.failures(d)))
 		default:
 			run = append(run, guarded{d: d, pos: pos})
 		}
@@ -450,7 +450,7 @@ func (r *run) guard(ms []guarded, waitTurn func() bool, handled func(pos int), s
 			if errors.Is(br.Err, idem.ErrClosed) {
 				r.stop(fmt.Errorf("idemnats: %w", idem.ErrClosed))
 			}
-			v = c.o.Decide(br.Result, br.Err, c.tries.Count(d.id()))
+			v = c.o.Decide(br.Result, br.Err, c.failures(d))
 		}
 		if br.Err != nil && !errors.Is(br.Err, idem.ErrNotRun) {
 			why = br.Err
@@ -464,7 +464,17 @@ func (r *run) guard(ms []guarded, waitTurn func() bool, handled func(pos int), s
 // no attempt.
 func (r *run) notRun(cause error, d *delivery) chassis.Verdict {
 	return chassis.Verdict{Action: adapter.Action{Verdict: adapter.Retry, Class: adapter.Classify(cause), Cause: cause,
-		Delay: r.c.o.Backoff(r.c.tries.Count(d.id()) + 1)}}
+		Delay: r.c.o.Backoff(r.c.failures(d) + 1)}}
+}
+
+// failures returns the handler failures counted for d's message. Most
+// messages have none while no message at all has: then d's identity,
+// parsed from its reply subject, is not worked out.
+func (c *Consumer) failures(d *delivery) int {
+	if c.tries.Len() == 0 {
+		return 0
+	}
+	return c.tries.Count(d.id())
 }
 
 // stoppingVerdict is the verdict on a message handed back as Run stops.

@@ -39,7 +39,9 @@ func (r *run) settle(d *delivery, v chassis.Verdict) {
 	}
 	switch v.Verdict {
 	case adapter.Ack:
-		c.tries.Forget(d.id())
+		if c.tries.Len() > 0 {
+			c.tries.Forget(d.id())
+		}
 		r.settled(d, v, EventAcked, 0, d.msg.Ack())
 	case adapter.DeadLetter:
 		r.poison(d, v)

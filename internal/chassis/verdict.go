@@ -128,6 +128,14 @@ type Tries struct {
 // NewTries returns a counter of at most max identities.
 func NewTries(max int) *Tries { return &Tries{n: map[string]int{}, max: max} }
 
+// Len returns how many identities have failures counted: when none has,
+// a consumer need not work out a message's identity to count or forget.
+func (t *Tries) Len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.n)
+}
+
 // Count returns the failures counted for id.
 func (t *Tries) Count(id string) int {
 	t.mu.Lock()

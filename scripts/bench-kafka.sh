@@ -10,6 +10,11 @@
 #     (Redis: a pipeline of SET NX and one of SET; PostgreSQL: an
 #     INSERT … ON CONFLICT DO NOTHING and an UPDATE over unnest), and the
 #     bare consumer plus the store's own ClaimBatch and CompleteBatch;
+#     for Redis also the bare consumer plus the least a fenced dedupe does
+#     per batch on Redis 7.0 (redis-fenced: a pipeline of SET NX PX with a
+#     token per key, then a pipeline of scripts that SET each outcome only
+#     while its key holds its token), and plus a hand-rolled dedupe per
+#     record (redis-each: a SET NX PX round trip, then a SET PX one);
 #   - a handler that takes 1ms: the bare consumer and idemkafka over Redis;
 #   - exactly-once into PostgreSQL: a bare consumer that writes the same
 #     business rows and the offset in one transaction per batch, the same
@@ -18,8 +23,9 @@
 # The cases run one after the other in each of COUNT runs (default 5), so
 # that load that comes and goes weighs on both sides of a ratio alike. It
 # prints the medians of records/s and, per case, the median of the runs'
-# own ratios to the case it is measured against; and, for the no-op Redis
-# cases, the Redis server's CPU time per record beside the limit's.
+# own ratios to the case it is measured against (idemkafka over Redis
+# against each of the three Redis limits); and, for the no-op Redis cases,
+# the Redis server's CPU time per record beside the blind limit's.
 #   scripts/bench-kafka.sh [count] [records] [same|other]
 # records: per run (default 200000). same (default): a duplicate lands on
 # its original's partition, as a producer's retry does; other: on another
@@ -66,8 +72,12 @@ END {
 	row("noop/bare")
 	row("noop/mem", "noop/bare", "")
 	row("noop/redis-limit", "noop/bare", "")
+	row("noop/redis-fenced", "noop/redis-limit", "")
+	row("noop/redis-each", "noop/redis-limit", "")
 	row("noop/redis-store", "noop/redis-limit", "")
 	row("noop/redis", "noop/redis-limit", ">= 80%")
+	row("noop/redis", "noop/redis-fenced", "")
+	row("noop/redis", "noop/redis-each", "")
 	row("noop/redis", "noop/redis-store", "")
 	row("noop/pg-limit", "noop/bare", "")
 	row("noop/pg-store", "noop/pg-limit", "")
@@ -82,6 +92,8 @@ END {
 	row("tx/record", "tx/bare", "")
 	print ""
 	print "Redis server CPU per record (INFO cpu); ratio = the limit CPU / the case CPU"
+	cpu("noop/redis-fenced", "noop/redis-limit")
+	cpu("noop/redis-each", "noop/redis-limit")
 	cpu("noop/redis-store", "noop/redis-limit")
 	cpu("noop/redis", "noop/redis-limit")
 }' "$out"

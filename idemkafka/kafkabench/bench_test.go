@@ -43,6 +43,11 @@ import (
 //	noop/bare          a bare franz-go group consumer: a goroutine per partition, mark, autocommit the marks
 //	noop/mem           idemkafka over memstore, a handler that does nothing
 //	noop/redis-limit   bare, plus per batch the least a Redis check writes: a pipeline of SET NX, one of SET
+//	noop/redis-fenced  bare, plus per batch the least a fenced Redis dedupe does (redisstoretest.FencedDedupe):
+//	                   a pipeline of SET NX PX with a token per key, then a pipeline of scripts that SET each
+//	                   outcome only while its key holds its token, one script per 128 keys
+//	noop/redis-each    bare, plus per record a hand-rolled dedupe: one SET NX PX round trip, then, when it set
+//	                   the key, one SET PX round trip
 //	noop/redis-store   bare, plus per batch redisstore's ClaimBatch and CompleteBatch of its keys, no Guard: the store's own cost
 //	noop/redis         idemkafka over redisstore (ClaimBatch, CompleteBatch)
 //	noop/pg-limit      bare, plus per batch an INSERT … ON CONFLICT DO NOTHING and an UPDATE over unnest
@@ -68,6 +73,8 @@ func BenchmarkKafka(b *testing.B) {
 		{"noop/bare", func(b *testing.B, f *fixture) float64 { return f.bare(b, nil) }},
 		{"noop/mem", func(b *testing.B, f *fixture) float64 { return f.idem(b, f.mem(b), 0) }},
 		{"noop/redis-limit", func(b *testing.B, f *fixture) float64 { return f.bare(b, f.redisLimit(b)) }},
+		{"noop/redis-fenced", func(b *testing.B, f *fixture) float64 { return f.bare(b, f.redisFenced(b)) }},
+		{"noop/redis-each", func(b *testing.B, f *fixture) float64 { return f.bare(b, f.redisEach(b)) }},
 		{"noop/redis-store", func(b *testing.B, f *fixture) float64 { return f.bare(b, f.storeBatches(f.redisStore(b))) }},
 		{"noop/redis", func(b *testing.B, f *fixture) float64 { return f.idem(b, f.redisStore(b), 0) }},
 		{"noop/pg-limit", func(b *testing.B, f *fixture) float64 { return f.bare(b, f.pgLimit(b)) }},
@@ -413,6 +420,62 @@ func (f *fixture) redisLimit(b *testing.B) func(context.Context, int32, []*kgo.R
 		}
 		_, err := p.Exec(ctx)
 		return err
+	}
+}
+
+// redisFenced is the least a fenced Redis dedupe does per batch (see
+// redisstoretest.FencedDedupe): claim every key with a token in one
+// pipeline, then store the outcome of each key claimed, only while it holds
+// its token, in one pipeline of scripts. Each partition's goroutine has a
+// FencedDedupe of its own.
+func (f *fixture) redisFenced(b *testing.B) func(context.Context, int32, []*kgo.Record) error {
+	c := f.redisClient(b)
+	prefix := redisstoretest.Prefix(b, c) // its keys deleted after the case
+	type part struct {
+		d    *redisstoretest.FencedDedupe
+		keys []string
+	}
+	parts := make([]part, partitions)
+	for i := range parts {
+		parts[i].d = redisstoretest.NewFencedDedupe(c, prefix, 30*time.Second, time.Hour)
+	}
+	outcome := []byte("done")
+	return func(ctx context.Context, p int32, recs []*kgo.Record) error {
+		pt := &parts[p]
+		pt.keys = pt.keys[:0]
+		for _, r := range recs {
+			pt.keys = append(pt.keys, kafkatest.HeaderKey(r))
+		}
+		if _, err := pt.d.Claim(ctx, pt.keys); err != nil {
+			return err
+		}
+		// The handler, a no-op, would run here for the records claimed.
+		return pt.d.Complete(ctx, outcome)
+	}
+}
+
+// redisEach is a hand-rolled dedupe, record by record on the partition's
+// goroutine: a round trip of SET NX PX before the handler, and when it set
+// the key, a round trip of SET PX after it.
+func (f *fixture) redisEach(b *testing.B) func(context.Context, int32, []*kgo.Record) error {
+	c := f.redisClient(b)
+	prefix := redisstoretest.Prefix(b, c) // its keys deleted after the case
+	return func(ctx context.Context, _ int32, recs []*kgo.Record) error {
+		for _, r := range recs {
+			key := prefix + kafkatest.HeaderKey(r)
+			claimed, err := c.SetNX(ctx, key, "t", 30*time.Second+time.Hour).Result()
+			if err != nil {
+				return err
+			}
+			if !claimed {
+				continue // a duplicate: skip it
+			}
+			// The handler, a no-op, would run here.
+			if err := c.Set(ctx, key, "done", time.Hour).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 }
 

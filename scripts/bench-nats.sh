@@ -3,10 +3,18 @@
 # NATS server: BenchmarkConsume (integration/natsstores/bench_test.go) publishes b.N
 # messages to a fresh stream and consumes them with
 #   - bare: Fetch batches of 64 and Ack each message after its handler;
+#   - bare plus a dedupe through Redis written by hand: bare-redis, blind (a
+#     pipeline of SET NX PX per batch, one of SET PX); bare-redis-fenced,
+#     the least a fenced one does on Redis 7.0 (a pipeline of SET NX PX with
+#     a token per key, then scripts that SET each outcome only while its key
+#     holds its token); bare-redis-each, per message (a SET NX PX round trip,
+#     then a SET PX one);
 #   - idemnats over memstore, Redis and PostgreSQL, with the same batch;
 # each with a no-op handler and a 1ms handler (a sleep).
 # It prints medians of COUNT runs (default 5) and, per row, the median of the
-# runs' own idemnats/bare ratios.
+# runs' own ratios to bare; for idem=redis also to each of the three Redis
+# dedupes written by hand, and for bare-redis-fenced and bare-redis-each to
+# bare-redis.
 #   scripts/bench-nats.sh [count]
 # Servers: IDEM_NATS_URL (default nats://127.0.0.1:4222), IDEM_REDIS_ADDR,
 # IDEM_POSTGRES_URL. Streams, keys and schemas are the run's own and are
@@ -29,7 +37,7 @@ done
 
 echo
 echo "date: $(date -u +%Y-%m-%dT%H:%MZ)  cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)  cores: $(nproc)  $(go version | cut -d' ' -f3)  $(nats-server --version 2>/dev/null || echo nats-server ?)"
-echo "medians of $count runs, messages/s; ratio = the median of the runs' own idemnats/bare ratios"
+echo "medians of $count runs, messages/s; ratio = the median of the runs' own ratios"
 echo
 awk "$stats"'
 /^Benchmark/ {
@@ -42,21 +50,32 @@ awk "$stats"'
 	add("cpu " name, cpu)
 }
 END {
-	printf "%-10s %-10s %12s %12s %8s %14s %10s\n", "handler", "consumer", "msgs/s", "bare msgs/s", "÷ bare", "÷ bare-redis", "CPU µs/msg"
+	# Spelled out: some awks pad by bytes, and ÷ and µ take two.
+	print "handler    consumer                msgs/s  bare msgs/s   ÷ bare   ÷ bare-redis   ÷ fenced   ÷ each CPU µs/msg"
 	split("noop 1ms", hs, " ")
-	split("bare-redis idem=memstore idem=redis idem=postgres", ss, " ")
+	split("bare-redis bare-redis-fenced bare-redis-each idem=memstore idem=redis idem=postgres", ss, " ")
 	for (h = 1; h <= 2; h++) {
 		pre = "BenchmarkConsume/handler=" hs[h] "/"
 		bare = pre "bare"
-		printf "%-10s %-10s %12.0f %12s %8s %14s %10.1f\n", hs[h], "bare", median(bare), "", "", "", median("cpu " bare)
-		for (s = 1; s <= 4; s++) {
+		printf "%-10s %-17s %12.0f %12s %8s %14s %10s %8s %10.1f\n", hs[h], "bare", median(bare), "", "", "", "", "", median("cpu " bare)
+		for (s = 1; s <= 6; s++) {
 			k = pre ss[s]
-			vs = (ss[s] == "idem=redis") ? sprintf("%13.0f%%", 100 * pratio(k, pre "bare-redis")) : ""
+			vs = vf = ve = ""
+			if (ss[s] == "idem=redis" || ss[s] == "bare-redis-fenced" || ss[s] == "bare-redis-each")
+				vs = sprintf("%13.0f%%", 100 * pratio(k, pre "bare-redis"))
+			if (ss[s] == "idem=redis") {
+				vf = sprintf("%9.0f%%", 100 * pratio(k, pre "bare-redis-fenced"))
+				ve = sprintf("%7.0f%%", 100 * pratio(k, pre "bare-redis-each"))
+			}
 			c = ss[s]; sub(/^idem=/, "", c)
-			printf "%-10s %-10s %12.0f %12.0f %7.0f%% %14s %10.1f\n", hs[h], c, median(k), median(bare), 100 * pratio(k, bare), vs, median("cpu " k)
+			printf "%-10s %-17s %12.0f %12.0f %7.0f%% %14s %10s %8s %10.1f\n", hs[h], c, median(k), median(bare), 100 * pratio(k, bare), vs, vf, ve, median("cpu " k)
 		}
 	}
 	print ""
 	print "bare-redis: bare plus one SET NX PX pipeline per batch before the handlers and one SET PX pipeline after"
+	print "bare-redis-fenced: bare plus one SET NX PX pipeline per batch, a token per key, before the handlers, and after"
+	print "  them one pipeline of scripts (one per 128 keys) that MGET the keys and SET PX each that still holds its token"
+	print "bare-redis-each: bare plus, per message, a SET NX PX round trip before its handler and a SET PX round trip after"
+	print "÷ fenced, ÷ each: idem=redis ÷ bare-redis-fenced, ÷ bare-redis-each"
 	print "CPU: the consumer process + nats-server + redis-server + postgres, per message (servers shared)"
 }' "$out"

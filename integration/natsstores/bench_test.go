@@ -32,8 +32,10 @@ const benchPGConns = 20
 // BenchmarkConsume measures messages/s through a JetStream pull consumer on
 // the shared server: "bare" fetches batches of benchBatch and acks each
 // message after its handler, the least a consumer with explicit acks does;
-// the others are idemnats over memstore, Redis and PostgreSQL with the same
-// batch. Handlers: a no-op, and 1ms of work (a sleep). Each run publishes
+// "bare-redis", "bare-redis-fenced" and "bare-redis-each" are bare plus a
+// dedupe through Redis written by hand (blind per batch, fenced per batch,
+// and per message); the others are idemnats over memstore, Redis and
+// PostgreSQL with the same batch. Handlers: a no-op, and 1ms of work (a sleep). Each run publishes
 // b.N messages with distinct keys to a fresh stream before the timer
 // starts; the timer stops once every message is acked (for idemnats: once
 // Run has returned after the last handler, every message settled).
@@ -47,6 +49,8 @@ func BenchmarkConsume(b *testing.B) {
 		b.Run("handler="+h.name, func(b *testing.B) {
 			b.Run("bare", func(b *testing.B) { benchBare(b, h.work) })
 			b.Run("bare-redis", func(b *testing.B) { benchBareRedis(b, h.work) })
+			b.Run("bare-redis-fenced", func(b *testing.B) { benchBareRedisFenced(b, h.work) })
+			b.Run("bare-redis-each", func(b *testing.B) { benchBareRedisEach(b, h.work) })
 			// A pool as large as the Redis client's, so that PostgreSQL's
 			// commits of a batch's claims share their fsyncs.
 			for _, st := range storesWith(benchPGConns) {
@@ -172,6 +176,106 @@ func benchBareRedis(b *testing.B, d time.Duration) {
 			}
 		}
 		acked += len(msgs)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	cpu.Report(b, b.N)
+}
+
+// benchBareRedisFenced is the least a consumer that dedupes through Redis
+// with fencing does on Redis 7.0 (redisstoretest.FencedDedupe): bare's
+// Fetch, then for each batch one pipeline of SET NX PX of its keys, each
+// with a token of its own, the handlers of the keys it set, one script per
+// 128 of those keys (in one pipeline) that writes each outcome only while
+// its key still holds its token, and an Ack per message.
+func benchBareRedisFenced(b *testing.B, d time.Duration) {
+	ctx := context.Background()
+	rdb := redisstoretest.Client(b)
+	cons := benchStream(b, b.N)
+	prefix := redisstoretest.Prefix(b, rdb) // its keys deleted when b ends
+	dedupe := redisstoretest.NewFencedDedupe(rdb, prefix, time.Minute, 24*time.Hour)
+	outcome := []byte("done")
+	msgs := make([]jetstream.Msg, 0, benchBatch)
+	keys := make([]string, 0, benchBatch)
+	cpu := testenv.NewCPUMeter(benchServers...)
+	b.ResetTimer()
+	acked := 0
+	for acked < b.N {
+		mb, err := cons.Fetch(min(benchBatch, b.N-acked), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			b.Fatal(err)
+		}
+		msgs, keys = msgs[:0], keys[:0]
+		for msg := range mb.Messages() {
+			msgs = append(msgs, msg)
+			keys = append(keys, msg.Headers().Get(jetstream.MsgIDHeader))
+		}
+		if err := mb.Error(); err != nil {
+			b.Fatal(err)
+		}
+		claimed, err := dedupe.Claim(ctx, keys)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := range msgs {
+			if claimed[i] {
+				work(d)
+			}
+		}
+		if err := dedupe.Complete(ctx, outcome); err != nil {
+			b.Fatal(err)
+		}
+		for _, msg := range msgs {
+			if err := msg.Ack(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		acked += len(msgs)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	cpu.Report(b, b.N)
+}
+
+// benchBareRedisEach is a dedupe through Redis written by hand, message by
+// message in bare's fetch loop: a round trip of SET NX PX (a claim with a
+// lease) before the handler, and when it set the key, a round trip of SET
+// PX (the outcome) after it, then the message's Ack.
+func benchBareRedisEach(b *testing.B, d time.Duration) {
+	ctx := context.Background()
+	rdb := redisstoretest.Client(b)
+	cons := benchStream(b, b.N)
+	prefix := redisstoretest.Prefix(b, rdb) // its keys deleted when b ends
+	cpu := testenv.NewCPUMeter(benchServers...)
+	b.ResetTimer()
+	acked := 0
+	for acked < b.N {
+		mb, err := cons.Fetch(benchBatch, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for msg := range mb.Messages() {
+			key := prefix + msg.Headers().Get(jetstream.MsgIDHeader)
+			claimed, err := rdb.SetNX(ctx, key, "1", time.Minute).Result()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if claimed {
+				work(d)
+				if err := rdb.Set(ctx, key, "done", 24*time.Hour).Err(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := msg.Ack(); err != nil {
+				b.Fatal(err)
+			}
+			if acked++; acked == b.N {
+				break // the last batch is short: do not wait for it to fill
+			}
+		}
+		if err := mb.Error(); err != nil {
+			b.Fatal(err)
+		}
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/redisstore"
+	"github.com/idemgo/idem/redisstore/redisstoretest"
 	"github.com/idemgo/idem/storage"
 )
 
@@ -229,9 +231,13 @@ func BenchmarkMemoryPerRecord(b *testing.B) {
 }
 
 // BenchmarkBatch500 is a consumer's batch of 500 new keys: the store's
-// ClaimBatch and CompleteBatch against the least a batch check can send,
-// a pipeline of SET NX with an expiry and one of SET, on 16 goroutines (a
-// consumer's partitions). Each also reports the server's CPU time per key
+// ClaimBatch and CompleteBatch against the least a fenced batch check can
+// send (fenced: a pipeline of SET NX, then a script that writes each
+// outcome only where the key still holds its claim's token) and the least
+// any batch check can send (pipeline: a pipeline of SET NX with an expiry
+// and one of SET, blind), on 16 goroutines (a consumer's partitions).
+// scripts/bench-redis-batch.sh counts the server's instructions per key
+// of each. Each also reports the server's CPU time per key
 // (server-cpu-us/key), which the machine's load moves less than a rate.
 // Keys expire after benchRetention.
 func BenchmarkBatch500(b *testing.B) {
@@ -259,6 +265,36 @@ func BenchmarkBatch500(b *testing.B) {
 				err = errors.Join(errs...)
 			}
 			return err
+		})
+	})
+	// The least a fenced dedupe does: the claims' SET NX pipeline, then
+	// the outcomes written by a script that compares each key's token
+	// first (redisstoretest.FencedDedupe), on no record format.
+	b.Run("fenced", func(b *testing.B) {
+		prefix := randomPrefix(b) + "fenced:"
+		free := make(chan *redisstoretest.FencedDedupe, goroutines)
+		for range goroutines {
+			free <- redisstoretest.NewFencedDedupe(c, prefix, 30*time.Second, benchRetention)
+		}
+		keys := make(chan []string, goroutines)
+		for range goroutines {
+			keys <- make([]string, size)
+		}
+		defer serverCPU(b, c, size)()
+		parallel(b, goroutines, size, func(n int) error {
+			f, ks := <-free, <-keys
+			defer func() { free <- f; keys <- ks }()
+			for i := range ks {
+				ks[i] = "order-" + strconv.Itoa(n*size+i)
+			}
+			claimed, err := f.Claim(ctx, ks)
+			if err != nil {
+				return err
+			}
+			if i := slices.Index(claimed, false); i >= 0 {
+				return fmt.Errorf("batch %d, entry %d: not claimed", n, i)
+			}
+			return f.Complete(ctx, benchResult)
 		})
 	})
 	b.Run("pipeline", func(b *testing.B) {

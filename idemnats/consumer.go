@@ -236,9 +236,13 @@ func (r *run) fetchLoop() {
 	}
 }
 
-// maxInFlight is how many batches a fetch loop holds: the one whose
-// handlers run, and the next, fetched and claimed meanwhile.
-const maxInFlight = 2
+// maxInFlight is how many batches a fetch loop holds: one whose outcomes
+// are being stored and its messages acked, the one whose handlers run, and
+// the next, fetched and claimed meanwhile. With two, a no-op consumer over
+// Redis ran at 87% of a bare consumer with two Redis pipelines per batch;
+// with three, at 95% (BenchmarkConsume of integration/natsstores, three
+// runs each; BENCHMARKS.md has the series).
+const maxInFlight = 3
 
 // The backoff of a fetch loop after a failed fetch.
 const (

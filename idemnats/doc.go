@@ -163,8 +163,10 @@
 // returned, while that one's outcome is still on its way to the store. The
 // next Fetch starts as soon as the batch's last message has arrived, so
 // its claims overlap the handlers before it, and its handlers follow
-// theirs: a fetch loop holds at most two batches, so keep the consumer's
-// MaxAckPending at least twice the batch size times the concurrency.
+// theirs: a fetch loop holds at most three batches (one whose outcomes
+// are being stored and its messages acked, one whose handlers run, the
+// next fetched and claimed), so keep the consumer's MaxAckPending at least
+// three times the batch size times the concurrency.
 // [WithConcurrency] runs several fetch loops, with order kept within each.
 //
 // Order holds for the messages handled at their first try. A message that

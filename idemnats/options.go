@@ -195,7 +195,7 @@ func WithObserver(f func(ctx context.Context, e Event)) Option {
 // the store can), and their handlers run one after another, in stream
 // order; the next batch is fetched while they run. Default
 // [DefaultBatchSize]; at least 1. Keep the consumer's MaxAckPending at
-// least twice the batch size times the concurrency.
+// least three times the batch size times the concurrency.
 func WithBatchSize(n int) Option {
 	return atLeast("WithBatchSize", n, 1, func(o *options) *int { return &o.batchSize })
 }

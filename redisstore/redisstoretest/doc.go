@@ -16,4 +16,8 @@
 //
 // [Prefix] names each prefix idemtest:<random>: and deletes the keys under
 // it when the test ends, on every primary of a cluster.
+//
+// [FencedDedupe] is a benchmark's limit, not a store: the least a dedupe
+// that fences its outcome writes sends Redis per batch, for benchmarks to
+// set a store beside.
 package redisstoretest

@@ -134,25 +134,9 @@ func benchBare(b *testing.B, d time.Duration) {
 func benchBareRedis(b *testing.B, d time.Duration) {
 	ctx := context.Background()
 	rdb := redisstoretest.Client(b)
-	cons := benchStream(b, b.N)
 	prefix := redisstoretest.Prefix(b, rdb) // its keys deleted when b ends
-	msgs := make([]jetstream.Msg, 0, benchBatch)
 	claims := make([]*redis.BoolCmd, 0, benchBatch)
-	cpu := testenv.NewCPUMeter(benchServers...)
-	b.ResetTimer()
-	acked := 0
-	for acked < b.N {
-		mb, err := cons.Fetch(min(benchBatch, b.N-acked), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			b.Fatal(err)
-		}
-		msgs = msgs[:0]
-		for msg := range mb.Messages() {
-			msgs = append(msgs, msg)
-		}
-		if err := mb.Error(); err != nil {
-			b.Fatal(err)
-		}
+	benchBatches(b, func(msgs []jetstream.Msg) {
 		claims = claims[:0]
 		pipe := rdb.Pipeline()
 		for _, msg := range msgs {
@@ -170,16 +154,7 @@ func benchBareRedis(b *testing.B, d time.Duration) {
 		if _, err := pipe.Exec(ctx); err != nil {
 			b.Fatal(err)
 		}
-		for _, msg := range msgs {
-			if err := msg.Ack(); err != nil {
-				b.Fatal(err)
-			}
-		}
-		acked += len(msgs)
-	}
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
-	cpu.Report(b, b.N)
+	})
 }
 
 // benchBareRedisFenced is the least a consumer that dedupes through Redis
@@ -191,27 +166,14 @@ func benchBareRedis(b *testing.B, d time.Duration) {
 func benchBareRedisFenced(b *testing.B, d time.Duration) {
 	ctx := context.Background()
 	rdb := redisstoretest.Client(b)
-	cons := benchStream(b, b.N)
 	prefix := redisstoretest.Prefix(b, rdb) // its keys deleted when b ends
 	dedupe := redisstoretest.NewFencedDedupe(rdb, prefix, time.Minute, 24*time.Hour)
 	outcome := []byte("done")
-	msgs := make([]jetstream.Msg, 0, benchBatch)
 	keys := make([]string, 0, benchBatch)
-	cpu := testenv.NewCPUMeter(benchServers...)
-	b.ResetTimer()
-	acked := 0
-	for acked < b.N {
-		mb, err := cons.Fetch(min(benchBatch, b.N-acked), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			b.Fatal(err)
-		}
-		msgs, keys = msgs[:0], keys[:0]
-		for msg := range mb.Messages() {
-			msgs = append(msgs, msg)
+	benchBatches(b, func(msgs []jetstream.Msg) {
+		keys = keys[:0]
+		for _, msg := range msgs {
 			keys = append(keys, msg.Headers().Get(jetstream.MsgIDHeader))
-		}
-		if err := mb.Error(); err != nil {
-			b.Fatal(err)
 		}
 		claimed, err := dedupe.Claim(ctx, keys)
 		if err != nil {
@@ -225,6 +187,32 @@ func benchBareRedisFenced(b *testing.B, d time.Duration) {
 		if err := dedupe.Complete(ctx, outcome); err != nil {
 			b.Fatal(err)
 		}
+	})
+}
+
+// benchBatches is bare's fetch loop, a batch at a time: it fetches b.N
+// messages from a fresh stream in batches of benchBatch, hands each batch
+// to handle, then acks its messages, and reports msgs/s and the CPU time
+// per message.
+func benchBatches(b *testing.B, handle func(msgs []jetstream.Msg)) {
+	cons := benchStream(b, b.N)
+	msgs := make([]jetstream.Msg, 0, benchBatch)
+	cpu := testenv.NewCPUMeter(benchServers...)
+	b.ResetTimer()
+	acked := 0
+	for acked < b.N {
+		mb, err := cons.Fetch(min(benchBatch, b.N-acked), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			b.Fatal(err)
+		}
+		msgs = msgs[:0]
+		for msg := range mb.Messages() {
+			msgs = append(msgs, msg)
+		}
+		if err := mb.Error(); err != nil {
+			b.Fatal(err)
+		}
+		handle(msgs)
 		for _, msg := range msgs {
 			if err := msg.Ack(); err != nil {
 				b.Fatal(err)

@@ -50,3 +50,36 @@ func TestExceptionReplies(t *testing.T) {
 		}
 	}
 }
+
+// FuzzExceptionReplies: whatever list a batch script answers, reading it
+// never panics, and each entry of the call gets either an answer or the
+// call's bad-reply error, never both, never neither.
+func FuzzExceptionReplies(f *testing.F) {
+	seed := func(vs ...int64) []byte { // each value as the signed byte the fuzz function reads
+		b := make([]byte, len(vs))
+		for i, v := range vs {
+			b[i] = byte(int8(v))
+		}
+		return b
+	}
+	f.Add(3, seed())
+	f.Add(4, seed(2, replyLost, 4, replyUnknown))
+	f.Add(2, seed(3, replyLost))
+	f.Add(2, seed(1))
+	f.Add(5, seed(2, replyLost, 2, replyLost))
+	f.Fuzz(func(t *testing.T, size int, raw []byte) {
+		size = max(0, min(size, 1<<10))
+		list := make([]any, len(raw))
+		for i, b := range raw {
+			list[i] = int64(int8(b))
+		}
+		cmd := newEval(context.Background(), completeBatchScript, atMostOnce, []any{"evalsha", completeBatchScript.sha, size})
+		cmd.SetVal(list)
+		r := exceptionReplies("CompleteBatch", []*evalCmd{cmd}, size, replyDone)
+		for i := range size {
+			if (r.errs[i] == nil) == (r.replies[i] == nil) {
+				t.Fatalf("size %d, list %v: entry %d got %v and %v", size, list, i, r.replies[i], r.errs[i])
+			}
+		}
+	})
+}

@@ -471,9 +471,9 @@ func (r *run) notRun(cause error, d *delivery) chassis.Verdict {
 		Delay: r.c.o.Backoff(r.c.failures(d) + 1)}}
 }
 
-// failures returns the handler failures counted for d's message. Most
-// messages have none while no message at all has: then d's identity,
-// parsed from its reply subject, is not worked out.
+// failures returns the handler failures counted for d's message. While
+// no message has a failure counted, the common case, d's identity (parsed
+// from its reply subject) is not worked out.
 func (c *Consumer) failures(d *delivery) int {
 	if c.tries.Len() == 0 {
 		return 0

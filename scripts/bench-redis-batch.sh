@@ -14,27 +14,17 @@ cd "$(dirname "$0")/.."
 read -r n1 n2 <<<"${IDEM_CALLGRIND_OPS:-10 90}"
 port=${IDEM_CALLGRIND_PORT:-6392}
 dir=$(mktemp -d)
-pid=
-trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$dir"' EXIT
+callgrind_pid=
+trap '[ -n "$callgrind_pid" ] && kill "$callgrind_pid" 2>/dev/null; rm -rf "$dir"' EXIT
+. scripts/callgrind-redis.sh
 
 (cd redisstore && go test -c -o "$dir/redisstore.test" .)
-valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" \
-	redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no >"$dir/valgrind.log" 2>&1 &
-pid=$!
-for _ in $(seq 100); do
-	redis-cli -p "$port" ping >/dev/null 2>&1 && break
-	sleep 0.2
-done
-redis-cli -p "$port" ping >/dev/null
+callgrind_redis_start "$port" "$dir"
 
 count() { # count SIDE BATCHES: the server's instructions while the benchmark runs BATCHES batches of SIDE
 	redis-cli -p "$port" flushall >/dev/null
-	callgrind_control -z "$pid" >/dev/null 2>&1
-	IDEM_REDIS_ADDR=127.0.0.1:$port "$dir/redisstore.test" -test.run '^$' -test.bench "^BenchmarkBatch500/$1\$" \
-		-test.benchtime "${2}x" >"$dir/bench.out" 2>&1 || { cat "$dir/bench.out" >&2; return 1; }
-	rm -f "$dir"/cg."$pid".*
-	callgrind_control -d "$pid" >/dev/null 2>&1
-	awk '/^(summary|totals):/ { print $2; exit }' "$dir"/cg."$pid".*
+	IDEM_REDIS_ADDR=127.0.0.1:$port callgrind_redis_count "$dir" "$dir/redisstore.test" -test.run '^$' \
+		-test.bench "^BenchmarkBatch500/$1\$" -test.benchtime "${2}x"
 }
 per() { # per SIDE: instructions per key
 	local a b

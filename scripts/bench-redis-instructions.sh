@@ -19,26 +19,16 @@ read -r n1 n2 <<<"${IDEM_CALLGRIND_OPS:-500 4500}"
 port=${IDEM_CALLGRIND_PORT:-6391}
 case=${IDEM_CALLGRIND_CASE:-claim-complete}
 dir=$(mktemp -d)
-pid=
-trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$dir"' EXIT
+callgrind_pid=
+trap '[ -n "$callgrind_pid" ] && kill "$callgrind_pid" 2>/dev/null; rm -rf "$dir"' EXIT
+. scripts/callgrind-redis.sh
 
 go build -o "$dir/idem-bench" ./cmd/idem-bench
-valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" \
-	redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no >"$dir/valgrind.log" 2>&1 &
-pid=$!
-for _ in $(seq 100); do
-	redis-cli -p "$port" ping >/dev/null 2>&1 && break
-	sleep 0.2
-done
-redis-cli -p "$port" ping >/dev/null
+callgrind_redis_start "$port" "$dir"
 
 count() { # count SIDE OPS: the server's instructions while the command runs OPS operations of SIDE
-	callgrind_control -z "$pid" >/dev/null 2>&1
-	"$dir/idem-bench" store --store "redis://127.0.0.1:$port/0" --cases "$case" --sides "$1" \
-		--goroutines 16 --rounds 1 --ops "$2" >"$dir/bench.out" 2>&1 || { cat "$dir/bench.out" >&2; return 1; }
-	rm -f "$dir"/cg."$pid".*
-	callgrind_control -d "$pid" >/dev/null 2>&1
-	awk '/^(summary|totals):/ { print $2; exit }' "$dir"/cg."$pid".*
+	callgrind_redis_count "$dir" "$dir/idem-bench" store --store "redis://127.0.0.1:$port/0" --cases "$case" --sides "$1" \
+		--goroutines 16 --rounds 1 --ops "$2"
 }
 per() { # per SIDE: instructions per key
 	local a b

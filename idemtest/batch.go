@@ -384,12 +384,17 @@ func doBatchHeartbeat(t *testing.T, e *env) {
 
 func doBatchFenced(t *testing.T, e *env) {
 	sp, s := e.spied()
-	g := e.guard(s, idem.Config{Lease: 2 * Lease})
+	// A lease of 40 of the suite's: the claim's round trip on a slow store
+	// must leave fn a lease to lose, else fn never runs and the case shows
+	// nothing.
+	g := e.guard(s, idem.Config{Lease: 40 * Lease})
 	sp.refuseExtend.Store(true) // the holder is cut off from the store
 	other := e.guard(e.s, idem.Config{})
 	c := &counter{ops: ops("k")}
 	var otherErr error
+	ran := false
 	res := g.DoBatch(ctx(t), c.ops, func(ctx context.Context, i int) ([]byte, error) {
+		ran = true
 		<-ctx.Done() // the heartbeat could not confirm the lease: fn is told
 		if !errors.Is(context.Cause(ctx), idem.ErrLeaseLost) {
 			t.Errorf("fn's context ended with %v, want ErrLeaseLost", context.Cause(ctx))
@@ -406,6 +411,9 @@ func doBatchFenced(t *testing.T, e *env) {
 		}
 		return []byte("stale"), nil
 	})
+	if !ran {
+		t.Fatalf("fn never ran (%v): the lease ended before the claim's answer came", res[0].Err)
+	}
 	if otherErr != nil {
 		t.Fatalf("the other holder: %v", otherErr)
 	}

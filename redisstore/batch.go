@@ -106,6 +106,7 @@ func (s *Store) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]sto
 	}
 	var failed int
 	var first error
+	var created []int // the entries whose records CompleteBatch will hold
 	for i, err := range r.errs {
 		if err != nil {
 			failed++
@@ -118,6 +119,14 @@ func (s *Store) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]sto
 		c, err := s.claimReply("ClaimBatch", args[i], tokens[i], sent[i], r.replies[i])
 		c.Err = err
 		out[i] = c
+		if err == nil && c.Outcome == storage.Acquired && c.Record.Attempt == 1 {
+			// Created by this claim (or this claim resent): the record is
+			// nvs[i]. A takeover's is another, and is not kept.
+			created = append(created, i)
+		}
+	}
+	if _, oneServer := s.client.(*redis.Client); oneServer { // else CompleteBatch pipelines outcomeScript
+		s.held.put(tokens, nvs, created)
 	}
 	if failed == len(args) {
 		return nil, first
@@ -392,10 +401,20 @@ func (s *Store) CompleteBatch(ctx context.Context, cs []storage.Completion) ([]e
 // each entry's verdict as completeAll does.
 func (s *Store) completeChunks(ctx context.Context, c *redis.Client, cs []storage.Completion) completions {
 	status := []byte{formatVersion, byte(storage.StatusCompleted)}
+	held := s.held.take(cs)
+	var expiry []byte // the call's, set by head before args runs for its entries
 	cmds := s.batchCmds(ctx, completeBatchScript, atMostOnce, len(cs), func(i int) string { return cs[i].Key },
-		func(lo int) []any { return []any{status, millis(cs[lo].Retention), finishedExpiry(cs[lo].Retention)} },
-		func(a []any, i int) []any { return append(a, holderPrefix(cs[i].Token), cs[i].Value) },
-		func(i int) int { return len(cs[i].Value) },
+		func(lo int) []any {
+			expiry = finishedExpiry(cs[lo].Retention)
+			return []any{status, millis(cs[lo].Retention), expiry}
+		},
+		func(a []any, i int) []any {
+			if v := held[i]; v != nil {
+				return append(a, v, completedRecord(v, expiry, cs[i].Value))
+			}
+			return append(a, holderPrefix(cs[i].Token), cs[i].Value)
+		},
+		func(i int) int { return len(cs[i].Value) + 2*len(held[i]) },
 		func(lo, i int) bool { return cs[i].Retention == cs[lo].Retention }, true)
 	var waited error // the WAIT's verdict, for every entry stored
 	if s.cfg.WaitReplicas == 0 {

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/idemgo/idem/storage"
@@ -82,4 +83,36 @@ func FuzzExceptionReplies(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestHeldIsBounded: held keeps two generations of records at most; the
+// records of the generation before the last two are forgotten, the others
+// taken once each.
+func TestHeldIsBounded(t *testing.T) {
+	var h held
+	const n = 2*heldGeneration + heldGeneration/2
+	ts, vs, at := make([]storage.Token, n), make([][]byte, n), make([]int, n)
+	for i := range n {
+		ts[i], vs[i], at[i] = storage.Token(i+1), []byte{byte(i + 1)}, i
+	}
+	h.put(ts[:n/2], vs, at[:n/2]) // in two calls: a generation ends within a call
+	h.put(ts, vs, at[n/2:])
+	if got := len(h.cur) + len(h.old); got > 2*heldGeneration {
+		t.Fatalf("held keeps %d records, more than two generations of %d", got, heldGeneration)
+	}
+	cs := make([]storage.Completion, n)
+	for i := range cs {
+		cs[i].Token = storage.Token(i + 1)
+	}
+	for i, v := range h.take(cs) {
+		// Tokens 1..G filled the first generation, which the third one
+		// pushed out; G+1..2G are the old generation, the rest the
+		// current one.
+		if kept := i >= heldGeneration; kept != (v != nil) || kept && (len(v) != 1 || v[0] != byte(i+1)) {
+			t.Fatalf("token %d: %v, kept %v", i+1, v, kept)
+		}
+	}
+	if again := h.take(cs); slices.IndexFunc(again, func(v []byte) bool { return v != nil }) >= 0 {
+		t.Fatal("a record was taken twice")
+	}
 }

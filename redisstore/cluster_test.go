@@ -106,6 +106,9 @@ func TestCluster(t *testing.T) {
 				t.Fatalf("entry %d: %v %v", i, c.Outcome, c.Err)
 			}
 		}
+		if n := s.Held(); n != 0 {
+			t.Errorf("the Store holds %d records on Cluster, where CompleteBatch completes by token", n)
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		total, used := 0, 0

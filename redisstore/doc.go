@@ -89,7 +89,10 @@
 // (standalone or Sentinel), the scripts claim and complete up to 128 keys
 // each, in order, which spares Redis a script call per key; on Cluster,
 // where keys live in different slots, they pipeline one single-key script
-// per key.
+// per key. A Store keeps, for CompleteBatch, the record each of its
+// ClaimBatch claims created (at most two generations of 16,384): the
+// complete script then compares the whole record and writes the finished
+// one as sent. A claim it did not keep is completed by its token.
 //
 // Errors from the client or the server are returned wrapping
 // idem.ErrStoreUnavailable, with standard-library causes (context,

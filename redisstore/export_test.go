@@ -83,3 +83,17 @@ func (s *Store) ScriptClaim(ctx context.Context, a storage.ClaimArgs, t storage.
 	}
 	return s.claimReply("ScriptClaim", a, t, time.Now(), reply)
 }
+
+// Held returns how many records ClaimBatch created that CompleteBatch has
+// not taken yet.
+func (s *Store) Held() int {
+	s.held.mu.Lock()
+	defer s.held.mu.Unlock()
+	return len(s.held.cur) + len(s.held.old)
+}
+
+// ForgetHeld forgets the record of the claim with token t, as held does
+// once it is two generations old.
+func (s *Store) ForgetHeld(t storage.Token) {
+	s.held.take([]storage.Completion{{Token: t}})
+}

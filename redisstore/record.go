@@ -90,3 +90,16 @@ func holderPrefix(t storage.Token) []byte {
 func millis(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
+
+// completedRecord returns the Completed record that replaces v, an
+// InProgress record of this format: v's token, attempt and fingerprint,
+// expiry (8 bytes, see finishedExpiry) where v has its retention, and
+// result. It is the record outcomeScript builds from v on the server.
+func completedRecord(v, expiry, result []byte) []byte {
+	r := make([]byte, 0, len(v)+len(result))
+	r = append(r, formatVersion, byte(storage.StatusCompleted))
+	r = append(r, v[offToken:offRetention]...)
+	r = append(r, expiry...)
+	r = append(r, v[offFpLen:]...)
+	return append(r, result...)
+}

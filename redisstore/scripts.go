@@ -196,27 +196,35 @@ var outcomeScript = holderScript(`
 // outcomeScript does with the status Completed. ARGV: the version and new
 // status, the retention ms and the expiry the records hold, the same for
 // every key of the call (batchCmds starts a new call where the retention
-// changes), then for each key the holder's prefix and the result. It
-// reads every record
-// with one MGET, which costs the server far less than a GET per key
-// through redis.call, so the keys of one call must be distinct (batchCmds
-// makes them so): a key completed earlier in the call is not read again.
-// A key MGET finds no string under is read once more with GET, to tell a
-// missing record (LOST) from a key of another type (UNKNOWN). It replies
-// with the entries that were not completed only, {i, LOST or UNKNOWN, …}
-// (see exceptionReplies). The MGET, the shared arguments and the short
-// reply cut the server's work per key from 32.0k instructions to 27.0k
-// (callgrind, batches of 500). Like claimBatchScript it serves a client of one server only; on
-// Cluster, CompleteBatch pipelines outcomeScript. Completing n keys in one
-// script spares Redis n script calls, most of what a complete costs it.
+// changes), then two for each key, in one of two forms. When the client
+// holds the record its claim created (see held), they are that whole
+// record and the whole Completed record to write: the script compares the
+// one it reads with the first and writes the second as it is. Otherwise
+// they are the holder's prefix and the result, and the script builds the
+// new record from the one it reads. The first form spares the server the
+// building, about a fifth of a completion; the second keeps every other
+// completion as it was. A record is never as short as a prefix, so a
+// prefix never passes for a whole record.
+//
+// It reads every record with one MGET, which costs the server far less
+// than a GET per key through redis.call, so the keys of one call must be
+// distinct (batchCmds makes them so): a key completed earlier in the call
+// is not read again. A key MGET finds no string under is read once more
+// with GET, to tell a missing record (LOST) from a key of another type
+// (UNKNOWN). It replies with the entries that were not completed only,
+// {i, LOST or UNKNOWN, …} (see exceptionReplies). Like claimBatchScript
+// it serves a client of one server only; on Cluster, CompleteBatch
+// pipelines outcomeScript. Completing n keys in one script spares Redis n
+// script calls, most of what a complete costs it.
 var completeBatchScript = newScript("", knownFn+`
 local vs = redis.call('MGET', unpack(KEYS))
 local out = {}
 for i = 1, #KEYS do
   local a, v = i * 2 + 2, vs[i]
-  if v and string.sub(v, VERSION, TOKEN_END) == ARGV[a] then
-    redis.call('SET', KEYS[i], ARGV[1] .. string.sub(v, TOKEN, ATTEMPT_END) .. ARGV[3] .. string.sub(v, FP_LEN) .. ARGV[a + 1],
-      'PX', ARGV[2])
+  if v == ARGV[a] and #v > TOKEN_END then
+    redis.call('PSETEX', KEYS[i], ARGV[2], ARGV[a + 1])
+  elseif v and string.sub(v, VERSION, TOKEN_END) == ARGV[a] then
+    redis.call('PSETEX', KEYS[i], ARGV[2], ARGV[1] .. string.sub(v, TOKEN, ATTEMPT_END) .. ARGV[3] .. string.sub(v, FP_LEN) .. ARGV[a + 1])
   else
     if not v then v = redis.pcall('GET', KEYS[i]) end
     out[#out + 1] = i

@@ -90,6 +90,7 @@ const maxDuration = 100 * 365 * 24 * time.Hour
 type Store struct {
 	client redis.UniversalClient
 	cfg    Config
+	held   *held // the records ClaimBatch created, for CompleteBatch
 }
 
 var (
@@ -156,7 +157,7 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 			return nil, err
 		}
 	}
-	return &Store{client: client, cfg: cfg}, nil
+	return &Store{client: client, cfg: cfg, held: new(held)}, nil
 }
 
 // unboundedTimeouts names the client's socket timeouts that never end a

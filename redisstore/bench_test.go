@@ -269,34 +269,44 @@ func BenchmarkBatch500(b *testing.B) {
 	})
 	// The least a fenced dedupe does: the claims' SET NX pipeline, then
 	// the outcomes written by a script that compares each key's token
-	// first (redisstoretest.FencedDedupe), on no record format.
-	b.Run("fenced", func(b *testing.B) {
-		prefix := randomPrefix(b) + "fenced:"
-		free := make(chan *redisstoretest.FencedDedupe, goroutines)
-		for range goroutines {
-			free <- redisstoretest.NewFencedDedupe(c, prefix, 30*time.Second, benchRetention)
-		}
-		keys := make(chan []string, goroutines)
-		for range goroutines {
-			keys <- make([]string, size)
-		}
-		defer serverCPU(b, c, size)()
-		parallel(b, goroutines, size, func(n int) error {
-			f, ks := <-free, <-keys
-			defer func() { free <- f; keys <- ks }()
-			for i := range ks {
-				ks[i] = "order-" + strconv.Itoa(n*size+i)
+	// first (redisstoretest.FencedDedupe), on no record format; and the
+	// same keeping a record of the store's size (NewRecordDedupe).
+	for _, side := range []struct {
+		name   string
+		record int
+	}{{"fenced", 0}, {"record", redisstore.RecordHeaderLen + len(benchFP)}} {
+		b.Run(side.name, func(b *testing.B) {
+			prefix := randomPrefix(b) + side.name + ":"
+			free := make(chan *redisstoretest.FencedDedupe, goroutines)
+			for range goroutines {
+				if side.record > 0 {
+					free <- redisstoretest.NewRecordDedupe(c, prefix, 30*time.Second, benchRetention, side.record)
+				} else {
+					free <- redisstoretest.NewFencedDedupe(c, prefix, 30*time.Second, benchRetention)
+				}
 			}
-			claimed, err := f.Claim(ctx, ks)
-			if err != nil {
-				return err
+			keys := make(chan []string, goroutines)
+			for range goroutines {
+				keys <- make([]string, size)
 			}
-			if i := slices.Index(claimed, false); i >= 0 {
-				return fmt.Errorf("batch %d, entry %d: not claimed", n, i)
-			}
-			return f.Complete(ctx, benchResult)
+			defer serverCPU(b, c, size)()
+			parallel(b, goroutines, size, func(n int) error {
+				f, ks := <-free, <-keys
+				defer func() { free <- f; keys <- ks }()
+				for i := range ks {
+					ks[i] = "order-" + strconv.Itoa(n*size+i)
+				}
+				claimed, err := f.Claim(ctx, ks)
+				if err != nil {
+					return err
+				}
+				if i := slices.Index(claimed, false); i >= 0 {
+					return fmt.Errorf("batch %d, entry %d: not claimed", n, i)
+				}
+				return f.Complete(ctx, benchResult)
+			})
 		})
-	})
+	}
 	b.Run("pipeline", func(b *testing.B) {
 		prefix := randomPrefix(b) + "bare:"
 		defer serverCPU(b, c, size)()

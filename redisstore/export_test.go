@@ -97,3 +97,7 @@ func (s *Store) Held() int {
 func (s *Store) ForgetHeld(t storage.Token) {
 	s.held.take([]storage.Completion{{Token: t}})
 }
+
+// RecordHeaderLen is the length of a record's header: the fingerprint
+// follows it.
+const RecordHeaderLen = headerLen

@@ -73,10 +73,12 @@ END {
 	row("noop/mem", "noop/bare", "")
 	row("noop/redis-limit", "noop/bare", "")
 	row("noop/redis-fenced", "noop/redis-limit", "")
+	row("noop/redis-record", "noop/redis-limit", "")
 	row("noop/redis-each", "noop/redis-limit", "")
 	row("noop/redis-store", "noop/redis-limit", "")
 	row("noop/redis", "noop/redis-limit", ">= 80%")
 	row("noop/redis", "noop/redis-fenced", "")
+	row("noop/redis", "noop/redis-record", "")
 	row("noop/redis", "noop/redis-each", "")
 	row("noop/redis", "noop/redis-store", "")
 	row("noop/pg-limit", "noop/bare", "")
@@ -93,7 +95,10 @@ END {
 	print ""
 	print "Redis server CPU per record (INFO cpu); ratio = the limit CPU / the case CPU"
 	cpu("noop/redis-fenced", "noop/redis-limit")
+	cpu("noop/redis-record", "noop/redis-limit")
 	cpu("noop/redis-each", "noop/redis-limit")
 	cpu("noop/redis-store", "noop/redis-limit")
 	cpu("noop/redis", "noop/redis-limit")
+	cpu("noop/redis-store", "noop/redis-record")
+	cpu("noop/redis", "noop/redis-record")
 }' "$out"

@@ -3,7 +3,8 @@
 # than timed: a private redis-server on a loopback port runs under
 # callgrind, and redisstore's BenchmarkBatch500 drives it, each side
 # (store: ClaimBatch + CompleteBatch; fenced: the least a fenced dedupe
-# sends, redisstoretest.FencedDedupe; pipeline: a SET NX pipeline and a SET
+# sends, redisstoretest.FencedDedupe; record: the same keeping a record of
+# the store's size, NewRecordDedupe; pipeline: a SET NX pipeline and a SET
 # pipeline, blind) for N1 and then N2 batches of 500 keys. The difference
 # of the server's instructions over (N2 - N1) * 500 keys is the cost of
 # one key, whatever the set-up costs (connections, SCRIPT LOAD).
@@ -34,10 +35,12 @@ per() { # per SIDE: instructions per key
 }
 store=$(per store)
 fenced=$(per fenced)
+record=$(per record)
 pipeline=$(per pipeline)
 echo "date: $(date -u +%Y-%m-%dT%H:%MZ)  redis-server $(redis-server --version | cut -d' ' -f3 | cut -d= -f2)  batches of 500: $n2 - $n1 per side"
 echo "Redis server instructions per new key, ClaimBatch + CompleteBatch, 16 goroutines:"
-awk -v s="$store" -v f="$fenced" -v p="$pipeline" 'BEGIN {
-	printf "  store %d   fenced limit %d   blind pipelines %d\n", s, f, p
-	printf "  store / pipelines %.2f   fenced limit / pipelines %.2f   store / fenced limit %.2f\n", s / p, f / p, s / f
+awk -v s="$store" -v f="$fenced" -v r="$record" -v p="$pipeline" 'BEGIN {
+	printf "  store %d   fenced limit %d   record limit %d   blind pipelines %d\n", s, f, r, p
+	printf "  store / pipelines %.2f   fenced limit / pipelines %.2f   record limit / pipelines %.2f\n", s / p, f / p, r / p
+	printf "  store / fenced limit %.2f   store / record limit %.2f\n", s / f, s / r
 }'

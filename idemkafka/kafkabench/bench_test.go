@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -46,6 +47,9 @@ import (
 //	noop/redis-fenced  bare, plus per batch the least a fenced Redis dedupe does (redisstoretest.FencedDedupe):
 //	                   a pipeline of SET NX PX with a token per key, then a pipeline of scripts that SET each
 //	                   outcome only while its key holds its token, one script per 128 keys
+//	noop/redis-record  noop/redis-fenced with a record of redisstore's size in place of the token (56 bytes:
+//	                   its header and a SHA-256 fingerprint), claimed with SET … NX GET, the outcome after it
+//	                   (redisstoretest.NewRecordDedupe): the least a fenced dedupe that keeps such a record does
 //	noop/redis-each    bare, plus per record a hand-rolled dedupe: one SET NX PX round trip, then, when it set
 //	                   the key, one SET PX round trip
 //	noop/redis-store   bare, plus per batch redisstore's ClaimBatch and CompleteBatch of its keys, no Guard: the store's own cost
@@ -73,7 +77,8 @@ func BenchmarkKafka(b *testing.B) {
 		{"noop/bare", func(b *testing.B, f *fixture) float64 { return f.bare(b, nil) }},
 		{"noop/mem", func(b *testing.B, f *fixture) float64 { return f.idem(b, f.mem(b), 0) }},
 		{"noop/redis-limit", func(b *testing.B, f *fixture) float64 { return f.bare(b, f.redisLimit(b)) }},
-		{"noop/redis-fenced", func(b *testing.B, f *fixture) float64 { return f.bare(b, f.redisFenced(b)) }},
+		{"noop/redis-fenced", func(b *testing.B, f *fixture) float64 { return f.bare(b, f.redisFenced(b, 0)) }},
+		{"noop/redis-record", func(b *testing.B, f *fixture) float64 { return f.bare(b, f.redisFenced(b, recordSize)) }},
 		{"noop/redis-each", func(b *testing.B, f *fixture) float64 { return f.bare(b, f.redisEach(b)) }},
 		{"noop/redis-store", func(b *testing.B, f *fixture) float64 { return f.bare(b, f.storeBatches(f.redisStore(b))) }},
 		{"noop/redis", func(b *testing.B, f *fixture) float64 { return f.idem(b, f.redisStore(b), 0) }},
@@ -436,8 +441,9 @@ func (f *fixture) redisLimit(b *testing.B) func(context.Context, int32, []*kgo.R
 // redisstoretest.FencedDedupe): claim every key with a token in one
 // pipeline, then store the outcome of each key claimed, only while it holds
 // its token, in one pipeline of scripts. Each partition's goroutine has a
-// FencedDedupe of its own.
-func (f *fixture) redisFenced(b *testing.B) func(context.Context, int32, []*kgo.Record) error {
+// FencedDedupe of its own. With record > 0 each key keeps a record of that
+// many bytes (redisstoretest.NewRecordDedupe).
+func (f *fixture) redisFenced(b *testing.B, record int) func(context.Context, int32, []*kgo.Record) error {
 	c := f.redisClient(b)
 	prefix := redisstoretest.Prefix(b, c) // its keys deleted after the case
 	type part struct {
@@ -446,7 +452,11 @@ func (f *fixture) redisFenced(b *testing.B) func(context.Context, int32, []*kgo.
 	}
 	parts := make([]part, partitions)
 	for i := range parts {
-		parts[i].d = redisstoretest.NewFencedDedupe(c, prefix, 30*time.Second, time.Hour)
+		if record > 0 {
+			parts[i].d = redisstoretest.NewRecordDedupe(c, prefix, 30*time.Second, time.Hour, record)
+		} else {
+			parts[i].d = redisstoretest.NewFencedDedupe(c, prefix, 30*time.Second, time.Hour)
+		}
 	}
 	outcome := []byte("done")
 	return func(ctx context.Context, p int32, recs []*kgo.Record) error {
@@ -462,6 +472,10 @@ func (f *fixture) redisFenced(b *testing.B) func(context.Context, int32, []*kgo.
 		return pt.d.Complete(ctx, outcome)
 	}
 }
+
+// recordSize is the size of redisstore's record in progress for a SHA-256
+// fingerprint, the Guard's: a 24-byte header and the 32-byte fingerprint.
+const recordSize = 24 + sha256.Size
 
 // redisEach is a hand-rolled dedupe, record by record on the partition's
 // goroutine: a round trip of SET NX PX before the handler, and when it set

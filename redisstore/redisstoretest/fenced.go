@@ -3,6 +3,7 @@ package redisstoretest
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -47,6 +48,7 @@ return n
 // only as a script: WATCH/MULTI/EXEC costs the server more.
 //
 // It keeps neither fingerprints, attempts nor takeovers: it is not a store.
+// [NewRecordDedupe] returns one that stores a record of a store's size.
 //
 // A FencedDedupe is for one goroutine: it keeps the last claim's keys and
 // tokens until Complete, in buffers it reuses from batch to batch. Its
@@ -57,9 +59,11 @@ type FencedDedupe struct {
 	claimTTL  int64 // ms: lease + retention
 	retention any   // ms, the scripts' last argument, boxed once
 
+	record int // bytes of a claim's value: 8, the token, or NewRecordDedupe's size
+
 	keys    []string // the last Claim's keys, prefixed
-	tokens  []byte   // their tokens, 8 bytes each
-	setnx   []*redis.BoolCmd
+	tokens  []byte   // their tokens, record bytes each
+	setnx   []redis.Cmder
 	claimed []bool
 	won     []string // the keys the last Claim claimed
 	wonTok  []any    // their tokens, boxed once for both commands
@@ -76,7 +80,22 @@ func NewFencedDedupe(c *redis.Client, prefix string, lease, retention time.Durat
 		prefix:    prefix,
 		claimTTL:  (lease + retention).Milliseconds(),
 		retention: retention.Milliseconds(),
+		record:    8,
 	}
+}
+
+// NewRecordDedupe returns a FencedDedupe that keeps, as an idempotency
+// store does, a record of size bytes per key (at least 8): its claim
+// writes a value of that size (the token, then zeros) with SET … NX GET,
+// which answers a duplicate's record in the same round trip, and Complete
+// writes that value followed by the outcome, comparing the whole value
+// first. It is the least a fenced dedupe does in Redis per key when it
+// keeps a record as large as a store's (redisstore's: 24 bytes of header
+// and the fingerprint), and no more than that: no attempt, no takeover.
+func NewRecordDedupe(c *redis.Client, prefix string, lease, retention time.Duration, size int) *FencedDedupe {
+	f := NewFencedDedupe(c, prefix, lease, retention)
+	f.record = max(size, 8)
+	return f
 }
 
 // Claim claims keys in one pipeline of SET NX PX, each with a token of its
@@ -86,13 +105,20 @@ func NewFencedDedupe(c *redis.Client, prefix string, lease, retention time.Durat
 // writes.
 func (f *FencedDedupe) Claim(ctx context.Context, keys []string) ([]bool, error) {
 	f.keys, f.setnx, f.won, f.wonTok = f.keys[:0], f.setnx[:0], f.won[:0], f.wonTok[:0]
-	f.tokens = slices.Grow(f.tokens[:0], 8*len(keys))[:8*len(keys)]
+	n := f.record
+	f.tokens = slices.Grow(f.tokens[:0], n*len(keys))[:n*len(keys)]
+	clear(f.tokens)
 	f.claimed = slices.Grow(f.claimed[:0], len(keys))[:len(keys)]
 	for i, k := range keys {
-		t := f.tokens[8*i : 8*i+8 : 8*i+8]
+		t := f.tokens[n*i : n*i+n : n*i+n]
 		binary.LittleEndian.PutUint64(t, rand.Uint64())
 		key := f.prefix + k
-		cmd := redis.NewBoolCmd(ctx, "set", key, t, "px", f.claimTTL, "nx")
+		var cmd redis.Cmder
+		if n == 8 {
+			cmd = redis.NewBoolCmd(ctx, "set", key, t, "px", f.claimTTL, "nx")
+		} else {
+			cmd = redis.NewStringCmd(ctx, "set", key, t, "px", f.claimTTL, "nx", "get")
+		}
 		_ = f.pipe.Process(ctx, cmd)
 		f.keys = append(f.keys, key)
 		f.setnx = append(f.setnx, cmd)
@@ -100,11 +126,16 @@ func (f *FencedDedupe) Claim(ctx context.Context, keys []string) ([]bool, error)
 	if len(keys) == 0 {
 		return f.claimed, nil
 	}
-	if _, err := f.pipe.Exec(ctx); err != nil {
+	if _, err := f.pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
 	}
 	for i, cmd := range f.setnx {
-		f.claimed[i] = cmd.Val()
+		switch cmd := cmd.(type) {
+		case *redis.BoolCmd:
+			f.claimed[i] = cmd.Val()
+		case *redis.StringCmd: // SET … NX GET: no old value when it set the key
+			f.claimed[i] = errors.Is(cmd.Err(), redis.Nil)
+		}
 		if f.claimed[i] {
 			f.won = append(f.won, f.keys[i])
 			f.wonTok = append(f.wonTok, cmd.Args()[2]) // the token, boxed already
@@ -127,7 +158,11 @@ func (f *FencedDedupe) Complete(ctx context.Context, outcome []byte) error {
 	args := func(lo, hi int) []any {
 		f.args = f.args[:0]
 		for i := lo; i < hi; i++ {
-			f.args = append(f.args, f.wonTok[i], out)
+			if f.record == 8 {
+				f.args = append(f.args, f.wonTok[i], out)
+			} else { // the record, then the outcome
+				f.args = append(f.args, f.wonTok[i], append(slices.Clip(f.wonTok[i].([]byte)), outcome...))
+			}
 		}
 		return append(f.args, f.retention)
 	}

@@ -104,3 +104,46 @@ func TestFencedDedupeCompletesBatchesOfManyScripts(t *testing.T) {
 		}
 	}
 }
+
+func TestRecordDedupeKeepsARecordOfItsSize(t *testing.T) {
+	t.Parallel()
+	c := redisstoretest.Client(t)
+	prefix := redisstoretest.Prefix(t, c)
+	ctx := context.Background()
+	const size, lease, retention = 56, time.Hour, 2 * time.Hour
+	f := redisstoretest.NewRecordDedupe(c, prefix, lease, retention, size)
+
+	if err := c.Set(ctx, prefix+"done", "an earlier outcome", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := f.Claim(ctx, []string{"a", "done", "b", "a", "taken"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []bool{true, false, true, false, true}; !slices.Equal(claimed, want) {
+		t.Fatalf("claimed %v, want %v: not a stored key, nor a key's second copy", claimed, want)
+	}
+	records := map[string]string{}
+	for _, k := range []string{"a", "b", "taken"} {
+		v, err := c.Get(ctx, prefix+k).Result()
+		if err != nil || len(v) != size || strings.Count(v[8:], "\x00") != size-8 {
+			t.Fatalf("claimed %s holds %q (%v), want a token and zeros, %d bytes", k, v, err, size)
+		}
+		records[k] = v
+	}
+	if err := c.Set(ctx, prefix+"taken", "another record", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	err = f.Complete(ctx, []byte("ok"))
+	if err == nil || !strings.Contains(err.Error(), "2 of the 3") {
+		t.Errorf("Complete after a takeover: %v, want an error that counts 2 of the 3 outcomes written", err)
+	}
+	for k, want := range map[string]string{"a": records["a"] + "ok", "b": records["b"] + "ok", "taken": "another record"} {
+		if v, err := c.Get(ctx, prefix+k).Result(); v != want {
+			t.Errorf("%s holds %q (%v), want %q", k, v, err, want)
+		}
+	}
+	if ttl := c.PTTL(ctx, prefix+"a").Val(); ttl <= lease || ttl > retention {
+		t.Errorf("outcome a lives %v, want the retention %v", ttl, retention)
+	}
+}

@@ -202,9 +202,10 @@ var outcomeScript = holderScript(`
 // one it reads with the first and writes the second as it is. Otherwise
 // they are the holder's prefix and the result, and the script builds the
 // new record from the one it reads. The first form spares the server the
-// building, about a fifth of a completion; the second keeps every other
-// completion as it was. A record is never as short as a prefix, so a
-// prefix never passes for a whole record.
+// building (held says how much); the second keeps every other completion
+// as it was. A record is never as short as a prefix, so a prefix never
+// passes for a whole record. It writes with PSETEX, which spares the
+// server SET's option parsing.
 //
 // It reads every record with one MGET, which costs the server far less
 // than a GET per key through redis.call, so the keys of one call must be

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/idemgo/idem/redisstore/redisstoretest"
 )
 
@@ -19,16 +21,7 @@ func TestFencedDedupeWritesOnlyWhileTheKeyHoldsItsToken(t *testing.T) {
 	const lease, retention = time.Hour, 2 * time.Hour
 	f := redisstoretest.NewFencedDedupe(c, prefix, lease, retention)
 
-	if err := c.Set(ctx, prefix+"done", "an earlier outcome", time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
-	claimed, err := f.Claim(ctx, []string{"a", "done", "b", "a", "taken"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := []bool{true, false, true, false, true}; !slices.Equal(claimed, want) {
-		t.Fatalf("claimed %v, want %v: not a stored key, nor a key's second copy", claimed, want)
-	}
+	claimFive(t, c, f, prefix)
 	tokens := map[string]bool{}
 	for _, k := range []string{"a", "b", "taken"} {
 		v, err := c.Get(ctx, prefix+k).Result()
@@ -45,7 +38,7 @@ func TestFencedDedupeWritesOnlyWhileTheKeyHoldsItsToken(t *testing.T) {
 	if err := c.Set(ctx, prefix+"taken", "another token", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	err = f.Complete(ctx, []byte("ok"))
+	err := f.Complete(ctx, []byte("ok"))
 	if err == nil || !strings.Contains(err.Error(), "2 of the 3") {
 		t.Errorf("Complete after a takeover: %v, want an error that counts 2 of the 3 outcomes written", err)
 	}
@@ -113,16 +106,7 @@ func TestRecordDedupeKeepsARecordOfItsSize(t *testing.T) {
 	const size, lease, retention = 56, time.Hour, 2 * time.Hour
 	f := redisstoretest.NewRecordDedupe(c, prefix, lease, retention, size)
 
-	if err := c.Set(ctx, prefix+"done", "an earlier outcome", time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
-	claimed, err := f.Claim(ctx, []string{"a", "done", "b", "a", "taken"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := []bool{true, false, true, false, true}; !slices.Equal(claimed, want) {
-		t.Fatalf("claimed %v, want %v: not a stored key, nor a key's second copy", claimed, want)
-	}
+	claimFive(t, c, f, prefix)
 	records := map[string]string{}
 	for _, k := range []string{"a", "b", "taken"} {
 		v, err := c.Get(ctx, prefix+k).Result()
@@ -134,7 +118,7 @@ func TestRecordDedupeKeepsARecordOfItsSize(t *testing.T) {
 	if err := c.Set(ctx, prefix+"taken", "another record", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	err = f.Complete(ctx, []byte("ok"))
+	err := f.Complete(ctx, []byte("ok"))
 	if err == nil || !strings.Contains(err.Error(), "2 of the 3") {
 		t.Errorf("Complete after a takeover: %v, want an error that counts 2 of the 3 outcomes written", err)
 	}
@@ -145,5 +129,23 @@ func TestRecordDedupeKeepsARecordOfItsSize(t *testing.T) {
 	}
 	if ttl := c.PTTL(ctx, prefix+"a").Val(); ttl <= lease || ttl > retention {
 		t.Errorf("outcome a lives %v, want the retention %v", ttl, retention)
+	}
+}
+
+// claimFive stores an outcome under "done", then has f claim a, done, b,
+// a again and taken, and fails t unless f claimed a, b and taken only:
+// not a stored key, nor a key's second copy.
+func claimFive(t *testing.T, c *redis.Client, f *redisstoretest.FencedDedupe, prefix string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.Set(ctx, prefix+"done", "an earlier outcome", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := f.Claim(ctx, []string{"a", "done", "b", "a", "taken"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []bool{true, false, true, false, true}; !slices.Equal(claimed, want) {
+		t.Fatalf("claimed %v, want %v: not a stored key, nor a key's second copy", claimed, want)
 	}
 }

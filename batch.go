@@ -105,14 +105,21 @@ func (g *Guard) doBatch(ctx context.Context, ops []BatchOp, fn func(ctx context.
 		}
 		return res
 	}
-	b := &batch{
-		g: g, ctx: ctx, ops: ops, fn: fn, res: res, unordered: unordered,
+	b := g.newBatch(ctx, ops, res, unordered)
+	b.fn = fn
+	b.run()
+	return res
+}
+
+// newBatch returns the batch of ops, answered in res (one per op), which
+// DoBatchIndependent and the claims ahead run with unordered set.
+func (g *Guard) newBatch(ctx context.Context, ops []BatchOp, res []BatchResult, unordered bool) *batch {
+	return &batch{
+		g: g, ctx: ctx, ops: ops, res: res, unordered: unordered,
 		state: make([]opState, len(ops)),
 		calls: make([]call, len(ops)),
 		fnCtx: make([]context.Context, len(ops)),
 	}
-	b.run()
-	return res
 }
 
 // stopsAll reports whether an operation's error means that no operation
@@ -218,10 +225,20 @@ func (b *batch) prepare() (args []storage.ClaimArgs, idx []int) {
 	return args, idx
 }
 
-func (b *batch) run() {
+// claimAll claims the keys of the batch's operations in one round trip,
+// those the local cache or an earlier operation of the batch do not
+// answer, and reports whether it sent a claim.
+func (b *batch) claimAll() bool {
 	args, idx := b.prepare()
-	if len(args) > 0 {
-		b.claim(args, idx)
+	if len(args) == 0 {
+		return false
+	}
+	b.claim(args, idx)
+	return true
+}
+
+func (b *batch) run() {
+	if b.claimAll() {
 		b.holdNothingPastStop()
 	}
 
@@ -331,11 +348,8 @@ func (b *batch) claim(args []storage.ClaimArgs, idx []int) {
 			b.res[i].Err = fmt.Errorf("%w: claim: %w", ErrStoreUnavailable, cl.Err)
 		case cl.Outcome == storage.Acquired:
 			c.token = cl.Token
-			c.tctx = tokenCtx{Context: b.ctx, token: cl.Token}
-			b.fnCtx[i], c.cancel = context.WithCancelCause(&c.tctx)
-			if err := g.hb.start(c, sent); err != nil {
-				c.cancel(err)
-				c.release(b.ctx)
+			var err error
+			if b.fnCtx[i], err = c.hold(b.ctx, sent); err != nil {
 				b.res[i].Err = err
 				continue
 			}
@@ -368,10 +382,7 @@ func (b *batch) holdNothingPastStop() {
 			waiting = s == opWait && !b.unordered
 			hit = waiting || (s == opDecided && b.stopsAt(i))
 		case s == opAcquired && waiting:
-			c := &b.calls[i]
-			b.g.hb.stop(c)
-			c.cancel(context.Canceled)
-			c.release(b.ctx)
+			b.calls[i].giveBack(b.ctx, context.Canceled)
 			b.state[i] = opWait
 		case s == opAcquired:
 			b.skip(i)
@@ -383,57 +394,27 @@ func (b *batch) holdNothingPastStop() {
 // batch's completion, holding the key; an error is stored or released at
 // once.
 func (b *batch) runOne(i int) {
-	g, c, ctx := b.g, &b.calls[i], b.fnCtx[i]
-	if ctx.Err() != nil { // the lease was lost while the key waited, or ctx ended
-		g.hb.stop(c)
-		c.cancel(context.Canceled)
-		c.release(b.ctx)
-		b.state[i] = opDecided
+	c, ctx := &b.calls[i], b.fnCtx[i]
+	b.state[i] = opDecided // unless fn returns a value; a panic finds its key given back
+	if ctx.Err() != nil {  // the lease was lost while the key waited, or ctx ended
+		c.giveBack(b.ctx, context.Canceled)
 		b.res[i].Err = context.Cause(ctx)
 		return
-	}
-	var started time.Time
-	if g.cfg.Observer != nil {
-		started = time.Now()
 	}
 	b.flushDuring()
 	defer b.stopFlush() // when fn panics: before abort stores values
 	began := time.Now()
-	value, ferr := b.fn(ctx, i) // a panic finds the key acquired, and abort releases it
+	value, ferr := c.runHeld(b.ctx, ctx, func(ctx context.Context) ([]byte, error) { return b.fn(ctx, i) })
 	b.stopFlush()
 	b.slow = time.Since(began) >= batchFlush
-	c.cancel(context.Canceled)
-	if g.cfg.Observer != nil {
-		g.observe(b.ctx, Event{Op: OpRun, Scope: c.scope, Key: c.key, Duration: time.Since(started), Err: ferr})
-	}
 	if ferr == nil {
 		b.res[i].Value = value
 		b.state[i] = opRan // the heartbeat keeps the lease until it is stored
 		b.ran = true
 		return
 	}
-	g.hb.stop(c)
-	b.state[i] = opDecided
+	b.g.hb.stop(c)
 	b.res[i].Err = c.fnFailed(b.ctx, ferr)
-}
-
-// fnFailed stores ferr, the error fn returned, as Do does: a permanent
-// error as the key's outcome (Fail), any other by releasing the key; and
-// returns what Do returns then. c is off the heartbeat.
-func (c *call) fnFailed(ctx context.Context, ferr error) error {
-	g := c.g
-	if !IsPermanent(ferr) {
-		c.release(ctx)
-		return ferr
-	}
-	cause, err := c.fail(ctx, EncodeFailure(ferr), g.cfg.FailedRetention)
-	if err != nil {
-		return errors.Join(ferr, err)
-	}
-	if g.cache != nil {
-		g.cache.put(c.storeKey, storage.StatusFailed, c.fingerprint, cause, time.Now().Add(g.cfg.FailedRetention))
-	}
-	return ferr
 }
 
 // flushDuring arranges for the values waiting to be stored to be stored
@@ -484,10 +465,7 @@ func (b *batch) stopFlush() {
 // skip gives up operation i after the batch stopped.
 func (b *batch) skip(i int) {
 	if b.state[i] == opAcquired {
-		c := &b.calls[i]
-		b.g.hb.stop(c)
-		c.cancel(ErrNotRun)
-		c.release(b.ctx)
+		b.calls[i].giveBack(b.ctx, ErrNotRun)
 	}
 	b.state[i] = opDecided
 	b.res[i] = BatchResult{Err: ErrNotRun}
@@ -507,76 +485,28 @@ func (b *batch) abort() {
 // complete stores the values of the operations that ran, in one round trip
 // where the store has CompleteBatch.
 func (b *batch) complete() {
-	g := b.g
 	n := 0
 	for _, s := range b.state {
 		if s == opRan {
 			n++
 		}
 	}
-	cs := make([]storage.Completion, 0, n)
-	idx := make([]int, 0, n)
-	for i, s := range b.state {
-		if s != opRan {
-			continue
-		}
-		c := &b.calls[i]
-		if v := b.res[i].Value; g.maxValue > 0 && len(v) > g.maxValue {
-			b.tooLarge(i, fmt.Errorf("%w: %d bytes, the store keeps %d", ErrValueTooLarge, len(v), g.maxValue))
-			continue
-		}
-		cs = append(cs, storage.Completion{Key: c.storeKey, Token: c.token, Value: b.res[i].Value, Retention: g.cfg.Retention})
-		idx = append(idx, i)
-	}
-	if len(cs) == 0 {
+	if n == 0 {
 		return
 	}
-	start := time.Now()
-	b.ran, b.flushed = false, start
-	octx, cancel := context.WithTimeout(context.WithoutCancel(b.ctx), g.cfg.StoreTimeout)
-	errs, err := g.store.CompleteBatch(octx, cs)
-	if err == nil && len(errs) != len(cs) {
-		err = fmt.Errorf("CompleteBatch answered %d errors for %d keys", len(errs), len(cs))
-	}
-	if err != nil {
-		errs = make([]error, len(cs))
-		for k := range errs {
-			errs[k] = err
+	calls, values := make([]*call, 0, n), make([][]byte, 0, n)
+	idx := make([]int, 0, n) // calls[k] is operation idx[k]'s
+	for i, s := range b.state {
+		if s == opRan {
+			calls, values, idx = append(calls, &b.calls[i]), append(values, b.res[i].Value), append(idx, i)
 		}
 	}
-	cancel()
-	took := time.Since(start)
-	for k, i := range idx {
-		c := &b.calls[i]
-		err := errs[k]
-		g.observe(b.ctx, Event{Op: OpComplete, Scope: c.scope, Key: c.key, Duration: took, Err: err})
-		if errors.Is(err, ErrValueTooLarge) {
-			b.tooLarge(i, fmt.Errorf("idem: %s (key %q): %w", OpComplete, c.key, err))
-			continue
-		}
-		g.hb.stop(c)
+	b.ran, b.flushed = false, time.Now()
+	b.g.completeCalls(b.ctx, calls, values, func(k int, r Result, err error) {
+		i := idx[k]
 		b.state[i] = opDecided
-		switch {
-		case err == nil:
-			if g.cache != nil {
-				g.cache.put(c.storeKey, storage.StatusCompleted, c.fingerprint, bytes.Clone(b.res[i].Value), time.Now().Add(g.cfg.Retention))
-			}
-		case errors.Is(err, ErrLeaseLost):
-			b.res[i].Err = fmt.Errorf("idem: %s (key %q): %w", OpComplete, c.key, err)
-		default:
-			b.res[i].Err = fmt.Errorf("%w: %s (key %q): %w", ErrStoreUnavailable, OpComplete, c.key, err)
-		}
-	}
-}
-
-// tooLarge stores cause, which wraps ErrValueTooLarge, as operation i's
-// outcome in place of its value, as Do does: the operation ran, and its
-// duplicates must not run it again.
-func (b *batch) tooLarge(i int, cause error) {
-	c := &b.calls[i]
-	b.g.hb.stop(c)
-	b.state[i] = opDecided
-	b.res[i].Result, b.res[i].Err = c.tooLarge(b.ctx, b.res[i].Value, cause)
+		b.res[i] = BatchResult{r, err}
+	})
 }
 
 // follow answers each follower with its leader's outcome, as a duplicate

@@ -62,7 +62,9 @@ var ErrNotRun = errors.New("idem: not run: an earlier operation of the batch did
 // (ErrStoreUnavailable), the lease was lost, ctx ended or the Guard was
 // closed. That operation's result carries the error, and every later one
 // ErrNotRun. Operations finish with a value (fresh or replayed), a
-// permanent error (stored or replayed), ErrKeyReused, ErrInvalidKey, or
+// permanent error (stored or replayed), ErrKeyReused, ErrInvalidKey,
+// ErrRefused (the store refuses that key alone: a batch call it refuses
+// whole for one key is asked again key by key, so the others go on), or
 // ErrValueTooLarge (the operation ran; its value was too large to keep).
 // The values are stored after the last fn returned: a store failure then
 // is each such result's error (ErrStoreUnavailable, or ErrLeaseLost when
@@ -138,7 +140,8 @@ func stops(err error) bool {
 	case errors.Is(err, ErrStoreUnavailable), errors.Is(err, ErrLeaseLost):
 		return true // also when joined to a permanent error whose Fail failed
 	}
-	return !IsPermanent(err) && !errors.Is(err, ErrKeyReused) && !errors.Is(err, ErrInvalidKey) && !errors.Is(err, ErrValueTooLarge)
+	return !IsPermanent(err) && !errors.Is(err, ErrKeyReused) && !errors.Is(err, ErrInvalidKey) && !errors.Is(err, ErrValueTooLarge) &&
+		!errors.Is(err, ErrRefused) // decided: the store will refuse it again
 }
 
 // opState is where an operation of a batch stands.
@@ -316,6 +319,9 @@ func (b *batch) claim(args []storage.ClaimArgs, idx []int) {
 	g := b.g
 	sent := time.Now()
 	cls, err := b.g.store.ClaimBatch(b.ctx, args)
+	if len(args) > 1 && errors.Is(err, ErrRefused) {
+		cls, err = claimApart(b.ctx, g.store, args), nil // the others need not share one key's refusal
+	}
 	if err == nil && len(cls) != len(args) {
 		err = fmt.Errorf("ClaimBatch answered %d claims for %d keys", len(cls), len(args))
 	}
@@ -327,6 +333,8 @@ func (b *batch) claim(args []storage.ClaimArgs, idx []int) {
 			switch {
 			case b.ctx.Err() != nil:
 				b.res[i].Err = fmt.Errorf("idem: claim: %w", context.Cause(b.ctx))
+			case errors.Is(err, ErrRefused): // the store answered: never fail open
+				b.res[i].Err = fmt.Errorf("idem: claim (key %q): %w", c.key, err)
 			case g.cfg.FailOpen:
 				b.state[i] = opWait // DoScoped claims again, and fails open
 			default:
@@ -344,6 +352,8 @@ func (b *batch) claim(args []storage.ClaimArgs, idx []int) {
 		switch {
 		case errors.Is(cl.Err, ErrKeyReused):
 			b.res[i].Err = fmt.Errorf("%w (key %q)", ErrKeyReused, c.key)
+		case errors.Is(cl.Err, ErrRefused):
+			b.res[i].Err = fmt.Errorf("idem: claim (key %q): %w", c.key, cl.Err)
 		case cl.Err != nil:
 			b.res[i].Err = fmt.Errorf("%w: claim: %w", ErrStoreUnavailable, cl.Err)
 		case cl.Outcome == storage.Acquired:

@@ -174,6 +174,9 @@ func (g *Guard) completeCalls(ctx context.Context, calls []*call, values [][]byt
 	start := time.Now()
 	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.StoreTimeout)
 	res, err := g.store.CompleteBatch(octx, cs)
+	if len(cs) > 1 && errors.Is(err, ErrRefused) {
+		res, err = completeApart(octx, g.store, cs), nil // the others need not share one key's refusal
+	}
 	cancel()
 	if err == nil && len(res) != len(cs) {
 		err = fmt.Errorf("CompleteBatch answered %d errors for %d keys", len(res), len(cs))
@@ -194,7 +197,7 @@ func (g *Guard) completeCalls(ctx context.Context, calls []*call, values [][]byt
 		case errors.Is(cerr, ErrValueTooLarge):
 			r, err := c.tooLarge(ctx, values[k], fmt.Errorf("idem: %s (key %q): %w", OpComplete, c.key, cerr))
 			done(k, r, err)
-		case errors.Is(cerr, ErrLeaseLost):
+		case errors.Is(cerr, ErrLeaseLost), errors.Is(cerr, ErrRefused):
 			done(k, Result{Value: values[k]}, fmt.Errorf("idem: %s (key %q): %w", OpComplete, c.key, cerr))
 		default:
 			done(k, Result{Value: values[k]}, fmt.Errorf("%w: %s (key %q): %w", ErrStoreUnavailable, OpComplete, c.key, cerr))
@@ -270,7 +273,40 @@ func (c *call) outcome(ctx context.Context, op Op, write func(context.Context) e
 	if errors.Is(err, ErrValueTooLarge) {
 		return fmt.Errorf("idem: %s (key %q): %w", op, c.key, err) // the caller stores less
 	}
+	if errors.Is(err, ErrRefused) {
+		g.cfg.Logger.WarnContext(ctx, "idem: store refused the outcome",
+			slog.String("namespace", g.cfg.Namespace), slog.String("scope", c.scope), slog.String("key", c.key), slog.String("op", op.String()), slog.Any("error", err))
+		return fmt.Errorf("idem: %s (key %q): %w", op, c.key, err)
+	}
 	g.cfg.Logger.WarnContext(ctx, "idem: store failed to take the outcome",
 		slog.String("namespace", g.cfg.Namespace), slog.String("scope", c.scope), slog.String("key", c.key), slog.String("op", op.String()), slog.Any("error", err))
 	return fmt.Errorf("%w: %s (key %q): %w", ErrStoreUnavailable, op, c.key, err)
+}
+
+// A store refuses a whole batch call for one entry out of its range
+// (storage.ErrRefused). claimApart and completeApart then ask for each entry
+// alone, so that the refusal is that entry's answer and the others go on.
+
+// claimApart claims each of args alone and answers as ClaimBatch would, an
+// error in the entry's Err.
+func claimApart(ctx context.Context, s storage.Store, args []storage.ClaimArgs) []storage.Claim {
+	cls := make([]storage.Claim, len(args))
+	for k, a := range args {
+		cl, err := s.Claim(ctx, a)
+		if err != nil {
+			cl = storage.Claim{Err: err}
+		}
+		cls[k] = cl
+	}
+	return cls
+}
+
+// completeApart completes each of cs alone and answers as CompleteBatch
+// would.
+func completeApart(ctx context.Context, s storage.Store, cs []storage.Completion) []error {
+	errs := make([]error, len(cs))
+	for k, c := range cs {
+		errs[k] = s.Complete(ctx, c.Key, c.Token, c.Value, c.Retention)
+	}
+	return errs
 }

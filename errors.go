@@ -24,6 +24,13 @@ var (
 	// ErrStoreUnavailable: the store could not be reached or answered with an
 	// error; the Guard wraps the cause with it and fails closed.
 	ErrStoreUnavailable = storage.ErrStoreUnavailable
+	// ErrRefused: the store answered, and refuses the call for this key
+	// alone (arguments out of its range, a stored record it cannot read).
+	// Retrying gets the same answer, so it is not an outage and does not
+	// wrap ErrStoreUnavailable: the Guard fails the key alone, never fails
+	// open for it, and the other keys of a batch go on. A consumer
+	// dead-letters such a message.
+	ErrRefused = storage.ErrRefused
 	// ErrTooManyAttempts: the key was claimed more than MaxAttempts times
 	// without an outcome; it is now Failed, so a poison message stops looping.
 	ErrTooManyAttempts = errors.New("idem: too many attempts")

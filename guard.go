@@ -115,8 +115,10 @@ func TokenFrom(ctx context.Context) (storage.Token, bool) {
 //     outcome, then returns ErrInProgress.
 //
 // payload is fingerprinted: the same key with another payload gets
-// ErrKeyReused. Other errors: ErrInvalidKey for a bad key, ErrStoreUnavailable
-// wrapping the store's error (unless Config.FailOpen), ErrLeaseLost when fn
+// ErrKeyReused. Other errors: ErrInvalidKey for a bad key, ErrRefused
+// when the store answered and refuses this key alone (never run unguarded,
+// also under Config.FailOpen), ErrStoreUnavailable wrapping the store's
+// error (unless Config.FailOpen), ErrLeaseLost when fn
 // finished but its lease had been taken over (Result.Value then holds fn's
 // value, which was not stored), and the context's error when ctx ends while
 // claiming or waiting.
@@ -196,6 +198,8 @@ func (g *Guard) claimAndRun(ctx context.Context, scope, key string, args storage
 				return Result{}, fmt.Errorf("%w (key %q)", ErrKeyReused, key)
 			case ctx.Err() != nil:
 				return Result{}, fmt.Errorf("idem: claim: %w", context.Cause(ctx))
+			case errors.Is(err, ErrRefused): // the store answered: never fail open
+				return Result{}, fmt.Errorf("idem: claim (key %q): %w", key, err)
 			case g.cfg.FailOpen:
 				return g.runOpen(ctx, scope, key, err, fn)
 			}

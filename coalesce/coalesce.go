@@ -2,6 +2,7 @@ package coalesce
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"sync"
@@ -323,6 +324,11 @@ func (p *pipe[A, R]) send(batch []*waiter[A, R]) {
 			done(err)
 		}
 	}
+	var errs []error // by caller, where the store refused the batch for one of them
+	if panicked == nil && len(batch) > 1 && errors.Is(err, storage.ErrRefused) {
+		res, errs = p.apart(ctx, args)
+		err = nil
+	}
 	cancel()
 	if err == nil && panicked == nil && len(res) != len(batch) {
 		err = fmt.Errorf("idem: coalesce: the store answered %d of a batch of %d", len(res), len(batch))
@@ -334,6 +340,8 @@ func (p *pipe[A, R]) send(batch []*waiter[A, R]) {
 			w.panic = panicked
 		case err != nil:
 			w.err = err
+		case errs != nil && errs[i] != nil:
+			w.err = errs[i]
 		default:
 			w.res = res[i]
 		}
@@ -348,6 +356,27 @@ func (p *pipe[A, R]) send(batch []*waiter[A, R]) {
 	for _, w := range left { // rare, and bounded: the next batch may wait for it
 		p.gaveUp(w.arg, w.res, w.err)
 	}
+}
+
+// apart makes one call per argument, after the store refused a batch
+// (storage.ErrRefused) for an argument out of its range: the refusal goes
+// to that argument's caller alone, and the others get their answers.
+func (p *pipe[A, R]) apart(ctx context.Context, args []A) ([]R, []error) {
+	res, errs := make([]R, len(args)), make([]error, len(args))
+	for i := range args {
+		r, err, panicked := p.call(ctx, args[i:i+1])
+		switch {
+		case panicked != nil:
+			errs[i] = panicked
+		case err != nil:
+			errs[i] = err
+		case len(r) != 1:
+			errs[i] = fmt.Errorf("idem: coalesce: the store answered %d of a batch of 1", len(r))
+		default:
+			res[i] = r[0]
+		}
+	}
+	return res, errs
 }
 
 // call makes the batch call, catching a panic of the store's: on the

@@ -14,14 +14,14 @@ var (
 	// ErrUnknownFormat: a record's item is not one this package wrote (an
 	// attribute missing or of another type, an unknown status). The item is
 	// left as it is.
-	ErrUnknownFormat = errors.New("dynamostore: item has an unknown format")
+	ErrUnknownFormat = storage.Refusal("dynamostore: item has an unknown format")
 
 	// ErrInvalidArgs: a store method was called with arguments out of range
 	// (a lease or retention that is not positive or longer than 100 years, a
 	// key that is empty or longer than MaxKeyLen, which also wraps
 	// idem.ErrInvalidKey, a fingerprint longer than MaxFingerprintLen).
 	// Nothing was sent to DynamoDB.
-	ErrInvalidArgs = errors.New("dynamostore: invalid arguments")
+	ErrInvalidArgs = storage.Refusal("dynamostore: invalid arguments")
 
 	// ErrContention: a claim met a record that kept changing under it and
 	// gave up after a few rounds. It wraps storage.ErrStoreUnavailable: the

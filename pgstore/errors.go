@@ -19,6 +19,9 @@ import (
 //     exhausted until the context's deadline, a timeout, a server shutting
 //     down or out of connections, a lock or statement timeout, a standby
 //     refusing writes: wrapped with storage.ErrStoreUnavailable, and the cause;
+//   - a data exception (SQLSTATE class 22: a value out of a column's
+//     range, bytes the server cannot take) refuses this call alone: wrapped
+//     with storage.ErrRefused;
 //   - the caller's context cancelled: its error, wrapped;
 //   - any other SQL error (a missing table, a permission): wrapped as is,
 //     naming the operation (and Migrate for a missing table).
@@ -35,6 +38,8 @@ func translate(op string, err error) error {
 		switch {
 		case unavailableState(pgErr.Code):
 			return fmt.Errorf("pgstore: %s: %w: %w", op, storage.ErrStoreUnavailable, err)
+		case pgerrcode.IsDataException(pgErr.Code):
+			return fmt.Errorf("pgstore: %s: %w: %w", op, storage.ErrRefused, err)
 		case pgErr.Code == pgerrcode.UndefinedTable:
 			return fmt.Errorf("pgstore: %s: the records table is missing (run pgstore.Migrate): %w", op, err)
 		}

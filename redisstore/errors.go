@@ -17,13 +17,15 @@ var (
 	// ErrUnknownFormat: the value stored under a record's Redis key is not a
 	// record this package wrote (another format version, another program
 	// wrote the key, or the key holds a hash, a list or another type). The
-	// value is left as it is, and in a batch the other entries go on.
-	ErrUnknownFormat = errors.New("redisstore: stored value has an unknown format")
+	// value is left as it is, and in a batch the other entries go on. It
+	// wraps storage.ErrRefused.
+	ErrUnknownFormat = storage.Refusal("redisstore: stored value has an unknown format")
 
 	// ErrInvalidArgs: a store method was called with arguments out of range
 	// (a lease or retention that is not positive or longer than 100 years, a
-	// fingerprint over 65535 bytes). Nothing was sent to Redis.
-	ErrInvalidArgs = errors.New("redisstore: invalid arguments")
+	// fingerprint over 65535 bytes). Nothing was sent to Redis. It wraps
+	// storage.ErrRefused.
+	ErrInvalidArgs = storage.Refusal("redisstore: invalid arguments")
 
 	// ErrNotReplicated: with Config.WaitReplicas set, the outcome was written
 	// on the primary but fewer replicas than asked acknowledged it within

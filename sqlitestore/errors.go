@@ -18,6 +18,9 @@ import (
 //     SQLITE_LOCKED), an I/O error, a full disk, a file that cannot be
 //     opened or written, the database closed: wrapped with
 //     storage.ErrStoreUnavailable, and the cause;
+//   - a value too big for SQLite or of the wrong type for its column
+//     (SQLITE_TOOBIG, SQLITE_MISMATCH) refuses this call alone: wrapped
+//     with storage.ErrRefused;
 //   - the caller's context cancelled: its error, wrapped;
 //   - any other SQL error (a missing table, a corrupt file): wrapped as
 //     is, naming the operation (and Migrate for a missing table).
@@ -34,6 +37,8 @@ func translate(ctx context.Context, op string, err error) error {
 		switch code := sqlErr.Code() & 0xff; {
 		case unavailableCode(code):
 			return fmt.Errorf("sqlitestore: %s: %w: %w", op, storage.ErrStoreUnavailable, err)
+		case code == sqlite3.SQLITE_TOOBIG, code == sqlite3.SQLITE_MISMATCH:
+			return fmt.Errorf("sqlitestore: %s: %w: %w", op, storage.ErrRefused, err)
 		case isNoTable(err):
 			return fmt.Errorf("sqlitestore: %s: %w: %w", op, errNoTable, err)
 		}

@@ -67,3 +67,27 @@ const failureTooManyAttempts = 'A'
 // result of a record it marks Failed because a claim would exceed
 // [ClaimArgs.MaxAttempts]. The Guard replays it as idem.ErrTooManyAttempts.
 func TooManyAttemptsCause() []byte { return []byte{failureTooManyAttempts} }
+
+// ErrRefused: the store answered, and refuses the call for this key alone:
+// its arguments are out of the store's range (a fingerprint or key longer
+// than it keeps), or the stored record is one it cannot read (written by
+// another program or format version, larger than it reads, a Redis key of
+// another type). The record is unchanged. Retrying the same call gets the
+// same answer, so it is not an outage: the Guard fails such a key alone,
+// never fails open for it, and a batch's other keys go on. A store wraps
+// its own sentinels for such refusals with it ([Refusal]); a refusal
+// never wraps [ErrStoreUnavailable].
+var ErrRefused = errors.New("idem: the store refuses the call")
+
+// Refusal returns a sentinel error with message msg that wraps
+// [ErrRefused], for a store's own refusals: errors.Is finds both.
+func Refusal(msg string) error { return &refusal{msg} }
+
+type refusal struct{ msg string }
+
+func (r *refusal) Error() string { return r.msg }
+func (r *refusal) Unwrap() error { return ErrRefused }
+
+// Is reports that a value too large for the store is a refusal
+// ([ErrRefused]) besides [ErrValueTooLarge].
+func (e *ValueTooLargeError) Is(target error) bool { return target == ErrRefused }

@@ -69,9 +69,12 @@
 // context (an HTTP server span of otelhttp, a consumer span of kotel):
 // "idem claim", "idem run", then "idem complete", "idem fail" or "idem
 // release", with the attributes idem.namespace, idem.outcome and
-// idem.attempt (claims), and idem.key.hash: the first 16 hex digits of the
-// SHA-256 of the scope and key, which tells two operations apart without
-// naming them. A span is recorded when its step has ended (from the step's
+// idem.attempt (claims), and idem.key.hash: the first 16 hex digits of an
+// HMAC-SHA256 of the scope and key under Config.KeySecret, which tells two
+// operations apart without naming them (or letting a guessable key be
+// found from its hash). A failed step's span has the error status with
+// the error.type as its description; the error's message, which names the
+// key, is recorded only with Config.RecordErrorText. A span is recorded when its step has ended (from the step's
 // start, which the event's duration gives): the operation's own spans are
 // children of the caller's span, siblings of "idem run". idemhttp and
 // idemgrpc run the Guard with the request's context, so their spans are

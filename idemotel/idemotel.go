@@ -2,6 +2,8 @@ package idemotel
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -28,12 +30,32 @@ type Config struct {
 	MeterProvider metric.MeterProvider
 	// TracerProvider makes the spans. Default otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
+	// KeySecret keys the idem.key.hash attribute of spans, an HMAC-SHA256
+	// of the scope and key: unkeyed, the hash of a key drawn from a small
+	// or guessable set (order numbers, account IDs) is reversed by trying
+	// them all. Default: 32 random bytes New draws, so hashes tell keys
+	// apart within one process only. Set the same secret, of at least 16
+	// bytes, in every process whose spans you join by key, and keep it as
+	// you keep a password; [Telemetry.KeyHash] computes a key's hash.
+	KeySecret []byte
+	// RecordErrorText puts an error's message into its span: the status
+	// description and an exception event. Default false: the messages of
+	// the Guard's and the stores' errors name the key, the scope or the
+	// store's key, which a trace backend must not hold; a span then
+	// carries the error's error.type alone, and the message stays in the
+	// caller's logs.
+	RecordErrorText bool
 }
+
+// minKeySecret is the shortest Config.KeySecret New takes.
+const minKeySecret = 16
 
 // Telemetry turns a Guard's events into metrics and spans; see the package
 // documentation. It is safe for concurrent use, and one Telemetry serves
 // any number of Guards.
 type Telemetry struct {
+	secret    []byte // Config.KeySecret, or New's random one
+	errorText bool   // Config.RecordErrorText
 	tracer    trace.Tracer
 	claims    metric.Int64Counter
 	cacheHits metric.Int64Counter
@@ -54,8 +76,18 @@ func New(cfg Config) (*Telemetry, error) {
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
+	secret := cfg.KeySecret
+	switch {
+	case secret == nil:
+		secret = make([]byte, 32)
+		rand.Read(secret)
+	case len(secret) < minKeySecret:
+		return nil, fmt.Errorf("idemotel: New: Config.KeySecret has %d bytes, want at least %d", len(secret), minKeySecret)
+	default:
+		secret = append([]byte(nil), secret...)
+	}
 	m := mp.Meter(ScopeName)
-	t := &Telemetry{tracer: tp.Tracer(ScopeName)}
+	t := &Telemetry{secret: secret, errorText: cfg.RecordErrorText, tracer: tp.Tracer(ScopeName)}
 	var errs []error
 	counter := func(name, unit, desc string) metric.Int64Counter {
 		c, err := m.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
@@ -164,21 +196,27 @@ func (t *Telemetry) storeCall(ctx context.Context, op string, e idem.Event, ns a
 func (t *Telemetry) span(ctx context.Context, name string, e idem.Event, attrs ...attribute.KeyValue) {
 	end := time.Now()
 	_, s := t.tracer.Start(ctx, name, trace.WithTimestamp(end.Add(-e.Duration)), trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithAttributes(append(attrs, attribute.String("idem.key.hash", KeyHash(e.Scope, e.Key)))...))
-	if e.Err != nil {
+		trace.WithAttributes(append(attrs, attribute.String("idem.key.hash", t.KeyHash(e.Scope, e.Key)))...))
+	switch {
+	case e.Err == nil:
+	case t.errorText:
 		s.RecordError(e.Err)
 		s.SetStatus(codes.Error, e.Err.Error())
+	default:
+		s.SetStatus(codes.Error, errorType(e.Err).Value.AsString()) // the message may name the key
 	}
 	s.End(trace.WithTimestamp(end))
 }
 
-// KeyHash returns the first 16 hex digits of the SHA-256 of scope and key:
-// the idem.key.hash attribute of a span, which tells keys apart without
-// naming them. Compute it from a key to find its spans.
-func KeyHash(scope, key string) string {
-	h := sha256.New()
+// KeyHash returns the idem.key.hash attribute of the spans of key in
+// scope: the first 16 hex digits of the HMAC-SHA256, under
+// Config.KeySecret, of the scope's length, the scope and the key. It tells
+// keys apart without naming them; compute it from a key to find its spans.
+func (t *Telemetry) KeyHash(scope, key string) string {
+	h := hmac.New(sha256.New, t.secret)
+	var n [8]byte
+	h.Write(fmt.Appendf(n[:0], "%d:", len(scope)))
 	h.Write([]byte(scope))
-	h.Write([]byte{0})
 	h.Write([]byte(key))
 	return hex.EncodeToString(h.Sum(nil)[:8])
 }

@@ -49,9 +49,9 @@ func (r *Relay) connect(ctx context.Context) (*session, error) {
 	// The relay's statements are prepared, and their best plans (index
 	// scans by id) do not depend on their parameters: planning them again
 	// at every execution, as PostgreSQL may do for a prepared statement
-	// with parameters, cost the relay's backend a third of its CPU time
-	// per message (see BENCHMARKS.md). The one statement whose plan could
-	// depend on its parameters, the clean-up's, has none.
+	// with parameters, is work repeated for every message that changes no
+	// plan. The one statement whose plan could depend on its parameters,
+	// the clean-up's, has none.
 	if _, set := cfg.RuntimeParams["plan_cache_mode"]; !set {
 		cfg.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	}

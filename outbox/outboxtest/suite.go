@@ -27,6 +27,10 @@ type Broker struct {
 	// Keys is set when Received.Key carries the message key (Kafka's
 	// record key): the suite then checks it.
 	Keys bool
+
+	// Poisons are messages the broker can never take (see [Poison]):
+	// the suite checks that the Publisher fails each as permanent, alone.
+	Poisons []Poison
 }
 
 // Received is a message as a consumer of the broker sees it.
@@ -50,7 +54,9 @@ const Timeout = 30 * time.Second
 //   - a Publish with no message does nothing, and one with a cancelled
 //     context fails and does not hang;
 //   - a Relay over a real outbox table publishes, through it, every
-//     enqueued message, each key's in order, and marks them all sent.
+//     enqueued message, each key's in order, and marks them all sent;
+//   - a poison message (Broker.Poisons) dies after one try with its own
+//     error, and charges no other message an attempt.
 func TestPublisher(t *testing.T, newBroker func(t *testing.T) Broker) {
 	for _, c := range []struct {
 		name string
@@ -60,6 +66,7 @@ func TestPublisher(t *testing.T, newBroker func(t *testing.T) Broker) {
 		{"Order", testOrder},
 		{"EmptyAndCancelled", testEmptyAndCancelled},
 		{"Relay", testRelay},
+		{"Poison", testPoisons},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

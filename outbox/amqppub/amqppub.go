@@ -201,7 +201,10 @@ func (p *Publisher) open() error {
 // exist or may not be published to: every message of the Publisher goes
 // to that exchange, and every one would fail the same way. Declare the
 // exchange before the relay runs, or redrive the dead rows (outbox.Redrive)
-// after.
+// after. A message whose properties cannot be sent fails alone, unsent,
+// with an outbox.PermanentError wrapping [ErrPropertiesTooLarge]: the
+// other messages of the call are published, but for the later ones of
+// its key, held back (outbox.ErrHeldBack).
 func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -235,19 +238,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) error {
 // confirm, so once the last confirm is in, every return of the round is.
 func (p *Publisher) send(ctx context.Context, ch *amqp.Channel, round []outbox.Message) []error {
 	errs := make([]error, len(round))
-	pending := make([]*amqp.DeferredConfirmation, len(round))
-	byID := make(map[string]int, len(round))
-	for i, m := range round {
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, p.o.exchange, m.Destination, true, false, p.publishing(m))
-		if err != nil {
-			for j := i; j < len(round); j++ {
-				errs[j] = fmt.Errorf("%w: publish: %w", ErrConnection, err)
-			}
-			break
-		}
-		pending[i] = dc
-		byID[m.ID] = i
-	}
+	pending, byID := p.publishRound(ctx, ch, round, errs)
 	returns := p.returns // nil once closed, with the channel
 	returned := func(r amqp.Return, ok bool) {
 		if !ok {
@@ -282,6 +273,50 @@ func (p *Publisher) send(ctx context.Context, ch *amqp.Channel, round []outbox.M
 			}
 		}
 	}
+	p.classifyClosed(ctx, ch, errs)
+	for returns != nil {
+		select {
+		case r, ok := <-returns:
+			returned(r, ok)
+		default:
+			return errs
+		}
+	}
+	return errs
+}
+
+// publishRound publishes the messages of round on ch, and returns their
+// deferred confirms and their indexes by ID. A message whose properties
+// cannot be sent fails alone, as permanent, unsent; a publish the channel
+// refuses (lost with its connection) fails the rest of the round.
+func (p *Publisher) publishRound(ctx context.Context, ch *amqp.Channel, round []outbox.Message, errs []error) ([]*amqp.DeferredConfirmation, map[string]int) {
+	pending := make([]*amqp.DeferredConfirmation, len(round))
+	byID := make(map[string]int, len(round))
+	frameMax := p.conn.Config.FrameSize // as negotiated
+	for i, m := range round {
+		pub := p.publishing(m)
+		if err := checkProperties(pub, frameMax); err != nil {
+			errs[i] = outbox.Permanent(err)
+			continue
+		}
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, p.o.exchange, m.Destination, true, false, pub)
+		if err != nil {
+			for j := i; j < len(round); j++ {
+				errs[j] = fmt.Errorf("%w: publish: %w", ErrConnection, err)
+			}
+			break
+		}
+		pending[i] = dc
+		byID[m.ID] = i
+	}
+	return pending, byID
+}
+
+// classifyClosed classes the failures of messages whose channel closed
+// before their confirm ([ErrConnection]): permanent when the broker
+// refused the exchange, unavailable when the channel was lost with its
+// connection, else a refusal of the message.
+func (p *Publisher) classifyClosed(ctx context.Context, ch *amqp.Channel, errs []error) {
 	var reason *amqp.Error // why the broker closed the channel, if it did
 	closed := ch.IsClosed()
 	if closed {
@@ -298,15 +333,6 @@ func (p *Publisher) send(ctx context.Context, ch *amqp.Channel, round []outbox.M
 			errs[i] = outbox.Unavailable(err)
 		}
 	}
-	for returns != nil {
-		select {
-		case r, ok := <-returns:
-			returned(r, ok)
-		default:
-			return errs
-		}
-	}
-	return errs
 }
 
 // lost reports whether a channel closed for reason was lost with its

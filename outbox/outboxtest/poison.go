@@ -69,7 +69,7 @@ func testPoison(t *testing.T, b Broker, p Poison) {
 			t.Errorf("%s was not published", m.ID)
 		}
 	}
-	if n := charged(t, pool, table); n > 0 {
+	if n := Charged(t, pool, table); n > 0 {
 		t.Errorf("%d published messages were charged failed attempts, want 0", n)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
@@ -83,8 +83,9 @@ func testPoison(t *testing.T, b Broker, p Poison) {
 	}
 }
 
-// charged returns how many sent rows of table had failed attempts.
-func charged(tb testing.TB, pool *pgxpool.Pool, table string) (n int) {
+// Charged returns how many sent rows of table were charged failed
+// attempts before they were published.
+func Charged(tb testing.TB, pool *pgxpool.Pool, table string) (n int) {
 	tb.Helper()
 	q := "SELECT count(*) FROM " + quote(table) + " WHERE sent_at IS NOT NULL AND attempts > 0"
 	if err := pool.QueryRow(context.Background(), q).Scan(&n); err != nil {

@@ -146,6 +146,11 @@ func TestPublisher(t *testing.T) {
 					h := map[string]string{"Content-Type": strings.Repeat("t", 300)}
 					return outbox.Message{Destination: dest, Headers: h, Payload: []byte("poison")}
 				}, Err: "Content-Type"},
+				// RabbitMQ routes by a CC or BCC header of an array only,
+				// and closes the channel for one of another type.
+				{Name: "CCHeader", Message: func(dest string) outbox.Message {
+					return outbox.Message{Destination: dest, Headers: map[string]string{"CC": dest}, Payload: []byte("poison")}
+				}, Err: "CC"},
 			},
 		}
 	})

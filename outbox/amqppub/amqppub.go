@@ -195,7 +195,12 @@ func (p *Publisher) open() error {
 // channel lost before the confirm (an I/O error, the broker shutting down
 // with 320 CONNECTION_FORCED), and a confirm that did not come before ctx
 // ended. A channel the broker closed for another reason, a nack and an
-// unroutable message are refusals, retried until RelayConfig.MaxAttempts. It fails with an
+// unroutable message are refusals, retried until RelayConfig.MaxAttempts;
+// a channel closed for one message of several is charged to that one
+// alone: the Publisher sends the others again, each alone, to find it,
+// and a message the broker refused as malformed or not acceptable (406
+// PRECONDITION_FAILED: a CC header, which RabbitMQ routes by and takes
+// only as an array) fails as permanent. It fails with an
 // [outbox.PermanentError] wrapping [ErrRefused], which the relay does not
 // retry, when the broker closed the channel because the exchange does not
 // exist or may not be published to: every message of the Publisher goes
@@ -220,9 +225,16 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) error {
 	if err := p.open(); err != nil {
 		return err
 	}
-	ch := p.ch
 	err := outbox.PublishInRounds(ctx, msgs, func(ctx context.Context, round []outbox.Message) []error {
-		return p.send(ctx, ch, round)
+		// A round follows only the confirmed messages of its keys: it
+		// may go out on a new channel when a message of the round before
+		// made the broker close the last one.
+		if err := p.open(); err != nil {
+			errs := make([]error, len(round))
+			fill(errs, err)
+			return errs
+		}
+		return p.send(ctx, p.ch, round)
 	})
 	if ctx.Err() != nil || errors.Is(err, ErrConnection) {
 		// Confirms and returns of this call may still arrive, or the
@@ -273,14 +285,16 @@ func (p *Publisher) send(ctx context.Context, ch *amqp.Channel, round []outbox.M
 			}
 		}
 	}
-	p.classifyClosed(ctx, ch, errs)
-	for returns != nil {
+	for drained := false; returns != nil && !drained; {
 		select {
 		case r, ok := <-returns:
 			returned(r, ok)
 		default:
-			return errs
+			drained = true
 		}
+	}
+	if refused := p.classifyClosed(ctx, ch, errs); len(refused) > 1 {
+		p.isolate(ctx, round, errs, refused)
 	}
 	return errs
 }
@@ -301,9 +315,7 @@ func (p *Publisher) publishRound(ctx context.Context, ch *amqp.Channel, round []
 		}
 		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, p.o.exchange, m.Destination, true, false, pub)
 		if err != nil {
-			for j := i; j < len(round); j++ {
-				errs[j] = fmt.Errorf("%w: publish: %w", ErrConnection, err)
-			}
+			fill(errs[i:], fmt.Errorf("%w: publish: %w", ErrConnection, err))
 			break
 		}
 		pending[i] = dc
@@ -315,8 +327,12 @@ func (p *Publisher) publishRound(ctx context.Context, ch *amqp.Channel, round []
 // classifyClosed classes the failures of messages whose channel closed
 // before their confirm ([ErrConnection]): permanent when the broker
 // refused the exchange, unavailable when the channel was lost with its
-// connection, else a refusal of the message.
-func (p *Publisher) classifyClosed(ctx context.Context, ch *amqp.Channel, errs []error) {
+// connection or the broker failed of itself, else a refusal, which it
+// returns the indexes of. A refusal of a single message is the message's
+// own, and permanent when the broker refused it as malformed or not
+// acceptable (see [refusedForGood]); several share one reason the broker
+// gave for one of them, for [Publisher.isolate] to attribute.
+func (p *Publisher) classifyClosed(ctx context.Context, ch *amqp.Channel, errs []error) (refused []int) {
 	var reason *amqp.Error // why the broker closed the channel, if it did
 	closed := ch.IsClosed()
 	if closed {
@@ -329,9 +345,52 @@ func (p *Publisher) classifyClosed(ctx context.Context, ch *amqp.Channel, errs [
 		switch {
 		case reason != nil && (reason.Code == amqp.NotFound || reason.Code == amqp.AccessRefused):
 			errs[i] = outbox.Permanent(fmt.Errorf("%w %q: %w", ErrRefused, p.o.exchange, reason))
-		case !closed || lost(reason):
+		case !closed || lost(reason) || reason.Code == amqp.InternalError || reason.Code == amqp.ResourceError:
 			errs[i] = outbox.Unavailable(err)
+		default:
+			errs[i] = fmt.Errorf("amqppub: the broker closed the channel: %w", reason)
+			refused = append(refused, i)
 		}
+	}
+	if len(refused) == 1 && refusedForGood(reason) {
+		errs[refused[0]] = outbox.Permanent(errs[refused[0]])
+	}
+	return refused
+}
+
+// refusedForGood reports whether the broker closed a channel for reason
+// after a single publish because the message is malformed or not
+// acceptable, as it will at every try: 406 PRECONDITION_FAILED (a CC
+// header that is not an array, a body over max_message_size), or a frame,
+// syntax or command error.
+func refusedForGood(reason *amqp.Error) bool {
+	switch reason.Code {
+	case amqp.PreconditionFailed, amqp.FrameError, amqp.SyntaxError, amqp.CommandInvalid, amqp.UnexpectedFrame:
+		return true
+	}
+	return false
+}
+
+// isolate publishes again, each alone on an open channel, the messages of
+// round at refused: the broker closed their channel for one of them, and
+// which one it does not say. Each then fails for itself, or is published
+// (again: a message before the one refused may have reached the broker
+// unconfirmed). Each is the only message of its key in the round, and the
+// later ones of its key go in later rounds, so the order holds.
+func (p *Publisher) isolate(ctx context.Context, round []outbox.Message, errs []error, refused []int) {
+	for _, i := range refused {
+		if err := p.open(); err != nil {
+			errs[i] = err
+			continue
+		}
+		errs[i] = p.send(ctx, p.ch, round[i:i+1])[0]
+	}
+}
+
+// fill sets every entry of errs to err.
+func fill(errs []error, err error) {
+	for i := range errs {
+		errs[i] = err
 	}
 }
 

@@ -105,7 +105,7 @@ func (p *Publisher) send(ctx context.Context, round []outbox.Message, reconnects
 			break
 		}
 		f, err := p.publishAsync(m)
-		if err != nil && unavailable(err) {
+		if err != nil && !outbox.IsPermanent(err) && (unavailable(err) || !p.nc.IsConnected()) {
 			fill(errs[i:], outbox.Unavailable(err))
 			break
 		}

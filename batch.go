@@ -426,7 +426,7 @@ func (c *call) fnFailed(ctx context.Context, ferr error) error {
 		c.release(ctx)
 		return ferr
 	}
-	cause, err := c.fail(ctx, EncodeFailure(ferr), g.cfg.FailedRetention)
+	cause, err := c.fail(ctx, storage.EncodeFailure(ferr), g.cfg.FailedRetention)
 	if err != nil {
 		return errors.Join(ferr, err)
 	}
@@ -594,7 +594,7 @@ func (b *batch) follow() {
 		case lead.Err == nil:
 			b.res[i].Result = Result{Value: bytes.Clone(lead.Value), Replayed: true}
 		case IsPermanent(lead.Err) && !stops(lead.Err):
-			b.res[i].Err = DecodeFailure(EncodeFailure(lead.Err))
+			b.res[i].Err = decodeFailure(storage.EncodeFailure(lead.Err))
 		default:
 			b.res[i].Err = lead.Err
 		}

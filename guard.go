@@ -329,10 +329,10 @@ func (l *lendPool) put(b *[]byte) {
 
 // replay returns what Do answers a duplicate whose claim found r, a
 // Completed or Failed record: r's value with Replayed set, or its stored
-// permanent error ([DecodeFailure]).
+// permanent error (decodeFailure).
 func replay(r storage.Record) (Result, error) {
 	if r.Status == storage.StatusFailed {
-		return Result{Replayed: true}, DecodeFailure(r.Result)
+		return Result{Replayed: true}, decodeFailure(r.Result)
 	}
 	return Result{Value: r.Result, Replayed: true}, nil
 }
@@ -352,7 +352,7 @@ func (g *Guard) runOpen(ctx context.Context, scope, key string, cause error, fn 
 // replay of an outcome.
 func claimErr(cl storage.Claim, err error) error {
 	if err == nil && cl.Outcome == storage.Duplicate && cl.Record.Status == storage.StatusFailed &&
-		len(cl.Record.Result) > 0 && cl.Record.Result[0] == failureTooManyAttempts {
+		errors.Is(storage.DecodeFailure(cl.Record.Result), ErrTooManyAttempts) {
 		return ErrTooManyAttempts
 	}
 	return err
@@ -453,7 +453,7 @@ func (c *call) run(ctx context.Context, sent time.Time, fn func(context.Context)
 		}
 		return Result{Value: value}, nil
 	case IsPermanent(ferr):
-		cause, err := c.fail(ctx, EncodeFailure(ferr), g.cfg.FailedRetention)
+		cause, err := c.fail(ctx, storage.EncodeFailure(ferr), g.cfg.FailedRetention)
 		if err != nil {
 			return Result{}, errors.Join(ferr, err)
 		}
@@ -476,7 +476,7 @@ func (c *call) tooLarge(ctx context.Context, value []byte, cause error) (Result,
 	g.cfg.Logger.WarnContext(ctx, "idem: outcome too large for the store, stored as ErrValueTooLarge: duplicates will not get the value",
 		slog.String("namespace", g.cfg.Namespace), slog.String("scope", c.scope), slog.String("key", c.key), slog.Int("size", len(value)), slog.Any("error", cause))
 	g.observe(ctx, Event{Op: OpTooLarge, Scope: c.scope, Key: c.key, Err: cause})
-	marker, err := c.fail(ctx, EncodeFailure(cause), g.cfg.Retention)
+	marker, err := c.fail(ctx, storage.EncodeFailure(cause), g.cfg.Retention)
 	if err != nil {
 		return Result{Value: value}, errors.Join(cause, err)
 	}
@@ -488,13 +488,13 @@ func (c *call) tooLarge(ctx context.Context, value []byte, cause error) (Result,
 
 // fail stores cause, an encoded failure, as the key's outcome and returns
 // what it stored. A cause the store cannot keep is stored without its
-// message (shortFailure): at once when the store tells its limit, else
+// message (storage.ShortFailure): at once when the store tells its limit, else
 // after the store refused it for its size. The key never stays in progress
 // for the size of a message.
 func (c *call) fail(ctx context.Context, cause []byte, retention time.Duration) ([]byte, error) {
 	g := c.g
 	if g.maxValue > 0 && len(cause) > g.maxValue {
-		cause = shortFailure(cause)
+		cause = storage.ShortFailure(cause)
 	}
 	for {
 		err := c.outcome(ctx, OpFail, func(octx context.Context) error {
@@ -503,7 +503,7 @@ func (c *call) fail(ctx context.Context, cause []byte, retention time.Duration) 
 		if !errors.Is(err, ErrValueTooLarge) || len(cause) == 1 {
 			return cause, err
 		}
-		cause = shortFailure(cause)
+		cause = storage.ShortFailure(cause)
 	}
 }
 

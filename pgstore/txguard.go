@@ -487,7 +487,7 @@ func (g *TxGuard) queueOutcome(b *pgx.Batch, a storage.ClaimArgs, t storage.Toke
 		return
 	}
 	b.Queue(g.q.rollbackFn)
-	b.Queue(g.q.txFail, []byte(a.Key), int64(t), idem.EncodeFailure(ferr), micros(g.x.Cfg.FailedRetention))
+	b.Queue(g.q.txFail, []byte(a.Key), int64(t), storage.EncodeFailure(ferr), micros(g.x.Cfg.FailedRetention))
 }
 
 // readOutcome reads the n results of a batch of queueOutcome and whatever

@@ -210,6 +210,6 @@ func (g *SQL) claimAndRun(ctx context.Context, tx *sql.Tx, c *Call, sent time.Ti
 		r.err = g.d.Translate("savepoint", err)
 		return r, idem.Result{}, false, nil
 	}
-	r.err = g.d.Finish(ctx, tx, c, cl.Token, storage.StatusFailed, idem.EncodeFailure(r.ferr), g.x.Cfg.FailedRetention)
+	r.err = g.d.Finish(ctx, tx, c, cl.Token, storage.StatusFailed, storage.EncodeFailure(r.ferr), g.x.Cfg.FailedRetention)
 	return r, idem.Result{}, false, nil
 }

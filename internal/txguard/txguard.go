@@ -149,7 +149,7 @@ func (x *Exec) Claimed(cl storage.Claim, c *Call) (res idem.Result, done bool, e
 	switch cl.Outcome {
 	case storage.Duplicate:
 		if cl.Record.Status == storage.StatusFailed {
-			return idem.Result{Replayed: true}, true, idem.DecodeFailure(cl.Record.Result)
+			return idem.Result{Replayed: true}, true, &idem.PermanentError{Err: storage.DecodeFailure(cl.Record.Result), Replayed: true}
 		}
 		return idem.Result{Value: cl.Record.Result, Replayed: true}, true, nil
 	case storage.Busy:

@@ -221,7 +221,7 @@ func rolledBackLeavesNothing(t *testing.T, e *env) {
 	if rows := e.ledgerRows(k); rows != 0 {
 		t.Fatalf("%d ledger rows after a failed and a panicking fn, want 0", rows)
 	}
-	if r, err := e.record(k); !errors.Is(err, idem.ErrNotFound) {
+	if r, err := e.record(k); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("record after rollbacks: %+v %v, want none", r, err)
 	}
 	for i := range 2 {
@@ -258,7 +258,7 @@ func permanentError(t *testing.T, e *env) {
 		t.Fatalf("%d ledger rows, want 0: fn's writes roll back", rows)
 	}
 	r, err := e.record(k)
-	if err != nil || r.Status != storage.StatusFailed || idem.DecodeFailure(r.Result).Error() != "card declined" {
+	if err != nil || r.Status != storage.StatusFailed || storage.DecodeFailure(r.Result).Error() != "card declined" {
 		t.Fatalf("record %+v %v, want Failed(card declined)", r, err)
 	}
 }
@@ -371,7 +371,7 @@ func doTxInCallersTx(t *testing.T, e *env) {
 			t.Errorf("ledger %q: %d rows, want %d", key, got, want)
 		}
 	}
-	if _, err := e.record(k("a")); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := e.record(k("a")); !errors.Is(err, storage.ErrNotFound) {
 		t.Errorf("record a: %v, want none", err)
 	}
 	if r, err := e.record(k("b")); err != nil || r.Status != storage.StatusCompleted {

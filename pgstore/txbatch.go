@@ -161,7 +161,7 @@ func (b *txBatch) run(n int) (int, error) {
 			continue
 		}
 		cl := claims[b.claimOf[i]]
-		r, res, finished, err := b.g.x.Run(b.ctx, c, cl, cl.Err, time.Now().Add(-took), func() ([]byte, error) {
+		res, finished, err := b.g.x.Run(b.ctx, c, cl, cl.Err, time.Now().Add(-took), func() ([]byte, error) {
 			return b.fn(b.ctx, b.tx, i)
 		})
 		switch {
@@ -176,12 +176,11 @@ func (b *txBatch) run(n int) (int, error) {
 			stop = i
 		case finished: // fn's retryable error
 			stop, ranAt = i, i
-		case r.Err != nil: // fn's permanent error: not stored here
+		case err != nil: // fn's permanent error: not stored here
 			stop, ranAt = i, i
-			err = r.Err
 		default:
-			b.res[i] = idem.BatchResult{Result: idem.Result{Value: r.Value}}
-			ran = append(ran, batchRan{i: i, token: cl.Token, value: r.Value})
+			b.res[i] = idem.BatchResult{Result: res}
+			ran = append(ran, batchRan{i: i, token: cl.Token, value: res.Value})
 			continue
 		}
 		b.res[i] = idem.BatchResult{Err: err}

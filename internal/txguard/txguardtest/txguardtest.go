@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/internal/txguard"
 	"github.com/idemgo/idem/storage"
 )
 
@@ -59,8 +58,8 @@ type Env struct {
 	Ledger string
 	// Do and DoTx are the TxGuard's. Its lock timeout is long (30s): no
 	// case waits for it.
-	Do   func(ctx context.Context, key string, payload []byte, fn txguard.Func) (idem.Result, error)
-	DoTx func(ctx context.Context, tx *sql.Tx, key string, payload []byte, fn txguard.Func) (idem.Result, error)
+	Do   func(ctx context.Context, key string, payload []byte, fn func(context.Context, *sql.Tx) ([]byte, error)) (idem.Result, error)
+	DoTx func(ctx context.Context, tx *sql.Tx, key string, payload []byte, fn func(context.Context, *sql.Tx) ([]byte, error)) (idem.Result, error)
 }
 
 // Run runs the suite; newEnv returns the Env of one case, which may be
@@ -103,7 +102,7 @@ func (e *env) ctx() context.Context {
 func (e *env) key(k string) string { return e.prefix + k }
 
 // pay is the business write: one ledger row for key; the value names it.
-func (e *env) pay(key string) txguard.Func {
+func (e *env) pay(key string) func(context.Context, *sql.Tx) ([]byte, error) {
 	return func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
 		var id int64
 		err := tx.QueryRowContext(ctx, "INSERT INTO "+e.Ledger+" (key, amount) VALUES ($1, 10) RETURNING id", key).Scan(&id)

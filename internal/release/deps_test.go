@@ -40,14 +40,16 @@ func workspace(t *testing.T, files map[string]string) (string, map[string]module
 	return root, mods
 }
 
-func TestDepsCheck(t *testing.T) {
-	pkg := func(name string, imports ...string) string {
-		s := "package " + name + "\n\nimport (\n"
-		for _, i := range imports {
-			s += "\t_ \"" + i + "\"\n"
-		}
-		return s + ")\n"
+// pkg returns the text of a Go file of package name that imports imports.
+func pkg(name string, imports ...string) string {
+	s := "package " + name + "\n\nimport (\n"
+	for _, i := range imports {
+		s += "\t_ \"" + i + "\"\n"
 	}
+	return s + ")\n"
+}
+
+func TestDepsCheck(t *testing.T) {
 	root, mods := workspace(t, map[string]string{
 		// A library: its package imports dep, and winonly on Windows; its
 		// tests import testdep and the leak checker; an internal package
@@ -139,13 +141,6 @@ func TestDepsCheck(t *testing.T) {
 // A key-value store may import storage and its own packages of the core
 // module, and nothing else of it, directly or not.
 func TestContractProblems(t *testing.T) {
-	pkg := func(name string, imports ...string) string {
-		s := "package " + name + "\n\nimport (\n"
-		for _, i := range imports {
-			s += "\t_ \"" + i + "\"\n"
-		}
-		return s + ")\n"
-	}
 	const core = "example.com/core"
 	root, mods := workspace(t, map[string]string{
 		"core/go.mod":                  "module example.com/core\n\ngo 1.26.0\n",

@@ -15,7 +15,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
 
-	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/storage"
 )
 
@@ -295,10 +294,10 @@ func checkClaim(op string, a storage.ClaimArgs) error {
 
 func checkKey(op, key string) error {
 	if key == "" {
-		return fmt.Errorf("%w: %s: empty key: %w", ErrInvalidArgs, op, idem.ErrInvalidKey)
+		return fmt.Errorf("%w: %s: empty key: %w", ErrInvalidArgs, op, storage.ErrInvalidKey)
 	}
 	if len(key) > MaxKeyLen {
-		return fmt.Errorf("%w: %s: key of %d bytes, longer than %d: %w", ErrInvalidArgs, op, len(key), MaxKeyLen, idem.ErrInvalidKey)
+		return fmt.Errorf("%w: %s: key of %d bytes, longer than %d: %w", ErrInvalidArgs, op, len(key), MaxKeyLen, storage.ErrInvalidKey)
 	}
 	return nil
 }

@@ -34,7 +34,7 @@ func (b broken) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, 
 		_, err := b.Get(ctx, a.Key)
 		time.Sleep(time.Millisecond) // a network round trip between check and act
 		c, cerr := b.Store.Claim(ctx, a)
-		if errors.Is(err, idem.ErrNotFound) && c.Outcome == storage.Busy {
+		if errors.Is(err, storage.ErrNotFound) && c.Outcome == storage.Busy {
 			return storage.Claim{Outcome: storage.Acquired, Token: c.Record.Token, Record: c.Record}, cerr
 		}
 		return c, cerr

@@ -20,7 +20,7 @@ import (
 // ErrFull is returned by Claim for a new key, and by Complete and Fail,
 // when the record would not fit within Config.MaxEntries and
 // Config.MaxBytes and no record could be evicted to make room (see
-// [Store]). The Guard reports it as idem.ErrStoreUnavailable (fail closed).
+// [Store]). The Guard reports it as storage.ErrStoreUnavailable (fail closed).
 var ErrFull = errors.New("memstore: full")
 
 // Config configures a [Store]. The zero value means every default.

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/pgstore"
 	"github.com/idemgo/idem/storage"
 )
@@ -47,7 +46,7 @@ func fill(t *testing.T, e *env) (expired, live int) {
 	}
 	for _, k := range []string{"expired-completed-24", "expired-failed-24", "expired-abandoned-24"} {
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-			if _, err := s.Get(ctx, k); errors.Is(err, idem.ErrNotFound) {
+			if _, err := s.Get(ctx, k); errors.Is(err, storage.ErrNotFound) {
 				break
 			}
 			if time.Now().After(deadline) {

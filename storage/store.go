@@ -50,7 +50,7 @@ type Store interface {
 	// takes over.
 	Complete(ctx context.Context, key string, t Token, value []byte, retention time.Duration) error
 
-	// Fail stores the encoded permanent error cause (see idem.EncodeFailure) as
+	// Fail stores the encoded permanent error cause (see [EncodeFailure]) as
 	// the outcome of the claim t: the record becomes Failed and expires after
 	// retention. ErrLeaseLost as for Complete.
 	Fail(ctx context.Context, key string, t Token, cause []byte, retention time.Duration) error

@@ -140,7 +140,7 @@ func view(r storage.Record, key, namespace, scope string, now time.Time) recordV
 			v.HTTPStatus = resp.Status
 		}
 	case storage.StatusFailed:
-		v.Failure = idem.DecodeFailure(r.Result).Error()
+		v.Failure = storage.DecodeFailure(r.Result).Error()
 	}
 	return v
 }
@@ -195,7 +195,7 @@ Flags:
 	}
 	defer closeStore()
 	r, err := s.Get(ctx, storeKey)
-	if errors.Is(err, idem.ErrNotFound) {
+	if errors.Is(err, storage.ErrNotFound) {
 		return fmt.Errorf("idem: inspect: no record of key %q (namespace %q, scope %q): never claimed, expired, or purged", key, *f.namespace, *f.scope)
 	}
 	if err != nil {
@@ -285,7 +285,7 @@ Flags:
 	}
 	defer closeStore()
 	r, err := s.Get(ctx, storeKey)
-	if errors.Is(err, idem.ErrNotFound) {
+	if errors.Is(err, storage.ErrNotFound) {
 		return fmt.Errorf("idem: purge: no record of key %q (namespace %q, scope %q): nothing to delete", key, *f.namespace, *f.scope)
 	}
 	if err != nil {

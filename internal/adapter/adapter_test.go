@@ -182,7 +182,7 @@ func TestKey(t *testing.T) {
 // The consumer's decision for every answer the Guard gives.
 func TestDecide(t *testing.T) {
 	permanent := idem.Permanent(errors.New("card declined"))
-	stored := idem.DecodeFailure(idem.EncodeFailure(permanent))
+	stored := &idem.PermanentError{Err: storage.DecodeFailure(storage.EncodeFailure(permanent)), Replayed: true}
 	for _, tc := range []struct {
 		name     string
 		res      idem.Result
@@ -204,7 +204,7 @@ func TestDecide(t *testing.T) {
 		{"retryable", idem.Result{}, errors.New("downstream timeout"), adapter.Retry, adapter.Retryable, 4 * time.Second, false},
 		{"permanent", idem.Result{}, permanent, adapter.DeadLetter, adapter.Permanent, 0, false},
 		{"stored permanent", idem.Result{Replayed: true}, stored, adapter.DeadLetter, adapter.StoredFailure, 0, true},
-		{"too many attempts", idem.Result{Replayed: true}, idem.DecodeFailure(storage.TooManyAttemptsCause()), adapter.DeadLetter, adapter.TooManyAttempts, 0, true},
+		{"too many attempts", idem.Result{Replayed: true}, &idem.PermanentError{Err: storage.DecodeFailure(storage.TooManyAttemptsCause()), Replayed: true}, adapter.DeadLetter, adapter.TooManyAttempts, 0, true},
 		{"key reused", idem.Result{}, fmt.Errorf("%w (key %q)", idem.ErrKeyReused, "k"), adapter.DeadLetter, adapter.KeyReused, 0, false},
 		{"invalid key", idem.Result{}, fmt.Errorf("%w: the key is empty", idem.ErrInvalidKey), adapter.DeadLetter, adapter.InvalidKey, 0, false},
 		{"missing key", idem.Result{}, adapter.ErrKeyMissing, adapter.DeadLetter, adapter.InvalidKey, 0, false},

@@ -429,12 +429,12 @@ func (r *runner) wait(s *session, d time.Duration) bool {
 func (r *runner) settle(dl delivery, v chassis.Verdict) {
 	o := &r.c.o
 	s, tag := dl.s, dl.d.DeliveryTag
-	switch v.Verdict {
-	case adapter.Ack:
+	switch v.Settle {
+	case chassis.Ack:
 		r.c.tries.Forget(dl.id)
 		r.settled(dl, EventAcked, s.ch.Ack(tag, false))
 		return
-	case adapter.DeadLetter:
+	case chassis.DeadLetter:
 		dl.ev.Reason, dl.ev.Err = v.Reason, v.Cause
 		r.poison(dl, v)
 		return

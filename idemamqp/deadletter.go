@@ -64,7 +64,7 @@ func (r *runner) poison(dl delivery, v chassis.Verdict) {
 			continue
 		case refused:
 			refusals++
-			if refusals >= o.GiveUpAfter() {
+			if refusals >= o.MaxAttempts() {
 				o.GiveUp(r.hctx, refusals, v.Cause, err, append(attrs,
 					slog.String("settlement", "rejected without requeue, to the queue's own dead-letter exchange if it has one"),
 					slog.String("exchange", to.exchange),

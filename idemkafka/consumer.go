@@ -8,7 +8,6 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemkafka/internal/consume"
-	"github.com/idemgo/idem/internal/adapter"
 	"github.com/idemgo/idem/internal/chassis"
 )
 
@@ -99,7 +98,7 @@ func (c processor) Process(ctx context.Context, p *consume.Partition, items []co
 			case it.KeyErr != nil || !o.UnkeyedUnguarded():
 				v = o.DecideKey(it.KeyErr)
 			case p.Draining():
-				return done, consume.Outage(consume.ErrDraining)
+				return done, chassis.Outage(consume.ErrDraining)
 			default:
 				v = p.Decide(ctx, idem.Result{}, c.run(ctx, it), it.Rec)
 			}
@@ -141,15 +140,15 @@ func (c *Consumer) run(ctx context.Context, it consume.Item) error {
 // (acknowledged, dead-lettered or discarded), else the verdict that stops
 // the batch before it.
 func settle(ctx context.Context, p *consume.Partition, it consume.Item, v chassis.Verdict) (stop chassis.Verdict, ok bool) {
-	switch v.Verdict {
-	case adapter.Ack:
+	switch v.Settle {
+	case chassis.Ack:
 		if v.Replayed {
 			p.Replayed(1)
 		}
 		return stop, true
-	case adapter.DeadLetter:
+	case chassis.DeadLetter:
 		if err := p.Poison(ctx, it, v); err != nil {
-			return consume.Outage(err), false
+			return chassis.Outage(err), false
 		}
 		return stop, true
 	}

@@ -349,7 +349,7 @@ func (r *run) deliver(chunk []*delivery, prev <-chan struct{}, turn chan struct{
 	}
 	var poison []verdict
 	settle := func(d *delivery, v chassis.Verdict) {
-		if v.Verdict == adapter.DeadLetter {
+		if v.Settle == chassis.DeadLetter {
 			poison = append(poison, verdict{d, v})
 			return
 		}
@@ -467,8 +467,9 @@ func (r *run) guard(ms []guarded, waitTurn func() bool, handled func(pos int), s
 // the batch stopped before it (cause): redelivered after the backoff, and
 // no attempt.
 func (r *run) notRun(cause error, d *delivery) chassis.Verdict {
-	return chassis.Verdict{Action: adapter.Action{Verdict: adapter.Retry, Class: adapter.Classify(cause), Cause: cause,
-		Delay: r.c.o.Backoff(r.c.failures(d) + 1)}}
+	v := chassis.Outage(cause)
+	v.Delay = r.c.o.Backoff(r.c.failures(d) + 1)
+	return v
 }
 
 // failures returns the handler failures counted for d's message. While
@@ -483,7 +484,7 @@ func (c *Consumer) failures(d *delivery) int {
 
 // stoppingVerdict is the verdict on a message handed back as Run stops.
 func (r *run) stoppingVerdict() chassis.Verdict {
-	return chassis.Verdict{Action: adapter.Action{Verdict: adapter.Retry, Class: adapter.Ended, Cause: errStopping}}
+	return chassis.Outage(errStopping)
 }
 
 // handle runs the handler with the message's trace context; a panic is a

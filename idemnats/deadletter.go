@@ -81,7 +81,7 @@ func (r *run) poison(d *delivery, v chassis.Verdict) {
 			fallthrough
 		case refused:
 			refusals++
-			if refusals >= o.GiveUpAfter() {
+			if refusals >= o.MaxAttempts() {
 				o.GiveUp(ctx, refusals, v.Cause, err, append(attrs, slog.String("settlement", "terminated"),
 					slog.String("dead_letter_subject", o.dlqSubject))...)
 				r.c.tries.Forget(d.id())

@@ -12,7 +12,6 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemkafka/internal/consume"
-	"github.com/idemgo/idem/internal/adapter"
 	"github.com/idemgo/idem/internal/chassis"
 	"github.com/idemgo/idem/pgstore"
 )
@@ -152,7 +151,7 @@ func (c processor) batch(ctx context.Context, p *consume.Partition, items []cons
 	o := c.c.Options()
 	tx, err := c.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
-		return 0, consume.Outage(fmt.Errorf("kafkapg: begin: %w", err)), false
+		return 0, chassis.Outage(fmt.Errorf("kafkapg: begin: %w", err)), false
 	}
 	committed := false
 	defer func() {
@@ -165,12 +164,12 @@ func (c processor) batch(ctx context.Context, p *consume.Partition, items []cons
 	// before it commit, unless it is poison (the careful path).
 	stopAt := func(i int, err error) (int, chassis.Verdict, bool) {
 		v := p.Decide(ctx, idem.Result{}, err, items[i].Rec)
-		if v.Verdict != adapter.Retry && !errors.Is(err, consume.ErrDraining) {
+		if v.Settle != chassis.Retry && !errors.Is(err, consume.ErrDraining) {
 			return 0, v, true
 		}
 		if i > 0 {
 			if err := c.commit(ctx, p, tx, items[i-1].Rec); err != nil {
-				return 0, consume.Outage(err), false
+				return 0, chassis.Outage(err), false
 			}
 			committed = true
 			p.Replayed(replayed)
@@ -211,7 +210,7 @@ func (c processor) batch(ctx context.Context, p *consume.Partition, items []cons
 		case errors.Is(err, idem.ErrInProgress):
 			return 0, v, true // a key held by another transaction: the careful path finds which
 		case err != nil:
-			return 0, consume.Outage(err), false
+			return 0, chassis.Outage(err), false
 		}
 		for _, r := range res[:n] {
 			if r.Err != nil {
@@ -227,7 +226,7 @@ func (c processor) batch(ctx context.Context, p *consume.Partition, items []cons
 		i = j
 	}
 	if err := c.commit(ctx, p, tx, items[len(items)-1].Rec); err != nil {
-		return 0, consume.Outage(err), false
+		return 0, chassis.Outage(err), false
 	}
 	committed = true
 	p.Replayed(replayed)
@@ -284,18 +283,18 @@ func (c processor) oneByOne(ctx context.Context, p *consume.Partition, items []c
 	// items[i], or an outage if the commit failed.
 	stop := func(i int, v chassis.Verdict) (int, chassis.Verdict) {
 		if err := finish(i); err != nil {
-			return done, consume.Outage(err)
+			return done, chassis.Outage(err)
 		}
 		return done, v
 	}
 	for i, it := range items {
 		if p.Draining() {
-			return stop(i, consume.Outage(consume.ErrDraining))
+			return stop(i, chassis.Outage(consume.ErrDraining))
 		}
 		if tx == nil {
 			var err error
 			if tx, err = c.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}); err != nil {
-				return done, consume.Outage(fmt.Errorf("kafkapg: begin: %w", err))
+				return done, chassis.Outage(fmt.Errorf("kafkapg: begin: %w", err))
 			}
 		}
 		var v chassis.Verdict
@@ -310,26 +309,26 @@ func (c processor) oneByOne(ctx context.Context, p *consume.Partition, items []c
 			})
 			v = p.Decide(ctx, res, err, it.Rec)
 		}
-		switch v.Verdict {
-		case adapter.Ack:
+		switch v.Settle {
+		case chassis.Ack:
 			if v.Replayed {
 				p.Replayed(1)
 			}
-		case adapter.DeadLetter:
+		case chassis.DeadLetter:
 			if err := p.Poison(ctx, it, v); err != nil {
-				return stop(i, consume.Outage(err))
+				return stop(i, chassis.Outage(err))
 			}
 		default:
 			return stop(i, v)
 		}
 		if perRecord {
 			if err := finish(i + 1); err != nil {
-				return done, consume.Outage(err)
+				return done, chassis.Outage(err)
 			}
 		}
 	}
 	if err := finish(len(items)); err != nil {
-		return done, consume.Outage(err)
+		return done, chassis.Outage(err)
 	}
 	return done, chassis.Verdict{}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/idemgo/idem/internal/adapter"
 	"github.com/idemgo/idem/internal/chassis"
 	"github.com/idemgo/idem/memstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // msg is the message of a test consumer: headers by name.
@@ -171,7 +172,8 @@ func TestKey(t *testing.T) {
 	}
 }
 
-// The verdicts, and the attempts that bound a failing handler.
+// The verdicts on every answer the Guard gives, and the attempts that
+// bound a failing handler.
 func TestDecide(t *testing.T) {
 	o, err := build(t, shared, discard, func(o *options) { o.SetMaxAttempts(3); o.SetBusyDelay(7 * time.Second) })
 	if err != nil {
@@ -179,35 +181,53 @@ func TestDecide(t *testing.T) {
 	}
 	failed := errors.New("downstream timeout")
 	panicked := &consumer.PanicError{Value: "boom"}
+	permanent := idem.Permanent(errors.New("card declined"))
+	stored := idem.DecodeFailure(idem.EncodeFailure(permanent))
 	for _, tc := range []struct {
 		name     string
+		res      idem.Result
 		err      error
 		failures int
-		verdict  adapter.Verdict
+		settle   chassis.Settle
 		reason   consumer.Reason
 		busy     bool
 		counted  bool
 	}{
-		{"ok", nil, 0, adapter.Ack, "", false, false},
-		{"busy", idem.ErrInProgress, 9, adapter.Retry, "", true, false},
-		{"store down", idem.ErrStoreUnavailable, 9, adapter.Retry, "", false, false},
-		{"shutdown", context.Canceled, 9, adapter.Retry, "", false, false},
-		{"handler's own timeout", fmt.Errorf("charge: %w", context.DeadlineExceeded), 0, adapter.Retry, "", false, true},
-		{"handler's own timeout, third", fmt.Errorf("charge: %w", context.DeadlineExceeded), 2, adapter.DeadLetter, consumer.ReasonTooManyAttempts, false, true},
-		{"first failure", failed, 0, adapter.Retry, "", false, true},
-		{"second failure", failed, 1, adapter.Retry, "", false, true},
-		{"third failure", failed, 2, adapter.DeadLetter, consumer.ReasonTooManyAttempts, false, true},
-		{"third panic", panicked, 2, adapter.DeadLetter, consumer.ReasonTooManyAttempts, false, true},
-		{"permanent", idem.Permanent(failed), 0, adapter.DeadLetter, consumer.ReasonPermanent, false, false},
-		{"reused", idem.ErrKeyReused, 0, adapter.DeadLetter, consumer.ReasonKeyReused, false, false},
-		{"guard's attempts", idem.ErrTooManyAttempts, 0, adapter.DeadLetter, consumer.ReasonTooManyAttempts, false, false},
+		{"ok", idem.Result{Value: []byte("v")}, nil, 0, chassis.Ack, "", false, false},
+		{"replayed", idem.Result{Value: []byte("v"), Replayed: true}, nil, 0, chassis.Ack, "", false, false},
+		{"too large, ran", idem.Result{Value: []byte("v")}, fmt.Errorf("%w: 2 MiB", idem.ErrValueTooLarge), 0, chassis.Ack, "", false, false},
+		{"too large, replayed", idem.Result{Replayed: true}, &idem.PermanentError{Err: idem.ErrValueTooLarge, Replayed: true}, 0, chassis.Ack, "", false, false},
+		{"busy", idem.Result{}, fmt.Errorf("%w (key %q)", idem.ErrInProgress, "k"), 9, chassis.Retry, "", true, false},
+		{"store down", idem.Result{}, fmt.Errorf("%w: claim: refused", idem.ErrStoreUnavailable), 9, chassis.Retry, "", false, false},
+		{"lease lost", idem.Result{Value: []byte("v")}, fmt.Errorf("idem: complete: %w", idem.ErrLeaseLost), 9, chassis.Retry, "", false, false},
+		{"closed", idem.Result{}, idem.ErrClosed, 9, chassis.Retry, "", false, false},
+		{"shutdown", idem.Result{}, fmt.Errorf("idem: claim: %w", context.Canceled), 9, chassis.Retry, "", false, false},
+		{"handler's own timeout", idem.Result{}, fmt.Errorf("charge: %w", context.DeadlineExceeded), 0, chassis.Retry, "", false, true},
+		{"handler's own timeout, third", idem.Result{}, fmt.Errorf("charge: %w", context.DeadlineExceeded), 2, chassis.DeadLetter, consumer.ReasonTooManyAttempts, false, true},
+		{"first failure", idem.Result{}, failed, 0, chassis.Retry, "", false, true},
+		{"second failure", idem.Result{}, failed, 1, chassis.Retry, "", false, true},
+		{"third failure", idem.Result{}, failed, 2, chassis.DeadLetter, consumer.ReasonTooManyAttempts, false, true},
+		{"third panic", idem.Result{}, panicked, 2, chassis.DeadLetter, consumer.ReasonTooManyAttempts, false, true},
+		{"permanent", idem.Result{}, permanent, 0, chassis.DeadLetter, consumer.ReasonPermanent, false, false},
+		{"stored permanent", idem.Result{Replayed: true}, stored, 0, chassis.DeadLetter, consumer.ReasonPermanent, false, false},
+		{"reused", idem.Result{}, fmt.Errorf("%w (key %q)", idem.ErrKeyReused, "k"), 0, chassis.DeadLetter, consumer.ReasonKeyReused, false, false},
+		{"guard's attempts", idem.Result{Replayed: true}, idem.DecodeFailure(storage.TooManyAttemptsCause()), 0, chassis.DeadLetter, consumer.ReasonTooManyAttempts, false, false},
+		{"invalid key", idem.Result{}, fmt.Errorf("%w: the key is empty", idem.ErrInvalidKey), 0, chassis.DeadLetter, consumer.ReasonInvalidKey, false, false},
+		{"missing key", idem.Result{}, fmt.Errorf("%w: %w", idem.ErrInvalidKey, consumer.ErrNoKey), 0, chassis.DeadLetter, consumer.ReasonMissingKey, false, false},
 	} {
-		v := o.Decide(idem.Result{}, tc.err, tc.failures)
-		if v.Verdict != tc.verdict || v.Reason != tc.reason || v.Busy != tc.busy || v.Failed != tc.counted {
-			t.Errorf("%s: Decide = %v reason %q busy %v failed %v; want %v %q %v %v", tc.name, v.Verdict, v.Reason, v.Busy, v.Failed, tc.verdict, tc.reason, tc.busy, tc.counted)
+		v := o.Decide(tc.res, tc.err, tc.failures)
+		if v.Settle != tc.settle || v.Reason != tc.reason || v.Busy != tc.busy || v.Failed != tc.counted || v.Replayed != tc.res.Replayed {
+			t.Errorf("%s: Decide = %v reason %q busy %v failed %v replayed %v; want %v %q %v %v %v", tc.name,
+				v.Settle, v.Reason, v.Busy, v.Failed, v.Replayed, tc.settle, tc.reason, tc.busy, tc.counted, tc.res.Replayed)
 		}
-		if tc.busy && v.Delay != 7*time.Second {
+		if (v.Settle == chassis.Ack) != (v.Cause == nil) || (v.Cause != nil && !errors.Is(v.Cause, tc.err)) {
+			t.Errorf("%s: Cause %v, want the Guard's error unless acknowledged", tc.name, v.Cause)
+		}
+		switch {
+		case tc.busy && v.Delay != 7*time.Second:
 			t.Errorf("%s: delay %v, want the busy delay", tc.name, v.Delay)
+		case v.Settle == chassis.Retry && !tc.busy && v.Delay <= 0:
+			t.Errorf("%s: delay %v, want a backoff", tc.name, v.Delay)
 		}
 	}
 	v := o.Decide(idem.Result{}, panicked, 2)
@@ -218,8 +238,8 @@ func TestDecide(t *testing.T) {
 		t.Errorf("DecideKey(nil) = %q, %v", v.Reason, v.Cause)
 	}
 	ke := &consumer.KeyError{Source: "x", Err: errors.New("empty")}
-	if v := o.DecideKey(ke); v.Reason != consumer.ReasonInvalidKey || v.Cause != ke || v.Verdict != adapter.DeadLetter {
-		t.Errorf("DecideKey(KeyError) = %v %q, %v", v.Verdict, v.Reason, v.Cause)
+	if v := o.DecideKey(ke); v.Reason != consumer.ReasonInvalidKey || v.Cause != ke || v.Settle != chassis.DeadLetter {
+		t.Errorf("DecideKey(KeyError) = %v %q, %v", v.Settle, v.Reason, v.Cause)
 	}
 }
 
@@ -264,8 +284,8 @@ func TestCallTurnsAPanicIntoAnError(t *testing.T) {
 	if err := o.Call(context.Background(), func(context.Context) error { panic("no attrs") }, nil); err == nil {
 		t.Fatal("Call with no attributes let a panic pass as a success")
 	}
-	if v := o.Decide(idem.Result{}, err, 0); v.Verdict != adapter.Retry || !v.Failed {
-		t.Fatalf("a panic is a failed attempt, retried: %v failed %v", v.Verdict, v.Failed)
+	if v := o.Decide(idem.Result{}, err, 0); v.Settle != chassis.Retry || !v.Failed {
+		t.Fatalf("a panic is a failed attempt, retried: %v failed %v", v.Settle, v.Failed)
 	}
 }
 
@@ -333,7 +353,7 @@ func TestLetterFits(t *testing.T) {
 // which does not count toward it, stays when the whole fits.
 func TestLetterFitsMaxHeaders(t *testing.T) {
 	const limit, maxHeaders = 1_000_000, 64 << 10
-	v := chassis.Verdict{Reason: consumer.ReasonInvalidKey, Action: adapter.Action{Cause: errors.New("longer than 255 bytes")}}
+	v := chassis.Verdict{Reason: consumer.ReasonInvalidKey, Cause: errors.New("longer than 255 bytes")}
 	big := strings.Repeat("k", maxHeaders-2000) // fits the headers' budget alone, not with the idem headers
 	body := bytes.Repeat([]byte{1}, 500_000)
 	l := chassis.NewLetter(nil, body, []chassis.Header{{"idempotency-key", []byte(big)}, {"trace", []byte("t")}}, v, "", false)

@@ -12,8 +12,9 @@
 //   - a message's key: read, checked by the Guard's rules, and its errors
 //     ([consumer.ErrNoKey], [consumer.KeyError]);
 //   - the verdict on a message once the Guard answered ([Options.Decide]):
-//     internal/adapter's table, bounded by the consumer's MaxAttempts, with
-//     the reason of a dead letter;
+//     acknowledge it, redeliver it (after the busy delay or a backoff), or
+//     dead-letter it, bounded by the consumer's MaxAttempts, with the
+//     reason of a dead letter, all in one table;
 //   - a handler's run: its panic turned into a [consumer.PanicError], its
 //     context carrying the message's trace context ([Options.Call]);
 //   - the dead letter itself ([Letter.Fit]): the original with the idem

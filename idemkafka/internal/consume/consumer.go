@@ -24,7 +24,7 @@ type Processor interface {
 	// dead-lettered or discarded, and, where the processor stores offsets
 	// itself, stored with their offset). When done < len(items), v is the
 	// verdict on items[done], a Retry (the Guard's, the chassis's, or an
-	// [Outage]): the consumer counts the failure if v.Failed, waits (the
+	// [chassis.Outage]): the consumer counts the failure if v.Failed, waits (the
 	// busy delay, or a backoff) and gives it to Process again, alone, then
 	// the rest. ctx ends when the partition is revoked or lost, or the
 	// consumer's drain deadline passes; Process should start no handler

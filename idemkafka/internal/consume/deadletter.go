@@ -90,7 +90,7 @@ func (p *Partition) Poison(ctx context.Context, it Item, v chassis.Verdict) erro
 			fallthrough
 		case Refused:
 			refusals++
-			if refusals >= o.GiveUpAfter() {
+			if refusals >= o.MaxAttempts() {
 				o.GiveUp(ctx, refusals, v.Cause, err, attrs...)
 				ev.Kind, ev.BrokerErr = EventDiscarded, err
 				p.c.observe(ctx, ev)

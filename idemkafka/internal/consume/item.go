@@ -5,9 +5,6 @@ import (
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/idemgo/idem/internal/adapter"
-	"github.com/idemgo/idem/internal/chassis"
 )
 
 // Item is a record with its key and scope, as a [Processor] gets it.
@@ -32,10 +29,3 @@ func (o *Options) Item(r *kgo.Record) Item {
 // because the consumer is shutting down: not an attempt (it wraps
 // context.Canceled), the next owner of the partition handles the record.
 var ErrDraining = fmt.Errorf("not started: the consumer is shutting down: %w", context.Canceled)
-
-// Outage is the verdict on a record that could not be finished for a cause
-// other than its handler (the database, the dead-letter topic, a
-// shutdown): retried with backoff, no attempt counted.
-func Outage(err error) chassis.Verdict {
-	return chassis.Verdict{Action: adapter.Action{Verdict: adapter.Retry, Class: adapter.Unavailable, Cause: err}}
-}

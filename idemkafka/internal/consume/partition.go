@@ -252,7 +252,7 @@ func (p *Partition) Failures(r *kgo.Record) int {
 func (p *Partition) Decide(ctx context.Context, res idem.Result, err error, r *kgo.Record) chassis.Verdict {
 	v := p.c.o.Decide(res, err, p.Failures(r))
 	if v.Failed && ctx.Err() != nil {
-		return Outage(err)
+		return chassis.Outage(err)
 	}
 	return v
 }

@@ -95,9 +95,6 @@ func New(g *idem.Guard, url, queue string, h Handler, opts ...Option) (*Consumer
 	}
 	c.o.defaults()
 	if err := chassis.Build(&c.o, &c.o.Options, broker, g, idem.Config{}, opts); err != nil {
-		if !c.o.scoped {
-			err = fmt.Errorf("%w%s", err, chassis.ScopeThreat)
-		}
 		return nil, err
 	}
 	if err := c.o.check(queue); err != nil {

@@ -76,9 +76,6 @@ func New(g *idem.Guard, cons jetstream.Consumer, h Handler, opts ...Option) (*Co
 	c := &Consumer{g: g, cons: cons, h: h, tries: chassis.NewTries(maxTries)}
 	c.o.defaults()
 	if err := chassis.Build(&c.o, &c.o.Options, broker, g, idem.Config{}, opts); err != nil {
-		if !c.o.scoped {
-			err = fmt.Errorf("%w%s", err, chassis.ScopeThreat)
-		}
 		return nil, err
 	}
 	if info := cons.CachedInfo(); info != nil {

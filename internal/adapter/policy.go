@@ -19,6 +19,11 @@ type Names struct {
 	// Key names where the key travels ("the Idempotency-Key header"), for
 	// an adapter whose options cannot rename it (see [Policy.SetKeyName]).
 	Key string
+	// Threat, when set, ends the error of a missing scope decision: what
+	// else a missing scope lets one caller do to another, for an adapter
+	// whose keys are chosen by others than its callers (a consumer's
+	// publishers).
+	Threat string
 }
 
 // Policy holds the settings every adapter has, for requests or messages of
@@ -122,7 +127,7 @@ func (p *Policy[M]) Finish(g *idem.Guard, cfg idem.Config) error {
 			"Without a scope, a caller that sends another caller's key with the same payload receives that "+
 			"caller's stored outcome (its response, headers and cookies), and a caller that sends a guessable "+
 			"key first makes its victim receive the attacker's outcome "+
-			"(IETF draft-ietf-httpapi-idempotency-key-header, Security Considerations)", names.Request)
+			"(IETF draft-ietf-httpapi-idempotency-key-header, Security Considerations)%s", names.Request, names.Threat)
 	case p.scope != nil && p.sharedScope:
 		p.Fail("New: WithScope and WithSharedScope are both given: choose one")
 	}

@@ -77,7 +77,7 @@ func TestBuildRequiresTheDecisions(t *testing.T) {
 		{"discard", []option{shared, discard}, nil},
 		{"no poison decision", []option{shared}, []string{"testconsumer: New: no poison decision", "withDeadLetter(dest)", "WithDiscardPoison()"}},
 		{"both poison decisions", []option{shared, discard, withDeadLetter("dlq")}, []string{"WithDeadLetter and WithDiscardPoison are both given"}},
-		{"no scope decision", []option{discard}, []string{"no scope decision"}},
+		{"no scope decision", []option{discard}, []string{"no scope decision", "Security Considerations). For a consumer, keys are chosen by publishers"}},
 		{"bad values", []option{shared, discard, func(o *options) {
 			o.SetMaxAttempts(0)
 			o.SetRetryBackoff(time.Second, time.Millisecond)

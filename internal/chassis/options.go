@@ -23,10 +23,9 @@ const (
 	DefaultDrainTimeout = 10 * time.Second
 )
 
-// ScopeThreat completes Build's error for a consumer built without a scope
-// decision, for which the threat is the publishers': a consumer appends it
-// when none of its scope options was given.
-const ScopeThreat = ". For a consumer, keys are chosen by publishers: without a scope, a publisher " +
+// scopeThreat completes the error of a consumer built without a scope
+// decision, for which the threat is the publishers'.
+const scopeThreat = ". For a consumer, keys are chosen by publishers: without a scope, a publisher " +
 	"that sends another tenant's key makes this consumer ack that tenant's message as a duplicate " +
 	"without handling it, or has its own message stand in for the other's"
 
@@ -95,7 +94,9 @@ func Build[O any, F ~func(*O), M any](o *O, so *Options[M], b Broker[M], g *idem
 	if b.ValidHeaderName != nil {
 		so.validHeader = b.ValidHeaderName
 	}
-	adapter.Apply(o, &so.Policy, b.Names, opts)
+	names := b.Names
+	names.Threat = scopeThreat
+	adapter.Apply(o, &so.Policy, names, opts)
 	if so.poison == poisonUndecided {
 		so.Fail("New: no poison decision. Pass %s, where the messages that can never succeed go "+
 			"(with their cause in their headers), or WithDiscardPoison() to drop them, logged. "+

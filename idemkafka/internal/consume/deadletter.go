@@ -22,18 +22,18 @@ const (
 	HeaderOffset    = "idem-dead-letter-offset"    // its offset, in decimal
 )
 
-// DefaultBatchMaxBytes is franz-go's default kgo.ProducerBatchMaxBytes,
+// defaultBatchMaxBytes is franz-go's default kgo.ProducerBatchMaxBytes,
 // the size of the largest record a client produces (Kafka's default
 // max.message.bytes): the limit of a dead letter when the producing client
 // does not tell its own.
-const DefaultBatchMaxBytes = 1000012
+const defaultBatchMaxBytes = 1000012
 
 // produceTimeout bounds one try at producing a dead letter, so that a
 // broker that cannot be reached is logged and retried, and a shutdown
 // noticed, rather than waited on for good.
 const produceTimeout = 30 * time.Second
 
-// Poison settles the record of it, which must never run again (the
+// poison settles the record of it, which must never run again (the
 // verdict v): under WithDiscardPoison it is logged and reported; else its
 // dead letter is produced to the WithDeadLetter topic. A dead letter that
 // the broker refuses is tried MaxAttempts times, with backoff, and then
@@ -42,10 +42,10 @@ const produceTimeout = 30 * time.Second
 // without end. Poison returns nil once the record is done, and an error
 // when the partition stops first (revoked, lost, shutting down): the
 // record is not done, and its next owner handles it again.
-func (p *Partition) Poison(ctx context.Context, it Item, v chassis.Verdict) error {
+func (p *Partition) poison(ctx context.Context, it Item, v chassis.Verdict) error {
 	o := &p.c.o
 	r := it.Rec
-	attrs := append(Attrs(r), slog.String("reason", string(v.Reason)), slog.Any("cause", v.Cause))
+	attrs := append(recordAttrs(r), slog.String("reason", string(v.Reason)), slog.Any("cause", v.Cause))
 	if it.KeyOK {
 		attrs = append(attrs, slog.String("key", it.Key))
 	}
@@ -66,20 +66,20 @@ func (p *Partition) Poison(ctx context.Context, it Item, v chassis.Verdict) erro
 	}
 	topic := o.DeadLetterTopic
 	attrs = append(attrs, slog.String("dead_letter_topic", topic))
-	l := Letter(it, v)
-	l.Fit(BatchMaxBytes(producer, topic))
+	l := letter(it, v)
+	l.Fit(batchMaxBytes(producer, topic))
 	stripped := false
 	for refusals, outages := 0, 0; ; {
 		pctx, cancel := context.WithTimeout(ctx, produceTimeout)
-		err := producer.ProduceSync(pctx, l.Record(topic)).FirstErr()
+		err := producer.ProduceSync(pctx, l.record(topic)).FirstErr()
 		cancel()
 		if err == nil {
 			o.Logger().LogAttrs(ctx, slog.LevelWarn, pkg+": poison dead-lettered", attrs...)
 			p.c.observe(ctx, ev)
 			return nil
 		}
-		switch Classify(err) {
-		case TooLarge:
+		switch classify(err) {
+		case tooLarge:
 			if !stripped {
 				o.Logger().LogAttrs(ctx, slog.LevelWarn, pkg+": the broker refused the dead letter as too large; "+
 					"producing it without the record's key, value and headers", append(attrs, slog.Any("error", err))...)
@@ -88,7 +88,7 @@ func (p *Partition) Poison(ctx context.Context, it Item, v chassis.Verdict) erro
 				continue
 			}
 			fallthrough
-		case Refused:
+		case refused:
 			refusals++
 			if refusals >= o.MaxAttempts() {
 				o.GiveUp(ctx, refusals, v.Cause, err, attrs...)
@@ -109,23 +109,23 @@ func (p *Partition) Poison(ctx context.Context, it Item, v chassis.Verdict) erro
 	}
 }
 
-// DeadLetter is a dead letter being made: the chassis's Letter of a
+// deadLetter is a dead letter being made: the chassis's Letter of a
 // record.
-type DeadLetter struct{ *chassis.Letter }
+type deadLetter struct{ *chassis.Letter }
 
-// Letter returns the dead letter of the record of it, whose verdict is v:
+// letter returns the dead letter of the record of it, whose verdict is v:
 // the record's key, value and headers, the headers of package consumer,
 // and [HeaderTopic], [HeaderPartition] and [HeaderOffset].
-func Letter(it Item, v chassis.Verdict) DeadLetter {
+func letter(it Item, v chassis.Verdict) deadLetter {
 	r := it.Rec
-	return DeadLetter{chassis.NewLetter(r.Key, r.Value, Headers(r), v, it.Key, it.KeyOK,
+	return deadLetter{chassis.NewLetter(r.Key, r.Value, headers(r), v, it.Key, it.KeyOK,
 		chassis.Header{Name: HeaderTopic, Value: []byte(r.Topic)},
 		chassis.Header{Name: HeaderPartition, Value: strconv.AppendInt(nil, int64(r.Partition), 10)},
 		chassis.Header{Name: HeaderOffset, Value: strconv.AppendInt(nil, r.Offset, 10)})}
 }
 
-// Record returns the letter as a record for topic.
-func (l DeadLetter) Record(topic string) *kgo.Record {
+// record returns the letter as a record for topic.
+func (l deadLetter) record(topic string) *kgo.Record {
 	hs := make([]kgo.RecordHeader, 0, len(l.Headers)+len(l.Added))
 	for _, h := range l.Headers {
 		hs = append(hs, kgo.RecordHeader{Key: h.Name, Value: h.Value})
@@ -136,49 +136,49 @@ func (l DeadLetter) Record(topic string) *kgo.Record {
 	return &kgo.Record{Topic: topic, Key: l.RecordKey, Value: l.Body, Headers: hs}
 }
 
-// BatchMaxBytes returns the largest record batch cl produces to topic
+// batchMaxBytes returns the largest record batch cl produces to topic
 // (kgo.ProducerBatchMaxBytes, or its function form): a record larger than
 // it, less the batch's framing, is failed by the client itself.
-func BatchMaxBytes(cl *kgo.Client, topic string) int {
+func batchMaxBytes(cl *kgo.Client, topic string) int {
 	if f, ok := cl.OptValue(kgo.ProducerBatchMaxBytesFn).(func(string) int32); ok && f != nil {
 		return int(f(topic))
 	}
 	if n, ok := cl.OptValue(kgo.ProducerBatchMaxBytes).(int32); ok && n > 0 {
 		return int(n)
 	}
-	return DefaultBatchMaxBytes
+	return defaultBatchMaxBytes
 }
 
-// Class is what a failed produce says of the dead letter.
-type Class uint8
+// produceClass is what a failed produce says of the dead letter.
+type produceClass uint8
 
-// The classes of [Classify].
+// The classes of [classify].
 const (
-	// Unreachable: the broker could not be reached or asked to try
+	// unreachable: the broker could not be reached or asked to try
 	// again (a connection that failed, a timeout, a retriable error): an
 	// outage.
-	Unreachable Class = iota
-	// TooLarge: the broker, or the client, refused the record as too
+	unreachable produceClass = iota
+	// tooLarge: the broker, or the client, refused the record as too
 	// large (MESSAGE_TOO_LARGE).
-	TooLarge
-	// Refused: the broker answered no (a topic that may not be written,
+	tooLarge
+	// refused: the broker answered no (a topic that may not be written,
 	// an invalid topic name, a topic that does not exist once kgo stopped
 	// waiting for it, …).
-	Refused
+	refused
 )
 
-// Classify returns the class of err, ProduceSync's error.
-func Classify(err error) Class {
+// classify returns the class of err, ProduceSync's error.
+func classify(err error) produceClass {
 	switch {
 	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
-		return TooLarge
+		return tooLarge
 	case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID):
 		// Retriable to Kafka, but kgo returns it only once it gave up
 		// waiting for the topic (kgo.UnknownTopicRetries).
-		return Refused
+		return refused
 	}
 	if ke, ok := errors.AsType[*kerr.Error](err); ok && !ke.Retriable {
-		return Refused
+		return refused
 	}
-	return Unreachable
+	return unreachable
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/consumer"
+	"github.com/idemgo/idem/internal/chassis"
 )
 
 // EventKind says what an [Event] reports.
@@ -92,22 +93,26 @@ type Event struct {
 func (e Event) Activity() consumer.Activity {
 	a := consumer.Activity{System: "kafka", Destination: e.Topic, Partition: strconv.Itoa(int(e.Partition)),
 		Reason: e.Reason, Err: e.Err, Duration: e.Duration}
-	switch e.Kind {
-	case EventBatch:
-		a.Kind, a.Messages, a.Replayed, a.Lag, a.LagKnown = consumer.ActivityProcessed, e.Records, e.Replayed, e.Lag, true
-	case EventRetry:
-		a.Kind, a.Messages = consumer.ActivityRetried, 1
-		if errors.Is(e.Err, idem.ErrInProgress) {
-			a.Kind = consumer.ActivityBusy
-		}
-	case EventDeadLettered:
-		a.Kind, a.Messages = consumer.ActivityDeadLettered, 1
-	case EventDiscarded:
-		a.Kind, a.Messages, a.GaveUp = consumer.ActivityDiscarded, 1, e.BrokerErr != nil
-	case EventRevoked, EventLost:
-		a.Kind = consumer.ActivityReleased
+	kind := activities[e.Kind]
+	if e.Kind == EventRetry && errors.Is(e.Err, idem.ErrInProgress) {
+		kind = consumer.ActivityBusy
+	}
+	a = chassis.Activity(a, kind, false, e.BrokerErr)
+	if e.Kind == EventBatch {
+		a.Messages, a.Replayed, a.Lag, a.LagKnown = e.Records, e.Replayed, e.Lag, true
 	}
 	return a
+}
+
+// activities are the kinds of activity of the kinds of event; the others
+// are consumer.ActivityOther.
+var activities = map[EventKind]consumer.ActivityKind{
+	EventBatch:        consumer.ActivityProcessed,
+	EventRetry:        consumer.ActivityRetried,
+	EventDeadLettered: consumer.ActivityDeadLettered,
+	EventDiscarded:    consumer.ActivityDiscarded,
+	EventRevoked:      consumer.ActivityReleased,
+	EventLost:         consumer.ActivityReleased,
 }
 
 func (c *Consumer) observe(ctx context.Context, e Event) {

@@ -103,7 +103,7 @@ func TestScopesSeparateKeys(t *testing.T) {
 	ctx := context.Background()
 	run := func(m msg, v string) idem.Result {
 		t.Helper()
-		res, err := o.Do(ctx, m, "k", nil, func(context.Context) ([]byte, error) { return []byte(v), nil })
+		res, err := o.Guard().DoScoped(ctx, o.Scope(m), "k", nil, func(context.Context) ([]byte, error) { return []byte(v), nil })
 		if err != nil {
 			t.Fatal(err)
 		}

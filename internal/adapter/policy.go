@@ -172,11 +172,6 @@ func (p *Policy[M]) Scope(m M) string {
 	return p.scope(m)
 }
 
-// Do runs fn at most once for key in m's scope: the Guard's DoScoped.
-func (p *Policy[M]) Do(ctx context.Context, m M, key string, payload []byte, fn func(context.Context) ([]byte, error)) (idem.Result, error) {
-	return p.g.DoScoped(ctx, p.Scope(m), key, payload, fn)
-}
-
 // ValueLimit returns the longest value the Guard's store keeps, or 0 when
 // it keeps any (storage.Store.MaxValueSize). An adapter keeps what it
 // stores within it, less its encoding's overhead, so that the store never

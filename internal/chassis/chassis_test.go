@@ -231,7 +231,7 @@ func TestDecide(t *testing.T) {
 		}
 	}
 	v := o.Decide(idem.Result{}, panicked, 2)
-	if !errors.Is(v.Cause, idem.ErrTooManyAttempts) || !errors.Is(v.Cause, panicked) || !strings.Contains(chassis.CauseText(v.Cause), "failed 3 times") {
+	if !errors.Is(v.Cause, idem.ErrTooManyAttempts) || !errors.Is(v.Cause, panicked) || !strings.Contains(v.Cause.Error(), "failed 3 times") {
 		t.Errorf("the cause of too many attempts %q: want it to wrap ErrTooManyAttempts and the last failure", v.Cause)
 	}
 	if v := o.DecideKey(nil); v.Reason != consumer.ReasonMissingKey || !errors.Is(v.Cause, consumer.ErrNoKey) {
@@ -462,7 +462,12 @@ type ctxKey string
 func TestHandlerContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), ctxKey("mine"), "consumer's"))
 	record := context.WithValue(context.WithValue(context.Background(), ctxKey("span"), "producer's span"), ctxKey("mine"), "record's")
-	trace := chassis.TraceFromHeaders([]chassis.Header{{"TraceParent", []byte("00-abc-01")}, {"other", []byte("x")}})
+	trace := chassis.Trace(func(name string) string {
+		if name == "traceparent" {
+			return "00-abc-01"
+		}
+		return ""
+	})
 	hctx := chassis.HandlerContext(ctx, record, trace)
 	if hctx.Value(ctxKey("span")) != "producer's span" || hctx.Value(ctxKey("mine")) != "consumer's" {
 		t.Fatalf("values: span %v, mine %v", hctx.Value(ctxKey("span")), hctx.Value(ctxKey("mine")))

@@ -29,7 +29,7 @@ type Letter struct {
 	Added     []Header // the headers that say why and whence
 
 	// MaxHeaders, when positive, bounds the headers alone (the original's
-	// and the idem ones, counted as Size counts them), for a broker that
+	// and the idem ones, counted as Fit counts them), for a broker that
 	// sends a message's headers apart from its body and refuses them past
 	// a limit of their own (AMQP's content header, which must fit one frame
 	// of the connection's frame_max): Fit keeps them within it, less the
@@ -58,35 +58,35 @@ const maxKeptHeader = 1024
 // (where the message came from).
 func NewLetter(recordKey, body []byte, headers []Header, v Verdict, key string, keyOK bool, extra ...Header) *Letter {
 	l := &Letter{RecordKey: recordKey, Body: body, Headers: headers}
-	l.Add(consumer.HeaderReason, string(v.Reason))
+	l.add(consumer.HeaderReason, string(v.Reason))
 	if v.Cause != nil {
-		l.Add(consumer.HeaderCause, CauseText(v.Cause))
+		l.add(consumer.HeaderCause, v.Cause.Error())
 	}
 	if keyOK {
 		if len(key) <= consumer.MaxCopiedKey {
-			l.Add(consumer.HeaderKey, key)
+			l.add(consumer.HeaderKey, key)
 		} else {
-			l.Add(consumer.HeaderKeySize, strconv.Itoa(len(key)))
-			l.Add(consumer.HeaderKeySHA256, sum(key))
+			l.add(consumer.HeaderKeySize, strconv.Itoa(len(key)))
+			l.add(consumer.HeaderKeySHA256, sum(key))
 		}
 	}
 	for _, h := range extra {
-		l.Add(h.Name, string(h.Value))
+		l.add(h.Name, string(h.Value))
 	}
 	return l
 }
 
-// Add adds an idem header, its value made fit for a header: on one line,
+// add adds an idem header, its value made fit for a header: on one line,
 // valid UTF-8, at most consumer.MaxHeaderValue bytes.
-func (l *Letter) Add(name, value string) {
-	l.Added = append(l.Added, Header{Name: name, Value: []byte(OneLine(value))})
+func (l *Letter) add(name, value string) {
+	l.Added = append(l.Added, Header{Name: name, Value: []byte(oneLine(value))})
 }
 
-// Size returns the letter's size as Fit counts it.
-func (l *Letter) Size() int { return len(l.RecordKey) + len(l.Body) + l.HeaderSize() }
+// size returns the letter's size as Fit counts it.
+func (l *Letter) size() int { return len(l.RecordKey) + len(l.Body) + l.headerSize() }
 
-// HeaderSize returns the size of the letter's headers as Fit counts them.
-func (l *Letter) HeaderSize() int {
+// headerSize returns the size of the letter's headers as Fit counts them.
+func (l *Letter) headerSize() int {
 	n := 0
 	for _, hs := range [][]Header{l.Headers, l.Added} {
 		for _, h := range hs {
@@ -111,8 +111,8 @@ func (l *Letter) Fit(limit int) bool {
 	var cut []string
 	// reserve is what the list of the headers left out will take.
 	reserve := func() int { return len(strings.Join(cut, ",")) + 64 }
-	wholeFits := func(reserve int) bool { return l.Size()+reserve <= limit }
-	headersFit := func(reserve int) bool { return l.MaxHeaders <= 0 || l.HeaderSize()+reserve <= maxHeaders }
+	wholeFits := func(reserve int) bool { return l.size()+reserve <= limit }
+	headersFit := func(reserve int) bool { return l.MaxHeaders <= 0 || l.headerSize()+reserve <= maxHeaders }
 	if wholeFits(0) && headersFit(0) {
 		return false
 	}
@@ -127,12 +127,12 @@ func (l *Letter) Fit(limit int) bool {
 	}
 	if !wholeFits(reserve()) && len(l.Body)+len(l.RecordKey) > 0 {
 		if len(l.Body) > 0 {
-			l.Add(consumer.HeaderBodySize, strconv.Itoa(len(l.Body)))
-			l.Add(consumer.HeaderBodySHA256, sum(string(l.Body)))
+			l.add(consumer.HeaderBodySize, strconv.Itoa(len(l.Body)))
+			l.add(consumer.HeaderBodySHA256, sum(string(l.Body)))
 		}
 		if len(l.RecordKey) > 0 {
-			l.Add(consumer.HeaderRecordKeySize, strconv.Itoa(len(l.RecordKey)))
-			l.Add(consumer.HeaderRecordKeySHA256, sum(string(l.RecordKey)))
+			l.add(consumer.HeaderRecordKeySize, strconv.Itoa(len(l.RecordKey)))
+			l.add(consumer.HeaderRecordKeySHA256, sum(string(l.RecordKey)))
 		}
 		l.Body, l.RecordKey = nil, nil
 	}
@@ -147,7 +147,7 @@ func (l *Letter) Fit(limit int) bool {
 		for i, n := range cut {
 			names[i] = truncate(n, 64)
 		}
-		l.Add(consumer.HeaderCutHeaders, strings.Join(names, ","))
+		l.add(consumer.HeaderCutHeaders, strings.Join(names, ","))
 	}
 	return true
 }
@@ -163,19 +163,10 @@ func sum(s string) string {
 	return hex.EncodeToString(h[:])
 }
 
-// CauseText returns err's message fit for a header: on one line, valid
-// UTF-8, at most consumer.MaxHeaderValue bytes.
-func CauseText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return OneLine(err.Error())
-}
-
-// OneLine returns s fit for a header value: its control characters (line
+// oneLine returns s fit for a header value: its control characters (line
 // breaks among them) turned into spaces, invalid UTF-8 replaced, cut at a
 // rune boundary to consumer.MaxHeaderValue bytes.
-func OneLine(s string) string {
+func oneLine(s string) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
 	s = strings.Map(func(r rune) rune {
 		if r < ' ' || r == 0x7f {

@@ -17,10 +17,10 @@ import (
 
 // Defaults of the shared options, the same for every consumer.
 const (
-	DefaultRetryFirst   = 100 * time.Millisecond
-	DefaultRetryLongest = 10 * time.Second
-	DefaultBusyDelay    = time.Second
-	DefaultDrainTimeout = 10 * time.Second
+	defaultRetryFirst   = 100 * time.Millisecond
+	defaultRetryLongest = 10 * time.Second
+	defaultBusyDelay    = time.Second
+	defaultDrainTimeout = 10 * time.Second
 )
 
 // scopeThreat completes the error of a consumer built without a scope
@@ -113,10 +113,10 @@ func Build[O any, F ~func(*O), M any](o *O, so *Options[M], b Broker[M], g *idem
 		return err
 	}
 	so.maxAttempts = cmp.Or(so.maxAttempts, consumer.DefaultMaxAttempts)
-	so.retryFirst = cmp.Or(so.retryFirst, DefaultRetryFirst)
-	so.retryLast = cmp.Or(so.retryLast, max(DefaultRetryLongest, so.retryFirst))
-	so.busyDelay = cmp.Or(so.busyDelay, DefaultBusyDelay)
-	so.drain = cmp.Or(so.drain, DefaultDrainTimeout)
+	so.retryFirst = cmp.Or(so.retryFirst, defaultRetryFirst)
+	so.retryLast = cmp.Or(so.retryLast, max(defaultRetryLongest, so.retryFirst))
+	so.busyDelay = cmp.Or(so.busyDelay, defaultBusyDelay)
+	so.drain = cmp.Or(so.drain, defaultDrainTimeout)
 	if so.keyFunc == nil && so.keyHeader != "" {
 		so.SetKeyName("the " + so.keyHeader + " header")
 	}
@@ -212,9 +212,6 @@ func (o *Options[M]) BusyDelay() time.Duration { return o.busyDelay }
 // DrainTimeout returns how long handlers in flight may go on at a
 // shutdown, and how long cancelled ones may take to return.
 func (o *Options[M]) DrainTimeout() time.Duration { return max(o.drain, 0) }
-
-// RetryBackoff returns the first and the longest pause before a retry.
-func (o *Options[M]) RetryBackoff() (first, longest time.Duration) { return o.retryFirst, o.retryLast }
 
 // Backoff returns the pause before the attempt after the n-th failure in a
 // row (n ≥ 1): the first pause, doubled each time up to the longest, with

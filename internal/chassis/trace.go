@@ -2,7 +2,6 @@ package chassis
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/idemgo/idem/consumer"
@@ -22,19 +21,6 @@ func Trace(header func(name string) string) consumer.TraceCarrier {
 		}
 	}
 	return c
-}
-
-// TraceFromHeaders returns the trace context among hs, whose names are
-// matched without regard to case.
-func TraceFromHeaders(hs []Header) consumer.TraceCarrier {
-	return Trace(func(name string) string {
-		for _, h := range hs {
-			if strings.EqualFold(h.Name, name) {
-				return string(h.Value)
-			}
-		}
-		return ""
-	})
 }
 
 // HandlerContext returns the context a handler runs with: ctx's deadline,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -50,6 +51,13 @@ var ErrDraining = fmt.Errorf("not started: the consumer is shutting down: %w", c
 // *consumer.PanicError, logged.
 func (p *Partition) Run(ctx context.Context, it Item, h func(ctx context.Context) error) error {
 	r := it.Rec
-	hctx := chassis.HandlerContext(ctx, r.Context, chassis.TraceFromHeaders(headers(r)))
+	hctx := chassis.HandlerContext(ctx, r.Context, chassis.Trace(func(name string) string {
+		for _, h := range r.Headers {
+			if strings.EqualFold(h.Key, name) {
+				return string(h.Value)
+			}
+		}
+		return ""
+	}))
 	return p.c.o.Call(hctx, h, func() []slog.Attr { return append(recordAttrs(r), slog.String("key", it.Key)) })
 }

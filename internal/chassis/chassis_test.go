@@ -483,3 +483,68 @@ func TestHandlerContext(t *testing.T) {
 		t.Fatal("no trace context: want an empty carrier")
 	}
 }
+
+// TestSendLetter: a dead letter refused as too large is sent once more,
+// stripped; refusals are counted to MaxAttempts, then the consumer gives
+// up, logged at error level; outages are tried again without end; a
+// consumer that stops has the last error.
+func TestSendLetter(t *testing.T) {
+	var logged bytes.Buffer
+	o, err := build(t, shared, withDeadLetter("dlq"), func(o *options) {
+		o.SetMaxAttempts(3)
+		o.SetRetryBackoff(time.Millisecond, time.Millisecond)
+		o.SetLogger(slog.New(slog.NewTextHandler(&logged, nil)))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusal := errors.New("no")
+	send := func(l *chassis.Letter, answers ...chassis.Refusal) (func() (chassis.Refusal, error), *int) {
+		sent := 0
+		return func() (chassis.Refusal, error) {
+			sent++
+			if sent > len(answers) {
+				return chassis.Unreached, nil
+			}
+			if sent > 1 && answers[sent-2] == chassis.RefusedTooLarge && l.Body != nil {
+				t.Fatal("a letter refused as too large was sent again unstripped")
+			}
+			return answers[sent-1], refusal
+		}, &sent
+	}
+	waits := 0
+	wait := func(time.Duration) bool { waits++; return true }
+	newLetter := func() *chassis.Letter {
+		return chassis.NewLetter(nil, []byte("body"), nil, chassis.Verdict{Reason: consumer.ReasonPermanent}, "k", true)
+	}
+	for _, tc := range []struct {
+		name    string
+		answers []chassis.Refusal
+		sends   int
+		gaveUp  bool
+		err     error
+	}{
+		{"taken", nil, 1, false, nil},
+		{"outages", []chassis.Refusal{chassis.Unreached, chassis.Unreached, chassis.Unreached, chassis.Unreached}, 5, false, nil},
+		{"too large, then taken", []chassis.Refusal{chassis.RefusedTooLarge}, 2, false, nil},
+		{"refused", []chassis.Refusal{chassis.Refused, chassis.Unreached, chassis.Refused, chassis.Refused}, 4, true, refusal},
+		{"too large twice", []chassis.Refusal{chassis.RefusedTooLarge, chassis.RefusedTooLarge, chassis.Refused, chassis.Refused}, 4, true, refusal},
+	} {
+		l := newLetter()
+		f, sent := send(l, tc.answers...)
+		gaveUp, err := o.SendLetter(context.Background(), l, f, wait, nil, slog.String("settlement", "dropped"))
+		if gaveUp != tc.gaveUp || err != tc.err || *sent != tc.sends {
+			t.Errorf("%s: SendLetter = %v, %v after %d sends; want %v, %v after %d", tc.name, gaveUp, err, *sent, tc.gaveUp, tc.err, tc.sends)
+		}
+	}
+	if log := logged.String(); strings.Count(log, "level=ERROR") != 2 || !strings.Contains(log, "refused the dead letter 3 times") ||
+		!strings.Contains(log, "settlement=dropped") {
+		t.Errorf("the log of the dead letters given up on: %s", log)
+	}
+	l := newLetter()
+	f, sent := send(l, chassis.Unreached, chassis.Unreached)
+	gaveUp, err := o.SendLetter(context.Background(), l, f, func(time.Duration) bool { return false }, nil)
+	if gaveUp || err != refusal || *sent != 1 {
+		t.Errorf("a consumer that stops: SendLetter = %v, %v after %d sends; want false, the last error, after 1", gaveUp, err, *sent)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/idemgo/idem/consumer"
@@ -27,6 +28,8 @@ type Letter struct {
 	Body      []byte   // the original's body
 	Headers   []Header // the original's headers, in order
 	Added     []Header // the headers that say why and whence
+
+	stripped bool // Strip left out what it could
 
 	// MaxHeaders, when positive, bounds the headers alone (the original's
 	// and the idem ones, counted as Fit counts them), for a broker that
@@ -155,7 +158,10 @@ func (l *Letter) Fit(limit int) bool {
 // Strip leaves out the body, the record key and every original header,
 // recorded as Fit records them: the smallest dead letter, for a broker
 // that refused the fitted one as too large.
-func (l *Letter) Strip() { l.Fit(0) }
+func (l *Letter) Strip() {
+	l.Fit(0)
+	l.stripped = true
+}
 
 // sum is the lowercase hex SHA-256 of s.
 func sum(s string) string {
@@ -188,12 +194,71 @@ func truncate(s string, n int) string {
 	return s[:n]
 }
 
-// GiveUp logs and reports that the consumer gave up on a dead letter the
-// broker refused attempts times: the message is acknowledged without it,
-// and stays in the broker where attrs say (its topic, partition and
-// offset; stream and sequence; queue) while the broker keeps it.
-func (o *Options[M]) GiveUp(ctx context.Context, attempts int, cause, err error, attrs ...slog.Attr) {
-	o.Logger().LogAttrs(ctx, slog.LevelError, o.Names().Pkg+": the broker refused the dead letter "+strconv.Itoa(attempts)+
-		" times; the message is settled without one (committed, terminated or rejected). It is not lost: find it where these attributes say, while the broker keeps it",
-		append(attrs, slog.Any("cause", cause), slog.Any("error", err))...)
+// Refusal is what a broker's error says of a dead letter it did not take.
+type Refusal uint8
+
+// The refusals of a dead letter.
+const (
+	// Unreached: the broker could not be reached, or did not answer in
+	// time, or asked to try again: an outage, tried again without end.
+	Unreached Refusal = iota
+	// Refused: the broker answered no (a destination that does not exist
+	// or may not be written): tried again MaxAttempts times.
+	Refused
+	// RefusedTooLarge: the broker, or its client, refused the letter as too
+	// large: sent again stripped, then counted as Refused.
+	RefusedTooLarge
+)
+
+// SendLetter sends the dead letter l with send, which sends it as it is
+// and says what its error means, until the broker takes it. A letter the
+// broker refuses as too large is sent once more without the original's
+// body, record key and headers (Strip); one it refuses otherwise is sent
+// again after the retry backoff, and given up on after MaxAttempts
+// refusals; one that does not reach the broker is sent again without end.
+// wait waits out a pause, and reports false when the consumer stops. attrs
+// find the message in the logs, and giveUp says, in the error log of a
+// dead letter given up on, how the message is settled without it.
+//
+// err is nil when the broker took l. Otherwise it is the broker's last
+// error, and gaveUp says whether the consumer gave up on l (it settles the
+// message without a dead letter: the message is not lost, it stays where
+// attrs say while the broker keeps it), or stops (it hands the message
+// back).
+func (o *Options[M]) SendLetter(ctx context.Context, l *Letter, send func() (Refusal, error), wait func(time.Duration) bool,
+	attrs []slog.Attr, giveUp ...slog.Attr) (gaveUp bool, err error) {
+	pkg := o.Names().Pkg
+	for refusals, outages := 0, 0; ; {
+		var why Refusal
+		if why, err = send(); err == nil {
+			return false, nil
+		}
+		switch why {
+		case RefusedTooLarge:
+			if !l.stripped {
+				o.Logger().LogAttrs(ctx, slog.LevelWarn, pkg+": the broker refused the dead letter as too large; "+
+					"sending it without the original's body, key and headers", append(attrs, slog.Any("error", err))...)
+				l.Strip()
+				continue
+			}
+			fallthrough
+		case Refused:
+			refusals++
+			if refusals >= o.maxAttempts {
+				o.Logger().LogAttrs(ctx, slog.LevelError, pkg+": the broker refused the dead letter "+strconv.Itoa(refusals)+
+					" times; the message is settled without one (committed, terminated or rejected). It is not lost: find it where these attributes say, while the broker keeps it",
+					append(slices.Concat(attrs, giveUp), slog.Any("error", err))...)
+				return true, err
+			}
+			o.Logger().LogAttrs(ctx, slog.LevelWarn, pkg+": the broker refused the dead letter; trying again",
+				append(attrs, slog.Int("refusals", refusals), slog.Any("error", err))...)
+		default:
+			outages++
+			o.Logger().LogAttrs(ctx, slog.LevelWarn, pkg+": the dead letter did not reach the broker; trying again",
+				append(attrs, slog.Int("outages", outages), slog.Any("error", err))...)
+		}
+		if !wait(o.Backoff(refusals + outages)) {
+			return false, err
+		}
+	}
 }

@@ -35,13 +35,12 @@ const produceTimeout = 30 * time.Second
 
 // poison settles the record of it, which must never run again (the
 // verdict v): under WithDiscardPoison it is logged and reported; else its
-// dead letter is produced to the WithDeadLetter topic. A dead letter that
-// the broker refuses is tried MaxAttempts times, with backoff, and then
-// given up on (chassis.GiveUp): the record is done without it. A broker
-// that cannot be reached is an outage: the dead letter is tried again
-// without end. Poison returns nil once the record is done, and an error
-// when the partition stops first (revoked, lost, shutting down): the
-// record is not done, and its next owner handles it again.
+// dead letter is produced to the WithDeadLetter topic (chassis.SendLetter:
+// given up on after MaxAttempts refusals, the record done without it;
+// tried without end while the broker cannot be reached). It returns nil
+// once the record is done, and an error when the partition stops first
+// (revoked, lost, shutting down): the record is not done, and its next
+// owner handles it again.
 func (p *Partition) poison(ctx context.Context, it Item, v chassis.Verdict) error {
 	o := &p.c.o
 	r := it.Rec
@@ -68,45 +67,22 @@ func (p *Partition) poison(ctx context.Context, it Item, v chassis.Verdict) erro
 	attrs = append(attrs, slog.String("dead_letter_topic", topic))
 	l := letter(it, v)
 	l.Fit(batchMaxBytes(producer, topic))
-	stripped := false
-	for refusals, outages := 0, 0; ; {
+	gaveUp, err := o.SendLetter(ctx, l.Letter, func() (chassis.Refusal, error) {
 		pctx, cancel := context.WithTimeout(ctx, produceTimeout)
+		defer cancel()
 		err := producer.ProduceSync(pctx, l.record(topic)).FirstErr()
-		cancel()
-		if err == nil {
-			o.Logger().LogAttrs(ctx, slog.LevelWarn, pkg+": poison dead-lettered", attrs...)
-			p.c.observe(ctx, ev)
-			return nil
-		}
-		switch classify(err) {
-		case tooLarge:
-			if !stripped {
-				o.Logger().LogAttrs(ctx, slog.LevelWarn, pkg+": the broker refused the dead letter as too large; "+
-					"producing it without the record's key, value and headers", append(attrs, slog.Any("error", err))...)
-				l.Strip()
-				stripped = true
-				continue
-			}
-			fallthrough
-		case refused:
-			refusals++
-			if refusals >= o.MaxAttempts() {
-				o.GiveUp(ctx, refusals, v.Cause, err, attrs...)
-				ev.Kind, ev.BrokerErr = EventDiscarded, err
-				p.c.observe(ctx, ev)
-				return nil
-			}
-			o.Logger().LogAttrs(ctx, slog.LevelWarn, pkg+": the broker refused the dead letter; trying again",
-				append(attrs, slog.Int("refusals", refusals), slog.Any("error", err))...)
-		default:
-			outages++
-			o.Logger().LogAttrs(ctx, slog.LevelWarn, pkg+": the dead letter did not reach the broker; the record waits",
-				append(attrs, slog.Any("error", err))...)
-		}
-		if !p.sleep(o.Backoff(refusals + outages)) {
-			return fmt.Errorf("%s: dead letter to %s: %w (the partition stops)", pkg, topic, err)
-		}
+		return classify(err), err
+	}, p.sleep, attrs)
+	switch {
+	case err == nil:
+		o.Logger().LogAttrs(ctx, slog.LevelWarn, pkg+": poison dead-lettered", attrs...)
+	case gaveUp:
+		ev.Kind, ev.BrokerErr = EventDiscarded, err
+	default:
+		return fmt.Errorf("%s: dead letter to %s: %w (the partition stops)", pkg, topic, err)
 	}
+	p.c.observe(ctx, ev)
+	return nil
 }
 
 // deadLetter is a dead letter being made: the chassis's Letter of a
@@ -149,36 +125,23 @@ func batchMaxBytes(cl *kgo.Client, topic string) int {
 	return defaultBatchMaxBytes
 }
 
-// produceClass is what a failed produce says of the dead letter.
-type produceClass uint8
-
-// The classes of [classify].
-const (
-	// unreachable: the broker could not be reached or asked to try
-	// again (a connection that failed, a timeout, a retriable error): an
-	// outage.
-	unreachable produceClass = iota
-	// tooLarge: the broker, or the client, refused the record as too
-	// large (MESSAGE_TOO_LARGE).
-	tooLarge
-	// refused: the broker answered no (a topic that may not be written,
-	// an invalid topic name, a topic that does not exist once kgo stopped
-	// waiting for it, …).
-	refused
-)
-
-// classify returns the class of err, ProduceSync's error.
-func classify(err error) produceClass {
+// classify returns what err, ProduceSync's error, says of the dead letter:
+// a refusal when the broker answered no (a topic that may not be written,
+// an invalid topic name, a topic that does not exist once kgo stopped
+// waiting for it, …), or refused it, or the client did, as too large
+// (MESSAGE_TOO_LARGE); else the broker could not be reached, or asked to
+// try again (a connection that failed, a timeout, a retriable error).
+func classify(err error) chassis.Refusal {
 	switch {
 	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
-		return tooLarge
+		return chassis.RefusedTooLarge
 	case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID):
 		// Retriable to Kafka, but kgo returns it only once it gave up
 		// waiting for the topic (kgo.UnknownTopicRetries).
-		return refused
+		return chassis.Refused
 	}
 	if ke, ok := errors.AsType[*kerr.Error](err); ok && !ke.Retriable {
-		return refused
+		return chassis.Refused
 	}
-	return unreachable
+	return chassis.Unreached
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemgo/idem/internal/chassis"
 )
 
 // A produce's error is the broker's refusal only when Kafka says so: an
@@ -18,20 +20,20 @@ import (
 func TestClassify(t *testing.T) {
 	for _, tc := range []struct {
 		err  error
-		want produceClass
+		want chassis.Refusal
 	}{
-		{kerr.MessageTooLarge, tooLarge},
-		{fmt.Errorf("%w (uncompressed_bytes=1200000)", kerr.MessageTooLarge), tooLarge}, // franz-go's own check
-		{kerr.TopicAuthorizationFailed, refused},
-		{kerr.InvalidTopicException, refused},
-		{kerr.UnknownTopicOrPartition, refused}, // kgo.UnknownTopicRetries spent
-		{kerr.PolicyViolation, refused},
-		{kerr.NotLeaderForPartition, unreachable},
-		{kerr.RequestTimedOut, unreachable},
-		{fmt.Errorf("%w, last err: %w", kgo.ErrRecordTimeout, kerr.NotEnoughReplicas), unreachable},
-		{context.DeadlineExceeded, unreachable},
-		{&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, unreachable},
-		{kgo.ErrClientClosed, unreachable},
+		{kerr.MessageTooLarge, chassis.RefusedTooLarge},
+		{fmt.Errorf("%w (uncompressed_bytes=1200000)", kerr.MessageTooLarge), chassis.RefusedTooLarge}, // franz-go's own check
+		{kerr.TopicAuthorizationFailed, chassis.Refused},
+		{kerr.InvalidTopicException, chassis.Refused},
+		{kerr.UnknownTopicOrPartition, chassis.Refused}, // kgo.UnknownTopicRetries spent
+		{kerr.PolicyViolation, chassis.Refused},
+		{kerr.NotLeaderForPartition, chassis.Unreached},
+		{kerr.RequestTimedOut, chassis.Unreached},
+		{fmt.Errorf("%w, last err: %w", kgo.ErrRecordTimeout, kerr.NotEnoughReplicas), chassis.Unreached},
+		{context.DeadlineExceeded, chassis.Unreached},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, chassis.Unreached},
+		{kgo.ErrClientClosed, chassis.Unreached},
 	} {
 		if got := classify(tc.err); got != tc.want {
 			t.Errorf("classify(%v) = %d, want %d", tc.err, got, tc.want)

@@ -310,7 +310,7 @@ func (r *runner) handle(j job) {
 	case keyErr != nil, key == "" && !o.UnkeyedUnguarded():
 		v = o.DecideKey(keyErr)
 	case key == "":
-		err := r.call(chassis.HandlerContext(r.hctx, nil, trace), d)
+		err := r.call(r.hctx, trace, d)
 		v = o.Decide(idem.Result{}, err, r.c.tries.Count(dl.id))
 	default:
 		var pending bool
@@ -364,7 +364,7 @@ func (r *runner) guarded(dl delivery, trace consumer.TraceCarrier) (v chassis.Ve
 	var ran bool
 	fn := func(ctx context.Context) ([]byte, error) {
 		ran = true
-		return nil, r.call(chassis.HandlerContext(ctx, nil, trace), dl.d)
+		return nil, r.call(ctx, trace, dl.d)
 	}
 	switch cl := dl.cl; {
 	case cl.Held != nil:
@@ -398,9 +398,9 @@ func (r *runner) guarded(dl delivery, trace consumer.TraceCarrier) (v chassis.Ve
 
 // call runs the handler on a copy of d that cannot settle itself; a panic
 // is a *consumer.PanicError, logged.
-func (r *runner) call(ctx context.Context, d amqp.Delivery) error {
+func (r *runner) call(ctx context.Context, trace consumer.TraceCarrier, d amqp.Delivery) error {
 	d.Acknowledger = nil
-	return r.c.o.Call(ctx, func(ctx context.Context) error { return r.c.handler(ctx, d) }, func() []slog.Attr {
+	return r.c.o.Call(ctx, nil, trace, func(ctx context.Context) error { return r.c.handler(ctx, d) }, func() []slog.Attr {
 		return []slog.Attr{slog.String("queue", r.c.queue), slog.Uint64("delivery_tag", d.DeliveryTag)}
 	})
 }

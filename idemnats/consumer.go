@@ -488,8 +488,7 @@ func (r *run) stoppingVerdict() chassis.Verdict {
 // *consumer.PanicError, logged, so that the key is released and the
 // message redelivered rather than the process killed.
 func (c *Consumer) handle(ctx context.Context, d *delivery) error {
-	ctx = chassis.HandlerContext(ctx, nil, traceOf(d.msg))
-	return c.o.Call(ctx, func(ctx context.Context) error { return c.h(ctx, d.msg) }, d.attrs)
+	return c.o.Call(ctx, nil, traceOf(d.msg), func(ctx context.Context) error { return c.h(ctx, d.msg) }, d.attrs)
 }
 
 // traceOf returns the trace context among msg's headers. NATS header

@@ -202,10 +202,10 @@ func (c processor) batch(ctx context.Context, p *consume.Partition, items []cons
 // duplicates among them in replayed: one record without a key in a
 // savepoint, or the run of keyed records that starts items through the
 // TxGuard's DoBatchTx. It returns how many finished; stopErr, why the
-// next did not (the handler's error, or ErrDraining); fallback, for a
+// next did not (the handler's error, or ErrDraining); careful, for a
 // record that needs the careful path (poison, or a key another
 // transaction holds); err, the database's.
-func (c processor) runBatch(ctx context.Context, p *consume.Partition, tx pgx.Tx, items []consume.Item, replayed *int) (n int, stopErr error, fallback bool, err error) {
+func (c processor) runBatch(ctx context.Context, p *consume.Partition, tx pgx.Tx, items []consume.Item, replayed *int) (n int, stopErr error, careful bool, err error) {
 	if it := items[0]; !it.KeyOK {
 		switch {
 		case !it.Unguarded:

@@ -270,10 +270,10 @@ func TestCallTurnsAPanicIntoAnError(t *testing.T) {
 	}
 	built := 0
 	attrs := func() []slog.Attr { built++; return []slog.Attr{slog.String("subject", "orders.created")} }
-	if err := o.Call(context.Background(), func(context.Context) error { return nil }, attrs); err != nil || built != 0 {
+	if err := o.Call(context.Background(), nil, nil, func(context.Context) error { return nil }, attrs); err != nil || built != 0 {
 		t.Fatalf("Call of a handler that returns: %v, its attributes built %d times, want never", err, built)
 	}
-	err = o.Call(context.Background(), func(context.Context) error { panic("nil map") }, attrs)
+	err = o.Call(context.Background(), nil, nil, func(context.Context) error { panic("nil map") }, attrs)
 	pe, ok := errors.AsType[*consumer.PanicError](err)
 	if !ok || pe.Value != "nil map" || !bytes.Contains(pe.Stack, []byte("chassis_test")) {
 		t.Fatalf("Call of a panicking handler = %v, want a *consumer.PanicError with its value and stack", err)
@@ -281,7 +281,7 @@ func TestCallTurnsAPanicIntoAnError(t *testing.T) {
 	if log := logged.String(); !strings.Contains(log, "subject=orders.created") || !strings.Contains(log, "panic=\"nil map\"") {
 		t.Fatalf("the panic's log %q lacks the message's attributes or the panic", log)
 	}
-	if err := o.Call(context.Background(), func(context.Context) error { panic("no attrs") }, nil); err == nil {
+	if err := o.Call(context.Background(), nil, nil, func(context.Context) error { panic("no attrs") }, nil); err == nil {
 		t.Fatal("Call with no attributes let a panic pass as a success")
 	}
 	if v := o.Decide(idem.Result{}, err, 0); v.Settle != chassis.Retry || !v.Failed {
@@ -468,7 +468,14 @@ func TestHandlerContext(t *testing.T) {
 		}
 		return ""
 	})
-	hctx := chassis.HandlerContext(ctx, record, trace)
+	o, err := build(t, shared, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hctx context.Context
+	if err := o.Call(ctx, record, trace, func(ctx context.Context) error { hctx = ctx; return nil }, nil); err != nil {
+		t.Fatal(err)
+	}
 	if hctx.Value(ctxKey("span")) != "producer's span" || hctx.Value(ctxKey("mine")) != "consumer's" {
 		t.Fatalf("values: span %v, mine %v", hctx.Value(ctxKey("span")), hctx.Value(ctxKey("mine")))
 	}

@@ -268,11 +268,20 @@ func (o *Options[M]) Key(m M) (string, error) {
 	return k, nil
 }
 
-// Call runs h with ctx and turns its panic into a *consumer.PanicError,
-// logged at error level with its stack and the attributes attrs returns
-// (nil: none). attrs runs only then: a message's attributes cost more to
-// build than a no-op handler costs to run.
-func (o *Options[M]) Call(ctx context.Context, h func(context.Context) error, attrs func() []slog.Attr) (err error) {
+// Call runs h with the context a handler gets, and turns its panic into a
+// *consumer.PanicError, logged at error level with its stack and the
+// attributes attrs returns (nil: none). attrs runs only then: a message's
+// attributes cost more to build than a no-op handler costs to run.
+//
+// The handler's context has ctx's deadline, cancellation and values, then
+// the values of msgCtx (a Kafka record's context, where kgo hooks such as
+// kotel put their span; nil elsewhere), and the message's trace context
+// (consumer.TraceFrom).
+func (o *Options[M]) Call(ctx, msgCtx context.Context, trace consumer.TraceCarrier, h func(context.Context) error, attrs func() []slog.Attr) (err error) {
+	if msgCtx != nil && msgCtx != context.Background() && msgCtx != context.TODO() {
+		ctx = merged{ctx, msgCtx}
+	}
+	ctx = consumer.WithTrace(ctx, trace)
 	defer func() {
 		if v := recover(); v != nil {
 			pe := &consumer.PanicError{Value: v, Stack: debug.Stack()}

@@ -23,17 +23,6 @@ func Trace(header func(name string) string) consumer.TraceCarrier {
 	return c
 }
 
-// HandlerContext returns the context a handler runs with: ctx's deadline,
-// cancellation and values, then the values of msgCtx (a Kafka record's
-// context, where kgo hooks such as kotel put their span; nil elsewhere),
-// and the message's trace context.
-func HandlerContext(ctx, msgCtx context.Context, trace consumer.TraceCarrier) context.Context {
-	if msgCtx != nil && msgCtx != context.Background() && msgCtx != context.TODO() {
-		ctx = merged{ctx, msgCtx}
-	}
-	return consumer.WithTrace(ctx, trace)
-}
-
 // merged is a context whose values are those of its Context, else those of
 // values; its deadline and cancellation are its Context's alone.
 type merged struct {

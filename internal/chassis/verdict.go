@@ -30,16 +30,6 @@ const (
 	DeadLetter
 )
 
-var settleNames = [...]string{Ack: "ack", Retry: "retry", DeadLetter: "dead_letter"}
-
-// String returns the settlement's name in snake case, for logs.
-func (s Settle) String() string {
-	if s != 0 && int(s) < len(settleNames) {
-		return settleNames[s]
-	}
-	return fmt.Sprintf("Settle(%d)", uint8(s))
-}
-
 // Verdict is what a consumer does with a message once the Guard answered:
 // [Options.Decide]'s answer.
 type Verdict struct {

@@ -51,13 +51,13 @@ var ErrDraining = fmt.Errorf("not started: the consumer is shutting down: %w", c
 // *consumer.PanicError, logged.
 func (p *Partition) Run(ctx context.Context, it Item, h func(ctx context.Context) error) error {
 	r := it.Rec
-	hctx := chassis.HandlerContext(ctx, r.Context, chassis.Trace(func(name string) string {
+	trace := chassis.Trace(func(name string) string {
 		for _, h := range r.Headers {
 			if strings.EqualFold(h.Key, name) {
 				return string(h.Value)
 			}
 		}
 		return ""
-	}))
-	return p.c.o.Call(hctx, h, func() []slog.Attr { return append(recordAttrs(r), slog.String("key", it.Key)) })
+	})
+	return p.c.o.Call(ctx, r.Context, trace, h, func() []slog.Attr { return append(recordAttrs(r), slog.String("key", it.Key)) })
 }

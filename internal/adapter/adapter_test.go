@@ -38,7 +38,7 @@ var names = adapter.Names{Pkg: "testadapter", Request: "msg", Key: "the key head
 func build(t *testing.T, g *idem.Guard, opts ...option) (*options, error) {
 	t.Helper()
 	o := &options{}
-	return o, adapter.Build(o, &o.Policy, names, g, opts)
+	return o, adapter.Build(o, &o.Policy, names, g, nil, opts, nil)
 }
 
 func newGuard(t *testing.T, cfg idem.Config) *idem.Guard {

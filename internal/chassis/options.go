@@ -96,20 +96,22 @@ func Build[O any, F ~func(*O), M any](o *O, so *Options[M], b Broker[M], g *idem
 	}
 	names := b.Names
 	names.Threat = scopeThreat
-	adapter.Apply(o, &so.Policy, names, opts)
-	if so.poison == poisonUndecided {
-		so.Fail("New: no poison decision. Pass %s, where the messages that can never succeed go "+
-			"(with their cause in their headers), or WithDiscardPoison() to drop them, logged. "+
-			"A message is poison when its handler fails permanently, or %d times in a row (WithMaxAttempts), "+
-			"when its key is missing, unusable or reused with another payload", b.DeadLetterOption, consumer.DefaultMaxAttempts)
+	var exec *idem.Config
+	if g == nil {
+		exec = &cfg
 	}
-	if so.retryFirst > 0 && so.retryLast > 0 && so.retryFirst > so.retryLast {
-		so.Fail("WithRetryBackoff(%v, %v): the first pause is longer than the longest", so.retryFirst, so.retryLast)
-	}
-	if g != nil {
-		cfg = g.Config()
-	}
-	if err := so.Finish(g, cfg); err != nil {
+	err := adapter.Build(o, &so.Policy, names, g, exec, opts, func() {
+		if so.poison == poisonUndecided {
+			so.Fail("New: no poison decision. Pass %s, where the messages that can never succeed go "+
+				"(with their cause in their headers), or WithDiscardPoison() to drop them, logged. "+
+				"A message is poison when its handler fails permanently, or %d times in a row (WithMaxAttempts), "+
+				"when its key is missing, unusable or reused with another payload", b.DeadLetterOption, consumer.DefaultMaxAttempts)
+		}
+		if so.retryFirst > 0 && so.retryLast > 0 && so.retryFirst > so.retryLast {
+			so.Fail("WithRetryBackoff(%v, %v): the first pause is longer than the longest", so.retryFirst, so.retryLast)
+		}
+	})
+	if err != nil {
 		return err
 	}
 	so.maxAttempts = cmp.Or(so.maxAttempts, consumer.DefaultMaxAttempts)

@@ -42,9 +42,9 @@ type Consumer struct {
 func New(g *idem.Guard, h Handler, opts ...Option) (*Consumer, error) {
 	switch {
 	case g == nil:
-		return nil, errors.New("idemkafka: New: the Guard is nil")
+		return nil, errors.New("idemkafka: New: Guard is nil")
 	case h == nil:
-		return nil, errors.New("idemkafka: New: the Handler is nil")
+		return nil, errors.New("idemkafka: New: Handler is nil")
 	}
 	c := &Consumer{g: g, h: h}
 	var err error

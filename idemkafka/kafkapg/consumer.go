@@ -61,7 +61,7 @@ func New(db DB, h Handler, opts ...Option) (*Consumer, error) {
 		cfg.fail("New: db is nil")
 	}
 	if h == nil {
-		cfg.fail("New: the Handler is nil")
+		cfg.fail("New: Handler is nil")
 	}
 	for _, opt := range opts {
 		opt(&cfg)

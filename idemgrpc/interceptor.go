@@ -106,7 +106,7 @@ func (i *Interceptor) intercept(ctx context.Context, req any, info *grpc.UnarySe
 		resp any
 		herr error
 	)
-	res, err := i.o.Do(ctx, ctx, key, payload, func(ctx context.Context) ([]byte, error) {
+	res, err := i.o.Guard().DoScoped(ctx, i.o.Scope(ctx), key, payload, func(ctx context.Context) ([]byte, error) {
 		ran = true
 		resp, herr = handler(ctx, req)
 		return i.outcome(resp, herr)

@@ -241,7 +241,7 @@ func (i *Interceptor) failed(ctx context.Context, err error) error {
 		i.o.Logger().WarnContext(ctx, "idemgrpc: store unavailable", slog.Any("error", err))
 	case ctx.Err() != nil && (c == adapter.Ended || c == adapter.Retryable):
 		return status.FromContextError(ctx.Err()).Err()
-	case c == adapter.Retryable:
+	case c == adapter.Retryable, c == adapter.Refused:
 		i.o.Logger().ErrorContext(ctx, "idemgrpc: unexpected error", slog.Any("error", err))
 	}
 	st, ok := refusals[c]

@@ -208,6 +208,8 @@ func TestDecide(t *testing.T) {
 		{"second failure", idem.Result{}, failed, 1, chassis.Retry, "", false, true},
 		{"third failure", idem.Result{}, failed, 2, chassis.DeadLetter, consumer.ReasonTooManyAttempts, false, true},
 		{"third panic", idem.Result{}, panicked, 2, chassis.DeadLetter, consumer.ReasonTooManyAttempts, false, true},
+		{"refused", idem.Result{}, fmt.Errorf("idem: claim (key %q): %w", "k", idem.ErrRefused), 0, chassis.Retry, "", false, true},
+		{"refused, third", idem.Result{}, fmt.Errorf("idem: claim (key %q): %w", "k", idem.ErrRefused), 2, chassis.DeadLetter, consumer.ReasonTooManyAttempts, false, true},
 		{"permanent", idem.Result{}, permanent, 0, chassis.DeadLetter, consumer.ReasonPermanent, false, false},
 		{"stored permanent", idem.Result{Replayed: true}, stored, 0, chassis.DeadLetter, consumer.ReasonPermanent, false, false},
 		{"reused", idem.Result{}, fmt.Errorf("%w (key %q)", idem.ErrKeyReused, "k"), 0, chassis.DeadLetter, consumer.ReasonKeyReused, false, false},

@@ -67,7 +67,8 @@ func Outage(cause error) Verdict { return Verdict{Settle: Retry, Cause: cause} }
 //	ErrInProgress                                         Retry, busy delay
 //	ErrStoreUnavailable, ErrLeaseLost, ErrClosed,
 //	  the context ended                                   Retry, backoff
-//	the handler's retryable error, panic or own timeout   Retry, backoff, Failed
+//	the handler's retryable error, panic or own timeout,
+//	  ErrRefused (the store refuses this key alone)       Retry, backoff, Failed
 //	  … for the MaxAttempts-th time in a row              DeadLetter (too-many-attempts)
 //	a permanent error, fresh or replayed                  DeadLetter (permanent)
 //	ErrTooManyAttempts                                    DeadLetter (too-many-attempts)
@@ -90,7 +91,7 @@ func (o *Options[M]) Decide(res idem.Result, err error, failures int) Verdict {
 		v.Settle, v.Cause = Ack, nil
 	case adapter.InProgress:
 		v.Settle, v.Busy, v.Delay = Retry, true, o.busyDelay
-	case adapter.Retryable:
+	case adapter.Retryable, adapter.Refused:
 		v.Settle, v.Failed = Retry, true
 		if failures+1 >= o.maxAttempts {
 			v.Settle, v.Reason = DeadLetter, consumer.ReasonTooManyAttempts

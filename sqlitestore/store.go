@@ -578,6 +578,25 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	})
 }
 
+// DeleteIf implements [storage.Store.DeleteIf] in one transaction holding
+// the write lock, which reads the record and deletes it when it is live
+// (on the Store's clock, Config.Now) with the status and token given.
+func (s *Store) DeleteIf(ctx context.Context, key string, status storage.Status, t storage.Token) error {
+	return s.inTx(ctx, "delete", func(ctx context.Context, tx *sql.Tx) error {
+		r, found, err := s.read(ctx, tx, key, 0, s.now())
+		switch {
+		case err != nil:
+			return translate(ctx, "delete", err)
+		case !found:
+			return storage.ErrNotFound
+		case storage.Status(r.status) != status || storage.Token(r.token) != t:
+			return storage.ErrChanged
+		}
+		_, err = tx.ExecContext(ctx, s.q.delete, []byte(key))
+		return translate(ctx, "delete", err)
+	})
+}
+
 // DefaultReapBatch is the batch of [Store.Reap] when it is given none.
 const DefaultReapBatch = 1000
 

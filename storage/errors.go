@@ -67,3 +67,8 @@ const failureTooManyAttempts = 'A'
 // result of a record it marks Failed because a claim would exceed
 // [ClaimArgs.MaxAttempts]. The Guard replays it as idem.ErrTooManyAttempts.
 func TooManyAttemptsCause() []byte { return []byte{failureTooManyAttempts} }
+
+// ErrChanged: [Store.DeleteIf] found the key's record in another status or
+// with another token than the caller read (a holder took it over or
+// finished it since), and deleted nothing.
+var ErrChanged = errors.New("idem: record changed since it was read")

@@ -175,7 +175,7 @@ func (v recordView) print(w io.Writer) {
 		fmt.Fprintf(w, "http status  %d\n", v.HTTPStatus)
 	}
 	if v.Failure != "" {
-		fmt.Fprintf(w, "failure      %s\n", v.Failure)
+		fmt.Fprintf(w, "failure      %q\n", v.Failure) // its text may be a publisher's: no escape or line of it reaches the terminal
 	}
 }
 

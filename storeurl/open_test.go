@@ -278,6 +278,38 @@ func TestBadURLs(t *testing.T) {
 	}
 }
 
+// TestAmbiguousPasswordRefused: a password with an unescaped "/", "?" or
+// "#" is refused before any driver reads it, which would take a piece of
+// it for the host or the path and repeat that piece in its errors; no
+// piece of it is printed. None needs a server.
+func TestAmbiguousPasswordRefused(t *testing.T) {
+	for _, raw := range []string{
+		"postgres://app:Sup3r/H1dden@127.0.0.1:1/test",
+		"postgres://app:5432/H1dden@127.0.0.1:1/test", // parses, with the host app:5432
+		"postgres://app:Sup3r?H1dden@127.0.0.1:1/test",
+		"redis://:Sup3r#H1dden@127.0.0.1:1/0",
+		"redis://:6379#H1dden@127.0.0.1:1/0",
+		"rediss://u:Sup3r/H1dden@127.0.0.1:1/0",
+		"dynamodb://u:Sup3r/H1dden@127.0.0.1:1/t",
+	} {
+		t.Run(raw, func(t *testing.T) {
+			s, closeStore, err := storeurl.Open(context.Background(), raw)
+			if err == nil {
+				closeStore()
+				t.Fatalf("Open(%q) = %T, want a *URLError", raw, s)
+			}
+			if _, ok := errors.AsType[*storeurl.URLError](err); !ok || !strings.Contains(err.Error(), "percent-encode") {
+				t.Errorf("Open(%q): %v, want a URL error that says to percent-encode", raw, err)
+			}
+			for _, e := range chain(err) {
+				if strings.Contains(e.Error(), "Sup3r") || strings.Contains(e.Error(), "H1dden") {
+					t.Errorf("Open(%q): an error of the chain, %T, prints a piece of the password: %v", raw, e, e)
+				}
+			}
+		})
+	}
+}
+
 // TestUnreachableServer: a server that does not answer is an error
 // wrapping storage.ErrStoreUnavailable that names the URL redacted, not a
 // URL error, and it comes back in time.

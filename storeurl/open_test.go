@@ -256,6 +256,7 @@ func TestBadURLs(t *testing.T) {
 		{"mem://u:" + secret + "@host", "mem:// takes no host"},
 		{"mem://elsewhere", "mem:// takes no host"},
 		{"sqlite://u:" + secret + "@/tmp/x.db", "no user"},
+		{"sqlite:///tmp/idem%00.db", "NUL byte"},
 		{"127.0.0.1:6379", "not a URL"},
 		{"localhost", "no scheme"},
 		{"", "no scheme"},

@@ -81,10 +81,12 @@ type Store interface {
 	// operator's tool deletes what it showed, never a record a holder
 	// took since. It returns nil when it deleted the record; ErrNotFound
 	// when the key has no live record; ErrChanged when its record has
-	// another status or token. On either error nothing is deleted. The
-	// holder of a deleted record gets ErrLeaseLost on its next call, as
-	// after Delete. Of a DeleteIf and any concurrent calls on the key,
-	// each sees the record as the other left it.
+	// another status or token. On either error nothing is deleted; a
+	// repeated call after a delete gets ErrNotFound. The holder of a
+	// deleted record gets ErrLeaseLost on its next call, as after Delete.
+	// Of a DeleteIf and any concurrent calls on the key, each sees the
+	// record as the other left it. A holder's Extend keeps its token: a
+	// lease renewed since the read is not a change here.
 	DeleteIf(ctx context.Context, key string, status Status, t Token) error
 
 	// ClaimBatch does what Claim does for each of args and returns one

@@ -546,6 +546,26 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
+// DeleteIf implements [storage.Store.DeleteIf] in one section under the
+// key's shard's lock, on the Store's clock (Config.Now).
+func (s *Store) DeleteIf(ctx context.Context, key string, status storage.Status, t storage.Token) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := s.live(sh, key, s.cfg.Now().UnixNano())
+	switch {
+	case !ok:
+		return storage.ErrNotFound
+	case e.status != status || e.token != t:
+		return storage.ErrChanged
+	}
+	s.remove(sh, key, &e)
+	return nil
+}
+
 // ClaimBatch implements [storage.Store.ClaimBatch]: each claim as Claim would,
 // in order.
 func (s *Store) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]storage.Claim, error) {

@@ -604,6 +604,7 @@ func TestUnknownFormat(t *testing.T) {
 			"Fail":     s.Fail(ctx, key, 1, []byte("v"), time.Minute),
 			"Release":  s.Release(ctx, key, 1),
 			"Extend":   s.Extend(ctx, key, 1, time.Minute),
+			"DeleteIf": s.DeleteIf(ctx, key, storage.StatusInProgress, 1),
 		} {
 			if !errors.Is(err, redisstore.ErrUnknownFormat) {
 				t.Errorf("%s: %s: %v, want ErrUnknownFormat", name, op, err)

@@ -90,7 +90,7 @@
 // each, in order, which spares Redis a script call per key; on Cluster,
 // where keys live in different slots, they pipeline one single-key script
 // per key. A Store keeps, for CompleteBatch, the record each of its
-// ClaimBatch claims created (at most two generations of 16,384): the
+// ClaimBatch claims created (at most two generations of 16,384 and 8 MiB): the
 // complete script then compares the whole record and writes the finished
 // one as sent. A claim it did not keep is completed by its token.
 //

@@ -51,6 +51,9 @@ func (s *Store) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]sto
 	if len(args) == 0 {
 		return []storage.Claim{}, nil
 	}
+	if err := s.policy.err(ctx, "ClaimBatch"); err != nil {
+		return nil, err
+	}
 	b := s.newClaimBatch(ctx, args)
 	sent0 := time.Now()
 	if err := s.sendPlain(ctx, b.plains); err != nil {

@@ -119,6 +119,9 @@
 // evicted key runs again with no error anywhere. [New] reads the policy
 // of every primary (INFO memory) and refuses anything but noeviction with
 // an [EvictionPolicyError], unless Config.AllowEviction accepts the risk.
+// It reads the policy again while it runs, on the first claim 10 seconds
+// after the last check, and fails claims closed (storage.ErrStoreUnavailable)
+// while the policy may evict.
 // Under noeviction a full Redis refuses writes: the store then still
 // answers a duplicate of a key that holds an outcome, and a Busy, with a
 // read-only script, and fails what needs a write with [ErrOutOfMemory]

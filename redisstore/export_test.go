@@ -108,3 +108,10 @@ func (s *Store) ForgetHeld(t storage.Token) {
 // RecordHeaderLen is the length of a record's header: the fingerprint
 // follows it.
 const RecordHeaderLen = headerLen
+
+// SetPolicyCheckInterval makes s read the eviction policy again every d
+// (see policyWatch), from now on.
+func (s *Store) SetPolicyCheckInterval(d time.Duration) {
+	s.policy.every = d
+	s.policy.next.Store(time.Now().Add(d).UnixNano())
+}

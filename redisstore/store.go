@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -61,8 +62,16 @@ type Config struct {
 	// returns an error. Set it only if the data this Redis holds can never
 	// fill maxmemory, or if running some duplicates again is acceptable.
 	// Default false: New refuses any policy but noeviction, under which a
-	// full Redis refuses new claims (ErrOutOfMemory) rather than forget.
+	// full Redis refuses new claims (ErrOutOfMemory) rather than forget;
+	// and the Store reads the policy again every 10 seconds while it runs
+	// (see New), failing claims while it may evict.
 	AllowEviction bool
+
+	// Logger receives an error when a check of the eviction policy while
+	// the Store runs finds one that may evict (once, until a later check
+	// finds noeviction again, which is logged as a warning). Default
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // Defaults and limits of [Config].
@@ -90,7 +99,8 @@ const maxDuration = 100 * 365 * 24 * time.Hour
 type Store struct {
 	client redis.UniversalClient
 	cfg    Config
-	held   *held // the records ClaimBatch created, for CompleteBatch
+	held   *held        // the records ClaimBatch created, for CompleteBatch
+	policy *policyWatch // nil with AllowEviction
 }
 
 var (
@@ -113,9 +123,16 @@ var (
 // that does not answer within 5 seconds gives an error wrapping
 // storage.ErrStoreUnavailable, and no Store: New does not pass what it could
 // not check. A program that may start before Redis does calls New again
-// until it succeeds, as it would retry its first call. The check is made
-// once: a policy changed later (CONFIG SET, a failover to a primary
-// configured otherwise) is not seen.
+// until it succeeds, as it would retry its first call. The Store reads the
+// policy again while it runs, so that a policy changed later (CONFIG SET,
+// a failover to a primary configured otherwise) is seen: the first Claim
+// or ClaimBatch 10 seconds after the last check checks again, in a round
+// trip of its own, and while the last check found a policy that may
+// evict, every Claim and ClaimBatch fails with an error wrapping
+// storage.ErrStoreUnavailable and the *EvictionPolicyError (Complete,
+// Fail, Release, Extend and Get go on: they run nothing twice). It logs
+// the change to Config.Logger once; a later check that finds noeviction
+// lets claims go on.
 func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: New: client is nil")
@@ -138,6 +155,7 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	cfg.Prefix = cmp.Or(cfg.Prefix, DefaultPrefix)
 	cfg.MaxValueSize = cmp.Or(cfg.MaxValueSize, DefaultMaxValueSize)
 	cfg.WaitTimeout = cmp.Or(cfg.WaitTimeout, DefaultWaitTimeout)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.WaitReplicas > 0 {
 		var readTimeout time.Duration
 		switch c := client.(type) {
@@ -152,12 +170,14 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("redisstore: Config.WaitTimeout %v: must be shorter than the client's ReadTimeout %v", cfg.WaitTimeout, readTimeout)
 		}
 	}
+	s := &Store{client: client, cfg: cfg, held: new(held)}
 	if !cfg.AllowEviction {
 		if err := checkEviction(client); err != nil {
 			return nil, err
 		}
+		s.policy = newPolicyWatch(client, cfg.Logger)
 	}
-	return &Store{client: client, cfg: cfg, held: new(held)}, nil
+	return s, nil
 }
 
 // unboundedTimeouts names the client's socket timeouts that never end a
@@ -241,6 +261,9 @@ func (s *Store) RedisKey(key string) string {
 // Config.MaxValueSize; any other failure wraps storage.ErrStoreUnavailable.
 func (s *Store) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error) {
 	if err := checkClaim("Claim", a); err != nil {
+		return storage.Claim{}, err
+	}
+	if err := s.policy.err(ctx, "Claim"); err != nil {
 		return storage.Claim{}, err
 	}
 	return s.claim(ctx, a, newToken())

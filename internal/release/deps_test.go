@@ -39,14 +39,16 @@ func workspace(t *testing.T, files map[string]string) (string, map[string]module
 	return root, mods
 }
 
-func TestDepsCheck(t *testing.T) {
-	pkg := func(name string, imports ...string) string {
-		s := "package " + name + "\n\nimport (\n"
-		for _, i := range imports {
-			s += "\t_ \"" + i + "\"\n"
-		}
-		return s + ")\n"
+// pkg is the text of a Go file of package name that imports imports.
+func pkg(name string, imports ...string) string {
+	s := "package " + name + "\n\nimport (\n"
+	for _, i := range imports {
+		s += "\t_ \"" + i + "\"\n"
 	}
+	return s + ")\n"
+}
+
+func TestDepsCheck(t *testing.T) {
 	root, mods := workspace(t, map[string]string{
 		// A library: its package imports dep, and winonly on Windows; its
 		// tests import testdep and the leak checker; an internal package
@@ -128,5 +130,30 @@ func TestDepsCheck(t *testing.T) {
 	}
 	if p := check(leak, "example.com/lib"); len(p) > 0 {
 		t.Errorf("after dropping the test-only requirement: %q, want no problem", p)
+	}
+}
+
+func TestLinkCheck(t *testing.T) {
+	root, _ := workspace(t, map[string]string{
+		// A tool whose demo links a broker's client through a library of
+		// another module; its other command links nothing of it.
+		"tool/go.mod":          "module example.com/tool\n\ngo 1.26.0\n\nrequire example.com/adapter v0.1.0\n",
+		"tool/cmd/op/main.go":  pkg("main", "example.com/adapter"),
+		"tool/cmd/ok/main.go":  pkg("main"),
+		"adapter/go.mod":       "module example.com/adapter\n\ngo 1.26.0\n\nrequire example.com/broker v0.1.0\n",
+		"adapter/adapter.go":   pkg("adapter", "example.com/broker/pkg/wire"),
+		"broker/go.mod":        "module example.com/broker\n\ngo 1.26.0\n",
+		"broker/pkg/wire/w.go": pkg("wire"),
+	})
+	forbidden := func(cmd string) map[string][]string { return map[string][]string{cmd: {"example.com/broker"}} }
+	p, err := linkCheck(root, forbidden("example.com/tool/cmd/op"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p) != 1 || !strings.Contains(p[0], "example.com/tool/cmd/op links example.com/broker/pkg/wire") {
+		t.Errorf("a command linking a forbidden module through another: %q, want one problem naming the package", p)
+	}
+	if p, err := linkCheck(root, forbidden("example.com/tool/cmd/ok")); err != nil || len(p) > 0 {
+		t.Errorf("a command linking none: %q, %v, want no problem", p, err)
 	}
 }

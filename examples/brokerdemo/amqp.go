@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -51,43 +50,18 @@ func amqpRunStream(url string) demo.RunFunc {
 			return demo.Report{}, fmt.Errorf("idem: demo: connecting to RabbitMQ at %s: %w", storeurl.Redact(url), err)
 		}
 		defer admin.Close()
-		r := &amqpRun{url: url, msgs: stream, plan: plan, acked: make([]atomic.Bool, len(stream)),
+		r := &amqpRun{url: url, msgs: stream, plan: plan, allAcked: make(chan struct{}), acked: make([]atomic.Bool, len(stream)),
 			attempts: make([]atomic.Int32, len(stream))}
 		if err := r.setUp(ctx, admin, name); err != nil {
 			return demo.Report{}, err
 		}
 		defer r.tearDown(admin)
 
-		l := demo.NewLedger(o.Messages)
-		var stats demo.RunStats
-		runCtx, cancel := context.WithTimeout(ctx, o.Timeout)
-		defer cancel()
-		r.allAcked = cancel
-
-		stopProgress := demo.StartProgress(stderr, name, len(stream), r.ackedCount.Load)
-		start := time.Now()
-		errs := make([]error, o.Consumers)
-		var wg sync.WaitGroup
-		for i := range o.Consumers {
-			wg.Go(func() {
-				errs[i] = r.consume(runCtx, &stats, func(p *demo.Process) (demo.Handler, func(), error) { return newHandler(p, l) })
-				if errs[i] != nil {
-					cancel()
-				}
-			})
-		}
-		wg.Wait()
-		elapsed := time.Since(start)
-		stopProgress()
-
-		if err := errors.Join(errs...); err != nil {
-			return demo.Report{}, err
-		}
-		if ctx.Err() != nil {
-			return demo.Report{}, fmt.Errorf("idem: demo interrupted: %w", context.Cause(ctx))
-		}
-		timedOut := int(r.ackedCount.Load()) < len(stream)
-		return demo.Tally(name, l, r.stats(o.Messages), &stats, elapsed, timedOut), nil
+		return demo.RunConsumers(ctx, o, name, len(stream), r.ackedCount.Load, r.allAcked, stderr,
+			func(ctx context.Context, l *demo.Ledger, stats *demo.RunStats) error {
+				return r.consume(ctx, stats, func(p *demo.Process) (demo.Handler, func(), error) { return newHandler(p, l) })
+			},
+			func() demo.BrokerStats { return r.stats(o.Messages) })
 	}
 }
 
@@ -98,7 +72,7 @@ type amqpRun struct {
 	delayQ   string // idemamqp's delay queue of it, if the guarded run makes one
 	msgs     []demo.Message
 	plan     demo.CrashPlan
-	allAcked func()
+	allAcked chan struct{} // closed once every message is acked
 
 	attempts   []atomic.Int32 // deliveries so far, by message index
 	acked      []atomic.Bool  // by message index
@@ -332,7 +306,7 @@ func (r *amqpRun) guarded(ctx context.Context, p *amqpProcess, cfg amqp.Config, 
 // ack records that message idx was acked, and ends the run once all were.
 func (r *amqpRun) ack(idx int) {
 	if idx >= 0 && !r.acked[idx].Swap(true) && int(r.ackedCount.Add(1)) == len(r.msgs) {
-		r.allAcked()
+		close(r.allAcked)
 	}
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"io"
 	"runtime"
@@ -52,42 +51,17 @@ func natsRunStream(url string) demo.RunFunc {
 		if err != nil {
 			return demo.Report{}, err
 		}
-		r := &natsRun{url: url, msgs: stream, plan: plan, acked: make([]atomic.Bool, len(stream))}
+		r := &natsRun{url: url, msgs: stream, plan: plan, allAcked: make(chan struct{}), acked: make([]atomic.Bool, len(stream))}
 		if err := r.setUp(ctx, js, name); err != nil {
 			return demo.Report{}, err
 		}
 		defer js.DeleteStream(context.WithoutCancel(ctx), r.stream)
 
-		l := demo.NewLedger(o.Messages)
-		var stats demo.RunStats
-		runCtx, cancel := context.WithTimeout(ctx, o.Timeout)
-		defer cancel()
-		r.allAcked = cancel
-
-		stopProgress := demo.StartProgress(stderr, name, len(stream), r.ackedCount.Load)
-		start := time.Now()
-		errs := make([]error, o.Consumers)
-		var wg sync.WaitGroup
-		for i := range o.Consumers {
-			wg.Go(func() {
-				errs[i] = r.consume(runCtx, &stats, func(p *demo.Process) (demo.Handler, func(), error) { return newHandler(p, l) })
-				if errs[i] != nil {
-					cancel()
-				}
-			})
-		}
-		wg.Wait()
-		elapsed := time.Since(start)
-		stopProgress()
-
-		if err := errors.Join(errs...); err != nil {
-			return demo.Report{}, err
-		}
-		if ctx.Err() != nil {
-			return demo.Report{}, fmt.Errorf("idem: demo interrupted: %w", context.Cause(ctx))
-		}
-		timedOut := int(r.ackedCount.Load()) < len(stream)
-		return demo.Tally(name, l, r.stats(o.Messages), &stats, elapsed, timedOut), nil
+		return demo.RunConsumers(ctx, o, name, len(stream), r.ackedCount.Load, r.allAcked, stderr,
+			func(ctx context.Context, l *demo.Ledger, stats *demo.RunStats) error {
+				return r.consume(ctx, stats, func(p *demo.Process) (demo.Handler, func(), error) { return newHandler(p, l) })
+			},
+			func() demo.BrokerStats { return r.stats(o.Messages) })
 	}
 }
 
@@ -97,7 +71,7 @@ type natsRun struct {
 	stream   string // its name on the server
 	msgs     []demo.Message
 	plan     demo.CrashPlan
-	allAcked func()
+	allAcked chan struct{} // closed once every message is acked
 
 	acked      []atomic.Bool // by message index
 	ackedCount atomic.Int64
@@ -366,7 +340,7 @@ func (m *natsDemoMsg) Ack() error {
 	return m.settle(func() error {
 		err := m.Msg.Ack()
 		if err == nil && !m.r.acked[m.idx].Swap(true) && int(m.r.ackedCount.Add(1)) == len(m.r.msgs) {
-			m.r.allAcked()
+			close(m.r.allAcked)
 		}
 		return err
 	})

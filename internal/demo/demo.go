@@ -176,18 +176,43 @@ counts what each store and mode let through when processes die there.
 func runStream(ctx context.Context, o Options, name string, stream []Message, plan CrashPlan, stderr io.Writer,
 	newHandler func(p *Process, l *Ledger) (Handler, func(), error)) (Report, error) {
 	b := newBroker(stream, Visibility)
+	return RunConsumers(ctx, o, name, len(stream), b.acked.Load, nil, stderr,
+		func(ctx context.Context, l *Ledger, stats *RunStats) error {
+			return consume(ctx, b, plan, stats, func(p *Process) (Handler, func(), error) { return newHandler(p, l) })
+		},
+		func() BrokerStats { return b.stats(o.Messages) })
+}
+
+// RunConsumers runs the consumers of one run of a RunFunc: o.Consumers
+// slots at once, each calling slot with the run's ledger and counts until
+// it returns, and a progress bar of acked() out of total on stderr. The
+// slots' context ends after o.Timeout, at the first slot's error, or once
+// done is closed (nil: never). It returns the run's row of the table, with
+// what brokerStats counted once the slots returned; or the slots' errors,
+// or an error when ctx ended first.
+func RunConsumers(ctx context.Context, o Options, name string, total int, acked func() int64, done <-chan struct{}, stderr io.Writer,
+	slot func(ctx context.Context, l *Ledger, stats *RunStats) error, brokerStats func() BrokerStats) (Report, error) {
 	l := NewLedger(o.Messages)
 	var stats RunStats
 	runCtx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
+	if done != nil {
+		go func() {
+			select {
+			case <-done:
+				cancel()
+			case <-runCtx.Done():
+			}
+		}()
+	}
 
-	stopProgress := StartProgress(stderr, name, len(stream), b.acked.Load)
+	stopProgress := StartProgress(stderr, name, total, acked)
 	start := time.Now()
 	errs := make([]error, o.Consumers)
 	var wg sync.WaitGroup
 	for i := range o.Consumers {
 		wg.Go(func() {
-			errs[i] = consume(runCtx, b, plan, &stats, func(p *Process) (Handler, func(), error) { return newHandler(p, l) })
+			errs[i] = slot(runCtx, l, &stats)
 			if errs[i] != nil {
 				cancel()
 			}
@@ -203,8 +228,8 @@ func runStream(ctx context.Context, o Options, name string, stream []Message, pl
 	if ctx.Err() != nil {
 		return Report{}, fmt.Errorf("idem: demo interrupted: %w", context.Cause(ctx))
 	}
-	timedOut := errors.Is(runCtx.Err(), context.DeadlineExceeded)
-	return Tally(name, l, b.stats(o.Messages), &stats, elapsed, timedOut), nil
+	timedOut := acked() < int64(total)
+	return Tally(name, l, brokerStats(), &stats, elapsed, timedOut), nil
 }
 
 // CleanUp deletes the records the guarded run wrote, unless o.Keep; in

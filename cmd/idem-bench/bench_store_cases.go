@@ -325,23 +325,61 @@ func redisBenchTarget(ctx context.Context, raw string, maxG int) (*storeBenchTar
 	shown := storeurl.Redact(u.String())
 	base := cmp.Or(u.Query().Get("prefix"), "idem-bench:")
 	dropParam(u, "prefix")
+	c, server, err := redisBenchClient(ctx, u, shown, maxG)
+	if err != nil {
+		return nil, err
+	}
+	prefix := base + strings.ToLower(rand.Text()[:12]) + ":"
+	s, err := redisstore.New(c, redisstore.Config{Prefix: prefix + "store:"})
+	if err != nil {
+		c.Close()
+		return nil, usageErrorf("idem-bench: --store %s: %v", shown, err)
+	}
+	bare := &redisBare{c: c, prefix: prefix}
+	prepare := once(func(ctx context.Context) error {
+		for _, k := range bare.dupKeys() {
+			if err := c.Set(ctx, k, storeBenchResult, time.Hour).Err(); err != nil {
+				return err
+			}
+		}
+		return prepareDuplicates(ctx, s)
+	})
+	shared := func(context.Context, int) (storage.Store, func(), error) { return s, func() {}, nil }
+	dupStore := func(ctx context.Context, _ int) (storage.Store, func(), error) { return s, func() {}, prepare(ctx) }
+	return &storeBenchTarget{
+		url:    shown,
+		server: server,
+		cases:  cases(storeSides(shared, dupStore), bare.sides(prepare)),
+		memory: func(ctx context.Context) (*storeBenchMemory, error) { return redisMemoryPerRecord(ctx, c) },
+		// The run's keys, store's and bare's, all under prefix: millions of
+		// them after a long run, each kept for the retention. Left behind,
+		// they would slow every SCAN of the server's other users for a day.
+		close: func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			return errors.Join(unlinkPrefix(ctx, c, prefix), c.Close())
+		},
+	}, nil
+}
+
+// redisBenchClient returns a client of the Redis at u (shown as shown)
+// with a connection for each of maxG goroutines, made before any phase is
+// timed, and the bare scripts loaded; and the server's name and version.
+func redisBenchClient(ctx context.Context, u *url.URL, shown string, maxG int) (*redis.Client, string, error) {
 	opts, err := redis.ParseURL(u.String())
 	if err != nil {
-		return nil, usageErrorf("idem-bench: --store %s: %v", shown, err)
+		return nil, "", usageErrorf("idem-bench: --store %s: %v", shown, err)
 	}
 	if !u.Query().Has("pool_size") {
 		opts.PoolSize = maxG
 	}
 	c := redis.NewClient(opts)
-	fail := func(err error) (*storeBenchTarget, error) {
-		c.Close()
-		return nil, err
-	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	info, err := c.Info(pctx, "server").Result()
 	if err != nil {
-		return fail(fmt.Errorf("idem-bench: --store %s: cannot reach Redis: %w: %w", shown, idem.ErrStoreUnavailable, err))
+		c.Close()
+		return nil, "", fmt.Errorf("idem-bench: --store %s: cannot reach Redis: %w: %w", shown, idem.ErrStoreUnavailable, err)
 	}
 	server := "Redis"
 	for line := range strings.Lines(info) {
@@ -349,7 +387,6 @@ func redisBenchTarget(ctx context.Context, raw string, maxG int) (*storeBenchTar
 			server += " " + v
 		}
 	}
-	// A connection for every goroutine before any phase is timed.
 	var wg sync.WaitGroup
 	for range maxG {
 		wg.Go(func() { c.Ping(pctx) })
@@ -357,35 +394,38 @@ func redisBenchTarget(ctx context.Context, raw string, maxG int) (*storeBenchTar
 	wg.Wait()
 	for _, s := range []*redis.Script{bareRedisClaim, bareRedisComplete} {
 		if err := s.Load(ctx, c).Err(); err != nil {
-			return fail(err)
+			c.Close()
+			return nil, "", err
 		}
 	}
+	return c, server, nil
+}
 
-	prefix := base + strings.ToLower(rand.Text()[:12]) + ":"
-	s, err := redisstore.New(c, redisstore.Config{Prefix: prefix + "store:"})
-	if err != nil {
-		return fail(usageErrorf("idem-bench: --store %s: %v", shown, err))
-	}
-	bareKey := func(key string) string { return prefix + "bare:" + key }
-	retention := storeBenchRetention.Milliseconds()
-	bareDupKeys := make([]string, storeBenchDups)
+// redisBare is the bare side of a Redis target: the bare scripts on c,
+// over keys under prefix.
+type redisBare struct {
+	c      *redis.Client
+	prefix string
+}
+
+func (b *redisBare) key(key string) string { return b.prefix + "bare:" + key }
+
+// dupKeys are the keys of the completed records the duplicate case reads.
+func (b *redisBare) dupKeys() []string {
+	keys := make([]string, storeBenchDups)
 	for i, k := range storeBenchDupKeys {
-		bareDupKeys[i] = bareKey(k)
+		keys[i] = b.key(k)
 	}
-	prepare := once(func(ctx context.Context) error {
-		for _, k := range bareDupKeys {
-			if err := c.Set(ctx, k, storeBenchResult, time.Hour).Err(); err != nil {
-				return err
-			}
-		}
-		return prepareDuplicates(ctx, s)
-	})
+	return keys
+}
 
-	shared := func(context.Context, int) (storage.Store, func(), error) { return s, func() {}, nil }
-	dupStore := func(ctx context.Context, _ int) (storage.Store, func(), error) { return s, func() {}, prepare(ctx) }
+// sides are the bare sides of the cases; prepare writes the duplicates'
+// records.
+func (b *redisBare) sides(prepare func(context.Context) error) map[string]storeBenchSide {
+	c, retention, dupKeys := b.c, storeBenchRetention.Milliseconds(), b.dupKeys()
 	claimComplete := func(context.Context, int) (storeBenchOp, func(), error) {
 		return func(ctx context.Context, w *storeBenchWorker, i int) error {
-			key, token := bareKey(w.key(i)), strconv.Itoa(i+1)
+			key, token := b.key(w.key(i)), strconv.Itoa(i+1)
 			ok, err := bareRedisClaim.Run(ctx, c, []string{key}, token, storeBenchLease.Milliseconds()).Int()
 			if err != nil {
 				return err
@@ -396,7 +436,7 @@ func redisBenchTarget(ctx context.Context, raw string, maxG int) (*storeBenchTar
 			return bareRedisComplete.Run(ctx, c, []string{key}, token, storeBenchResult, retention).Err()
 		}, func() {}, nil
 	}
-	bare := map[string]storeBenchSide{
+	return map[string]storeBenchSide{
 		"claim-complete": claimComplete,
 		"do":             claimComplete,
 		"claim-batch": func(context.Context, int) (storeBenchOp, func(), error) {
@@ -404,7 +444,7 @@ func redisBenchTarget(ctx context.Context, raw string, maxG int) (*storeBenchTar
 				p := c.Pipeline()
 				cmds := make([]*redis.Cmd, storeBenchBatch)
 				for j := range cmds {
-					cmds[j] = bareRedisClaim.EvalSha(ctx, p, []string{bareKey(w.key(i*storeBenchBatch + j))}, i*storeBenchBatch+j+1, storeBenchLease.Milliseconds())
+					cmds[j] = bareRedisClaim.EvalSha(ctx, p, []string{b.key(w.key(i*storeBenchBatch + j))}, i*storeBenchBatch+j+1, storeBenchLease.Milliseconds())
 				}
 				if _, err := p.Exec(ctx); err != nil {
 					return err
@@ -419,24 +459,10 @@ func redisBenchTarget(ctx context.Context, raw string, maxG int) (*storeBenchTar
 		},
 		"do-duplicate": func(ctx context.Context, _ int) (storeBenchOp, func(), error) {
 			return func(ctx context.Context, _ *storeBenchWorker, i int) error {
-				return c.Get(ctx, bareDupKeys[i%storeBenchDups]).Err()
+				return c.Get(ctx, dupKeys[i%storeBenchDups]).Err()
 			}, func() {}, prepare(ctx)
 		},
 	}
-	return &storeBenchTarget{
-		url:    shown,
-		server: server,
-		cases:  cases(storeSides(shared, dupStore), bare),
-		memory: func(ctx context.Context) (*storeBenchMemory, error) { return redisMemoryPerRecord(ctx, c) },
-		// The run's keys, store's and bare's, all under prefix: millions of
-		// them after a long run, each kept for the retention. Left behind,
-		// they would slow every SCAN of the server's other users for a day.
-		close: func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			return errors.Join(unlinkPrefix(ctx, c, prefix), c.Close())
-		},
-	}, nil
 }
 
 // unlinkPrefix deletes every key of c's server under prefix.

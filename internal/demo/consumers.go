@@ -21,6 +21,7 @@ type Ledger struct {
 	total   atomic.Int64
 }
 
+// NewLedger returns a ledger of orders orders, none charged.
 func NewLedger(orders int) *Ledger { return &Ledger{charges: make([]atomic.Int32, orders)} }
 
 // Charge charges the customer of order and returns the receipt.
@@ -47,6 +48,8 @@ type CrashPlan struct {
 	Rate float64
 }
 
+// At returns where the consumer handling attempt (1 for the first) of
+// the message at index id of the stream crashes.
 func (p CrashPlan) At(id, attempt int) CrashPoint {
 	if p.Rate == 0 {
 		return NoCrash

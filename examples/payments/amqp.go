@@ -4,7 +4,6 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -90,32 +89,16 @@ func runAMQP(ctx context.Context, url string, out io.Writer, args []string) erro
 	fmt.Fprintf(r.out, "published %d OrderCreated events for %d orders (one malformed), the duplicates a few events after their first copy\n",
 		r.rep.published.Load(), r.orders)
 
-	// Two replicas of the payment service sharing one store.
-	store, err := memstore.New(memstore.Config{}) // redisstore or pgstore when the replicas are processes
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for replica := range 2 {
-		c, closeGuard, err := r.replica(store, replica+1)
+	start := func(store *memstore.Store, n int) (func(context.Context) error, func(), error) {
+		c, closeGuard, err := r.replica(store, n)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
-		defer closeGuard()
 		r.consumers = append(r.consumers, c)
-		wg.Go(func() { errs[replica] = c.Run(runCtx) })
+		return c.Run, closeGuard, nil
 	}
-
-	for r.rep.settled.Load() < r.rep.published.Load() && ctx.Err() == nil {
-		time.Sleep(20 * time.Millisecond)
-	}
-	stop()
-	wg.Wait()
-	if err := errors.Join(append(errs, ctx.Err())...); err != nil {
+	done := func() bool { return r.rep.settled.Load() >= r.rep.published.Load() }
+	if err := runReplicas(ctx, start, nil, done); err != nil {
 		return err
 	}
 	return r.verdict()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -81,35 +80,16 @@ func runNATS(ctx context.Context, url string, out io.Writer, args []string) erro
 	if err := r.publishAndResend(ctx); err != nil {
 		return err
 	}
-	// Two replicas of the payment service, sharing one store.
-	store, err := memstore.New(memstore.Config{}) // redisstore or pgstore when the replicas are processes
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for replica := range 2 {
-		c, closeGuard, err := r.replica(store, cons, replica+1)
+	start := func(store *memstore.Store, n int) (func(context.Context) error, func(), error) {
+		c, closeGuard, err := r.replica(store, cons, n)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
-		defer closeGuard()
-		wg.Go(func() { errs[replica] = c.Run(runCtx) })
+		return c.Run, closeGuard, nil
 	}
-	if err := r.resendPastWindow(ctx); err != nil {
-		return err
-	}
-
-	want := int64(r.rep.published + r.rep.storedDups)
-	for r.rep.consumed.Load() < want && ctx.Err() == nil {
-		time.Sleep(20 * time.Millisecond)
-	}
-	stop()
-	wg.Wait()
-	if err := errors.Join(append(errs, ctx.Err())...); err != nil {
+	// Every message published, the resends past the window included.
+	done := func() bool { return r.rep.consumed.Load() >= int64(r.rep.published+r.rep.storedDups) }
+	if err := runReplicas(ctx, start, r.resendPastWindow, done); err != nil {
 		return err
 	}
 	return r.verdict(ctx)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/idemgo/idem/internal/cli"
 	"github.com/idemgo/idem/internal/demo"
 	"github.com/idemgo/idem/storeurl"
 )
@@ -46,7 +47,7 @@ Flags:
 		return o, usageErrorf("idem: demo --broker: the broker demos moved to the examples module, so that idem links no broker client: %s", brokerDemo)
 	}
 	if err := o.Check(fs); err != nil {
-		return o, &usageError{err: err}
+		return o, &cli.UsageError{Err: err}
 	}
 	o.StoreName = storeurl.Redact(o.Store)
 	return o, nil

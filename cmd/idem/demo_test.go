@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/idemgo/idem/internal/cli"
 )
 
 func TestOpenStore(t *testing.T) {
@@ -29,7 +31,7 @@ func TestOpenStore(t *testing.T) {
 func TestDemoBrokerFlagPointsAtTheBrokerDemo(t *testing.T) {
 	for _, args := range [][]string{{"--broker", "kafka", "--brokers", "127.0.0.1:9092"}, {"--broker", "nats://127.0.0.1:4222"}} {
 		_, err := parseDemoFlags(args, io.Discard)
-		if _, ok := err.(*usageError); !ok || !strings.Contains(err.Error(), "go run ./brokerdemo") {
+		if _, ok := err.(*cli.UsageError); !ok || !strings.Contains(err.Error(), "go run ./brokerdemo") {
 			t.Errorf("%q: error %v, want a usage error naming go run ./brokerdemo", args, err)
 		}
 	}

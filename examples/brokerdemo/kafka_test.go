@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/idemgo/idem/internal/cli"
 	"github.com/idemgo/idem/internal/demo"
 	"github.com/idemgo/idem/internal/testenv"
 )
@@ -135,7 +136,7 @@ func TestBrokerFlags(t *testing.T) {
 		{[]string{"--broker", "kafka", "--brokers", "k1:9092", "--messages", "0"}, "--messages"},
 	} {
 		_, err := parseFlags(c.args, io.Discard)
-		if _, ok := errors.AsType[usageError](err); !ok || !strings.Contains(err.Error(), c.want) {
+		if _, ok := errors.AsType[*cli.UsageError](err); !ok || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: %v, want a usage error naming %s", c.args, err, c.want)
 		}
 	}

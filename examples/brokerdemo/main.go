@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"strings"
 
+	"github.com/idemgo/idem/internal/cli"
 	"github.com/idemgo/idem/internal/demo"
 	"github.com/idemgo/idem/storage"
 	"github.com/idemgo/idem/storeurl"
@@ -23,11 +24,13 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	var ue usageError
+	ue, isUsage := errors.AsType[*cli.UsageError](err)
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
-	case errors.As(err, &ue):
-		fmt.Fprintln(os.Stderr, err)
+	case isUsage:
+		if !ue.Printed { // else the flag package printed it, with the flags
+			fmt.Fprintln(os.Stderr, err)
+		}
 		os.Exit(2)
 	default:
 		fmt.Fprintln(os.Stderr, err)
@@ -41,9 +44,6 @@ type options struct {
 	broker  string   // kafka, or a nats:// or amqp:// URL
 	brokers []string // with kafka: the seed brokers
 }
-
-// usageError is a bad command line: the exit status is 2.
-type usageError struct{ error }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
@@ -62,11 +62,8 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return o, err
-		}
-		return o, usageError{err}
+	if err := cli.ParseFlags("idem", fs, args); err != nil {
+		return o, err
 	}
 	for _, b := range strings.Split(brokers, ",") {
 		if b = strings.TrimSpace(b); b != "" {
@@ -74,17 +71,15 @@ Flags:
 		}
 	}
 	switch {
-	case fs.NArg() > 0:
-		return o, usageError{fmt.Errorf("idem: brokerdemo: unexpected argument %q (flags only)", strings.Join(fs.Args(), " "))}
 	case brokers != "" && o.broker != "kafka":
-		return o, usageError{fmt.Errorf("idem: --brokers %q: only with --broker kafka", brokers)}
+		return o, cli.Usagef("idem: --brokers %q: only with --broker kafka", brokers)
 	case o.broker != "kafka" && !strings.HasPrefix(o.broker, "nats://") && !strings.HasPrefix(o.broker, "amqp://") && !strings.HasPrefix(o.broker, "amqps://"):
-		return o, usageError{fmt.Errorf("idem: --broker %q: kafka, or a nats:// or amqp:// URL", o.broker)}
+		return o, cli.Usagef("idem: --broker %q: kafka, or a nats:// or amqp:// URL", o.broker)
 	case o.broker == "kafka" && len(o.brokers) == 0:
-		return o, usageError{errors.New("idem: demo: --broker kafka needs --brokers host:port,… (a Kafka cluster the demo creates topics on); go run ./payments runs a consumer on an in-process cluster")}
+		return o, cli.Usagef("idem: demo: --broker kafka needs --brokers host:port,… (a Kafka cluster the demo creates topics on); go run ./payments runs a consumer on an in-process cluster")
 	}
 	if err := o.Check(fs); err != nil {
-		return o, usageError{err}
+		return o, &cli.UsageError{Err: err}
 	}
 	o.StoreName = storeurl.Redact(o.Store)
 	return o, nil
@@ -120,11 +115,11 @@ func runDemo(ctx context.Context, o options, stdout, stderr io.Writer) (naive, g
 }
 
 // openStore opens the store of rawURL, creating its table where it has
-// one. A URL storeurl cannot use is a usageError.
+// one. A URL storeurl cannot use is a *cli.UsageError.
 func openStore(ctx context.Context, rawURL string) (storage.Store, func() error, error) {
 	s, closeStore, err := storeurl.Open(ctx, rawURL, storeurl.Migrate())
 	if ue, ok := errors.AsType[*storeurl.URLError](err); ok {
-		return nil, nil, usageError{fmt.Errorf("idem: --store %s: %v", ue.URL, ue.Err)}
+		return nil, nil, cli.Usagef("idem: --store %s: %v", ue.URL, ue.Err)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("idem: %w", err)

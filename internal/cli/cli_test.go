@@ -10,35 +10,30 @@ import (
 	"github.com/idemgo/idem/internal/cli"
 )
 
+// parse parses args as the flags of a verb that takes -n.
+func parse(args ...string) error {
+	fs := flag.NewFlagSet("verb", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Int("n", 1, "a number")
+	return cli.ParseFlags("prog", fs, args)
+}
+
 func TestParseFlags(t *testing.T) {
-	for _, c := range []struct {
-		args    []string
-		help    bool   // flag.ErrHelp
-		usage   string // in the *UsageError's message; "" for none
-		printed bool
-	}{
-		{args: []string{"-n", "3"}},
-		{args: []string{"-h"}, help: true},
-		{args: []string{"-bogus"}, usage: "flag provided but not defined: -bogus", printed: true},
-		{args: []string{"-n", "3", "now"}, usage: `prog: verb: unexpected argument "now" (flags only)`},
-	} {
-		fs := flag.NewFlagSet("verb", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		fs.Int("n", 1, "a number")
-		err := cli.ParseFlags("prog", fs, c.args)
-		ue, isUsage := errors.AsType[*cli.UsageError](err)
-		switch {
-		case c.help:
-			if !errors.Is(err, flag.ErrHelp) {
-				t.Errorf("%q: %v, want flag.ErrHelp", c.args, err)
-			}
-		case c.usage == "":
-			if err != nil {
-				t.Errorf("%q: %v, want nil", c.args, err)
-			}
-		case !isUsage || !strings.Contains(err.Error(), c.usage) || ue.Printed != c.printed:
-			t.Errorf("%q: %#v, want a *UsageError with %q, printed %v", c.args, err, c.usage, c.printed)
-		}
+	if err := parse("-n", "3"); err != nil {
+		t.Errorf("good flags: %v", err)
+	}
+	if err := parse("-h"); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-h: %v, want flag.ErrHelp", err)
+	}
+	// The flag package printed a bad flag, with the flags; the command
+	// prints what is left over.
+	err := parse("-bogus")
+	if ue, ok := errors.AsType[*cli.UsageError](err); !ok || !ue.Printed || !strings.Contains(err.Error(), "-bogus") {
+		t.Errorf("-bogus: %#v, want a printed *UsageError", err)
+	}
+	err = parse("-n", "3", "now")
+	if ue, ok := errors.AsType[*cli.UsageError](err); !ok || ue.Printed || err.Error() != `prog: verb: unexpected argument "now" (flags only)` {
+		t.Errorf("an argument left over: %#v, want an unprinted *UsageError naming prog, verb and the argument", err)
 	}
 }
 

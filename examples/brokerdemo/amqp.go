@@ -50,35 +50,30 @@ func amqpRunStream(url string) demo.RunFunc {
 			return demo.Report{}, fmt.Errorf("idem: demo: connecting to RabbitMQ at %s: %w", storeurl.Redact(url), err)
 		}
 		defer admin.Close()
-		r := &amqpRun{url: url, msgs: stream, plan: plan, allAcked: make(chan struct{}), acked: make([]atomic.Bool, len(stream)),
-			attempts: make([]atomic.Int32, len(stream))}
+		r := &amqpRun{url: url, msgs: stream, plan: plan, acks: demo.NewAcks(stream), attempts: make([]atomic.Int32, len(stream))}
 		if err := r.setUp(ctx, admin, name); err != nil {
 			return demo.Report{}, err
 		}
 		defer r.tearDown(admin)
 
-		return demo.RunConsumers(ctx, o, name, len(stream), r.ackedCount.Load, r.allAcked, stderr,
+		return demo.RunConsumers(ctx, o, name, len(stream), r.acks.Count, r.acks.All(), stderr,
 			func(ctx context.Context, l *demo.Ledger, stats *demo.RunStats) error {
 				return r.consume(ctx, stats, func(p *demo.Process) (demo.Handler, func(), error) { return newHandler(p, l) })
 			},
-			func() demo.BrokerStats { return r.stats(o.Messages) })
+			func() demo.BrokerStats { return r.acks.Stats(o.Messages) })
 	}
 }
 
 // amqpRun is one run of the demo through RabbitMQ.
 type amqpRun struct {
-	url      string
-	queue    string // its name on the broker
-	delayQ   string // idemamqp's delay queue of it, if the guarded run makes one
-	msgs     []demo.Message
-	plan     demo.CrashPlan
-	allAcked chan struct{} // closed once every message is acked
+	url    string
+	queue  string // its name on the broker
+	delayQ string // idemamqp's delay queue of it, if the guarded run makes one
+	msgs   []demo.Message
+	plan   demo.CrashPlan
 
-	attempts   []atomic.Int32 // deliveries so far, by message index
-	acked      []atomic.Bool  // by message index
-	ackedCount atomic.Int64
-	deliveries atomic.Int64
-	duplicates atomic.Int64
+	attempts []atomic.Int32 // deliveries so far, by message index
+	acks     *demo.Acks
 }
 
 // setUp declares the run's queue and publishes the messages, each copy as
@@ -129,16 +124,6 @@ func (r *amqpRun) tearDown(conn *amqp.Connection) {
 			ch.Close()
 		}
 	}
-}
-
-func (r *amqpRun) stats(orders int) demo.BrokerStats {
-	st := demo.BrokerStats{Deliveries: int(r.deliveries.Load()), Duplicates: int(r.duplicates.Load()), Unacked: make([]bool, orders)}
-	for i := range r.acked {
-		if !r.acked[i].Load() {
-			st.Unacked[r.msgs[i].Order] = true
-		}
-	}
-	return st
 }
 
 // consume runs one consumer slot until every message is acked or ctx
@@ -305,8 +290,8 @@ func (r *amqpRun) guarded(ctx context.Context, p *amqpProcess, cfg amqp.Config, 
 
 // ack records that message idx was acked, and ends the run once all were.
 func (r *amqpRun) ack(idx int) {
-	if idx >= 0 && !r.acked[idx].Swap(true) && int(r.ackedCount.Add(1)) == len(r.msgs) {
-		close(r.allAcked)
+	if idx >= 0 {
+		r.acks.Ack(idx)
 	}
 }
 
@@ -350,10 +335,7 @@ func (p *amqpProcess) receive(d amqp.Delivery) amqpReceipt {
 	}
 	idx, _ := strconv.Atoi(fmt.Sprint(d.Headers[amqpDemoIndex]))
 	attempt := int(p.r.attempts[idx].Add(1))
-	p.r.deliveries.Add(1)
-	if attempt == 1 && p.r.msgs[idx].Duplicate {
-		p.r.duplicates.Add(1)
-	}
+	p.r.acks.Delivered(idx, attempt)
 	rc := amqpReceipt{idx: idx, point: p.r.plan.At(idx, attempt)}
 	p.tags[d.DeliveryTag] = rc
 	if key, ok := d.Headers[amqpDemoKey].(string); ok {

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -51,32 +50,28 @@ func natsRunStream(url string) demo.RunFunc {
 		if err != nil {
 			return demo.Report{}, err
 		}
-		r := &natsRun{url: url, msgs: stream, plan: plan, allAcked: make(chan struct{}), acked: make([]atomic.Bool, len(stream))}
+		r := &natsRun{url: url, msgs: stream, plan: plan, acks: demo.NewAcks(stream)}
 		if err := r.setUp(ctx, js, name); err != nil {
 			return demo.Report{}, err
 		}
 		defer js.DeleteStream(context.WithoutCancel(ctx), r.stream)
 
-		return demo.RunConsumers(ctx, o, name, len(stream), r.ackedCount.Load, r.allAcked, stderr,
+		return demo.RunConsumers(ctx, o, name, len(stream), r.acks.Count, r.acks.All(), stderr,
 			func(ctx context.Context, l *demo.Ledger, stats *demo.RunStats) error {
 				return r.consume(ctx, stats, func(p *demo.Process) (demo.Handler, func(), error) { return newHandler(p, l) })
 			},
-			func() demo.BrokerStats { return r.stats(o.Messages) })
+			func() demo.BrokerStats { return r.acks.Stats(o.Messages) })
 	}
 }
 
 // natsRun is one run of the demo through JetStream.
 type natsRun struct {
-	url      string
-	stream   string // its name on the server
-	msgs     []demo.Message
-	plan     demo.CrashPlan
-	allAcked chan struct{} // closed once every message is acked
+	url    string
+	stream string // its name on the server
+	msgs   []demo.Message
+	plan   demo.CrashPlan
 
-	acked      []atomic.Bool // by message index
-	ackedCount atomic.Int64
-	deliveries atomic.Int64
-	duplicates atomic.Int64
+	acks *demo.Acks
 }
 
 // setUp creates the run's stream and its consumer, and publishes the
@@ -115,16 +110,6 @@ func (r *natsRun) setUp(ctx context.Context, js jetstream.JetStream, name string
 		js.DeleteStream(context.WithoutCancel(ctx), r.stream)
 		return ctx.Err()
 	}
-}
-
-func (r *natsRun) stats(orders int) demo.BrokerStats {
-	st := demo.BrokerStats{Deliveries: int(r.deliveries.Load()), Duplicates: int(r.duplicates.Load()), Unacked: make([]bool, orders)}
-	for i := range r.acked {
-		if !r.acked[i].Load() {
-			st.Unacked[r.msgs[i].Order] = true
-		}
-	}
-	return st
 }
 
 // consume runs one consumer slot until every message is acked or ctx
@@ -298,10 +283,7 @@ func (c *natsDemoConsumer) wrap(msg jetstream.Msg) jetstream.Msg {
 	if md, err := msg.Metadata(); err == nil {
 		attempt = int(md.NumDelivered)
 	}
-	c.r.deliveries.Add(1)
-	if attempt == 1 && c.r.msgs[m.idx].Duplicate {
-		c.r.duplicates.Add(1)
-	}
+	c.r.acks.Delivered(m.idx, attempt)
 	m.point = c.r.plan.At(m.idx, attempt)
 	return m
 }
@@ -339,8 +321,8 @@ func (m *natsDemoMsg) settle(send func() error) error {
 func (m *natsDemoMsg) Ack() error {
 	return m.settle(func() error {
 		err := m.Msg.Ack()
-		if err == nil && !m.r.acked[m.idx].Swap(true) && int(m.r.ackedCount.Add(1)) == len(m.r.msgs) {
-			close(m.r.allAcked)
+		if err == nil {
+			m.r.acks.Ack(m.idx)
 		}
 		return err
 	})

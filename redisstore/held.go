@@ -11,13 +11,12 @@ import (
 // then sends the whole record it expects and the whole record to write,
 // and its script compares and sets them as they are (see
 // completeBatchScript), rather than building the new record in Lua from
-// the one it reads: with PSETEX in place of SET PX, a new key of a batch
-// went from 38.6k server instructions to 34.5k (callgrind,
-// scripts/bench-redis-batch.sh). An
-// InProgress record's value never changes while its claim holds the key
-// (Extend moves the expiry only), and it holds the claim's token, which no
-// other claim has: the value is the same as the one sent exactly while the
-// claim is current.
+// the one it reads: the script then compares and writes bytes with
+// PSETEX, and decodes and encodes no record, on the path every new key of
+// a batch takes. An InProgress record's value never changes while its
+// claim holds the key (Extend moves the expiry only), and it holds the
+// claim's token, which no other claim has: the value is the same as the
+// one sent exactly while the claim is current.
 //
 // It is bounded: two generations of at most heldGeneration records and
 // heldGenerationBytes bytes of records each (a record is as long as its

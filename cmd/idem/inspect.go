@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemhttp"
+	"github.com/idemgo/idem/internal/cli"
 	"github.com/idemgo/idem/storage"
 )
 
@@ -64,7 +65,7 @@ func parseKeyArgs(fs *flag.FlagSet, args []string) (string, error) {
 		if errors.Is(err, flag.ErrHelp) {
 			return "", err
 		}
-		return "", &usageError{err: err, printed: true}
+		return "", &cli.UsageError{Err: err, Printed: true}
 	}
 	rest := fs.Args()
 	if len(rest) == 0 {
@@ -75,7 +76,7 @@ func parseKeyArgs(fs *flag.FlagSet, args []string) (string, error) {
 		if errors.Is(err, flag.ErrHelp) {
 			return "", err
 		}
-		return "", &usageError{err: err, printed: true}
+		return "", &cli.UsageError{Err: err, Printed: true}
 	}
 	if fs.NArg() > 0 {
 		return "", usageErrorf("idem: %s: one key only; unexpected %q", fs.Name(), strings.Join(fs.Args(), " "))

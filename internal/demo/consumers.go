@@ -198,6 +198,13 @@ func (s ProcessStore) Delete(ctx context.Context, key string) error {
 	return s.Store.Delete(ctx, key)
 }
 
+func (s ProcessStore) DeleteIf(ctx context.Context, key string, status storage.Status, t storage.Token) error {
+	if s.Process.Dead.Load() {
+		return ErrProcessDead
+	}
+	return s.Store.DeleteIf(ctx, key, status, t)
+}
+
 // Handler handles one delivery in process p: it charges the order (or not),
 // then acks or nacks the delivery, unless p crashes at point on the way.
 type Handler interface {

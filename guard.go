@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,8 @@ type Guard struct {
 	epoch    time.Time // when New ran, for monoNow
 	hb       heartbeats
 	closed   atomic.Bool
+	// observerPanicked: the Observer panicked once, and was logged.
+	observerPanicked atomic.Bool
 }
 
 // Result is what [Guard.Do] returns on success.
@@ -361,10 +364,26 @@ func claimErr(cl storage.Claim, err error) error {
 	return err
 }
 
+// observe reports e to the Observer. A panic of the Observer is recovered:
+// it is called between a step and the next (after a claim, on the
+// heartbeat's goroutine), where a panic would leave a key held until its
+// lease ends, or end the process. The first panic is logged at error
+// level with its stack; the later ones, which the same bug repeats at
+// every step, are not.
 func (g *Guard) observe(ctx context.Context, e Event) {
-	if g.cfg.Observer != nil {
-		e.Namespace = g.cfg.Namespace
-		g.cfg.Observer(ctx, e)
+	if g.cfg.Observer == nil {
+		return
+	}
+	e.Namespace = g.cfg.Namespace
+	defer g.observerPanic(ctx, e.Op)
+	g.cfg.Observer(ctx, e)
+}
+
+// observerPanic, deferred by observe, recovers the Observer's panic.
+func (g *Guard) observerPanic(ctx context.Context, op Op) {
+	if v := recover(); v != nil && g.observerPanicked.CompareAndSwap(false, true) {
+		g.cfg.Logger.ErrorContext(ctx, "idem: the Observer panicked (recovered; later panics of it are not logged)",
+			slog.String("op", op.String()), slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -747,4 +748,47 @@ func TestCacheHitOfReusedKeyIsObservedAsReused(t *testing.T) {
 	if len(hits) != 2 || hits[0].Err != nil || !errors.Is(hits[1].Err, idem.ErrKeyReused) {
 		t.Fatalf("cache hits observed: %+v; want a replay, then one with ErrKeyReused", hits)
 	}
+}
+
+// A panicking Observer, called between the steps of a Do (after the claim,
+// after the run, on the heartbeat), neither leaves the key held nor ends
+// the process: the Do goes on, and the first panic is logged once.
+func TestObserverPanicRecovered(t *testing.T) {
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+	g := newGuard(t, newMem(t), idem.Config{Lease: 300 * time.Millisecond, Logger: logger,
+		Observer: func(ctx context.Context, e idem.Event) { panic("observer bug at " + e.Op.String()) }})
+
+	res, err := g.Do(t.Context(), "k", []byte("p"), func(context.Context) ([]byte, error) {
+		time.Sleep(250 * time.Millisecond) // a heartbeat or two
+		return []byte("v"), nil
+	})
+	if err != nil || string(res.Value) != "v" || res.Replayed {
+		t.Fatalf("Do = %q, %v, %v; want the fresh value", res.Value, res.Replayed, err)
+	}
+	res, err = g.Do(t.Context(), "k", []byte("p"), value("again"))
+	if err != nil || string(res.Value) != "v" || !res.Replayed {
+		t.Fatalf("second Do = %q, %v, %v; want the stored value replayed", res.Value, res.Replayed, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(logs.String(), "Observer panicked"); n != 1 {
+		t.Fatalf("the Observer's panics were logged %d times, want once:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "observer bug at claim") {
+		t.Errorf("the log does not carry the panic's value:\n%s", logs.String())
+	}
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -14,6 +14,7 @@
 //	the handler's error marked idem.Permanent                   store it, dead-letter
 //	idem.ErrTooManyAttempts (the Guard's Config.MaxAttempts)    dead-letter
 //	no key, an unusable key, a key reused with another payload  dead-letter
+//	the scope, key or fingerprint function panicked             dead-letter
 //
 // # Poison
 //

@@ -59,6 +59,8 @@ type deadLetterTarget struct{ exchange, routingKey string }
 // against the publishing connection's user) or a header your own gateway
 // sets. Deliveries scoped "" share one scope. [New] requires WithScope or
 // [WithSharedScope].
+//
+// A panic of f makes the message poison (panicked), its handler unrun.
 func WithScope(f func(amqp.Delivery) string) Option {
 	return func(o *options) { o.SetScope(f) }
 }
@@ -82,6 +84,8 @@ func WithKeyHeader(name string) Option {
 // another error for one whose key cannot be used (it is poison:
 // invalid-key). The Guard's Config.MaxKeyLen and Config.ValidateKey apply
 // to the key f returns.
+//
+// A panic of f makes the message poison (panicked), its handler unrun.
 func WithKeyFunc(f func(amqp.Delivery) (string, error)) Option {
 	return func(o *options) { o.SetKeyFunc(f) }
 }
@@ -95,6 +99,8 @@ func WithUnkeyedUnguarded() Option { return func(o *options) { o.SetUnkeyedUngua
 // WithFingerprint sets the bytes of a delivery the Guard fingerprints: a
 // key that comes back with other bytes gets idem.ErrKeyReused and is
 // poison (key-reused). Default: the body.
+//
+// A panic of f makes the message poison (panicked), its handler unrun.
 func WithFingerprint(f func(amqp.Delivery) []byte) Option {
 	return func(o *options) { o.SetFingerprint(f) }
 }
@@ -180,7 +186,8 @@ func WithLogger(l *slog.Logger) Option {
 // WithObserver sets a function called with every [Event] of the consumer:
 // connections, and how each delivery was settled. The Guard's own
 // Config.Observer sees the claims and outcomes. f runs synchronously on
-// the delivery's path: keep it fast.
+// the delivery's path: keep it fast. A panic of f is recovered (the first
+// one logged at error level): it stops no delivery.
 func WithObserver(f func(context.Context, Event)) Option {
 	return func(o *options) {
 		if o.Check(f != nil, "WithObserver(nil)") {

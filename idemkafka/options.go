@@ -31,6 +31,8 @@ type Option func(*consume.Options)
 // scopes names two operations. Derive it from what a producer cannot forge
 // for another tenant (a topic per tenant, a header your own gateway sets).
 // [New] requires WithScope or [WithSharedScope].
+//
+// A panic of f makes the record poison (panicked), its handler unrun.
 func WithScope(scope func(r *kgo.Record) string) Option {
 	return func(o *consume.Options) { o.SetScope(scope) }
 }
@@ -55,6 +57,8 @@ func WithKeyHeader(name string) Option {
 // consumer.ErrNoKey for a record without a key, and another error for one
 // whose key cannot be used (poison: invalid-key). The Guard's
 // Config.MaxKeyLen and Config.ValidateKey apply to the key f returns.
+//
+// A panic of f makes the record poison (panicked), its handler unrun.
 func WithKeyFunc(f func(r *kgo.Record) (string, error)) Option {
 	return func(o *consume.Options) { o.SetKeyFunc(f) }
 }
@@ -74,6 +78,8 @@ func WithUnkeyedUnguarded() Option { return func(o *consume.Options) { o.SetUnke
 // WithFingerprint sets the bytes of a record the Guard fingerprints: a key
 // that comes back with other bytes gets idem.ErrKeyReused and is poison
 // (key-reused). Default: the record's value.
+//
+// A panic of f makes the record poison (panicked), its handler unrun.
 func WithFingerprint(f func(r *kgo.Record) []byte) Option {
 	return func(o *consume.Options) { o.SetFingerprint(f) }
 }
@@ -193,7 +199,8 @@ func WithLogger(l *slog.Logger) Option { return func(o *consume.Options) { o.Set
 // finished with the partition's lag, retries, dead letters, discarded
 // poison, commits and rebalances. It runs on the consumer's goroutines:
 // keep it fast. The Guard's own Observer (idem.Config) sees every claim
-// and outcome.
+// and outcome. A panic of f is recovered (the first one logged at error
+// level): it stops no record.
 func WithObserver(f func(ctx context.Context, e Event)) Option {
 	return func(o *consume.Options) {
 		if o.Check(f != nil, "WithObserver(nil)") {

@@ -125,11 +125,15 @@ func ownTimeout(err error) bool {
 }
 
 // DecideKey returns the verdict on a message whose key could not be had:
-// keyErr is Key's error, or nil for a message without a key (which the
-// consumer runs unguarded instead when UnkeyedUnguarded).
+// keyErr is Read's error (Key's, or the panic of a function), or nil for a
+// message without a key (which the consumer runs unguarded instead when
+// UnkeyedUnguarded).
 func (o *Options[M]) DecideKey(keyErr error) Verdict {
 	if keyErr == nil {
 		return Verdict{Settle: DeadLetter, Cause: consumer.ErrNoKey, Reason: consumer.ReasonMissingKey}
+	}
+	if _, ok := errors.AsType[*consumer.PanicError](keyErr); ok {
+		return Verdict{Settle: DeadLetter, Cause: keyErr, Reason: consumer.ReasonPanicked}
 	}
 	return Verdict{Settle: DeadLetter, Cause: keyErr, Reason: consumer.ReasonInvalidKey}
 }

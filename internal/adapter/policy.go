@@ -227,7 +227,11 @@ func (p *Policy[M]) TooLarge(ctx context.Context, scope, key string, size int, e
 		slog.String("namespace", p.cfg.Namespace), slog.String("scope", scope), slog.String("key", key),
 		slog.Int("size", size), slog.Any("error", err))
 	if p.cfg.Observer != nil {
-		p.cfg.Observer(ctx, idem.Event{Op: idem.OpTooLarge, Namespace: p.cfg.Namespace, Scope: scope, Key: key, Err: err})
+		// Recovered as the Guard recovers it: this runs inside the
+		// operation, whose panic would release a key that answered.
+		p.Protect(ctx, "the Guard's Observer", func() {
+			p.cfg.Observer(ctx, idem.Event{Op: idem.OpTooLarge, Namespace: p.cfg.Namespace, Scope: scope, Key: key, Err: err})
+		})
 	}
 }
 

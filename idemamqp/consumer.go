@@ -90,8 +90,8 @@ func New(g *idem.Guard, url, queue string, h Handler, opts ...Option) (*Consumer
 	c := &Consumer{g: g, url: url, queue: queue, handler: h}
 	c.shown, c.secrets = redact(url)
 	if _, err := amqp.ParseURI(url); err != nil {
-		// Not wrapped: url.Parse's error quotes the URL whole.
-		return nil, fmt.Errorf("idemamqp: New: the URL %s: %s", c.shown, c.scrub(err))
+		// Not wrapped: url.Parse's error quotes the URL, or a part of it.
+		return nil, fmt.Errorf("idemamqp: New: the URL %s: %s", c.shown, c.scrub(errors.New(parseError(err))))
 	}
 	c.o.defaults()
 	if err := chassis.Build(&c.o, &c.o.Options, broker, g, idem.Config{}, opts); err != nil {

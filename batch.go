@@ -357,7 +357,7 @@ func (b *batch) claim(args []storage.ClaimArgs, idx []int) {
 		case cl.Err != nil:
 			b.res[i].Err = fmt.Errorf("%w: claim: %w", ErrStoreUnavailable, cl.Err)
 		case cl.Outcome == storage.Acquired:
-			c.token = cl.Token
+			c.token, c.attempt = cl.Token, cl.Record.Attempt
 			var err error
 			if b.fnCtx[i], err = c.hold(b.ctx, sent); err != nil {
 				b.res[i].Err = err

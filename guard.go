@@ -101,6 +101,19 @@ func TokenFrom(ctx context.Context) (storage.Token, bool) {
 	return t, ok
 }
 
+type attemptKey struct{}
+
+// AttemptFrom returns the attempt that fn's context carries in [Guard.Do]:
+// the number of claims of its key, this one included, as the store counts
+// them (storage.Record.Attempt): 1 at the first, one more at each claim
+// after a failure, a release, a lost lease or a crash. It outlives the
+// process, so a caller can bound the runs of a key across restarts (as
+// Config.MaxAttempts does for every key of the Guard).
+func AttemptFrom(ctx context.Context) (int, bool) {
+	a, ok := ctx.Value(attemptKey{}).(int)
+	return a, ok
+}
+
 // Do runs fn at most once to completion for key in the Guard's namespace and
 // returns its outcome:
 //
@@ -214,7 +227,7 @@ func (g *Guard) claimAndRun(ctx context.Context, scope, key string, args storage
 			if borrowed {
 				args = own(args)
 			}
-			c := &call{g: g, scope: scope, key: key, storeKey: args.Key, fingerprint: args.Fingerprint, token: cl.Token}
+			c := &call{g: g, scope: scope, key: key, storeKey: args.Key, fingerprint: args.Fingerprint, token: cl.Token, attempt: cl.Record.Attempt}
 			return c.run(ctx, sent, fn)
 		case storage.Duplicate:
 			if g.cache != nil && cl.Record.Status.Done() {
@@ -402,12 +415,16 @@ func sleep(ctx context.Context, d time.Duration) error {
 // allocation of its own (it lives inside the call).
 type tokenCtx struct {
 	context.Context
-	token storage.Token
+	token   storage.Token
+	attempt int
 }
 
 func (t *tokenCtx) Value(key any) any {
-	if _, ok := key.(tokenKey); ok {
+	switch key.(type) {
+	case tokenKey:
 		return t.token
+	case attemptKey:
+		return t.attempt
 	}
 	return t.Context.Value(key)
 }

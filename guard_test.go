@@ -792,3 +792,28 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// fn's context carries the store's count of the key's claims, in Do and in
+// batches alike, so that a caller can bound a key's runs across processes.
+func TestAttemptFrom(t *testing.T) {
+	g := newGuard(t, newMem(t), idem.Config{})
+	var got []int
+	fail := func(ctx context.Context) ([]byte, error) {
+		a, ok := idem.AttemptFrom(ctx)
+		if !ok {
+			t.Error("fn's context carries no attempt")
+		}
+		got = append(got, a)
+		return nil, errors.New("downstream timeout")
+	}
+	for range 2 {
+		g.Do(t.Context(), "k", nil, fail)
+	}
+	g.DoBatchIndependent(t.Context(), []idem.BatchOp{{Key: "k"}}, func(ctx context.Context, _ int) ([]byte, error) { return fail(ctx) })
+	if fmt.Sprint(got) != "[1 2 3]" {
+		t.Fatalf("attempts seen by fn = %v, want [1 2 3]", got)
+	}
+	if _, ok := idem.AttemptFrom(t.Context()); ok {
+		t.Error("a context outside Do carries an attempt")
+	}
+}

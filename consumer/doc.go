@@ -26,10 +26,15 @@
 // A handler that fails without a permanent mark, or panics, is tried
 // [DefaultMaxAttempts] times (each consumer's WithMaxAttempts), then its
 // message is dead-lettered with [ReasonTooManyAttempts]. The count is the
-// consumer process's; the Guard's Config.MaxAttempts, kept in the store,
-// counts across processes and restarts and applies too. A busy key, a store
-// that cannot be reached and a shutdown are not attempts: an outage never
-// dead-letters a message.
+// store's count of the key's claims (idem.AttemptFrom), across processes
+// and restarts: the failure at the last attempt stores
+// idem.ErrTooManyAttempts as the key's outcome, so the handler of a key
+// runs at most that many times, however many messages fail at once. A
+// message run unguarded (or under a transactional guard, which leaves no
+// count) is counted in the consumer's memory. The Guard's
+// Config.MaxAttempts applies too. A busy key, a store that cannot be
+// reached and a shutdown are not failures: an outage never dead-letters a
+// message.
 //
 // # Dead letters always fit
 //

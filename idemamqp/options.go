@@ -145,10 +145,13 @@ func WithDiscardPoison() Option { return func(o *options) { o.SetDiscardPoison()
 // WithMaxAttempts sets how many times a handler that fails without a
 // permanent mark, or panics, runs for one key before its delivery is
 // poison (too-many-attempts). Default consumer.DefaultMaxAttempts (10).
-// The count is this consumer's, in memory, by scope and key (a classic
-// queue keeps no delivery count); the Guard's Config.MaxAttempts, kept in
-// the store, counts across consumers and restarts and applies too. It is
-// also how many times a dead letter the broker refuses is tried.
+// The count is the store's count of the key's claims (idem.AttemptFrom),
+// which holds across consumers and restarts however many deliveries fail
+// at once: a failure at the last attempt stores idem.ErrTooManyAttempts as
+// the key's outcome, so its later copies are poison without running. A
+// claim whose handler did not run counts too. A delivery run unguarded is
+// counted in memory (a classic queue keeps no delivery count). It is also
+// how many times a dead letter the broker refuses is tried.
 func WithMaxAttempts(n int) Option { return func(o *options) { o.SetMaxAttempts(n) } }
 
 // WithRetryBackoff sets how long a delivery is held after its handler

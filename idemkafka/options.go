@@ -134,15 +134,18 @@ func WithDeadLetterClient(cl *kgo.Client) Option {
 	}
 }
 
-// WithMaxAttempts sets how many times in a row the handler of a record may
-// fail without a permanent mark, or panic, before the record is poison
+// WithMaxAttempts sets how many times the handler of a key may fail
+// without a permanent mark, or panic, before its record is poison
 // (too-many-attempts). Default consumer.DefaultMaxAttempts (10). The count
-// is the partition's, in this process: a busy key, a store that cannot be
-// reached, a lost lease and a shutdown are not attempts; a revoked
-// partition's next owner counts again. The Guard's Config.MaxAttempts,
-// kept in the store, counts across consumers and restarts and applies
-// too. It is also how many times a dead letter the broker refuses is
-// tried.
+// is the store's count of the key's claims (idem.AttemptFrom), which holds
+// across consumers, rebalances and restarts: a failure at the last attempt
+// stores idem.ErrTooManyAttempts as the key's outcome, so its later copies
+// are poison without running. A claim whose handler did not run counts
+// too; a busy key, a store that cannot be reached, a lost lease and a
+// shutdown are not failures. A record run unguarded, or under kafkapg
+// (whose failed claim rolls back and leaves no count), is counted in
+// memory, by the partition, in a row. It is also how many times a dead
+// letter the broker refuses is tried.
 func WithMaxAttempts(n int) Option { return func(o *consume.Options) { o.SetMaxAttempts(n) } }
 
 // WithRetryBackoff sets the pauses before a record that could not be

@@ -139,14 +139,17 @@ func WithDeadLetter(js jetstream.JetStream, subject string) Option {
 func WithDiscardPoison() Option { return func(o *options) { o.SetDiscardPoison() } }
 
 // WithMaxAttempts sets how many times a handler that fails without a
-// permanent mark, or panics, runs for one message before the message is
+// permanent mark, or panics, runs for one key before its message is
 // poison (too-many-attempts). Default consumer.DefaultMaxAttempts (10).
-// The count is this consumer's, in memory, by the message's stream and
-// sequence: JetStream's own count (NumDelivered) counts every Nak, those
-// of a busy key and of a store outage too. The Guard's
-// Config.MaxAttempts, kept in the store, counts across consumers and
-// restarts and applies too. It is also how many times a dead letter the
-// broker refuses is tried.
+// The count is the store's count of the key's claims (idem.AttemptFrom),
+// which holds across consumers and restarts however many messages fail at
+// once: a failure at the last attempt stores idem.ErrTooManyAttempts as
+// the key's outcome, so its later copies are poison without running. A
+// claim whose handler did not run (its batch stopped by an outage or a
+// shutdown) counts too. A message run unguarded is counted in memory, by
+// its stream and sequence (JetStream's NumDelivered counts every Nak, those
+// of a busy key and of a store outage too). It is also how many times a
+// dead letter the broker refuses is tried.
 func WithMaxAttempts(n int) Option { return func(o *options) { o.SetMaxAttempts(n) } }
 
 // WithRetryBackoff sets the NakWithDelay of a message whose handler

@@ -329,7 +329,28 @@ func (o *Options[M]) Observe(ctx context.Context, report func()) {
 // the values of msgCtx (a Kafka record's context, where kgo hooks such as
 // kotel put their span; nil elsewhere), and the message's trace context
 // (consumer.TraceFrom).
-func (o *Options[M]) Call(ctx, msgCtx context.Context, trace consumer.TraceCarrier, h func(context.Context) error, attrs func() []slog.Attr) (err error) {
+//
+// Under a Guard, ctx carries the attempt of the key's claim, which the
+// store counts (idem.AttemptFrom): a handler that fails (an error without
+// a permanent mark, a panic, its own timeout) at attempt MaxAttempts or
+// later gets an idem.Permanent error wrapping idem.ErrTooManyAttempts
+// instead, which the Guard stores as the key's outcome. So the handler of
+// a key runs at most MaxAttempts times, whatever the consumer's restarts
+// and however many messages fail at once; the in-memory count that
+// [Options.Decide] is given only bounds what runs without a Guard's
+// attempt (unguarded messages, a TxGuard).
+func (o *Options[M]) Call(ctx, msgCtx context.Context, trace consumer.TraceCarrier, h func(context.Context) error, attrs func() []slog.Attr) error {
+	err := o.call(ctx, msgCtx, trace, h, attrs)
+	if err == nil {
+		return nil
+	}
+	if attempt, ok := idem.AttemptFrom(ctx); ok && attempt >= o.maxAttempts && counts(adapter.Classify(err), err) {
+		return idem.Permanent(&tooManyAttemptsError{attempts: attempt, last: err})
+	}
+	return err
+}
+
+func (o *Options[M]) call(ctx, msgCtx context.Context, trace consumer.TraceCarrier, h func(context.Context) error, attrs func() []slog.Attr) (err error) {
 	if msgCtx != nil && msgCtx != context.Background() && msgCtx != context.TODO() {
 		ctx = merged{ctx, msgCtx}
 	}

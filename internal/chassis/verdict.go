@@ -81,9 +81,7 @@ func Outage(cause error) Verdict { return Verdict{Settle: Retry, Cause: cause} }
 func (o *Options[M]) Decide(res idem.Result, err error, failures int) Verdict {
 	v := Verdict{Cause: err, Replayed: res.Replayed}
 	c := adapter.Classify(err)
-	if c == adapter.Ended && ownTimeout(err) {
-		// The handler's own deadline, not the consumer's: a downstream
-		// call that timed out is a failure like any other, and counts.
+	if counts(c, err) {
 		c = adapter.Retryable
 	}
 	switch c {
@@ -114,6 +112,15 @@ func (o *Options[M]) Decide(res idem.Result, err error, failures int) Verdict {
 		v.Settle, v.Reason = DeadLetter, consumer.ReasonPermanent
 	}
 	return v
+}
+
+// counts reports whether err, a handler's, of class c, is a failure that
+// counts toward MaxAttempts: an error without a permanent mark, a panic,
+// or the handler's own timeout (a downstream call that timed out is a
+// failure like any other), but not the end of the consumer's or the
+// lease's context.
+func counts(c adapter.Class, err error) bool {
+	return c == adapter.Retryable || c == adapter.Ended && ownTimeout(err)
 }
 
 // ownTimeout reports whether err, which ended a handler, is a deadline

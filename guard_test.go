@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/adaptertest"
 	"github.com/idemgo/idem/memstore"
 	"github.com/idemgo/idem/storage"
 )
@@ -754,10 +754,8 @@ func TestCacheHitOfReusedKeyIsObservedAsReused(t *testing.T) {
 // after the run, on the heartbeat), neither leaves the key held nor ends
 // the process: the Do goes on, and the first panic is logged once.
 func TestObserverPanicRecovered(t *testing.T) {
-	var logs bytes.Buffer
-	var mu sync.Mutex
-	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
-	g := newGuard(t, newMem(t), idem.Config{Lease: 300 * time.Millisecond, Logger: logger,
+	var logs adaptertest.Logs
+	g := newGuard(t, newMem(t), idem.Config{Lease: 300 * time.Millisecond, Logger: logs.Logger(),
 		Observer: func(ctx context.Context, e idem.Event) { panic("observer bug at " + e.Op.String()) }})
 
 	res, err := g.Do(t.Context(), "k", []byte("p"), func(context.Context) ([]byte, error) {
@@ -771,26 +769,12 @@ func TestObserverPanicRecovered(t *testing.T) {
 	if err != nil || string(res.Value) != "v" || !res.Replayed {
 		t.Fatalf("second Do = %q, %v, %v; want the stored value replayed", res.Value, res.Replayed, err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	if n := strings.Count(logs.String(), "Observer panicked"); n != 1 {
 		t.Fatalf("the Observer's panics were logged %d times, want once:\n%s", n, logs.String())
 	}
 	if !strings.Contains(logs.String(), "observer bug at claim") {
 		t.Errorf("the log does not carry the panic's value:\n%s", logs.String())
 	}
-}
-
-// lockedWriter serializes writes to w.
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 // fn's context carries the store's count of the key's claims, in Do and in

@@ -174,7 +174,7 @@ func TestURLPasswordNeverShown(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close() // nothing listens there now
-	var logs syncBuffer
+	var logs adaptertest.Logs
 	c, err := idemamqp.New(g, "amqp://guest:"+secret+"@"+addr+"/", "q", nop, idemamqp.WithSharedScope(), idemamqp.WithDiscardPoison(),
 		idemamqp.WithReconnectBackoff(10*time.Millisecond, 20*time.Millisecond),
 		idemamqp.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))

@@ -1,7 +1,6 @@
 package idemamqp_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -262,22 +261,4 @@ func proxiedURL(t *testing.T, p *testenv.Proxy) string {
 	}
 	u.Host = p.Addr()
 	return u.String()
-}
-
-// syncBuffer is a buffer that log handlers of several goroutines write.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -134,7 +134,8 @@ func (o *Ops) Count(op idem.Op) int {
 	return n
 }
 
-// Logs is what an adapter logged, safe for concurrent use.
+// Logs is what a logger wrote, safe for concurrent use: what a test reads
+// of what an adapter, or the Guard, logged.
 type Logs struct {
 	mu sync.Mutex
 	b  strings.Builder

@@ -29,12 +29,13 @@
 // store's count of the key's claims (idem.AttemptFrom), across processes
 // and restarts: the failure at the last attempt stores
 // idem.ErrTooManyAttempts as the key's outcome, so the handler of a key
-// runs at most that many times, however many messages fail at once. A
-// message run unguarded (or under a transactional guard, which leaves no
-// count) is counted in the consumer's memory. The Guard's
-// Config.MaxAttempts applies too. A busy key, a store that cannot be
-// reached and a shutdown are not failures: an outage never dead-letters a
-// message.
+// runs at most that many times, however many messages fail at once (to run
+// it again once its cause is mended, delete the key's record, with idem
+// purge, before publishing its dead letter again). A message run unguarded
+// (or under a transactional guard, which leaves no count) is counted in the
+// consumer's memory. The Guard's Config.MaxAttempts applies too. A busy
+// key, a store that cannot be reached and a shutdown are not failures: an
+// outage never dead-letters a message.
 //
 // # Dead letters always fit
 //

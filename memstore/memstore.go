@@ -370,7 +370,7 @@ func (s *store) acquire(e *entry, a storage.ClaimArgs, now int64) {
 	e.expires = e.leaseUntil + int64(a.Retention)
 }
 
-// record returns the entry as an storage.Record with the given fingerprint and
+// record returns the entry as a storage.Record with the given fingerprint and
 // result slices (the caller's own, or copies).
 func (e *entry) record(key string, fingerprint, result []byte) storage.Record {
 	r := storage.Record{
@@ -543,6 +543,26 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if e, ok := sh.m[key]; ok {
 		s.remove(sh, key, &e)
 	}
+	return nil
+}
+
+// DeleteIf implements [storage.Store.DeleteIf] in one section under the
+// key's shard's lock, on the Store's clock (Config.Now).
+func (s *Store) DeleteIf(ctx context.Context, key string, status storage.Status, t storage.Token) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := s.live(sh, key, s.cfg.Now().UnixNano())
+	switch {
+	case !ok:
+		return storage.ErrNotFound
+	case e.status != status || e.token != t:
+		return storage.ErrChanged
+	}
+	s.remove(sh, key, &e)
 	return nil
 }
 

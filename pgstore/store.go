@@ -56,9 +56,9 @@ type Config struct {
 	// does not answer (a new key, a takeover), one more statement and
 	// round trip for them. Without a peek, the claim statement reads and
 	// writes in one: a new key's fastest path, while a duplicate costs the
-	// server the setup of a statement that may insert, 3 to 4 times a
-	// SELECT's (BENCHMARKS.md). Both write nothing and lock nothing for a
-	// claim answered from the row, and answer alike. Default PeekAuto.
+	// server the planning and setup of a statement that may insert, several
+	// times what a plain SELECT costs. Both write nothing and lock nothing
+	// for a claim answered from the row, and answer alike. Default PeekAuto.
 	Peek Peek
 }
 
@@ -530,4 +530,21 @@ func (s *Store) scanPage(ctx context.Context, from []byte, inclusive bool) ([]st
 func (s *Store) Delete(ctx context.Context, key string) error {
 	_, err := s.db.Exec(ctx, s.q.delete, []byte(key))
 	return translate("delete", err)
+}
+
+// DeleteIf implements [storage.Store.DeleteIf] with one DELETE conditioned
+// on the status and token, on the server's clock. Errors:
+// storage.ErrChanged; storage.ErrNotFound; others as for Get.
+func (s *Store) DeleteIf(ctx context.Context, key string, status storage.Status, t storage.Token) error {
+	var deleted, live bool
+	err := s.db.QueryRow(ctx, s.q.deleteIf, []byte(key), int16(status), int64(t)).Scan(&deleted, &live)
+	switch {
+	case err != nil:
+		return translate("delete_if", err)
+	case deleted:
+		return nil
+	case live:
+		return storage.ErrChanged
+	}
+	return storage.ErrNotFound
 }

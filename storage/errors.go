@@ -91,3 +91,8 @@ func (r *refusal) Unwrap() error { return ErrRefused }
 // Is reports that a value too large for the store is a refusal
 // ([ErrRefused]) besides [ErrValueTooLarge].
 func (e *ValueTooLargeError) Is(target error) bool { return target == ErrRefused }
+
+// ErrChanged: [Store.DeleteIf] found the key's record in another status or
+// with another token than the caller read (a holder took it over or
+// finished it since), and deleted nothing.
+var ErrChanged = errors.New("idem: record changed since it was read")

@@ -439,8 +439,11 @@ func (b *batch) flushDuring() {
 	}
 	b.flushMu.Lock()
 	b.flushArmed = true
-	b.flushMu.Unlock()
+	// Read under the lock: a flush of the timer's last firing, which
+	// stopFlush let pass before it took the lock, may run once it is
+	// released, and write b.flushed.
 	d := max(batchFlush-time.Since(b.flushed), 0)
+	b.flushMu.Unlock()
 	if b.flushTimer == nil {
 		b.flushTimer = time.AfterFunc(d, b.flushNow)
 	} else {

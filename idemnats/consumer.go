@@ -137,7 +137,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 	work, endWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer endWork()
 	r := &run{c: c, stopping: stopping, stop: stop, work: work}
-	r.progress.init(ackWait/3, c.o.observer, c.o.Logger())
+	var observe func(context.Context, Event)
+	if c.o.observer != nil {
+		observe = c.observe
+	}
+	r.progress.init(ackWait/3, observe, c.o.Logger())
 
 	var bg sync.WaitGroup
 	bg.Go(func() { r.progress.loop(work) })
@@ -382,8 +386,9 @@ func (r *run) deliver(chunk []*delivery, prev <-chan struct{}, turn chan struct{
 	c := r.c
 	var run []guarded
 	for pos, d := range chunk {
-		d.scope = c.o.Scope(d.msg)
-		key, keyErr := c.o.Key(d.msg)
+		var key string
+		var keyErr error
+		d.scope, key, d.payload, keyErr = c.o.Read(d.msg)
 		d.key, d.keyOK = key, keyErr == nil && key != ""
 		switch {
 		case keyErr != nil, key == "" && !c.o.UnkeyedUnguarded():
@@ -422,7 +427,8 @@ func (r *run) guard(ms []guarded, waitTurn func() bool, handled func(pos int), s
 	c := r.c
 	ops := make([]idem.BatchOp, len(ms))
 	for i, m := range ms {
-		ops[i] = idem.BatchOp{Scope: m.d.scope, Key: m.d.key, Payload: c.o.Payload(m.d.msg)}
+		ops[i] = idem.BatchOp{Scope: m.d.scope, Key: m.d.key, Payload: m.d.payload}
+		m.d.payload = nil
 	}
 	res := c.g.DoBatchIndependent(r.work, ops, func(ctx context.Context, i int) ([]byte, error) {
 		if !waitTurn() {

@@ -472,7 +472,11 @@ func (r *runner) delay(dl delivery) bool {
 			slog.String("queue", r.c.queue), slog.String("scope", dl.ev.Scope), slog.String("key", dl.ev.Key))
 		return false
 	}
-	if err := dl.s.publish(r.hctx, "", *o.delayQueue, publishing(dl.d, dl.d.Headers, dl.d.Body)); err != nil {
+	// The copy keeps no header the broker would route by, nor an
+	// expiration: it comes back after the busy delay, and only here.
+	p := publishing(dl.d, defused(dl.d.Headers), dl.d.Body)
+	p.Expiration = ""
+	if err := dl.s.publish(r.hctx, "", *o.delayQueue, p); err != nil {
 		o.Logger().Warn("idemamqp: the delay queue did not take a busy delivery; requeueing it instead",
 			slog.String("queue", r.c.queue), slog.String("delay_queue", *o.delayQueue), slog.Any("error", err))
 		return false

@@ -355,9 +355,11 @@ func publishing(d amqp.Delivery, headers amqp.Table, body []byte) amqp.Publishin
 
 // returned is d as it comes back to queue from the delay queue: through
 // the default exchange, routed by the queue's name, without user-id or
-// expiration, not marked redelivered.
+// expiration, its steering headers renamed (defused), not marked
+// redelivered.
 func returned(d amqp.Delivery, queue string) amqp.Delivery {
 	d.Acknowledger = nil
+	d.Headers = defused(d.Headers)
 	d.Exchange, d.RoutingKey = "", queue
 	d.UserId, d.Expiration = "", ""
 	d.Redelivered = false

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/idemgo/idem/consumer"
 	"github.com/idemgo/idem/internal/chassis"
 )
 
@@ -92,21 +93,25 @@ func (r *run) pause(d time.Duration) bool {
 
 // letter returns the dead letter of d, fit to the max_payload of the
 // dead-letter connection and its headers to what a stream stores: the
-// original's data and headers but its Nats-* ones, the headers of package
-// consumer, and where it came from.
+// original's data and headers (its Nats-* ones renamed, see steers), the
+// headers of package consumer, and where it came from.
 func (r *run) letter(d *delivery, v chassis.Verdict) *chassis.Letter {
 	h := d.msg.Headers()
 	names := make([]string, 0, len(h))
 	for name := range h {
-		if !strings.HasPrefix(name, "Nats-") {
+		if name != jetstream.MsgIDHeader { // kept as HeaderMsgID
 			names = append(names, name)
 		}
 	}
 	slices.Sort(names)
 	var hs []chassis.Header
 	for _, name := range names {
+		kept := name
+		if steers(name) {
+			kept = consumer.HeaderOriginalPrefix + name
+		}
 		for _, value := range h[name] {
-			hs = append(hs, chassis.Header{Name: name, Value: []byte(value)})
+			hs = append(hs, chassis.Header{Name: kept, Value: []byte(value)})
 		}
 	}
 	var extra []chassis.Header
@@ -125,6 +130,14 @@ func (r *run) letter(d *delivery, v chassis.Verdict) *chassis.Letter {
 	l.Fit(r.c.maxPayload())
 	return l
 }
+
+// steers reports whether JetStream may act on the header name when a
+// message carrying it is published: every Nats-* header, in any case
+// (Nats-Expected-* make the publish conditional, Nats-Rollup purges the
+// stream's messages, Nats-TTL expires the message, Nats-Msg-Id drops it
+// as a copy, and each server release names more). A dead letter keeps
+// them renamed (consumer.HeaderOriginalPrefix).
+func steers(name string) bool { return len(name) >= 5 && strings.EqualFold(name[:5], "Nats-") }
 
 // maxPayload returns the max_payload of the dead-letter connection's
 // server: the largest message, headers included, it takes.

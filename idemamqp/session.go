@@ -76,9 +76,10 @@ func (r *runner) connect(ctx context.Context) (s *session, err error) {
 	}
 	s = &session{conn: conn, dead: make(chan struct{}), tag: "idemamqp-" + rand.Text(),
 		frameSize: conn.Config.FrameSize, publishTimeout: o.pubTimeout}
+	opened := s // s is nil once an error is returned
 	defer func() {
 		if err != nil {
-			s.close()
+			opened.close()
 		}
 	}()
 	s.connClosed = conn.NotifyClose(make(chan *amqp.Error, 1))

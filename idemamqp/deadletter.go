@@ -56,7 +56,11 @@ func (r *runner) poison(dl delivery, v chassis.Verdict) {
 			return chassis.Refused, err
 		}
 		return chassis.Unreached, err
-	}, func(d time.Duration) bool { return r.wait(dl.s, d) }, attrs,
+	}, func(d time.Duration) bool { return r.wait(dl.s, d) }, func(why chassis.Refusal, err error) {
+		e := dl.ev
+		e.Kind, e.Reason, e.Err, e.BrokerErr, e.Refused = EventDeadLetterFailed, v.Reason, v.Cause, err, why != chassis.Unreached
+		r.observe(r.hctx, e)
+	}, attrs,
 		slog.String("settlement", "rejected without requeue, to the queue's own dead-letter exchange if it has one"),
 		slog.String("exchange", to.exchange),
 		slog.String("routing_key", to.routingKey), slog.String("exchange_from", dl.d.Exchange),

@@ -127,6 +127,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err := checkConsumer(info); err != nil {
 		return err
 	}
+	if err := c.checkDeadLetter(ctx); err != nil {
+		return err
+	}
 	ackWait := info.Config.AckWait
 	if ackWait <= 0 {
 		ackWait = 30 * time.Second // the server's default

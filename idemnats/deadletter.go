@@ -3,6 +3,7 @@ package idemnats
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -63,7 +64,13 @@ func (r *run) poison(d *delivery, v chassis.Verdict) {
 	gaveUp, err := o.SendLetter(ctx, l, func() (chassis.Refusal, error) {
 		err := r.publish(d, l)
 		return refusalOf(err), err
-	}, r.pause, attrs, slog.String("settlement", "terminated"), slog.String("dead_letter_subject", o.dlqSubject))
+	}, r.pause, func(why chassis.Refusal, err error) {
+		if o.observer != nil {
+			e := eventOf(d, EventDeadLetterFailed, err)
+			e.Scope, e.Key, e.Reason, e.Err, e.Refused = d.scope, d.key, v.Reason, v.Cause, why != chassis.Unreached
+			o.observer(ctx, e)
+		}
+	}, attrs, slog.String("settlement", "terminated"), slog.String("dead_letter_subject", o.dlqSubject))
 	switch {
 	case err == nil:
 		o.Logger().LogAttrs(ctx, slog.LevelWarn, "idemnats: poison dead-lettered",
@@ -77,6 +84,33 @@ func (r *run) poison(d *delivery, v chassis.Verdict) {
 		delay := r.handBack()
 		r.settled(d, v, EventRequeued, delay, nak(d.msg, delay), err)
 	}
+}
+
+// checkDeadLetter asks JetStream which stream takes the WithDeadLetter
+// subject, and returns a *consumer.DeadLetterMissingError when none does
+// (or JetStream does not answer the subject at all: no responders, a
+// permission refused): a poison message would have nowhere to go. A
+// server that cannot be reached is logged, and the consumer starts: that
+// is an outage, which a dead letter waits out.
+func (c *Consumer) checkDeadLetter(ctx context.Context) error {
+	o := &c.o
+	if !o.DeadLetters() {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, deadLetterTimeout)
+	defer cancel()
+	_, err := o.dlqJS.StreamNameBySubject(cctx, o.dlqSubject)
+	switch {
+	case err == nil, ctx.Err() != nil:
+		return nil
+	case errors.Is(err, jetstream.ErrStreamNotFound), refusalOf(err) == chassis.Refused:
+		o.Logger().ErrorContext(ctx, "idemnats: no stream takes the dead-letter subject; not consuming",
+			slog.String("dead_letter_subject", o.dlqSubject), slog.Any("error", err))
+		return &consumer.DeadLetterMissingError{Destination: fmt.Sprintf("subject %q (no stream takes it)", o.dlqSubject), Err: err}
+	}
+	o.Logger().WarnContext(ctx, "idemnats: could not check that a stream takes the dead-letter subject; consuming",
+		slog.String("dead_letter_subject", o.dlqSubject), slog.Any("error", err))
+	return nil
 }
 
 // pause waits for d; false, at once, when the Run stops.

@@ -95,9 +95,9 @@ func consumeOrders(ctx context.Context, addrs []string, o options, out io.Writer
 	defer guard.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// Without its dead-letter topic a poison record would have nowhere to
-	// go, and most clusters create no topic by themselves: create it,
-	// with the cluster's defaults.
+	// The consumer refuses to start without its dead-letter topic (a
+	// poison record would have nowhere to go), and most clusters create
+	// no topic by themselves: create it, with the cluster's defaults.
 	if created, err := createTopic(ctx, addrs, deadLetterTopic(o.topic), -1); err != nil {
 		return 0, fmt.Errorf("payments: the dead-letter topic: %w", err)
 	} else if created {
@@ -120,6 +120,9 @@ func consumeOrders(ctx context.Context, addrs []string, o options, out io.Writer
 			case idemkafka.EventDeadLettered:
 				p.printf("dead-lettered the record at %s/%d offset %d to %s (%s): %v\n",
 					e.Topic, e.Partition, e.Offset, deadLetterTopic(o.topic), e.Reason, e.Err)
+			case idemkafka.EventDeadLetterFailed:
+				p.printf("the dead letter of the record at %s/%d offset %d was not taken (%v); the partition waits, trying again\n",
+					e.Topic, e.Partition, e.Offset, e.BrokerErr)
 			case idemkafka.EventDiscarded:
 				p.printf("the broker refused the dead letter of the record at %s/%d offset %d (%s: %v): %v; "+
 					"skipped, it stays in %s\n", e.Topic, e.Partition, e.Offset, e.Reason, e.Err, e.BrokerErr, e.Topic)

@@ -87,19 +87,7 @@ func TestPoisonNearTheSizeLimitDoesNotStopThePartition(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := producer.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	producer.Close()
-
-	o, err := parseFlags([]string{"--brokers", strings.Join(brokers, ","), "--topic", topic, "--group", topic + ".group"}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := produceFor(t, ctx, brokers, topic, recs)
 	var out bytes.Buffer
 	p := newProvider(&out)
 	finished, err := consumeOrders(ctx, brokers, o, io.Discard, p, len(recs))
@@ -126,6 +114,25 @@ func TestPoisonNearTheSizeLimitDoesNotStopThePartition(t *testing.T) {
 	case headers[consumer.HeaderReason] != string(consumer.ReasonPermanent) || headers[consumer.HeaderKey] != "order-poison":
 		t.Fatalf("the dead letter's reason %q and key %q, want permanent and order-poison", headers[consumer.HeaderReason], headers[consumer.HeaderKey])
 	}
+}
+
+// produceFor produces recs and returns the options of a consumer of topic
+// on brokers, in a group of its own.
+func produceFor(t *testing.T, ctx context.Context, brokers []string, topic string, recs []*kgo.Record) options {
+	t.Helper()
+	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer producer.Close()
+	if err := producer.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	o, err := parseFlags([]string{"--brokers", strings.Join(brokers, ","), "--topic", topic, "--group", topic + ".group"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
 }
 
 // kafkaTopicNamed creates the topic name with partitions partitions and
@@ -195,18 +202,7 @@ func TestFreshTopicDeadLettersItsPoison(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := producer.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	producer.Close()
-	o, err := parseFlags([]string{"--brokers", strings.Join(brokers, ","), "--topic", topic, "--group", topic + ".group"}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := produceFor(t, ctx, brokers, topic, recs)
 	var out, logs bytes.Buffer
 	p := newProvider(&out)
 	finished, err := consumeOrders(ctx, brokers, o, &logs, p, len(recs))

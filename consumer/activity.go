@@ -31,9 +31,16 @@ const (
 	// ActivityReleased: the consumer stopped reading Partition (a Kafka
 	// partition revoked or lost); its lag is no longer this consumer's.
 	ActivityReleased
+	// ActivityDeadLetterFailed: a poison message's dead letter was not
+	// taken (Err: the broker's error), and the message waits while it is
+	// sent again: Refused when the broker answered no (the destination
+	// does not exist, or may not be written; given up after MaxAttempts
+	// refusals, ActivityDiscarded), else the broker could not be reached
+	// (tried without end). One per try.
+	ActivityDeadLetterFailed
 )
 
-var activityNames = [...]string{"other", "processed", "busy", "retried", "dead_lettered", "discarded", "released"}
+var activityNames = [...]string{"other", "processed", "busy", "retried", "dead_lettered", "discarded", "released", "dead_letter_failed"}
 
 // String returns the kind's name in snake case, for metric labels.
 func (k ActivityKind) String() string {
@@ -81,6 +88,9 @@ type Activity struct {
 	// GaveUp (ActivityDiscarded): the broker refused the dead letter; the
 	// message was settled without it.
 	GaveUp bool
+	// Refused (ActivityDeadLetterFailed): the broker answered no; false
+	// when it could not be reached.
+	Refused bool
 	// Err is the cause, for the kinds that have one.
 	Err error
 	// Duration is how long the messages took, from receipt to settlement

@@ -83,7 +83,39 @@ const (
 	// record's key left out with the body.
 	HeaderRecordKeySize   = "idem-dead-letter-record-key-size"
 	HeaderRecordKeySHA256 = "idem-dead-letter-record-key-sha256"
+	// HeaderOriginalPrefix begins the name of an original header, or
+	// property, that the broker would act on if the dead letter (or a
+	// delayed copy) carried it live: RabbitMQ's CC and BCC, which route a
+	// message to more queues, and its expiration; JetStream's Nats-*
+	// headers (expected sequences, rollups, a TTL). The value is kept, as
+	// text, under the prefixed name ("idem-dead-letter-original-CC"), for
+	// the operator to read, and the broker ignores it. Kafka acts on no
+	// header.
+	HeaderOriginalPrefix = "idem-dead-letter-original-"
 )
+
+// DeadLetterMissingError is what a consumer's Run returns, before it
+// consumes anything, when the WithDeadLetter destination does not exist or
+// may not be written: a Kafka topic unknown to the cluster (or not
+// authorized), a JetStream subject no stream takes, a RabbitMQ exchange
+// (or, through the default exchange, a queue) that is not declared. Poison
+// would have nowhere to go: create the destination, or choose
+// WithDiscardPoison. Checked with errors.As.
+type DeadLetterMissingError struct {
+	// Destination names it: `topic "orders.dlq"`, `subject "orders.dead"`,
+	// `exchange "orders.dlx"`, `queue "orders.dead" (the default exchange)`.
+	Destination string
+	// Err is the broker's answer.
+	Err error
+}
+
+func (e *DeadLetterMissingError) Error() string {
+	return "idem: the dead-letter " + e.Destination + " does not exist or may not be written (" + e.Err.Error() +
+		"): create it before the consumer starts, or choose WithDiscardPoison; nothing was consumed"
+}
+
+// Unwrap returns the broker's answer.
+func (e *DeadLetterMissingError) Unwrap() error { return e.Err }
 
 // ErrNoKey is the cause of a message dead-lettered because it carries no
 // idempotency key ([ReasonMissingKey]). A key function returns it, or "",

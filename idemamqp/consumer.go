@@ -127,6 +127,17 @@ func (c *Consumer) DelayQueue() string { return *c.o.delayQueue }
 //     for them to return and closes the connection; the broker requeues
 //     every delivery not settled.
 //
+// Before the first subscription it asks the broker whether the
+// WithDeadLetter destination exists (the exchange; through the default
+// exchange, the queue the routing key names), and returns a
+// *consumer.DeadLetterMissingError without consuming anything when the
+// broker says it does not, or may not be used (404, 403): poison would
+// have nowhere to go. A destination that disappears later refuses each
+// dead letter: the delivery is held while it is tried again (logged at
+// error level, EventDeadLetterFailed), and after WithMaxAttempts refusals
+// rejected without requeue (EventDiscarded), to the queue's own
+// dead-letter exchange if it has one.
+//
 // Handlers run on at most [WithConcurrency] goroutines, none of which
 // outlives Run. Run returns ErrRunning if the Consumer is already running.
 func (c *Consumer) Run(ctx context.Context) error {
@@ -145,6 +156,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	var workers sync.WaitGroup
 
 	var last *session
+	var runErr error
 	pause := c.o.reconnectMin
 	log := c.o.Logger()
 	for {
@@ -165,6 +177,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 				slog.String("url", c.shown), slog.Any("error", err))
 		} else if ctx.Err() != nil {
 			break
+		} else if _, missing := errors.AsType[*consumer.DeadLetterMissingError](err); missing {
+			log.ErrorContext(ctx, "idemamqp: the dead-letter destination does not exist or may not be used; not consuming",
+				slog.String("queue", c.queue), slog.Any("error", err))
+			runErr = err
+			break
 		} else {
 			log.WarnContext(ctx, "idemamqp: cannot connect; retrying", slog.String("queue", c.queue),
 				slog.String("url", c.shown), slog.Duration("pause", pause), slog.Any("error", c.scrub(err)))
@@ -181,7 +198,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		last.close() // ends its deliveries, and so its workers
 	}
 	workers.Wait()
-	return nil
+	return runErr
 }
 
 // serve consumes s: its claimer (claimAhead) takes the deliveries from
@@ -261,6 +278,7 @@ type runner struct {
 	stopping <-chan struct{} // closed when Run's context ends
 	slots    chan struct{}   // one per handler running, at most the concurrency
 	out      *outcomes       // stores the values of the handlers that ran, and settles their deliveries
+	checked  bool            // the dead-letter destination was found, at the first connection
 }
 
 // job is one delivery a worker handles, with the session it came from and
@@ -472,7 +490,11 @@ func (r *runner) delay(dl delivery) bool {
 			slog.String("queue", r.c.queue), slog.String("scope", dl.ev.Scope), slog.String("key", dl.ev.Key))
 		return false
 	}
-	if err := dl.s.publish(r.hctx, "", *o.delayQueue, publishing(dl.d, dl.d.Headers, dl.d.Body)); err != nil {
+	// The copy keeps no header the broker would route by, nor an
+	// expiration: it comes back after the busy delay, and only here.
+	p := publishing(dl.d, defused(dl.d.Headers), dl.d.Body)
+	p.Expiration = ""
+	if err := dl.s.publish(r.hctx, "", *o.delayQueue, p); err != nil {
 		o.Logger().Warn("idemamqp: the delay queue did not take a busy delivery; requeueing it instead",
 			slog.String("queue", r.c.queue), slog.String("delay_queue", *o.delayQueue), slog.Any("error", err))
 		return false

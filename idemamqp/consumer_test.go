@@ -167,7 +167,8 @@ func TestDeadLetterExchangeCarriesTheCause(t *testing.T) {
 }
 
 // A dead letter the broker refuses (an unroutable one comes back, as the
-// mandatory flag asks) is tried MaxAttempts times; then the consumer gives
+// mandatory flag asks: an exchange that exists, and routes the key
+// nowhere) is tried MaxAttempts times; then the consumer gives
 // up on it: it logs it, reports EventDiscarded with the broker's refusal,
 // and rejects the delivery to the queue's own dead-letter exchange.
 func TestDeadLetterUnroutableGivenUp(t *testing.T) {
@@ -175,7 +176,7 @@ func TestDeadLetterUnroutableGivenUp(t *testing.T) {
 	q, g, ev := setup(t, idemamqptest.Classic, nil, idem.Config{})
 	h := func(context.Context, amqp.Delivery) error { return idem.Permanent(errors.New("card declined")) }
 	var logs adaptertest.Logs
-	idemamqptest.Start(t, q, newDeadLettering(t, g, q, ev, h, "", q.Name+".no-such-queue", idemamqp.WithMaxAttempts(2),
+	idemamqptest.Start(t, q, newDeadLettering(t, g, q, ev, h, "amq.direct", q.Name+".no-such-queue", idemamqp.WithMaxAttempts(2),
 		idemamqp.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))))
 	q.Publish(idemamqptest.Msg{Key: "k", Body: "x"})
 	d := q.GetAll(q.DeadLetters, 1, 10*time.Second)[0]
@@ -193,13 +194,23 @@ func TestDeadLetterUnroutableGivenUp(t *testing.T) {
 	}
 }
 
-// A dead letter to an exchange that does not exist: the broker closes the
-// publishing channel (404). That refusal is the dead letter's alone: the
-// connection stays, the deliveries in flight are acked once each, and the
+// A dead-letter exchange deleted while the consumer runs: the broker
+// closes the publishing channel (404). That refusal is the dead letter's
+// alone: the connection stays, the deliveries in flight are acked once
+// each, every refusal is reported (EventDeadLetterFailed, Refused), and the
 // poison is given up on after MaxAttempts.
 func TestDeadLetterMissingExchangeKeepsTheOthers(t *testing.T) {
 	t.Parallel()
 	q, g, ev := setup(t, idemamqptest.Classic, nil, idem.Config{})
+	exchange := q.Name + ".dlx"
+	ch, err := idemamqptest.Connect(t).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if err := ch.ExchangeDeclare(exchange, "fanout", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
 	l := idemamqptest.NewLedger()
 	release := make(chan struct{})
 	h := func(ctx context.Context, d amqp.Delivery) error {
@@ -210,8 +221,12 @@ func TestDeadLetterMissingExchangeKeepsTheOthers(t *testing.T) {
 		l.Charge(keyOf(d))
 		return nil
 	}
-	idemamqptest.Start(t, q, newDeadLettering(t, g, q, ev, h, q.Name+".no-such-exchange", "", idemamqp.WithMaxAttempts(3),
+	idemamqptest.Start(t, q, newDeadLettering(t, g, q, ev, h, exchange, "", idemamqp.WithMaxAttempts(3),
 		idemamqp.WithConcurrency(4), idemamqp.WithPrefetch(8)))
+	idemamqptest.Eventually(t, 10*time.Second, "connected", func() bool { return ev.Kind(idemamqp.EventConnected) == 1 })
+	if err := ch.ExchangeDelete(exchange, false, false); err != nil {
+		t.Fatal(err)
+	}
 	var once sync.Once
 	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before the consumer stops
 	q.Publish(idemamqptest.Msg{Key: "a", Body: "a"}, idemamqptest.Msg{Key: "b", Body: "b"}, idemamqptest.Msg{Key: "poison", Body: "p"})
@@ -225,6 +240,16 @@ func TestDeadLetterMissingExchangeKeepsTheOthers(t *testing.T) {
 	}
 	if n := ev.Kind(idemamqp.EventDisconnected) + ev.Kind(idemamqp.EventUnsettled); n != 0 {
 		t.Errorf("%d disconnections and unsettled deliveries, want none: a refused dead letter closes its channel only", n)
+	}
+	failed := ev.Of(idemamqp.EventDeadLetterFailed)
+	if len(failed) != 3 {
+		t.Errorf("%d EventDeadLetterFailed, want one per refusal, 3", len(failed))
+	}
+	for _, e := range failed {
+		if a := e.Activity(); !e.Refused || e.Key != "poison" || !errors.As(e.BrokerErr, &aerr) || aerr.Code != amqp.NotFound ||
+			a.Kind != consumer.ActivityDeadLetterFailed || !a.Refused {
+			t.Errorf("EventDeadLetterFailed %+v (activity %+v), want the poison's, refused with the broker's 404", e, a)
+		}
 	}
 	idemamqptest.Eventually(t, 10*time.Second, "the poison in the queue's own dead letters", func() bool { return q.Ready(q.DeadLetters) == 1 })
 }
@@ -605,5 +630,40 @@ func TestDeadLetterTimeoutIsNoRefusal(t *testing.T) {
 	d := q.GetAll(q.DeadLetters, 1, 10*time.Second)[0]
 	if d.Headers[consumer.HeaderReason] != string(consumer.ReasonPermanent) {
 		t.Errorf("dead letter headers %v, want a published dead letter", d.Headers)
+	}
+}
+
+// A dead-letter destination that is not declared is found before anything
+// is consumed: Run returns a *consumer.DeadLetterMissingError that names
+// it, and the queue keeps its messages.
+func TestDeadLetterMissingAtStart(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, exchange, key, want string }{
+		{"exchange", "no-such-exchange", "", `exchange "`},
+		{"queue of the default exchange", "", "no-such-queue", `queue "`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			q, g, ev := setup(t, idemamqptest.Classic, nil, idem.Config{})
+			q.Publish(idemamqptest.Msg{Key: "k", Body: "x"})
+			var ran atomic.Bool
+			exchange := tc.exchange
+			if exchange != "" {
+				exchange = q.Name + "." + exchange
+			}
+			c := newDeadLettering(t, g, q, ev, func(context.Context, amqp.Delivery) error { ran.Store(true); return nil },
+				exchange, q.Name+"."+tc.key)
+			q.DeleteAtEnd(c.DelayQueue())
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			err := c.Run(ctx)
+			missing, ok := errors.AsType[*consumer.DeadLetterMissingError](err)
+			if !ok || !strings.HasPrefix(missing.Destination, tc.want) || !strings.Contains(missing.Destination, q.Name) {
+				t.Fatalf("Run = %v, want a *consumer.DeadLetterMissingError naming the %s", err, tc.name)
+			}
+			if ran.Load() || q.Ready(q.Name) != 1 || ev.Kind(idemamqp.EventConnected) != 0 {
+				t.Errorf("the consumer consumed (ran %v, %d ready, %d connected), want nothing", ran.Load(), q.Ready(q.Name), ev.Kind(idemamqp.EventConnected))
+			}
+		})
 	}
 }

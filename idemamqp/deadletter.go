@@ -2,12 +2,16 @@ package idemamqp
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/idemgo/idem/consumer"
 	"github.com/idemgo/idem/internal/chassis"
 )
 
@@ -52,7 +56,11 @@ func (r *runner) poison(dl delivery, v chassis.Verdict) {
 			return chassis.Refused, err
 		}
 		return chassis.Unreached, err
-	}, func(d time.Duration) bool { return r.wait(dl.s, d) }, attrs,
+	}, func(d time.Duration) bool { return r.wait(dl.s, d) }, func(why chassis.Refusal, err error) {
+		e := dl.ev
+		e.Kind, e.Reason, e.Err, e.BrokerErr, e.Refused = EventDeadLetterFailed, v.Reason, v.Cause, err, why != chassis.Unreached
+		r.observe(r.hctx, e)
+	}, attrs,
 		slog.String("settlement", "rejected without requeue, to the queue's own dead-letter exchange if it has one"),
 		slog.String("exchange", to.exchange),
 		slog.String("routing_key", to.routingKey), slog.String("exchange_from", dl.d.Exchange),
@@ -83,6 +91,10 @@ func (r *runner) letter(dl delivery, v chassis.Verdict) *chassis.Letter {
 	slices.Sort(names)
 	hs := make([]chassis.Header, 0, len(names))
 	for _, name := range names {
+		if steers(name) {
+			hs = append(hs, chassis.Header{Name: consumer.HeaderOriginalPrefix + name, Value: []byte(fmt.Sprint(d.Headers[name]))})
+			continue
+		}
 		// The letter's value stands for the header's size alone: the
 		// publishing takes the typed value from d (see letterPublishing).
 		value, ok := headerText(d, name)
@@ -91,10 +103,15 @@ func (r *runner) letter(dl delivery, v chassis.Verdict) *chassis.Letter {
 		}
 		hs = append(hs, chassis.Header{Name: name, Value: []byte(value)})
 	}
-	l := chassis.NewLetter(nil, d.Body, hs, v, dl.key, dl.keyOK,
-		chassis.Header{Name: HeaderQueue, Value: []byte(r.c.queue)},
-		chassis.Header{Name: HeaderExchange, Value: []byte(d.Exchange)},
-		chassis.Header{Name: HeaderRoutingKey, Value: []byte(d.RoutingKey)})
+	extra := []chassis.Header{
+		{Name: HeaderQueue, Value: []byte(r.c.queue)},
+		{Name: HeaderExchange, Value: []byte(d.Exchange)},
+		{Name: HeaderRoutingKey, Value: []byte(d.RoutingKey)},
+	}
+	if d.Expiration != "" {
+		extra = append(extra, chassis.Header{Name: consumer.HeaderOriginalPrefix + "expiration", Value: []byte(d.Expiration)})
+	}
+	l := chassis.NewLetter(nil, d.Body, hs, v, dl.key, dl.keyOK, extra...)
 	if frame := dl.s.frameSize; frame > 0 {
 		l.MaxHeaders = max(1, frame-headerFrameSize(publishing(d, nil, nil)))
 	}
@@ -103,17 +120,55 @@ func (r *runner) letter(dl delivery, v chassis.Verdict) *chassis.Letter {
 }
 
 // letterPublishing returns the publishing of the dead letter l of d: d's
-// properties, the headers l kept with their typed values, l's own headers
-// and body.
+// properties but its expiration, the headers l kept with their typed
+// values (those the broker would act on as text, renamed), l's own
+// headers and body.
 func letterPublishing(d amqp.Delivery, l *chassis.Letter) amqp.Publishing {
 	headers := make(amqp.Table, len(l.Headers)+len(l.Added))
 	for _, h := range l.Headers {
-		headers[h.Name] = d.Headers[h.Name]
+		if v, ok := d.Headers[h.Name]; ok && !strings.HasPrefix(h.Name, consumer.HeaderOriginalPrefix) {
+			headers[h.Name] = v
+		} else {
+			headers[h.Name] = string(h.Value)
+		}
 	}
 	for _, h := range l.Added {
 		headers[h.Name] = string(h.Value)
 	}
+	d.Expiration = ""
 	return publishing(d, headers, l.Body)
+}
+
+// steering are the headers RabbitMQ, or a plugin of its, acts on when a
+// message is published, by lowercase name: CC and BCC route it to more
+// queues (sender-selected distribution), x-delay holds it in a delayed
+// message exchange, x-stream-filter-value files it for a stream's
+// filters, x-deduplication-header drops it as a copy. A dead letter, or a
+// busy delivery's copy, must not carry them live: a publisher would steer
+// them.
+var steering = map[string]bool{"cc": true, "bcc": true, "x-delay": true, "x-stream-filter-value": true, "x-deduplication-header": true}
+
+// steers reports whether name is one of the steering headers.
+func steers(name string) bool { return steering[strings.ToLower(name)] }
+
+// defused returns headers with the steering headers renamed (see
+// consumer.HeaderOriginalPrefix), their values as text: headers itself
+// when it has none.
+func defused(headers amqp.Table) amqp.Table {
+	var out amqp.Table
+	for name, v := range headers {
+		if steers(name) {
+			if out == nil {
+				out = maps.Clone(headers)
+			}
+			delete(out, name)
+			out[consumer.HeaderOriginalPrefix+name] = fmt.Sprint(v)
+		}
+	}
+	if out == nil {
+		return headers
+	}
+	return out
 }
 
 // headerFrameSize returns the size of p's content header frame on the

@@ -92,7 +92,25 @@
 // reached (the connection closed, no confirm within 10 s) is an outage:
 // the delivery is never settled without its dead letter; it is held while
 // the connection lives, and the broker delivers it again after a
-// reconnect.
+// reconnect. Every try the broker did not confirm is logged (a refusal at
+// error level) and reported ([EventDeadLetterFailed], Refused telling the
+// broker's no from an outage).
+//
+// The destination must exist when [Consumer.Run] starts: before it
+// subscribes, Run declares the WithDeadLetter exchange passively (through
+// the default exchange, the queue the routing key names), and returns a
+// *consumer.DeadLetterMissingError naming it, without consuming anything,
+// when the broker answers 404 or 403.
+//
+// A publisher cannot steer a dead letter, nor a busy delivery's copy
+// through the delay queue: the headers RabbitMQ or its plugins act on when
+// a message is published (CC and BCC, which route it to more queues;
+// x-delay, x-stream-filter-value, x-deduplication-header) and the
+// expiration property are kept, as text, under
+// consumer.HeaderOriginalPrefix ("idem-dead-letter-original-CC",
+// "idem-dead-letter-original-expiration"), never live. A dead-letter
+// exchange of type headers routes by every other header of the original:
+// prefer a direct or fanout one.
 //
 // A queue without a dead-letter exchange drops what is rejected without
 // requeue. Declare one with the queue, for instance

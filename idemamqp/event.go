@@ -45,9 +45,18 @@ const (
 	// EventUnsettled: the delivery's channel closed before it could be
 	// settled (Err); the broker delivers it again.
 	EventUnsettled
+	// EventDeadLetterFailed: a poison delivery's dead letter was not
+	// confirmed (BrokerErr), and the delivery is held while it is
+	// published again: Refused when the broker answered no (the exchange
+	// does not exist or may not be written, the letter is unroutable or
+	// nacked: given up after WithMaxAttempts refusals, EventDiscarded),
+	// else the broker could not be reached (tried until the connection is
+	// lost, when the broker delivers the message again). One per try:
+	// Key, Reason, Err (the cause).
+	EventDeadLetterFailed
 )
 
-var eventNames = [...]string{"", "connected", "disconnected", "acked", "delayed", "requeued", "dead_lettered", "discarded", "unsettled"}
+var eventNames = [...]string{"", "connected", "disconnected", "acked", "delayed", "requeued", "dead_lettered", "discarded", "unsettled", "dead_letter_failed"}
 
 // String returns the kind's name in snake case, for metric labels.
 func (k EventKind) String() string {
@@ -70,21 +79,25 @@ type Event struct {
 	Duration    time.Duration   // from receipt to settlement
 	Reason      consumer.Reason // EventDeadLettered, EventDiscarded: why the delivery is poison
 	Err         error           // the cause, for the kinds that have one
-	BrokerErr   error           // EventDiscarded: the broker's last refusal of the dead letter
+	BrokerErr   error           // EventDiscarded: the broker's last refusal of the dead letter; EventDeadLetterFailed: the try's error
+	Refused     bool            // EventDeadLetterFailed: the broker answered no; false when it could not be reached
 }
 
 // Activity returns e in the terms every consumer shares, for
 // instrumentation (idemotel): System "rabbitmq", Destination the queue, no
 // lag (a delivery does not tell it); EventAcked is ActivityProcessed,
 // EventDelayed ActivityBusy, EventRequeued (ActivityBusy for a busy key)
-// and EventUnsettled ActivityRetried.
+// and EventUnsettled ActivityRetried, EventDeadLetterFailed
+// ActivityDeadLetterFailed.
 func (e Event) Activity() consumer.Activity {
 	a := consumer.Activity{System: "rabbitmq", Destination: e.Queue, Reason: e.Reason, Err: e.Err, Duration: e.Duration}
 	kind := activities[e.Kind]
 	if e.Kind == EventRequeued && errors.Is(e.Err, idem.ErrInProgress) {
 		kind = consumer.ActivityBusy // held for the busy delay, without a delay queue
 	}
-	return chassis.Activity(a, kind, e.Replayed, e.BrokerErr)
+	a = chassis.Activity(a, kind, e.Replayed, e.BrokerErr)
+	a.Refused = e.Refused
+	return a
 }
 
 // activities are the kinds of activity of the events about a delivery;
@@ -96,4 +109,6 @@ var activities = map[EventKind]consumer.ActivityKind{
 	EventUnsettled:    consumer.ActivityRetried,
 	EventDeadLettered: consumer.ActivityDeadLettered,
 	EventDiscarded:    consumer.ActivityDiscarded,
+
+	EventDeadLetterFailed: consumer.ActivityDeadLetterFailed,
 }

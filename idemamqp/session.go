@@ -13,6 +13,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/idemgo/idem/consumer"
 )
 
 // session is one connection of a Run: a channel that consumes and acks, a
@@ -76,15 +78,22 @@ func (r *runner) connect(ctx context.Context) (s *session, err error) {
 	}
 	s = &session{conn: conn, dead: make(chan struct{}), tag: "idemamqp-" + rand.Text(),
 		frameSize: conn.Config.FrameSize, publishTimeout: o.pubTimeout}
+	opened := s // s is nil once an error is returned
 	defer func() {
 		if err != nil {
-			s.close()
+			opened.close()
 		}
 	}()
 	s.connClosed = conn.NotifyClose(make(chan *amqp.Error, 1))
 
 	if err := r.declareDelayQueue(conn); err != nil {
 		return nil, err
+	}
+	if !r.checked {
+		if err := r.checkDeadLetter(conn); err != nil {
+			return nil, err
+		}
+		r.checked = true
 	}
 	if err := s.openPub(); err != nil {
 		return nil, err
@@ -119,6 +128,40 @@ func dialContext(ctx context.Context) func(network, addr string) (net.Conn, erro
 		}
 		return conn, nil
 	}
+}
+
+// checkDeadLetter returns a *consumer.DeadLetterMissingError when the
+// broker says the WithDeadLetter exchange, or, through the default
+// exchange, the queue its routing key names, is not declared or may not
+// be used (404 NOT_FOUND, 403 ACCESS_REFUSED): a poison delivery would
+// have nowhere to go. (Whether a named exchange routes the key anywhere
+// cannot be asked: an unroutable dead letter is refused at run time.)
+func (r *runner) checkDeadLetter(conn *amqp.Connection) error {
+	o := &r.c.o
+	if !o.DeadLetters() {
+		return nil
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("idemamqp: open a channel: %w", err)
+	}
+	defer ch.Close()
+	to := o.deadLetter
+	what := fmt.Sprintf("exchange %q", to.exchange)
+	if to.exchange == "" {
+		what = fmt.Sprintf("queue %q (through the default exchange)", to.routingKey)
+		_, err = ch.QueueDeclarePassive(to.routingKey, false, false, false, false, nil)
+	} else {
+		err = ch.ExchangeDeclarePassive(to.exchange, amqp.ExchangeDirect, false, false, false, false, nil)
+	}
+	var aerr *amqp.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &aerr) && (aerr.Code == amqp.NotFound || aerr.Code == amqp.AccessRefused):
+		return &consumer.DeadLetterMissingError{Destination: what, Err: err}
+	}
+	return fmt.Errorf("idemamqp: checking the dead-letter %s: %w", what, err)
 }
 
 // declareDelayQueue declares the delay queue: durable, holding each
@@ -355,9 +398,11 @@ func publishing(d amqp.Delivery, headers amqp.Table, body []byte) amqp.Publishin
 
 // returned is d as it comes back to queue from the delay queue: through
 // the default exchange, routed by the queue's name, without user-id or
-// expiration, not marked redelivered.
+// expiration, its steering headers renamed (defused), not marked
+// redelivered.
 func returned(d amqp.Delivery, queue string) amqp.Delivery {
 	d.Acknowledger = nil
+	d.Headers = defused(d.Headers)
 	d.Exchange, d.RoutingKey = "", queue
 	d.UserId, d.Expiration = "", ""
 	d.Redelivered = false

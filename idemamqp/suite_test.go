@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -83,6 +84,18 @@ func (b rabbitMQ) Start(t *testing.T, cfg consumertest.Config) consumertest.Cons
 	if cfg.Poison == consumertest.PoisonDeadLetter {
 		r.deadQueue = q.Name + ".dead"
 	}
+	// Where only a dead letter's or a copy's CC or BCC would route a
+	// message.
+	r.victim = q.Name + ".victim"
+	q.DeleteAtEnd(r.victim)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if _, err := ch.QueueDeclare(r.victim, false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
 	q.DeleteAtEnd(c.DelayQueue())
 	r.run = consumertest.Go(c.Run)
 	t.Cleanup(func() { r.Stop(t) })
@@ -117,8 +130,7 @@ func (rabbitMQ) consumer(t *testing.T, conn *amqp.Connection, q *idemamqptest.Qu
 			idemamqp.WithFingerprint(func(d amqp.Delivery) []byte {
 				userFunc(cfg, "fingerprint", d)
 				return d.Body
-			}),
-			idemamqp.WithObserver(func(context.Context, idemamqp.Event) { cfg.UserFunc("observer", consumertest.Received{}) }))
+			}))
 	}
 	switch cfg.Poison {
 	case consumertest.PoisonDeadLetter:
@@ -142,6 +154,23 @@ func (rabbitMQ) consumer(t *testing.T, conn *amqp.Connection, q *idemamqptest.Qu
 		}
 		opts = append(opts, idemamqp.WithDeadLetter(exchange, ""))
 	case consumertest.PoisonRefused:
+		// An exchange of the case's own, that DropDeadLetter deletes.
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ch.Close()
+		if err := ch.ExchangeDeclare(refusedExchange(q), "fanout", false, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if ch, err := conn.Channel(); err == nil {
+				ch.ExchangeDelete(refusedExchange(q), false, false)
+				ch.Close()
+			}
+		})
+		opts = append(opts, idemamqp.WithDeadLetter(refusedExchange(q), ""))
+	case consumertest.PoisonMissing:
 		opts = append(opts, idemamqp.WithDeadLetter(q.Name+".no-such-exchange", ""))
 	case consumertest.PoisonDiscard:
 		opts = append(opts, idemamqp.WithDiscardPoison())
@@ -151,6 +180,16 @@ func (rabbitMQ) consumer(t *testing.T, conn *amqp.Connection, q *idemamqptest.Qu
 	}
 	if cfg.UnkeyedUnguarded {
 		opts = append(opts, idemamqp.WithUnkeyedUnguarded())
+	}
+	if cfg.UserFunc != nil || cfg.Observer != nil {
+		opts = append(opts, idemamqp.WithObserver(func(_ context.Context, e idemamqp.Event) {
+			if cfg.Observer != nil {
+				cfg.Observer(e.Activity())
+			}
+			if cfg.UserFunc != nil {
+				cfg.UserFunc("observer", consumertest.Received{})
+			}
+		}))
 	}
 	h := func(ctx context.Context, d amqp.Delivery) error { return cfg.Handler(ctx, received(d)) }
 	return idemamqp.New(cfg.Guard, url, q.Name, h, opts...)
@@ -168,6 +207,9 @@ func userFunc(cfg consumertest.Config, fn string, d amqp.Delivery) {
 		cfg.UserFunc(fn, received(d))
 	}
 }
+
+// refusedExchange is the dead-letter exchange of PoisonRefused.
+func refusedExchange(q *idemamqptest.Queue) string { return q.Name + ".refused-dlx" }
 
 // textHeaders returns a table's values as text.
 func textHeaders(t amqp.Table) map[string]string {
@@ -191,10 +233,13 @@ type harnessRun struct {
 	p         *testenv.Proxy
 	conn      *amqp.Connection
 	deadQueue string
+	victim    string // a queue only CC or BCC route to
 	run       *consumertest.Running
 
 	mu       sync.Mutex
 	received []consumertest.DeadLetter
+	steered  []string // what dead letters carried live of a publisher's steering
+	bound    bool     // the queue is bound to amq.direct, for steered publishing
 }
 
 func (r *harnessRun) Publish(t *testing.T, m consumertest.Message) {
@@ -203,7 +248,47 @@ func (r *harnessRun) Publish(t *testing.T, m consumertest.Message) {
 	for k, v := range m.Headers {
 		h[k] = v
 	}
+	if m.Steer {
+		r.publishSteered(t, m, h)
+		return
+	}
 	r.q.Publish(idemamqptest.Msg{Key: m.Key, NoKey: m.NoKey, Body: string(m.Body), Headers: h})
+}
+
+// publishSteered publishes m through amq.direct, bound to the queue by its
+// name, with CC and BCC naming the victim queue (which no binding of
+// amq.direct routes to: the original does not land there) and an
+// expiration.
+func (r *harnessRun) publishSteered(t *testing.T, m consumertest.Message, h amqp.Table) {
+	t.Helper()
+	ch, err := r.conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.bound {
+		if err := ch.QueueBind(r.q.Name, r.q.Name, "amq.direct", false, nil); err != nil {
+			t.Fatal(err)
+		}
+		r.bound = true
+	}
+	if !m.NoKey {
+		h[idemamqp.DefaultKeyHeader] = m.Key
+	}
+	h["CC"], h["BCC"] = []any{r.victim}, []any{r.victim}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	conf, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "amq.direct", r.q.Name, true, false,
+		amqp.Publishing{Headers: h, Body: m.Body, DeliveryMode: amqp.Persistent, Expiration: "600000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := conf.WaitContext(context.Background()); !ok || err != nil {
+		t.Fatalf("publish: not confirmed (%v)", err)
+	}
 }
 
 // DeadLetters takes what arrived at the dead-letter queue since the last
@@ -226,11 +311,48 @@ func (r *harnessRun) DeadLetters(t *testing.T) []consumertest.DeadLetter {
 			break
 		}
 		r.received = append(r.received, consumertest.DeadLetter{Body: d.Body, Headers: textHeaders(d.Headers)})
+		for _, name := range []string{"CC", "BCC"} {
+			if v, ok := d.Headers[name]; ok {
+				r.steered = append(r.steered, fmt.Sprintf("a dead letter with %s %v", name, v))
+			}
+		}
+		if d.Expiration != "" {
+			r.steered = append(r.steered, "a dead letter with expiration "+d.Expiration)
+		}
 	}
 	return append([]consumertest.DeadLetter(nil), r.received...)
 }
 
 func (r *harnessRun) Stop(t *testing.T) error { return r.run.Stop(t) }
+
+func (r *harnessRun) Returned(t *testing.T, d time.Duration) (bool, error) {
+	return r.run.Returned(t, d)
+}
+
+// DropDeadLetter deletes the exchange of PoisonRefused.
+func (r *harnessRun) DropDeadLetter(t *testing.T) {
+	ch, err := r.conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if err := ch.ExchangeDelete(refusedExchange(r.q), false, false); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Steered returns what the dead letters carried live of CC, BCC and
+// expiration, and the messages in the victim queue.
+func (r *harnessRun) Steered(t *testing.T) []string {
+	r.DeadLetters(t)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	steered := slices.Clone(r.steered)
+	if n := r.q.Ready(r.victim); n > 0 {
+		steered = append(steered, fmt.Sprintf("%d messages in the queue only CC or BCC name", n))
+	}
+	return steered
+}
 
 func (r *harnessRun) Cut(t *testing.T) { r.p.Drop() }
 

@@ -73,8 +73,11 @@ func (c *Consumer) ClientOpts() []kgo.Opt { return c.c.ClientOpts() }
 //
 // Run returns nil after a graceful shutdown, and an error when cl was not
 // created with [Consumer.ClientOpts] in a consumer group with topics
-// (before consuming anything), when cl is closed under it, or when the
-// final commit fails.
+// (before consuming anything), a *consumer.DeadLetterMissingError when the
+// cluster says the [WithDeadLetter] topic does not exist or may not be
+// described (before consuming anything: a poison record would have
+// nowhere to go), an error when cl is closed under it, or when the final
+// commit fails.
 func (c *Consumer) Run(ctx context.Context, cl *kgo.Client) error { return c.c.Run(ctx, cl) }
 
 // processor is the consume.Processor of idemkafka.

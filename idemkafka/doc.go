@@ -68,7 +68,21 @@
 // for it) is tried [WithMaxAttempts] times, then given up on: an error log
 // with the record's topic, partition and offset, [EventDiscarded], and the
 // partition goes on. A broker that cannot be reached is an outage: the
-// record waits. A dead letter is produced at least once: a record whose
+// record waits. Every try the broker did not take is logged (a refusal at
+// error level) and reported ([EventDeadLetterFailed], Refused telling the
+// broker's no from an outage), so a partition never waits silently.
+//
+// The dead-letter topic must exist when [Consumer.Run] starts: Run asks the
+// cluster first (a metadata request that creates the topic only when the
+// producing client has kgo.AllowAutoTopicCreation) and, when the answer is
+// UNKNOWN_TOPIC_OR_PARTITION, TOPIC_AUTHORIZATION_FAILED or an invalid
+// name, returns a *consumer.DeadLetterMissingError naming it without
+// consuming anything: the first poison record would otherwise hold its
+// partition until its refusals were given up. A cluster that does not
+// answer within 10 s is logged, and Run consumes. Kafka acts on no record
+// header, so a dead letter carries the record's headers as they were.
+//
+// A dead letter is produced at least once: a record whose
 // permanent failure was stored, but whose dead letter was not acknowledged
 // before a crash, is dead-lettered again when redelivered.
 //

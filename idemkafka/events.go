@@ -37,6 +37,14 @@ const (
 	// EventCommit: a partition's offset was committed to Kafka: Offset
 	// (the next), Err.
 	EventCommit = consume.EventCommit
+	// EventDeadLetterFailed: a poison record's dead letter was not taken
+	// (BrokerErr), and the record, its partition with it, waits while it
+	// is produced again: Refused when the broker answered no (the topic
+	// does not exist, or may not be written: given up after
+	// WithMaxAttempts refusals, EventDiscarded), else the broker could not
+	// be reached (tried without end). One per try: Offset, Key, Reason,
+	// Err (the cause).
+	EventDeadLetterFailed = consume.EventDeadLetterFailed
 )
 
 // Event is what a consumer reports to its observer ([WithObserver]): its
@@ -44,8 +52,8 @@ const (
 // Offset (or the partition's next), the partition's Lag, the Records
 // finished and how many of them were Replayed, the Delay before a retry,
 // the Duration of a batch, the record's Key, the Reason it is poison, the
-// Err (an error, or the cause), and the broker's refusal of a dead letter
-// (BrokerErr). Its Activity method returns it in the terms every consumer
+// Err (an error, or the cause), and the broker's error of a dead letter
+// (BrokerErr), and whether it answered no (Refused). Its Activity method returns it in the terms every consumer
 // shares, for instrumentation (idemotel).
 type Event = consume.Event
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/consumer"
@@ -176,33 +177,99 @@ func poisonOr(l *ledger) idemkafka.Handler {
 	}
 }
 
-// A dead letter the broker refuses (an invalid topic name) is tried
-// MaxAttempts times, then given up on: an error log, EventDiscarded with
-// the broker's refusal, and the partition goes on.
+// A dead-letter topic deleted while the consumer runs: each refusal
+// (UNKNOWN_TOPIC_OR_PARTITION once franz-go stopped waiting for the topic)
+// is reported (EventDeadLetterFailed, Refused) and logged at error level;
+// after MaxAttempts the dead letter is given up on: an error log,
+// EventDiscarded with the broker's refusal, and the partition goes on.
 func TestRefusedDeadLetterIsGivenUp(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, map[string]int32{"orders": 1})
-	brokers, topic := c.ListenAddrs(), c.Name("orders")
-	kafkatest.Produce(t, brokers, keyed(topic, 0, "poison", "v"), keyed(topic, 0, "after", "v"))
+	c := newCluster(t, map[string]int32{"orders": 1, "orders.dlq": 1})
+	brokers, topic, dlq := c.ListenAddrs(), c.Name("orders"), c.Name("orders.dlq")
 	var ev events
 	logs := &logCount{}
 	l := newLedger()
-	start(t, c, c.Name("g"), topic, newGuard(t, newMem(t), idem.Config{}), poisonOr(l), idemkafka.WithSharedScope(), idemkafka.WithDeadLetter("no such topic!"), idemkafka.WithMaxAttempts(3), idemkafka.WithMaxBatch(1),
+	start(t, c, c.Name("g"), topic, newGuard(t, newMem(t), idem.Config{}), poisonOr(l), idemkafka.WithSharedScope(), idemkafka.WithDeadLetter(dlq), idemkafka.WithMaxAttempts(3), idemkafka.WithMaxBatch(1),
 		idemkafka.WithRetryBackoff(10*time.Millisecond, 50*time.Millisecond), idemkafka.WithLogger(slog.New(logs)), ev.option())
-	await(t, groupTimeout, "the record after the poison to be handled", func() bool { return l.count() == 1 })
+	kafkatest.Produce(t, brokers, keyed(topic, 0, "first", "v"))
+	await(t, groupTimeout, "the first record to be handled", func() bool { return l.count() == 1 })
+	kafkatest.DeleteTopics(t, brokers, dlq)
+	kafkatest.Produce(t, brokers, keyed(topic, 0, "poison", "v"), keyed(topic, 0, "after", "v"))
+	await(t, 2*groupTimeout, "the record after the poison to be handled", func() bool { return l.count() == 2 })
 	discarded := ev.of(idemkafka.EventDiscarded)
 	if len(discarded) != 1 {
 		t.Fatalf("%d EventDiscarded, want 1", len(discarded))
 	}
 	d := discarded[0]
-	if !errors.Is(d.BrokerErr, kerr.InvalidTopicException) || d.Reason != consumer.ReasonPermanent || d.Offset != 0 || d.Key != "poison" {
-		t.Fatalf("EventDiscarded %+v, want the poison's, with the broker's INVALID_TOPIC_EXCEPTION", d)
+	if !errors.Is(d.BrokerErr, kerr.UnknownTopicOrPartition) || d.Reason != consumer.ReasonPermanent || d.Offset != 1 || d.Key != "poison" {
+		t.Fatalf("EventDiscarded %+v, want the poison's, with the broker's UNKNOWN_TOPIC_OR_PARTITION", d)
+	}
+	failed := ev.of(idemkafka.EventDeadLetterFailed)
+	if len(failed) != 3 {
+		t.Fatalf("%d EventDeadLetterFailed, want one per refusal, 3", len(failed))
+	}
+	for _, f := range failed {
+		if a := f.Activity(); !f.Refused || f.Key != "poison" || !errors.Is(f.BrokerErr, kerr.UnknownTopicOrPartition) ||
+			a.Kind != consumer.ActivityDeadLetterFailed || !a.Refused {
+			t.Fatalf("EventDeadLetterFailed %+v (activity %+v), want the poison's, refused", f, a)
+		}
 	}
 	if n := logs.count("refused the dead letter; trying again"); n != 2 {
 		t.Fatalf("the dead letter was refused and tried again %d times, want 2 (3 tries)", n)
 	}
 	if n := logs.count("the broker refused the dead letter 3 times"); n != 1 {
 		t.Fatalf("%d error logs of the dead letter given up, want 1", n)
+	}
+}
+
+// A dead-letter topic that does not exist, or that Kafka refuses to know
+// (an invalid name), is found before anything is consumed: Run returns a
+// *consumer.DeadLetterMissingError that names it, and no record is
+// handled. Asking does not create it: franz-go's clients do not ask
+// Kafka to create topics unless told to (kgo.AllowAutoTopicCreation), so
+// the shared broker's auto.create.topics.enable does not apply.
+func TestDeadLetterMissingAtStart(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		want error
+	}{
+		{"missing", kerr.UnknownTopicOrPartition},
+		{"invalid name!", kerr.InvalidTopicException},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := newCluster(t, map[string]int32{"orders": 1})
+			brokers, topic, dlq := c.ListenAddrs(), c.Name("orders"), c.Name(tc.name)
+			kafkatest.Produce(t, brokers, keyed(topic, 0, "poison", "v"))
+			l := newLedger()
+			m := start(t, c, c.Name("g"), topic, newGuard(t, newMem(t), idem.Config{}), poisonOr(l), idemkafka.WithSharedScope(), idemkafka.WithDeadLetter(dlq))
+			var err error
+			select {
+			case err = <-m.done:
+				m.done <- err
+			case <-time.After(groupTimeout):
+				t.Fatal("Run did not return")
+			}
+			missing, ok := errors.AsType[*consumer.DeadLetterMissingError](err)
+			if !ok || !errors.Is(err, tc.want) || !strings.Contains(missing.Destination, dlq) {
+				t.Fatalf("Run = %v, want a *consumer.DeadLetterMissingError naming %s, with %v", err, dlq, tc.want)
+			}
+			if l.count() != 0 {
+				t.Fatal("a record was handled")
+			}
+			req := kmsg.NewPtrMetadataRequest()
+			rt := kmsg.NewMetadataRequestTopic()
+			rt.Topic = kmsg.StringPtr(dlq)
+			req.Topics = append(req.Topics, rt)
+			resp, err := req.RequestWith(context.Background(), kafkatest.AdminClient(t, brokers))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if code := resp.Topics[0].ErrorCode; code == 0 {
+				t.Fatal("the check created the dead-letter topic")
+			}
+		})
 	}
 }
 

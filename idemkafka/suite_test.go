@@ -2,7 +2,6 @@ package idemkafka_test
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"net"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/idemgo/idem/consumer/consumertest"
 	"github.com/idemgo/idem/idemkafka"
@@ -64,7 +64,7 @@ func (k kafka) New(t *testing.T, cfg consumertest.Config) error {
 }
 
 // consumer returns the consumer cfg describes, with dlq as its
-// dead-letter topic (PoisonDeadLetter, PoisonRefused).
+// dead-letter topic (PoisonDeadLetter, PoisonRefused, PoisonMissing).
 func (kafka) consumer(cfg consumertest.Config, dlq string) (*idemkafka.Consumer, error) {
 	opts := []idemkafka.Option{
 		idemkafka.WithRetryBackoff(cfg.RetryFirst, cfg.RetryLongest),
@@ -95,11 +95,10 @@ func (kafka) consumer(cfg consumertest.Config, dlq string) (*idemkafka.Consumer,
 			idemkafka.WithFingerprint(func(r *kgo.Record) []byte {
 				userFunc(cfg, "fingerprint", r)
 				return r.Value
-			}),
-			idemkafka.WithObserver(func(context.Context, idemkafka.Event) { cfg.UserFunc("observer", consumertest.Received{}) }))
+			}))
 	}
 	switch cfg.Poison {
-	case consumertest.PoisonDeadLetter, consumertest.PoisonRefused:
+	case consumertest.PoisonDeadLetter, consumertest.PoisonRefused, consumertest.PoisonMissing:
 		opts = append(opts, idemkafka.WithDeadLetter(dlq))
 	case consumertest.PoisonDiscard:
 		opts = append(opts, idemkafka.WithDiscardPoison())
@@ -109,6 +108,16 @@ func (kafka) consumer(cfg consumertest.Config, dlq string) (*idemkafka.Consumer,
 	}
 	if cfg.UnkeyedUnguarded {
 		opts = append(opts, idemkafka.WithUnkeyedUnguarded())
+	}
+	if cfg.UserFunc != nil || cfg.Observer != nil {
+		opts = append(opts, idemkafka.WithObserver(func(_ context.Context, e idemkafka.Event) {
+			if cfg.Observer != nil {
+				cfg.Observer(e.Activity())
+			}
+			if cfg.UserFunc != nil {
+				cfg.UserFunc("observer", consumertest.Received{})
+			}
+		}))
 	}
 	return idemkafka.New(cfg.Guard, func(ctx context.Context, r *kgo.Record) error {
 		return cfg.Handler(ctx, received(r))
@@ -135,12 +144,12 @@ func (k kafka) Start(t *testing.T, cfg consumertest.Config) consumertest.Consume
 	topic := kafkatest.Topic(t, k.brokers, 1)
 	dlq := topic + ".dlq"
 	switch cfg.Poison {
-	case consumertest.PoisonDeadLetter:
+	case consumertest.PoisonDeadLetter, consumertest.PoisonRefused:
 		kafkatest.CreateTopics(t, k.brokers, 1, dlq)
-	case consumertest.PoisonRefused:
-		// The shared broker creates the topics it is asked for
-		// (auto.create.topics.enable): a name it forbids is refused.
-		dlq = "idemtest refused!" + rand.Text()[:8]
+	case consumertest.PoisonMissing:
+		// Not created. The shared broker creates the topics a client asks
+		// it to (auto.create.topics.enable), and franz-go's clients ask
+		// only when told to (kgo.AllowAutoTopicCreation): none here.
 	}
 	cons, err := k.consumer(cfg, dlq)
 	if err != nil {
@@ -165,7 +174,7 @@ func (k kafka) Start(t *testing.T, cfg consumertest.Config) consumertest.Consume
 	}
 	t.Cleanup(producer.Close)
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &harness{brokers: k.brokers, producer: producer, proxy: p, client: cl, cancel: cancel, done: make(chan error, 1)}
+	h := &harness{brokers: k.brokers, producer: producer, proxy: p, client: cl, cancel: cancel, done: make(chan error, 1), dlq: dlq}
 	if cfg.Poison == consumertest.PoisonDeadLetter {
 		h.readDeadLetters(t, dlq)
 	}
@@ -182,6 +191,7 @@ type harness struct {
 	client   *kgo.Client
 	cancel   context.CancelFunc
 	done     chan error
+	dlq      string
 
 	stopOnce sync.Once
 	runErr   error
@@ -255,6 +265,35 @@ func (h *harness) Stop(t *testing.T) error {
 }
 
 func (h *harness) Cut(*testing.T) { h.proxy.Drop() }
+
+func (h *harness) Returned(t *testing.T, d time.Duration) (bool, error) {
+	select {
+	case err := <-h.done:
+		h.done <- err // for Stop
+		return true, err
+	case <-time.After(d):
+		return false, nil
+	}
+}
+
+// DropDeadLetter deletes the dead-letter topic and waits until the
+// cluster no longer knows it.
+func (h *harness) DropDeadLetter(t *testing.T) {
+	kafkatest.DeleteTopics(t, h.brokers, h.dlq)
+	cl := kafkatest.AdminClient(t, h.brokers)
+	kafkatest.Await(t, kafkatest.GroupTimeout, "the dead-letter topic deleted", func() bool {
+		req := kmsg.NewPtrMetadataRequest()
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(h.dlq)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(context.Background(), cl)
+		return err == nil && len(resp.Topics) == 1 && resp.Topics[0].ErrorCode == kerr.UnknownTopicOrPartition.Code
+	})
+}
+
+// Steered returns nothing: Kafka routes, expires or conditions a record
+// by no header.
+func (h *harness) Steered(*testing.T) []string { return nil }
 
 // MaxBody is the largest value a new producer sends with the key header:
 // one byte more is refused as too large.

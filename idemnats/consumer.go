@@ -113,9 +113,11 @@ var errStopping = fmt.Errorf("idemnats: consumer stopping: %w", context.Canceled
 // has ended. Fetch errors (the server restarting, the connection down) are
 // logged and retried with backoff; nats.go reconnects underneath. Run
 // returns an error when the consumer's configuration cannot be read or is
-// refused, the consumer was deleted ([ErrConsumerDeleted]), or the Guard
-// was closed ([idem.ErrClosed]). Several Runs of one Consumer may run at
-// once.
+// refused, a *consumer.DeadLetterMissingError when no stream takes the
+// [WithDeadLetter] subject (before fetching anything: a poison message
+// would have nowhere to go), an error when the consumer was deleted
+// ([ErrConsumerDeleted]), or the Guard was closed ([idem.ErrClosed]).
+// Several Runs of one Consumer may run at once.
 func (c *Consumer) Run(ctx context.Context) error {
 	info := c.cons.CachedInfo()
 	if info == nil {
@@ -125,6 +127,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 	}
 	if err := checkConsumer(info); err != nil {
+		return err
+	}
+	if err := c.checkDeadLetter(ctx); err != nil {
 		return err
 	}
 	ackWait := info.Config.AckWait

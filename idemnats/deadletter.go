@@ -3,6 +3,7 @@ package idemnats
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/idemgo/idem/consumer"
 	"github.com/idemgo/idem/internal/chassis"
 )
 
@@ -62,7 +64,13 @@ func (r *run) poison(d *delivery, v chassis.Verdict) {
 	gaveUp, err := o.SendLetter(ctx, l, func() (chassis.Refusal, error) {
 		err := r.publish(d, l)
 		return refusalOf(err), err
-	}, r.pause, attrs, slog.String("settlement", "terminated"), slog.String("dead_letter_subject", o.dlqSubject))
+	}, r.pause, func(why chassis.Refusal, err error) {
+		if o.observer != nil {
+			e := eventOf(d, EventDeadLetterFailed, err)
+			e.Scope, e.Key, e.Reason, e.Err, e.Refused = d.scope, d.key, v.Reason, v.Cause, why != chassis.Unreached
+			o.observer(ctx, e)
+		}
+	}, attrs, slog.String("settlement", "terminated"), slog.String("dead_letter_subject", o.dlqSubject))
 	switch {
 	case err == nil:
 		o.Logger().LogAttrs(ctx, slog.LevelWarn, "idemnats: poison dead-lettered",
@@ -76,6 +84,33 @@ func (r *run) poison(d *delivery, v chassis.Verdict) {
 		delay := r.handBack()
 		r.settled(d, v, EventRequeued, delay, nak(d.msg, delay), err)
 	}
+}
+
+// checkDeadLetter asks JetStream which stream takes the WithDeadLetter
+// subject, and returns a *consumer.DeadLetterMissingError when none does
+// (or JetStream does not answer the subject at all: no responders, a
+// permission refused): a poison message would have nowhere to go. A
+// server that cannot be reached is logged, and the consumer starts: that
+// is an outage, which a dead letter waits out.
+func (c *Consumer) checkDeadLetter(ctx context.Context) error {
+	o := &c.o
+	if !o.DeadLetters() {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, deadLetterTimeout)
+	defer cancel()
+	_, err := o.dlqJS.StreamNameBySubject(cctx, o.dlqSubject)
+	switch {
+	case err == nil, ctx.Err() != nil:
+		return nil
+	case errors.Is(err, jetstream.ErrStreamNotFound), refusalOf(err) == chassis.Refused:
+		o.Logger().ErrorContext(ctx, "idemnats: no stream takes the dead-letter subject; not consuming",
+			slog.String("dead_letter_subject", o.dlqSubject), slog.Any("error", err))
+		return &consumer.DeadLetterMissingError{Destination: fmt.Sprintf("subject %q (no stream takes it)", o.dlqSubject), Err: err}
+	}
+	o.Logger().WarnContext(ctx, "idemnats: could not check that a stream takes the dead-letter subject; consuming",
+		slog.String("dead_letter_subject", o.dlqSubject), slog.Any("error", err))
+	return nil
 }
 
 // pause waits for d; false, at once, when the Run stops.
@@ -92,21 +127,25 @@ func (r *run) pause(d time.Duration) bool {
 
 // letter returns the dead letter of d, fit to the max_payload of the
 // dead-letter connection and its headers to what a stream stores: the
-// original's data and headers but its Nats-* ones, the headers of package
-// consumer, and where it came from.
+// original's data and headers (its Nats-* ones renamed, see steers), the
+// headers of package consumer, and where it came from.
 func (r *run) letter(d *delivery, v chassis.Verdict) *chassis.Letter {
 	h := d.msg.Headers()
 	names := make([]string, 0, len(h))
 	for name := range h {
-		if !strings.HasPrefix(name, "Nats-") {
+		if name != jetstream.MsgIDHeader { // kept as HeaderMsgID
 			names = append(names, name)
 		}
 	}
 	slices.Sort(names)
 	var hs []chassis.Header
 	for _, name := range names {
+		kept := name
+		if steers(name) {
+			kept = consumer.HeaderOriginalPrefix + name
+		}
 		for _, value := range h[name] {
-			hs = append(hs, chassis.Header{Name: name, Value: []byte(value)})
+			hs = append(hs, chassis.Header{Name: kept, Value: []byte(value)})
 		}
 	}
 	var extra []chassis.Header
@@ -125,6 +164,14 @@ func (r *run) letter(d *delivery, v chassis.Verdict) *chassis.Letter {
 	l.Fit(r.c.maxPayload())
 	return l
 }
+
+// steers reports whether JetStream may act on the header name when a
+// message carrying it is published: every Nats-* header, in any case
+// (Nats-Expected-* make the publish conditional, Nats-Rollup purges the
+// stream's messages, Nats-TTL expires the message, Nats-Msg-Id drops it
+// as a copy, and each server release names more). A dead letter keeps
+// them renamed (consumer.HeaderOriginalPrefix).
+func steers(name string) bool { return len(name) >= 5 && strings.EqualFold(name[:5], "Nats-") }
 
 // maxPayload returns the max_payload of the dead-letter connection's
 // server: the largest message, headers included, it takes.

@@ -77,20 +77,29 @@ func declined(calls *counter) idemnats.Handler {
 	}
 }
 
-// A dead letter to a subject no stream takes is refused: it is tried
-// MaxAttempts times, then the consumer gives up on it, loudly (an error log
-// that says where the message is, EventDiscarded with the refusal), and
-// terminates the message, so that nothing waits on it for good.
+// A dead letter to a subject no stream takes any more (the dead-letter
+// stream deleted while the consumer runs) is refused: every refusal is
+// reported (EventDeadLetterFailed, Refused) and logged at error level; it
+// is tried MaxAttempts times, then the consumer gives up on it, loudly (an
+// error log that says where the message is, EventDiscarded with the
+// refusal), and terminates the message, so that nothing waits on it for
+// good.
 func TestDeadLetterRefusedIsGivenUp(t *testing.T) {
 	t.Parallel()
 	js, s, cons := fixture(t, jetstream.ConsumerConfig{})
+	dlq := newStream(t, js, jetstream.StreamConfig{})
 	var ev events
 	var calls counter
 	logs := &logRecords{}
 	run(t, newGuard(t, memStore(t), idem.Config{}), cons, declined(&calls), idemnats.WithSharedScope(),
-		idemnats.WithDeadLetter(js, "IDEMTEST_NO_STREAM_"+random(6)), idemnats.WithMaxAttempts(3),
+		idemnats.WithDeadLetter(js, subject(dlq, "dead")), idemnats.WithMaxAttempts(3),
 		idemnats.WithRetryBackoff(10*time.Millisecond, 20*time.Millisecond),
 		idemnats.WithObserver(ev.observe), idemnats.WithLogger(slog.New(logs)))
+	publish(t, js, subject(s, "orders"), "first", jetstream.MsgIDHeader, "first")
+	waitFor(t, 30*time.Second, "the first message settled", func() bool { return drained(t, cons) })
+	if err := js.DeleteStream(context.Background(), dlq.CachedInfo().Config.Name); err != nil {
+		t.Fatal(err)
+	}
 	ack := publish(t, js, subject(s, "orders"), "{", jetstream.MsgIDHeader, "poison")
 	publish(t, js, subject(s, "orders"), "good", jetstream.MsgIDHeader, "good")
 	discarded := func(e idemnats.Event) bool {
@@ -99,8 +108,16 @@ func TestDeadLetterRefusedIsGivenUp(t *testing.T) {
 	waitFor(t, 30*time.Second, "the poison given up on and every message settled", func() bool {
 		return ev.count(discarded) == 1 && drained(t, cons)
 	})
-	if n := logs.count(slog.LevelWarn, "refused the dead letter; trying again"); n != 2 {
+	if n := logs.count(slog.LevelError, "refused the dead letter; trying again"); n != 2 {
 		t.Errorf("%d refusals tried again, want 2 (3 tries in all)", n)
+	}
+	failed := func(e idemnats.Event) bool {
+		a := e.Activity()
+		return e.Kind == idemnats.EventDeadLetterFailed && e.Refused && e.Key == "poison" && errors.Is(e.BrokerErr, jetstream.ErrNoStreamResponse) &&
+			a.Kind == consumer.ActivityDeadLetterFailed && a.Refused
+	}
+	if n := ev.count(failed); n != 3 {
+		t.Errorf("%d EventDeadLetterFailed of the poison, refused, want 3", n)
 	}
 	attrs := logs.attrs(slog.LevelError, "refused the dead letter 3 times")
 	if attrs == nil {
@@ -114,6 +131,35 @@ func TestDeadLetterRefusedIsGivenUp(t *testing.T) {
 	}
 	if n := ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked && e.Key == "good" }); n != 1 {
 		t.Errorf("the good message acked %d times, want 1", n)
+	}
+}
+
+// A dead-letter subject no stream takes is found before anything is
+// consumed: Run returns a *consumer.DeadLetterMissingError that names it,
+// and the message waits in its stream.
+func TestDeadLetterMissingAtStart(t *testing.T) {
+	t.Parallel()
+	js, s, cons := fixture(t, jetstream.ConsumerConfig{})
+	var calls counter
+	dead := "IDEMTEST_NO_STREAM_" + random(6)
+	publish(t, js, subject(s, "orders"), "{", jetstream.MsgIDHeader, "poison")
+	c, err := idemnats.New(newGuard(t, memStore(t), idem.Config{}), cons, declined(&calls), idemnats.WithSharedScope(),
+		idemnats.WithDeadLetter(js, dead))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = c.Run(ctx)
+	if missing, ok := errors.AsType[*consumer.DeadLetterMissingError](err); !ok || !strings.Contains(missing.Destination, dead) {
+		t.Fatalf("Run = %v, want a *consumer.DeadLetterMissingError naming the subject", err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls.Load() != 0 || info.NumPending != 1 || info.Delivered.Consumer != 0 {
+		t.Errorf("the consumer consumed (%d runs, %d pending, %d delivered), want nothing", calls.Load(), info.NumPending, info.Delivered.Consumer)
 	}
 }
 

@@ -53,7 +53,7 @@
 //
 //   - [WithDeadLetter](js, subject) publishes poison to subject, waits for
 //     the stream's ack, then terminates the message. The dead letter is
-//     the original (its data, its headers but the Nats-* ones) with the
+//     the original (its data, its headers, the Nats-* ones renamed) with the
 //     headers of package consumer (consumer.HeaderReason,
 //     consumer.HeaderCause, consumer.HeaderKey, …) and where it came from:
 //     [HeaderStream], [HeaderSubject], [HeaderSequence], [HeaderDelivered]
@@ -81,6 +81,19 @@
 // recorded by size and SHA-256 (consumer.HeaderBodySize,
 // consumer.HeaderCutHeaders, …). One the stream still refuses as too large
 // is sent again without the original's data and headers.
+//
+// The subject must be a stream's when [Consumer.Run] starts: Run asks
+// JetStream which stream takes it, and returns a
+// *consumer.DeadLetterMissingError naming it, without consuming anything,
+// when none does. A publisher cannot steer a dead letter: JetStream acts
+// on the Nats-* headers of a message published (Nats-Expected-* make the
+// publish conditional, Nats-Rollup purges, Nats-TTL expires, Nats-Msg-Id
+// drops it as a copy), so the dead letter keeps them, in whatever case
+// they came, under consumer.HeaderOriginalPrefix, never live (the
+// original's Nats-Msg-Id is [HeaderMsgID]). Every try of a dead letter
+// the server did not take is logged (a refusal at error level) and
+// reported ([EventDeadLetterFailed], Refused telling the server's no from
+// an outage).
 //
 // A dead letter the broker refuses (no stream takes the subject, the
 // stream or the account refuses it, it is too large even stripped) is

@@ -39,9 +39,17 @@ const (
 	// after the broker refused its dead letter WithMaxAttempts times
 	// (BrokerErr: the last refusal).
 	EventDiscarded
+	// EventDeadLetterFailed: a poison message's dead letter was not taken
+	// (BrokerErr), and the message is held (InProgress) while it is
+	// published again: Refused when the server answered no (no stream
+	// takes the subject, the stream or account refused it: given up after
+	// WithMaxAttempts refusals, EventDiscarded), else the server could not
+	// be reached (tried without end). One per try: Scope, Key, Reason,
+	// Err (the cause).
+	EventDeadLetterFailed
 )
 
-var eventNames = [...]string{"", "acked", "delayed", "requeued", "dead_lettered", "in_progress", "discarded"}
+var eventNames = [...]string{"", "acked", "delayed", "requeued", "dead_lettered", "in_progress", "discarded", "dead_letter_failed"}
 
 // String returns the kind's name in snake case, for metric labels.
 func (k EventKind) String() string {
@@ -74,19 +82,25 @@ type Event struct {
 	// BrokerErr is the error of the broker call that carried the event
 	// (Ack, Nak, Term, InProgress), or the broker's last refusal of the
 	// dead letter (EventDiscarded, EventRequeued). A message whose ack was
-	// lost is redelivered, and acked as a duplicate.
+	// lost is redelivered, and acked as a duplicate. EventDeadLetterFailed:
+	// the try's error.
 	BrokerErr error
+	// Refused (EventDeadLetterFailed): the server answered no; false when
+	// it could not be reached.
+	Refused bool
 }
 
 // Activity returns e in the terms every consumer shares, for
 // instrumentation (idemotel): System "nats", Destination the stream, Group
 // the JetStream consumer, Lag its Pending count; EventAcked is
 // ActivityProcessed, EventDelayed ActivityBusy, EventRequeued
-// ActivityRetried.
+// ActivityRetried, EventDeadLetterFailed ActivityDeadLetterFailed.
 func (e Event) Activity() consumer.Activity {
 	a := consumer.Activity{System: "nats", Destination: e.Stream, Group: e.Consumer, Lag: int64(min(e.Pending, math.MaxInt64)),
 		LagKnown: e.Stream != "", Reason: e.Reason, Err: e.Err, Duration: e.Duration}
-	return chassis.Activity(a, activities[e.Kind], e.Replayed, e.BrokerErr)
+	a = chassis.Activity(a, activities[e.Kind], e.Replayed, e.BrokerErr)
+	a.Refused = e.Refused
+	return a
 }
 
 // activities are the kinds of activity of the events about a message; the
@@ -97,4 +111,6 @@ var activities = map[EventKind]consumer.ActivityKind{
 	EventRequeued:     consumer.ActivityRetried,
 	EventDeadLettered: consumer.ActivityDeadLettered,
 	EventDiscarded:    consumer.ActivityDiscarded,
+
+	EventDeadLetterFailed: consumer.ActivityDeadLetterFailed,
 }

@@ -162,3 +162,37 @@ func TestUnkeyedUnguarded(t *testing.T) {
 		t.Fatalf("the handler ran %d times, want 2: unkeyed messages are not deduplicated", n)
 	}
 }
+
+// The headers JetStream acts on when a message is published (a condition
+// on the stream's last sequence, a rollup, a TTL) are kept by a dead
+// letter under renamed headers, in whatever case they came, never live: a
+// publisher would otherwise have the dead letter refused, purge the
+// dead-letter stream or expire its own dead letter.
+func TestDeadLetterKeepsNoSteeringHeader(t *testing.T) {
+	t.Parallel()
+	_, js := connect(t, natsURL)
+	s := newStream(t, js, jetstream.StreamConfig{AllowRollup: true, AllowMsgTTL: true})
+	dlq := newStream(t, js, jetstream.StreamConfig{AllowRollup: true, AllowMsgTTL: true})
+	cons := newConsumer(t, s, jetstream.ConsumerConfig{})
+	g := newGuard(t, memStore(t), idem.Config{})
+	run(t, g, cons, func(context.Context, jetstream.Msg) error { return idem.Permanent(errors.New("card declined")) },
+		idemnats.WithSharedScope(), idemnats.WithKeyHeader("Idempotency-Key"), idemnats.WithDeadLetter(js, subject(dlq, "dead")))
+	in := subject(s, "payments")
+	publish(t, js, in, "first", "Idempotency-Key", "first")
+	waitFor(t, 20*time.Second, "the first dead letter", func() bool { return streamMsgs(t, dlq) == 1 })
+	// Values the consumer's stream took: the dead letter's would refuse
+	// them, or act on them.
+	steering := []string{"Nats-Expected-Stream", s.CachedInfo().Config.Name, "nats-expected-last-sequence", "1", "NATS-TTL", "1h", "nats-rollup", "all"}
+	publish(t, js, in, "second", append([]string{"Idempotency-Key", "second"}, steering...)...)
+	waitFor(t, 20*time.Second, "both dead letters", func() bool { return drained(t, cons) && streamMsgs(t, dlq) == 2 })
+	m := deadLetters(t, dlq)[1]
+	for i := 0; i < len(steering); i += 2 {
+		name := steering[i]
+		if v := m.Header.Values(name); len(v) != 0 {
+			t.Errorf("the dead letter carries %s %v live", name, v)
+		}
+		if v := m.Header.Get(consumer.HeaderOriginalPrefix + name); v != steering[i+1] {
+			t.Errorf("the dead letter's %s = %q, want the original's %q", consumer.HeaderOriginalPrefix+name, v, steering[i+1])
+		}
+	}
+}

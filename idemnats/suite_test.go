@@ -1,9 +1,12 @@
 package idemnats_test
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"net"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,11 +90,14 @@ func (b jetStream) Start(t *testing.T, cfg consumertest.Config) consumertest.Con
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &harnessRun{js: js, cons: direct, subject: subject(s, "in"), p: p}
-	if cfg.Poison == consumertest.PoisonDeadLetter {
+	r := &harnessRun{js: js, cons: direct, subject: subject(s, "in"), stream: s.CachedInfo().Config.Name, p: p}
+	switch cfg.Poison {
+	case consumertest.PoisonDeadLetter:
 		r.dead = newStream(t, js, jetstream.StreamConfig{})
+	case consumertest.PoisonRefused:
+		r.dropped = newStream(t, js, jetstream.StreamConfig{})
 	}
-	c, err := b.consumer(t, pjs, js, cons, cfg, r.dead)
+	c, err := b.consumer(t, pjs, js, cons, cfg, cmp.Or(r.dead, r.dropped))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -101,8 +107,8 @@ func (b jetStream) Start(t *testing.T, cfg consumertest.Config) consumertest.Con
 }
 
 // consumer returns the consumer of cons that cfg describes; its dead
-// letters go through pjs, to the stream dead (PoisonDeadLetter), or to a
-// subject no stream takes (PoisonRefused).
+// letters go through pjs, to the stream dead (PoisonDeadLetter,
+// PoisonRefused), or to a subject no stream takes (PoisonMissing).
 func (jetStream) consumer(t *testing.T, pjs, js jetstream.JetStream, cons jetstream.Consumer, cfg consumertest.Config, dead ...jetstream.Stream) (*idemnats.Consumer, error) {
 	opts := []idemnats.Option{
 		idemnats.WithKeyHeader(suiteKeyHeader),
@@ -130,17 +136,16 @@ func (jetStream) consumer(t *testing.T, pjs, js jetstream.JetStream, cons jetstr
 			idemnats.WithFingerprint(func(m jetstream.Msg) []byte {
 				userFunc(cfg, "fingerprint", m)
 				return m.Data()
-			}),
-			idemnats.WithObserver(func(context.Context, idemnats.Event) { cfg.UserFunc("observer", consumertest.Received{}) }))
+			}))
 	}
 	switch cfg.Poison {
-	case consumertest.PoisonDeadLetter:
+	case consumertest.PoisonDeadLetter, consumertest.PoisonRefused:
 		subj := "IDEMTEST_DEAD_" + random(6)
 		if len(dead) > 0 && dead[0] != nil {
 			subj = subject(dead[0], "dead")
 		}
 		opts = append(opts, idemnats.WithDeadLetter(pjs, subj))
-	case consumertest.PoisonRefused:
+	case consumertest.PoisonMissing:
 		opts = append(opts, idemnats.WithDeadLetter(pjs, "IDEMTEST_NO_STREAM_"+random(6)+".dead"))
 	case consumertest.PoisonDiscard:
 		opts = append(opts, idemnats.WithDiscardPoison())
@@ -150,6 +155,16 @@ func (jetStream) consumer(t *testing.T, pjs, js jetstream.JetStream, cons jetstr
 	}
 	if cfg.UnkeyedUnguarded {
 		opts = append(opts, idemnats.WithUnkeyedUnguarded())
+	}
+	if cfg.UserFunc != nil || cfg.Observer != nil {
+		opts = append(opts, idemnats.WithObserver(func(_ context.Context, e idemnats.Event) {
+			if cfg.Observer != nil {
+				cfg.Observer(e.Activity())
+			}
+			if cfg.UserFunc != nil {
+				cfg.UserFunc("observer", consumertest.Received{})
+			}
+		}))
 	}
 	h := func(ctx context.Context, msg jetstream.Msg) error { return cfg.Handler(ctx, received(msg)) }
 	return idemnats.New(cfg.Guard, cons, h, opts...)
@@ -183,7 +198,9 @@ type harnessRun struct {
 	js      jetstream.JetStream // a connection of the harness's own, not cut
 	cons    jetstream.Consumer  // the consumer, through js
 	subject string
+	stream  string           // the consumer's stream
 	dead    jetstream.Stream // nil unless PoisonDeadLetter
+	dropped jetstream.Stream // nil unless PoisonRefused
 	p       *testenv.Proxy
 	run     *consumertest.Running
 }
@@ -196,6 +213,13 @@ func (r *harnessRun) Publish(t *testing.T, m consumertest.Message) {
 	}
 	for k, v := range m.Headers {
 		msg.Header.Set(k, v)
+	}
+	if m.Steer {
+		// Headers JetStream acts on: a condition the consumer's stream
+		// meets and the dead-letter stream would not, and a rollup in
+		// another case (which nats.Header keeps as written).
+		msg.Header["Nats-Expected-Stream"] = []string{r.stream}
+		msg.Header["nats-rollup"] = []string{"all"}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -217,6 +241,37 @@ func (r *harnessRun) DeadLetters(t *testing.T) []consumertest.DeadLetter {
 }
 
 func (r *harnessRun) Stop(t *testing.T) error { return r.run.Stop(t) }
+
+func (r *harnessRun) Returned(t *testing.T, d time.Duration) (bool, error) {
+	return r.run.Returned(t, d)
+}
+
+// DropDeadLetter deletes the dead-letter stream of PoisonRefused: no
+// stream takes its subject any more.
+func (r *harnessRun) DropDeadLetter(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.js.DeleteStream(ctx, r.dropped.CachedInfo().Config.Name); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Steered returns the Nats-* headers, in any case, that the dead letters
+// carry, but the Nats-Msg-Id the consumer gives each.
+func (r *harnessRun) Steered(t *testing.T) []string {
+	var steered []string
+	if r.dead == nil {
+		return nil
+	}
+	for _, m := range deadLetters(t, r.dead) {
+		for name, v := range m.Header {
+			if len(name) >= 5 && strings.EqualFold(name[:5], "Nats-") && name != jetstream.MsgIDHeader {
+				steered = append(steered, fmt.Sprintf("a dead letter with %s %v", name, v))
+			}
+		}
+	}
+	return steered
+}
 
 func (r *harnessRun) Cut(t *testing.T) { r.p.Drop() }
 

@@ -90,6 +90,16 @@ func (t *Telemetry) ObserveConsumer(ctx context.Context, a consumer.Activity) {
 			more = append(more, errorType(a.Err))
 		}
 		c.retries.Add(ctx, int64(a.Messages), metric.WithAttributes(append(attrs, more...)...))
+	case consumer.ActivityDeadLetterFailed:
+		retry := "dead_letter_unreached"
+		if a.Refused {
+			retry = "dead_letter_refused"
+		}
+		more := []attribute.KeyValue{attribute.String("idem.consumer.retry", retry), reason}
+		if a.Err != nil {
+			more = append(more, errorType(a.Err))
+		}
+		c.retries.Add(ctx, 1, metric.WithAttributes(append(attrs, more...)...))
 	case consumer.ActivityReleased:
 		c.dropLag(lagKey{a.System, a.Destination, a.Group, a.Partition})
 	}

@@ -44,7 +44,12 @@ func TestConsumerMetrics(t *testing.T) {
 	dead := kev(consumer.ActivityDeadLettered, "3")
 	dead.Reason, dead.Err = consumer.ReasonPermanent, errors.New("card declined")
 	kafka(ctx, dead)
-	kafka(ctx, kev(consumer.ActivityReleased, "0")) // partition 0 revoked: its lag is another member's now
+	kafka(ctx, kev(consumer.ActivityReleased, "0"))     // partition 0 revoked: its lag is another member's now
+	for _, refused := range []bool{true, true, false} { // a dead letter the broker did not take, tried again
+		failed := kev(consumer.ActivityDeadLetterFailed, "3")
+		failed.Reason, failed.Refused = consumer.ReasonPermanent, refused
+		kafka(ctx, failed)
+	}
 
 	nats(ctx, nev(consumer.ActivityProcessed, 9))
 	replayed := nev(consumer.ActivityProcessed, 8)
@@ -73,9 +78,11 @@ func TestConsumerMetrics(t *testing.T) {
 			set(n, "idem.consumer.outcome=gave_up", "idem.consumer.reason=key-reused"):      1,
 		},
 		"idem.consumer.retries": {
-			set(k, "idem.consumer.retry=busy"):                                     1,
-			set(k, "idem.consumer.retry=error", "error.type=*consumer.PanicError"): 1,
-			set(n, "idem.consumer.retry=error", "error.type=store_unavailable"):    1,
+			set(k, "idem.consumer.retry=busy"):                                                    1,
+			set(k, "idem.consumer.retry=dead_letter_refused", "idem.consumer.reason=permanent"):   2,
+			set(k, "idem.consumer.retry=dead_letter_unreached", "idem.consumer.reason=permanent"): 1,
+			set(k, "idem.consumer.retry=error", "error.type=*consumer.PanicError"):                1,
+			set(n, "idem.consumer.retry=error", "error.type=store_unavailable"):                   1,
 		},
 		"idem.consumer.lag": {
 			set(k, "messaging.destination.partition.id=3"): 7,

@@ -50,7 +50,11 @@
 //	                                            letter MaxAttempts times; settled without it); the poison
 //	                                            outcomes with idem.consumer.reason (consumer.Reason)
 //	idem.consumer.retries   counter  {message}  messages to be tried again, by idem.consumer.retry: busy (the
-//	                                            key is another consumer's) or error (with error.type)
+//	                                            key is another consumer's), error (with error.type), or,
+//	                                            one per try of a dead letter the broker did not take (the
+//	                                            poison waits), dead_letter_refused (the broker answered no:
+//	                                            the destination is missing or may not be written) or
+//	                                            dead_letter_unreached (with error.type, idem.consumer.reason)
 //	idem.consumer.lag       gauge    {message}  messages waiting to be consumed, as the broker last told:
 //	                                            Kafka by partition (messaging.destination.partition.id: the
 //	                                            high watermark of the last fetch minus the next offset,

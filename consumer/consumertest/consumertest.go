@@ -4,7 +4,9 @@
 // real broker, each case failing on a consumer broken for it.
 //
 // A consumer's test gives [Run] a [Broker]: a harness that builds the
-// consumer from a [Config] and publishes to it. The cases:
+// consumer from a [Config] and publishes to it. The package's own test
+// runs the dead-letter cases against a consumer in memory, sound and then
+// broken for each, and checks that each fails on its bug alone. The cases:
 //
 //   - Duplicates: a key published three times runs its handler once.
 //   - Retry: a handler that fails twice and then succeeds has its message
@@ -21,10 +23,21 @@
 //   - UnkeyedUnguarded: without a key, the handler runs.
 //   - BodyAtLimit: a message of the broker's largest size, dead-lettered,
 //     arrives without its body, with the body's size and SHA-256.
-//   - DeadLetterRefused: a dead-letter destination that refuses every
-//     letter makes the consumer give up on the message after MaxAttempts,
-//     not stop: the messages after it are handled, and the poison is
-//     settled (where the harness is a [Settler]).
+//   - DeadLetterRefused: a dead-letter destination removed while the
+//     consumer runs refuses every letter: each refusal is reported
+//     (consumer.ActivityDeadLetterFailed, Refused), and the consumer gives
+//     up on the message after MaxAttempts (consumer.ActivityDiscarded,
+//     GaveUp), not stop: the messages after it are handled, and the poison
+//     is settled (where the harness is a [Settler]).
+//   - DeadLetterMissing: a dead-letter destination that does not exist is
+//     found at start: Run returns a *consumer.DeadLetterMissingError
+//     naming it, having handled nothing, rather than hold a partition,
+//     stream or queue on the first poison.
+//   - NoSteeringHeaders: the headers and properties a broker acts on when
+//     a message is published (RabbitMQ's CC, BCC and expiration,
+//     JetStream's Nats-* headers; Kafka has none), put on a poison message
+//     and on a busy one by a publisher, survive live neither into the dead
+//     letter nor into a busy delivery's copy.
 //   - DiscardPoison: with WithDiscardPoison, poison is dropped and the rest
 //     go on.
 //   - BusyKey: a message whose key another holder has comes back after the
@@ -88,6 +101,18 @@ type Broker interface {
 	Ordered() bool
 }
 
+// Steering is what a harness reports of a publisher's steering: the
+// headers and properties its broker acts on when a message is published
+// (routes it to more destinations, expires it, makes it conditional,
+// purges others), which a harness puts on a [Message] with Steer.
+type Steering interface {
+	// Steered returns what of them survived live, each said in words: in
+	// a dead letter that arrived so far, or as a message that arrived
+	// where only they would route it. None for a broker that acts on no
+	// header (Kafka).
+	Steered(t *testing.T) []string
+}
+
 // Consumer is a running consumer of a [Broker].
 type Consumer interface {
 	// Publish publishes m to the consumer's destination, and returns once
@@ -102,6 +127,16 @@ type Consumer interface {
 	// Cut closes every connection of the consumer to the broker at once, as
 	// a network failure would; the consumer reconnects by itself.
 	Cut(t *testing.T)
+	// Returned waits up to d for Run to return by itself (its context
+	// not ended), and returns its error; ok is false when it did not.
+	Returned(t *testing.T, d time.Duration) (ok bool, err error)
+	// DropDeadLetter removes the dead-letter destination of a consumer of
+	// Config.Poison PoisonRefused (deletes the topic, the stream, the
+	// exchange), and returns once the broker refuses what is sent to it.
+	DropDeadLetter(t *testing.T)
+	// Steering reports the publisher's steering of messages published
+	// with Steer.
+	Steering
 }
 
 // Settler is what a [Consumer] implements, optionally, when its broker
@@ -133,6 +168,23 @@ func Go(run func(context.Context) error) *Running {
 	r := &Running{cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- run(ctx) }()
 	return r
+}
+
+// Returned waits up to d for run to return by itself, and returns its
+// error; ok is false when it did not. Stop returns the same error.
+func (r *Running) Returned(t *testing.T, d time.Duration) (ok bool, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return true, r.err
+	}
+	select {
+	case r.err = <-r.done:
+		r.stopped = true
+		return true, r.err
+	case <-time.After(d):
+		return false, nil
+	}
 }
 
 // Stop ends run's context and returns its error once it returned; it fails
@@ -178,10 +230,16 @@ const (
 	PoisonDeadLetter Poison = iota
 	// PoisonDiscard: WithDiscardPoison.
 	PoisonDiscard
-	// PoisonRefused: WithDeadLetter to a destination the broker refuses
-	// every message to (a topic that does not exist and is not created,
-	// a subject no stream takes, an exchange that does not exist).
+	// PoisonRefused: WithDeadLetter to a destination of the test's own
+	// that exists when the consumer starts, and that
+	// Consumer.DropDeadLetter removes: the broker then refuses every
+	// message to it (a topic deleted, a subject no stream takes any more,
+	// an exchange deleted).
 	PoisonRefused
+	// PoisonMissing: WithDeadLetter to a destination that does not exist
+	// when the consumer starts (a topic that is not created, a subject no
+	// stream takes, an exchange that is not declared).
+	PoisonMissing
 	// PoisonNone: neither (New must refuse it).
 	PoisonNone
 )
@@ -211,6 +269,9 @@ type Config struct {
 	// returns the body (WithFingerprint), and "observer", with no message,
 	// by an observer of every event (WithObserver).
 	UserFunc func(fn string, m Received)
+	// Observer, when not nil, is given the Activity of every event of the
+	// consumer (WithObserver).
+	Observer func(consumer.Activity)
 }
 
 // Message is what a case publishes.
@@ -222,6 +283,10 @@ type Message struct {
 	Body  []byte
 	// Headers are other headers ("tenant", "traceparent").
 	Headers map[string]string
+	// Steer has the harness add the headers and properties its broker
+	// acts on when a message is published, as a hostile publisher would
+	// (see [Steering]).
+	Steer bool
 }
 
 // Received is a message as a handler sees it.
@@ -264,6 +329,8 @@ var cases = []struct {
 	{"UnkeyedUnguarded", unkeyedUnguarded},
 	{"BodyAtLimit", bodyAtLimit},
 	{"DeadLetterRefused", deadLetterRefused},
+	{"DeadLetterMissing", deadLetterMissing},
+	{"NoSteeringHeaders", noSteeringHeaders},
 	{"DiscardPoison", discardPoison},
 	{"BusyKey", busyKey},
 	{"CutConnection", cutConnection},
@@ -617,15 +684,96 @@ func deadLetterRefused(t *testing.T, e *env) {
 		}
 		return nil
 	})
+	var mu sync.Mutex
+	var refused, gaveUp int
+	cfg.Observer = func(a consumer.Activity) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case a.Kind == consumer.ActivityDeadLetterFailed && a.Refused && a.Err != nil:
+			refused++
+		case a.Kind == consumer.ActivityDiscarded && a.GaveUp:
+			gaveUp++
+		}
+	}
 	cfg.Poison, cfg.MaxAttempts = PoisonRefused, 2
 	c := e.b.Start(t, cfg)
+	e.after(t, c) // the consumer runs
+	c.DropDeadLetter(t)
 	c.Publish(t, msg("poison"))
-	e.after(t, c) // the consumer gave up on the dead letter, and went on
-	if s, ok := c.(Settler); ok {
+	c.Publish(t, msg("then"))
+	e.handled(t, "then", 1) // the consumer gave up on the dead letter, and went on
+	s, settles := c.(Settler)
+	if settles {
 		e.await(t, "the poison settled (given up on)", func(map[string]int, map[string]int) bool { return s.Settled(t) })
 	}
 	if n := e.runsOf("poison"); n != 1 {
 		t.Fatalf("the poison's handler ran %d times, want 1 (its failure is stored)", n)
+	}
+	reported := func(map[string]int, map[string]int) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return refused >= 2 && gaveUp == 1
+	}
+	if !settles && !e.b.Ordered() { // the poison may still be tried
+		e.await(t, "the refusals and the giving up reported", reported)
+	} else if !reported(nil, nil) {
+		t.Fatalf("the poison was given up on with %d refusals and %d givings up reported, want 2 and 1", refused, gaveUp)
+	}
+}
+
+// deadLetterMissing: a consumer whose poison would have nowhere to go
+// does not start.
+func deadLetterMissing(t *testing.T, e *env) {
+	cfg := e.config(t, nil)
+	cfg.Poison = PoisonMissing
+	c := e.b.Start(t, cfg)
+	c.Publish(t, msg("m"))
+	for deadline := time.Now().Add(wait); ; {
+		ok, err := c.Returned(t, 50*time.Millisecond)
+		if n := e.runsOf("m"); n != 0 {
+			t.Fatalf("a consumer without its dead-letter destination ran a handler %d times, want 0", n)
+		}
+		if ok {
+			if _, missing := errors.AsType[*consumer.DeadLetterMissingError](err); !missing {
+				t.Fatalf("Run = %v, want a *consumer.DeadLetterMissingError", err)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: Run still runs with a dead-letter destination that does not exist", wait)
+		}
+	}
+}
+
+// noSteeringHeaders: neither a dead letter nor a busy delivery's copy
+// carries live what the publisher put on the message to steer it.
+func noSteeringHeaders(t *testing.T, e *env) {
+	cfg := e.config(t, func(ctx context.Context, m Received) error {
+		if m.Key == "poison" {
+			return idem.Permanent(errors.New("card declined"))
+		}
+		return nil
+	})
+	// The message of "busy" is delayed (a copy through RabbitMQ's delay
+	// queue) until its holder fails for good; then it is dead-lettered.
+	release := hold(cfg.Guard, "busy", idem.Permanent(errors.New("card declined")))
+	c := e.b.Start(t, cfg)
+	for _, key := range []string{"poison", "busy"} {
+		m := msg(key)
+		m.Steer = true
+		c.Publish(t, m)
+	}
+	if !e.b.Ordered() {
+		e.after(t, c) // the busy message went round at least once
+	}
+	if err := release(); err == nil {
+		t.Fatal("the holder's failure was not returned")
+	}
+	deadLetters(t, c, 2)
+	e.after(t, c)
+	if steered := c.Steered(t); len(steered) > 0 {
+		t.Fatalf("what a publisher put on a message to steer it survived live: %s", strings.Join(steered, "; "))
 	}
 }
 
@@ -657,27 +805,14 @@ func busyKey(t *testing.T, e *env) {
 			mu.Unlock()
 		}
 	})
-	// Another holder (another consumer, a process on another machine)
-	// holds the key until release.
-	release, held := make(chan struct{}), make(chan struct{})
-	holder := make(chan error, 1)
-	go func() {
-		_, err := cfg.Guard.Do(context.Background(), "busy", []byte("body of busy"), func(context.Context) ([]byte, error) {
-			close(held)
-			<-release
-			return nil, nil
-		})
-		holder <- err
-	}()
-	<-held
+	release := hold(cfg.Guard, "busy", nil)
 	c := e.b.Start(t, cfg)
 	c.Publish(t, msg("busy"))
 	c.Publish(t, msg("other"))
 	if !e.b.Ordered() {
 		e.handled(t, "other", 1) // a busy key does not hold the others back where order allows
 	}
-	close(release)
-	if err := <-holder; err != nil {
+	if err := release(); err != nil {
 		t.Fatal(err)
 	}
 	e.await(t, "the busy message acknowledged as a duplicate", func(map[string]int, map[string]int) bool {
@@ -688,6 +823,28 @@ func busyKey(t *testing.T, e *env) {
 	e.after(t, c)
 	if n := e.runsOf("busy"); n != 0 {
 		t.Fatalf("the message of a key another holder ran and stored ran %d times, want 0", n)
+	}
+}
+
+// hold has another holder (another consumer, a process on another
+// machine) hold key in g, with the body msg(key) has, until release is
+// called; then its operation returns err, and release returns what Do
+// returned.
+func hold(g *idem.Guard, key string, err error) (release func() error) {
+	unblock, held := make(chan struct{}), make(chan struct{})
+	holder := make(chan error, 1)
+	go func() {
+		_, doErr := g.Do(context.Background(), key, msg(key).Body, func(context.Context) ([]byte, error) {
+			close(held)
+			<-unblock
+			return nil, err
+		})
+		holder <- doErr
+	}()
+	<-held
+	return func() error {
+		close(unblock)
+		return <-holder
 	}
 }
 

@@ -10,8 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemkafka"
@@ -93,6 +95,14 @@ func consumeOrders(ctx context.Context, addrs []string, o options, out io.Writer
 	defer guard.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The consumer refuses to start without its dead-letter topic (a
+	// poison record would have nowhere to go), and most clusters create
+	// no topic by themselves: create it, with the cluster's defaults.
+	if created, err := createTopic(ctx, addrs, deadLetterTopic(o.topic), -1); err != nil {
+		return 0, fmt.Errorf("payments: the dead-letter topic: %w", err)
+	} else if created {
+		fmt.Fprintf(out, "created the dead-letter topic %s\n", deadLetterTopic(o.topic))
+	}
 	var finished atomic.Int64
 	consumer, err := idemkafka.New(guard, func(ctx context.Context, r *kgo.Record) error { return p.handle(ctx, r.Value) },
 		idemkafka.WithSharedScope(),
@@ -110,6 +120,9 @@ func consumeOrders(ctx context.Context, addrs []string, o options, out io.Writer
 			case idemkafka.EventDeadLettered:
 				p.printf("dead-lettered the record at %s/%d offset %d to %s (%s): %v\n",
 					e.Topic, e.Partition, e.Offset, deadLetterTopic(o.topic), e.Reason, e.Err)
+			case idemkafka.EventDeadLetterFailed:
+				p.printf("the dead letter of the record at %s/%d offset %d was not taken (%v); the partition waits, trying again\n",
+					e.Topic, e.Partition, e.Offset, e.BrokerErr)
 			case idemkafka.EventDiscarded:
 				p.printf("the broker refused the dead letter of the record at %s/%d offset %d (%s: %v): %v; "+
 					"skipped, it stays in %s\n", e.Topic, e.Partition, e.Offset, e.Reason, e.Err, e.BrokerErr, e.Topic)
@@ -134,6 +147,34 @@ func consumeOrders(ctx context.Context, addrs []string, o options, out io.Writer
 		return finished.Load(), err
 	}
 	return finished.Load(), nil
+}
+
+// createTopic creates topic with partitions partitions (-1: the cluster's
+// default) and the cluster's default replication, and reports whether it
+// did: false, and no error, when the topic exists.
+func createTopic(ctx context.Context, addrs []string, topic string, partitions int32) (bool, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		return false, err
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	req.TimeoutMillis = 30000
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, partitions, -1
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return false, fmt.Errorf("create topic %s: %w", topic, err)
+	}
+	switch err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, kerr.TopicAlreadyExists):
+		return false, nil
+	default:
+		return false, fmt.Errorf("create topic %s: %w", topic, err)
+	}
 }
 
 // deadLetterTopic is where the records of topic that can never be charged

@@ -34,40 +34,29 @@ func kafkaTopic(t *testing.T, brokers []string, prefix string, partitions int32)
 
 // topicRequest creates (with partitions partitions) or deletes topic.
 func topicRequest(ctx context.Context, brokers []string, topic string, partitions int32, create bool) error {
+	if create {
+		created, err := createTopic(ctx, brokers, topic, partitions)
+		if err == nil && !created {
+			err = fmt.Errorf("create topic %s: %w", topic, kerr.TopicAlreadyExists)
+		}
+		return err
+	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	what := "delete"
-	var code int16
-	if create {
-		what = "create"
-		req := kmsg.NewPtrCreateTopicsRequest()
-		req.TimeoutMillis = 30000
-		rt := kmsg.NewCreateTopicsRequestTopic()
-		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, partitions, 1
-		req.Topics = append(req.Topics, rt)
-		var resp *kmsg.CreateTopicsResponse
-		if resp, err = req.RequestWith(ctx, cl); err == nil {
-			code = resp.Topics[0].ErrorCode
-		}
-	} else {
-		req := kmsg.NewPtrDeleteTopicsRequest()
-		req.TimeoutMillis = 30000
-		rt := kmsg.NewDeleteTopicsRequestTopic()
-		rt.Topic = kmsg.StringPtr(topic)
-		req.Topics = append(req.Topics, rt)
-		var resp *kmsg.DeleteTopicsResponse
-		if resp, err = req.RequestWith(ctx, cl); err == nil {
-			code = resp.Topics[0].ErrorCode
-		}
-	}
+	req := kmsg.NewPtrDeleteTopicsRequest()
+	req.TimeoutMillis = 30000
+	rt := kmsg.NewDeleteTopicsRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
 	if err == nil {
-		err = kerr.ErrorForCode(code)
+		err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
 	}
 	if err != nil {
-		return fmt.Errorf("%s topic %s: %w", what, topic, err)
+		return fmt.Errorf("delete topic %s: %w", topic, err)
 	}
 	return nil
 }
@@ -98,19 +87,7 @@ func TestPoisonNearTheSizeLimitDoesNotStopThePartition(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := producer.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	producer.Close()
-
-	o, err := parseFlags([]string{"--brokers", strings.Join(brokers, ","), "--topic", topic, "--group", topic + ".group"}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := produceFor(t, ctx, brokers, topic, recs)
 	var out bytes.Buffer
 	p := newProvider(&out)
 	finished, err := consumeOrders(ctx, brokers, o, io.Discard, p, len(recs))
@@ -137,6 +114,25 @@ func TestPoisonNearTheSizeLimitDoesNotStopThePartition(t *testing.T) {
 	case headers[consumer.HeaderReason] != string(consumer.ReasonPermanent) || headers[consumer.HeaderKey] != "order-poison":
 		t.Fatalf("the dead letter's reason %q and key %q, want permanent and order-poison", headers[consumer.HeaderReason], headers[consumer.HeaderKey])
 	}
+}
+
+// produceFor produces recs and returns the options of a consumer of topic
+// on brokers, in a group of its own.
+func produceFor(t *testing.T, ctx context.Context, brokers []string, topic string, recs []*kgo.Record) options {
+	t.Helper()
+	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer producer.Close()
+	if err := producer.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	o, err := parseFlags([]string{"--brokers", strings.Join(brokers, ","), "--topic", topic, "--group", topic + ".group"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
 }
 
 // kafkaTopicNamed creates the topic name with partitions partitions and
@@ -175,5 +171,52 @@ func readOne(t *testing.T, ctx context.Context, brokers []string, topic string) 
 		if recs := fs.Records(); len(recs) > 0 {
 			return recs[0]
 		}
+	}
+}
+
+// The finding of a hostile-input review, on Apache Kafka: a fresh topic
+// whose dead-letter topic nobody created, with a record that is not an
+// event between good orders on one partition. The example creates its
+// dead-letter topic, so the poison is dead-lettered and every good order
+// charged; before, the partition waited on the poison's refused dead
+// letter, and nothing was printed.
+func TestFreshTopicDeadLettersItsPoison(t *testing.T) {
+	brokers := testenv.KafkaBrokers(t)
+	topic := kafkaTopic(t, brokers, "idemtest.payments.fresh", 1)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := topicRequest(ctx, brokers, deadLetterTopic(topic), 0, false); err != nil {
+			t.Log(err)
+		}
+	})
+	var recs []*kgo.Record
+	for i := 1; i <= 10; i++ {
+		if i == 6 {
+			recs = append(recs, &kgo.Record{Topic: topic, Value: []byte("not an event"),
+				Headers: []kgo.RecordHeader{{Key: idemkafka.DefaultKeyHeader, Value: []byte("order-poison")}}})
+		}
+		e := OrderCreated{OrderID: fmt.Sprintf("order-%04d", i), Customer: "cus_001", AmountCents: 1000 + i}
+		body, _ := json.Marshal(e)
+		recs = append(recs, &kgo.Record{Topic: topic, Value: body, Headers: []kgo.RecordHeader{{Key: idemkafka.DefaultKeyHeader, Value: []byte(e.OrderID)}}})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	o := produceFor(t, ctx, brokers, topic, recs)
+	var out, logs bytes.Buffer
+	p := newProvider(&out)
+	finished, err := consumeOrders(ctx, brokers, o, &logs, p, len(recs))
+	if err != nil {
+		t.Fatalf("%v\n%s%s", err, &logs, &out)
+	}
+	if charged, double := p.summary(10); finished != int64(len(recs)) || charged != 10 || double != 0 {
+		t.Fatalf("%d records finished, %d orders charged, %d double charges; want %d, 10, 0\n%s%s", finished, charged, double, len(recs), &logs, &out)
+	}
+	if !strings.Contains(logs.String(), "created the dead-letter topic "+deadLetterTopic(topic)) ||
+		!strings.Contains(out.String(), "dead-lettered the record at "+topic+"/0 offset 5") {
+		t.Fatalf("the output does not tell of the dead-letter topic created and the dead letter:\n%s%s", &logs, &out)
+	}
+	if dl := readOne(t, ctx, brokers, deadLetterTopic(topic)); string(dl.Value) != "not an event" {
+		t.Fatalf("the dead letter holds %q, want the poison", dl.Value)
 	}
 }

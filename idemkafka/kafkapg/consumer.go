@@ -108,7 +108,9 @@ func New(db DB, h Handler, opts ...Option) (*Consumer, error) {
 func (c *Consumer) ClientOpts() []kgo.Opt { return c.c.ClientOpts() }
 
 // Run consumes with cl until ctx ends, then shuts down as idemkafka's
-// Consumer.Run does. Each batch of a partition's fetched records (or each
+// Consumer.Run does; like it, it first checks that the WithDeadLetter
+// topic exists (a *consumer.DeadLetterMissingError when it does not). Each
+// batch of a partition's fetched records (or each
 // record, with [WithPerRecordTransactions]) is one transaction: the
 // handlers' writes, the keys' outcomes and the partition's next offset.
 func (c *Consumer) Run(ctx context.Context, cl *kgo.Client) error { return c.c.Run(ctx, cl) }

@@ -7,7 +7,7 @@ import "github.com/idemgo/idem/consumer"
 // of activity its event is, ActivityOther for one no message counter
 // counts. A processed message counts as replayed when replayed; a
 // discarded one was given up on when the broker refused its dead letter
-// (brokerErr).
+// (brokerErr); a failed dead letter's Err is the broker's (brokerErr).
 func Activity(a consumer.Activity, kind consumer.ActivityKind, replayed bool, brokerErr error) consumer.Activity {
 	a.Kind, a.Messages = kind, 1
 	switch kind {
@@ -17,6 +17,8 @@ func Activity(a consumer.Activity, kind consumer.ActivityKind, replayed bool, br
 		}
 	case consumer.ActivityDiscarded:
 		a.GaveUp = brokerErr != nil
+	case consumer.ActivityDeadLetterFailed:
+		a.Err = brokerErr
 	case consumer.ActivityOther, consumer.ActivityReleased:
 		a.Messages = 0
 	}

@@ -494,9 +494,10 @@ func TestHandlerContext(t *testing.T) {
 }
 
 // TestSendLetter: a dead letter refused as too large is sent once more,
-// stripped; refusals are counted to MaxAttempts, then the consumer gives
-// up, logged at error level; outages are tried again without end; a
-// consumer that stops has the last error.
+// stripped; refusals are counted to MaxAttempts, each logged at error
+// level, then the consumer gives up; outages are tried again without end;
+// every try not taken is reported, refused or unreached; a consumer that
+// stops has the last error.
 func TestSendLetter(t *testing.T) {
 	var logged bytes.Buffer
 	o, err := build(t, shared, withDeadLetter("dlq"), func(o *options) {
@@ -527,32 +528,44 @@ func TestSendLetter(t *testing.T) {
 		return chassis.NewLetter(nil, []byte("body"), nil, chassis.Verdict{Reason: consumer.ReasonPermanent}, "k", true)
 	}
 	for _, tc := range []struct {
-		name    string
-		answers []chassis.Refusal
-		sends   int
-		gaveUp  bool
-		err     error
+		name      string
+		answers   []chassis.Refusal
+		sends     int
+		gaveUp    bool
+		err       error
+		refused   int // tries reported refused
+		unreached int // tries reported unreached
 	}{
-		{"taken", nil, 1, false, nil},
-		{"outages", []chassis.Refusal{chassis.Unreached, chassis.Unreached, chassis.Unreached, chassis.Unreached}, 5, false, nil},
-		{"too large, then taken", []chassis.Refusal{chassis.RefusedTooLarge}, 2, false, nil},
-		{"refused", []chassis.Refusal{chassis.Refused, chassis.Unreached, chassis.Refused, chassis.Refused}, 4, true, refusal},
-		{"too large twice", []chassis.Refusal{chassis.RefusedTooLarge, chassis.RefusedTooLarge, chassis.Refused, chassis.Refused}, 4, true, refusal},
+		{"taken", nil, 1, false, nil, 0, 0},
+		{"outages", []chassis.Refusal{chassis.Unreached, chassis.Unreached, chassis.Unreached, chassis.Unreached}, 5, false, nil, 0, 4},
+		{"too large, then taken", []chassis.Refusal{chassis.RefusedTooLarge}, 2, false, nil, 0, 0},
+		{"refused", []chassis.Refusal{chassis.Refused, chassis.Unreached, chassis.Refused, chassis.Refused}, 4, true, refusal, 3, 1},
+		{"too large twice", []chassis.Refusal{chassis.RefusedTooLarge, chassis.RefusedTooLarge, chassis.Refused, chassis.Refused}, 4, true, refusal, 3, 0},
 	} {
 		l := newLetter()
 		f, sent := send(l, tc.answers...)
-		gaveUp, err := o.SendLetter(context.Background(), l, f, wait, nil, slog.String("settlement", "dropped"))
+		reported := map[chassis.Refusal]int{}
+		failed := func(why chassis.Refusal, err error) {
+			if err != refusal {
+				t.Errorf("%s: a failed try reported with %v, want the broker's error", tc.name, err)
+			}
+			reported[why]++
+		}
+		gaveUp, err := o.SendLetter(context.Background(), l, f, wait, failed, nil, slog.String("settlement", "dropped"))
 		if gaveUp != tc.gaveUp || err != tc.err || *sent != tc.sends {
 			t.Errorf("%s: SendLetter = %v, %v after %d sends; want %v, %v after %d", tc.name, gaveUp, err, *sent, tc.gaveUp, tc.err, tc.sends)
 		}
+		if reported[chassis.Refused] != tc.refused || reported[chassis.Unreached] != tc.unreached || len(reported) > 2 {
+			t.Errorf("%s: failed tries reported %v, want %d refused and %d unreached", tc.name, reported, tc.refused, tc.unreached)
+		}
 	}
-	if log := logged.String(); strings.Count(log, "level=ERROR") != 2 || !strings.Contains(log, "refused the dead letter 3 times") ||
+	if log := logged.String(); strings.Count(log, "refused the dead letter 3 times") != 2 || strings.Count(log, "level=ERROR") != 6 ||
 		!strings.Contains(log, "settlement=dropped") {
-		t.Errorf("the log of the dead letters given up on: %s", log)
+		t.Errorf("the log of the dead letters refused (at error level) and given up on: %s", log)
 	}
 	l := newLetter()
 	f, sent := send(l, chassis.Unreached, chassis.Unreached)
-	gaveUp, err := o.SendLetter(context.Background(), l, f, func(time.Duration) bool { return false }, nil)
+	gaveUp, err := o.SendLetter(context.Background(), l, f, func(time.Duration) bool { return false }, nil, nil)
 	if gaveUp || err != refusal || *sent != 1 {
 		t.Errorf("a consumer that stops: SendLetter = %v, %v after %d sends; want false, the last error, after 1", gaveUp, err, *sent)
 	}

@@ -216,9 +216,12 @@ const (
 // body, record key and headers (Strip); one it refuses otherwise is sent
 // again after the retry backoff, and given up on after MaxAttempts
 // refusals; one that does not reach the broker is sent again without end.
-// wait waits out a pause, and reports false when the consumer stops. attrs
-// find the message in the logs, and giveUp says, in the error log of a
-// dead letter given up on, how the message is settled without it.
+// wait waits out a pause, and reports false when the consumer stops;
+// failed, unless nil, is told of every try the broker did not take, and
+// why, for the consumer's event (each is logged too: a refusal as an
+// error, an outage as a warning). attrs find the message in the logs, and
+// giveUp says, in the error log of a dead letter given up on, how the
+// message is settled without it.
 //
 // err is nil when the broker took l. Otherwise it is the broker's last
 // error, and gaveUp says whether the consumer gave up on l (it settles the
@@ -226,7 +229,7 @@ const (
 // attrs say while the broker keeps it), or stops (it hands the message
 // back).
 func (o *Options[M]) SendLetter(ctx context.Context, l *Letter, send func() (Refusal, error), wait func(time.Duration) bool,
-	attrs []slog.Attr, giveUp ...slog.Attr) (gaveUp bool, err error) {
+	failed func(Refusal, error), attrs []slog.Attr, giveUp ...slog.Attr) (gaveUp bool, err error) {
 	pkg := o.Names().Pkg
 	for refusals, outages := 0, 0; ; {
 		var why Refusal
@@ -244,16 +247,22 @@ func (o *Options[M]) SendLetter(ctx context.Context, l *Letter, send func() (Ref
 			fallthrough
 		case Refused:
 			refusals++
+			if failed != nil {
+				failed(Refused, err)
+			}
 			if refusals >= o.maxAttempts {
 				o.Logger().LogAttrs(ctx, slog.LevelError, pkg+": the broker refused the dead letter "+strconv.Itoa(refusals)+
 					" times; the message is settled without one (committed, terminated or rejected). It is not lost: find it where these attributes say, while the broker keeps it",
 					append(slices.Concat(attrs, giveUp), slog.Any("error", err))...)
 				return true, err
 			}
-			o.Logger().LogAttrs(ctx, slog.LevelWarn, pkg+": the broker refused the dead letter; trying again",
+			o.Logger().LogAttrs(ctx, slog.LevelError, pkg+": the broker refused the dead letter; trying again",
 				append(attrs, slog.Int("refusals", refusals), slog.Any("error", err))...)
 		default:
 			outages++
+			if failed != nil {
+				failed(Unreached, err)
+			}
 			o.Logger().LogAttrs(ctx, slog.LevelWarn, pkg+": the dead letter did not reach the broker; trying again",
 				append(attrs, slog.Int("outages", outages), slog.Any("error", err))...)
 		}

@@ -148,8 +148,10 @@ func sameFunc(a, b any) bool {
 // lets in-flight handlers finish within the drain timeout (then cancels
 // them), commits the finished offsets and leaves the group. It returns
 // nil after such a shutdown, an error when cl fails the checks (before
-// consuming anything), when cl was closed under it, or when the final
-// commit failed.
+// consuming anything), a *consumer.DeadLetterMissingError when the
+// cluster says the WithDeadLetter topic does not exist or may not be
+// written (before consuming anything: see checkDeadLetter), an error when
+// cl was closed under it, or when the final commit failed.
 func (c *Consumer) Run(ctx context.Context, cl *kgo.Client) error {
 	if err := c.check(cl); err != nil {
 		return err
@@ -171,6 +173,9 @@ func (c *Consumer) Run(ctx context.Context, cl *kgo.Client) error {
 		c.running = false
 		c.mu.Unlock()
 	}()
+	if err := c.checkDeadLetter(ctx, cl); err != nil {
+		return err
+	}
 
 	commitCtx, stopCommits := context.WithCancel(context.WithoutCancel(ctx))
 	commitsDone := make(chan struct{})

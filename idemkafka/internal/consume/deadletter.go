@@ -1,6 +1,7 @@
 package consume
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +11,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/idemgo/idem/consumer"
 	"github.com/idemgo/idem/internal/chassis"
 )
 
@@ -72,7 +75,11 @@ func (p *Partition) poison(ctx context.Context, it Item, v chassis.Verdict) erro
 		defer cancel()
 		err := producer.ProduceSync(pctx, l.record(topic)).FirstErr()
 		return classify(err), err
-	}, p.sleep, attrs)
+	}, p.sleep, func(why chassis.Refusal, err error) {
+		f := ev
+		f.Kind, f.BrokerErr, f.Refused = EventDeadLetterFailed, err, why != chassis.Unreached
+		p.c.observe(ctx, f)
+	}, attrs)
 	switch {
 	case err == nil:
 		o.Logger().LogAttrs(ctx, slog.LevelWarn, pkg+": poison dead-lettered", attrs...)
@@ -123,6 +130,65 @@ func batchMaxBytes(cl *kgo.Client, topic string) int {
 		return int(n)
 	}
 	return defaultBatchMaxBytes
+}
+
+// checkTimeout bounds the start-up check of the dead-letter topic.
+const checkTimeout = 10 * time.Second
+
+// checkDeadLetter asks the cluster, through the dead-letter producer,
+// whether the WithDeadLetter topic exists and may be described, and
+// returns a *consumer.DeadLetterMissingError when it answered no
+// (UNKNOWN_TOPIC_OR_PARTITION, TOPIC_AUTHORIZATION_FAILED, an invalid
+// name): a poison record would have nowhere to go, and its partition would
+// wait on it until the refusals were given up. The request lets the
+// broker create the topic only when the producer may
+// (kgo.AllowAutoTopicCreation). A cluster that does not answer within
+// checkTimeout is logged and the consumer starts: that is an outage, which
+// a dead letter waits out.
+func (c *Consumer) checkDeadLetter(ctx context.Context, cl *kgo.Client) error {
+	o := &c.o
+	if !o.DeadLetters() {
+		return nil
+	}
+	producer := cmp.Or(o.DeadLetterClient, cl)
+	topic := o.DeadLetterTopic
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	req.AllowAutoTopicCreation, _ = producer.OptValue(kgo.AllowAutoTopicCreation).(bool)
+	for {
+		rctx, cancel := context.WithTimeout(ctx, checkTimeout)
+		resp, err := req.RequestWith(rctx, producer)
+		cancel()
+		if err == nil {
+			err = kerr.UnknownTopicOrPartition
+			for _, t := range resp.Topics {
+				if t.Topic != nil && *t.Topic == topic {
+					err = kerr.ErrorForCode(t.ErrorCode)
+				}
+			}
+		}
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
+			return nil // stopped: Run returns nil
+		case errors.Is(err, kerr.LeaderNotAvailable): // being created
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		case classify(err) == chassis.Refused:
+			o.Logger().ErrorContext(ctx, o.Names().Pkg+": the dead-letter topic does not exist or may not be written; not consuming",
+				slog.String("dead_letter_topic", topic), slog.Any("error", err))
+			return &consumer.DeadLetterMissingError{Destination: fmt.Sprintf("topic %q", topic), Err: err}
+		}
+		o.Logger().WarnContext(ctx, o.Names().Pkg+": could not check that the dead-letter topic exists; consuming",
+			slog.String("dead_letter_topic", topic), slog.Any("error", err))
+		return nil
+	}
 }
 
 // classify returns what err, ProduceSync's error, says of the dead letter:

@@ -43,9 +43,17 @@ const (
 	// EventCommit: a partition's offset was committed to Kafka: Offset
 	// (the next), Err.
 	EventCommit
+	// EventDeadLetterFailed: a poison record's dead letter was not taken
+	// (BrokerErr), and the record, its partition with it, waits while it
+	// is produced again: Refused when the broker answered no (the topic
+	// does not exist, or may not be written: given up after
+	// WithMaxAttempts refusals, EventDiscarded), else the broker could not
+	// be reached (tried without end). One per try: Offset, Key, Reason,
+	// Err (the cause).
+	EventDeadLetterFailed
 )
 
-var eventNames = [...]string{"", "assigned", "revoked", "lost", "batch", "retry", "dead_lettered", "discarded", "commit"}
+var eventNames = [...]string{"", "assigned", "revoked", "lost", "batch", "retry", "dead_lettered", "discarded", "commit", "dead_letter_failed"}
 
 // String returns the kind's name in snake case, for metric labels.
 func (k EventKind) String() string {
@@ -81,15 +89,20 @@ type Event struct {
 	// EventDiscarded, the cause.
 	Err error
 	// BrokerErr (EventDiscarded): the broker's last refusal of the dead
-	// letter, when the consumer gave up on it.
+	// letter, when the consumer gave up on it; (EventDeadLetterFailed)
+	// the broker's error of the try.
 	BrokerErr error
+	// Refused (EventDeadLetterFailed): the broker answered no; false when
+	// it could not be reached.
+	Refused bool
 }
 
 // Activity returns e in the terms every consumer shares, for
 // instrumentation (idemotel): System "kafka", Destination the topic,
 // Partition the partition; EventBatch is ActivityProcessed with its Lag,
 // EventRetry ActivityBusy (a busy key) or ActivityRetried, EventRevoked and
-// EventLost ActivityReleased.
+// EventLost ActivityReleased, EventDeadLetterFailed
+// ActivityDeadLetterFailed.
 func (e Event) Activity() consumer.Activity {
 	a := consumer.Activity{System: "kafka", Destination: e.Topic, Partition: strconv.Itoa(int(e.Partition)),
 		Reason: e.Reason, Err: e.Err, Duration: e.Duration}
@@ -98,6 +111,7 @@ func (e Event) Activity() consumer.Activity {
 		kind = consumer.ActivityBusy
 	}
 	a = chassis.Activity(a, kind, false, e.BrokerErr)
+	a.Refused = e.Refused
 	if e.Kind == EventBatch {
 		a.Messages, a.Replayed, a.Lag, a.LagKnown = e.Records, e.Replayed, e.Lag, true
 	}
@@ -113,6 +127,8 @@ var activities = map[EventKind]consumer.ActivityKind{
 	EventDiscarded:    consumer.ActivityDiscarded,
 	EventRevoked:      consumer.ActivityReleased,
 	EventLost:         consumer.ActivityReleased,
+
+	EventDeadLetterFailed: consumer.ActivityDeadLetterFailed,
 }
 
 func (c *Consumer) observe(ctx context.Context, e Event) {

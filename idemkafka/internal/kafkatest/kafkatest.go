@@ -232,6 +232,10 @@ func deleteTopics(tb testing.TB, brokers, names []string) {
 	}
 }
 
+// DeleteTopics deletes the topics named now, as a test's cleanup does,
+// logging what fails.
+func DeleteTopics(tb testing.TB, brokers []string, names ...string) { deleteTopics(tb, brokers, names) }
+
 // Topic creates a topic of tb's own with partitions partitions on brokers
 // (see [TopicName], [CreateTopics]) and returns its name.
 func Topic(tb testing.TB, brokers []string, partitions int32) string {

@@ -95,7 +95,11 @@
 // remembers them for the claims it made, and a holder it does not know
 // (the claim made by another process) costs one more Paxos round, the
 // first write's failed condition returning them. Until Cassandra drops an
-// expired record every call treats it as absent.
+// expired record every call treats it as absent. The claim's INSERT also
+// writes a row marker, which keeps the claim's TTL (its lease and
+// retention) when an outcome with a shorter retention rewrites the cells:
+// until then the row is a key without columns, which every call takes for
+// no record, and which the next claim of the key overwrites.
 //
 // # Batches
 //

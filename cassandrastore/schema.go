@@ -81,8 +81,10 @@ func (r Replication) String() string {
 // Migrate creates the keyspace cfg.Keyspace with replication r, if it does
 // not exist (an existing keyspace keeps its own replication), and in it
 // the records table cfg.Table, if it does not exist, then waits until
-// every node agrees on the schema. It is idempotent. Config fields other
-// than Keyspace and Table are ignored (defaults as in [New]).
+// every node agrees on the schema. It is idempotent. With the zero
+// Replication it creates only the table, in a keyspace that must exist.
+// Config fields other than Keyspace and Table are ignored (defaults as in
+// [New]).
 //
 // The table is one partition per record:
 //
@@ -96,20 +98,25 @@ func Migrate(ctx context.Context, sess *gocql.Session, cfg Config, r Replication
 	if sess == nil {
 		return errors.New("cassandrastore: Migrate: session is nil")
 	}
-	repl, err := r.cql()
-	if err != nil {
-		return fmt.Errorf("cassandrastore: Migrate: replication: %w", err)
-	}
 	s, err := New(sess, Config{Keyspace: cfg.Keyspace, Table: cfg.Table})
 	if err != nil {
 		return err
 	}
-	for _, stmt := range []string{
-		"CREATE KEYSPACE IF NOT EXISTS " + s.cfg.Keyspace + " WITH replication = " + repl,
-		"CREATE TABLE IF NOT EXISTS " + s.table + " (" + ColKey + " blob PRIMARY KEY, " + ColStatus + " text, " +
-			ColToken + " bigint, " + ColAttempt + " int, " + ColFinger + " blob, " + ColLeaseUntil + " bigint, " +
-			ColExpiresAt + " bigint, " + ColRetention + " bigint, " + ColResult + " blob)",
-	} {
+	var stmts []string
+	if r.Class != "" {
+		repl, err := r.cql()
+		if err != nil {
+			return fmt.Errorf("cassandrastore: Migrate: replication: %w", err)
+		}
+		stmts = append(stmts, "CREATE KEYSPACE IF NOT EXISTS "+s.cfg.Keyspace+" WITH replication = "+repl)
+	} else if _, err := sess.KeyspaceMetadata(s.cfg.Keyspace); err != nil {
+		return fmt.Errorf("cassandrastore: Migrate: keyspace %s: %w (to create it, give its replication)", s.cfg.Keyspace, err)
+	}
+	for _, stmt := range append(stmts,
+		"CREATE TABLE IF NOT EXISTS "+s.table+" ("+ColKey+" blob PRIMARY KEY, "+ColStatus+" text, "+
+			ColToken+" bigint, "+ColAttempt+" int, "+ColFinger+" blob, "+ColLeaseUntil+" bigint, "+
+			ColExpiresAt+" bigint, "+ColRetention+" bigint, "+ColResult+" blob)",
+	) {
 		if err := sess.Query(stmt).ExecContext(ctx); err != nil {
 			var exists *gocql.RequestErrAlreadyExists
 			if !errors.As(err, &exists) {
@@ -119,6 +126,17 @@ func Migrate(ctx context.Context, sess *gocql.Session, cfg Config, r Replication
 	}
 	if err := sess.AwaitSchemaAgreement(ctx); err != nil {
 		return s.translate("Migrate", err)
+	}
+	return nil
+}
+
+// CheckTable reads one row of the records table, to tell that the cluster
+// answers and the table exists: an error naming Migrate when it does not,
+// wrapping storage.ErrStoreUnavailable.
+func (s *Store) CheckTable(ctx context.Context) error {
+	err := s.sess.Query("SELECT k FROM " + s.table + " LIMIT 1").Idempotent(true).ExecContext(ctx)
+	if err != nil {
+		return s.translate("CheckTable", err)
 	}
 	return nil
 }

@@ -18,7 +18,10 @@ package cassandraurl
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
 	"github.com/idemgo/idem/cassandrastore"
 	"github.com/idemgo/idem/storage"
@@ -44,6 +47,13 @@ func open(ctx context.Context, u *url.URL, o storeurl.Options) (storage.Store, f
 	if err != nil {
 		closeStore()
 		return nil, nil, &storeurl.URLError{Err: err}
+	}
+	if o.Migrate && c.Replication.Class == "" {
+		if _, err := sess.KeyspaceMetadata(c.Config.Keyspace); errors.Is(err, gocql.ErrKeyspaceDoesNotExist) {
+			closeStore()
+			return nil, nil, &storeurl.URLError{Err: fmt.Errorf("keyspace %s does not exist: add replication=SimpleStrategy:N "+
+				"(or NetworkTopologyStrategy:dc1=N,...) to create it", c.Config.Keyspace)}
+		}
 	}
 	tctx, cancel := context.WithTimeout(ctx, param.Migrate)
 	defer cancel()

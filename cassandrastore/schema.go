@@ -78,6 +78,10 @@ func (r Replication) String() string {
 	return r.Class + ":" + strings.Join(dcs, ",")
 }
 
+// ErrNoKeyspace is Migrate's error when the keyspace does not exist and no
+// replication was given to create it.
+var ErrNoKeyspace = errors.New("cassandrastore: Migrate: the keyspace does not exist")
+
 // Migrate creates the keyspace cfg.Keyspace with replication r, if it does
 // not exist (an existing keyspace keeps its own replication), and in it
 // the records table cfg.Table, if it does not exist, then waits until
@@ -109,8 +113,18 @@ func Migrate(ctx context.Context, sess *gocql.Session, cfg Config, r Replication
 			return fmt.Errorf("cassandrastore: Migrate: replication: %w", err)
 		}
 		stmts = append(stmts, "CREATE KEYSPACE IF NOT EXISTS "+s.cfg.Keyspace+" WITH replication = "+repl)
-	} else if _, err := sess.KeyspaceMetadata(s.cfg.Keyspace); err != nil {
-		return fmt.Errorf("cassandrastore: Migrate: keyspace %s: %w (to create it, give its replication)", s.cfg.Keyspace, err)
+	} else {
+		// The schema tables, not the session's metadata, which may not
+		// know yet of a keyspace another session just made.
+		var name string
+		err := sess.Query("SELECT keyspace_name FROM system_schema.keyspaces WHERE keyspace_name = ?", s.cfg.Keyspace).
+			Idempotent(true).ScanContext(ctx, &name)
+		if errors.Is(err, gocql.ErrNotFound) {
+			return fmt.Errorf("%w: %s (to create it, give its replication)", ErrNoKeyspace, s.cfg.Keyspace)
+		}
+		if err != nil {
+			return s.translate("Migrate", err)
+		}
 	}
 	for _, stmt := range append(stmts,
 		"CREATE TABLE IF NOT EXISTS "+s.table+" ("+ColKey+" blob PRIMARY KEY, "+ColStatus+" text, "+

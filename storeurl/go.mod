@@ -3,7 +3,6 @@ module github.com/idemgo/idem/storeurl
 go 1.26.0
 
 require (
-	github.com/apache/cassandra-gocql-driver/v2 v2.1.2
 	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.73.1
 	github.com/idemgo/idem v0.1.0
 	github.com/idemgo/idem/cassandrastore v0.1.0
@@ -17,6 +16,7 @@ require (
 )
 
 require (
+	github.com/apache/cassandra-gocql-driver/v2 v2.1.2 // indirect
 	github.com/aws/aws-sdk-go-v2 v1.47.7 // indirect
 	github.com/aws/aws-sdk-go-v2/config v1.33.15 // indirect
 	github.com/aws/aws-sdk-go-v2/credentials v1.20.15 // indirect

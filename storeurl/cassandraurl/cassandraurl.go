@@ -21,8 +21,6 @@ import (
 	"fmt"
 	"net/url"
 
-	gocql "github.com/apache/cassandra-gocql-driver/v2"
-
 	"github.com/idemgo/idem/cassandrastore"
 	"github.com/idemgo/idem/storage"
 	"github.com/idemgo/idem/storeurl"
@@ -48,13 +46,6 @@ func open(ctx context.Context, u *url.URL, o storeurl.Options) (storage.Store, f
 		closeStore()
 		return nil, nil, &storeurl.URLError{Err: err}
 	}
-	if o.Migrate && c.Replication.Class == "" {
-		if _, err := sess.KeyspaceMetadata(c.Config.Keyspace); errors.Is(err, gocql.ErrKeyspaceDoesNotExist) {
-			closeStore()
-			return nil, nil, &storeurl.URLError{Err: fmt.Errorf("keyspace %s does not exist: add replication=SimpleStrategy:N "+
-				"(or NetworkTopologyStrategy:dc1=N,...) to create it", c.Config.Keyspace)}
-		}
-	}
 	tctx, cancel := context.WithTimeout(ctx, param.Migrate)
 	defer cancel()
 	if o.Migrate {
@@ -64,6 +55,10 @@ func open(ctx context.Context, u *url.URL, o storeurl.Options) (storage.Store, f
 	}
 	if err != nil {
 		closeStore()
+		if errors.Is(err, cassandrastore.ErrNoKeyspace) {
+			return nil, nil, &storeurl.URLError{Err: fmt.Errorf("keyspace %s does not exist: add replication=SimpleStrategy:N "+
+				"(or NetworkTopologyStrategy:dc1=N,...) to create it", c.Config.Keyspace)}
+		}
 		return nil, nil, err
 	}
 	return s, closeStore, nil

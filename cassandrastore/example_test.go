@@ -30,22 +30,19 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	g, err := idem.New(store, idem.Config{Namespace: "charges", Retention: 24 * time.Hour})
+	// Leases a little longer than usual: a Paxos round under load can take
+	// a second or more, and the heartbeat extends the lease every third.
+	g, err := idem.New(store, idem.Config{Namespace: "charges", Lease: time.Minute})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer g.Close()
 
-	res, err := g.Do(ctx, "order-1", []byte(`{"amount":1000}`), func(ctx context.Context) ([]byte, error) {
-		return []byte("ch_1"), nil // charge the card here
-	})
-	switch {
-	case errors.Is(err, idem.ErrStoreUnavailable):
-		log.Print("Cassandra is unreachable or timing out: retry later") // the Guard failed closed
-	case err != nil:
-		log.Print(err)
-	default:
-		fmt.Println(string(res.Value), res.Replayed)
+	charge := func(ctx context.Context) ([]byte, error) { return []byte("ch_1"), nil }
+	if res, err := g.Do(ctx, "order-1", []byte(`{"amount":1000}`), charge); errors.Is(err, idem.ErrStoreUnavailable) {
+		log.Print("no quorum, or Cassandra timed out: retry later") // the Guard failed closed
+	} else if err == nil {
+		fmt.Printf("%s (replayed %v)\n", res.Value, res.Replayed)
 	}
 }
 

@@ -41,10 +41,7 @@ func (s *Store) checkOutcome(op, key string, value []byte, retention time.Durati
 	if len(value) > s.cfg.MaxValueSize {
 		return &storage.ValueTooLargeError{Store: "cassandrastore", Size: len(value), Max: s.cfg.MaxValueSize}
 	}
-	if err := checkKey(op, key); err != nil {
-		return err
-	}
-	return checkDuration(op, "retention", retention)
+	return invalid(op, key, nil, retention)
 }
 
 func (s *Store) finish(ctx context.Context, op, key string, t storage.Token, status string, value []byte, retention time.Duration) error {
@@ -63,7 +60,7 @@ func (s *Store) finish(ctx context.Context, op, key string, t storage.Token, sta
 // expiry does not change. A write whose outcome is unknown is read back,
 // as Complete's is. Errors: storage.ErrLeaseLost; the others of Complete.
 func (s *Store) Release(ctx context.Context, key string, t storage.Token) error {
-	if err := checkKey("Release", key); err != nil {
+	if err := invalid("Release", key, nil); err != nil {
 		return err
 	}
 	return s.fenced(ctx, "Release", key, t, func(_ clock, r *row) { r.tok, r.leaseUntil = 0, 0 })
@@ -75,10 +72,7 @@ func (s *Store) Release(ctx context.Context, key string, t storage.Token) error 
 // retention after that. Errors: storage.ErrLeaseLost; ErrInvalidArgs; the
 // others of Complete.
 func (s *Store) Extend(ctx context.Context, key string, t storage.Token, lease time.Duration) error {
-	if err := checkKey("Extend", key); err != nil {
-		return err
-	}
-	if err := checkDuration("Extend", "lease", lease); err != nil {
+	if err := invalid("Extend", key, nil, lease); err != nil {
 		return err
 	}
 	d := ceilMillis(lease)
@@ -133,7 +127,7 @@ func (s *Store) fenced(ctx context.Context, op, key string, t storage.Token, cha
 // *storage.ValueTooLargeError for an outcome longer than MaxValueSize;
 // driver failures wrapping storage.ErrStoreUnavailable.
 func (s *Store) Get(ctx context.Context, key string) (storage.Record, error) {
-	if err := checkKey("Get", key); err != nil {
+	if err := invalid("Get", key, nil); err != nil {
 		return storage.Record{}, err
 	}
 	c := s.clock()
@@ -156,7 +150,7 @@ func (s *Store) Get(ctx context.Context, key string) (storage.Record, error) {
 // whose outcome is unknown is read back and sent again while the record
 // is there. Errors: driver failures wrapping storage.ErrStoreUnavailable.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	if err := checkKey("Delete", key); err != nil {
+	if err := invalid("Delete", key, nil); err != nil {
 		return err
 	}
 	for range maxRounds {
@@ -187,7 +181,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // storage.ErrNotFound; ErrInvalidArgs; driver failures wrapping
 // storage.ErrStoreUnavailable.
 func (s *Store) DeleteIf(ctx context.Context, key string, status storage.Status, t storage.Token) error {
-	if err := checkKey("DeleteIf", key); err != nil {
+	if err := invalid("DeleteIf", key, nil); err != nil {
 		return err
 	}
 	c := s.clock()
@@ -232,7 +226,7 @@ func (s *Store) DeleteIf(ctx context.Context, key string, status storage.Status,
 // after the other keeps the order of entries of one key for free.
 func (s *Store) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]storage.Claim, error) {
 	for _, a := range args {
-		if err := checkClaim("ClaimBatch", a); err != nil {
+		if err := invalidClaim("ClaimBatch", a); err != nil {
 			return nil, err
 		}
 	}

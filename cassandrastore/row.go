@@ -104,13 +104,11 @@ func (r *row) record(key string) storage.Record {
 		Fingerprint: r.fp,
 		ExpiresAt:   time.UnixMilli(r.expiresAt),
 	}
-	switch r.status {
-	case statusCompleted:
-		rec.Status = storage.StatusCompleted
-	case statusFailed:
-		rec.Status = storage.StatusFailed
-	default:
-		rec.Status = storage.StatusInProgress
+	rec.Status = storage.StatusInProgress
+	for st, name := range statusNames {
+		if name != "" && name == r.status {
+			rec.Status = storage.Status(st)
+		}
 	}
 	if rec.Status == storage.StatusInProgress {
 		if r.leaseUntil != 0 {
@@ -122,12 +120,17 @@ func (r *row) record(key string) storage.Record {
 	return rec
 }
 
+// statusNames holds the value of ColStatus of each storage.Status.
+var statusNames = [...]string{
+	storage.StatusInProgress: statusInProgress,
+	storage.StatusCompleted:  statusCompleted,
+	storage.StatusFailed:     statusFailed,
+}
+
+// statusOf returns the value of ColStatus of s, "" for no status.
 func statusOf(s storage.Status) string {
-	switch s {
-	case storage.StatusCompleted:
-		return statusCompleted
-	case storage.StatusFailed:
-		return statusFailed
+	if int(s) < len(statusNames) {
+		return statusNames[s]
 	}
-	return statusInProgress
+	return ""
 }

@@ -193,23 +193,20 @@ func New(sess *gocql.Session, cfg Config) (*Store, error) {
 // validName is what Cassandra takes as an unquoted keyspace or table name.
 var validName = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9_]{0,47}$`)
 
-// Config returns the Store's configuration with the defaults filled in.
+// Config returns what the Store runs with: cfg of New, defaults filled in.
 func (s *Store) Config() Config { return s.cfg }
 
-// MaxValueSize returns Config.MaxValueSize: the longest value Complete
-// accepts, so that a caller (the HTTP middleware) never produces one the
-// store must refuse.
+// MaxValueSize implements [storage.Store.MaxValueSize]: Config.MaxValueSize,
+// so that the Guard and the adapters never hand the store an outcome it
+// would refuse.
 func (s *Store) MaxValueSize() int { return s.cfg.MaxValueSize }
 
-// clock is one reading of the host's clock, in Unix milliseconds: now, and
-// dead, the moment before which a lease or an expiry has passed on every
-// host whose clock is within MaxClockSkew of this one.
+// clock is this host's clock read once, in Unix ms (now), with the latest
+// lease end or expiry that every host within MaxClockSkew of it sees as
+// passed (dead).
 type clock struct{ now, dead int64 }
 
-func (s *Store) clock() clock {
-	now := s.cfg.Now().UnixMilli()
-	return clock{now: now, dead: now - s.skew}
-}
+func (s *Store) clock() clock { n := s.cfg.Now().UnixMilli(); return clock{n, n - s.skew} }
 
 // ttl returns the TTL, in seconds, of the cells of a record that expires
 // at exp (Unix ms), written at c: Cassandra deletes them after every host
@@ -329,7 +326,7 @@ func (s *Store) get(ctx context.Context, op, key string) (row, error) {
 // MaxValueSize; ErrContention after eight rounds; driver failures wrapping
 // storage.ErrStoreUnavailable.
 func (s *Store) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, error) {
-	if err := checkClaim("Claim", a); err != nil {
+	if err := invalidClaim("Claim", a); err != nil {
 		return storage.Claim{}, err
 	}
 	c := s.clock()
@@ -458,35 +455,25 @@ func (s *Store) tooLarge(key string, size int) error {
 	return &storage.ValueTooLargeError{Store: "cassandrastore", Size: size, Max: s.cfg.MaxValueSize, Stored: true, Key: key}
 }
 
-func checkClaim(op string, a storage.ClaimArgs) error {
-	if err := checkKey(op, a.Key); err != nil {
-		return err
+// invalid returns ErrInvalidArgs, saying what is wrong, for the first
+// argument of a call that is out of range: the key, the fingerprint, then
+// each of the leases and retentions given; nil when every one is in range.
+func invalid(op, key string, fp []byte, durations ...time.Duration) error {
+	switch {
+	case key == "" || len(key) > MaxKeyLen:
+		return fmt.Errorf("%w: %s: a key of %d bytes, want 1 to %d: %w", ErrInvalidArgs, op, len(key), MaxKeyLen, idem.ErrInvalidKey)
+	case len(fp) > MaxFingerprintLen:
+		return fmt.Errorf("%w: %s: a fingerprint of %d bytes, want at most %d", ErrInvalidArgs, op, len(fp), MaxFingerprintLen)
 	}
-	if err := checkDuration(op, "lease", a.Lease); err != nil {
-		return err
-	}
-	if err := checkDuration(op, "retention", a.Retention); err != nil {
-		return err
-	}
-	if len(a.Fingerprint) > MaxFingerprintLen {
-		return fmt.Errorf("%w: %s: fingerprint of %d bytes, longer than %d", ErrInvalidArgs, op, len(a.Fingerprint), MaxFingerprintLen)
-	}
-	return nil
-}
-
-func checkKey(op, key string) error {
-	if key == "" {
-		return fmt.Errorf("%w: %s: empty key: %w", ErrInvalidArgs, op, idem.ErrInvalidKey)
-	}
-	if len(key) > MaxKeyLen {
-		return fmt.Errorf("%w: %s: key of %d bytes, longer than %d: %w", ErrInvalidArgs, op, len(key), MaxKeyLen, idem.ErrInvalidKey)
+	for _, d := range durations {
+		if d <= 0 || d > maxDuration {
+			return fmt.Errorf("%w: %s: a lease or retention of %v, want more than 0 and at most a year", ErrInvalidArgs, op, d)
+		}
 	}
 	return nil
 }
 
-func checkDuration(op, name string, d time.Duration) error {
-	if d <= 0 || d > maxDuration {
-		return fmt.Errorf("%w: %s: %s %v must be positive and at most a year", ErrInvalidArgs, op, name, d)
-	}
-	return nil
+// invalidClaim is invalid for a claim's arguments.
+func invalidClaim(op string, a storage.ClaimArgs) error {
+	return invalid(op, a.Key, a.Fingerprint, a.Lease, a.Retention)
 }

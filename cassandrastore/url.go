@@ -51,18 +51,16 @@ type URL struct {
 
 // ParseURL parses a cassandra:// store URL (see [URL]). Unknown
 // parameters, and values the store would refuse, are errors; no error
-// prints the password or a parameter's value.
+// repeats the URL, nor its password or a parameter's value.
 func ParseURL(raw string) (URL, error) {
 	u, err := url.Parse(raw)
-	if err != nil {
-		if ue, ok := errors.AsType[*url.Error](err); ok {
-			err = ue.Err // without the URL, which may hold a secret
-		}
-		return URL{}, fmt.Errorf("cassandrastore: store URL: %w", err)
+	if err != nil { // a *url.Error: what it unwraps to does not repeat the URL, which may hold a password
+		return URL{}, fmt.Errorf("cassandrastore: store URL: %w", errors.Unwrap(err))
 	}
-	shown := redacted(u)
+	// The messages do not repeat the URL either: storeurl.Open prints it
+	// redacted beside them.
 	fail := func(format string, args ...any) (URL, error) {
-		return URL{}, fmt.Errorf("cassandrastore: store URL %s: %s", shown, fmt.Sprintf(format, args...))
+		return URL{}, fmt.Errorf("cassandrastore: store URL: "+format, args...)
 	}
 	if u.Scheme != "cassandra" {
 		return fail("scheme %q, want cassandra", u.Scheme)
@@ -174,24 +172,6 @@ func parseReplication(v string) (Replication, error) {
 		return Replication{}, err
 	}
 	return r, nil
-}
-
-// redacted returns u as an error may print it: without a password, and
-// with the value of every query parameter replaced (a refused parameter
-// may be a secret).
-func redacted(u *url.URL) string {
-	c := *u
-	q, err := url.ParseQuery(c.RawQuery)
-	switch {
-	case err != nil:
-		c.RawQuery = "xxxxx"
-	case len(q) > 0:
-		for name := range q {
-			q[name] = []string{"xxxxx"}
-		}
-		c.RawQuery = q.Encode()
-	}
-	return c.Redacted()
 }
 
 // NewCluster returns the driver's cluster configuration for the URL: its

@@ -30,7 +30,8 @@ stdlib-only:
 	if [ -n "$$deps" ]; then echo "package idem imports non-standard packages:"; echo "$$deps"; exit 1; fi
 
 # A library's go.mod requires only what its packages import: a test that
-# needs another store or broker lives in the integration module.
+# needs another store or broker lives in the integration module. The
+# key-value stores import no package of the core but storage.
 deps:
 	@go run ./internal/release deps
 

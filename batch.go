@@ -534,7 +534,7 @@ func (b *batch) follow() {
 		case lead.Err == nil:
 			b.res[i].Result = Result{Value: bytes.Clone(lead.Value), Replayed: true}
 		case IsPermanent(lead.Err) && !stops(lead.Err):
-			b.res[i].Err = DecodeFailure(EncodeFailure(lead.Err))
+			b.res[i].Err = decodeFailure(storage.EncodeFailure(lead.Err))
 		default:
 			b.res[i].Err = lead.Err
 		}

@@ -112,7 +112,7 @@ func (c *call) fnFailed(ctx context.Context, ferr error) error {
 		c.release(ctx)
 		return ferr
 	}
-	cause, err := c.fail(ctx, EncodeFailure(ferr), g.cfg.FailedRetention)
+	cause, err := c.fail(ctx, storage.EncodeFailure(ferr), g.cfg.FailedRetention)
 	if err != nil {
 		return errors.Join(ferr, err)
 	}
@@ -214,7 +214,7 @@ func (c *call) tooLarge(ctx context.Context, value []byte, cause error) (Result,
 	g.cfg.Logger.WarnContext(ctx, "idem: outcome too large for the store, stored as ErrValueTooLarge: duplicates will not get the value",
 		slog.String("namespace", g.cfg.Namespace), slog.String("scope", c.scope), slog.String("key", c.key), slog.Int("size", len(value)), slog.Any("error", cause))
 	g.observe(ctx, Event{Op: OpTooLarge, Scope: c.scope, Key: c.key, Err: cause})
-	marker, err := c.fail(ctx, EncodeFailure(cause), g.cfg.Retention)
+	marker, err := c.fail(ctx, storage.EncodeFailure(cause), g.cfg.Retention)
 	if err != nil {
 		return Result{Value: value}, errors.Join(cause, err)
 	}
@@ -226,13 +226,13 @@ func (c *call) tooLarge(ctx context.Context, value []byte, cause error) (Result,
 
 // fail stores cause, an encoded failure, as the key's outcome and returns
 // what it stored. A cause the store cannot keep is stored without its
-// message (shortFailure): at once when the store tells its limit, else
+// message (storage.ShortFailure): at once when the store tells its limit, else
 // after the store refused it for its size. The key never stays in progress
 // for the size of a message.
 func (c *call) fail(ctx context.Context, cause []byte, retention time.Duration) ([]byte, error) {
 	g := c.g
 	if g.maxValue > 0 && len(cause) > g.maxValue {
-		cause = shortFailure(cause)
+		cause = storage.ShortFailure(cause)
 	}
 	for {
 		err := c.outcome(ctx, OpFail, func(octx context.Context) error {
@@ -241,7 +241,7 @@ func (c *call) fail(ctx context.Context, cause []byte, retention time.Duration) 
 		if !errors.Is(err, ErrValueTooLarge) || len(cause) == 1 {
 			return cause, err
 		}
-		cause = shortFailure(cause)
+		cause = storage.ShortFailure(cause)
 	}
 }
 

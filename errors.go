@@ -2,14 +2,13 @@ package idem
 
 import (
 	"errors"
-	"fmt"
-	"strings"
 
 	"github.com/idemgo/idem/storage"
 )
 
 // Sentinel errors. Check them with [errors.Is]: the Guard and the stores wrap
-// them with detail.
+// them with detail. Those a store returns too are defined in package
+// storage, and are the same values here.
 var (
 	// ErrInProgress: another holder is running the operation for the key and
 	// the Guard's Wait passed (or was zero) before an outcome was stored.
@@ -33,12 +32,10 @@ var (
 	ErrRefused = storage.ErrRefused
 	// ErrTooManyAttempts: the key was claimed more than MaxAttempts times
 	// without an outcome; it is now Failed, so a poison message stops looping.
-	ErrTooManyAttempts = errors.New("idem: too many attempts")
+	ErrTooManyAttempts = storage.ErrTooManyAttempts
 	// ErrInvalidKey: the key is empty, too long or refused by the configured
 	// key validation.
-	ErrInvalidKey = errors.New("idem: invalid idempotency key")
-	// ErrNotFound: no record for the key (never claimed, expired or deleted).
-	ErrNotFound = storage.ErrNotFound
+	ErrInvalidKey = storage.ErrInvalidKey
 	// ErrClosed: Do was called after Guard.Close, or the operation's context
 	// was cancelled by Close.
 	ErrClosed = errors.New("idem: Guard closed")
@@ -90,61 +87,8 @@ func IsPermanent(err error) bool {
 	return ok
 }
 
-// The first byte of an encoded failure says what failed.
-const (
-	failurePermanent       = 'P'
-	failureTooManyAttempts = 'A' // storage.TooManyAttemptsCause's byte
-	failureTooLarge        = 'L'
-	failureUnkept          = 'U' // a permanent failure whose message was too large to store
-)
-
-// shortFailure returns the shortest form of the encoded failure b: its
-// kind alone, for a store that cannot keep b.
-func shortFailure(b []byte) []byte {
-	if len(b) > 0 && (b[0] == failureTooLarge || b[0] == failureTooManyAttempts) {
-		return b[:1]
-	}
-	return []byte{failureUnkept}
-}
-
-// EncodeFailure encodes a permanent error as the result of a Failed record:
-// a kind byte and the error's message. Stores write it verbatim; stores that
-// mark a record Failed on their own for exceeding MaxAttempts write
-// [TooManyAttemptsCause].
-func EncodeFailure(err error) []byte {
-	if errors.Is(err, ErrTooManyAttempts) {
-		return storage.TooManyAttemptsCause()
-	}
-	kind, msg := byte(failurePermanent), "idem: permanent failure"
-	if errors.Is(err, ErrValueTooLarge) {
-		kind = failureTooLarge
-	}
-	if err != nil {
-		msg = err.Error()
-	}
-	b := make([]byte, 0, 1+len(msg))
-	return append(append(b, kind), msg...)
-}
-
-// DecodeFailure turns a Failed record's result back into an error: a
-// *PermanentError with Replayed set, wrapping ErrTooManyAttempts for a
-// record failed by the attempt cap and ErrValueTooLarge for an outcome
-// that was too large to store. It never fails: bytes it does not know
-// become a permanent error that says so.
-func DecodeFailure(b []byte) error {
-	if len(b) == 0 {
-		return &PermanentError{Err: errors.New("idem: permanent failure (no message stored)"), Replayed: true}
-	}
-	switch b[0] {
-	case failureTooManyAttempts:
-		return &PermanentError{Err: ErrTooManyAttempts, Replayed: true}
-	case failurePermanent:
-		return &PermanentError{Err: errors.New(string(b[1:])), Replayed: true}
-	case failureUnkept:
-		return &PermanentError{Err: errors.New("idem: permanent failure (its message was too large to store)"), Replayed: true}
-	case failureTooLarge:
-		msg, _ := strings.CutPrefix(string(b[1:]), ErrValueTooLarge.Error())
-		return &PermanentError{Err: fmt.Errorf("%w%s", ErrValueTooLarge, msg), Replayed: true}
-	}
-	return &PermanentError{Err: fmt.Errorf("idem: permanent failure (undecodable stored cause of %d bytes)", len(b)), Replayed: true}
+// decodeFailure returns the stored failure b (see [storage.DecodeFailure])
+// as Do replays it: a *PermanentError with Replayed set.
+func decodeFailure(b []byte) error {
+	return &PermanentError{Err: storage.DecodeFailure(b), Replayed: true}
 }

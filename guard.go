@@ -332,10 +332,10 @@ func (l *lendPool) put(b *[]byte) {
 
 // replay returns what Do answers a duplicate whose claim found r, a
 // Completed or Failed record: r's value with Replayed set, or its stored
-// permanent error ([DecodeFailure]).
+// permanent error (decodeFailure).
 func replay(r storage.Record) (Result, error) {
 	if r.Status == storage.StatusFailed {
-		return Result{Replayed: true}, DecodeFailure(r.Result)
+		return Result{Replayed: true}, decodeFailure(r.Result)
 	}
 	return Result{Value: r.Result, Replayed: true}, nil
 }
@@ -355,7 +355,7 @@ func (g *Guard) runOpen(ctx context.Context, scope, key string, cause error, fn 
 // replay of an outcome.
 func claimErr(cl storage.Claim, err error) error {
 	if err == nil && cl.Outcome == storage.Duplicate && cl.Record.Status == storage.StatusFailed &&
-		len(cl.Record.Result) > 0 && cl.Record.Result[0] == failureTooManyAttempts {
+		errors.Is(storage.DecodeFailure(cl.Record.Result), ErrTooManyAttempts) {
 		return ErrTooManyAttempts
 	}
 	return err

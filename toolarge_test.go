@@ -126,12 +126,3 @@ func TestLongPermanentErrorIsStoredWithoutItsMessage(t *testing.T) {
 		}
 	}
 }
-
-func TestEncodeFailureValueTooLarge(t *testing.T) {
-	cause := fmt.Errorf("%w: 9 bytes, the store keeps 8", idem.ErrValueTooLarge)
-	err := idem.DecodeFailure(idem.EncodeFailure(cause))
-	pe, ok := errors.AsType[*idem.PermanentError](err)
-	if !ok || !pe.Replayed || !errors.Is(err, idem.ErrValueTooLarge) || err.Error() != cause.Error() {
-		t.Fatalf("DecodeFailure(EncodeFailure(%v)) = %v", cause, err)
-	}
-}

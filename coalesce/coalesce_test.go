@@ -319,7 +319,7 @@ func TestCoalesceCallerGivesUp(t *testing.T) {
 		}
 		synctest.Wait()
 		wantCalls(t, g, "Claim", "ClaimBatch 2", "Release")
-		if _, err := g.Get(bg, "a"); !errors.Is(err, idem.ErrNotFound) {
+		if _, err := g.Get(bg, "a"); !errors.Is(err, storage.ErrNotFound) {
 			t.Errorf("a was claimed after its caller gave up: %v", err)
 		}
 		rec, err := g.Get(bg, "b")
@@ -558,7 +558,7 @@ func TestCoalesceQueuedClaimOwnsItsBytes(t *testing.T) {
 		g.open(t)
 		<-other
 		synctest.Wait()
-		if _, err := g.Get(bg, "XXXX-XXX"); !errors.Is(err, idem.ErrNotFound) {
+		if _, err := g.Get(bg, "XXXX-XXX"); !errors.Is(err, storage.ErrNotFound) {
 			t.Errorf("the batch claimed the bytes written after its caller gave up: %v", err)
 		}
 		rec, err := g.Get(bg, "lent-key")

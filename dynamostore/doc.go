@@ -123,12 +123,12 @@
 //
 // # Errors
 //
-// Sentinels of package idem as the Store contract says; ErrUnknownFormat
+// Sentinels of package storage as the Store contract says; ErrUnknownFormat
 // for an item this package did not write (left unchanged); ErrInvalidArgs;
-// *storage.ValueTooLargeError; ErrContention (wrapping idem.ErrStoreUnavailable)
+// *storage.ValueTooLargeError; ErrContention (wrapping storage.ErrStoreUnavailable)
 // when a record keeps changing under a claim. A missing table, or one of
 // another key schema, is an error naming the fix. Everything else from the
 // SDK (network, throttling once the client's retries are spent, server
-// errors, credentials) wraps idem.ErrStoreUnavailable, with the SDK's error
+// errors, credentials) wraps storage.ErrStoreUnavailable, with the SDK's error
 // in the chain.
 package dynamostore

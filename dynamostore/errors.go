@@ -19,7 +19,7 @@ var (
 	// ErrInvalidArgs: a store method was called with arguments out of range
 	// (a lease or retention that is not positive or longer than 100 years, a
 	// key that is empty or longer than MaxKeyLen, which also wraps
-	// idem.ErrInvalidKey, a fingerprint longer than MaxFingerprintLen).
+	// storage.ErrInvalidKey, a fingerprint longer than MaxFingerprintLen).
 	// Nothing was sent to DynamoDB.
 	ErrInvalidArgs = storage.Refusal("dynamostore: invalid arguments")
 

@@ -15,7 +15,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
 
-	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/storage"
 )
 
@@ -231,6 +230,7 @@ var (
 	finishExpr   = newExpr("SET #st = :st, #res = :res, #exp = :exp, #ttl = :ttl", holder)
 	releaseExpr  = newExpr("SET #tok = :zero, #lease = :zero", holder)
 	extendExpr   = newExpr("SET #lease = :lease, #exp = :lease + #ret, #ttl = :ttlbase + #rett", holder)
+	deleteIfExpr = newExpr("", "#st = :st AND #tok = :tok AND #exp >= :dead")
 )
 
 // update returns the UpdateItem of e on key's item with values.
@@ -295,10 +295,10 @@ func checkClaim(op string, a storage.ClaimArgs) error {
 
 func checkKey(op, key string) error {
 	if key == "" {
-		return fmt.Errorf("%w: %s: empty key: %w", ErrInvalidArgs, op, idem.ErrInvalidKey)
+		return fmt.Errorf("%w: %s: empty key: %w", ErrInvalidArgs, op, storage.ErrInvalidKey)
 	}
 	if len(key) > MaxKeyLen {
-		return fmt.Errorf("%w: %s: key of %d bytes, longer than %d: %w", ErrInvalidArgs, op, len(key), MaxKeyLen, idem.ErrInvalidKey)
+		return fmt.Errorf("%w: %s: key of %d bytes, longer than %d: %w", ErrInvalidArgs, op, len(key), MaxKeyLen, storage.ErrInvalidKey)
 	}
 	return nil
 }
@@ -633,6 +633,41 @@ func (s *Store) Get(ctx context.Context, key string) (storage.Record, error) {
 		return storage.Record{}, storage.ErrNotFound
 	}
 	return rec, nil
+}
+
+// DeleteIf implements [storage.Store.DeleteIf] with one DeleteItem
+// conditioned on the status and token, and on the record being live by
+// this host's clock less MaxClockSkew, as Get reads it. When the condition
+// fails, one strongly consistent GetItem tells ErrNotFound from
+// ErrChanged; a DeleteIf the SDK resent after a lost reply answers
+// ErrNotFound, as its first attempt deleted the record. Errors:
+// storage.ErrChanged; storage.ErrNotFound; SDK failures as for Claim.
+func (s *Store) DeleteIf(ctx context.Context, key string, status storage.Status, t storage.Token) error {
+	if err := checkKey("DeleteIf", key); err != nil {
+		return err
+	}
+	st := str(status.String()) // an unknown status: matches no item
+	if status >= storage.StatusInProgress && status <= storage.StatusFailed {
+		st = str(statusString(status))
+	}
+	c := s.clock()
+	_, err := s.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName: &s.cfg.Table, Key: keyOf(key),
+		ConditionExpression: deleteIfExpr.cond, ExpressionAttributeNames: deleteIfExpr.names,
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":st": st, ":tok": tokenValue(t), ":dead": num(c.dead),
+		},
+	})
+	if !isConditionFailed(err) {
+		if err != nil {
+			return s.translate("DeleteIf", err)
+		}
+		return nil
+	}
+	if _, err := s.Get(ctx, key); err != nil {
+		return err // storage.ErrNotFound, or the read's failure
+	}
+	return storage.ErrChanged
 }
 
 // Delete implements [storage.Store.Delete] with one unconditional DeleteItem.

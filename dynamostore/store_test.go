@@ -368,7 +368,7 @@ func TestExpiredItemsAreAbsent(t *testing.T) {
 	}
 	clk.add(time.Second + time.Millisecond) // expired everywhere
 
-	if _, err := s.Get(ctx, done.Key); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.Get(ctx, done.Key); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("Get of an expired record: %v, want ErrNotFound", err)
 	}
 	if rawItem(t, c, table, done.Key) == nil {

@@ -7,8 +7,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/internal/adapter"
 	"github.com/idemgo/idem/internal/ahead"
+	"github.com/idemgo/idem/internal/chassis"
 )
 
 // A delivery's store round trips are off its worker's path: a session's
@@ -280,7 +280,7 @@ func (o *outcomes) write(batch []ran) {
 	for k := range batch {
 		dl := batch[k].dl
 		v := r.c.o.Decide(idem.Result{}, errs[k], r.c.tries.Count(dl.id))
-		if v.Verdict == adapter.Ack {
+		if v.Settle == chassis.Ack {
 			acks = append(acks, dl)
 			continue
 		}

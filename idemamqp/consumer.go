@@ -95,9 +95,6 @@ func New(g *idem.Guard, url, queue string, h Handler, opts ...Option) (*Consumer
 	}
 	c.o.defaults()
 	if err := chassis.Build(&c.o, &c.o.Options, broker, g, idem.Config{}, opts); err != nil {
-		if !c.o.scoped {
-			err = fmt.Errorf("%w%s", err, chassis.ScopeThreat)
-		}
 		return nil, err
 	}
 	if err := c.o.check(queue); err != nil {
@@ -313,7 +310,7 @@ func (r *runner) handle(j job) {
 	case keyErr != nil, key == "" && !o.UnkeyedUnguarded():
 		v = o.DecideKey(keyErr)
 	case key == "":
-		err := r.call(chassis.HandlerContext(r.hctx, nil, trace), d)
+		err := r.call(r.hctx, trace, d)
 		v = o.Decide(idem.Result{}, err, r.c.tries.Count(dl.id))
 	default:
 		var pending bool
@@ -367,7 +364,7 @@ func (r *runner) guarded(dl delivery, trace consumer.TraceCarrier) (v chassis.Ve
 	var ran bool
 	fn := func(ctx context.Context) ([]byte, error) {
 		ran = true
-		return nil, r.call(chassis.HandlerContext(ctx, nil, trace), dl.d)
+		return nil, r.call(ctx, trace, dl.d)
 	}
 	switch cl := dl.cl; {
 	case cl.Held != nil:
@@ -401,9 +398,9 @@ func (r *runner) guarded(dl delivery, trace consumer.TraceCarrier) (v chassis.Ve
 
 // call runs the handler on a copy of d that cannot settle itself; a panic
 // is a *consumer.PanicError, logged.
-func (r *runner) call(ctx context.Context, d amqp.Delivery) error {
+func (r *runner) call(ctx context.Context, trace consumer.TraceCarrier, d amqp.Delivery) error {
 	d.Acknowledger = nil
-	return r.c.o.Call(ctx, func(ctx context.Context) error { return r.c.handler(ctx, d) }, func() []slog.Attr {
+	return r.c.o.Call(ctx, nil, trace, func(ctx context.Context) error { return r.c.handler(ctx, d) }, func() []slog.Attr {
 		return []slog.Attr{slog.String("queue", r.c.queue), slog.Uint64("delivery_tag", d.DeliveryTag)}
 	})
 }
@@ -429,12 +426,12 @@ func (r *runner) wait(s *session, d time.Duration) bool {
 func (r *runner) settle(dl delivery, v chassis.Verdict) {
 	o := &r.c.o
 	s, tag := dl.s, dl.d.DeliveryTag
-	switch v.Verdict {
-	case adapter.Ack:
+	switch v.Settle {
+	case chassis.Ack:
 		r.c.tries.Forget(dl.id)
 		r.settled(dl, EventAcked, s.ch.Ack(tag, false))
 		return
-	case adapter.DeadLetter:
+	case chassis.DeadLetter:
 		dl.ev.Reason, dl.ev.Err = v.Reason, v.Cause
 		r.poison(dl, v)
 		return

@@ -37,55 +37,38 @@ func (r *runner) poison(dl delivery, v chassis.Verdict) {
 	}
 	to := o.deadLetter
 	l := r.letter(dl, v)
-	p := letterPublishing(dl.d, l)
-	stripped := false
-	if frame := dl.s.frameSize; frame > 0 && headerFrameSize(p) > frame {
+	if frame := dl.s.frameSize; frame > 0 && headerFrameSize(letterPublishing(dl.d, l)) > frame {
 		// Fit counts generously; this is the exact count, should the
 		// original's typed headers have fooled it.
 		l.Strip()
-		p, stripped = letterPublishing(dl.d, l), true
 	}
-	for refusals, outages := 0, 0; ; {
-		err := r.c.scrub(dl.s.publish(r.hctx, to.exchange, to.routingKey, p))
-		if err == nil {
-			o.Logger().LogAttrs(r.hctx, slog.LevelWarn, "idemamqp: poison dead-lettered",
-				append(attrs, slog.String("exchange", to.exchange), slog.String("routing_key", to.routingKey))...)
-			r.c.tries.Forget(dl.id)
-			r.settled(dl, EventDeadLettered, dl.s.ch.Ack(dl.d.DeliveryTag, false))
-			return
-		}
+	gaveUp, err := o.SendLetter(r.hctx, l, func() (chassis.Refusal, error) {
+		err := r.c.scrub(dl.s.publish(r.hctx, to.exchange, to.routingKey, letterPublishing(dl.d, l)))
 		refusal, refused := errors.AsType[*refusedError](err)
 		switch {
-		case refused && refusal.strip && !stripped:
-			o.Logger().LogAttrs(r.hctx, slog.LevelWarn, "idemamqp: the broker refused the dead letter as it is (too large); "+
-				"sending it without the original's body and headers", append(attrs, slog.Any("error", err))...)
-			l.Strip()
-			p, stripped = letterPublishing(dl.d, l), true
-			continue
+		case refused && refusal.strip:
+			return chassis.RefusedTooLarge, err
 		case refused:
-			refusals++
-			if refusals >= o.GiveUpAfter() {
-				o.GiveUp(r.hctx, refusals, v.Cause, err, append(attrs,
-					slog.String("settlement", "rejected without requeue, to the queue's own dead-letter exchange if it has one"),
-					slog.String("exchange", to.exchange),
-					slog.String("routing_key", to.routingKey), slog.String("exchange_from", dl.d.Exchange),
-					slog.String("routing_key_from", dl.d.RoutingKey), slog.String("message_id", dl.d.MessageId))...)
-				dl.ev.BrokerErr = err
-				r.c.tries.Forget(dl.id)
-				r.settled(dl, EventDiscarded, dl.s.ch.Reject(dl.d.DeliveryTag, false))
-				return
-			}
-			o.Logger().LogAttrs(r.hctx, slog.LevelWarn, "idemamqp: the broker refused the dead letter; trying again",
-				append(attrs, slog.Int("refusals", refusals), slog.Any("error", err))...)
-		default:
-			outages++
-			o.Logger().LogAttrs(r.hctx, slog.LevelWarn, "idemamqp: the dead letter did not reach the broker; trying again",
-				append(attrs, slog.Any("error", err))...)
+			return chassis.Refused, err
 		}
-		if !r.wait(dl.s, o.Backoff(refusals+outages)) {
-			r.requeue(dl, 0) // the consumer stops, or the connection is gone: the broker has it again
-			return
-		}
+		return chassis.Unreached, err
+	}, func(d time.Duration) bool { return r.wait(dl.s, d) }, attrs,
+		slog.String("settlement", "rejected without requeue, to the queue's own dead-letter exchange if it has one"),
+		slog.String("exchange", to.exchange),
+		slog.String("routing_key", to.routingKey), slog.String("exchange_from", dl.d.Exchange),
+		slog.String("routing_key_from", dl.d.RoutingKey), slog.String("message_id", dl.d.MessageId))
+	switch {
+	case err == nil:
+		o.Logger().LogAttrs(r.hctx, slog.LevelWarn, "idemamqp: poison dead-lettered",
+			append(attrs, slog.String("exchange", to.exchange), slog.String("routing_key", to.routingKey))...)
+		r.c.tries.Forget(dl.id)
+		r.settled(dl, EventDeadLettered, dl.s.ch.Ack(dl.d.DeliveryTag, false))
+	case gaveUp:
+		dl.ev.BrokerErr = err
+		r.c.tries.Forget(dl.id)
+		r.settled(dl, EventDiscarded, dl.s.ch.Reject(dl.d.DeliveryTag, false))
+	default:
+		r.requeue(dl, 0) // the consumer stops, or the connection is gone: the broker has it again
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/consumer"
+	"github.com/idemgo/idem/internal/chassis"
 )
 
 // EventKind names what an [Event] reports.
@@ -78,28 +79,21 @@ type Event struct {
 // EventDelayed ActivityBusy, EventRequeued (ActivityBusy for a busy key)
 // and EventUnsettled ActivityRetried.
 func (e Event) Activity() consumer.Activity {
-	a := consumer.Activity{System: "rabbitmq", Destination: e.Queue, Messages: 1, Reason: e.Reason, Err: e.Err, Duration: e.Duration}
-	switch e.Kind {
-	case EventAcked:
-		a.Kind = consumer.ActivityProcessed
-		if e.Replayed {
-			a.Replayed = 1
-		}
-	case EventDelayed:
-		a.Kind = consumer.ActivityBusy
-	case EventRequeued:
-		a.Kind = consumer.ActivityRetried
-		if errors.Is(e.Err, idem.ErrInProgress) {
-			a.Kind = consumer.ActivityBusy
-		}
-	case EventUnsettled:
-		a.Kind = consumer.ActivityRetried
-	case EventDeadLettered:
-		a.Kind = consumer.ActivityDeadLettered
-	case EventDiscarded:
-		a.Kind, a.GaveUp = consumer.ActivityDiscarded, e.BrokerErr != nil
-	default:
-		a.Kind, a.Messages = consumer.ActivityOther, 0
+	a := consumer.Activity{System: "rabbitmq", Destination: e.Queue, Reason: e.Reason, Err: e.Err, Duration: e.Duration}
+	kind := activities[e.Kind]
+	if e.Kind == EventRequeued && errors.Is(e.Err, idem.ErrInProgress) {
+		kind = consumer.ActivityBusy // held for the busy delay, without a delay queue
 	}
-	return a
+	return chassis.Activity(a, kind, e.Replayed, e.BrokerErr)
+}
+
+// activities are the kinds of activity of the events about a delivery;
+// the others are consumer.ActivityOther.
+var activities = map[EventKind]consumer.ActivityKind{
+	EventAcked:        consumer.ActivityProcessed,
+	EventDelayed:      consumer.ActivityBusy,
+	EventRequeued:     consumer.ActivityRetried,
+	EventUnsettled:    consumer.ActivityRetried,
+	EventDeadLettered: consumer.ActivityDeadLettered,
+	EventDiscarded:    consumer.ActivityDiscarded,
 }

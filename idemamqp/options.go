@@ -37,7 +37,6 @@ type Option func(*options)
 
 type options struct {
 	chassis.Options[amqp.Delivery]
-	scoped       bool // WithScope or WithSharedScope was given
 	prefetch     int
 	concurrency  int
 	delayQueue   *string // nil: the default name
@@ -61,13 +60,13 @@ type deadLetterTarget struct{ exchange, routingKey string }
 // sets. Deliveries scoped "" share one scope. [New] requires WithScope or
 // [WithSharedScope].
 func WithScope(f func(amqp.Delivery) string) Option {
-	return func(o *options) { o.scoped = true; o.SetScope(f) }
+	return func(o *options) { o.SetScope(f) }
 }
 
 // WithSharedScope declares that every publisher of the queue shares one key
 // space: that they are trusted not to reuse each other's keys. [New]
 // requires WithSharedScope or [WithScope].
-func WithSharedScope() Option { return func(o *options) { o.scoped = true; o.SetSharedScope() } }
+func WithSharedScope() Option { return func(o *options) { o.SetSharedScope() } }
 
 // WithKeyHeader takes the idempotency key from the message header name.
 // Default [DefaultKeyHeader]. The header's value is a string, or bytes (a

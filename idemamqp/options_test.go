@@ -13,6 +13,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemamqp"
 	"github.com/idemgo/idem/idemamqp/idemamqptest"
+	"github.com/idemgo/idem/internal/adaptertest"
 	"github.com/idemgo/idem/memstore"
 )
 
@@ -93,6 +94,13 @@ func TestNewRefusesBadConfiguration(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A consumer without a scope decision would let one tenant's key suppress
+// another's delivery: New refuses it, and says what to do.
+func TestNewRequiresAScopeDecision(t *testing.T) {
+	_, err := idemamqp.New(newMemGuard(t, idem.Config{}), testURL, "q", nop, idemamqp.WithDiscardPoison())
+	adaptertest.CheckConsumerNoScope(t, err, "idemamqp", "amqp.Delivery")
 }
 
 func TestNewDefaults(t *testing.T) {

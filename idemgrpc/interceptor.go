@@ -106,7 +106,7 @@ func (i *Interceptor) intercept(ctx context.Context, req any, info *grpc.UnarySe
 		resp any
 		herr error
 	)
-	res, err := i.o.Do(ctx, ctx, key, payload, func(ctx context.Context) ([]byte, error) {
+	res, err := i.o.Guard().DoScoped(ctx, i.o.Scope(ctx), key, payload, func(ctx context.Context) ([]byte, error) {
 		ran = true
 		resp, herr = handler(ctx, req)
 		return i.outcome(resp, herr)
@@ -241,7 +241,7 @@ func (i *Interceptor) failed(ctx context.Context, err error) error {
 		i.o.Logger().WarnContext(ctx, "idemgrpc: store unavailable", slog.Any("error", err))
 	case ctx.Err() != nil && (c == adapter.Ended || c == adapter.Retryable):
 		return status.FromContextError(ctx.Err()).Err()
-	case c == adapter.Retryable:
+	case c == adapter.Retryable, c == adapter.Refused:
 		i.o.Logger().ErrorContext(ctx, "idemgrpc: unexpected error", slog.Any("error", err))
 	}
 	st, ok := refusals[c]

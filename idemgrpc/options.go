@@ -151,7 +151,7 @@ func (o *options) build(g *idem.Guard, opts []Option) error {
 		fingerprint: DefaultFingerprint,
 		types:       protoregistry.GlobalTypes,
 	}
-	err := adapter.Build(o, &o.Policy, adapter.Names{Pkg: "idemgrpc", Request: "context.Context", Key: "the " + DefaultMetadataKey + " metadata"}, g, opts)
+	err := adapter.Build(o, &o.Policy, adapter.Names{Pkg: "idemgrpc", Request: "context.Context", Key: "the " + DefaultMetadataKey + " metadata"}, g, nil, opts, nil)
 	if o.permanent == nil {
 		o.permanent = make(map[codes.Code]bool, len(DefaultPermanentCodes))
 		for _, c := range DefaultPermanentCodes {

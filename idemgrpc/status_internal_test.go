@@ -1,7 +1,6 @@
 package idemgrpc
 
 import (
-	"errors"
 	"strings"
 	"testing"
 
@@ -10,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/storage"
 )
 
 // The stored text of a permanent status decodes to the same status, and
@@ -21,8 +21,8 @@ func FuzzDecodeStatus(f *testing.F) {
 	f.Fuzz(func(t *testing.T, code int32, msg string) {
 		st := status.New(codes.Code(code), msg)
 		if code != 0 {
-			stored := idem.DecodeFailure(idem.EncodeFailure(idem.Permanent(&permanentStatus{st})))
-			pe, _ := errors.AsType[*idem.PermanentError](stored)
+			stored := storage.DecodeFailure(storage.EncodeFailure(idem.Permanent(&permanentStatus{st})))
+			pe := &idem.PermanentError{Err: stored, Replayed: true}
 			// A message that is not UTF-8 cannot be a protobuf string: it is
 			// replayed made valid.
 			want := status.New(codes.Code(code), strings.ToValidUTF8(msg, "\uFFFD"))

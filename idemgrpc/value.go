@@ -78,7 +78,7 @@ func DecodeResponse(b []byte, types protoregistry.MessageTypeResolver) (proto.Me
 }
 
 // A permanent failure is stored by the Guard as its error's text only (see
-// idem.EncodeFailure). permanentStatus's text is therefore the whole
+// storage.EncodeFailure). permanentStatus's text is therefore the whole
 // status, code, message and details, marshalled and base64-encoded after a
 // prefix, so a replay gives the client the very same status.
 const statusPrefix = "idemgrpc status v1 "

@@ -272,6 +272,9 @@ var refusals = map[adapter.Class]refusal{
 	adapter.Ended: {status: http.StatusServiceUnavailable, title: "Service Unavailable", retryAfter: true,
 		detail: "The request ended before the key's outcome was known; retry with the same key."},
 	adapter.Retryable: {status: http.StatusInternalServerError, title: "Internal Server Error", log: true, logLevel: slog.LevelError},
+	// The store answered and refuses this key alone: not an outage (no
+	// Retry-After), and nothing the client can mend.
+	adapter.Refused: {status: http.StatusInternalServerError, title: "Internal Server Error", log: true, logLevel: slog.LevelError},
 }
 
 // failed answers a request the Guard did not run the handler for.

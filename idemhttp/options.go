@@ -205,5 +205,5 @@ func (o *options) build(g *idem.Guard, opts []Option) error {
 		retryAfter:     DefaultRetryAfter,
 		errorHandler:   DefaultErrorHandler,
 	}
-	return adapter.Build(o, &o.Policy, adapter.Names{Pkg: "idemhttp", Request: "*http.Request", Key: "the " + DefaultHeader + " header"}, g, opts)
+	return adapter.Build(o, &o.Policy, adapter.Names{Pkg: "idemhttp", Request: "*http.Request", Key: "the " + DefaultHeader + " header"}, g, nil, opts, nil)
 }

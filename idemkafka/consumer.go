@@ -8,7 +8,6 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemkafka/internal/consume"
-	"github.com/idemgo/idem/internal/adapter"
 	"github.com/idemgo/idem/internal/chassis"
 )
 
@@ -43,16 +42,15 @@ type Consumer struct {
 func New(g *idem.Guard, h Handler, opts ...Option) (*Consumer, error) {
 	switch {
 	case g == nil:
-		return nil, errors.New("idemkafka: New: the Guard is nil")
+		return nil, errors.New("idemkafka: New: Guard is nil")
 	case h == nil:
-		return nil, errors.New("idemkafka: New: the Handler is nil")
-	}
-	var o consume.Options
-	if err := consume.Build(&o, "idemkafka", g, idem.Config{}, opts); err != nil {
-		return nil, err
+		return nil, errors.New("idemkafka: New: Handler is nil")
 	}
 	c := &Consumer{g: g, h: h}
-	c.c = consume.New(o, processor{c}, nil)
+	var err error
+	if c.c, err = consume.New("idemkafka", g, idem.Config{}, opts, processor{c}, nil); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -85,7 +83,6 @@ type processor struct{ *Consumer }
 // Process runs each run of keyed records through one DoBatch; a record
 // without a usable key is poison, or runs unguarded, in its place.
 func (c processor) Process(ctx context.Context, p *consume.Partition, items []consume.Item) (int, chassis.Verdict) {
-	o := c.c.Options()
 	done := 0
 	for i := 0; i < len(items); {
 		j := i
@@ -96,14 +93,14 @@ func (c processor) Process(ctx context.Context, p *consume.Partition, items []co
 			it := items[i]
 			var v chassis.Verdict
 			switch {
-			case it.KeyErr != nil || !o.UnkeyedUnguarded():
-				v = o.DecideKey(it.KeyErr)
+			case !it.Unguarded:
+				v = p.Unkeyed(it)
 			case p.Draining():
-				return done, consume.Outage(consume.ErrDraining)
+				return done, chassis.Outage(consume.ErrDraining)
 			default:
-				v = p.Decide(ctx, idem.Result{}, c.run(ctx, it), it.Rec)
+				v = p.Decide(ctx, it, idem.Result{}, c.run(ctx, p, it))
 			}
-			if stop, ok := settle(ctx, p, it, v); !ok {
+			if stop, ok := p.Settle(ctx, it, v); !ok {
 				return done, stop
 			}
 			done++
@@ -113,16 +110,16 @@ func (c processor) Process(ctx context.Context, p *consume.Partition, items []co
 		seg := items[i:j]
 		ops := make([]idem.BatchOp, len(seg))
 		for k, it := range seg {
-			ops[k] = idem.BatchOp{Scope: it.Scope, Key: it.Key, Payload: o.Payload(it.Rec)}
+			ops[k] = idem.BatchOp{Scope: it.Scope, Key: it.Key, Payload: it.Payload}
 		}
 		res := c.g.DoBatch(ctx, ops, func(ctx context.Context, k int) ([]byte, error) {
 			if p.Draining() {
 				return nil, consume.ErrDraining
 			}
-			return nil, c.run(ctx, seg[k])
+			return nil, c.run(ctx, p, seg[k])
 		})
 		for k, r := range res {
-			if stop, ok := settle(ctx, p, seg[k], p.Decide(ctx, r.Result, r.Err, seg[k].Rec)); !ok {
+			if stop, ok := p.Settle(ctx, seg[k], p.Decide(ctx, seg[k], r.Result, r.Err)); !ok {
 				return done, stop
 			}
 			done++
@@ -133,25 +130,6 @@ func (c processor) Process(ctx context.Context, p *consume.Partition, items []co
 }
 
 // run runs the handler for the record of it.
-func (c *Consumer) run(ctx context.Context, it consume.Item) error {
-	return c.c.Options().Handle(ctx, it, func(ctx context.Context) error { return c.h(ctx, it.Rec) })
-}
-
-// settle carries out the verdict v on a handled item: ok when it is done
-// (acknowledged, dead-lettered or discarded), else the verdict that stops
-// the batch before it.
-func settle(ctx context.Context, p *consume.Partition, it consume.Item, v chassis.Verdict) (stop chassis.Verdict, ok bool) {
-	switch v.Verdict {
-	case adapter.Ack:
-		if v.Replayed {
-			p.Replayed(1)
-		}
-		return stop, true
-	case adapter.DeadLetter:
-		if err := p.Poison(ctx, it, v); err != nil {
-			return consume.Outage(err), false
-		}
-		return stop, true
-	}
-	return v, false
+func (c *Consumer) run(ctx context.Context, p *consume.Partition, it consume.Item) error {
+	return p.Run(ctx, it, func(ctx context.Context) error { return c.h(ctx, it.Rec) })
 }

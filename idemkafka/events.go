@@ -1,114 +1,53 @@
 package idemkafka
 
 import (
-	"errors"
-	"strconv"
-	"time"
-
-	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/consumer"
 	"github.com/idemgo/idem/idemkafka/internal/consume"
 )
 
-// EventKind says what an [Event] reports.
-type EventKind uint8
+// EventKind says what an [Event] reports; its String is the kind's name
+// in snake case, for metric labels.
+type EventKind = consume.EventKind
 
 // The kinds of [Event].
 const (
 	// EventAssigned: a partition was assigned to this member.
-	EventAssigned EventKind = iota + 1
+	EventAssigned = consume.EventAssigned
 	// EventRevoked: a partition was revoked: its handlers stopped, its
 	// offset committed.
-	EventRevoked
+	EventRevoked = consume.EventRevoked
 	// EventLost: a partition was lost (the member fell out of the group):
 	// its handlers stopped.
-	EventLost
+	EventLost = consume.EventLost
 	// EventBatch: records of a partition were finished: Records, Offset
 	// (the next), Lag (high watermark − Offset), Replayed, Duration.
-	EventBatch
+	EventBatch = consume.EventBatch
 	// EventRetry: a record could not be finished and waits Delay before
 	// it is tried again, alone, in its place: Offset, Key, Err (the
 	// handler's error, the store's, or idem.ErrInProgress for a busy key).
-	EventRetry
+	EventRetry = consume.EventRetry
 	// EventDeadLettered: a record is poison (Reason, Err: the cause); its
 	// dead letter was produced to the WithDeadLetter topic and
 	// acknowledged, and its offset is done.
-	EventDeadLettered
+	EventDeadLettered = consume.EventDeadLettered
 	// EventDiscarded: a record is poison (Reason, Err: the cause) and its
 	// offset is done without a dead letter: under WithDiscardPoison, or
 	// after the broker refused its dead letter WithMaxAttempts times
 	// (BrokerErr: the last refusal).
-	EventDiscarded
+	EventDiscarded = consume.EventDiscarded
 	// EventCommit: a partition's offset was committed to Kafka: Offset
 	// (the next), Err.
-	EventCommit
+	EventCommit = consume.EventCommit
 )
 
-// String returns the kind's name in snake case, for metric labels.
-func (k EventKind) String() string { return consume.EventKind(k).String() }
-
-// Event is what a consumer reports to its observer ([WithObserver]).
-type Event struct {
-	Kind      EventKind
-	Topic     string
-	Partition int32
-	// Offset: EventBatch and EventCommit, the next offset of the partition
-	// (one past its last finished record); EventRetry, EventDeadLettered
-	// and EventDiscarded, the record's.
-	Offset int64
-	// Lag (EventBatch): the partition's high watermark at its last fetch
-	// minus Offset: records produced and not finished yet.
-	Lag      int64
-	Records  int           // EventBatch: records finished
-	Replayed int           // EventBatch: of those, duplicates whose outcome was already stored
-	Delay    time.Duration // EventRetry: the pause before the next try
-	Duration time.Duration // EventBatch: how long the records took
-	// Key (EventRetry, EventDeadLettered, EventDiscarded) is the record's
-	// idempotency key, when it had a usable one.
-	Key string
-	// Reason (EventDeadLettered, EventDiscarded) is why the record is
-	// poison.
-	Reason consumer.Reason
-	// Err: EventRetry and EventCommit, the error; EventDeadLettered and
-	// EventDiscarded, the cause.
-	Err error
-	// BrokerErr (EventDiscarded): the broker's last refusal of the dead
-	// letter, when the consumer gave up on it.
-	BrokerErr error
-}
-
-// eventOf returns the consumer's event e as an Event.
-func eventOf(e consume.Event) Event {
-	return Event{Kind: EventKind(e.Kind), Topic: e.Topic, Partition: e.Partition, Offset: e.Offset, Lag: e.Lag,
-		Records: e.Records, Replayed: e.Replayed, Delay: e.Delay, Duration: e.Duration, Key: e.Key,
-		Reason: e.Reason, Err: e.Err, BrokerErr: e.BrokerErr}
-}
-
-// Activity returns e in the terms every consumer shares, for
-// instrumentation (idemotel): System "kafka", Destination the topic,
-// Partition the partition; EventBatch is ActivityProcessed with its Lag,
-// EventRetry ActivityBusy (a busy key) or ActivityRetried, EventRevoked and
-// EventLost ActivityReleased.
-func (e Event) Activity() consumer.Activity {
-	a := consumer.Activity{System: "kafka", Destination: e.Topic, Partition: strconv.Itoa(int(e.Partition)),
-		Reason: e.Reason, Err: e.Err, Duration: e.Duration}
-	switch e.Kind {
-	case EventBatch:
-		a.Kind, a.Messages, a.Replayed, a.Lag, a.LagKnown = consumer.ActivityProcessed, e.Records, e.Replayed, e.Lag, true
-	case EventRetry:
-		a.Kind, a.Messages = consumer.ActivityRetried, 1
-		if errors.Is(e.Err, idem.ErrInProgress) {
-			a.Kind = consumer.ActivityBusy
-		}
-	case EventDeadLettered:
-		a.Kind, a.Messages = consumer.ActivityDeadLettered, 1
-	case EventDiscarded:
-		a.Kind, a.Messages, a.GaveUp = consumer.ActivityDiscarded, 1, e.BrokerErr != nil
-	case EventRevoked, EventLost:
-		a.Kind = consumer.ActivityReleased
-	}
-	return a
-}
+// Event is what a consumer reports to its observer ([WithObserver]): its
+// Kind, the Topic and Partition, and, as the kind says, the record's
+// Offset (or the partition's next), the partition's Lag, the Records
+// finished and how many of them were Replayed, the Delay before a retry,
+// the Duration of a batch, the record's Key, the Reason it is poison, the
+// Err (an error, or the cause), and the broker's refusal of a dead letter
+// (BrokerErr). Its Activity method returns it in the terms every consumer
+// shares, for instrumentation (idemotel).
+type Event = consume.Event
 
 // The headers a dead letter carries besides those of package consumer
 // (consumer.HeaderReason, consumer.HeaderCause, …): where the record came

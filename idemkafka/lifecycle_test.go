@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemkafka"
+	"github.com/idemgo/idem/internal/adaptertest"
 )
 
 func TestNewNeedsScopeAndPoisonDecisions(t *testing.T) {
@@ -45,6 +46,8 @@ func TestNewNeedsScopeAndPoisonDecisions(t *testing.T) {
 			}
 		})
 	}
+	_, err := idemkafka.New(g, h, idemkafka.WithDiscardPoison())
+	adaptertest.CheckConsumerNoScope(t, err, "idemkafka", "*kgo.Record")
 	if _, err := idemkafka.New(nil, h, idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison()); err == nil {
 		t.Fatal("New with a nil Guard: no error")
 	}

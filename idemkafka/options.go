@@ -197,7 +197,7 @@ func WithLogger(l *slog.Logger) Option { return func(o *consume.Options) { o.Set
 func WithObserver(f func(ctx context.Context, e Event)) Option {
 	return func(o *consume.Options) {
 		if o.Check(f != nil, "WithObserver(nil)") {
-			o.Observer = func(ctx context.Context, e consume.Event) { f(ctx, eventOf(e)) }
+			o.Observer = f
 		}
 	}
 }

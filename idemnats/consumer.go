@@ -76,9 +76,6 @@ func New(g *idem.Guard, cons jetstream.Consumer, h Handler, opts ...Option) (*Co
 	c := &Consumer{g: g, cons: cons, h: h, tries: chassis.NewTries(maxTries)}
 	c.o.defaults()
 	if err := chassis.Build(&c.o, &c.o.Options, broker, g, idem.Config{}, opts); err != nil {
-		if !c.o.scoped {
-			err = fmt.Errorf("%w%s", err, chassis.ScopeThreat)
-		}
 		return nil, err
 	}
 	if info := cons.CachedInfo(); info != nil {
@@ -349,7 +346,7 @@ func (r *run) deliver(chunk []*delivery, prev <-chan struct{}, turn chan struct{
 	}
 	var poison []verdict
 	settle := func(d *delivery, v chassis.Verdict) {
-		if v.Verdict == adapter.DeadLetter {
+		if v.Settle == chassis.DeadLetter {
 			poison = append(poison, verdict{d, v})
 			return
 		}
@@ -467,8 +464,9 @@ func (r *run) guard(ms []guarded, waitTurn func() bool, handled func(pos int), s
 // the batch stopped before it (cause): redelivered after the backoff, and
 // no attempt.
 func (r *run) notRun(cause error, d *delivery) chassis.Verdict {
-	return chassis.Verdict{Action: adapter.Action{Verdict: adapter.Retry, Class: adapter.Classify(cause), Cause: cause,
-		Delay: r.c.o.Backoff(r.c.failures(d) + 1)}}
+	v := chassis.Outage(cause)
+	v.Delay = r.c.o.Backoff(r.c.failures(d) + 1)
+	return v
 }
 
 // failures returns the handler failures counted for d's message. While
@@ -483,15 +481,14 @@ func (c *Consumer) failures(d *delivery) int {
 
 // stoppingVerdict is the verdict on a message handed back as Run stops.
 func (r *run) stoppingVerdict() chassis.Verdict {
-	return chassis.Verdict{Action: adapter.Action{Verdict: adapter.Retry, Class: adapter.Ended, Cause: errStopping}}
+	return chassis.Outage(errStopping)
 }
 
 // handle runs the handler with the message's trace context; a panic is a
 // *consumer.PanicError, logged, so that the key is released and the
 // message redelivered rather than the process killed.
 func (c *Consumer) handle(ctx context.Context, d *delivery) error {
-	ctx = chassis.HandlerContext(ctx, nil, traceOf(d.msg))
-	return c.o.Call(ctx, func(ctx context.Context) error { return c.h(ctx, d.msg) }, d.attrs)
+	return c.o.Call(ctx, nil, traceOf(d.msg), func(ctx context.Context) error { return c.h(ctx, d.msg) }, d.attrs)
 }
 
 // traceOf returns the trace context among msg's headers. NATS header

@@ -59,47 +59,22 @@ func (r *run) poison(d *delivery, v chassis.Verdict) {
 		return
 	}
 	l := r.letter(d, v)
-	stripped := false
-	for refusals, outages := 0, 0; ; {
+	gaveUp, err := o.SendLetter(ctx, l, func() (chassis.Refusal, error) {
 		err := r.publish(d, l)
-		if err == nil {
-			o.Logger().LogAttrs(ctx, slog.LevelWarn, "idemnats: poison dead-lettered",
-				append(attrs, slog.String("dead_letter_subject", o.dlqSubject))...)
-			r.c.tries.Forget(d.id())
-			r.settled(d, v, EventDeadLettered, 0, d.msg.Term())
-			return
-		}
-		switch refusalOf(err) {
-		case tooLarge:
-			if !stripped {
-				o.Logger().LogAttrs(ctx, slog.LevelWarn, "idemnats: the dead letter is too large for its stream; "+
-					"sending it without the original's data and headers", append(attrs, slog.Any("error", err))...)
-				l.Strip()
-				stripped = true
-				continue
-			}
-			fallthrough
-		case refused:
-			refusals++
-			if refusals >= o.GiveUpAfter() {
-				o.GiveUp(ctx, refusals, v.Cause, err, append(attrs, slog.String("settlement", "terminated"),
-					slog.String("dead_letter_subject", o.dlqSubject))...)
-				r.c.tries.Forget(d.id())
-				r.settled(d, v, EventDiscarded, 0, d.msg.Term(), err)
-				return
-			}
-			o.Logger().LogAttrs(ctx, slog.LevelWarn, "idemnats: the broker refused the dead letter; trying again",
-				append(attrs, slog.Int("refusals", refusals), slog.Any("error", err))...)
-		default:
-			outages++
-			o.Logger().LogAttrs(ctx, slog.LevelWarn, "idemnats: the dead letter did not reach the server; trying again",
-				append(attrs, slog.Int("outages", outages), slog.Any("error", err))...)
-		}
-		if !r.pause(o.Backoff(refusals + outages)) {
-			delay := r.handBack()
-			r.settled(d, v, EventRequeued, delay, nak(d.msg, delay), err)
-			return
-		}
+		return refusalOf(err), err
+	}, r.pause, attrs, slog.String("settlement", "terminated"), slog.String("dead_letter_subject", o.dlqSubject))
+	switch {
+	case err == nil:
+		o.Logger().LogAttrs(ctx, slog.LevelWarn, "idemnats: poison dead-lettered",
+			append(attrs, slog.String("dead_letter_subject", o.dlqSubject))...)
+		r.c.tries.Forget(d.id())
+		r.settled(d, v, EventDeadLettered, 0, d.msg.Term())
+	case gaveUp:
+		r.c.tries.Forget(d.id())
+		r.settled(d, v, EventDiscarded, 0, d.msg.Term(), err)
+	default:
+		delay := r.handBack()
+		r.settled(d, v, EventRequeued, delay, nak(d.msg, delay), err)
 	}
 }
 
@@ -185,37 +160,25 @@ func (r *run) publish(d *delivery, l *chassis.Letter) error {
 	return err
 }
 
-// refusal is how the broker answered a dead letter it did not store.
-type refusal uint8
-
-const (
-	// outage: no answer (the connection down or closed, a timeout): the
-	// dead letter is tried again without end.
-	outage refusal = iota
-	// refused: the broker answered no (no stream takes the subject, the
-	// stream or account refused it): tried MaxAttempts times.
-	refused
-	// tooLarge: refused as too large (the connection's max_payload, the
-	// stream's max_msg_size, JetStream's 64 KiB of headers): sent again
-	// stripped, then as refused.
-	tooLarge
-)
-
-// refusalOf classifies the error of a dead letter's publish.
-func refusalOf(err error) refusal {
+// refusalOf classifies the error of a dead letter's publish: too large
+// (the connection's max_payload, the stream's max_msg_size, JetStream's 64
+// KiB of headers); refused (no stream takes the subject, the stream or
+// account refused it); else no answer (the connection down or closed, a
+// timeout).
+func refusalOf(err error) chassis.Refusal {
 	if apiErr, ok := errors.AsType[*jetstream.APIError](err); ok {
 		if apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum || apiErr.ErrorCode == errCodeHeaderTooLarge {
-			return tooLarge
+			return chassis.RefusedTooLarge
 		}
-		return refused
+		return chassis.Refused
 	}
 	switch {
 	case errors.Is(err, nats.ErrMaxPayload):
-		return tooLarge
+		return chassis.RefusedTooLarge
 	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders),
 		errors.Is(err, nats.ErrBadSubject), errors.Is(err, nats.ErrHeadersNotSupported),
 		errors.Is(err, nats.ErrPermissionViolation):
-		return refused
+		return chassis.Refused
 	}
-	return outage
+	return chassis.Unreached
 }

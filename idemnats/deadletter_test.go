@@ -145,7 +145,7 @@ func TestDeadLetterUnreachableIsHeld(t *testing.T) {
 		if n := ev.count(discarded); n != 0 {
 			t.Fatalf("an unreachable dead-letter server made the consumer give up on %d messages", n)
 		}
-		return logs.count(slog.LevelWarn, "did not reach the server") >= 5
+		return logs.count(slog.LevelWarn, "did not reach the broker") >= 5
 	})
 	if drained(t, cons) {
 		t.Fatal("the message left the stream without its dead letter")

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem/consumer"
+	"github.com/idemgo/idem/internal/chassis"
 )
 
 // EventKind names what an [Event] reports.
@@ -84,23 +85,16 @@ type Event struct {
 // ActivityRetried.
 func (e Event) Activity() consumer.Activity {
 	a := consumer.Activity{System: "nats", Destination: e.Stream, Group: e.Consumer, Lag: int64(min(e.Pending, math.MaxInt64)),
-		LagKnown: e.Stream != "", Messages: 1, Reason: e.Reason, Err: e.Err, Duration: e.Duration}
-	switch e.Kind {
-	case EventAcked:
-		a.Kind = consumer.ActivityProcessed
-		if e.Replayed {
-			a.Replayed = 1
-		}
-	case EventDelayed:
-		a.Kind = consumer.ActivityBusy
-	case EventRequeued:
-		a.Kind = consumer.ActivityRetried
-	case EventDeadLettered:
-		a.Kind = consumer.ActivityDeadLettered
-	case EventDiscarded:
-		a.Kind, a.GaveUp = consumer.ActivityDiscarded, e.BrokerErr != nil
-	default:
-		a.Kind, a.Messages = consumer.ActivityOther, 0
-	}
-	return a
+		LagKnown: e.Stream != "", Reason: e.Reason, Err: e.Err, Duration: e.Duration}
+	return chassis.Activity(a, activities[e.Kind], e.Replayed, e.BrokerErr)
+}
+
+// activities are the kinds of activity of the events about a message; the
+// others are consumer.ActivityOther.
+var activities = map[EventKind]consumer.ActivityKind{
+	EventAcked:        consumer.ActivityProcessed,
+	EventDelayed:      consumer.ActivityBusy,
+	EventRequeued:     consumer.ActivityRetried,
+	EventDeadLettered: consumer.ActivityDeadLettered,
+	EventDiscarded:    consumer.ActivityDiscarded,
 }

@@ -28,7 +28,6 @@ type Option func(*options)
 
 type options struct {
 	chassis.Options[jetstream.Msg]
-	scoped      bool // WithScope or WithSharedScope was given
 	dlqJS       jetstream.JetStream
 	dlqSubject  string
 	batchSize   int
@@ -44,7 +43,7 @@ type options struct {
 // records, so one can never suppress the other's message or see its
 // outcome. [New] requires WithScope or [WithSharedScope].
 func WithScope(f func(msg jetstream.Msg) string) Option {
-	return func(o *options) { o.scoped = true; o.SetScope(f) }
+	return func(o *options) { o.SetScope(f) }
 }
 
 // WithSharedScope declares that every publisher on the stream shares one
@@ -52,7 +51,7 @@ func WithScope(f func(msg jetstream.Msg) string) Option {
 // other. Choose it when the publishers trust each other (one service, or
 // keys they cannot choose, such as the outbox's). [New] requires
 // WithSharedScope or [WithScope].
-func WithSharedScope() Option { return func(o *options) { o.scoped = true; o.SetSharedScope() } }
+func WithSharedScope() Option { return func(o *options) { o.SetSharedScope() } }
 
 // WithKeyHeader takes the idempotency key from the header name
 // (case-sensitive, as NATS headers are). Default [DefaultKeyHeader],

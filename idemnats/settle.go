@@ -8,7 +8,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/idemgo/idem/internal/adapter"
 	"github.com/idemgo/idem/internal/chassis"
 )
 
@@ -37,13 +36,13 @@ func (r *run) settle(d *delivery, v chassis.Verdict) {
 	if v.Failed {
 		c.tries.Failed(d.id())
 	}
-	switch v.Verdict {
-	case adapter.Ack:
+	switch v.Settle {
+	case chassis.Ack:
 		if c.tries.Len() > 0 {
 			c.tries.Forget(d.id())
 		}
 		r.settled(d, v, EventAcked, 0, d.msg.Ack())
-	case adapter.DeadLetter:
+	case chassis.DeadLetter:
 		r.poison(d, v)
 	default:
 		delay := v.Delay

@@ -267,7 +267,7 @@ func duplicateGetsValue(t *testing.T, e *env) {
 func failStoresCause(t *testing.T, e *env) {
 	a := e.args("k", "fp")
 	c := e.mustClaim(a, storage.Acquired)
-	cause := idem.EncodeFailure(errors.New("card declined"))
+	cause := storage.EncodeFailure(errors.New("card declined"))
 	if err := e.s.Fail(ctx(t), a.Key, c.Token, cause, time.Minute); err != nil {
 		t.Fatalf("Fail: %v", err)
 	}
@@ -275,7 +275,7 @@ func failStoresCause(t *testing.T, e *env) {
 	if d.Record.Status != storage.StatusFailed || !bytes.Equal(d.Record.Result, cause) {
 		t.Fatalf("duplicate: %v %q, want Failed %q", d.Record.Status, d.Record.Result, cause)
 	}
-	if err := idem.DecodeFailure(d.Record.Result); err.Error() != "card declined" || !idem.IsPermanent(err) {
+	if err := storage.DecodeFailure(d.Record.Result); err.Error() != "card declined" {
 		t.Fatalf("decoded failure %v, want the permanent error %q", err, "card declined")
 	}
 }
@@ -333,7 +333,7 @@ func staleTokenFenced(t *testing.T, e *env) {
 	before := e.get("k")
 	c := ctx(t)
 	wantErr(t, "stale Complete", e.s.Complete(c, a.Key, old.Token, []byte("stale"), time.Minute), idem.ErrLeaseLost)
-	wantErr(t, "stale Fail", e.s.Fail(c, a.Key, old.Token, idem.EncodeFailure(errors.New("x")), time.Minute), idem.ErrLeaseLost)
+	wantErr(t, "stale Fail", e.s.Fail(c, a.Key, old.Token, storage.EncodeFailure(errors.New("x")), time.Minute), idem.ErrLeaseLost)
 	wantErr(t, "stale Release", e.s.Release(c, a.Key, old.Token), idem.ErrLeaseLost)
 	wantErr(t, "stale Extend", e.s.Extend(c, a.Key, old.Token, time.Minute), idem.ErrLeaseLost)
 	wantErr(t, "zero-token Complete", e.s.Complete(c, a.Key, 0, []byte("zero"), time.Minute), idem.ErrLeaseLost)
@@ -390,7 +390,7 @@ func outcomeIsFinal(t *testing.T, e *env) {
 		k := o.key
 		value := []byte("yes")
 		if o.fail {
-			value = idem.EncodeFailure(errors.New("no"))
+			value = storage.EncodeFailure(errors.New("no"))
 		}
 		a, c := e.finish(k, o.fail, value)
 		cx := ctx(t)
@@ -470,7 +470,7 @@ func maxAttemptsFails(t *testing.T, e *env) {
 	if d.Record.Status != storage.StatusFailed {
 		t.Fatalf("claim 4 with MaxAttempts 3: %v, want Failed", d.Record.Status)
 	}
-	if err := idem.DecodeFailure(d.Record.Result); !errors.Is(err, idem.ErrTooManyAttempts) {
+	if err := storage.DecodeFailure(d.Record.Result); !errors.Is(err, idem.ErrTooManyAttempts) {
 		t.Fatalf("stored failure %v, want ErrTooManyAttempts", err)
 	}
 	if r := e.get("k"); r.Status != storage.StatusFailed {
@@ -562,7 +562,7 @@ func fingerprintMismatch(t *testing.T, e *env) {
 
 	f := e.args("f", "fp")
 	c = e.mustClaim(f, storage.Acquired)
-	if err := e.s.Fail(ctx(t), f.Key, c.Token, idem.EncodeFailure(errors.New("no")), time.Minute); err != nil {
+	if err := e.s.Fail(ctx(t), f.Key, c.Token, storage.EncodeFailure(errors.New("no")), time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	f.Fingerprint = []byte("fp2")
@@ -683,7 +683,7 @@ func valueOverLimit(t *testing.T, e *env) {
 
 func getAndDelete(t *testing.T, e *env) {
 	c := ctx(t)
-	if _, err := e.s.Get(c, e.key("missing")); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := e.s.Get(c, e.key("missing")); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("Get of a missing key: %v, want ErrNotFound", err)
 	}
 	if err := e.s.Delete(c, e.key("missing")); err != nil {
@@ -701,7 +701,7 @@ func getAndDelete(t *testing.T, e *env) {
 	if err := e.s.Delete(c, a.Key); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
-	if _, err := e.s.Get(c, a.Key); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := e.s.Get(c, a.Key); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("Get after Delete: %v, want ErrNotFound", err)
 	}
 	wantErr(t, "Complete after Delete", e.s.Complete(c, a.Key, cl.Token, []byte("v"), time.Minute), idem.ErrLeaseLost)

@@ -34,7 +34,7 @@ func (b broken) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, 
 		_, err := b.Get(ctx, a.Key)
 		time.Sleep(time.Millisecond) // a network round trip between check and act
 		c, cerr := b.Store.Claim(ctx, a)
-		if errors.Is(err, idem.ErrNotFound) && c.Outcome == storage.Busy {
+		if errors.Is(err, storage.ErrNotFound) && c.Outcome == storage.Busy {
 			return storage.Claim{Outcome: storage.Acquired, Token: c.Record.Token, Record: c.Record}, cerr
 		}
 		return c, cerr
@@ -65,6 +65,22 @@ func (b broken) Complete(ctx context.Context, key string, t storage.Token, v []b
 	return b.Store.Complete(ctx, key, t, v, r)
 }
 
+func (b broken) DeleteIf(ctx context.Context, key string, st storage.Status, t storage.Token) error {
+	if b.bug == "check-then-delete" {
+		// Compares, then deletes: a claim between the two loses its record.
+		r, err := b.Get(ctx, key)
+		if err != nil {
+			return err
+		}
+		if r.Status != st || r.Token != t {
+			return storage.ErrChanged
+		}
+		time.Sleep(time.Millisecond)
+		return b.Store.Delete(ctx, key)
+	}
+	return b.Store.DeleteIf(ctx, key, st, t)
+}
+
 // TestBrokenStore runs the suite against one broken store when the parent
 // test asks for it.
 func TestBrokenStore(t *testing.T) {
@@ -86,6 +102,7 @@ func TestSuiteCatchesBrokenStores(t *testing.T) {
 		"check-then-act":      "ConcurrentClaimsOneWinner",
 		"no-fencing":          "StaleTokenIsFenced",
 		"writes-on-replay":    "ReplayLeavesRecordUnchanged",
+		"check-then-delete":   "DeleteIfRacesClaims",
 	} {
 		t.Run(bug, func(t *testing.T) {
 			t.Parallel()
@@ -210,6 +227,10 @@ func (s slow) Get(ctx context.Context, key string) (storage.Record, error) {
 func (s slow) Delete(ctx context.Context, key string) error {
 	defer s.delay()()
 	return s.Store.Delete(ctx, key)
+}
+func (s slow) DeleteIf(ctx context.Context, key string, st storage.Status, t storage.Token) error {
+	defer s.delay()()
+	return s.Store.DeleteIf(ctx, key, st, t)
 }
 func (s slow) ClaimBatch(ctx context.Context, as []storage.ClaimArgs) ([]storage.Claim, error) {
 	defer s.delay()()

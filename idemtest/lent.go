@@ -6,7 +6,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/storage"
 )
 
@@ -61,7 +60,7 @@ func claimKeepsNoArgBytes(t *testing.T, e *env) {
 		if r.Key != orig.Key || r.Status != status || string(r.Fingerprint) != string(orig.Fingerprint) {
 			t.Fatalf("Get(%q) after its claim's bytes were reused: %+v, want status %v and fingerprint %q", orig.Key, r, status, orig.Fingerprint)
 		}
-		if _, err := e.s.Get(c, over.Key); !errors.Is(err, idem.ErrNotFound) {
+		if _, err := e.s.Get(c, over.Key); !errors.Is(err, storage.ErrNotFound) {
 			t.Fatalf("Get(%q), the key written over a lent one: %v, want ErrNotFound", over.Key, err)
 		}
 		if cl, err := e.claim(orig); err == nil && cl.Outcome == storage.Acquired {

@@ -71,7 +71,7 @@ func checkReplay(t *testing.T, i int, c storage.Claim, err error) {
 			t.Fatalf("replay of the completed key: %v %q", c.Record.Status, c.Record.Result)
 		}
 	case 1:
-		if c.Record.Status != storage.StatusFailed || idem.DecodeFailure(c.Record.Result).Error() != "card declined" {
+		if c.Record.Status != storage.StatusFailed || storage.DecodeFailure(c.Record.Result).Error() != "card declined" {
 			t.Fatalf("replay of the failed key: %v %q", c.Record.Status, c.Record.Result)
 		}
 	}

@@ -24,7 +24,7 @@ func scanListsLiveRecords(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	failed := e.mustClaim(e.args("failed", "fp"), storage.Acquired)
-	if err := e.s.Fail(ctx(t), e.key("failed"), failed.Token, idem.EncodeFailure(idem.Permanent(errors.New("no"))), time.Minute); err != nil {
+	if err := e.s.Fail(ctx(t), e.key("failed"), failed.Token, storage.EncodeFailure(idem.Permanent(errors.New("no"))), time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	e.mustClaim(e.args("deleted", "fp"), storage.Acquired)

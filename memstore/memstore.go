@@ -20,7 +20,7 @@ import (
 // ErrFull is returned by Claim for a new key, and by Complete and Fail,
 // when the record would not fit within Config.MaxEntries and
 // Config.MaxBytes and no record could be evicted to make room (see
-// [Store]). The Guard reports it as idem.ErrStoreUnavailable (fail closed).
+// [Store]). The Guard reports it as storage.ErrStoreUnavailable (fail closed).
 var ErrFull = errors.New("memstore: full")
 
 // Config configures a [Store]. The zero value means every default.
@@ -543,6 +543,26 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if e, ok := sh.m[key]; ok {
 		s.remove(sh, key, &e)
 	}
+	return nil
+}
+
+// DeleteIf implements [storage.Store.DeleteIf] in one section under the
+// key's shard's lock, on the Store's clock (Config.Now).
+func (s *Store) DeleteIf(ctx context.Context, key string, status storage.Status, t storage.Token) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := s.live(sh, key, s.cfg.Now().UnixNano())
+	switch {
+	case !ok:
+		return storage.ErrNotFound
+	case e.status != status || e.token != t:
+		return storage.ErrChanged
+	}
+	s.remove(sh, key, &e)
 	return nil
 }
 

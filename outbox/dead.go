@@ -27,10 +27,16 @@ type DeadMessage struct {
 	DeadAt time.Time
 }
 
+// MaxDeadBytes bounds the payloads that one call of [Dead] returns.
+const MaxDeadBytes = 64 << 20 // 64 MiB
+
 // Dead returns at most limit dead rows of table ("" for [DefaultTable]),
 // the oldest first by id: what an operator looks at before a [Redrive] or
-// a [Discard]. A row whose headers cannot be decoded comes with none, and
-// its LastError says so. limit must be 1 to 10000.
+// a [Discard]. It returns fewer when their payloads would add up to more
+// than [MaxDeadBytes] (but always the oldest row, however large): the
+// rows after them come with the next call, once those are redriven or
+// discarded ([Lag] counts them all). A row whose headers cannot be decoded
+// comes with none, and its LastError says so. limit must be 1 to 10000.
 func Dead(ctx context.Context, db DB, table string, limit int) ([]DeadMessage, error) {
 	t, err := parseTable(table)
 	if err != nil {
@@ -40,7 +46,7 @@ func Dead(ctx context.Context, db DB, table string, limit int) ([]DeadMessage, e
 		return nil, fmt.Errorf("outbox: Dead: limit %d: must be 1 to 10000", limit)
 	}
 	b := &pgx.Batch{}
-	b.Queue(t.render("dead_rows"), limit)
+	b.Queue(t.render("dead_rows"), limit, MaxDeadBytes)
 	br := db.SendBatch(ctx, b)
 	defer br.Close()
 	rows, err := br.Query()

@@ -191,6 +191,35 @@ func TestRelayKeepsKeyOrderAmongPoisonRowsAt16Partitions(t *testing.T) {
 	t.Logf("%d published, %d dead, %d flaky", len(publishable), poison, flaky)
 }
 
+// TestDeadBoundsItsPayloadsInBytes: Dead returns the oldest dead rows
+// whose payloads fit in MaxDeadBytes, not all of limit: six dead rows of a
+// quarter of it each come four at a time.
+func TestDeadBoundsItsPayloadsInBytes(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool := pgstoretest.Pool(t, 2)
+	table := outboxtest.Table(t, pool)
+	schema, name, _ := strings.Cut(table, ".")
+	_, err := pool.Exec(ctx, "INSERT INTO "+pgx.Identifier{schema, name + "_dead"}.Sanitize()+
+		` (id, message_id, destination, key, key_hash, payload, created_at, attempts, last_error)
+		SELECT i, 'm-' || i, 'd', ''::bytea, 0, convert_to(repeat('x', $1), 'UTF8'), now(), 1, 'refused'
+		FROM generate_series(1, 6) AS i`, outbox.MaxDeadBytes/4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, err := outbox.Dead(ctx, pool, table, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := 0
+	for _, d := range dead {
+		size += len(d.Message.Payload)
+	}
+	if len(dead) != 4 || dead[0].RowID != 1 || dead[3].RowID != 4 || size != outbox.MaxDeadBytes {
+		t.Errorf("Dead(limit 10) = %d rows, %d bytes of payloads; want the 4 oldest, MaxDeadBytes (%d)", len(dead), size, outbox.MaxDeadBytes)
+	}
+}
+
 // TestRedriveAndDiscardDeadRows: an operator lists the dead rows, mends
 // the cause and redrives one, which is published; discards the other.
 func TestRedriveAndDiscardDeadRows(t *testing.T) {

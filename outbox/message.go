@@ -75,29 +75,36 @@ var ErrInvalidMessage = errors.New("outbox: invalid message")
 var ErrTooLarge = errors.New("outbox: payload too large")
 
 // MessageError says which message Enqueue refused, and why. It wraps
-// [ErrInvalidMessage], and [ErrTooLarge] for a payload over the cap.
+// [ErrInvalidMessage], [ErrTooLarge] for a payload over the cap, and the
+// error of Config.CheckDestination for a destination it refused.
 type MessageError struct {
 	Index  int    // the message's position among Enqueue's arguments
 	Field  string // "ID", "Destination", "Key", "Headers" or "Payload"
 	Reason string
+	Err    error // the error of Config.CheckDestination, else nil
 }
 
 func (e *MessageError) Error() string {
 	return fmt.Sprintf("outbox: message %d: %s %s", e.Index, e.Field, e.Reason)
 }
 
-// Unwrap returns [ErrInvalidMessage], and [ErrTooLarge] for a payload
-// over the cap.
+// Unwrap returns [ErrInvalidMessage], [ErrTooLarge] for a payload over the
+// cap, and Err if set.
 func (e *MessageError) Unwrap() []error {
+	errs := []error{ErrInvalidMessage}
 	if e.Field == "Payload" {
-		return []error{ErrInvalidMessage, ErrTooLarge}
+		errs = append(errs, ErrTooLarge)
 	}
-	return []error{ErrInvalidMessage}
+	if e.Err != nil {
+		errs = append(errs, e.Err)
+	}
+	return errs
 }
 
 // check validates m, the i-th message of a call, against the limits of a
-// Message and maxPayload, and returns m with its ID set.
-func check(i int, m Message, maxPayload int) (Message, error) {
+// Message, maxPayload and checkDest (if set), and returns m with its ID
+// set.
+func check(i int, m Message, maxPayload int, checkDest func(string) error) (Message, error) {
 	fail := func(field, format string, args ...any) (Message, error) {
 		return m, &MessageError{Index: i, Field: field, Reason: fmt.Sprintf(format, args...)}
 	}
@@ -111,6 +118,11 @@ func check(i int, m Message, maxPayload int) (Message, error) {
 	}
 	if reason := badText(m.Destination, MaxDestinationLen); reason != "" {
 		return fail("Destination", "%s", reason)
+	}
+	if checkDest != nil {
+		if err := checkDest(m.Destination); err != nil {
+			return m, &MessageError{Index: i, Field: "Destination", Reason: "refused: " + err.Error(), Err: err}
+		}
 	}
 	if len(m.Key) > MaxKeyLen {
 		return fail("Key", "is %d bytes, longer than %d", len(m.Key), MaxKeyLen)

@@ -51,6 +51,15 @@ type Config struct {
 	// (NATS, Kafka: 1 MiB by default), and the relay holds a batch in
 	// memory. Default [DefaultMaxPayload]; at most [MaxMaxPayload].
 	MaxPayload int
+
+	// CheckDestination, when set, is called by Enqueue with the
+	// Destination of each message: an error refuses the message, as an
+	// invalid field does, with a [*MessageError] that wraps it. Give it
+	// the broker's own rule (natspub.CheckSubject, kafkapub.CheckTopic),
+	// so that a message the broker could never take fails the caller's
+	// transaction rather than reaching the dead rows (see [Dead]) once the
+	// relay tries it. Default: none, any destination a [Message] allows.
+	CheckDestination func(destination string) error
 }
 
 // Limits of Config.MaxPayload.
@@ -72,6 +81,7 @@ type Outbox struct {
 	insertN   string
 	notifySQL string
 	max       int // payload cap
+	checkDest func(string) error
 }
 
 // New returns an Outbox for cfg. It fails when cfg.Table is not a valid
@@ -92,6 +102,7 @@ func New(cfg Config) (*Outbox, error) {
 		insertN:   t.render("insert_many"),
 		notifySQL: t.render("notify"),
 		max:       cmp.Or(cfg.MaxPayload, DefaultMaxPayload),
+		checkDest: cfg.CheckDestination,
 	}, nil
 }
 
@@ -118,8 +129,9 @@ func Enqueue(ctx context.Context, db DB, msgs ...Message) error {
 //
 // A message without an ID gets a random one ([NewID]). Enqueue validates
 // every message before it writes any: a refused message fails the call with
-// a [*MessageError] (wrapping [ErrInvalidMessage], and [ErrTooLarge] for a
-// payload over Config.MaxPayload) and nothing is written.
+// a [*MessageError] (wrapping [ErrInvalidMessage], [ErrTooLarge] for a
+// payload over Config.MaxPayload, and the error of Config.CheckDestination
+// for a destination it refused) and nothing is written.
 // Database errors are wrapped with "outbox: Enqueue: ", and with
 // [ErrUnavailable] when the server cannot serve now; inside a transaction
 // such an error aborts it, as any failed statement does. Enqueue with no
@@ -150,7 +162,7 @@ func (o *Outbox) Enqueue(ctx context.Context, db DB, msgs ...Message) error {
 // them and its arguments.
 func (o *Outbox) insert(msgs []Message) (string, []any, error) {
 	if len(msgs) == 1 {
-		m, err := check(0, msgs[0], o.max)
+		m, err := check(0, msgs[0], o.max, o.checkDest)
 		if err != nil {
 			return "", nil, err
 		}
@@ -162,7 +174,7 @@ func (o *Outbox) insert(msgs []Message) (string, []any, error) {
 		hashes           = make([]int64, len(msgs))
 	)
 	for i, m := range msgs {
-		m, err := check(i, m, o.max)
+		m, err := check(i, m, o.max, o.checkDest)
 		if err != nil {
 			return "", nil, err
 		}

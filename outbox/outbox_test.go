@@ -127,6 +127,37 @@ func TestEnqueueRefusesBadMessagesAndWritesNone(t *testing.T) {
 	}
 }
 
+// TestEnqueueRefusesWhatCheckDestinationRefuses: a destination the
+// broker's rule (Config.CheckDestination) refuses fails the call with a
+// *MessageError wrapping the rule's error, and nothing is written.
+func TestEnqueueRefusesWhatCheckDestinationRefuses(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool := pgstoretest.Pool(t, 4)
+	table := outboxtest.Table(t, pool)
+	errSpace := errors.New("no spaces")
+	ob, err := outbox.New(outbox.Config{Table: table, CheckDestination: func(d string) error {
+		if strings.Contains(d, " ") {
+			return errSpace
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = ob.Enqueue(ctx, pool, outbox.Message{Destination: "good"}, outbox.Message{Destination: "a b"})
+	me, ok := errors.AsType[*outbox.MessageError](err)
+	if !ok || me.Index != 1 || me.Field != "Destination" || !errors.Is(err, outbox.ErrInvalidMessage) || !errors.Is(err, errSpace) {
+		t.Fatalf("Enqueue(good, \"a b\") = %v, want a *MessageError of message 1's Destination wrapping ErrInvalidMessage and the check's error", err)
+	}
+	if err := ob.Enqueue(ctx, pool, outbox.Message{Destination: "good"}); err != nil {
+		t.Fatalf("Enqueue(good) = %v", err)
+	}
+	if _, all := outboxtest.Pending(t, pool, table); all != 1 {
+		t.Errorf("%d rows, want only the good message's", all)
+	}
+}
+
 func TestEnqueueKeepsTheOrderOfOneCall(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)

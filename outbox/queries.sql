@@ -131,9 +131,18 @@ WHERE locktype = 'advisory' AND objsubid = 2 AND granted AND classid::int8 = $1
 -- Dead rows
 -- ---------------------------------------------------------------------------
 
--- $1 limit: the oldest dead rows first.
-{{define "dead_rows"}}SELECT id, message_id, destination, key, headers, payload, created_at, attempts, coalesce(last_error, ''), dead_at
-FROM {{.dead}} ORDER BY id LIMIT $1{{end}}
+-- The oldest dead rows first, at most $1, and the longest run of them whose
+-- payloads add up to at most $2 bytes, or the first alone: octet_length
+-- reads a TOASTed payload's size without reading the payload, so the rows
+-- past the bound cost no payload read.
+{{define "dead_rows"}}SELECT id, message_id, destination, key, headers, payload, created_at, attempts, last_error, dead_at
+FROM (SELECT *, sum(size) OVER w AS upto, row_number() OVER w AS n
+	FROM (SELECT id, message_id, destination, key, headers, payload, created_at, attempts, coalesce(last_error, '') AS last_error,
+			dead_at, octet_length(payload) AS size
+		FROM {{.dead}} ORDER BY id LIMIT $1) AS d
+	WINDOW w AS (ORDER BY id)) AS w
+WHERE upto <= $2 OR n = 1
+ORDER BY id{{end}}
 
 -- $1 ids: back in the outbox table as pending, with their ids.
 {{define "redrive"}}WITH d AS (DELETE FROM {{.dead}} WHERE id = ANY($1::int8[])

@@ -6,10 +6,13 @@ import (
 	"fmt"
 )
 
-// ErrHeldBack is the error of a message that a publisher did not send
-// because an earlier message of its key in the same call failed: sending
-// it could have put it ahead of that one.
-var ErrHeldBack = errors.New("outbox: held back behind a failed message of its key")
+// ErrHeldBack is the error of a message that failed for another message
+// of the call, not for itself: a publisher did not send it because an
+// earlier message of its key failed (sending it could have put it ahead of
+// that one), or the broker refused it with a batch it shared with a
+// message it refused (Kafka refuses a whole batch for one record too
+// large). A [Relay] charges it no attempt and publishes it again.
+var ErrHeldBack = errors.New("outbox: held back by the failure of another message")
 
 // PublishInRounds publishes msgs with send, pipelined but in key order: in
 // rounds, each holding at most one message per key, a key's messages in

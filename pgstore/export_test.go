@@ -36,7 +36,7 @@ func Statements(table string) (map[string]string, error) {
 // definition includes.
 func UnusedDefinitions() []string {
 	rendered := []string{"claim_peek", "claim_read", "claim", "claim_batch", "finish", "release", "extend", "complete_batch",
-		"get", "delete", "reap", "scan", "tx_claim_read", "tx_claim", "tx_complete", "tx_fail", "savepoint_claim",
+		"get", "delete", "delete_if", "reap", "scan", "tx_claim_read", "tx_claim", "tx_complete", "tx_fail", "savepoint_claim",
 		"release_claim", "rollback_claim", "savepoint_fn", "rollback_fn", "commit",
 		"savepoint_batch", "release_batch", "rollback_batch", "restore_lock_timeout_stmt",
 		"set_lock_timeout", "begin"}

@@ -39,7 +39,7 @@ func (t table) render(tmpl *template.Template, name string, kv ...string) string
 type queries struct {
 	claimPeek, claimRead, claim, claimBatch     string
 	finish, release, extend, completeBatch      string
-	get, delete, reap, scan                     string
+	get, delete, deleteIf, reap, scan           string
 	txClaimRead, txClaim, txComplete, txFail    string
 	savepointClaim, releaseClaim, rollbackClaim string
 	savepointFn, rollbackFn, commit             string
@@ -60,6 +60,7 @@ func newQueries(t table) queries {
 		completeBatch:  r("complete_batch"),
 		get:            r("get"),
 		delete:         r("delete"),
+		deleteIf:       r("delete_if"),
 		scan:           r("scan"),
 		reap:           r("reap"),
 		txClaimRead:    r("tx_claim_read"),

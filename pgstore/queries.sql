@@ -299,6 +299,20 @@ FROM {{.table}} AS r WHERE key = $1::bytea AND expires_at > statement_timestamp(
 
 {{define "delete"}}DELETE FROM {{.table}} WHERE key = $1::bytea{{end}}
 
+-- $1 key, $2 status, $3 token: the record is deleted only while it is live
+-- with the status and token the caller read. A DELETE that waited for the
+-- row lock of a concurrent claim or outcome checks its condition again on
+-- the row that call left, so a record taken over or finished meanwhile is
+-- never deleted. The first column says whether it deleted, the second
+-- whether the statement's snapshot holds a live record of the key (a
+-- refusal is then a changed record, else a missing one).
+{{define "delete_if"}}WITH d AS (
+	DELETE FROM {{.table}} WHERE key = $1::bytea AND status = $2::smallint AND token = $3::bigint
+		AND expires_at > statement_timestamp()
+	RETURNING 1)
+SELECT EXISTS (SELECT FROM d),
+	EXISTS (SELECT FROM {{.table}} WHERE key = $1::bytea AND expires_at > statement_timestamp()){{end}}
+
 -- Store.Scan's page: the live records whose key follows $1 (from $1 on,
 -- when $3 is true), in key order, at most $4 of them; $2 the longest result
 -- returned. The primary key's index serves the order and the start.

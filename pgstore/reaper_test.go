@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/pgstore"
 	"github.com/idemgo/idem/storage"
 )
@@ -47,7 +46,7 @@ func fill(t *testing.T, e *env) (expired, live int) {
 	}
 	for _, k := range []string{"expired-completed-24", "expired-failed-24", "expired-abandoned-24"} {
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-			if _, err := s.Get(ctx, k); errors.Is(err, idem.ErrNotFound) {
+			if _, err := s.Get(ctx, k); errors.Is(err, storage.ErrNotFound) {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -141,5 +140,63 @@ func TestReaperCloseCancelsReap(t *testing.T) {
 	case <-closed:
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close still waits for a blocked reap after 10s")
+	}
+}
+
+// TestReapKeepsARecordClaimedAgain: reap, which idem reap runs beside live
+// traffic, deletes a record only while it is expired: a key claimed again
+// while the reap runs (its expired row replaced by a new record) keeps the
+// new holder's record, as purge keeps one taken over at its prompt.
+func TestReapKeepsARecordClaimedAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 8)
+	ctx := testCtx(t)
+	const keys = 40
+	args := func(i int) storage.ClaimArgs {
+		return storage.ClaimArgs{Key: fmt.Sprint("k", i), Fingerprint: []byte("fp"), Lease: time.Millisecond, Retention: time.Millisecond}
+	}
+	for i := range keys {
+		if _, err := e.store.Claim(ctx, args(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if _, err := e.store.Get(ctx, fmt.Sprint("k", keys-1)); errors.Is(err, storage.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the records never expired")
+		}
+	}
+	tokens := make([]storage.Token, keys)
+	done := make(chan error)
+	go func() {
+		var err error
+		for range 20 {
+			if _, err = e.store.Reap(ctx, 3); err != nil {
+				break
+			}
+		}
+		done <- err
+	}()
+	for i := range keys {
+		a := args(i)
+		a.Lease, a.Retention = time.Hour, time.Hour
+		c, err := e.store.Claim(ctx, a)
+		if err != nil || c.Outcome != storage.Acquired {
+			t.Fatalf("claim of expired k%d: %v %v", i, c.Outcome, err)
+		}
+		tokens[i] = c.Token
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.Reap(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	for i, tok := range tokens {
+		if r, err := e.store.Get(ctx, fmt.Sprint("k", i)); err != nil || r.Token != tok {
+			t.Errorf("k%d after the reaps: %+v %v, want the new holder's record (token %d)", i, r, err, tok)
+		}
 	}
 }

@@ -62,7 +62,7 @@ func newReplayFixture(t *testing.T, s *pgstore.Store) replayFixture {
 		t.Fatal(err)
 	}
 	c = claim("failed")
-	if err := s.Fail(ctx, "failed", c.Token, idem.EncodeFailure(errors.New("declined")), time.Hour); err != nil {
+	if err := s.Fail(ctx, "failed", c.Token, storage.EncodeFailure(errors.New("declined")), time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	claim("busy")
@@ -443,7 +443,7 @@ func TestTakeoverAndCapStillWrite(t *testing.T) {
 		if err != nil || capped.Outcome != storage.Duplicate || capped.Record.Status != storage.StatusFailed {
 			t.Fatalf("%s: claim past the cap: %v %+v %v, want a Failed duplicate", name, capped.Outcome, capped.Record, err)
 		}
-		if err := idem.DecodeFailure(capped.Record.Result); capped.Record.Status != storage.StatusFailed || !errors.Is(err, idem.ErrTooManyAttempts) {
+		if err := storage.DecodeFailure(capped.Record.Result); capped.Record.Status != storage.StatusFailed || !errors.Is(err, idem.ErrTooManyAttempts) {
 			t.Fatalf("%s: the capped record replays %v, want ErrTooManyAttempts", name, err)
 		}
 		if err := s.Complete(ctx, key, second.Token, []byte("late"), time.Hour); !errors.Is(err, storage.ErrLeaseLost) {

@@ -531,3 +531,20 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	_, err := s.db.Exec(ctx, s.q.delete, []byte(key))
 	return translate("delete", err)
 }
+
+// DeleteIf implements [storage.Store.DeleteIf] with one DELETE conditioned
+// on the status and token, on the server's clock. Errors:
+// storage.ErrChanged; storage.ErrNotFound; others as for Get.
+func (s *Store) DeleteIf(ctx context.Context, key string, status storage.Status, t storage.Token) error {
+	var deleted, live bool
+	err := s.db.QueryRow(ctx, s.q.deleteIf, []byte(key), int16(status), int64(t)).Scan(&deleted, &live)
+	switch {
+	case err != nil:
+		return translate("delete_if", err)
+	case deleted:
+		return nil
+	case live:
+		return storage.ErrChanged
+	}
+	return storage.ErrNotFound
+}

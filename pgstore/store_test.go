@@ -174,7 +174,7 @@ func TestClaimBatchMaxAttemptsPerEntry(t *testing.T) {
 		t.Errorf("uncapped: %v attempt %d, want Acquired attempt 3", got[0].Outcome, got[0].Record.Attempt)
 	}
 	if got[1].Outcome != storage.Duplicate || got[1].Record.Status != storage.StatusFailed ||
-		!errors.Is(idem.DecodeFailure(got[1].Record.Result), idem.ErrTooManyAttempts) {
+		!errors.Is(storage.DecodeFailure(got[1].Record.Result), idem.ErrTooManyAttempts) {
 		t.Errorf("capped: %v %v %q, want Duplicate Failed(ErrTooManyAttempts)", got[1].Outcome, got[1].Record.Status, got[1].Record.Result)
 	}
 }

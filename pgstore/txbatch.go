@@ -134,13 +134,7 @@ func (b *txBatch) run(n int) (int, error) {
 	if n == 0 {
 		return 0, nil
 	}
-	// The claims of ops[:n] are args[:m]: a lead's claim comes in its order.
-	m := 0
-	for _, k := range b.claimOf[:n] {
-		if k >= 0 {
-			m = k + 1
-		}
-	}
+	m := b.claimsOf(n)
 	if m == 0 { // every key refused: nothing to claim
 		return n, nil
 	}
@@ -148,9 +142,38 @@ func (b *txBatch) run(n int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	took := time.Since(sent)
-	stop, ranAt := n, -1
-	var ran []batchRan
+	stop, ranAt, ran := b.runClaimed(n, claims, time.Since(sent))
+	for i := stop + 1; i < len(b.res); i++ {
+		b.res[i] = idem.BatchResult{Err: idem.ErrNotRun}
+	}
+	if ranAt >= 0 || acquiredPast(claims, b.claimOf[stop:n]) {
+		return b.runAgain(stop)
+	}
+	if err := b.complete(ran); err != nil {
+		return 0, err
+	}
+	return stop, nil
+}
+
+// claimsOf returns m: the claims of ops[:n] are args[:m], a lead's claim
+// coming in its order.
+func (b *txBatch) claimsOf(n int) int {
+	m := 0
+	for _, k := range b.claimOf[:n] {
+		if k >= 0 {
+			m = k + 1
+		}
+	}
+	return m
+}
+
+// runClaimed goes through ops[:n] in order with their claims, answered
+// took after they were sent: it runs fn for each whose claim acquired its
+// key and sets the result of each that finishes, up to the first that
+// does not, stop (n when all did). ranAt is stop when fn ran for it (its
+// writes are in tx), else -1; ran are the values to store.
+func (b *txBatch) runClaimed(n int, claims []storage.Claim, took time.Duration) (stop, ranAt int, ran []batchRan) {
+	stop, ranAt = n, -1
 	for i := range n {
 		c := b.calls[i]
 		switch {
@@ -161,7 +184,7 @@ func (b *txBatch) run(n int) (int, error) {
 			continue
 		}
 		cl := claims[b.claimOf[i]]
-		r, res, finished, err := b.g.x.Run(b.ctx, c, cl, cl.Err, time.Now().Add(-took), func() ([]byte, error) {
+		res, finished, err := b.g.x.Run(b.ctx, c, cl, cl.Err, time.Now().Add(-took), func() ([]byte, error) {
 			return b.fn(b.ctx, b.tx, i)
 		})
 		switch {
@@ -176,41 +199,37 @@ func (b *txBatch) run(n int) (int, error) {
 			stop = i
 		case finished: // fn's retryable error
 			stop, ranAt = i, i
-		case r.Err != nil: // fn's permanent error: not stored here
+		case err != nil: // fn's permanent error: not stored here
 			stop, ranAt = i, i
-			err = r.Err
 		default:
-			b.res[i] = idem.BatchResult{Result: idem.Result{Value: r.Value}}
-			ran = append(ran, batchRan{i: i, token: cl.Token, value: r.Value})
+			b.res[i] = idem.BatchResult{Result: res}
+			ran = append(ran, batchRan{i: i, token: cl.Token, value: res.Value})
 			continue
 		}
 		b.res[i] = idem.BatchResult{Err: err}
 		break
 	}
-	for i := stop + 1; i < len(b.res); i++ {
-		b.res[i] = idem.BatchResult{Err: idem.ErrNotRun}
-	}
-	if ranAt >= 0 || acquiredPast(claims, b.claimOf[stop:n]) {
-		// fn's writes, or a claim, of an operation that did not finish are
-		// in tx: undo the round, and run the operations before again.
-		b.g.x.Cleanup(b.ctx, b.callAt(stop), func(ctx context.Context) error {
-			_, err := b.tx.Exec(ctx, b.g.q.rollbackBatch)
-			return err
-		})
-		stopRes := b.res[stop]
-		done, err := b.run(stop)
-		if err != nil {
-			return 0, err
-		}
-		if done == stop {
-			b.res[stop] = stopRes
-		}
-		return done, nil
-	}
-	if err := b.complete(ran); err != nil {
+	return stop, ranAt, ran
+}
+
+// runAgain undoes the round, in which fn's writes, or a claim, of an
+// operation that did not finish, ops[stop], are in tx, and runs the
+// operations before it again. When they all finish again, ops[stop]'s
+// result stays the one this round found.
+func (b *txBatch) runAgain(stop int) (int, error) {
+	b.g.x.Cleanup(b.ctx, b.callAt(stop), func(ctx context.Context) error {
+		_, err := b.tx.Exec(ctx, b.g.q.rollbackBatch)
+		return err
+	})
+	stopRes := b.res[stop]
+	done, err := b.run(stop)
+	if err != nil {
 		return 0, err
 	}
-	return stop, nil
+	if done == stop {
+		b.res[stop] = stopRes
+	}
+	return done, nil
 }
 
 // callAt returns the call of ops[i], or of the first operation with a call

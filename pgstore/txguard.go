@@ -350,11 +350,11 @@ func (g *TxGuard) claimAndRun(ctx context.Context, tx pgx.Tx, br pgx.BatchResult
 	fn func() ([]byte, error)) (r ran, res idem.Result, done bool, err error) {
 	sent := time.Now()
 	cl, err := g.readClaim(ctx, tx, br, n, claimAt, c)
-	run, res, done, err := g.x.Run(ctx, c, cl, err, sent, fn)
+	res, done, err = g.x.Run(ctx, c, cl, err, sent, fn)
 	if done {
 		return r, res, true, err
 	}
-	r.value, r.ferr = run.Value, run.Err
+	r.value, r.ferr = res.Value, err
 	r.op, r.store, r.sent = idem.OpComplete, &pgx.Batch{}, time.Now()
 	if r.ferr != nil {
 		r.op = idem.OpFail
@@ -487,7 +487,7 @@ func (g *TxGuard) queueOutcome(b *pgx.Batch, a storage.ClaimArgs, t storage.Toke
 		return
 	}
 	b.Queue(g.q.rollbackFn)
-	b.Queue(g.q.txFail, []byte(a.Key), int64(t), idem.EncodeFailure(ferr), micros(g.x.Cfg.FailedRetention))
+	b.Queue(g.q.txFail, []byte(a.Key), int64(t), storage.EncodeFailure(ferr), micros(g.x.Cfg.FailedRetention))
 }
 
 // readOutcome reads the n results of a batch of queueOutcome and whatever

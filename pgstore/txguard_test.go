@@ -172,7 +172,7 @@ func TestTxGuardPermanentErrorStoredWritesRolledBack(t *testing.T) {
 		t.Fatalf("%d ledger rows, want 0: fn's writes roll back", rows)
 	}
 	r, err := e.record(t, "order-3")
-	if err != nil || r.Status != storage.StatusFailed || idem.DecodeFailure(r.Result).Error() != "card declined" {
+	if err != nil || r.Status != storage.StatusFailed || storage.DecodeFailure(r.Result).Error() != "card declined" {
 		t.Fatalf("record %+v %v, want Failed(card declined)", r, err)
 	}
 }

@@ -47,19 +47,50 @@ func (s *Store) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]sto
 			return nil, err
 		}
 	}
-	out := make([]storage.Claim, len(args))
 	if len(args) == 0 {
-		return out, nil
+		return []storage.Claim{}, nil
 	}
-	tokens := make([]storage.Token, len(args))
-	plains := make([]plainClaim, len(args)) // zero for an entry left to the script
-	nvs := make([][]byte, len(args))
+	b := s.newClaimBatch(ctx, args)
+	sent0 := time.Now()
+	if err := s.sendPlain(ctx, b.plains); err != nil {
+		return nil, unavailable(ctx, "ClaimBatch", err)
+	}
+	r, again := s.plainReplies(b)
+	sent := make([]time.Time, len(args))
+	for i := range sent {
+		sent[i] = sent0
+	}
+	if len(again) > 0 {
+		s.claimAgain(ctx, args, b.tokens, again, r, sent)
+	}
+	return s.claimAnswers(ctx, b, r, sent)
+}
+
+// claimBatch is one ClaimBatch: each entry's token, the record its claim
+// creates, and its plain command.
+type claimBatch struct {
+	args   []storage.ClaimArgs
+	tokens []storage.Token
+	nvs    [][]byte     // newRecord of each entry
+	plains []plainClaim // zero for an entry left to the claim script
+}
+
+// newClaimBatch returns the batch of args: a token and a new record for
+// each entry, and the plain command of each but a later entry for a key
+// an earlier one names, which is left to the claim script.
+func (s *Store) newClaimBatch(ctx context.Context, args []storage.ClaimArgs) claimBatch {
+	b := claimBatch{
+		args:   args,
+		tokens: make([]storage.Token, len(args)),
+		nvs:    make([][]byte, len(args)),
+		plains: make([]plainClaim, len(args)),
+	}
 	seen := make(map[string]struct{}, len(args))
 	cmdArgs := make([]any, len(args)*plainClaimArgs)
 	var px any // boxed once while the entries' expiries are the same
 	for i, a := range args {
-		tokens[i] = newToken()
-		nvs[i] = newRecord(a, tokens[i])
+		b.tokens[i] = newToken()
+		b.nvs[i] = newRecord(a, b.tokens[i])
 		if _, again := seen[a.Key]; again {
 			continue
 		}
@@ -67,11 +98,16 @@ func (s *Store) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]sto
 		if ms := claimExpiry(a); px == nil || px.(int64) != ms {
 			px = ms
 		}
-		plains[i] = newPlainClaim(ctx, cmdArgs[i*plainClaimArgs:(i+1)*plainClaimArgs], s.RedisKey(a.Key), nvs[i], px)
+		b.plains[i] = newPlainClaim(ctx, cmdArgs[i*plainClaimArgs:(i+1)*plainClaimArgs], s.RedisKey(a.Key), b.nvs[i], px)
 	}
-	sent := make([]time.Time, len(args))
-	sent0 := time.Now()
-	if _, err := await(ctx, func() struct{} {
+	return b
+}
+
+// sendPlain sends the plain commands in one pipeline; each command
+// carries its own answer or error. The error returned is the context's,
+// when it ended first.
+func (s *Store) sendPlain(ctx context.Context, plains []plainClaim) error {
+	_, err := await(ctx, func() struct{} {
 		p := s.client.Pipeline()
 		for _, pc := range plains {
 			if pc.set != nil {
@@ -80,18 +116,22 @@ func (s *Store) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]sto
 		}
 		_, _ = p.Exec(ctx) // each command carries its own error
 		return struct{}{}
-	}); err != nil {
-		return nil, unavailable(ctx, "ClaimBatch", err)
-	}
-	r := batchReplies{replies: make([]any, len(args)), errs: make([]error, len(args))}
-	var again []int // the entries the claim script decides, in order
-	for i, pc := range plains {
-		sent[i] = sent0
+	})
+	return err
+}
+
+// plainReplies returns the replies the sent plain commands of b stand
+// for, and the entries the claim script is to decide, in order: those
+// left to it, those whose key the plain command cannot answer, and those
+// a full Redis refused (the script peeks).
+func (s *Store) plainReplies(b claimBatch) (r batchReplies, again []int) {
+	r = batchReplies{replies: make([]any, len(b.args)), errs: make([]error, len(b.args))}
+	for i, pc := range b.plains {
 		if pc.set == nil {
 			again = append(again, i)
 			continue
 		}
-		reply, needsScript, err := pc.reply(nvs[i], s.cfg.MaxValueSize)
+		reply, needsScript, err := pc.reply(b.nvs[i], s.cfg.MaxValueSize)
 		switch {
 		case needsScript || redis.IsOOMError(err): // a full Redis's script peeks
 			again = append(again, i)
@@ -101,9 +141,14 @@ func (s *Store) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]sto
 			r.replies[i] = reply
 		}
 	}
-	if len(again) > 0 {
-		s.claimAgain(ctx, args, tokens, again, r, sent)
-	}
+	return r, again
+}
+
+// claimAnswers returns the Claims of b's replies r, sent at sent, and
+// hands the records its claims created to CompleteBatch (on one server).
+// With no answer at all, it returns the first entry's error instead.
+func (s *Store) claimAnswers(ctx context.Context, b claimBatch, r batchReplies, sent []time.Time) ([]storage.Claim, error) {
+	out := make([]storage.Claim, len(b.args))
 	var failed int
 	var first error
 	var created []int // the entries whose records CompleteBatch will hold
@@ -116,7 +161,7 @@ func (s *Store) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]sto
 			}
 			continue
 		}
-		c, err := s.claimReply("ClaimBatch", args[i], tokens[i], sent[i], r.replies[i])
+		c, err := s.claimReply("ClaimBatch", b.args[i], b.tokens[i], sent[i], r.replies[i])
 		c.Err = err
 		out[i] = c
 		if err == nil && c.Outcome == storage.Acquired && c.Record.Attempt == 1 {
@@ -126,9 +171,9 @@ func (s *Store) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]sto
 		}
 	}
 	if _, oneServer := s.client.(*redis.Client); oneServer { // else CompleteBatch pipelines outcomeScript
-		s.held.put(tokens, nvs, created)
+		s.held.put(b.tokens, b.nvs, created)
 	}
-	if failed == len(args) {
+	if failed == len(b.args) {
 		return nil, first
 	}
 	return out, nil

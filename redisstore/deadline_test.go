@@ -126,7 +126,7 @@ func TestCallsEndWithTheirContext(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, err := s.Get(ctxT(t), "warm up"); !errors.Is(err, idem.ErrNotFound) {
+				if _, err := s.Get(ctxT(t), "warm up"); !errors.Is(err, storage.ErrNotFound) {
 					t.Fatalf("Get through the proxy before it froze: %v", err)
 				}
 				proxy.freeze()

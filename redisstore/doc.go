@@ -78,7 +78,7 @@
 // resent Claim is harmless: finding its own token it answers Acquired
 // again. Complete, Fail and Release are never resent (a second run would
 // answer ErrLeaseLost for the outcome the first stored): the caller gets
-// idem.ErrStoreUnavailable, and a later Claim tells whether the outcome
+// storage.ErrStoreUnavailable, and a later Claim tells whether the outcome
 // was stored.
 //
 // [Store.ClaimBatch] sends the plain command of every key in one
@@ -95,7 +95,7 @@
 // one as sent. A claim it did not keep is completed by its token.
 //
 // Errors from the client or the server are returned wrapping
-// idem.ErrStoreUnavailable, with standard-library causes (context,
+// storage.ErrStoreUnavailable, with standard-library causes (context,
 // network) kept for errors.Is; no go-redis type leaks through.
 //
 // # Deadlines and cancellation
@@ -119,7 +119,7 @@
 // Under noeviction a full Redis refuses writes: the store then still
 // answers a duplicate of a key that holds an outcome, and a Busy, with a
 // read-only script, and fails what needs a write with [ErrOutOfMemory]
-// (wrapping idem.ErrStoreUnavailable).
+// (wrapping storage.ErrStoreUnavailable).
 //
 // # What Redis can lose
 //

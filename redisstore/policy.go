@@ -19,7 +19,7 @@ var policyCheckTimeout = 5 * time.Second
 // writes to, with INFO memory (CONFIG GET is often disabled on managed
 // Redis), and refuses any policy but noeviction with an
 // *EvictionPolicyError. A primary it cannot ask gives an error wrapping
-// idem.ErrStoreUnavailable; an INFO reply with no policy, an
+// storage.ErrStoreUnavailable; an INFO reply with no policy, an
 // *EvictionPolicyError with no Policy.
 func checkEviction(client redis.UniversalClient) error {
 	ctx, cancel := context.WithTimeout(context.Background(), policyCheckTimeout)

@@ -92,7 +92,8 @@ const (
 //
 // The holder scripts (Complete, Fail, Release, Extend) answer replyDone,
 // replyLost when the record is not InProgress with the caller's token, or
-// replyUnknown.
+// replyUnknown. The conditional delete script answers the same, and
+// replyAbsent when the key has no record.
 const (
 	replyUnknown   = -1
 	replyLost      = 0
@@ -102,6 +103,7 @@ const (
 	replyBusy      = 2
 	replyDuplicate = 3
 	replyKeyReused = 4
+	replyAbsent    = 2
 
 	// replyNeedsWrite: the peek scripts' answer for a key whose claim
 	// needs a write.
@@ -143,6 +145,7 @@ var luaConstants = []luaConst{
 	luaInt("DUPLICATE", replyDuplicate),
 	luaInt("KEY_REUSED", replyKeyReused),
 	luaInt("NEEDS_WRITE", replyNeedsWrite),
+	luaInt("ABSENT", replyAbsent),
 
 	{"NO_TOKEN", luaString(make([]byte, offAttempt-offToken))},
 	{"TOO_MANY_ATTEMPTS", luaString(storage.TooManyAttemptsCause())},

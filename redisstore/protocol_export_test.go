@@ -19,7 +19,7 @@ func ScriptBodies() map[string]string {
 	bodies := map[string]string{}
 	for name, sc := range map[string]*script{
 		"claim": claimScript, "claimBatch": claimBatchScript, "outcome": outcomeScript,
-		"release": releaseScript, "extend": extendScript, "get": getScript,
+		"release": releaseScript, "extend": extendScript, "get": getScript, "deleteIf": deleteIfScript,
 		"peek": peekScript, "peekBatch": peekBatchScript,
 	} {
 		bodies[name] = sc.body
@@ -32,7 +32,7 @@ func ScriptSources() map[string]string {
 	srcs := map[string]string{}
 	for name, sc := range map[string]*script{
 		"claim": claimScript, "claimBatch": claimBatchScript, "outcome": outcomeScript,
-		"release": releaseScript, "extend": extendScript, "get": getScript,
+		"release": releaseScript, "extend": extendScript, "get": getScript, "deleteIf": deleteIfScript,
 		"peek": peekScript, "peekBatch": peekBatchScript,
 	} {
 		srcs[name] = sc.src

@@ -81,8 +81,12 @@ func appendToken(dst []byte, t storage.Token) []byte {
 
 // holderPrefix returns the first holderPrefixLen bytes of the InProgress
 // record whose current token is t, which the holder scripts compare.
-func holderPrefix(t storage.Token) []byte {
-	return appendToken(append(make([]byte, 0, holderPrefixLen), formatVersion, byte(storage.StatusInProgress)), t)
+func holderPrefix(t storage.Token) []byte { return recordPrefix(storage.StatusInProgress, t) }
+
+// recordPrefix returns the first holderPrefixLen bytes of a record with
+// status and token t: its version, status and token.
+func recordPrefix(status storage.Status, t storage.Token) []byte {
+	return appendToken(append(make([]byte, 0, holderPrefixLen), formatVersion, byte(status)), t)
 }
 
 // millis converts d to whole milliseconds, rounding up so that no

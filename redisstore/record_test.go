@@ -101,7 +101,7 @@ func TestRecordRoundTrip(t *testing.T) {
 			t.Fatalf("claim over MaxAttempts: %v", d.Outcome)
 		}
 		check("over MaxAttempts", capped.Key, capped.Retention, func(r storage.Record) bool {
-			return r.Status == storage.StatusFailed && r.Token == 0 && errors.Is(idem.DecodeFailure(r.Result), idem.ErrTooManyAttempts)
+			return r.Status == storage.StatusFailed && r.Token == 0 && errors.Is(storage.DecodeFailure(r.Result), idem.ErrTooManyAttempts)
 		})
 	}
 }

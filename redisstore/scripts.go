@@ -251,6 +251,23 @@ var releaseScript = holderScript(`
 var extendScript = holderScript(`
   redis.call('PEXPIRE', KEYS[1], ARGV[2] + struct.unpack('>i8', v, RETENTION))`)
 
+// deleteIfScript (DeleteIf): ARGV the prefix of the record read (its
+// version, status and token). It deletes the key only when its value
+// starts so, and answers DONE; else ABSENT for no record, UNKNOWN for a
+// value this package did not write, LOST for a record in another status or
+// with another token.
+var deleteIfScript = newScript("", knownFn+`
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' then return UNKNOWN end
+if not v then return ABSENT end
+if string.sub(v, VERSION, TOKEN_END) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return DONE
+end
+if not known(v) then return UNKNOWN end
+return LOST
+`)
+
 // getScript replies {value, expiry ms}, {value without its result,
 // expiry ms, result length} for a result longer than ARGV[1] (see
 // answerFn), the start of a value this package did not write, or {} when

@@ -523,6 +523,27 @@ func (s *Store) Extend(ctx context.Context, key string, t storage.Token, lease t
 	return holderReply("Extend", reply)
 }
 
+// DeleteIf implements [storage.Store.DeleteIf] with one EVALSHA that
+// compares the record's version, status and token with the ones read
+// and deletes the key when they match; Redis expires keys on its own
+// clock, so an expired record is absent. Not resent by the client: a
+// resent delete would find no record and answer ErrNotFound for the
+// record it deleted. Errors: storage.ErrChanged; storage.ErrNotFound;
+// ErrUnknownFormat; any other failure wraps storage.ErrStoreUnavailable.
+func (s *Store) DeleteIf(ctx context.Context, key string, status storage.Status, t storage.Token) error {
+	reply, err := s.run(ctx, s.eval(ctx, deleteIfScript, atMostOnce, key, recordPrefix(status, t)))
+	if err != nil {
+		return unavailable(ctx, "DeleteIf", err)
+	}
+	switch n, _ := reply.(int64); n {
+	case replyAbsent:
+		return storage.ErrNotFound
+	case replyLost:
+		return storage.ErrChanged
+	}
+	return holderReply("DeleteIf", reply)
+}
+
 // holderReply turns the reply of a script that needs the current token
 // into an error.
 func holderReply(op string, reply any) error {

@@ -336,7 +336,7 @@ func TestBatchAgreesWithSingle(t *testing.T) {
 		if err := s.Complete(ctx, completed.Key, claim(completed), []byte("done"), time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Fail(ctx, failed.Key, claim(failed), idem.EncodeFailure(errors.New("declined")), time.Minute); err != nil {
+		if err := s.Fail(ctx, failed.Key, claim(failed), storage.EncodeFailure(errors.New("declined")), time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		claim(busy)
@@ -446,7 +446,7 @@ func TestInvalidArgs(t *testing.T) {
 			t.Errorf("ClaimBatch with a bad entry: %v, want ErrInvalidArgs", err)
 		}
 	}
-	if _, err := s.Get(ctx, "ok"); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.Get(ctx, "ok"); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("a batch with a bad entry claimed its good one: %v", err)
 	}
 	if err := s.Extend(ctx, "k", 1, -time.Second); !errors.Is(err, redisstore.ErrInvalidArgs) {
@@ -604,6 +604,7 @@ func TestUnknownFormat(t *testing.T) {
 			"Fail":     s.Fail(ctx, key, 1, []byte("v"), time.Minute),
 			"Release":  s.Release(ctx, key, 1),
 			"Extend":   s.Extend(ctx, key, 1, time.Minute),
+			"DeleteIf": s.DeleteIf(ctx, key, storage.StatusInProgress, 1),
 		} {
 			if !errors.Is(err, redisstore.ErrUnknownFormat) {
 				t.Errorf("%s: %s: %v, want ErrUnknownFormat", name, op, err)

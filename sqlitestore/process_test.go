@@ -178,7 +178,7 @@ func TestRestartAfterSIGKILL(t *testing.T) {
 	for i := range last + 10 {
 		k := "k" + strconv.Itoa(i)
 		before, err := s.Get(ctx, storage.StoreKey(childNamespace, k))
-		if err != nil && !errors.Is(err, idem.ErrNotFound) {
+		if err != nil && !errors.Is(err, storage.ErrNotFound) {
 			t.Fatal(err)
 		}
 		done := err == nil && before.Status == storage.StatusCompleted

@@ -9,7 +9,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -123,8 +125,15 @@ var (
 // Open opens (creating it if need be) the SQLite database file path and
 // its records table ([Migrate]), and returns a Store over it. It fails when
 // a field of cfg is out of range (the error names it), when path is empty,
-// ":memory:" or holds a '?', or when the file cannot be opened in WAL mode
-// (a read-only directory, a network file system). Close it when done.
+// ":memory:" or holds a '?' or a NUL, or when the file cannot be opened in
+// WAL mode (a read-only directory, a network file system). Close it when
+// done.
+//
+// The records hold what the operations returned: a file Open creates is
+// readable and writable by its owner only (0600), and so are the -wal and
+// -shm files beside it, which SQLite creates with the database file's
+// mode. A file that exists keeps its mode: to share it with a group,
+// create it (or chmod it) first.
 func Open(ctx context.Context, path string, cfg Config) (*Store, error) {
 	t, err := parseTable(cfg.Table)
 	if err != nil {
@@ -135,6 +144,8 @@ func Open(ctx context.Context, path string, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("sqlitestore: Open: path %q: want the name of a database file (memstore keeps records in memory)", path)
 	case strings.ContainsRune(path, '?'):
 		return nil, fmt.Errorf("sqlitestore: Open: path %q: a '?' would start SQLite's parameters", path)
+	case strings.ContainsRune(path, 0):
+		return nil, fmt.Errorf("sqlitestore: Open: path %q: holds a NUL byte, where SQLite would end it and open another file", path)
 	case cfg.MaxValueSize < 0 || cfg.MaxValueSize > MaxValueSizeLimit:
 		return nil, fmt.Errorf("sqlitestore: Config.MaxValueSize %d: must be between 1 and %d", cfg.MaxValueSize, MaxValueSizeLimit)
 	case cfg.Synchronous > SyncNormal:
@@ -151,6 +162,9 @@ func Open(ctx context.Context, path string, cfg Config) (*Store, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if err := create(path); err != nil {
+		return nil, fmt.Errorf("sqlitestore: Open %s: %w", path, err)
+	}
 	db, err := sql.Open("sqlite", dsn(path, cfg))
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: Open %s: %w", path, err)
@@ -163,6 +177,20 @@ func Open(ctx context.Context, path string, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("sqlitestore: Open %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// create creates the database file path, empty and 0600, unless it
+// exists: SQLite would create it with 0644, and its -wal and -shm files
+// with the same mode.
+func create(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // dsn is the data source name of path for the driver: SQLite's settings
@@ -574,6 +602,25 @@ func (s *Store) scanPage(ctx context.Context, from []byte, inclusive bool) ([]st
 func (s *Store) Delete(ctx context.Context, key string) error {
 	return s.locked(ctx, "delete", func(ctx context.Context) error {
 		_, err := s.db.ExecContext(ctx, s.q.delete, []byte(key))
+		return translate(ctx, "delete", err)
+	})
+}
+
+// DeleteIf implements [storage.Store.DeleteIf] in one transaction holding
+// the write lock, which reads the record and deletes it when it is live
+// (on the Store's clock, Config.Now) with the status and token given.
+func (s *Store) DeleteIf(ctx context.Context, key string, status storage.Status, t storage.Token) error {
+	return s.inTx(ctx, "delete", func(ctx context.Context, tx *sql.Tx) error {
+		r, found, err := s.read(ctx, tx, key, 0, s.now())
+		switch {
+		case err != nil:
+			return translate(ctx, "delete", err)
+		case !found:
+			return storage.ErrNotFound
+		case storage.Status(r.status) != status || storage.Token(r.token) != t:
+			return storage.ErrChanged
+		}
+		_, err = tx.ExecContext(ctx, s.q.delete, []byte(key))
 		return translate(ctx, "delete", err)
 	})
 }

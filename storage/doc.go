@@ -15,6 +15,13 @@
 // redisstore, pgstore, …) to idem.New and read outcomes from
 // [github.com/idemgo/idem.Result].
 //
+// # Failures
+//
+// The result of a Failed record is an encoded failure, in one format that
+// every executor and store shares: [EncodeFailure] writes it,
+// [DecodeFailure] reads it back, and a store that fails a record for the
+// attempt cap writes [TooManyAttemptsCause] itself.
+//
 // # Store keys
 //
 // The Guard combines a namespace, a scope (tenant, principal) and the

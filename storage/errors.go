@@ -5,9 +5,11 @@ import (
 	"fmt"
 )
 
-// The errors a store returns, wrapped or not. Package idem exports the same
-// values (idem.ErrLeaseLost is ErrLeaseLost), so a caller checks them with
-// [errors.Is] against either.
+// The errors of the store contract, wrapped or not: a store returns them,
+// and a failure decodes to ErrTooManyAttempts or ErrValueTooLarge. Each is
+// defined here once. Package idem exports the ones its users check as the
+// same values (idem.ErrLeaseLost is ErrLeaseLost), so a caller checks them
+// with [errors.Is] against either.
 var (
 	// ErrLeaseLost: the token is not the key's current one (another holder
 	// took over, the lease was released, the record has an outcome, expired
@@ -26,6 +28,14 @@ var (
 	// [Store.MaxValueSize]). A store's refusal wraps it, as
 	// [*ValueTooLargeError] does.
 	ErrValueTooLarge = errors.New("idem: outcome too large to store")
+	// ErrTooManyAttempts: the key was claimed more than
+	// [ClaimArgs.MaxAttempts] times without an outcome; the claim that
+	// would have been one more marked it Failed ([TooManyAttemptsCause]),
+	// so a poison message stops looping.
+	ErrTooManyAttempts = errors.New("idem: too many attempts")
+	// ErrInvalidKey: the key is empty, longer than the store or the Guard
+	// takes, or refused by the Guard's key validation.
+	ErrInvalidKey = errors.New("idem: invalid idempotency key")
 )
 
 // ValueTooLargeError is the error of a store that refuses a value (or
@@ -58,16 +68,6 @@ func (e *ValueTooLargeError) Error() string {
 // for: the outcome cannot be kept (or, read back, replayed).
 func (e *ValueTooLargeError) Unwrap() error { return ErrValueTooLarge }
 
-// failureTooManyAttempts is the kind byte of the encoded failure of a
-// record failed by the attempt cap; package idem's failure encoding uses
-// the same byte.
-const failureTooManyAttempts = 'A'
-
-// TooManyAttemptsCause returns the encoded failure a store writes as the
-// result of a record it marks Failed because a claim would exceed
-// [ClaimArgs.MaxAttempts]. The Guard replays it as idem.ErrTooManyAttempts.
-func TooManyAttemptsCause() []byte { return []byte{failureTooManyAttempts} }
-
 // ErrRefused: the store answered, and refuses the call for this key alone:
 // its arguments are out of the store's range (a fingerprint or key longer
 // than it keeps), or the stored record is one it cannot read (written by
@@ -91,3 +91,8 @@ func (r *refusal) Unwrap() error { return ErrRefused }
 // Is reports that a value too large for the store is a refusal
 // ([ErrRefused]) besides [ErrValueTooLarge].
 func (e *ValueTooLargeError) Is(target error) bool { return target == ErrRefused }
+
+// ErrChanged: [Store.DeleteIf] found the key's record in another status or
+// with another token than the caller read (a holder took it over or
+// finished it since), and deleted nothing.
+var ErrChanged = errors.New("idem: record changed since it was read")

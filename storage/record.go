@@ -17,7 +17,7 @@ const (
 	// StatusCompleted: the operation finished and its value is stored.
 	StatusCompleted Status = 2
 	// StatusFailed: the operation failed permanently and its encoded error
-	// (see idem.EncodeFailure) is stored.
+	// (see [EncodeFailure]) is stored.
 	StatusFailed Status = 3
 )
 

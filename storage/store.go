@@ -50,7 +50,7 @@ type Store interface {
 	// takes over.
 	Complete(ctx context.Context, key string, t Token, value []byte, retention time.Duration) error
 
-	// Fail stores the encoded permanent error cause (see idem.EncodeFailure) as
+	// Fail stores the encoded permanent error cause (see [EncodeFailure]) as
 	// the outcome of the claim t: the record becomes Failed and expires after
 	// retention. ErrLeaseLost as for Complete.
 	Fail(ctx context.Context, key string, t Token, cause []byte, retention time.Duration) error
@@ -71,6 +71,23 @@ type Store interface {
 	// Delete forgets the key's record, whatever its status; a missing key is
 	// not an error. The current holder's next call gets ErrLeaseLost.
 	Delete(ctx context.Context, key string) error
+
+	// DeleteIf forgets the key's record only if it is still the one the
+	// caller read: live (unexpired on the store's clock), with status and
+	// token t (the zero token of a released record, or of a record failed
+	// by the attempt cap, included). It is one atomic step, so a record
+	// taken over (a new token), finished (another status) or deleted and
+	// claimed again (a new token) after the read is never deleted: an
+	// operator's tool deletes what it showed, never a record a holder
+	// took since. It returns nil when it deleted the record; ErrNotFound
+	// when the key has no live record; ErrChanged when its record has
+	// another status or token. On either error nothing is deleted; a
+	// repeated call after a delete gets ErrNotFound. The holder of a
+	// deleted record gets ErrLeaseLost on its next call, as after Delete.
+	// Of a DeleteIf and any concurrent calls on the key, each sees the
+	// record as the other left it. A holder's Extend keeps its token: a
+	// lease renewed since the read is not a change here.
+	DeleteIf(ctx context.Context, key string, status Status, t Token) error
 
 	// ClaimBatch does what Claim does for each of args and returns one
 	// Claim per argument, in the same order. An error of one entry

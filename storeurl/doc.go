@@ -40,7 +40,11 @@
 // (password=, sslpassword=, secret_access_key=, token=, …). No error Open
 // returns prints one: an error names the URL as [Redact] writes it, and the
 // message of a driver's error that repeats a secret is scrubbed (see
-// [Secrets]). Print a store URL through [Redact] too.
+// [Secrets]). A password with an unescaped "/", "?" or "#" is refused
+// before any driver reads it (a driver would take a piece of it for the
+// host or the path, and print that piece): percent-encode it. Print a
+// store URL, a NATS URL (nats://TOKEN@host) or a libpq connection string
+// (host=… password=…) through [Redact] too.
 //
 // # Tables
 //

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -32,6 +33,11 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (s storage.Store, 
 		opt(&o)
 	}
 	shown, secrets := Redact(rawURL), Secrets(rawURL)
+	if ambiguousUserInfo(rawURL) {
+		// A driver would read a piece of the password as the host or
+		// the path, and repeat it where no scrub finds it whole.
+		return nil, nil, &URLError{URL: shown, Err: errors.New(`the password holds an unescaped "/", "?" or "#", or an "@" follows the host: percent-encode them (%2F, %3F, %23, %40)`)}
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, nil, &URLError{URL: shown, Err: scrub(parseError(err), secrets)}
@@ -162,8 +168,14 @@ func parseError(err error) error {
 	case errors.As(err, &host):
 		return errors.New("not a URL: invalid characters in its host")
 	}
-	return fmt.Errorf("not a URL: %w", err)
+	// The parser quotes the piece it could not read ("invalid port
+	// \":pw\" after host"): a piece of a secret, which no scrub of the
+	// whole secret finds.
+	return errors.New("not a URL: " + quoted.ReplaceAllString(err.Error(), "…"))
 }
+
+// quoted matches a quoted piece of a message.
+var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
 
 // openMem opens a memstore: mem:// takes nothing else.
 func openMem(_ context.Context, u *url.URL, _ Options) (storage.Store, func() error, error) {

@@ -302,6 +302,7 @@ func TestBadURLs(t *testing.T) {
 		{"mem://u:" + secret + "@host", "mem:// takes no host"},
 		{"mem://elsewhere", "mem:// takes no host"},
 		{"sqlite://u:" + secret + "@/tmp/x.db", "no user"},
+		{"sqlite:///tmp/idem%00.db", "NUL byte"},
 		{"127.0.0.1:6379", "not a URL"},
 		{"localhost", "no scheme"},
 		{"", "no scheme"},
@@ -320,6 +321,38 @@ func TestBadURLs(t *testing.T) {
 				t.Errorf("Open(%q): %v (URL %q); want it to name the redacted URL and say %q", tc.raw, err, ue.URL, tc.want)
 			}
 			noSecret(t, tc.raw, err)
+		})
+	}
+}
+
+// TestAmbiguousPasswordRefused: a password with an unescaped "/", "?" or
+// "#" is refused before any driver reads it, which would take a piece of
+// it for the host or the path and repeat that piece in its errors; no
+// piece of it is printed. None needs a server.
+func TestAmbiguousPasswordRefused(t *testing.T) {
+	for _, raw := range []string{
+		"postgres://app:Sup3r/H1dden@127.0.0.1:1/test",
+		"postgres://app:5432/H1dden@127.0.0.1:1/test", // parses, with the host app:5432
+		"postgres://app:Sup3r?H1dden@127.0.0.1:1/test",
+		"redis://:Sup3r#H1dden@127.0.0.1:1/0",
+		"redis://:6379#H1dden@127.0.0.1:1/0",
+		"rediss://u:Sup3r/H1dden@127.0.0.1:1/0",
+		"dynamodb://u:Sup3r/H1dden@127.0.0.1:1/t",
+	} {
+		t.Run(raw, func(t *testing.T) {
+			s, closeStore, err := storeurl.Open(context.Background(), raw)
+			if err == nil {
+				closeStore()
+				t.Fatalf("Open(%q) = %T, want a *URLError", raw, s)
+			}
+			if _, ok := errors.AsType[*storeurl.URLError](err); !ok || !strings.Contains(err.Error(), "percent-encode") {
+				t.Errorf("Open(%q): %v, want a URL error that says to percent-encode", raw, err)
+			}
+			for _, e := range chain(err) {
+				if strings.Contains(e.Error(), "Sup3r") || strings.Contains(e.Error(), "H1dden") {
+					t.Errorf("Open(%q): an error of the chain, %T, prints a piece of the password: %v", raw, e, e)
+				}
+			}
 		})
 	}
 }

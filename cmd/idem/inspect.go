@@ -140,9 +140,21 @@ func view(r storage.Record, key, namespace, scope string, now time.Time) recordV
 			v.HTTPStatus = resp.Status
 		}
 	case storage.StatusFailed:
-		v.Failure = idem.DecodeFailure(r.Result).Error()
+		v.Failure = storage.DecodeFailure(r.Result).Error()
 	}
 	return v
+}
+
+// notDeleted is purge's error for a DeleteIf of the record it showed
+// that deleted nothing: the record changed or went since.
+func notDeleted(key string, err error) error {
+	switch {
+	case errors.Is(err, storage.ErrChanged):
+		return fmt.Errorf("idem: purge: not deleted: the record of %q changed since it was shown (taken over or finished): inspect it again", key)
+	case errors.Is(err, storage.ErrNotFound):
+		return fmt.Errorf("idem: purge: not deleted: the record of %q is gone since it was shown (expired, or purged by someone else)", key)
+	}
+	return fmt.Errorf("idem: purge: %w", err)
 }
 
 func (v recordView) print(w io.Writer) {
@@ -163,7 +175,7 @@ func (v recordView) print(w io.Writer) {
 		fmt.Fprintf(w, "http status  %d\n", v.HTTPStatus)
 	}
 	if v.Failure != "" {
-		fmt.Fprintf(w, "failure      %s\n", v.Failure)
+		fmt.Fprintf(w, "failure      %q\n", v.Failure) // its text may be a publisher's: no escape or line of it reaches the terminal
 	}
 }
 
@@ -195,7 +207,7 @@ Flags:
 	}
 	defer closeStore()
 	r, err := s.Get(ctx, storeKey)
-	if errors.Is(err, idem.ErrNotFound) {
+	if errors.Is(err, storage.ErrNotFound) {
 		return fmt.Errorf("idem: inspect: no record of key %q (namespace %q, scope %q): never claimed, expired, or purged", key, *f.namespace, *f.scope)
 	}
 	if err != nil {
@@ -231,6 +243,9 @@ hand; a key in progress with a live lease is being run right now, and a
 purge lets a duplicate run beside it. With --status, deletes every record
 of the namespace in that status (failed: let every failed key run again),
 after counting them and asking.
+
+A record is deleted only as it was shown or counted: one that a worker
+took over or finished in the meantime is kept, and purge says so.
 
 With --older-than D, --status deletes only the records last written more
 than D ago. A record does not keep when it was written, but it keeps when
@@ -285,7 +300,7 @@ Flags:
 	}
 	defer closeStore()
 	r, err := s.Get(ctx, storeKey)
-	if errors.Is(err, idem.ErrNotFound) {
+	if errors.Is(err, storage.ErrNotFound) {
 		return fmt.Errorf("idem: purge: no record of key %q (namespace %q, scope %q): nothing to delete", key, *f.namespace, *f.scope)
 	}
 	if err != nil {
@@ -302,8 +317,8 @@ Flags:
 			return errors.New("idem: purge: not deleted")
 		}
 	}
-	if err := s.Delete(ctx, storeKey); err != nil {
-		return fmt.Errorf("idem: purge: %w", err)
+	if err := s.DeleteIf(ctx, storeKey, r.Status, r.Token); err != nil {
+		return notDeleted(key, err)
 	}
 	if *f.json {
 		return json.NewEncoder(stdout).Encode(struct {

@@ -112,3 +112,21 @@ func kindStore(t *testing.T, kind string) (string, storage.Store) {
 	t.Cleanup(func() { closeStore() })
 	return raw, s
 }
+
+// TestFailurePrintedEscaped: a stored failure's text is the handler's
+// error, which may repeat what a publisher sent: inspect and purge print
+// it quoted, so that no terminal escape reaches the operator's terminal
+// and no newline forges a line of the record.
+func TestFailurePrintedEscaped(t *testing.T) {
+	cause := idem.Permanent(errors.New("declined\x1b[2J\x1b]0;owned\x07\r\nstatus       Completed\u009b31m"))
+	r := storage.Record{Status: storage.StatusFailed, Attempt: 1, Result: storage.EncodeFailure(cause), ExpiresAt: time.Now().Add(time.Hour)}
+	var b strings.Builder
+	view(r, "k", "", "", time.Now()).print(&b)
+	out := b.String()
+	if strings.ContainsAny(out, "\x1b\x07\r\u009b") || strings.Count(out, "\nstatus ") != 1 {
+		t.Fatalf("the failure printed raw:\n%s", out)
+	}
+	if !strings.Contains(out, `failure      "declined\x1b[2J`) {
+		t.Fatalf("the failure is not printed quoted:\n%s", out)
+	}
+}

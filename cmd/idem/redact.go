@@ -10,9 +10,11 @@ import (
 // Every error and line of the CLI that names a --store or --broker URL
 // names it through storeurl.Redact.
 
-// secretsIn returns the secrets that the URLs among args hold (see
-// storeurl.Secrets). The CLI's output passes through a [scrubber] of them,
-// so that no library's error that repeats a URL it could not use (a
+// secretsIn returns the secrets that args hold (see storeurl.Secrets):
+// those of a URL, and of a libpq connection string given where a URL
+// belongs (host=db password=…), which the tool refuses, but only after
+// naming it. The CLI's output passes through a [scrubber] of them, so
+// that no library's error that repeats a URL it could not use (a
 // driver's parse error, a dial error) prints one.
 func secretsIn(args []string) []string {
 	var out []string
@@ -20,9 +22,7 @@ func secretsIn(args []string) []string {
 		if flag, v, ok := strings.Cut(a, "="); ok && strings.HasPrefix(flag, "-") && !strings.Contains(flag, "://") {
 			a = v // --store=URL
 		}
-		if strings.Contains(a, "://") {
-			out = append(out, storeurl.Secrets(a)...)
-		}
+		out = append(out, storeurl.Secrets(a)...)
 	}
 	return out
 }

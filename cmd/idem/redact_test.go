@@ -23,11 +23,23 @@ func TestSecretsNeverPrinted(t *testing.T) {
 		"ftp://u:" + secret + "@host/",
 		"mem://u:" + secret + "@host",
 		"sqlite://u:" + secret + "@/tmp/x.db",
+		// A password with an unescaped "/", "?" or "#": the secret here
+		// is its last piece, which a URL parser reads as a path or a
+		// fragment.
+		"postgres://app:Sup3r/" + secret + "@127.0.0.1:1/test",
+		"postgres://app:5432/" + secret + "@127.0.0.1:1/test",
+		"redis://:Sup3r#" + secret + "@127.0.0.1:1/0",
+		"postgres://app:Sup3r?" + secret + "@127.0.0.1:1/test",
+		"nats://" + secret + "@127.0.0.1:1",
+		"host=127.0.0.1 port=1 user=app password=" + secret + " dbname=test",
 	}
 	for _, u := range urls {
 		for _, args := range [][]string{
 			{"migrate", "--store", u},
 			{"reap", "--store", u},
+			{"inspect", "--store", u, "k"},
+			{"purge", "--store", u, "--status", "failed", "--yes"},
+			{"stats", "--store", u},
 			{"demo", "--store", u, "--messages", "1"},
 			{"demo", "--broker", strings.Replace(u, "postgres", "amqp", 1), "--messages", "1"},
 			{"demo", "--broker", strings.Replace(u, "postgres", "nats", 1), "--messages", "1"},

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -233,43 +234,90 @@ func purgeStatus(ctx context.Context, s storage.Store, namespace, status string,
 		before = time.Now().Add(-age.olderThan)
 		which += fmt.Sprintf(" last written more than %v ago (before %s, taking a retention of %v)", age.olderThan, before.UTC().Format(time.RFC3339), age.retention)
 	}
-	var keys []string
+	var found []storage.Record
+	live := 0
+	now := time.Now()
 	if err := sc.Scan(ctx, storage.NamespacePrefix(namespace), func(r storage.Record) bool {
 		if r.Status == want && (before.IsZero() || lastWritten(r, age.retention).Before(before)) {
-			keys = append(keys, r.Key)
+			found = append(found, storage.Record{Key: r.Key, Status: r.Status, Token: r.Token})
+			if r.Status == storage.StatusInProgress && r.LeaseUntil.After(now) {
+				live++
+			}
 		}
 		return true
 	}); err != nil {
 		return fmt.Errorf("idem: purge: %w", err)
 	}
 	if !yes {
-		fmt.Fprintf(stdout, "%d %s. Delete them? [y/N] ", len(keys), which)
+		fmt.Fprintf(stdout, "%d %s.", len(found), which)
+		switch {
+		case live == 1:
+			fmt.Fprint(stdout, "\n\n1 of them is being run right now, under a live lease: a purge lets a duplicate run beside it.\n\n")
+		case live > 1:
+			fmt.Fprintf(stdout, "\n\n%d of them are being run right now, under live leases: a purge lets a duplicate run beside each.\n\n", live)
+		default:
+			fmt.Fprint(stdout, " ")
+		}
+		fmt.Fprint(stdout, "Delete them? [y/N] ")
 		if !confirmed() {
 			return errors.New("idem: purge: not deleted")
 		}
 	}
-	deleted := 0
-	for _, k := range keys {
-		if err := s.Delete(ctx, k); err != nil {
-			return fmt.Errorf("idem: purge: after %d of %d: %w", deleted, len(keys), err)
+	// Each record is deleted only as the scan read it: one taken over or
+	// finished since is kept, and named.
+	deleted, gone := 0, 0
+	var kept []keptRecord
+	for _, r := range found {
+		switch err := s.DeleteIf(ctx, r.Key, r.Status, r.Token); {
+		case err == nil:
+			deleted++
+		case errors.Is(err, storage.ErrChanged):
+			_, scope, key, _ := storage.SplitStoreKey(r.Key)
+			kept = append(kept, keptRecord{Key: key, Scope: scope})
+		case errors.Is(err, storage.ErrNotFound):
+			gone++
+		default:
+			return fmt.Errorf("idem: purge: after %d of %d: %w", deleted+len(kept)+gone, len(found), err)
 		}
-		deleted++
 	}
 	if asJSON {
 		out := struct {
-			Namespace string     `json:"namespace"`
-			Status    string     `json:"status"`
-			OlderThan string     `json:"older_than,omitempty"`
-			Before    *time.Time `json:"before,omitempty"` // last written before this
-			Retention string     `json:"retention,omitempty"`
-			Deleted   int        `json:"deleted"`
-		}{Namespace: namespace, Status: status, Deleted: deleted}
+			Namespace string       `json:"namespace"`
+			Status    string       `json:"status"`
+			OlderThan string       `json:"older_than,omitempty"`
+			Before    *time.Time   `json:"before,omitempty"` // last written before this
+			Retention string       `json:"retention,omitempty"`
+			Deleted   int          `json:"deleted"`
+			Kept      []keptRecord `json:"kept,omitempty"` // changed since the scan
+			Gone      int          `json:"gone,omitempty"` // expired or deleted since the scan
+		}{Namespace: namespace, Status: status, Deleted: deleted, Kept: kept, Gone: gone}
 		if !before.IsZero() {
 			b := before.UTC()
 			out.OlderThan, out.Before, out.Retention = age.olderThan.String(), &b, age.retention.String()
 		}
 		return json.NewEncoder(stdout).Encode(out)
 	}
-	fmt.Fprintf(stdout, "idem purge: deleted %d %s\n", deleted, which)
+	for _, k := range kept {
+		fmt.Fprintf(stdout, "idem purge: kept %s: it changed since it was counted (taken over or finished)\n", k)
+	}
+	fmt.Fprintf(stdout, "idem purge: deleted %d %s", deleted, which)
+	if gone > 0 {
+		fmt.Fprintf(stdout, "; %d were gone already", gone)
+	}
+	fmt.Fprintln(stdout)
 	return nil
+}
+
+// keptRecord is a record purge --status did not delete, because it
+// changed since the scan.
+type keptRecord struct {
+	Key   string `json:"key"`
+	Scope string `json:"scope,omitempty"`
+}
+
+func (k keptRecord) String() string {
+	if k.Scope == "" {
+		return strconv.Quote(k.Key)
+	}
+	return fmt.Sprintf("%q (scope %q)", k.Key, k.Scope)
 }

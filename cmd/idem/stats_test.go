@@ -140,7 +140,7 @@ func TestPurgeOlderThan(t *testing.T) {
 			}
 			for _, k := range []string{"young-1", "young-2", "done", "old-1", "old-2", "old-3"} {
 				_, err := s.Get(ctx, storage.StoreKey(ns, k))
-				if gone := errors.Is(err, idem.ErrNotFound); gone != strings.HasPrefix(k, "old-") || (!gone && err != nil) {
+				if gone := errors.Is(err, storage.ErrNotFound); gone != strings.HasPrefix(k, "old-") || (!gone && err != nil) {
 					t.Errorf("after the purge, Get(%s): %v", k, err)
 				}
 			}

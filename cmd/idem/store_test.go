@@ -131,7 +131,7 @@ func TestMigrateThenReap(t *testing.T) {
 	// the short-lived records is gone.
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		_, err := s.Get(ctx, fmt.Sprint("old-", expired-1))
-		if errors.Is(err, idem.ErrNotFound) {
+		if errors.Is(err, storage.ErrNotFound) {
 			break
 		}
 		if time.Now().After(deadline) {

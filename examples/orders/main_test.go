@@ -21,7 +21,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemhttp"
 	"github.com/idemgo/idem/memstore"
 	"github.com/idemgo/idem/pgstore"
@@ -374,7 +373,7 @@ func wantWorking(t *testing.T, s storage.Store) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := s.Get(ctx, "orders-test-"+rand.Text()); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.Get(ctx, "orders-test-"+rand.Text()); !errors.Is(err, storage.ErrNotFound) {
 		t.Errorf("%T: Get of an unknown key: %v, want ErrNotFound", s, err)
 	}
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemkafka/internal/consume"
-	"github.com/idemgo/idem/internal/adapter"
 	"github.com/idemgo/idem/internal/chassis"
 	"github.com/idemgo/idem/pgstore"
 )
@@ -62,7 +61,7 @@ func New(db DB, h Handler, opts ...Option) (*Consumer, error) {
 		cfg.fail("New: db is nil")
 	}
 	if h == nil {
-		cfg.fail("New: the Handler is nil")
+		cfg.fail("New: Handler is nil")
 	}
 	for _, opt := range opts {
 		opt(&cfg)
@@ -80,8 +79,9 @@ func New(db DB, h Handler, opts ...Option) (*Consumer, error) {
 	} else {
 		keys = tg.Config()
 	}
-	var o consume.Options
-	if err := consume.Build(&o, "kafkapg", nil, keys, cfg.consumer); err != nil {
+	c := &Consumer{db: db, h: h}
+	cc, err := consume.New("kafkapg", nil, keys, cfg.consumer, processor{c}, c.adjust)
+	if err != nil {
 		errs = append(errs, err)
 	}
 	offsets, err := parseOffsetsTable(cfg.offsetsTable)
@@ -91,13 +91,12 @@ func New(db DB, h Handler, opts ...Option) (*Consumer, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	tg, err := newTxGuard(o.Logger())
+	tg, err := newTxGuard(cc.Logger())
 	if err != nil {
 		return nil, err
 	}
 	cfg.retention, cfg.lockTimeout = tg.Config().Retention, tg.TxConfig().LockTimeout
-	c := &Consumer{db: db, h: h, cfg: cfg, tg: tg, offsets: offsets}
-	c.c = consume.New(o, processor{c}, c.adjust)
+	c.c, c.cfg, c.tg, c.offsets = cc, cfg, tg, offsets
 	return c, nil
 }
 
@@ -149,10 +148,9 @@ func group(p *consume.Partition) string {
 // asks for the careful path (fallback). An error of the database is an
 // outage.
 func (c processor) batch(ctx context.Context, p *consume.Partition, items []consume.Item) (done int, v chassis.Verdict, fallback bool) {
-	o := c.c.Options()
 	tx, err := c.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
-		return 0, consume.Outage(fmt.Errorf("kafkapg: begin: %w", err)), false
+		return 0, chassis.Outage(fmt.Errorf("kafkapg: begin: %w", err)), false
 	}
 	committed := false
 	defer func() {
@@ -161,82 +159,106 @@ func (c processor) batch(ctx context.Context, p *consume.Partition, items []cons
 		}
 	}()
 	replayed := 0
-	// stopAt decides on items[i], which did not finish with err: the items
-	// before it commit, unless it is poison (the careful path).
-	stopAt := func(i int, err error) (int, chassis.Verdict, bool) {
-		v := p.Decide(ctx, idem.Result{}, err, items[i].Rec)
-		if v.Verdict != adapter.Retry && !errors.Is(err, consume.ErrDraining) {
+	// commitTo commits the first n items, their offset with them.
+	commitTo := func(n int) error {
+		if err := c.commit(ctx, p, tx, items[n-1].Rec); err != nil {
+			return err
+		}
+		committed = true
+		p.Replayed(replayed)
+		return nil
+	}
+	for i := 0; i < len(items); {
+		n, stopErr, careful, err := c.runBatch(ctx, p, tx, items[i:], &replayed)
+		i += n
+		switch {
+		case err != nil:
+			return 0, chassis.Outage(err), false
+		case careful:
+			return 0, v, true
+		case stopErr == nil:
+			continue
+		}
+		// items[i] did not finish: the items before it commit, unless it
+		// is poison (the careful path).
+		v := p.Decide(ctx, items[i], idem.Result{}, stopErr)
+		if v.Settle != chassis.Retry && !errors.Is(stopErr, consume.ErrDraining) {
 			return 0, v, true
 		}
 		if i > 0 {
-			if err := c.commit(ctx, p, tx, items[i-1].Rec); err != nil {
-				return 0, consume.Outage(err), false
+			if err := commitTo(i); err != nil {
+				return 0, chassis.Outage(err), false
 			}
-			committed = true
-			p.Replayed(replayed)
 		}
 		return i, v, false
 	}
-	for i := 0; i < len(items); {
-		if !items[i].KeyOK {
-			it := items[i]
-			if it.KeyErr != nil || !o.UnkeyedUnguarded() {
-				return 0, v, true // poison
-			}
-			if p.Draining() {
-				return stopAt(i, consume.ErrDraining)
-			}
-			if err := c.unguarded(ctx, tx, it); err != nil {
-				return stopAt(i, err)
-			}
-			i++
-			continue
-		}
-		j := i
-		for j < len(items) && items[j].KeyOK {
-			j++
-		}
-		run := items[i:j]
-		ops := make([]idem.BatchOp, len(run))
-		for k, it := range run {
-			ops[k] = idem.BatchOp{Scope: it.Scope, Key: it.Key, Payload: o.Payload(it.Rec)}
-		}
-		res, n, err := c.tg.DoBatchTx(ctx, tx, ops, func(ctx context.Context, tx pgx.Tx, k int) ([]byte, error) {
-			if p.Draining() {
-				return nil, consume.ErrDraining
-			}
-			return nil, c.handle(ctx, handlerTx{tx}, run[k])
-		})
-		switch {
-		case errors.Is(err, idem.ErrInProgress):
-			return 0, v, true // a key held by another transaction: the careful path finds which
-		case err != nil:
-			return 0, consume.Outage(err), false
-		}
-		for _, r := range res[:n] {
-			if r.Err != nil {
-				return 0, v, true // key reused, refused, or a stored failure to dead-letter again
-			}
-			if r.Replayed {
-				replayed++
-			}
-		}
-		if n < len(run) {
-			return stopAt(i+n, res[n].Err)
-		}
-		i = j
+	if err := commitTo(len(items)); err != nil {
+		return 0, chassis.Outage(err), false
 	}
-	if err := c.commit(ctx, p, tx, items[len(items)-1].Rec); err != nil {
-		return 0, consume.Outage(err), false
-	}
-	committed = true
-	p.Replayed(replayed)
 	return len(items), chassis.Verdict{}, false
 }
 
+// runBatch runs the first records of items in tx, and counts the
+// duplicates among them in replayed: one record without a key in a
+// savepoint, or the run of keyed records that starts items through the
+// TxGuard's DoBatchTx. It returns how many finished; stopErr, why the
+// next did not (the handler's error, or ErrDraining); careful, for a
+// record that needs the careful path (poison, or a key another
+// transaction holds); err, the database's.
+func (c processor) runBatch(ctx context.Context, p *consume.Partition, tx pgx.Tx, items []consume.Item, replayed *int) (n int, stopErr error, careful bool, err error) {
+	if it := items[0]; !it.KeyOK {
+		switch {
+		case !it.Unguarded:
+			return 0, nil, true, nil // poison
+		case p.Draining():
+			return 0, consume.ErrDraining, false, nil
+		}
+		if err := c.unguarded(ctx, p, tx, it); err != nil {
+			return 0, err, false, nil
+		}
+		return 1, nil, false, nil
+	}
+	j := 0
+	for j < len(items) && items[j].KeyOK {
+		j++
+	}
+	run := items[:j]
+	ops := make([]idem.BatchOp, len(run))
+	for k, it := range run {
+		ops[k] = idem.BatchOp{Scope: it.Scope, Key: it.Key, Payload: it.Payload}
+	}
+	res, n, err := c.tg.DoBatchTx(ctx, tx, ops, func(ctx context.Context, tx pgx.Tx, k int) ([]byte, error) {
+		if p.Draining() {
+			return nil, consume.ErrDraining
+		}
+		return nil, c.handle(ctx, p, handlerTx{tx}, run[k])
+	})
+	switch {
+	case errors.Is(err, idem.ErrInProgress):
+		return 0, nil, true, nil // a key held by another transaction: the careful path finds which
+	case err != nil:
+		return 0, nil, false, err
+	}
+	for _, r := range res[:n] {
+		if r.Err != nil {
+			return 0, nil, true, nil // key reused, refused, or a stored failure to dead-letter again
+		}
+		if r.Replayed {
+			*replayed++
+		}
+	}
+	switch {
+	case n == len(run):
+		return n, nil, false, nil
+	case res[n].Err == nil:
+		return 0, nil, true, nil // a stop without a cause: the careful path
+	}
+	return n, res[n].Err, false, nil
+}
+
 // handle runs the handler for the record of it with tx.
-func (c processor) handle(ctx context.Context, tx pgx.Tx, it consume.Item) error {
-	return c.c.Options().Handle(ctx, it, func(ctx context.Context) error { return c.h(ctx, tx, it.Rec) })
+func (c processor) handle(ctx context.Context, p *consume.Partition, tx pgx.Tx, it consume.Item) error {
+	return p.Run(ctx, it, func(ctx context.Context) error { return c.h(ctx, tx, it.Rec) })
 }
 
 // commit stores the partition's next offset after last in tx and commits.
@@ -259,7 +281,6 @@ func (c processor) commit(ctx context.Context, p *consume.Partition, tx pgx.Tx, 
 // whose savepoints undo a failed record's writes alone: in one transaction
 // (committed when it stops, or at the end), or in one per record.
 func (c processor) oneByOne(ctx context.Context, p *consume.Partition, items []consume.Item, perRecord bool) (int, chassis.Verdict) {
-	o := c.c.Options()
 	var tx pgx.Tx
 	done := 0 // items committed
 	defer func() {
@@ -284,52 +305,43 @@ func (c processor) oneByOne(ctx context.Context, p *consume.Partition, items []c
 	// items[i], or an outage if the commit failed.
 	stop := func(i int, v chassis.Verdict) (int, chassis.Verdict) {
 		if err := finish(i); err != nil {
-			return done, consume.Outage(err)
+			return done, chassis.Outage(err)
 		}
 		return done, v
 	}
 	for i, it := range items {
 		if p.Draining() {
-			return stop(i, consume.Outage(consume.ErrDraining))
+			return stop(i, chassis.Outage(consume.ErrDraining))
 		}
 		if tx == nil {
 			var err error
 			if tx, err = c.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}); err != nil {
-				return done, consume.Outage(fmt.Errorf("kafkapg: begin: %w", err))
+				return done, chassis.Outage(fmt.Errorf("kafkapg: begin: %w", err))
 			}
 		}
 		var v chassis.Verdict
 		switch {
-		case !it.KeyOK && (it.KeyErr != nil || !o.UnkeyedUnguarded()):
-			v = o.DecideKey(it.KeyErr)
-		case !it.KeyOK:
-			v = p.Decide(ctx, idem.Result{}, c.unguarded(ctx, tx, it), it.Rec)
-		default:
-			res, err := c.tg.DoTxScoped(ctx, tx, it.Scope, it.Key, o.Payload(it.Rec), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
-				return nil, c.handle(ctx, handlerTx{tx}, it)
+		case it.KeyOK:
+			res, err := c.tg.DoTxScoped(ctx, tx, it.Scope, it.Key, it.Payload, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+				return nil, c.handle(ctx, p, handlerTx{tx}, it)
 			})
-			v = p.Decide(ctx, res, err, it.Rec)
-		}
-		switch v.Verdict {
-		case adapter.Ack:
-			if v.Replayed {
-				p.Replayed(1)
-			}
-		case adapter.DeadLetter:
-			if err := p.Poison(ctx, it, v); err != nil {
-				return stop(i, consume.Outage(err))
-			}
+			v = p.Decide(ctx, it, res, err)
+		case it.Unguarded:
+			v = p.Decide(ctx, it, idem.Result{}, c.unguarded(ctx, p, tx, it))
 		default:
+			v = p.Unkeyed(it)
+		}
+		if v, ok := p.Settle(ctx, it, v); !ok {
 			return stop(i, v)
 		}
 		if perRecord {
 			if err := finish(i + 1); err != nil {
-				return done, consume.Outage(err)
+				return done, chassis.Outage(err)
 			}
 		}
 	}
 	if err := finish(len(items)); err != nil {
-		return done, consume.Outage(err)
+		return done, chassis.Outage(err)
 	}
 	return done, chassis.Verdict{}
 }
@@ -337,12 +349,12 @@ func (c processor) oneByOne(ctx context.Context, p *consume.Partition, items []c
 // unguarded runs the handler for a record without a key, in a savepoint:
 // its writes commit with the offset (so exactly once, too), or are undone
 // alone.
-func (c processor) unguarded(ctx context.Context, tx pgx.Tx, it consume.Item) error {
+func (c processor) unguarded(ctx context.Context, p *consume.Partition, tx pgx.Tx, it consume.Item) error {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("%w: savepoint: %w", idem.ErrStoreUnavailable, err)
 	}
-	if err := c.handle(ctx, handlerTx{sp}, it); err != nil {
+	if err := c.handle(ctx, p, handlerTx{sp}, it); err != nil {
 		rollback(ctx, sp)
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemkafka"
 	"github.com/idemgo/idem/idemkafka/kafkapg"
+	"github.com/idemgo/idem/internal/adaptertest"
 	"github.com/idemgo/idem/pgstore"
 	"github.com/idemgo/idem/storage"
 )
@@ -172,6 +173,8 @@ func TestNewRefusesBadConfiguration(t *testing.T) {
 			}
 		})
 	}
+	_, err := kafkapg.New(noDB{}, h, kafkapg.WithConsumerOptions(idemkafka.WithDiscardPoison()))
+	adaptertest.CheckConsumerNoScope(t, err, "kafkapg", "*kgo.Record")
 	if _, err := kafkapg.New(noDB{}, h, kafkapg.WithConsumerOptions(idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison())); err != nil {
 		t.Fatalf("New with a scope and a poison decision: %v", err)
 	}

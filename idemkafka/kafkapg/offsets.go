@@ -96,7 +96,7 @@ func (c *Consumer) adjust(ctx context.Context, cl *kgo.Client, offsets map[strin
 		}
 		if _, assigned := offsets[topic][partition]; assigned {
 			offsets[topic][partition] = kgo.NewOffset().At(next).WithEpoch(-1)
-			c.c.Options().Logger().InfoContext(ctx, "kafkapg: partition starts at its stored offset",
+			c.c.Logger().InfoContext(ctx, "kafkapg: partition starts at its stored offset",
 				"group", group, "topic", topic, "partition", partition, "offset", next)
 		}
 	}

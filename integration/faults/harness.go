@@ -20,7 +20,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemkafka/kafkapg"
 	"github.com/idemgo/idem/pgstore"
 	"github.com/idemgo/idem/redisstore"
@@ -713,7 +712,7 @@ func (r *run) restartRedis(ctx context.Context) error {
 	res := restartResult{crash: crash, checked: len(stored)}
 	for k, ev := range stored {
 		rec, err := s.Get(ctx, storage.StoreKey(r.spec.Namespace, k))
-		if err != nil && !errors.Is(err, idem.ErrNotFound) {
+		if err != nil && !errors.Is(err, storage.ErrNotFound) {
 			return err
 		}
 		if err != nil || strconv.FormatUint(uint64(rec.Token), 10) != ev.detail || rec.Status != storage.StatusCompleted {

@@ -173,7 +173,7 @@ func Check(t testing.TB, s storage.Store, o Options) Stats {
 					}
 					in.value = fmt.Sprintf("c%d-%d", c, n)
 					if in.kind == fail {
-						in.value = string(idem.EncodeFailure(errors.New(in.value)))
+						in.value = string(storage.EncodeFailure(errors.New(in.value)))
 					}
 					in.ret = int64(outcomeRetention)
 					in.lease = int64(lease) / 2 << r.IntN(3)
@@ -283,7 +283,7 @@ func do(s storage.Store, in input) output {
 		out = output{err: "reused"}
 	case errors.Is(err, idem.ErrLeaseLost):
 		out = output{err: "lost"}
-	case errors.Is(err, idem.ErrNotFound):
+	case errors.Is(err, storage.ErrNotFound):
 		out = output{err: "notfound"}
 	default:
 		out = output{err: "error: " + err.Error()}

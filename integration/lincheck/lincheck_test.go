@@ -196,7 +196,7 @@ type ignoresExtend struct{ *memstore.Store }
 
 func (s ignoresExtend) Extend(ctx context.Context, key string, t storage.Token, _ time.Duration) error {
 	rec, err := s.Get(ctx, key)
-	if errors.Is(err, idem.ErrNotFound) || err == nil && (rec.Status != storage.StatusInProgress || rec.Token != t || t == 0) {
+	if errors.Is(err, storage.ErrNotFound) || err == nil && (rec.Status != storage.StatusInProgress || rec.Token != t || t == 0) {
 		return idem.ErrLeaseLost
 	}
 	return err

@@ -131,6 +131,27 @@ func TestPublisher(t *testing.T) {
 				q := declareQueue(t, conn)
 				return q, consume(t, conn, q)
 			},
+			Poisons: []outboxtest.Poison{
+				// RabbitMQ's frame_max is 128 KiB by default: 40 headers of
+				// 4,000 bytes do not fit in the one frame properties travel in.
+				{Name: "HeadersOverFrameMax", Message: func(dest string) outbox.Message {
+					h := map[string]string{}
+					for i := range 40 {
+						h[fmt.Sprintf("X-Big-%d", i)] = strings.Repeat("h", 4000)
+					}
+					return outbox.Message{Destination: dest, Headers: h, Payload: []byte("poison")}
+				}, Err: "frame"},
+				// The content-type property holds at most 255 bytes.
+				{Name: "ContentTypeOver255Bytes", Message: func(dest string) outbox.Message {
+					h := map[string]string{"Content-Type": strings.Repeat("t", 300)}
+					return outbox.Message{Destination: dest, Headers: h, Payload: []byte("poison")}
+				}, Err: "Content-Type"},
+				// RabbitMQ routes by a CC or BCC header of an array only,
+				// and closes the channel for one of another type.
+				{Name: "CCHeader", Message: func(dest string) outbox.Message {
+					return outbox.Message{Destination: dest, Headers: map[string]string{"CC": dest}, Payload: []byte("poison")}
+				}, Err: "CC"},
+			},
 		}
 	})
 }

@@ -78,3 +78,36 @@ func TestAnExchangeThatDoesNotExistIsPermanent(t *testing.T) {
 		t.Fatal("nothing received")
 	}
 }
+
+// TestPropertiesUpToFrameMaxPass: the Publisher refuses a message whose
+// properties would not fit in a frame, and only such a message: of
+// messages with headers growing a byte at a time across the connection's
+// frame_max, every one it sends is confirmed (a frame too large would
+// close the connection), and from some size on it refuses them, as
+// permanent, alone.
+func TestPropertiesUpToFrameMaxPass(t *testing.T) {
+	t.Parallel()
+	conn := dial(t)
+	q := declareQueue(t, conn)
+	frameMax := conn.Config.FrameSize
+	pub := newPublisher(t, amqpURL)
+	ctx := publishCtx(t)
+	sent, refused := 0, 0
+	for n := frameMax - 120; n < frameMax; n++ {
+		big := outbox.Message{ID: "id", Destination: q, Key: "a", Headers: map[string]string{"X-Pad": strings.Repeat("p", n)}}
+		small := outbox.Message{ID: "small", Destination: q, Key: "b"}
+		err := pub.Publish(ctx, []outbox.Message{big, small})
+		if err == nil {
+			sent++
+			continue
+		}
+		pe, ok := errors.AsType[*outbox.PublishError](err)
+		if !ok || !outbox.IsPermanent(pe.Errs[0]) || !errors.Is(pe.Errs[0], amqppub.ErrPropertiesTooLarge) || pe.Errs[1] != nil {
+			t.Fatalf("headers of %d bytes: Publish = %v, want nil, or the message refused as too large alone", n, err)
+		}
+		refused++
+	}
+	if sent == 0 || refused == 0 {
+		t.Errorf("%d sent, %d refused: want the boundary between them", sent, refused)
+	}
+}

@@ -194,6 +194,9 @@ func TestPublisher(t *testing.T) {
 				}()
 				return topic, got
 			},
+			Poisons: []outboxtest.Poison{{Name: "InvalidTopic", Message: func(dest string) outbox.Message {
+				return outbox.Message{Destination: dest + " x", Payload: []byte("poison")}
+			}, Err: "INVALID_TOPIC_EXCEPTION"}},
 		}
 	})
 }

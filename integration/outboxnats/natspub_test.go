@@ -108,8 +108,21 @@ func TestPublisher(t *testing.T) {
 				subject := prefix + ".d" + strconv.Itoa(n)
 				return subject, subscribe(t, js, stream, subject)
 			},
+			Poisons: []outboxtest.Poison{
+				{Name: "SubjectWithASpace", Message: subjectPoison(" x"), Err: "invalid subject"},
+				{Name: "WildcardSubject", Message: subjectPoison(".*"), Err: "invalid subject"},
+				{Name: "EmptyToken", Message: subjectPoison("..x"), Err: "invalid subject"},
+			},
 		}
 	})
+}
+
+// subjectPoison returns a message to a subject, invalid, made of the
+// test's own and suffix.
+func subjectPoison(suffix string) func(dest string) outbox.Message {
+	return func(dest string) outbox.Message {
+		return outbox.Message{Destination: dest + suffix, Payload: []byte("poison")}
+	}
 }
 
 func TestNewRequiresNoReconnectBuffer(t *testing.T) {

@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/adapter"
 	"github.com/idemgo/idem/memstore"
-	"github.com/idemgo/idem/storage"
 )
 
 func TestMain(m *testing.M) { idemtest.Main(m, "github.com/idemgo/idem") }
@@ -40,7 +38,7 @@ var names = adapter.Names{Pkg: "testadapter", Request: "msg", Key: "the key head
 func build(t *testing.T, g *idem.Guard, opts ...option) (*options, error) {
 	t.Helper()
 	o := &options{}
-	return o, adapter.Build(o, &o.Policy, names, g, opts)
+	return o, adapter.Build(o, &o.Policy, names, g, nil, opts, nil)
 }
 
 func newGuard(t *testing.T, cfg idem.Config) *idem.Guard {
@@ -105,7 +103,7 @@ func TestScopesSeparateKeys(t *testing.T) {
 	ctx := context.Background()
 	run := func(m msg, v string) idem.Result {
 		t.Helper()
-		res, err := o.Do(ctx, m, "k", nil, func(context.Context) ([]byte, error) { return []byte(v), nil })
+		res, err := o.Guard().DoScoped(ctx, o.Scope(m), "k", nil, func(context.Context) ([]byte, error) { return []byte(v), nil })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -176,51 +174,6 @@ func TestKey(t *testing.T) {
 	}
 	if _, err := optional.Key([]string{"bad"}, nil); !errors.Is(err, errNotUUID) {
 		t.Errorf("the validator's error %v is not in the chain", err)
-	}
-}
-
-// The consumer's decision for every answer the Guard gives.
-func TestDecide(t *testing.T) {
-	permanent := idem.Permanent(errors.New("card declined"))
-	stored := idem.DecodeFailure(idem.EncodeFailure(permanent))
-	for _, tc := range []struct {
-		name     string
-		res      idem.Result
-		err      error
-		verdict  adapter.Verdict
-		class    adapter.Class
-		delay    time.Duration
-		replayed bool
-	}{
-		{"completed", idem.Result{Value: []byte("v")}, nil, adapter.Ack, adapter.OK, 0, false},
-		{"replayed", idem.Result{Value: []byte("v"), Replayed: true}, nil, adapter.Ack, adapter.OK, 0, true},
-		{"too large, ran", idem.Result{Value: []byte("v")}, fmt.Errorf("%w: 2 MiB", idem.ErrValueTooLarge), adapter.Ack, adapter.TooLarge, 0, false},
-		{"too large, replayed", idem.Result{Replayed: true}, &idem.PermanentError{Err: idem.ErrValueTooLarge, Replayed: true}, adapter.Ack, adapter.TooLarge, 0, true},
-		{"in progress", idem.Result{}, fmt.Errorf("%w (key %q)", idem.ErrInProgress, "k"), adapter.Retry, adapter.InProgress, 2 * time.Second, false},
-		{"store unavailable", idem.Result{}, fmt.Errorf("%w: claim: refused", idem.ErrStoreUnavailable), adapter.Retry, adapter.Unavailable, 3 * time.Second, false},
-		{"lease lost", idem.Result{Value: []byte("v")}, fmt.Errorf("idem: complete: %w", idem.ErrLeaseLost), adapter.Retry, adapter.LeaseLost, 3 * time.Second, false},
-		{"closed", idem.Result{}, idem.ErrClosed, adapter.Retry, adapter.Ended, 3 * time.Second, false},
-		{"cancelled", idem.Result{}, fmt.Errorf("idem: claim: %w", context.Canceled), adapter.Retry, adapter.Ended, 3 * time.Second, false},
-		{"retryable", idem.Result{}, errors.New("downstream timeout"), adapter.Retry, adapter.Retryable, 4 * time.Second, false},
-		{"permanent", idem.Result{}, permanent, adapter.DeadLetter, adapter.Permanent, 0, false},
-		{"stored permanent", idem.Result{Replayed: true}, stored, adapter.DeadLetter, adapter.StoredFailure, 0, true},
-		{"too many attempts", idem.Result{Replayed: true}, idem.DecodeFailure(storage.TooManyAttemptsCause()), adapter.DeadLetter, adapter.TooManyAttempts, 0, true},
-		{"key reused", idem.Result{}, fmt.Errorf("%w (key %q)", idem.ErrKeyReused, "k"), adapter.DeadLetter, adapter.KeyReused, 0, false},
-		{"invalid key", idem.Result{}, fmt.Errorf("%w: the key is empty", idem.ErrInvalidKey), adapter.DeadLetter, adapter.InvalidKey, 0, false},
-		{"missing key", idem.Result{}, adapter.ErrKeyMissing, adapter.DeadLetter, adapter.InvalidKey, 0, false},
-	} {
-		d := adapter.Delays{InProgress: 2 * time.Second, Unavailable: 3 * time.Second, Failed: 4 * time.Second}
-		a := d.Decide(tc.res, tc.err)
-		if a.Verdict != tc.verdict || a.Class != tc.class || a.Delay != tc.delay || a.Replayed != tc.replayed {
-			t.Errorf("%s: Decide = %v %v delay %v replayed %v; want %v %v delay %v replayed %v",
-				tc.name, a.Verdict, a.Class, a.Delay, a.Replayed, tc.verdict, tc.class, tc.delay, tc.replayed)
-		}
-		if (a.Verdict == adapter.Ack) != (a.Cause == nil) || (a.Cause != nil && a.Cause != tc.err) {
-			t.Errorf("%s: Cause %v, want the Guard's error unless acknowledged", tc.name, a.Cause)
-		}
-	}
-	if a := adapter.Decide(idem.Result{}, idem.ErrInProgress); a.Delay != adapter.DefaultDelays.InProgress {
-		t.Errorf("Decide's delay %v, want the default %v", a.Delay, adapter.DefaultDelays.InProgress)
 	}
 }
 

@@ -37,6 +37,12 @@ const (
 	// LeaseLost: the operation ran, but its lease was lost before the
 	// outcome was stored.
 	LeaseLost
+	// Refused: the store answered, and refuses the key alone
+	// (idem.ErrRefused): a record it cannot read, arguments out of its
+	// range. Retrying will likely get the same answer, but an operator may
+	// mend the record: a consumer counts it as a failed attempt, and
+	// dead-letters the message after its attempts.
+	Refused
 	// Unavailable: the store could not be reached, or did not take the
 	// outcome.
 	Unavailable
@@ -48,7 +54,7 @@ const (
 )
 
 var classNames = [...]string{"ok", "too_many_attempts", "too_large", "stored_failure", "permanent",
-	"key_reused", "invalid_key", "in_progress", "lease_lost", "unavailable", "ended", "retryable"}
+	"key_reused", "invalid_key", "in_progress", "lease_lost", "refused", "unavailable", "ended", "retryable"}
 
 // String returns the class name in snake case, for logs and metric labels.
 func (c Class) String() string {
@@ -97,6 +103,7 @@ var sentinels = [...]struct {
 	{idem.ErrInvalidKey, InvalidKey},
 	{idem.ErrInProgress, InProgress},
 	{idem.ErrLeaseLost, LeaseLost},
+	{idem.ErrRefused, Refused},
 	{idem.ErrStoreUnavailable, Unavailable},
 	{idem.ErrClosed, Ended},
 	{context.Canceled, Ended},

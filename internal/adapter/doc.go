@@ -13,9 +13,8 @@
 //     the Guard's own length and ValidateKey checks ([Policy.Key]);
 //   - what an error of the Guard means ([Classify]): a key in progress, a
 //     reused key, a replayed permanent failure, an outcome too large to
-//     keep, a store that cannot be reached;
-//   - what a consumer does with a message once the Guard answered
-//     ([Decide]): acknowledge it, redeliver it later, or dead-letter it;
+//     keep, a store that cannot be reached (what a consumer then does with
+//     its message is internal/chassis's verdict);
 //   - the logging of outcomes that were not stored, and the option
 //     plumbing (errors collected per option, a nil Option refused).
 //

@@ -19,6 +19,11 @@ type Names struct {
 	// Key names where the key travels ("the Idempotency-Key header"), for
 	// an adapter whose options cannot rename it (see [Policy.SetKeyName]).
 	Key string
+	// Threat, when set, ends the error of a missing scope decision: what
+	// else a missing scope lets one caller do to another, for an adapter
+	// whose keys are chosen by others than its callers (a consumer's
+	// publishers).
+	Threat string
 }
 
 // Policy holds the settings every adapter has, for requests or messages of
@@ -39,7 +44,7 @@ type Policy[M any] struct {
 }
 
 // Fail records a configuration error; the message is prefixed with the
-// adapter's package name by Build.
+// adapter's package name by [Build].
 func (p *Policy[M]) Fail(format string, args ...any) {
 	p.errs = append(p.errs, fmt.Errorf(format, args...))
 }
@@ -82,22 +87,22 @@ func (p *Policy[M]) SetLogger(l *slog.Logger) {
 	}
 }
 
-// Build applies opts to o, whose Policy is p, over the Guard g, and checks
-// the result: a nil g or a nil Option, an option that failed, and a missing
-// or double scope decision are errors, all reported at once, each starting
-// with names.Pkg.
-func Build[O any, F ~func(*O), M any](o *O, p *Policy[M], names Names, g *idem.Guard, opts []F) error {
-	if g == nil {
+// Build applies opts to o, whose Policy is p, and checks the result: a nil
+// Option, an option that failed, what check (when not nil) finds wrong
+// with the adapter's own options once they are applied (p.Fail), and a
+// missing or double scope decision are errors, all reported at once, each
+// starting with names.Pkg. The Policy runs over the Guard g and uses its
+// configuration's key checks and logger; an adapter that runs its
+// operations with another executor (a TxGuard) passes a nil g and that
+// executor's configuration cfg instead. A nil g without a cfg is an error.
+func Build[O any, F ~func(*O), M any](o *O, p *Policy[M], names Names, g *idem.Guard, cfg *idem.Config, opts []F, check func()) error {
+	switch {
+	case g != nil:
+		c := g.Config()
+		cfg = &c
+	case cfg == nil:
 		return fmt.Errorf("%s: New: Guard is nil", names.Pkg)
 	}
-	Apply(o, p, names, opts)
-	return p.Finish(g, g.Config())
-}
-
-// Apply applies opts to o, whose Policy is p, recording the errors of the
-// options for [Policy.Finish]: the first half of [Build], for an adapter
-// that checks more of its own between the two (p.Fail).
-func Apply[O any, F ~func(*O), M any](o *O, p *Policy[M], names Names, opts []F) {
 	p.names = names
 	for _, opt := range opts {
 		if opt == nil {
@@ -106,14 +111,17 @@ func Apply[O any, F ~func(*O), M any](o *O, p *Policy[M], names Names, opts []F)
 		}
 		opt(o)
 	}
+	if check != nil {
+		check()
+	}
+	return p.finish(g, *cfg)
 }
 
-// Finish checks the scope decision and returns every error recorded, each
+// finish checks the scope decision and returns every error recorded, each
 // starting with the adapter's package name; when there is none, the Policy
 // is ready, over the Guard g (nil for an adapter that runs its operations
-// with another executor, such as a TxGuard) and its configuration cfg,
-// whose key checks and logger it uses.
-func (p *Policy[M]) Finish(g *idem.Guard, cfg idem.Config) error {
+// with another executor) and the configuration cfg.
+func (p *Policy[M]) finish(g *idem.Guard, cfg idem.Config) error {
 	names := p.names
 	switch {
 	case p.scope == nil && !p.sharedScope:
@@ -122,7 +130,7 @@ func (p *Policy[M]) Finish(g *idem.Guard, cfg idem.Config) error {
 			"Without a scope, a caller that sends another caller's key with the same payload receives that "+
 			"caller's stored outcome (its response, headers and cookies), and a caller that sends a guessable "+
 			"key first makes its victim receive the attacker's outcome "+
-			"(IETF draft-ietf-httpapi-idempotency-key-header, Security Considerations)", names.Request)
+			"(IETF draft-ietf-httpapi-idempotency-key-header, Security Considerations)%s", names.Request, names.Threat)
 	case p.scope != nil && p.sharedScope:
 		p.Fail("New: WithScope and WithSharedScope are both given: choose one")
 	}
@@ -165,11 +173,6 @@ func (p *Policy[M]) Scope(m M) string {
 		return ""
 	}
 	return p.scope(m)
-}
-
-// Do runs fn at most once for key in m's scope: the Guard's DoScoped.
-func (p *Policy[M]) Do(ctx context.Context, m M, key string, payload []byte, fn func(context.Context) ([]byte, error)) (idem.Result, error) {
-	return p.g.DoScoped(ctx, p.Scope(m), key, payload, fn)
 }
 
 // ValueLimit returns the longest value the Guard's store keeps, or 0 when

@@ -68,6 +68,18 @@ func CheckNoScope(t *testing.T, err error, pkg, request string) {
 	}
 }
 
+// CheckConsumerNoScope checks err, the error of a consumer's constructor
+// called without WithScope or WithSharedScope, as CheckNoScope does, and
+// that it goes on to say, right after, the threat to a consumer, whose
+// keys are chosen by its publishers.
+func CheckConsumerNoScope(t *testing.T, err error, pkg, request string) {
+	t.Helper()
+	CheckNoScope(t, err, pkg, request)
+	if err != nil && !strings.Contains(err.Error(), "Security Considerations). For a consumer, keys are chosen by publishers") {
+		t.Errorf("New's error %q does not say what the threat is to a consumer", err)
+	}
+}
+
 // LimitStore is a store that keeps values of Max bytes at most and says
 // so (storage.Store.MaxValueSize), as redisstore and pgstore do: a longer value or
 // cause is refused with an error wrapping idem.ErrValueTooLarge.

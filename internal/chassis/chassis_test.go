@@ -18,6 +18,7 @@ import (
 	"github.com/idemgo/idem/internal/adapter"
 	"github.com/idemgo/idem/internal/chassis"
 	"github.com/idemgo/idem/memstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // msg is the message of a test consumer: headers by name.
@@ -76,7 +77,7 @@ func TestBuildRequiresTheDecisions(t *testing.T) {
 		{"discard", []option{shared, discard}, nil},
 		{"no poison decision", []option{shared}, []string{"testconsumer: New: no poison decision", "withDeadLetter(dest)", "WithDiscardPoison()"}},
 		{"both poison decisions", []option{shared, discard, withDeadLetter("dlq")}, []string{"WithDeadLetter and WithDiscardPoison are both given"}},
-		{"no scope decision", []option{discard}, []string{"no scope decision"}},
+		{"no scope decision", []option{discard}, []string{"no scope decision", "Security Considerations). For a consumer, keys are chosen by publishers"}},
 		{"bad values", []option{shared, discard, func(o *options) {
 			o.SetMaxAttempts(0)
 			o.SetRetryBackoff(time.Second, time.Millisecond)
@@ -171,7 +172,8 @@ func TestKey(t *testing.T) {
 	}
 }
 
-// The verdicts, and the attempts that bound a failing handler.
+// The verdicts on every answer the Guard gives, and the attempts that
+// bound a failing handler.
 func TestDecide(t *testing.T) {
 	o, err := build(t, shared, discard, func(o *options) { o.SetMaxAttempts(3); o.SetBusyDelay(7 * time.Second) })
 	if err != nil {
@@ -179,47 +181,67 @@ func TestDecide(t *testing.T) {
 	}
 	failed := errors.New("downstream timeout")
 	panicked := &consumer.PanicError{Value: "boom"}
+	permanent := idem.Permanent(errors.New("card declined"))
+	stored := &idem.PermanentError{Err: storage.DecodeFailure(storage.EncodeFailure(permanent)), Replayed: true}
 	for _, tc := range []struct {
 		name     string
+		res      idem.Result
 		err      error
 		failures int
-		verdict  adapter.Verdict
+		settle   chassis.Settle
 		reason   consumer.Reason
 		busy     bool
 		counted  bool
 	}{
-		{"ok", nil, 0, adapter.Ack, "", false, false},
-		{"busy", idem.ErrInProgress, 9, adapter.Retry, "", true, false},
-		{"store down", idem.ErrStoreUnavailable, 9, adapter.Retry, "", false, false},
-		{"shutdown", context.Canceled, 9, adapter.Retry, "", false, false},
-		{"handler's own timeout", fmt.Errorf("charge: %w", context.DeadlineExceeded), 0, adapter.Retry, "", false, true},
-		{"handler's own timeout, third", fmt.Errorf("charge: %w", context.DeadlineExceeded), 2, adapter.DeadLetter, consumer.ReasonTooManyAttempts, false, true},
-		{"first failure", failed, 0, adapter.Retry, "", false, true},
-		{"second failure", failed, 1, adapter.Retry, "", false, true},
-		{"third failure", failed, 2, adapter.DeadLetter, consumer.ReasonTooManyAttempts, false, true},
-		{"third panic", panicked, 2, adapter.DeadLetter, consumer.ReasonTooManyAttempts, false, true},
-		{"permanent", idem.Permanent(failed), 0, adapter.DeadLetter, consumer.ReasonPermanent, false, false},
-		{"reused", idem.ErrKeyReused, 0, adapter.DeadLetter, consumer.ReasonKeyReused, false, false},
-		{"guard's attempts", idem.ErrTooManyAttempts, 0, adapter.DeadLetter, consumer.ReasonTooManyAttempts, false, false},
+		{"ok", idem.Result{Value: []byte("v")}, nil, 0, chassis.Ack, "", false, false},
+		{"replayed", idem.Result{Value: []byte("v"), Replayed: true}, nil, 0, chassis.Ack, "", false, false},
+		{"too large, ran", idem.Result{Value: []byte("v")}, fmt.Errorf("%w: 2 MiB", idem.ErrValueTooLarge), 0, chassis.Ack, "", false, false},
+		{"too large, replayed", idem.Result{Replayed: true}, &idem.PermanentError{Err: idem.ErrValueTooLarge, Replayed: true}, 0, chassis.Ack, "", false, false},
+		{"busy", idem.Result{}, fmt.Errorf("%w (key %q)", idem.ErrInProgress, "k"), 9, chassis.Retry, "", true, false},
+		{"store down", idem.Result{}, fmt.Errorf("%w: claim: refused", idem.ErrStoreUnavailable), 9, chassis.Retry, "", false, false},
+		{"lease lost", idem.Result{Value: []byte("v")}, fmt.Errorf("idem: complete: %w", idem.ErrLeaseLost), 9, chassis.Retry, "", false, false},
+		{"closed", idem.Result{}, idem.ErrClosed, 9, chassis.Retry, "", false, false},
+		{"shutdown", idem.Result{}, fmt.Errorf("idem: claim: %w", context.Canceled), 9, chassis.Retry, "", false, false},
+		{"handler's own timeout", idem.Result{}, fmt.Errorf("charge: %w", context.DeadlineExceeded), 0, chassis.Retry, "", false, true},
+		{"handler's own timeout, third", idem.Result{}, fmt.Errorf("charge: %w", context.DeadlineExceeded), 2, chassis.DeadLetter, consumer.ReasonTooManyAttempts, false, true},
+		{"first failure", idem.Result{}, failed, 0, chassis.Retry, "", false, true},
+		{"second failure", idem.Result{}, failed, 1, chassis.Retry, "", false, true},
+		{"third failure", idem.Result{}, failed, 2, chassis.DeadLetter, consumer.ReasonTooManyAttempts, false, true},
+		{"third panic", idem.Result{}, panicked, 2, chassis.DeadLetter, consumer.ReasonTooManyAttempts, false, true},
+		{"refused", idem.Result{}, fmt.Errorf("idem: claim (key %q): %w", "k", idem.ErrRefused), 0, chassis.Retry, "", false, true},
+		{"refused, third", idem.Result{}, fmt.Errorf("idem: claim (key %q): %w", "k", idem.ErrRefused), 2, chassis.DeadLetter, consumer.ReasonTooManyAttempts, false, true},
+		{"permanent", idem.Result{}, permanent, 0, chassis.DeadLetter, consumer.ReasonPermanent, false, false},
+		{"stored permanent", idem.Result{Replayed: true}, stored, 0, chassis.DeadLetter, consumer.ReasonPermanent, false, false},
+		{"reused", idem.Result{}, fmt.Errorf("%w (key %q)", idem.ErrKeyReused, "k"), 0, chassis.DeadLetter, consumer.ReasonKeyReused, false, false},
+		{"guard's attempts", idem.Result{Replayed: true}, &idem.PermanentError{Err: storage.DecodeFailure(storage.TooManyAttemptsCause()), Replayed: true}, 0, chassis.DeadLetter, consumer.ReasonTooManyAttempts, false, false},
+		{"invalid key", idem.Result{}, fmt.Errorf("%w: the key is empty", idem.ErrInvalidKey), 0, chassis.DeadLetter, consumer.ReasonInvalidKey, false, false},
+		{"missing key", idem.Result{}, fmt.Errorf("%w: %w", idem.ErrInvalidKey, consumer.ErrNoKey), 0, chassis.DeadLetter, consumer.ReasonMissingKey, false, false},
 	} {
-		v := o.Decide(idem.Result{}, tc.err, tc.failures)
-		if v.Verdict != tc.verdict || v.Reason != tc.reason || v.Busy != tc.busy || v.Failed != tc.counted {
-			t.Errorf("%s: Decide = %v reason %q busy %v failed %v; want %v %q %v %v", tc.name, v.Verdict, v.Reason, v.Busy, v.Failed, tc.verdict, tc.reason, tc.busy, tc.counted)
+		v := o.Decide(tc.res, tc.err, tc.failures)
+		if v.Settle != tc.settle || v.Reason != tc.reason || v.Busy != tc.busy || v.Failed != tc.counted || v.Replayed != tc.res.Replayed {
+			t.Errorf("%s: Decide = %v reason %q busy %v failed %v replayed %v; want %v %q %v %v %v", tc.name,
+				v.Settle, v.Reason, v.Busy, v.Failed, v.Replayed, tc.settle, tc.reason, tc.busy, tc.counted, tc.res.Replayed)
 		}
-		if tc.busy && v.Delay != 7*time.Second {
+		if (v.Settle == chassis.Ack) != (v.Cause == nil) || (v.Cause != nil && !errors.Is(v.Cause, tc.err)) {
+			t.Errorf("%s: Cause %v, want the Guard's error unless acknowledged", tc.name, v.Cause)
+		}
+		switch {
+		case tc.busy && v.Delay != 7*time.Second:
 			t.Errorf("%s: delay %v, want the busy delay", tc.name, v.Delay)
+		case v.Settle == chassis.Retry && !tc.busy && v.Delay <= 0:
+			t.Errorf("%s: delay %v, want a backoff", tc.name, v.Delay)
 		}
 	}
 	v := o.Decide(idem.Result{}, panicked, 2)
-	if !errors.Is(v.Cause, idem.ErrTooManyAttempts) || !errors.Is(v.Cause, panicked) || !strings.Contains(chassis.CauseText(v.Cause), "failed 3 times") {
+	if !errors.Is(v.Cause, idem.ErrTooManyAttempts) || !errors.Is(v.Cause, panicked) || !strings.Contains(v.Cause.Error(), "failed 3 times") {
 		t.Errorf("the cause of too many attempts %q: want it to wrap ErrTooManyAttempts and the last failure", v.Cause)
 	}
 	if v := o.DecideKey(nil); v.Reason != consumer.ReasonMissingKey || !errors.Is(v.Cause, consumer.ErrNoKey) {
 		t.Errorf("DecideKey(nil) = %q, %v", v.Reason, v.Cause)
 	}
 	ke := &consumer.KeyError{Source: "x", Err: errors.New("empty")}
-	if v := o.DecideKey(ke); v.Reason != consumer.ReasonInvalidKey || v.Cause != ke || v.Verdict != adapter.DeadLetter {
-		t.Errorf("DecideKey(KeyError) = %v %q, %v", v.Verdict, v.Reason, v.Cause)
+	if v := o.DecideKey(ke); v.Reason != consumer.ReasonInvalidKey || v.Cause != ke || v.Settle != chassis.DeadLetter {
+		t.Errorf("DecideKey(KeyError) = %v %q, %v", v.Settle, v.Reason, v.Cause)
 	}
 }
 
@@ -250,10 +272,10 @@ func TestCallTurnsAPanicIntoAnError(t *testing.T) {
 	}
 	built := 0
 	attrs := func() []slog.Attr { built++; return []slog.Attr{slog.String("subject", "orders.created")} }
-	if err := o.Call(context.Background(), func(context.Context) error { return nil }, attrs); err != nil || built != 0 {
+	if err := o.Call(context.Background(), nil, nil, func(context.Context) error { return nil }, attrs); err != nil || built != 0 {
 		t.Fatalf("Call of a handler that returns: %v, its attributes built %d times, want never", err, built)
 	}
-	err = o.Call(context.Background(), func(context.Context) error { panic("nil map") }, attrs)
+	err = o.Call(context.Background(), nil, nil, func(context.Context) error { panic("nil map") }, attrs)
 	pe, ok := errors.AsType[*consumer.PanicError](err)
 	if !ok || pe.Value != "nil map" || !bytes.Contains(pe.Stack, []byte("chassis_test")) {
 		t.Fatalf("Call of a panicking handler = %v, want a *consumer.PanicError with its value and stack", err)
@@ -261,11 +283,11 @@ func TestCallTurnsAPanicIntoAnError(t *testing.T) {
 	if log := logged.String(); !strings.Contains(log, "subject=orders.created") || !strings.Contains(log, "panic=\"nil map\"") {
 		t.Fatalf("the panic's log %q lacks the message's attributes or the panic", log)
 	}
-	if err := o.Call(context.Background(), func(context.Context) error { panic("no attrs") }, nil); err == nil {
+	if err := o.Call(context.Background(), nil, nil, func(context.Context) error { panic("no attrs") }, nil); err == nil {
 		t.Fatal("Call with no attributes let a panic pass as a success")
 	}
-	if v := o.Decide(idem.Result{}, err, 0); v.Verdict != adapter.Retry || !v.Failed {
-		t.Fatalf("a panic is a failed attempt, retried: %v failed %v", v.Verdict, v.Failed)
+	if v := o.Decide(idem.Result{}, err, 0); v.Settle != chassis.Retry || !v.Failed {
+		t.Fatalf("a panic is a failed attempt, retried: %v failed %v", v.Settle, v.Failed)
 	}
 }
 
@@ -333,7 +355,7 @@ func TestLetterFits(t *testing.T) {
 // which does not count toward it, stays when the whole fits.
 func TestLetterFitsMaxHeaders(t *testing.T) {
 	const limit, maxHeaders = 1_000_000, 64 << 10
-	v := chassis.Verdict{Reason: consumer.ReasonInvalidKey, Action: adapter.Action{Cause: errors.New("longer than 255 bytes")}}
+	v := chassis.Verdict{Reason: consumer.ReasonInvalidKey, Cause: errors.New("longer than 255 bytes")}
 	big := strings.Repeat("k", maxHeaders-2000) // fits the headers' budget alone, not with the idem headers
 	body := bytes.Repeat([]byte{1}, 500_000)
 	l := chassis.NewLetter(nil, body, []chassis.Header{{"idempotency-key", []byte(big)}, {"trace", []byte("t")}}, v, "", false)
@@ -442,8 +464,20 @@ type ctxKey string
 func TestHandlerContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), ctxKey("mine"), "consumer's"))
 	record := context.WithValue(context.WithValue(context.Background(), ctxKey("span"), "producer's span"), ctxKey("mine"), "record's")
-	trace := chassis.TraceFromHeaders([]chassis.Header{{"TraceParent", []byte("00-abc-01")}, {"other", []byte("x")}})
-	hctx := chassis.HandlerContext(ctx, record, trace)
+	trace := chassis.Trace(func(name string) string {
+		if name == "traceparent" {
+			return "00-abc-01"
+		}
+		return ""
+	})
+	o, err := build(t, shared, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hctx context.Context
+	if err := o.Call(ctx, record, trace, func(ctx context.Context) error { hctx = ctx; return nil }, nil); err != nil {
+		t.Fatal(err)
+	}
 	if hctx.Value(ctxKey("span")) != "producer's span" || hctx.Value(ctxKey("mine")) != "consumer's" {
 		t.Fatalf("values: span %v, mine %v", hctx.Value(ctxKey("span")), hctx.Value(ctxKey("mine")))
 	}
@@ -456,5 +490,70 @@ func TestHandlerContext(t *testing.T) {
 	}
 	if len(consumer.TraceFrom(context.Background())) != 0 {
 		t.Fatal("no trace context: want an empty carrier")
+	}
+}
+
+// TestSendLetter: a dead letter refused as too large is sent once more,
+// stripped; refusals are counted to MaxAttempts, then the consumer gives
+// up, logged at error level; outages are tried again without end; a
+// consumer that stops has the last error.
+func TestSendLetter(t *testing.T) {
+	var logged bytes.Buffer
+	o, err := build(t, shared, withDeadLetter("dlq"), func(o *options) {
+		o.SetMaxAttempts(3)
+		o.SetRetryBackoff(time.Millisecond, time.Millisecond)
+		o.SetLogger(slog.New(slog.NewTextHandler(&logged, nil)))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusal := errors.New("no")
+	send := func(l *chassis.Letter, answers ...chassis.Refusal) (func() (chassis.Refusal, error), *int) {
+		sent := 0
+		return func() (chassis.Refusal, error) {
+			sent++
+			if sent > len(answers) {
+				return chassis.Unreached, nil
+			}
+			if sent > 1 && answers[sent-2] == chassis.RefusedTooLarge && l.Body != nil {
+				t.Fatal("a letter refused as too large was sent again unstripped")
+			}
+			return answers[sent-1], refusal
+		}, &sent
+	}
+	waits := 0
+	wait := func(time.Duration) bool { waits++; return true }
+	newLetter := func() *chassis.Letter {
+		return chassis.NewLetter(nil, []byte("body"), nil, chassis.Verdict{Reason: consumer.ReasonPermanent}, "k", true)
+	}
+	for _, tc := range []struct {
+		name    string
+		answers []chassis.Refusal
+		sends   int
+		gaveUp  bool
+		err     error
+	}{
+		{"taken", nil, 1, false, nil},
+		{"outages", []chassis.Refusal{chassis.Unreached, chassis.Unreached, chassis.Unreached, chassis.Unreached}, 5, false, nil},
+		{"too large, then taken", []chassis.Refusal{chassis.RefusedTooLarge}, 2, false, nil},
+		{"refused", []chassis.Refusal{chassis.Refused, chassis.Unreached, chassis.Refused, chassis.Refused}, 4, true, refusal},
+		{"too large twice", []chassis.Refusal{chassis.RefusedTooLarge, chassis.RefusedTooLarge, chassis.Refused, chassis.Refused}, 4, true, refusal},
+	} {
+		l := newLetter()
+		f, sent := send(l, tc.answers...)
+		gaveUp, err := o.SendLetter(context.Background(), l, f, wait, nil, slog.String("settlement", "dropped"))
+		if gaveUp != tc.gaveUp || err != tc.err || *sent != tc.sends {
+			t.Errorf("%s: SendLetter = %v, %v after %d sends; want %v, %v after %d", tc.name, gaveUp, err, *sent, tc.gaveUp, tc.err, tc.sends)
+		}
+	}
+	if log := logged.String(); strings.Count(log, "level=ERROR") != 2 || !strings.Contains(log, "refused the dead letter 3 times") ||
+		!strings.Contains(log, "settlement=dropped") {
+		t.Errorf("the log of the dead letters given up on: %s", log)
+	}
+	l := newLetter()
+	f, sent := send(l, chassis.Unreached, chassis.Unreached)
+	gaveUp, err := o.SendLetter(context.Background(), l, f, func(time.Duration) bool { return false }, nil)
+	if gaveUp || err != refusal || *sent != 1 {
+		t.Errorf("a consumer that stops: SendLetter = %v, %v after %d sends; want false, the last error, after 1", gaveUp, err, *sent)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/idemgo/idem/consumer"
@@ -28,8 +29,10 @@ type Letter struct {
 	Headers   []Header // the original's headers, in order
 	Added     []Header // the headers that say why and whence
 
+	stripped bool // Strip left out what it could
+
 	// MaxHeaders, when positive, bounds the headers alone (the original's
-	// and the idem ones, counted as Size counts them), for a broker that
+	// and the idem ones, counted as Fit counts them), for a broker that
 	// sends a message's headers apart from its body and refuses them past
 	// a limit of their own (AMQP's content header, which must fit one frame
 	// of the connection's frame_max): Fit keeps them within it, less the
@@ -58,35 +61,35 @@ const maxKeptHeader = 1024
 // (where the message came from).
 func NewLetter(recordKey, body []byte, headers []Header, v Verdict, key string, keyOK bool, extra ...Header) *Letter {
 	l := &Letter{RecordKey: recordKey, Body: body, Headers: headers}
-	l.Add(consumer.HeaderReason, string(v.Reason))
+	l.add(consumer.HeaderReason, string(v.Reason))
 	if v.Cause != nil {
-		l.Add(consumer.HeaderCause, CauseText(v.Cause))
+		l.add(consumer.HeaderCause, v.Cause.Error())
 	}
 	if keyOK {
 		if len(key) <= consumer.MaxCopiedKey {
-			l.Add(consumer.HeaderKey, key)
+			l.add(consumer.HeaderKey, key)
 		} else {
-			l.Add(consumer.HeaderKeySize, strconv.Itoa(len(key)))
-			l.Add(consumer.HeaderKeySHA256, sum(key))
+			l.add(consumer.HeaderKeySize, strconv.Itoa(len(key)))
+			l.add(consumer.HeaderKeySHA256, sum(key))
 		}
 	}
 	for _, h := range extra {
-		l.Add(h.Name, string(h.Value))
+		l.add(h.Name, string(h.Value))
 	}
 	return l
 }
 
-// Add adds an idem header, its value made fit for a header: on one line,
+// add adds an idem header, its value made fit for a header: on one line,
 // valid UTF-8, at most consumer.MaxHeaderValue bytes.
-func (l *Letter) Add(name, value string) {
-	l.Added = append(l.Added, Header{Name: name, Value: []byte(OneLine(value))})
+func (l *Letter) add(name, value string) {
+	l.Added = append(l.Added, Header{Name: name, Value: []byte(oneLine(value))})
 }
 
-// Size returns the letter's size as Fit counts it.
-func (l *Letter) Size() int { return len(l.RecordKey) + len(l.Body) + l.HeaderSize() }
+// size returns the letter's size as Fit counts it.
+func (l *Letter) size() int { return len(l.RecordKey) + len(l.Body) + l.headerSize() }
 
-// HeaderSize returns the size of the letter's headers as Fit counts them.
-func (l *Letter) HeaderSize() int {
+// headerSize returns the size of the letter's headers as Fit counts them.
+func (l *Letter) headerSize() int {
 	n := 0
 	for _, hs := range [][]Header{l.Headers, l.Added} {
 		for _, h := range hs {
@@ -111,8 +114,8 @@ func (l *Letter) Fit(limit int) bool {
 	var cut []string
 	// reserve is what the list of the headers left out will take.
 	reserve := func() int { return len(strings.Join(cut, ",")) + 64 }
-	wholeFits := func(reserve int) bool { return l.Size()+reserve <= limit }
-	headersFit := func(reserve int) bool { return l.MaxHeaders <= 0 || l.HeaderSize()+reserve <= maxHeaders }
+	wholeFits := func(reserve int) bool { return l.size()+reserve <= limit }
+	headersFit := func(reserve int) bool { return l.MaxHeaders <= 0 || l.headerSize()+reserve <= maxHeaders }
 	if wholeFits(0) && headersFit(0) {
 		return false
 	}
@@ -127,12 +130,12 @@ func (l *Letter) Fit(limit int) bool {
 	}
 	if !wholeFits(reserve()) && len(l.Body)+len(l.RecordKey) > 0 {
 		if len(l.Body) > 0 {
-			l.Add(consumer.HeaderBodySize, strconv.Itoa(len(l.Body)))
-			l.Add(consumer.HeaderBodySHA256, sum(string(l.Body)))
+			l.add(consumer.HeaderBodySize, strconv.Itoa(len(l.Body)))
+			l.add(consumer.HeaderBodySHA256, sum(string(l.Body)))
 		}
 		if len(l.RecordKey) > 0 {
-			l.Add(consumer.HeaderRecordKeySize, strconv.Itoa(len(l.RecordKey)))
-			l.Add(consumer.HeaderRecordKeySHA256, sum(string(l.RecordKey)))
+			l.add(consumer.HeaderRecordKeySize, strconv.Itoa(len(l.RecordKey)))
+			l.add(consumer.HeaderRecordKeySHA256, sum(string(l.RecordKey)))
 		}
 		l.Body, l.RecordKey = nil, nil
 	}
@@ -147,7 +150,7 @@ func (l *Letter) Fit(limit int) bool {
 		for i, n := range cut {
 			names[i] = truncate(n, 64)
 		}
-		l.Add(consumer.HeaderCutHeaders, strings.Join(names, ","))
+		l.add(consumer.HeaderCutHeaders, strings.Join(names, ","))
 	}
 	return true
 }
@@ -155,7 +158,10 @@ func (l *Letter) Fit(limit int) bool {
 // Strip leaves out the body, the record key and every original header,
 // recorded as Fit records them: the smallest dead letter, for a broker
 // that refused the fitted one as too large.
-func (l *Letter) Strip() { l.Fit(0) }
+func (l *Letter) Strip() {
+	l.Fit(0)
+	l.stripped = true
+}
 
 // sum is the lowercase hex SHA-256 of s.
 func sum(s string) string {
@@ -163,19 +169,10 @@ func sum(s string) string {
 	return hex.EncodeToString(h[:])
 }
 
-// CauseText returns err's message fit for a header: on one line, valid
-// UTF-8, at most consumer.MaxHeaderValue bytes.
-func CauseText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return OneLine(err.Error())
-}
-
-// OneLine returns s fit for a header value: its control characters (line
+// oneLine returns s fit for a header value: its control characters (line
 // breaks among them) turned into spaces, invalid UTF-8 replaced, cut at a
 // rune boundary to consumer.MaxHeaderValue bytes.
-func OneLine(s string) string {
+func oneLine(s string) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
 	s = strings.Map(func(r rune) rune {
 		if r < ' ' || r == 0x7f {
@@ -197,12 +194,71 @@ func truncate(s string, n int) string {
 	return s[:n]
 }
 
-// GiveUp logs and reports that the consumer gave up on a dead letter the
-// broker refused attempts times: the message is acknowledged without it,
-// and stays in the broker where attrs say (its topic, partition and
-// offset; stream and sequence; queue) while the broker keeps it.
-func (o *Options[M]) GiveUp(ctx context.Context, attempts int, cause, err error, attrs ...slog.Attr) {
-	o.Logger().LogAttrs(ctx, slog.LevelError, o.Names().Pkg+": the broker refused the dead letter "+strconv.Itoa(attempts)+
-		" times; the message is settled without one (committed, terminated or rejected). It is not lost: find it where these attributes say, while the broker keeps it",
-		append(attrs, slog.Any("cause", cause), slog.Any("error", err))...)
+// Refusal is what a broker's error says of a dead letter it did not take.
+type Refusal uint8
+
+// The refusals of a dead letter.
+const (
+	// Unreached: the broker could not be reached, or did not answer in
+	// time, or asked to try again: an outage, tried again without end.
+	Unreached Refusal = iota
+	// Refused: the broker answered no (a destination that does not exist
+	// or may not be written): tried again MaxAttempts times.
+	Refused
+	// RefusedTooLarge: the broker, or its client, refused the letter as too
+	// large: sent again stripped, then counted as Refused.
+	RefusedTooLarge
+)
+
+// SendLetter sends the dead letter l with send, which sends it as it is
+// and says what its error means, until the broker takes it. A letter the
+// broker refuses as too large is sent once more without the original's
+// body, record key and headers (Strip); one it refuses otherwise is sent
+// again after the retry backoff, and given up on after MaxAttempts
+// refusals; one that does not reach the broker is sent again without end.
+// wait waits out a pause, and reports false when the consumer stops. attrs
+// find the message in the logs, and giveUp says, in the error log of a
+// dead letter given up on, how the message is settled without it.
+//
+// err is nil when the broker took l. Otherwise it is the broker's last
+// error, and gaveUp says whether the consumer gave up on l (it settles the
+// message without a dead letter: the message is not lost, it stays where
+// attrs say while the broker keeps it), or stops (it hands the message
+// back).
+func (o *Options[M]) SendLetter(ctx context.Context, l *Letter, send func() (Refusal, error), wait func(time.Duration) bool,
+	attrs []slog.Attr, giveUp ...slog.Attr) (gaveUp bool, err error) {
+	pkg := o.Names().Pkg
+	for refusals, outages := 0, 0; ; {
+		var why Refusal
+		if why, err = send(); err == nil {
+			return false, nil
+		}
+		switch why {
+		case RefusedTooLarge:
+			if !l.stripped {
+				o.Logger().LogAttrs(ctx, slog.LevelWarn, pkg+": the broker refused the dead letter as too large; "+
+					"sending it without the original's body, key and headers", append(attrs, slog.Any("error", err))...)
+				l.Strip()
+				continue
+			}
+			fallthrough
+		case Refused:
+			refusals++
+			if refusals >= o.maxAttempts {
+				o.Logger().LogAttrs(ctx, slog.LevelError, pkg+": the broker refused the dead letter "+strconv.Itoa(refusals)+
+					" times; the message is settled without one (committed, terminated or rejected). It is not lost: find it where these attributes say, while the broker keeps it",
+					append(slices.Concat(attrs, giveUp), slog.Any("error", err))...)
+				return true, err
+			}
+			o.Logger().LogAttrs(ctx, slog.LevelWarn, pkg+": the broker refused the dead letter; trying again",
+				append(attrs, slog.Int("refusals", refusals), slog.Any("error", err))...)
+		default:
+			outages++
+			o.Logger().LogAttrs(ctx, slog.LevelWarn, pkg+": the dead letter did not reach the broker; trying again",
+				append(attrs, slog.Int("outages", outages), slog.Any("error", err))...)
+		}
+		if !wait(o.Backoff(refusals + outages)) {
+			return false, err
+		}
+	}
 }

@@ -12,13 +12,18 @@
 //   - a message's key: read, checked by the Guard's rules, and its errors
 //     ([consumer.ErrNoKey], [consumer.KeyError]);
 //   - the verdict on a message once the Guard answered ([Options.Decide]):
-//     internal/adapter's table, bounded by the consumer's MaxAttempts, with
-//     the reason of a dead letter;
+//     acknowledge it, redeliver it (after the busy delay or a backoff), or
+//     dead-letter it, bounded by the consumer's MaxAttempts, with the
+//     reason of a dead letter, all in one table;
 //   - a handler's run: its panic turned into a [consumer.PanicError], its
 //     context carrying the message's trace context ([Options.Call]);
 //   - the dead letter itself ([Letter.Fit]): the original with the idem
-//     headers, cut to the broker's limit, and what to do when the broker
-//     refuses it ([Options.GiveUp]).
+//     headers, cut to the broker's limit, and its sending
+//     ([Options.SendLetter]): stripped when the broker refuses it as too
+//     large, tried again after an outage, given up on after MaxAttempts
+//     refusals;
+//   - the activity an event about one message counts as ([Activity]), for
+//     instrumentation.
 //
 // The package imports the standard library, the core and the public
 // consumer package only, like internal/adapter.

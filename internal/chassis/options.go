@@ -17,16 +17,15 @@ import (
 
 // Defaults of the shared options, the same for every consumer.
 const (
-	DefaultRetryFirst   = 100 * time.Millisecond
-	DefaultRetryLongest = 10 * time.Second
-	DefaultBusyDelay    = time.Second
-	DefaultDrainTimeout = 10 * time.Second
+	defaultRetryFirst   = 100 * time.Millisecond
+	defaultRetryLongest = 10 * time.Second
+	defaultBusyDelay    = time.Second
+	defaultDrainTimeout = 10 * time.Second
 )
 
-// ScopeThreat completes Build's error for a consumer built without a scope
-// decision, for which the threat is the publishers': a consumer appends it
-// when none of its scope options was given.
-const ScopeThreat = ". For a consumer, keys are chosen by publishers: without a scope, a publisher " +
+// scopeThreat completes the error of a consumer built without a scope
+// decision, for which the threat is the publishers'.
+const scopeThreat = ". For a consumer, keys are chosen by publishers: without a scope, a publisher " +
 	"that sends another tenant's key makes this consumer ack that tenant's message as a duplicate " +
 	"without handling it, or has its own message stand in for the other's"
 
@@ -95,27 +94,31 @@ func Build[O any, F ~func(*O), M any](o *O, so *Options[M], b Broker[M], g *idem
 	if b.ValidHeaderName != nil {
 		so.validHeader = b.ValidHeaderName
 	}
-	adapter.Apply(o, &so.Policy, b.Names, opts)
-	if so.poison == poisonUndecided {
-		so.Fail("New: no poison decision. Pass %s, where the messages that can never succeed go "+
-			"(with their cause in their headers), or WithDiscardPoison() to drop them, logged. "+
-			"A message is poison when its handler fails permanently, or %d times in a row (WithMaxAttempts), "+
-			"when its key is missing, unusable or reused with another payload", b.DeadLetterOption, consumer.DefaultMaxAttempts)
+	names := b.Names
+	names.Threat = scopeThreat
+	var exec *idem.Config
+	if g == nil {
+		exec = &cfg
 	}
-	if so.retryFirst > 0 && so.retryLast > 0 && so.retryFirst > so.retryLast {
-		so.Fail("WithRetryBackoff(%v, %v): the first pause is longer than the longest", so.retryFirst, so.retryLast)
-	}
-	if g != nil {
-		cfg = g.Config()
-	}
-	if err := so.Finish(g, cfg); err != nil {
+	err := adapter.Build(o, &so.Policy, names, g, exec, opts, func() {
+		if so.poison == poisonUndecided {
+			so.Fail("New: no poison decision. Pass %s, where the messages that can never succeed go "+
+				"(with their cause in their headers), or WithDiscardPoison() to drop them, logged. "+
+				"A message is poison when its handler fails permanently, or %d times in a row (WithMaxAttempts), "+
+				"when its key is missing, unusable or reused with another payload", b.DeadLetterOption, consumer.DefaultMaxAttempts)
+		}
+		if so.retryFirst > 0 && so.retryLast > 0 && so.retryFirst > so.retryLast {
+			so.Fail("WithRetryBackoff(%v, %v): the first pause is longer than the longest", so.retryFirst, so.retryLast)
+		}
+	})
+	if err != nil {
 		return err
 	}
 	so.maxAttempts = cmp.Or(so.maxAttempts, consumer.DefaultMaxAttempts)
-	so.retryFirst = cmp.Or(so.retryFirst, DefaultRetryFirst)
-	so.retryLast = cmp.Or(so.retryLast, max(DefaultRetryLongest, so.retryFirst))
-	so.busyDelay = cmp.Or(so.busyDelay, DefaultBusyDelay)
-	so.drain = cmp.Or(so.drain, DefaultDrainTimeout)
+	so.retryFirst = cmp.Or(so.retryFirst, defaultRetryFirst)
+	so.retryLast = cmp.Or(so.retryLast, max(defaultRetryLongest, so.retryFirst))
+	so.busyDelay = cmp.Or(so.busyDelay, defaultBusyDelay)
+	so.drain = cmp.Or(so.drain, defaultDrainTimeout)
 	if so.keyFunc == nil && so.keyHeader != "" {
 		so.SetKeyName("the " + so.keyHeader + " header")
 	}
@@ -212,9 +215,6 @@ func (o *Options[M]) BusyDelay() time.Duration { return o.busyDelay }
 // shutdown, and how long cancelled ones may take to return.
 func (o *Options[M]) DrainTimeout() time.Duration { return max(o.drain, 0) }
 
-// RetryBackoff returns the first and the longest pause before a retry.
-func (o *Options[M]) RetryBackoff() (first, longest time.Duration) { return o.retryFirst, o.retryLast }
-
 // Backoff returns the pause before the attempt after the n-th failure in a
 // row (n ≥ 1): the first pause, doubled each time up to the longest, with
 // jitter (from half of it to all of it).
@@ -270,11 +270,20 @@ func (o *Options[M]) Key(m M) (string, error) {
 	return k, nil
 }
 
-// Call runs h with ctx and turns its panic into a *consumer.PanicError,
-// logged at error level with its stack and the attributes attrs returns
-// (nil: none). attrs runs only then: a message's attributes cost more to
-// build than a no-op handler costs to run.
-func (o *Options[M]) Call(ctx context.Context, h func(context.Context) error, attrs func() []slog.Attr) (err error) {
+// Call runs h with the context a handler gets, and turns its panic into a
+// *consumer.PanicError, logged at error level with its stack and the
+// attributes attrs returns (nil: none). attrs runs only then: a message's
+// attributes cost more to build than a no-op handler costs to run.
+//
+// The handler's context has ctx's deadline, cancellation and values, then
+// the values of msgCtx (a Kafka record's context, where kgo hooks such as
+// kotel put their span; nil elsewhere), and the message's trace context
+// (consumer.TraceFrom).
+func (o *Options[M]) Call(ctx, msgCtx context.Context, trace consumer.TraceCarrier, h func(context.Context) error, attrs func() []slog.Attr) (err error) {
+	if msgCtx != nil && msgCtx != context.Background() && msgCtx != context.TODO() {
+		ctx = merged{ctx, msgCtx}
+	}
+	ctx = consumer.WithTrace(ctx, trace)
 	defer func() {
 		if v := recover(); v != nil {
 			pe := &consumer.PanicError{Value: v, Stack: debug.Stack()}

@@ -2,7 +2,6 @@ package chassis
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/idemgo/idem/consumer"
@@ -22,30 +21,6 @@ func Trace(header func(name string) string) consumer.TraceCarrier {
 		}
 	}
 	return c
-}
-
-// TraceFromHeaders returns the trace context among hs, whose names are
-// matched without regard to case.
-func TraceFromHeaders(hs []Header) consumer.TraceCarrier {
-	return Trace(func(name string) string {
-		for _, h := range hs {
-			if strings.EqualFold(h.Name, name) {
-				return string(h.Value)
-			}
-		}
-		return ""
-	})
-}
-
-// HandlerContext returns the context a handler runs with: ctx's deadline,
-// cancellation and values, then the values of msgCtx (a Kafka record's
-// context, where kgo hooks such as kotel put their span; nil elsewhere),
-// and the message's trace context.
-func HandlerContext(ctx, msgCtx context.Context, trace consumer.TraceCarrier) context.Context {
-	if msgCtx != nil && msgCtx != context.Background() && msgCtx != context.TODO() {
-		ctx = merged{ctx, msgCtx}
-	}
-	return consumer.WithTrace(ctx, trace)
 }
 
 // merged is a context whose values are those of its Context, else those of

@@ -6,15 +6,42 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/consumer"
 	"github.com/idemgo/idem/internal/adapter"
 )
 
-// Verdict is what a consumer does with a message once the Guard answered.
+// Settle is what a consumer does with a message once the Guard answered.
+type Settle uint8
+
+// The settlements of a [Verdict].
+const (
+	// Ack: the message is processed (its outcome is stored, or was stored
+	// by an earlier delivery): acknowledge it, commit its offset.
+	Ack Settle = iota + 1
+	// Retry: the outcome is not known yet or was not stored: redeliver the
+	// message after Verdict.Delay (nack with requeue, NakWithDelay, pause
+	// the partition and seek back).
+	Retry
+	// DeadLetter: the message will never succeed as it is: publish it to
+	// the dead-letter destination with Verdict.Cause, then acknowledge it.
+	DeadLetter
+)
+
+// Verdict is what a consumer does with a message once the Guard answered:
+// [Options.Decide]'s answer.
 type Verdict struct {
-	adapter.Action
+	Settle Settle
+	// Delay is how long to wait before the redelivery (Retry only).
+	Delay time.Duration
+	// Cause is why the message is retried or dead-lettered: the Guard's
+	// error, or the handler's.
+	Cause error
+	// Replayed is true when the outcome (a value, or a stored permanent
+	// failure) comes from an earlier delivery: this one ran nothing.
+	Replayed bool
 	// Reason is why the message is dead-lettered (DeadLetter only).
 	Reason consumer.Reason
 	// Busy: Retry because another holder has the key: redeliver after the
@@ -25,36 +52,66 @@ type Verdict struct {
 	Failed bool
 }
 
+// Outage is the verdict on a message that was not finished for a cause
+// other than its handler (the store, the broker, a shutdown): retried, no
+// attempt counted; Delay is the consumer's to set.
+func Outage(cause error) Verdict { return Verdict{Settle: Retry, Cause: cause} }
+
 // Decide returns the verdict on a message that the Guard (or a TxGuard)
 // answered with res and err, whose handler had failed failures times in a
-// row before this attempt: internal/adapter's table, and a dead letter
-// ([consumer.ReasonTooManyAttempts]) once the handler failed MaxAttempts
-// times. Retry's Delay is the backoff of that many failures, or the busy
-// delay.
+// row before this attempt:
+//
+//	the Guard answered                                    verdict
+//	a value, fresh or replayed                            Ack
+//	ErrValueTooLarge (the handler ran; not rerun)         Ack
+//	ErrInProgress                                         Retry, busy delay
+//	ErrStoreUnavailable, ErrLeaseLost, ErrClosed,
+//	  the context ended                                   Retry, backoff
+//	the handler's retryable error, panic or own timeout,
+//	  ErrRefused (the store refuses this key alone)       Retry, backoff, Failed
+//	  … for the MaxAttempts-th time in a row              DeadLetter (too-many-attempts)
+//	a permanent error, fresh or replayed                  DeadLetter (permanent)
+//	ErrTooManyAttempts                                    DeadLetter (too-many-attempts)
+//	ErrKeyReused                                          DeadLetter (key-reused)
+//	ErrInvalidKey                                         DeadLetter (invalid-key)
+//
+// Retry's Delay is the backoff of failures+1 failures, or the busy delay.
+// An undecodable payload is the consumer's to dead-letter: the Guard never
+// sees it.
 func (o *Options[M]) Decide(res idem.Result, err error, failures int) Verdict {
-	v := Verdict{Action: adapter.Decide(res, err)}
-	if v.Class == adapter.Ended && ownTimeout(err) {
+	v := Verdict{Cause: err, Replayed: res.Replayed}
+	c := adapter.Classify(err)
+	if c == adapter.Ended && ownTimeout(err) {
 		// The handler's own deadline, not the consumer's: a downstream
 		// call that timed out is a failure like any other, and counts.
-		v.Class = adapter.Retryable
+		c = adapter.Retryable
 	}
-	switch v.Verdict {
-	case adapter.Retry:
-		switch v.Class {
-		case adapter.InProgress:
-			v.Busy, v.Delay = true, o.busyDelay
+	switch c {
+	case adapter.OK, adapter.TooLarge:
+		v.Settle, v.Cause = Ack, nil
+	case adapter.InProgress:
+		v.Settle, v.Busy, v.Delay = Retry, true, o.busyDelay
+	case adapter.Retryable, adapter.Refused:
+		v.Settle, v.Failed = Retry, true
+		if failures+1 >= o.maxAttempts {
+			v.Settle, v.Reason = DeadLetter, consumer.ReasonTooManyAttempts
+			v.Cause = &tooManyAttemptsError{attempts: failures + 1, last: err}
 			return v
-		case adapter.Retryable:
-			v.Failed = true
-			if failures+1 >= o.maxAttempts {
-				v.Verdict, v.Reason = adapter.DeadLetter, consumer.ReasonTooManyAttempts
-				v.Cause = &TooManyAttemptsError{Attempts: failures + 1, Last: err}
-				return v
-			}
 		}
 		v.Delay = o.Backoff(failures + 1)
-	case adapter.DeadLetter:
-		v.Reason = ReasonOf(v.Action)
+	case adapter.Unavailable, adapter.LeaseLost, adapter.Ended:
+		v.Settle, v.Delay = Retry, o.Backoff(failures+1)
+	case adapter.TooManyAttempts:
+		v.Settle, v.Reason = DeadLetter, consumer.ReasonTooManyAttempts
+	case adapter.KeyReused:
+		v.Settle, v.Reason = DeadLetter, consumer.ReasonKeyReused
+	case adapter.InvalidKey:
+		v.Settle, v.Reason = DeadLetter, consumer.ReasonInvalidKey
+		if errors.Is(err, consumer.ErrNoKey) {
+			v.Reason = consumer.ReasonMissingKey
+		}
+	default: // Permanent, StoredFailure
+		v.Settle, v.Reason = DeadLetter, consumer.ReasonPermanent
 	}
 	return v
 }
@@ -71,48 +128,25 @@ func ownTimeout(err error) bool {
 // keyErr is Key's error, or nil for a message without a key (which the
 // consumer runs unguarded instead when UnkeyedUnguarded).
 func (o *Options[M]) DecideKey(keyErr error) Verdict {
-	v := Verdict{Action: adapter.Action{Verdict: adapter.DeadLetter, Class: adapter.InvalidKey, Cause: keyErr}, Reason: consumer.ReasonInvalidKey}
 	if keyErr == nil {
-		v.Cause, v.Reason = consumer.ErrNoKey, consumer.ReasonMissingKey
+		return Verdict{Settle: DeadLetter, Cause: consumer.ErrNoKey, Reason: consumer.ReasonMissingKey}
 	}
-	return v
+	return Verdict{Settle: DeadLetter, Cause: keyErr, Reason: consumer.ReasonInvalidKey}
 }
 
-// ReasonOf names why a message with the dead-letter action a is a dead
-// letter.
-func ReasonOf(a adapter.Action) consumer.Reason {
-	switch a.Class {
-	case adapter.TooManyAttempts:
-		return consumer.ReasonTooManyAttempts
-	case adapter.KeyReused:
-		return consumer.ReasonKeyReused
-	case adapter.InvalidKey:
-		if errors.Is(a.Cause, consumer.ErrNoKey) {
-			return consumer.ReasonMissingKey
-		}
-		return consumer.ReasonInvalidKey
-	}
-	return consumer.ReasonPermanent
-}
-
-// TooManyAttemptsError is the cause of a message dead-lettered because its
+// tooManyAttemptsError is the cause of a message dead-lettered because its
 // handler failed MaxAttempts times in a row. It wraps
 // idem.ErrTooManyAttempts and the last failure.
-type TooManyAttemptsError struct {
-	Attempts int
-	Last     error
+type tooManyAttemptsError struct {
+	attempts int
+	last     error
 }
 
-func (e *TooManyAttemptsError) Error() string {
-	return fmt.Sprintf("%v: the handler failed %d times; the last time: %v", idem.ErrTooManyAttempts, e.Attempts, e.Last)
+func (e *tooManyAttemptsError) Error() string {
+	return fmt.Sprintf("%v: the handler failed %d times; the last time: %v", idem.ErrTooManyAttempts, e.attempts, e.last)
 }
 
-// Unwrap returns idem.ErrTooManyAttempts and the last failure.
-func (e *TooManyAttemptsError) Unwrap() []error { return []error{idem.ErrTooManyAttempts, e.Last} }
-
-// GiveUpAfter is how many times a dead letter the broker refuses is tried
-// before the consumer gives up on it: MaxAttempts.
-func (o *Options[M]) GiveUpAfter() int { return o.maxAttempts }
+func (e *tooManyAttemptsError) Unwrap() []error { return []error{idem.ErrTooManyAttempts, e.last} }
 
 // Tries counts the failures in a row of messages by an identity the
 // consumer chooses (the key and scope, a stream sequence), for consumers

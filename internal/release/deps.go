@@ -147,15 +147,14 @@ func public(path string) bool {
 	return !slices.Contains(strings.Split(path, "/"), "internal")
 }
 
-// depsCheck is the deps check of the modules of the workspace at root
-// (see the top of this file); allowed is testOnlyAllowed or a test's. It
-// returns a list of problems, empty when every module passes.
-func depsCheck(root string, mods []module, allowed map[string]map[string]string) ([]string, error) {
+// listDeps returns what go list -deps -test says of the packages of mods,
+// in the workspace at root, on every platform.
+func listDeps(root string, mods []module) (graph, error) {
 	var patterns []string
 	for _, m := range mods {
 		dir, err := filepath.Rel(root, m.Dir)
 		if err != nil {
-			return nil, err
+			return graph{}, err
 		}
 		patterns = append(patterns, "./"+filepath.ToSlash(dir)+"/...")
 	}
@@ -169,12 +168,19 @@ func depsCheck(root string, mods []module, allowed map[string]map[string]string)
 		}
 		out, err := goCmd(root, []string{"GOOS=" + pl[0], "GOARCH=" + pl[1], "CGO_ENABLED=0"}, append(args, patterns...)...)
 		if err != nil {
-			return nil, err
+			return graph{}, err
 		}
 		if err := g.add(out); err != nil {
-			return nil, err
+			return graph{}, err
 		}
 	}
+	return g, nil
+}
+
+// requireProblems is the deps check of mods (see the top of this file)
+// over their graph g; allowed is testOnlyAllowed or a test's. It returns a
+// list of problems, empty when every module passes.
+func requireProblems(g graph, mods []module, allowed map[string]map[string]string) ([]string, error) {
 	var problems []string
 	for _, m := range mods {
 		gm, err := readGoMod(m)
@@ -230,8 +236,43 @@ func depsCheck(root string, mods []module, allowed map[string]map[string]string)
 	return problems, nil
 }
 
-// deps runs the deps check on the libraries of the workspace: every
-// published module but those of notLibraries.
+// contractOnly lists the key-value stores: they meet idem through the
+// store contract alone, so no package of the core module but storage is
+// among their imports, direct or not. A store is written against the
+// contract, not the Guard, and a change of the Guard's package rebuilds
+// none of them. pgstore and sqlitestore are not listed: their
+// transactional guards take an idem.Config and return an idem.Result.
+var contractOnly = []string{corePath + "/memstore", corePath + "/redisstore", corePath + "/dynamostore"}
+
+// contractProblems returns a problem for each package of pkgs that g does
+// not hold, or whose imports (its tests' aside), direct or not, hold a
+// package of the module core other than core/storage and those under the
+// package's own path.
+func contractProblems(g graph, core string, pkgs []string) []string {
+	var problems []string
+	for _, p := range pkgs {
+		deps, ok := g.deps[p]
+		if !ok {
+			problems = append(problems, p+" is not in the workspace")
+			continue
+		}
+		var other []string
+		for q := range deps {
+			if g.module[q] == core && q != core+"/storage" && !strings.HasPrefix(q, p+"/") {
+				other = append(other, q)
+			}
+		}
+		if len(other) > 0 {
+			slices.Sort(other)
+			problems = append(problems, p+" imports "+strings.Join(other, ", "))
+		}
+	}
+	return problems
+}
+
+// deps runs the deps check on the libraries of the workspace (every
+// published module but those of notLibraries), and checks that the
+// key-value stores import only storage of the core (contractOnly).
 func deps(mods []module) error {
 	work, err := goCmd("", nil, "env", "GOWORK")
 	if err != nil {
@@ -246,7 +287,16 @@ func deps(mods []module) error {
 			libs = append(libs, m)
 		}
 	}
-	problems, err := depsCheck(filepath.Dir(strings.TrimSpace(string(work))), libs, testOnlyAllowed)
+	g, err := listDeps(filepath.Dir(strings.TrimSpace(string(work))), libs)
+	if err != nil {
+		return err
+	}
+	if problems := contractProblems(g, corePath, contractOnly); len(problems) > 0 {
+		return fmt.Errorf("a key-value store imports a package of the core module other than storage:\n  %s\n"+
+			"Move what it needs into the store contract (storage), or out of the store.",
+			strings.Join(problems, "\n  "))
+	}
+	problems, err := requireProblems(g, libs, testOnlyAllowed)
 	if err != nil {
 		return err
 	}
@@ -255,6 +305,6 @@ func deps(mods []module) error {
 			"Move those tests to the integration module and run go run ./internal/release tidy DIR, or allow the requirement in testOnlyAllowed (internal/release/deps.go), saying why.",
 			strings.Join(problems, "\n  "))
 	}
-	fmt.Fprintln(os.Stdout, "deps check: every library's go.mod requires only what its packages import, and the test modules testOnlyAllowed lists")
+	fmt.Fprintln(os.Stdout, "deps check: every library's go.mod requires only what its packages import, and the test modules testOnlyAllowed lists; the key-value stores import only storage of the core")
 	return nil
 }

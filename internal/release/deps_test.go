@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -39,14 +40,16 @@ func workspace(t *testing.T, files map[string]string) (string, map[string]module
 	return root, mods
 }
 
-func TestDepsCheck(t *testing.T) {
-	pkg := func(name string, imports ...string) string {
-		s := "package " + name + "\n\nimport (\n"
-		for _, i := range imports {
-			s += "\t_ \"" + i + "\"\n"
-		}
-		return s + ")\n"
+// pkg returns the text of a Go file of package name that imports imports.
+func pkg(name string, imports ...string) string {
+	s := "package " + name + "\n\nimport (\n"
+	for _, i := range imports {
+		s += "\t_ \"" + i + "\"\n"
 	}
+	return s + ")\n"
+}
+
+func TestDepsCheck(t *testing.T) {
 	root, mods := workspace(t, map[string]string{
 		// A library: its package imports dep, and winonly on Windows; its
 		// tests import testdep and the leak checker; an internal package
@@ -85,7 +88,11 @@ func TestDepsCheck(t *testing.T) {
 		for _, p := range paths {
 			ms = append(ms, mods[p])
 		}
-		problems, err := depsCheck(root, ms, allowed)
+		g, err := listDeps(root, ms)
+		if err != nil {
+			t.Fatal(err)
+		}
+		problems, err := requireProblems(g, ms, allowed)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,5 +135,41 @@ func TestDepsCheck(t *testing.T) {
 	}
 	if p := check(leak, "example.com/lib"); len(p) > 0 {
 		t.Errorf("after dropping the test-only requirement: %q, want no problem", p)
+	}
+}
+
+// A key-value store may import storage and its own packages of the core
+// module, and nothing else of it, directly or not.
+func TestContractProblems(t *testing.T) {
+	const core = "example.com/core"
+	root, mods := workspace(t, map[string]string{
+		"core/go.mod":                  "module example.com/core\n\ngo 1.26.0\n",
+		"core/core.go":                 pkg("core", core+"/storage"),
+		"core/storage/storage.go":      pkg("storage"),
+		"core/internal/x/x.go":         pkg("x"),
+		"core/memstore/memstore.go":    pkg("memstore", core+"/storage", core+"/memstore/shard"),
+		"core/memstore/shard/shard.go": pkg("shard"),
+		"core/memstore/mem_test.go":    pkg("memstore", core),
+		"kv/go.mod":                    "module example.com/core/kv\n\ngo 1.26.0\n\nrequire example.com/core v0.1.0\n",
+		"kv/kv.go":                     pkg("kv", core+"/storage", core+"/kv/wire"),
+		"kv/wire/wire.go":              pkg("wire", core+"/internal/x"),
+		"guarded/go.mod":               "module example.com/core/guarded\n\ngo 1.26.0\n\nrequire example.com/core v0.1.0\n",
+		"guarded/guarded.go":           pkg("guarded", core),
+	})
+	g, err := listDeps(root, []module{mods[core], mods[core+"/kv"], mods[core+"/guarded"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := contractProblems(g, core, []string{core + "/memstore"}); len(p) > 0 {
+		t.Errorf("a store importing storage and its own package, its test the core: %q, want no problem", p)
+	}
+	p := contractProblems(g, core, []string{core + "/kv", core + "/guarded", core + "/gone"})
+	want := []string{
+		core + "/kv imports " + core + "/internal/x",
+		core + "/guarded imports " + core,
+		core + "/gone is not in the workspace",
+	}
+	if !slices.Equal(p, want) {
+		t.Errorf("problems %q, want %q", p, want)
 	}
 }

@@ -10,10 +10,10 @@ import (
 	"github.com/idemgo/idem/storage"
 )
 
-// Func is the operation of a TxGuard over database/sql: it makes its
+// txFunc is the operation of a TxGuard over database/sql: it makes its
 // writes with tx and returns the value to store. It must not commit or
 // roll back tx.
-type Func = func(ctx context.Context, tx *sql.Tx) ([]byte, error)
+type txFunc = func(ctx context.Context, tx *sql.Tx) ([]byte, error)
 
 // Dialect is what a database adds to the executor over database/sql
 // ([SQL]): how Do's transaction begins, and the statements of the claim
@@ -81,7 +81,7 @@ func (g *SQL) Config() idem.Config { return g.x.Cfg }
 // and the outcome commit together, or nothing does. fn's permanent error
 // rolls fn's writes back and stores the error; any other error or a panic
 // rolls everything back, leaving no record.
-func (g *SQL) Do(ctx context.Context, scope, key string, payload []byte, fn Func) (idem.Result, error) {
+func (g *SQL) Do(ctx context.Context, scope, key string, payload []byte, fn txFunc) (idem.Result, error) {
 	c, err := g.x.NewCall(scope, key, payload, fn == nil)
 	if err != nil {
 		return idem.Result{}, err
@@ -89,21 +89,21 @@ func (g *SQL) Do(ctx context.Context, scope, key string, payload []byte, fn Func
 	return g.x.WaitLease(ctx, c, func() (idem.Result, error) { return g.do(ctx, c, fn) })
 }
 
-func (g *SQL) do(ctx context.Context, c *Call, fn Func) (idem.Result, error) {
+func (g *SQL) do(ctx context.Context, c *Call, fn txFunc) (idem.Result, error) {
 	sent := time.Now()
 	cl, found, err := g.d.Peek(ctx, c)
 	if err != nil || found {
-		g.x.Observe(ctx, c, idem.Event{Op: idem.OpClaim, Outcome: cl.Outcome, Attempt: cl.Record.Attempt, Duration: time.Since(sent), Err: err})
+		g.x.observe(ctx, c, idem.Event{Op: idem.OpClaim, Outcome: cl.Outcome, Attempt: cl.Record.Attempt, Duration: time.Since(sent), Err: err})
 		if err != nil {
 			return idem.Result{}, err
 		}
-		res, _, err := g.x.Claimed(cl, c)
+		res, _, err := g.x.claimed(cl, c)
 		return res, err
 	}
 	tx, end, err := g.d.Begin(ctx)
 	if err != nil {
 		if errors.Is(err, idem.ErrInProgress) { // a busy database, not a failing one
-			g.x.Observe(ctx, c, idem.Event{Op: idem.OpClaim, Duration: time.Since(sent), Err: err})
+			g.x.observe(ctx, c, idem.Event{Op: idem.OpClaim, Duration: time.Since(sent), Err: err})
 			return idem.Result{}, err
 		}
 		return idem.Result{}, g.x.StoreErr(ctx, c, idem.OpClaim, err)
@@ -133,7 +133,7 @@ func (g *SQL) do(ctx context.Context, c *Call, fn Func) (idem.Result, error) {
 // permanent one, it has rolled back its claim and fn's writes and tx is
 // usable; after a permanent error tx holds the Failed record, not fn's
 // writes. A duplicate leaves nothing in tx.
-func (g *SQL) DoTx(ctx context.Context, tx *sql.Tx, scope, key string, payload []byte, fn Func) (idem.Result, error) {
+func (g *SQL) DoTx(ctx context.Context, tx *sql.Tx, scope, key string, payload []byte, fn txFunc) (idem.Result, error) {
 	if tx == nil {
 		return idem.Result{}, errors.New(g.x.Pkg + ": TxGuard.DoTx: tx is nil")
 	}
@@ -144,7 +144,7 @@ func (g *SQL) DoTx(ctx context.Context, tx *sql.Tx, scope, key string, payload [
 	return g.x.WaitLease(ctx, c, func() (idem.Result, error) { return g.doTx(ctx, tx, c, fn) })
 }
 
-func (g *SQL) doTx(ctx context.Context, tx *sql.Tx, c *Call, fn Func) (idem.Result, error) {
+func (g *SQL) doTx(ctx context.Context, tx *sql.Tx, c *Call, fn txFunc) (idem.Result, error) {
 	sent := time.Now()
 	if _, err := tx.ExecContext(ctx, savepointClaim); err != nil {
 		return idem.Result{}, g.x.StoreErr(ctx, c, idem.OpClaim, g.d.Translate("savepoint", err))
@@ -188,18 +188,18 @@ type ran struct {
 // after the savepoint idem_fn and stores its outcome in tx. When there is
 // nothing to store (a duplicate, a busy key, an error, fn's retryable
 // error), done is set and res, err are the answer.
-func (g *SQL) claimAndRun(ctx context.Context, tx *sql.Tx, c *Call, sent time.Time, fn Func) (r ran, res idem.Result, done bool, err error) {
+func (g *SQL) claimAndRun(ctx context.Context, tx *sql.Tx, c *Call, sent time.Time, fn txFunc) (r ran, res idem.Result, done bool, err error) {
 	cl, err := g.d.Claim(ctx, tx, c)
 	if err == nil && cl.Outcome == storage.Acquired {
 		if _, serr := tx.ExecContext(ctx, savepointFn); serr != nil {
 			err = g.d.Translate("savepoint", serr)
 		}
 	}
-	run, res, done, err := g.x.Run(ctx, c, cl, err, sent, func() ([]byte, error) { return fn(ctx, tx) })
+	res, done, err = g.x.Run(ctx, c, cl, err, sent, func() ([]byte, error) { return fn(ctx, tx) })
 	if done {
 		return r, res, true, err
 	}
-	r.value, r.ferr = run.Value, run.Err
+	r.value, r.ferr = res.Value, err
 	r.op, r.sent = idem.OpComplete, time.Now()
 	if r.ferr == nil {
 		r.err = g.d.Finish(ctx, tx, c, cl.Token, storage.StatusCompleted, r.value, g.x.Cfg.Retention)
@@ -210,6 +210,6 @@ func (g *SQL) claimAndRun(ctx context.Context, tx *sql.Tx, c *Call, sent time.Ti
 		r.err = g.d.Translate("savepoint", err)
 		return r, idem.Result{}, false, nil
 	}
-	r.err = g.d.Finish(ctx, tx, c, cl.Token, storage.StatusFailed, idem.EncodeFailure(r.ferr), g.x.Cfg.FailedRetention)
+	r.err = g.d.Finish(ctx, tx, c, cl.Token, storage.StatusFailed, storage.EncodeFailure(r.ferr), g.x.Cfg.FailedRetention)
 	return r, idem.Result{}, false, nil
 }

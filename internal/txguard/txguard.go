@@ -33,19 +33,19 @@ type Exec struct {
 	Cfg idem.Config
 	// Pkg starts the executor's messages: "pgstore", "sqlitestore".
 	Pkg string
-	// ClaimLease is the lease of the executor's claims: [ClaimLease]
+	// ClaimLease is the lease of the executor's claims: claimLease
 	// (tests shorten it).
 	ClaimLease time.Duration
 }
 
-// ClaimLease is the lease of a transactional claim's record. Nobody else
+// claimLease is the lease of a transactional claim's record. Nobody else
 // sees the record in progress: its transaction stores the outcome before
 // it commits, and a claim that fails rolls back. The lease only sets the
 // record's first expiry, the lease end plus Retention, which an outcome
 // stored within the lease keeps (see pgstore's tx_complete): a completed
 // record is kept at least Retention after its commit, and at most
-// ClaimLease longer.
-const ClaimLease = idem.DefaultLease
+// claimLease longer.
+const claimLease = idem.DefaultLease
 
 // NewExec checks cfg as an idem.Guard does, and refuses the fields a
 // transactional executor cannot honour, each with an error naming it
@@ -83,7 +83,7 @@ func NewExec(pkg, config string, cfg idem.Config) (Exec, error) {
 		return Exec{}, fmt.Errorf("%s: %s: %w", pkg, config, err)
 	}
 	cfg.Lease, cfg.CacheTTL = 0, 0 // refused: not used
-	return Exec{Cfg: cfg, Pkg: pkg, ClaimLease: ClaimLease}, nil
+	return Exec{Cfg: cfg, Pkg: pkg, ClaimLease: claimLease}, nil
 }
 
 // Call is one Do or DoTx: the caller's scope and key, and the claim's
@@ -115,10 +115,10 @@ func (x *Exec) NewCall(scope, key string, payload []byte, fnNil bool) (*Call, er
 	}}, nil
 }
 
-// ErrLeaseHeld is in the chain of the answer of a claim that found the key
-// held by a plain Guard's live lease ([Exec.Claimed]): [Exec.WaitLease]
+// errLeaseHeld is in the chain of the answer of a claim that found the key
+// held by a plain Guard's live lease (Exec.claimed): [Exec.WaitLease]
 // polls while Config.Wait allows.
-var ErrLeaseHeld = errors.New("held by a lease")
+var errLeaseHeld = errors.New("held by a lease")
 
 // WaitLease runs do until it answers anything but a key held by a plain
 // Guard's live lease, or Config.Wait has passed, pausing between tries
@@ -128,7 +128,7 @@ func (x *Exec) WaitLease(ctx context.Context, c *Call, do func() (idem.Result, e
 	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
 		res, err := do()
 		left := time.Until(until)
-		if !errors.Is(err, ErrLeaseHeld) || left <= 0 {
+		if !errors.Is(err, errLeaseHeld) || left <= 0 {
 			return res, err
 		}
 		t := time.NewTimer(min(pause, left))
@@ -141,28 +141,21 @@ func (x *Exec) WaitLease(ctx context.Context, c *Call, do func() (idem.Result, e
 	}
 }
 
-// Claimed answers a claim that did not acquire the key: done is false
+// claimed answers a claim that did not acquire the key: done is false
 // when it did, and fn is to run. A duplicate replays as the Guard's Do replays it;
 // a key held by a plain Guard's live lease is idem.ErrInProgress, with
-// ErrLeaseHeld in the chain.
-func (x *Exec) Claimed(cl storage.Claim, c *Call) (res idem.Result, done bool, err error) {
+// errLeaseHeld in the chain.
+func (x *Exec) claimed(cl storage.Claim, c *Call) (res idem.Result, done bool, err error) {
 	switch cl.Outcome {
 	case storage.Duplicate:
 		if cl.Record.Status == storage.StatusFailed {
-			return idem.Result{Replayed: true}, true, idem.DecodeFailure(cl.Record.Result)
+			return idem.Result{Replayed: true}, true, &idem.PermanentError{Err: storage.DecodeFailure(cl.Record.Result), Replayed: true}
 		}
 		return idem.Result{Value: cl.Record.Result, Replayed: true}, true, nil
 	case storage.Busy:
-		return idem.Result{}, true, fmt.Errorf("%w (key %q, attempt %d): %w", idem.ErrInProgress, c.Key, cl.Record.Attempt, ErrLeaseHeld)
+		return idem.Result{}, true, fmt.Errorf("%w (key %q, attempt %d): %w", idem.ErrInProgress, c.Key, cl.Record.Attempt, errLeaseHeld)
 	}
 	return idem.Result{}, false, nil
-}
-
-// Ran is what fn returned once the claim acquired the key: its value,
-// and its permanent error or nil.
-type Ran struct {
-	Value []byte
-	Err   error
 }
 
 // Run is what an executor does once its claim, sent at sent, answered cl
@@ -171,24 +164,25 @@ type Ran struct {
 // c.Releasing set while it runs). done reports that res, err are the
 // caller's answer: a claim that failed or did not acquire the key, or
 // fn's retryable error, which its transaction is to roll back. Otherwise
-// r is fn's outcome, to be stored; a panic of fn goes through Run.
-func (x *Exec) Run(ctx context.Context, c *Call, cl storage.Claim, err error, sent time.Time, fn func() ([]byte, error)) (r Ran, res idem.Result, done bool, _ error) {
-	x.Observe(ctx, c, idem.Event{Op: idem.OpClaim, Outcome: cl.Outcome, Attempt: cl.Record.Attempt, Duration: time.Since(sent), Err: err})
+// fn ran and its outcome is to be stored: res.Value is its value and err
+// its permanent error or nil. A panic of fn goes through Run.
+func (x *Exec) Run(ctx context.Context, c *Call, cl storage.Claim, err error, sent time.Time, fn func() ([]byte, error)) (res idem.Result, done bool, _ error) {
+	x.observe(ctx, c, idem.Event{Op: idem.OpClaim, Outcome: cl.Outcome, Attempt: cl.Record.Attempt, Duration: time.Since(sent), Err: err})
 	if err != nil {
-		return r, idem.Result{}, true, err
+		return idem.Result{}, true, err
 	}
-	if res, done, err := x.Claimed(cl, c); done {
-		return r, res, true, err
+	if res, done, err := x.claimed(cl, c); done {
+		return res, true, err
 	}
 	started := time.Now()
 	c.Releasing = true
-	r.Value, r.Err = fn()
-	x.Observe(ctx, c, idem.Event{Op: idem.OpRun, Duration: time.Since(started), Err: r.Err})
-	if r.Err != nil && !idem.IsPermanent(r.Err) {
-		return r, idem.Result{}, true, r.Err
+	value, ferr := fn()
+	x.observe(ctx, c, idem.Event{Op: idem.OpRun, Duration: time.Since(started), Err: ferr})
+	if ferr != nil && !idem.IsPermanent(ferr) {
+		return idem.Result{}, true, ferr
 	}
 	c.Releasing = false
-	return r, idem.Result{}, false, nil
+	return idem.Result{Value: value}, false, ferr
 }
 
 // Outcome is Do's answer once fn ran and returned value and ferr (nil or
@@ -203,8 +197,8 @@ func Outcome(value []byte, ferr, err error) (idem.Result, error) {
 	return idem.Result{Value: value}, nil
 }
 
-// Observe reports e, about c, to the Config's Observer.
-func (x *Exec) Observe(ctx context.Context, c *Call, e idem.Event) {
+// observe reports e, about c, to the Config's Observer.
+func (x *Exec) observe(ctx context.Context, c *Call, e idem.Event) {
 	if x.Cfg.Observer != nil {
 		e.Namespace, e.Scope, e.Key = x.Cfg.Namespace, c.Scope, c.Key
 		x.Cfg.Observer(ctx, e)
@@ -215,7 +209,7 @@ func (x *Exec) Observe(ctx context.Context, c *Call, e idem.Event) {
 // OpFail, sent at sent), which ended with err (its commit included, in
 // Do), logs a failure, and returns err.
 func (x *Exec) Finished(ctx context.Context, c *Call, op idem.Op, sent time.Time, err error) error {
-	x.Observe(ctx, c, idem.Event{Op: op, Duration: time.Since(sent), Err: err})
+	x.observe(ctx, c, idem.Event{Op: op, Duration: time.Since(sent), Err: err})
 	if err != nil {
 		x.warn(ctx, c, "TxGuard: the outcome was not stored", op, err)
 	}
@@ -225,7 +219,7 @@ func (x *Exec) Finished(ctx context.Context, c *Call, op idem.Op, sent time.Time
 // StoreErr observes and logs err, the database's failure in step op of c,
 // and returns it.
 func (x *Exec) StoreErr(ctx context.Context, c *Call, op idem.Op, err error) error {
-	x.Observe(ctx, c, idem.Event{Op: op, Err: err})
+	x.observe(ctx, c, idem.Event{Op: op, Err: err})
 	x.warn(ctx, c, "TxGuard: the database failed", op, err)
 	return err
 }
@@ -245,6 +239,6 @@ func (x *Exec) Cleanup(ctx context.Context, c *Call, undo func(context.Context) 
 	defer cancel()
 	err := undo(ctx)
 	if c.Releasing {
-		x.Observe(ctx, c, idem.Event{Op: idem.OpRelease, Duration: time.Since(start), Err: err})
+		x.observe(ctx, c, idem.Event{Op: idem.OpRelease, Duration: time.Since(start), Err: err})
 	}
 }

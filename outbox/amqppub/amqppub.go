@@ -195,13 +195,21 @@ func (p *Publisher) open() error {
 // channel lost before the confirm (an I/O error, the broker shutting down
 // with 320 CONNECTION_FORCED), and a confirm that did not come before ctx
 // ended. A channel the broker closed for another reason, a nack and an
-// unroutable message are refusals, retried until RelayConfig.MaxAttempts. It fails with an
+// unroutable message are refusals, retried until RelayConfig.MaxAttempts;
+// a channel closed for one message of several is charged to that one
+// alone: the Publisher sends the others again, each alone, to find it,
+// and a message the broker refused as malformed or not acceptable (406
+// PRECONDITION_FAILED: a CC header, which RabbitMQ routes by and takes
+// only as an array) fails as permanent. It fails with an
 // [outbox.PermanentError] wrapping [ErrRefused], which the relay does not
 // retry, when the broker closed the channel because the exchange does not
 // exist or may not be published to: every message of the Publisher goes
 // to that exchange, and every one would fail the same way. Declare the
 // exchange before the relay runs, or redrive the dead rows (outbox.Redrive)
-// after.
+// after. A message whose properties cannot be sent fails alone, unsent,
+// with an outbox.PermanentError wrapping [ErrPropertiesTooLarge]: the
+// other messages of the call are published, but for the later ones of
+// its key, held back (outbox.ErrHeldBack).
 func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -217,9 +225,16 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) error {
 	if err := p.open(); err != nil {
 		return err
 	}
-	ch := p.ch
 	err := outbox.PublishInRounds(ctx, msgs, func(ctx context.Context, round []outbox.Message) []error {
-		return p.send(ctx, ch, round)
+		// A round follows only the confirmed messages of its keys: it
+		// may go out on a new channel when a message of the round before
+		// made the broker close the last one.
+		if err := p.open(); err != nil {
+			errs := make([]error, len(round))
+			fill(errs, err)
+			return errs
+		}
+		return p.send(ctx, p.ch, round)
 	})
 	if ctx.Err() != nil || errors.Is(err, ErrConnection) {
 		// Confirms and returns of this call may still arrive, or the
@@ -235,19 +250,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) error {
 // confirm, so once the last confirm is in, every return of the round is.
 func (p *Publisher) send(ctx context.Context, ch *amqp.Channel, round []outbox.Message) []error {
 	errs := make([]error, len(round))
-	pending := make([]*amqp.DeferredConfirmation, len(round))
-	byID := make(map[string]int, len(round))
-	for i, m := range round {
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, p.o.exchange, m.Destination, true, false, p.publishing(m))
-		if err != nil {
-			for j := i; j < len(round); j++ {
-				errs[j] = fmt.Errorf("%w: publish: %w", ErrConnection, err)
-			}
-			break
-		}
-		pending[i] = dc
-		byID[m.ID] = i
-	}
+	pending, byID := p.publishRound(ctx, ch, round, errs)
 	returns := p.returns // nil once closed, with the channel
 	returned := func(r amqp.Return, ok bool) {
 		if !ok {
@@ -282,6 +285,54 @@ func (p *Publisher) send(ctx context.Context, ch *amqp.Channel, round []outbox.M
 			}
 		}
 	}
+	for drained := false; returns != nil && !drained; {
+		select {
+		case r, ok := <-returns:
+			returned(r, ok)
+		default:
+			drained = true
+		}
+	}
+	if refused := p.classifyClosed(ctx, ch, errs); len(refused) > 1 {
+		p.isolate(ctx, round, errs, refused)
+	}
+	return errs
+}
+
+// publishRound publishes the messages of round on ch, and returns their
+// deferred confirms and their indexes by ID. A message whose properties
+// cannot be sent fails alone, as permanent, unsent; a publish the channel
+// refuses (lost with its connection) fails the rest of the round.
+func (p *Publisher) publishRound(ctx context.Context, ch *amqp.Channel, round []outbox.Message, errs []error) ([]*amqp.DeferredConfirmation, map[string]int) {
+	pending := make([]*amqp.DeferredConfirmation, len(round))
+	byID := make(map[string]int, len(round))
+	frameMax := p.conn.Config.FrameSize // as negotiated
+	for i, m := range round {
+		pub := p.publishing(m)
+		if err := checkProperties(pub, frameMax); err != nil {
+			errs[i] = outbox.Permanent(err)
+			continue
+		}
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, p.o.exchange, m.Destination, true, false, pub)
+		if err != nil {
+			fill(errs[i:], fmt.Errorf("%w: publish: %w", ErrConnection, err))
+			break
+		}
+		pending[i] = dc
+		byID[m.ID] = i
+	}
+	return pending, byID
+}
+
+// classifyClosed classes the failures of messages whose channel closed
+// before their confirm ([ErrConnection]): permanent when the broker
+// refused the exchange, unavailable when the channel was lost with its
+// connection or the broker failed of itself, else a refusal, which it
+// returns the indexes of. A refusal of a single message is the message's
+// own, and permanent when the broker refused it as malformed or not
+// acceptable (see [refusedForGood]); several share one reason the broker
+// gave for one of them, for [Publisher.isolate] to attribute.
+func (p *Publisher) classifyClosed(ctx context.Context, ch *amqp.Channel, errs []error) (refused []int) {
 	var reason *amqp.Error // why the broker closed the channel, if it did
 	closed := ch.IsClosed()
 	if closed {
@@ -294,19 +345,53 @@ func (p *Publisher) send(ctx context.Context, ch *amqp.Channel, round []outbox.M
 		switch {
 		case reason != nil && (reason.Code == amqp.NotFound || reason.Code == amqp.AccessRefused):
 			errs[i] = outbox.Permanent(fmt.Errorf("%w %q: %w", ErrRefused, p.o.exchange, reason))
-		case !closed || lost(reason):
+		case !closed || lost(reason) || reason.Code == amqp.InternalError || reason.Code == amqp.ResourceError:
 			errs[i] = outbox.Unavailable(err)
-		}
-	}
-	for returns != nil {
-		select {
-		case r, ok := <-returns:
-			returned(r, ok)
 		default:
-			return errs
+			errs[i] = fmt.Errorf("amqppub: the broker closed the channel: %w", reason)
+			refused = append(refused, i)
 		}
 	}
-	return errs
+	if len(refused) == 1 && refusedForGood(reason) {
+		errs[refused[0]] = outbox.Permanent(errs[refused[0]])
+	}
+	return refused
+}
+
+// refusedForGood reports whether the broker closed a channel for reason
+// after a single publish because the message is malformed or not
+// acceptable, as it will at every try: 406 PRECONDITION_FAILED (a CC
+// header that is not an array, a body over max_message_size), or a frame,
+// syntax or command error.
+func refusedForGood(reason *amqp.Error) bool {
+	switch reason.Code {
+	case amqp.PreconditionFailed, amqp.FrameError, amqp.SyntaxError, amqp.CommandInvalid, amqp.UnexpectedFrame:
+		return true
+	}
+	return false
+}
+
+// isolate publishes again, each alone on an open channel, the messages of
+// round at refused: the broker closed their channel for one of them, and
+// which one it does not say. Each then fails for itself, or is published
+// (again: a message before the one refused may have reached the broker
+// unconfirmed). Each is the only message of its key in the round, and the
+// later ones of its key go in later rounds, so the order holds.
+func (p *Publisher) isolate(ctx context.Context, round []outbox.Message, errs []error, refused []int) {
+	for _, i := range refused {
+		if err := p.open(); err != nil {
+			errs[i] = err
+			continue
+		}
+		errs[i] = p.send(ctx, p.ch, round[i:i+1])[0]
+	}
+}
+
+// fill sets every entry of errs to err.
+func fill(errs []error, err error) {
+	for i := range errs {
+		errs[i] = err
+	}
 }
 
 // lost reports whether a channel closed for reason was lost with its

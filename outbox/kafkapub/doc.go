@@ -11,6 +11,10 @@
 //	pub, _ := kafkapub.New(client)
 //	relay, _ := outbox.NewRelay(pool, pub, outbox.RelayConfig{})
 //
+// A message to a topic the broker can never take fails alone, as
+// permanent: the relay moves it to the dead rows after one try. [CheckTopic]
+// given to outbox.Config.CheckDestination refuses it at Enqueue instead.
+//
 // # Order and duplicates
 //
 // The idempotent producer keeps each partition's records in order through

@@ -80,7 +80,9 @@ func New(client *kgo.Client, opts ...Option) (*Publisher, error) {
 // [outbox.PermanentError], which the relay does not retry (it moves the
 // row to the dead rows): kerr.MessageTooLarge (a record larger than the
 // client's ProducerBatchMaxBytes or the broker's message.max.bytes; of the
-// records of one call refused so, the largest), kerr.TopicAuthorizationFailed
+// records of a partition refused so in one call, the largest: the others
+// shared its batch, and fail with outbox.ErrHeldBack, which charges them
+// no attempt), kerr.TopicAuthorizationFailed
 // and kerr.InvalidTopicException. The errors that say the brokers could not
 // be reached or could not take any record now come as an
 // [outbox.UnavailableError], which counts no attempt of the message (the
@@ -109,24 +111,26 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) error {
 		return outbox.Unavailable(fmt.Errorf("kafkapub: the records of an earlier call are still in flight: %w", ctx.Err()))
 	}
 	type result struct {
-		i   int
-		err error
+		i, partition int
+		err          error
 	}
 	results := make(chan result, len(msgs)) // the promises never block
 	left := atomic.Int64{}
 	left.Store(int64(len(msgs)))
 	for i, m := range msgs {
 		p.client.Produce(ctx, p.record(m), func(r *kgo.Record, err error) {
-			results <- result{i, err}
+			results <- result{i, int(r.Partition), err}
 			if left.Add(-1) == 0 {
 				<-p.turn // the next call may produce
 			}
 		})
 	}
 	errs := make([]error, len(msgs))
+	partitions := make([]int, len(msgs))
 	for range msgs {
 		select {
 		case res := <-results:
+			partitions[res.i] = res.partition
 			if res.err != nil {
 				errs[res.i] = fmt.Errorf("kafkapub: produce to %q: %w", msgs[res.i].Destination, res.err)
 			}
@@ -142,7 +146,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) error {
 			return outbox.NewPublishError(errs)
 		}
 	}
-	markPermanent(msgs, errs)
+	markPermanent(msgs, partitions, errs)
 	markUnavailable(errs)
 	return outbox.NewPublishError(errs)
 }
@@ -201,24 +205,38 @@ func unavailable(err error) bool {
 // markPermanent wraps with outbox.Permanent the errors of msgs that
 // publishing again cannot mend: a topic the client may not write or whose
 // name is invalid, and a record too large. The broker refuses a whole
-// batch for the size of one of its records, so of the records of a call
-// that failed as too large only the largest is permanent; the others are
-// published again, and fail again if they are too large too.
-func markPermanent(msgs []outbox.Message, errs []error) {
-	largest := -1
+// batch, one partition's records, for the size of one of them: of the
+// records of a partition that failed as too large, only the largest is
+// permanent; the others failed for it, not for themselves
+// (outbox.ErrHeldBack: the relay charges them nothing), and are published
+// again, failing again on their own if they are too large too.
+func markPermanent(msgs []outbox.Message, partitions []int, errs []error) {
+	type place struct {
+		topic     string
+		partition int
+	}
+	largest := map[place]int{}
 	for i, err := range errs {
 		switch {
 		case err == nil:
 		case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.InvalidTopicException):
 			errs[i] = outbox.Permanent(err)
 		case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
-			if largest < 0 || size(msgs[i]) > size(msgs[largest]) {
-				largest = i
+			at := place{msgs[i].Destination, partitions[i]}
+			if j, ok := largest[at]; !ok || size(msgs[i]) > size(msgs[j]) {
+				largest[at] = i
 			}
 		}
 	}
-	if largest >= 0 {
-		errs[largest] = outbox.Permanent(errs[largest])
+	for i, err := range errs {
+		if !errors.Is(err, kerr.MessageTooLarge) && !errors.Is(err, kerr.RecordListTooLarge) {
+			continue
+		}
+		if largest[place{msgs[i].Destination, partitions[i]}] == i {
+			errs[i] = outbox.Permanent(err)
+		} else {
+			errs[i] = fmt.Errorf("%w: %w", outbox.ErrHeldBack, err)
+		}
 	}
 }
 

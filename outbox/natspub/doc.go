@@ -12,6 +12,10 @@
 //	pub, _ := natspub.New(js)
 //	relay, _ := outbox.NewRelay(pool, pub, outbox.RelayConfig{})
 //
+// A message to a subject the broker can never take fails alone, as
+// permanent: the relay moves it to the dead rows after one try. [CheckSubject]
+// given to outbox.Config.CheckDestination refuses it at Enqueue instead.
+//
 // # Order
 //
 // A call's messages are published asynchronously, in rounds of one message

@@ -72,7 +72,10 @@ func New(js jetstream.JetStream) (*Publisher, error) {
 // fails with an [outbox.PermanentError], which the relay does not retry
 // (it moves the row to the dead rows): one larger than the server's
 // max_payload (nats.ErrMaxPayload) or than its stream's max_msg_size
-// (jetstream.ErrStreamMessageExceedsMaximum).
+// (jetstream.ErrStreamMessageExceedsMaximum), or to an invalid subject
+// ([ErrInvalidSubject], see [CheckSubject]). Such a message fails alone:
+// the other messages of the call are published, but for the later ones
+// of its key, held back (outbox.ErrHeldBack).
 func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -89,42 +92,68 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) error {
 	})
 }
 
-// send publishes round asynchronously and waits for every ack.
+// send publishes round asynchronously and waits for every ack. Each
+// message gets its own outcome: one the server cannot take fails alone,
+// and the next is sent; only a connection lost or stalled fails the rest
+// of the round, as unavailable, which charges them nothing.
 func (p *Publisher) send(ctx context.Context, round []outbox.Message, reconnects uint64) []error {
 	errs := make([]error, len(round))
 	futures := make([]jetstream.PubAckFuture, len(round))
 	for i, m := range round {
 		if p.nc.Stats().Reconnects != reconnects || !p.nc.IsConnected() {
-			for j := i; j < len(round); j++ {
-				errs[j] = outbox.Unavailable(ErrReconnected)
-			}
+			fill(errs[i:], outbox.Unavailable(ErrReconnected))
 			break
 		}
-		msg := &nats.Msg{Subject: m.Destination, Data: m.Payload}
-		if len(m.Headers) > 0 {
-			msg.Header = make(nats.Header, len(m.Headers)+1)
-			for name, v := range m.Headers {
-				msg.Header[name] = []string{v}
-			}
-		}
-		// No retry inside the client: it would send the message again
-		// later, behind others. The relay retries, in order.
-		f, err := p.js.PublishMsgAsync(msg, jetstream.WithMsgID(m.ID), jetstream.WithRetryAttempts(0))
-		if errors.Is(err, nats.ErrMaxPayload) { // refused before it was sent: the next may go
-			errs[i] = outbox.Permanent(fmt.Errorf("natspub: publish to %q: %w", m.Destination, err))
-			continue
-		}
-		if err != nil {
-			for j := i; j < len(round); j++ {
-				errs[j] = fmt.Errorf("natspub: publish to %q: %w", m.Destination, err)
-				if unavailable(err) {
-					errs[j] = outbox.Unavailable(errs[j])
-				}
-			}
+		f, err := p.publishAsync(m)
+		if err != nil && !outbox.IsPermanent(err) && (unavailable(err) || !p.nc.IsConnected()) {
+			fill(errs[i:], outbox.Unavailable(err))
 			break
 		}
-		futures[i] = f
+		futures[i], errs[i] = f, err
 	}
+	p.await(ctx, round, futures, errs)
+	return errs
+}
+
+// fill sets every entry of errs to err.
+func fill(errs []error, err error) {
+	for i := range errs {
+		errs[i] = err
+	}
+}
+
+// publishAsync sends m without waiting for its ack. A message the client
+// refuses before sending it (an invalid subject, one over max_payload)
+// fails as permanent.
+func (p *Publisher) publishAsync(m outbox.Message) (jetstream.PubAckFuture, error) {
+	if err := CheckSubject(m.Destination); err != nil {
+		// The client would refuse a subject with whitespace; the server
+		// might take one with a wildcard or an empty token, and store
+		// a message no consumer of the subject meant can read.
+		return nil, outbox.Permanent(fmt.Errorf("natspub: publish: %w", err))
+	}
+	msg := &nats.Msg{Subject: m.Destination, Data: m.Payload}
+	if len(m.Headers) > 0 {
+		msg.Header = make(nats.Header, len(m.Headers)+1)
+		for name, v := range m.Headers {
+			msg.Header[name] = []string{v}
+		}
+	}
+	// No retry inside the client: it would send the message again
+	// later, behind others. The relay retries, in order.
+	f, err := p.js.PublishMsgAsync(msg, jetstream.WithMsgID(m.ID), jetstream.WithRetryAttempts(0))
+	switch {
+	case err == nil:
+		return f, nil
+	case permanent(err):
+		return nil, outbox.Permanent(fmt.Errorf("natspub: publish to %q: %w", m.Destination, err))
+	}
+	return nil, fmt.Errorf("natspub: publish to %q: %w", m.Destination, err)
+}
+
+// await waits for the ack of each of futures, and sets the failure of each
+// message of round that has none in errs.
+func (p *Publisher) await(ctx context.Context, round []outbox.Message, futures []jetstream.PubAckFuture, errs []error) {
 	var streams map[string]bool // whether a stream takes a subject, once asked
 	for i, f := range futures {
 		if f == nil {
@@ -157,7 +186,6 @@ func (p *Publisher) send(ctx context.Context, round []outbox.Message, reconnects
 			errs[i] = fmt.Errorf("natspub: publish to %q: no ack: %w", round[i].Destination, ctx.Err())
 		}
 	}
-	return errs
 }
 
 // unavailable reports whether err says the server could not be reached or
@@ -200,11 +228,12 @@ func (p *Publisher) streamTakes(ctx context.Context, subject string) bool {
 // lookupTimeout bounds the question of [Publisher.streamTakes].
 const lookupTimeout = 2 * time.Second
 
-// permanent reports whether JetStream refused a message for itself, so
-// that publishing it again would fail again: it is larger than its stream
-// allows. No stream for a subject (jetstream.ErrNoStreamResponse) is not
+// permanent reports whether the client or JetStream refused a message for
+// itself, so that publishing it again would fail again: it is larger than
+// the server or its stream allows, or its subject is invalid. No stream for a subject (jetstream.ErrNoStreamResponse) is not
 // permanent: a server that restarts answers so until its streams are
 // ready.
 func permanent(err error) bool {
-	return errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum)
+	return errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum) ||
+		errors.Is(err, nats.ErrBadSubject)
 }

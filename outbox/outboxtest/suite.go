@@ -27,6 +27,10 @@ type Broker struct {
 	// Keys is set when Received.Key carries the message key (Kafka's
 	// record key): the suite then checks it.
 	Keys bool
+
+	// Poisons are messages the broker can never take (see [Poison]):
+	// the suite checks that the Publisher fails each as permanent, alone.
+	Poisons []Poison
 }
 
 // Received is a message as a consumer of the broker sees it.
@@ -50,101 +54,117 @@ const Timeout = 30 * time.Second
 //   - a Publish with no message does nothing, and one with a cancelled
 //     context fails and does not hang;
 //   - a Relay over a real outbox table publishes, through it, every
-//     enqueued message, each key's in order, and marks them all sent.
+//     enqueued message, each key's in order, and marks them all sent;
+//   - a poison message (Broker.Poisons) dies after one try with its own
+//     error, and charges no other message an attempt.
 func TestPublisher(t *testing.T, newBroker func(t *testing.T) Broker) {
-	t.Run("Fields", func(t *testing.T) {
-		t.Parallel()
-		b := newBroker(t)
-		dest, got := b.Destination(t)
-		msgs := []outbox.Message{
-			{ID: "fields-1-" + NewRunID(), Destination: dest, Key: "k1", Headers: map[string]string{"Trace-Id": "abc", "X-Tenant": "t 1"},
-				Payload: []byte("{\"n\":1}")},
-			{ID: "fields-2-" + NewRunID(), Destination: dest, Key: "k2", Payload: []byte{0, 1, 2, 0xff, 0}},
-			{ID: "fields-3-" + NewRunID(), Destination: dest, Key: "k1", Payload: []byte{}},
-		}
-		publish(t, b.Publisher, msgs)
-		for i, want := range msgs {
-			r := receive(t, got)
-			if r.ID != want.ID {
-				t.Fatalf("message %d: ID %q, want %q", i, r.ID, want.ID)
-			}
-			if b.Keys && r.Key != want.Key {
-				t.Errorf("message %d: key %q, want %q", i, r.Key, want.Key)
-			}
-			if !bytes.Equal(r.Payload, want.Payload) {
-				t.Errorf("message %d: payload %q, want %q", i, r.Payload, want.Payload)
-			}
-			for name, v := range want.Headers {
-				if r.Headers[name] != v {
-					t.Errorf("message %d: header %s = %q, want %q (all: %v)", i, name, r.Headers[name], v, r.Headers)
-				}
-			}
-		}
-	})
+	for _, c := range []struct {
+		name string
+		test func(t *testing.T, b Broker)
+	}{
+		{"Fields", testFields},
+		{"Order", testOrder},
+		{"EmptyAndCancelled", testEmptyAndCancelled},
+		{"Relay", testRelay},
+		{"Poison", testPoisons},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.test(t, newBroker(t))
+		})
+	}
+}
 
-	t.Run("Order", func(t *testing.T) {
-		t.Parallel()
-		b := newBroker(t)
-		dest, got := b.Destination(t)
-		msgs, want := Messages(300, 7, dest)
-		for batch := range slices.Chunk(msgs, 100) {
-			publish(t, b.Publisher, batch)
+// testFields: every field of a message arrives.
+func testFields(t *testing.T, b Broker) {
+	dest, got := b.Destination(t)
+	msgs := []outbox.Message{
+		{ID: "fields-1-" + NewRunID(), Destination: dest, Key: "k1", Headers: map[string]string{"Trace-Id": "abc", "X-Tenant": "t 1"},
+			Payload: []byte("{\"n\":1}")},
+		{ID: "fields-2-" + NewRunID(), Destination: dest, Key: "k2", Payload: []byte{0, 1, 2, 0xff, 0}},
+		{ID: "fields-3-" + NewRunID(), Destination: dest, Key: "k1", Payload: []byte{}},
+	}
+	publish(t, b.Publisher, msgs)
+	for i, want := range msgs {
+		r := receive(t, got)
+		if r.ID != want.ID {
+			t.Fatalf("message %d: ID %q, want %q", i, r.ID, want.ID)
 		}
-		ids := make([]string, 0, len(msgs))
-		for range msgs {
-			ids = append(ids, receive(t, got).ID)
+		if b.Keys && r.Key != want.Key {
+			t.Errorf("message %d: key %q, want %q", i, r.Key, want.Key)
 		}
-		if dups := CheckOrder(t, want, ids); dups > 0 {
-			t.Errorf("%d duplicates from calls that all succeeded", dups)
+		if !bytes.Equal(r.Payload, want.Payload) {
+			t.Errorf("message %d: payload %q, want %q", i, r.Payload, want.Payload)
 		}
-	})
-
-	t.Run("EmptyAndCancelled", func(t *testing.T) {
-		t.Parallel()
-		b := newBroker(t)
-		dest, _ := b.Destination(t)
-		ctx, cancel := context.WithTimeout(context.Background(), Timeout)
-		defer cancel()
-		if err := b.Publisher.Publish(ctx, nil); err != nil {
-			t.Errorf("Publish(no message) = %v, want nil", err)
-		}
-		cancelled, stop := context.WithCancel(ctx)
-		stop()
-		done := make(chan error, 1)
-		go func() {
-			done <- b.Publisher.Publish(cancelled, []outbox.Message{{ID: NewRunID(), Destination: dest, Payload: []byte("x")}})
-		}()
-		select {
-		case err := <-done:
-			if err == nil {
-				t.Error("Publish with a cancelled context returned nil, want an error")
+		for name, v := range want.Headers {
+			if r.Headers[name] != v {
+				t.Errorf("message %d: header %s = %q, want %q (all: %v)", i, name, r.Headers[name], v, r.Headers)
 			}
-		case <-time.After(Timeout):
-			t.Fatal("Publish with a cancelled context did not return")
 		}
-	})
+	}
+}
 
-	t.Run("Relay", func(t *testing.T) {
-		t.Parallel()
-		b := newBroker(t)
-		dest, got := b.Destination(t)
-		pool := pgstoretest.Pool(t, 8)
-		table := Table(t, pool)
-		msgs, want := Messages(200, 10, dest)
-		Enqueue(t, pool, table, msgs, 4)
-		relay, err := outbox.NewRelay(pool, b.Publisher, outbox.RelayConfig{Table: table, BatchSize: 50})
-		if err != nil {
-			t.Fatal(err)
+// testOrder: the messages of several calls in a row arrive in order.
+func testOrder(t *testing.T, b Broker) {
+	dest, got := b.Destination(t)
+	msgs, want := Messages(300, 7, dest)
+	for batch := range slices.Chunk(msgs, 100) {
+		publish(t, b.Publisher, batch)
+	}
+	ids := make([]string, 0, len(msgs))
+	for range msgs {
+		ids = append(ids, receive(t, got).ID)
+	}
+	if dups := CheckOrder(t, want, ids); dups > 0 {
+		t.Errorf("%d duplicates from calls that all succeeded", dups)
+	}
+}
+
+// testEmptyAndCancelled: a Publish with no message does nothing, and one
+// with a cancelled context fails and does not hang.
+func testEmptyAndCancelled(t *testing.T, b Broker) {
+	dest, _ := b.Destination(t)
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	if err := b.Publisher.Publish(ctx, nil); err != nil {
+		t.Errorf("Publish(no message) = %v, want nil", err)
+	}
+	cancelled, stop := context.WithCancel(ctx)
+	stop()
+	done := make(chan error, 1)
+	go func() {
+		done <- b.Publisher.Publish(cancelled, []outbox.Message{{ID: NewRunID(), Destination: dest, Payload: []byte("x")}})
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("Publish with a cancelled context returned nil, want an error")
 		}
-		stop := RunRelay(t, relay)
-		ids := make([]string, 0, len(msgs))
-		for range msgs {
-			ids = append(ids, receive(t, got).ID)
-		}
-		CheckOrder(t, want, ids)
-		AwaitPending(t, pool, table, 0)
-		stop()
-	})
+	case <-time.After(Timeout):
+		t.Fatal("Publish with a cancelled context did not return")
+	}
+}
+
+// testRelay: a Relay over a real outbox table publishes every enqueued
+// message, each key's in order, and marks them all sent.
+func testRelay(t *testing.T, b Broker) {
+	dest, got := b.Destination(t)
+	pool := pgstoretest.Pool(t, 8)
+	table := Table(t, pool)
+	msgs, want := Messages(200, 10, dest)
+	Enqueue(t, pool, table, msgs, 4)
+	relay, err := outbox.NewRelay(pool, b.Publisher, outbox.RelayConfig{Table: table, BatchSize: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := RunRelay(t, relay)
+	ids := make([]string, 0, len(msgs))
+	for range msgs {
+		ids = append(ids, receive(t, got).ID)
+	}
+	CheckOrder(t, want, ids)
+	AwaitPending(t, pool, table, 0)
+	stop()
 }
 
 // RunRelay runs relay.Run in a goroutine and returns the function that

@@ -9,7 +9,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/pgstore"
 	"github.com/idemgo/idem/pgstore/pgstoretest"
@@ -44,7 +43,7 @@ func TestStoresAreIsolatedAndDropped(t *testing.T) {
 		if err != nil || c.Outcome != storage.Acquired {
 			t.Fatalf("Claim: %v %v, want Acquired", c.Outcome, err)
 		}
-		if _, err := b.Get(ctx, "k"); !errors.Is(err, idem.ErrNotFound) {
+		if _, err := b.Get(ctx, "k"); !errors.Is(err, storage.ErrNotFound) {
 			t.Errorf("another test's store sees the key: Get = %v, want ErrNotFound", err)
 		}
 		if !schemaExists(t, pool, schema) {

@@ -10,7 +10,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/redisstore"
 	"github.com/idemgo/idem/redisstore/redisstoretest"
@@ -40,7 +39,7 @@ func TestStoresAreIsolatedAndCleanedUp(t *testing.T) {
 		if err != nil || cl.Outcome != storage.Acquired {
 			t.Fatalf("Claim: %v %v, want Acquired", cl.Outcome, err)
 		}
-		if _, err := b.Get(ctx, "k"); !errors.Is(err, idem.ErrNotFound) {
+		if _, err := b.Get(ctx, "k"); !errors.Is(err, storage.ErrNotFound) {
 			t.Errorf("another test's store sees the key: Get = %v, want ErrNotFound", err)
 		}
 	})

@@ -50,7 +50,7 @@ func open(ctx context.Context, u *url.URL, _ storeurl.Options) (storage.Store, f
 	}
 	s, err := sqlitestore.Open(ctx, path, cfg)
 	if err != nil {
-		if strings.HasPrefix(err.Error(), "sqlitestore: Config.") {
+		if strings.HasPrefix(err.Error(), "sqlitestore: Config.") || strings.HasPrefix(err.Error(), "sqlitestore: Open: path") {
 			return nil, nil, &storeurl.URLError{Err: err}
 		}
 		return nil, nil, err

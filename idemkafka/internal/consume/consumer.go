@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/chassis"
 )
 
@@ -23,8 +24,8 @@ type Processor interface {
 	// returns how many of them, from the first, are done (acknowledged,
 	// dead-lettered or discarded, and, where the processor stores offsets
 	// itself, stored with their offset). When done < len(items), v is the
-	// verdict on items[done], a Retry (the Guard's, the chassis's, or an
-	// [Outage]): the consumer counts the failure if v.Failed, waits (the
+	// verdict on items[done], a Retry (the Guard's, the chassis's, or a
+	// chassis.Outage): the consumer counts the failure if v.Failed, waits (the
 	// busy delay, or a backoff) and gives it to Process again, alone, then
 	// the rest. ctx ends when the partition is revoked or lost, or the
 	// consumer's drain deadline passes; Process should start no handler
@@ -32,9 +33,9 @@ type Processor interface {
 	Process(ctx context.Context, p *Partition, items []Item) (done int, v chassis.Verdict)
 }
 
-// AdjustFunc sets the offsets that newly assigned partitions start from,
+// adjustFunc sets the offsets that newly assigned partitions start from,
 // as kgo.AdjustFetchOffsetsFn does, with the consuming client at hand.
-type AdjustFunc func(ctx context.Context, cl *kgo.Client, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error)
+type adjustFunc = func(ctx context.Context, cl *kgo.Client, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error)
 
 // Errors the consumer cancels handlers with, and Run's.
 var (
@@ -48,7 +49,7 @@ var (
 type Consumer struct {
 	o      Options
 	proc   Processor
-	adjust AdjustFunc
+	adjust adjustFunc
 
 	mu      sync.Mutex
 	client  *kgo.Client // bound by Run or by the first assignment
@@ -70,15 +71,21 @@ type topicPartition struct {
 	partition int32
 }
 
-// New returns a consumer of built options o (see [Build]) that
-// handles records with proc, and, when adjust is not nil, lets it set where
-// assigned partitions start.
-func New(o Options, proc Processor, adjust AdjustFunc) *Consumer {
-	return &Consumer{o: o, proc: proc, adjust: adjust, parts: make(map[topicPartition]*Partition)}
+// New returns the consumer of the adapter pkg ("idemkafka", "kafkapg")
+// that handles records with proc, and, when adjust is not nil, lets it set
+// where assigned partitions start. It applies opts and checks them (the
+// scope and poison decisions among them), over the Guard g, or, when g is
+// nil, over an executor whose configuration is cfg.
+func New[F ~func(*Options)](pkg string, g *idem.Guard, cfg idem.Config, opts []F, proc Processor, adjust adjustFunc) (*Consumer, error) {
+	c := &Consumer{proc: proc, adjust: adjust, parts: make(map[topicPartition]*Partition)}
+	if err := build(&c.o, pkg, g, cfg, opts); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
-// Options returns the consumer's options, defaults filled in.
-func (c *Consumer) Options() *Options { return &c.o }
+// Logger returns the consumer's logger.
+func (c *Consumer) Logger() *slog.Logger { return c.o.Logger() }
 
 // ClientOpts returns the options the consuming client must be created
 // with: the consumer's rebalance callbacks, BlockRebalanceOnPoll and

@@ -22,30 +22,29 @@ const (
 	HeaderOffset    = "idem-dead-letter-offset"    // its offset, in decimal
 )
 
-// DefaultBatchMaxBytes is franz-go's default kgo.ProducerBatchMaxBytes,
+// defaultBatchMaxBytes is franz-go's default kgo.ProducerBatchMaxBytes,
 // the size of the largest record a client produces (Kafka's default
 // max.message.bytes): the limit of a dead letter when the producing client
 // does not tell its own.
-const DefaultBatchMaxBytes = 1000012
+const defaultBatchMaxBytes = 1000012
 
 // produceTimeout bounds one try at producing a dead letter, so that a
 // broker that cannot be reached is logged and retried, and a shutdown
 // noticed, rather than waited on for good.
 const produceTimeout = 30 * time.Second
 
-// Poison settles the record of it, which must never run again (the
+// poison settles the record of it, which must never run again (the
 // verdict v): under WithDiscardPoison it is logged and reported; else its
-// dead letter is produced to the WithDeadLetter topic. A dead letter that
-// the broker refuses is tried MaxAttempts times, with backoff, and then
-// given up on (chassis.GiveUp): the record is done without it. A broker
-// that cannot be reached is an outage: the dead letter is tried again
-// without end. Poison returns nil once the record is done, and an error
-// when the partition stops first (revoked, lost, shutting down): the
-// record is not done, and its next owner handles it again.
-func (p *Partition) Poison(ctx context.Context, it Item, v chassis.Verdict) error {
+// dead letter is produced to the WithDeadLetter topic (chassis.SendLetter:
+// given up on after MaxAttempts refusals, the record done without it;
+// tried without end while the broker cannot be reached). It returns nil
+// once the record is done, and an error when the partition stops first
+// (revoked, lost, shutting down): the record is not done, and its next
+// owner handles it again.
+func (p *Partition) poison(ctx context.Context, it Item, v chassis.Verdict) error {
 	o := &p.c.o
 	r := it.Rec
-	attrs := append(Attrs(r), slog.String("reason", string(v.Reason)), slog.Any("cause", v.Cause))
+	attrs := append(recordAttrs(r), slog.String("reason", string(v.Reason)), slog.Any("cause", v.Cause))
 	if it.KeyOK {
 		attrs = append(attrs, slog.String("key", it.Key))
 	}
@@ -66,66 +65,43 @@ func (p *Partition) Poison(ctx context.Context, it Item, v chassis.Verdict) erro
 	}
 	topic := o.DeadLetterTopic
 	attrs = append(attrs, slog.String("dead_letter_topic", topic))
-	l := Letter(it, v)
-	l.Fit(BatchMaxBytes(producer, topic))
-	stripped := false
-	for refusals, outages := 0, 0; ; {
+	l := letter(it, v)
+	l.Fit(batchMaxBytes(producer, topic))
+	gaveUp, err := o.SendLetter(ctx, l.Letter, func() (chassis.Refusal, error) {
 		pctx, cancel := context.WithTimeout(ctx, produceTimeout)
-		err := producer.ProduceSync(pctx, l.Record(topic)).FirstErr()
-		cancel()
-		if err == nil {
-			o.Logger().LogAttrs(ctx, slog.LevelWarn, pkg+": poison dead-lettered", attrs...)
-			p.c.observe(ctx, ev)
-			return nil
-		}
-		switch Classify(err) {
-		case TooLarge:
-			if !stripped {
-				o.Logger().LogAttrs(ctx, slog.LevelWarn, pkg+": the broker refused the dead letter as too large; "+
-					"producing it without the record's key, value and headers", append(attrs, slog.Any("error", err))...)
-				l.Strip()
-				stripped = true
-				continue
-			}
-			fallthrough
-		case Refused:
-			refusals++
-			if refusals >= o.GiveUpAfter() {
-				o.GiveUp(ctx, refusals, v.Cause, err, attrs...)
-				ev.Kind, ev.BrokerErr = EventDiscarded, err
-				p.c.observe(ctx, ev)
-				return nil
-			}
-			o.Logger().LogAttrs(ctx, slog.LevelWarn, pkg+": the broker refused the dead letter; trying again",
-				append(attrs, slog.Int("refusals", refusals), slog.Any("error", err))...)
-		default:
-			outages++
-			o.Logger().LogAttrs(ctx, slog.LevelWarn, pkg+": the dead letter did not reach the broker; the record waits",
-				append(attrs, slog.Any("error", err))...)
-		}
-		if !p.sleep(o.Backoff(refusals + outages)) {
-			return fmt.Errorf("%s: dead letter to %s: %w (the partition stops)", pkg, topic, err)
-		}
+		defer cancel()
+		err := producer.ProduceSync(pctx, l.record(topic)).FirstErr()
+		return classify(err), err
+	}, p.sleep, attrs)
+	switch {
+	case err == nil:
+		o.Logger().LogAttrs(ctx, slog.LevelWarn, pkg+": poison dead-lettered", attrs...)
+	case gaveUp:
+		ev.Kind, ev.BrokerErr = EventDiscarded, err
+	default:
+		return fmt.Errorf("%s: dead letter to %s: %w (the partition stops)", pkg, topic, err)
 	}
+	p.c.observe(ctx, ev)
+	return nil
 }
 
-// DeadLetter is a dead letter being made: the chassis's Letter of a
+// deadLetter is a dead letter being made: the chassis's Letter of a
 // record.
-type DeadLetter struct{ *chassis.Letter }
+type deadLetter struct{ *chassis.Letter }
 
-// Letter returns the dead letter of the record of it, whose verdict is v:
+// letter returns the dead letter of the record of it, whose verdict is v:
 // the record's key, value and headers, the headers of package consumer,
 // and [HeaderTopic], [HeaderPartition] and [HeaderOffset].
-func Letter(it Item, v chassis.Verdict) DeadLetter {
+func letter(it Item, v chassis.Verdict) deadLetter {
 	r := it.Rec
-	return DeadLetter{chassis.NewLetter(r.Key, r.Value, Headers(r), v, it.Key, it.KeyOK,
+	return deadLetter{chassis.NewLetter(r.Key, r.Value, headers(r), v, it.Key, it.KeyOK,
 		chassis.Header{Name: HeaderTopic, Value: []byte(r.Topic)},
 		chassis.Header{Name: HeaderPartition, Value: strconv.AppendInt(nil, int64(r.Partition), 10)},
 		chassis.Header{Name: HeaderOffset, Value: strconv.AppendInt(nil, r.Offset, 10)})}
 }
 
-// Record returns the letter as a record for topic.
-func (l DeadLetter) Record(topic string) *kgo.Record {
+// record returns the letter as a record for topic.
+func (l deadLetter) record(topic string) *kgo.Record {
 	hs := make([]kgo.RecordHeader, 0, len(l.Headers)+len(l.Added))
 	for _, h := range l.Headers {
 		hs = append(hs, kgo.RecordHeader{Key: h.Name, Value: h.Value})
@@ -136,49 +112,36 @@ func (l DeadLetter) Record(topic string) *kgo.Record {
 	return &kgo.Record{Topic: topic, Key: l.RecordKey, Value: l.Body, Headers: hs}
 }
 
-// BatchMaxBytes returns the largest record batch cl produces to topic
+// batchMaxBytes returns the largest record batch cl produces to topic
 // (kgo.ProducerBatchMaxBytes, or its function form): a record larger than
 // it, less the batch's framing, is failed by the client itself.
-func BatchMaxBytes(cl *kgo.Client, topic string) int {
+func batchMaxBytes(cl *kgo.Client, topic string) int {
 	if f, ok := cl.OptValue(kgo.ProducerBatchMaxBytesFn).(func(string) int32); ok && f != nil {
 		return int(f(topic))
 	}
 	if n, ok := cl.OptValue(kgo.ProducerBatchMaxBytes).(int32); ok && n > 0 {
 		return int(n)
 	}
-	return DefaultBatchMaxBytes
+	return defaultBatchMaxBytes
 }
 
-// Class is what a failed produce says of the dead letter.
-type Class uint8
-
-// The classes of [Classify].
-const (
-	// Unreachable: the broker could not be reached or asked to try
-	// again (a connection that failed, a timeout, a retriable error): an
-	// outage.
-	Unreachable Class = iota
-	// TooLarge: the broker, or the client, refused the record as too
-	// large (MESSAGE_TOO_LARGE).
-	TooLarge
-	// Refused: the broker answered no (a topic that may not be written,
-	// an invalid topic name, a topic that does not exist once kgo stopped
-	// waiting for it, …).
-	Refused
-)
-
-// Classify returns the class of err, ProduceSync's error.
-func Classify(err error) Class {
+// classify returns what err, ProduceSync's error, says of the dead letter:
+// a refusal when the broker answered no (a topic that may not be written,
+// an invalid topic name, a topic that does not exist once kgo stopped
+// waiting for it, …), or refused it, or the client did, as too large
+// (MESSAGE_TOO_LARGE); else the broker could not be reached, or asked to
+// try again (a connection that failed, a timeout, a retriable error).
+func classify(err error) chassis.Refusal {
 	switch {
 	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
-		return TooLarge
+		return chassis.RefusedTooLarge
 	case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID):
 		// Retriable to Kafka, but kgo returns it only once it gave up
 		// waiting for the topic (kgo.UnknownTopicRetries).
-		return Refused
+		return chassis.Refused
 	}
 	if ke, ok := errors.AsType[*kerr.Error](err); ok && !ke.Retriable {
-		return Refused
+		return chassis.Refused
 	}
-	return Unreachable
+	return chassis.Unreached
 }

@@ -1,4 +1,4 @@
-package consume_test
+package consume
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/idemgo/idem/idemkafka/internal/consume"
+	"github.com/idemgo/idem/internal/chassis"
 )
 
 // A produce's error is the broker's refusal only when Kafka says so: an
@@ -20,23 +20,23 @@ import (
 func TestClassify(t *testing.T) {
 	for _, tc := range []struct {
 		err  error
-		want consume.Class
+		want chassis.Refusal
 	}{
-		{kerr.MessageTooLarge, consume.TooLarge},
-		{fmt.Errorf("%w (uncompressed_bytes=1200000)", kerr.MessageTooLarge), consume.TooLarge}, // franz-go's own check
-		{kerr.TopicAuthorizationFailed, consume.Refused},
-		{kerr.InvalidTopicException, consume.Refused},
-		{kerr.UnknownTopicOrPartition, consume.Refused}, // kgo.UnknownTopicRetries spent
-		{kerr.PolicyViolation, consume.Refused},
-		{kerr.NotLeaderForPartition, consume.Unreachable},
-		{kerr.RequestTimedOut, consume.Unreachable},
-		{fmt.Errorf("%w, last err: %w", kgo.ErrRecordTimeout, kerr.NotEnoughReplicas), consume.Unreachable},
-		{context.DeadlineExceeded, consume.Unreachable},
-		{&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, consume.Unreachable},
-		{kgo.ErrClientClosed, consume.Unreachable},
+		{kerr.MessageTooLarge, chassis.RefusedTooLarge},
+		{fmt.Errorf("%w (uncompressed_bytes=1200000)", kerr.MessageTooLarge), chassis.RefusedTooLarge}, // franz-go's own check
+		{kerr.TopicAuthorizationFailed, chassis.Refused},
+		{kerr.InvalidTopicException, chassis.Refused},
+		{kerr.UnknownTopicOrPartition, chassis.Refused}, // kgo.UnknownTopicRetries spent
+		{kerr.PolicyViolation, chassis.Refused},
+		{kerr.NotLeaderForPartition, chassis.Unreached},
+		{kerr.RequestTimedOut, chassis.Unreached},
+		{fmt.Errorf("%w, last err: %w", kgo.ErrRecordTimeout, kerr.NotEnoughReplicas), chassis.Unreached},
+		{context.DeadlineExceeded, chassis.Unreached},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, chassis.Unreached},
+		{kgo.ErrClientClosed, chassis.Unreached},
 	} {
-		if got := consume.Classify(tc.err); got != tc.want {
-			t.Errorf("Classify(%v) = %d, want %d", tc.err, got, tc.want)
+		if got := classify(tc.err); got != tc.want {
+			t.Errorf("classify(%v) = %d, want %d", tc.err, got, tc.want)
 		}
 	}
 }
@@ -61,7 +61,7 @@ func TestBatchMaxBytes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := consume.BatchMaxBytes(cl, "dlq"); got != tc.want {
+		if got := batchMaxBytes(cl, "dlq"); got != tc.want {
 			t.Errorf("BatchMaxBytes = %d, want %d", got, tc.want)
 		}
 		cl.Close()

@@ -1,6 +1,7 @@
 package consume
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"time"
@@ -20,8 +21,7 @@ const (
 )
 
 // Options configure a [Consumer]: the options every idem consumer has
-// (chassis.Options), and Kafka's. The adapters fill them through their
-// functional options and [Build].
+// (chassis.Options), and Kafka's, which idemkafka's Option functions set.
 type Options struct {
 	chassis.Options[*kgo.Record]
 
@@ -34,11 +34,11 @@ type Options struct {
 	Observer func(ctx context.Context, e Event) // default: none
 }
 
-// Build applies opts to o for the adapter pkg ("idemkafka", "kafkapg") and
-// checks them (chassis.Build: the scope and poison decisions among them),
-// over the Guard g, or, when g is nil, over an executor whose
-// configuration is cfg; then it fills in Kafka's defaults.
-func Build[F ~func(*Options)](o *Options, pkg string, g *idem.Guard, cfg idem.Config, opts []F) error {
+// build applies opts to o for the adapter pkg and checks them
+// (chassis.Build: the scope and poison decisions among them), over the
+// Guard g, or, when g is nil, over an executor whose configuration is cfg;
+// then it fills in Kafka's defaults.
+func build[F ~func(*Options)](o *Options, pkg string, g *idem.Guard, cfg idem.Config, opts []F) error {
 	b := chassis.Broker[*kgo.Record]{
 		Names:            adapter.Names{Pkg: pkg, Request: "*kgo.Record"},
 		KeyHeader:        DefaultKeyHeader,
@@ -49,12 +49,8 @@ func Build[F ~func(*Options)](o *Options, pkg string, g *idem.Guard, cfg idem.Co
 	if err := chassis.Build(o, &o.Options, b, g, cfg, opts); err != nil {
 		return err
 	}
-	if o.MaxBatch == 0 {
-		o.MaxBatch = DefaultMaxBatch
-	}
-	if o.CommitInterval == 0 {
-		o.CommitInterval = DefaultCommitInterval
-	}
+	o.MaxBatch = cmp.Or(o.MaxBatch, DefaultMaxBatch)
+	o.CommitInterval = cmp.Or(o.CommitInterval, DefaultCommitInterval)
 	return nil
 }
 
@@ -69,8 +65,8 @@ func headerValues(r *kgo.Record, name string) []string {
 	return values
 }
 
-// Headers returns r's headers as the chassis sees them.
-func Headers(r *kgo.Record) []chassis.Header {
+// headers returns r's headers as the chassis sees them.
+func headers(r *kgo.Record) []chassis.Header {
 	hs := make([]chassis.Header, len(r.Headers))
 	for i, h := range r.Headers {
 		hs[i] = chassis.Header{Name: h.Key, Value: h.Value}
@@ -78,19 +74,8 @@ func Headers(r *kgo.Record) []chassis.Header {
 	return hs
 }
 
-// Attrs returns the log attributes that find r: its topic, partition and
+// recordAttrs returns the log attributes that find r: its topic, partition and
 // offset.
-func Attrs(r *kgo.Record) []slog.Attr {
+func recordAttrs(r *kgo.Record) []slog.Attr {
 	return []slog.Attr{slog.String("topic", r.Topic), slog.Int("partition", int(r.Partition)), slog.Int64("offset", r.Offset)}
-}
-
-// Handle runs h, a handler of the record of it, with the context a handler
-// gets: ctx's cancellation and values, then the values of the record's own
-// context (where a kgo hook such as kotel put its span) and the record's
-// trace headers (consumer.TraceFrom). A panic is the handler's
-// *consumer.PanicError, logged.
-func (o *Options) Handle(ctx context.Context, it Item, h func(ctx context.Context) error) error {
-	r := it.Rec
-	hctx := chassis.HandlerContext(ctx, r.Context, chassis.TraceFromHeaders(Headers(r)))
-	return o.Call(hctx, h, func() []slog.Attr { return append(Attrs(r), slog.String("key", it.Key)) })
 }

@@ -143,7 +143,7 @@ func (p *Partition) handle(recs []*kgo.Record) bool {
 	o := &p.c.o
 	items := make([]Item, len(recs))
 	for i, r := range recs {
-		items[i] = o.Item(r)
+		items[i] = o.item(r)
 	}
 	alone := false // after a retry, the record retried goes alone first
 	for len(items) > 0 {
@@ -183,7 +183,7 @@ func (p *Partition) handle(recs []*kgo.Record) bool {
 			delay, level = v.Delay, slog.LevelDebug
 		}
 		it := items[0]
-		o.Logger().LogAttrs(p.ctx, level, o.Names().Pkg+": record not finished; retrying", append(Attrs(r),
+		o.Logger().LogAttrs(p.ctx, level, o.Names().Pkg+": record not finished; retrying", append(recordAttrs(r),
 			slog.Duration("delay", delay), slog.Int("failures", p.failures), slog.Any("error", v.Cause))...)
 		ev := Event{Kind: EventRetry, Topic: p.Topic, Partition: p.Partition, Offset: r.Offset, Delay: delay, Err: v.Cause}
 		if it.KeyOK {
@@ -244,21 +244,49 @@ func (p *Partition) Failures(r *kgo.Record) int {
 	return 0
 }
 
-// Decide returns the verdict on r, whose handler ran with ctx (or did
-// not) and which the Guard (or the TxGuard) answered with res and err:
-// the chassis's, with r's failures so far. A handler that failed because
-// the partition stops (its context ended: revoked, lost, the drain
-// deadline) made no attempt: its record is retried by the next owner.
-func (p *Partition) Decide(ctx context.Context, res idem.Result, err error, r *kgo.Record) chassis.Verdict {
-	v := p.c.o.Decide(res, err, p.Failures(r))
+// Decide returns the verdict on the record of it, whose handler ran with
+// ctx (or did not) and which the Guard (or the TxGuard) answered with res
+// and err: the chassis's, with the record's failures so far. A handler
+// that failed because the partition stops (its context ended: revoked,
+// lost, the drain deadline) made no attempt: its record is retried by the
+// next owner.
+func (p *Partition) Decide(ctx context.Context, it Item, res idem.Result, err error) chassis.Verdict {
+	v := p.c.o.Decide(res, err, p.Failures(it.Rec))
 	if v.Failed && ctx.Err() != nil {
-		return Outage(err)
+		return chassis.Outage(err)
 	}
 	return v
 }
 
-// Replayed counts n records the Processor finished as duplicates, for the
-// next EventBatch.
+// Unkeyed returns the verdict on the record of it, which runs neither
+// guarded nor unguarded: poison, for a key that is missing or cannot be
+// used.
+func (p *Partition) Unkeyed(it Item) chassis.Verdict { return p.c.o.DecideKey(it.keyErr) }
+
+// Settle carries out the verdict v on the handled record of it, and
+// reports whether the record is done: acknowledged (counted as replayed
+// when it is), or dead-lettered or discarded (see poison). When it is not,
+// stop is the verdict that stops the Processor before it: v, a Retry, or
+// an outage when the dead letter could not be had before the partition
+// stopped.
+func (p *Partition) Settle(ctx context.Context, it Item, v chassis.Verdict) (stop chassis.Verdict, done bool) {
+	switch v.Settle {
+	case chassis.Ack:
+		if v.Replayed {
+			p.replayed++
+		}
+		return stop, true
+	case chassis.DeadLetter:
+		if err := p.poison(ctx, it, v); err != nil {
+			return chassis.Outage(err), false
+		}
+		return stop, true
+	}
+	return v, false
+}
+
+// Replayed counts n records the Processor finished as duplicates without
+// Settle (a whole batch committed at once), for the next EventBatch.
 func (p *Partition) Replayed(n int) { p.replayed += n }
 
 // uncommitted returns the offset to commit, if it is past the committed one.

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/internal/txguard"
 	"github.com/idemgo/idem/storage"
 )
 
@@ -59,8 +58,8 @@ type Env struct {
 	Ledger string
 	// Do and DoTx are the TxGuard's. Its lock timeout is long (30s): no
 	// case waits for it.
-	Do   func(ctx context.Context, key string, payload []byte, fn txguard.Func) (idem.Result, error)
-	DoTx func(ctx context.Context, tx *sql.Tx, key string, payload []byte, fn txguard.Func) (idem.Result, error)
+	Do   func(ctx context.Context, key string, payload []byte, fn func(context.Context, *sql.Tx) ([]byte, error)) (idem.Result, error)
+	DoTx func(ctx context.Context, tx *sql.Tx, key string, payload []byte, fn func(context.Context, *sql.Tx) ([]byte, error)) (idem.Result, error)
 }
 
 // Run runs the suite; newEnv returns the Env of one case, which may be
@@ -103,7 +102,7 @@ func (e *env) ctx() context.Context {
 func (e *env) key(k string) string { return e.prefix + k }
 
 // pay is the business write: one ledger row for key; the value names it.
-func (e *env) pay(key string) txguard.Func {
+func (e *env) pay(key string) func(context.Context, *sql.Tx) ([]byte, error) {
 	return func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
 		var id int64
 		err := tx.QueryRowContext(ctx, "INSERT INTO "+e.Ledger+" (key, amount) VALUES ($1, 10) RETURNING id", key).Scan(&id)
@@ -221,7 +220,7 @@ func rolledBackLeavesNothing(t *testing.T, e *env) {
 	if rows := e.ledgerRows(k); rows != 0 {
 		t.Fatalf("%d ledger rows after a failed and a panicking fn, want 0", rows)
 	}
-	if r, err := e.record(k); !errors.Is(err, idem.ErrNotFound) {
+	if r, err := e.record(k); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("record after rollbacks: %+v %v, want none", r, err)
 	}
 	for i := range 2 {
@@ -258,7 +257,7 @@ func permanentError(t *testing.T, e *env) {
 		t.Fatalf("%d ledger rows, want 0: fn's writes roll back", rows)
 	}
 	r, err := e.record(k)
-	if err != nil || r.Status != storage.StatusFailed || idem.DecodeFailure(r.Result).Error() != "card declined" {
+	if err != nil || r.Status != storage.StatusFailed || storage.DecodeFailure(r.Result).Error() != "card declined" {
 		t.Fatalf("record %+v %v, want Failed(card declined)", r, err)
 	}
 }
@@ -371,7 +370,7 @@ func doTxInCallersTx(t *testing.T, e *env) {
 			t.Errorf("ledger %q: %d rows, want %d", key, got, want)
 		}
 	}
-	if _, err := e.record(k("a")); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := e.record(k("a")); !errors.Is(err, storage.ErrNotFound) {
 		t.Errorf("record a: %v, want none", err)
 	}
 	if r, err := e.record(k("b")); err != nil || r.Status != storage.StatusCompleted {

@@ -125,9 +125,9 @@
 // Sentinels of package idem as the Store contract says; ErrUnknownFormat
 // for a row this package did not write (left unchanged); ErrInvalidArgs;
 // *storage.ValueTooLargeError (all three refusals of one key,
-// storage.ErrRefused); ErrContention (wrapping idem.ErrStoreUnavailable)
+// storage.ErrRefused); ErrContention (wrapping storage.ErrStoreUnavailable)
 // when a record keeps changing under a call. Everything else from the
 // driver (no host reachable, timeouts, a node unavailable, overloaded or
 // bootstrapping, a missing table, authentication) wraps
-// idem.ErrStoreUnavailable, with the driver's error in the chain.
+// storage.ErrStoreUnavailable, with the driver's error in the chain.
 package cassandrastore

@@ -19,7 +19,7 @@ var (
 	// ErrInvalidArgs: a store method was called with arguments out of range
 	// (a lease or retention that is not positive or longer than a year, a
 	// key that is empty or longer than MaxKeyLen, which also wraps
-	// idem.ErrInvalidKey, a fingerprint longer than MaxFingerprintLen).
+	// storage.ErrInvalidKey, a fingerprint longer than MaxFingerprintLen).
 	// Nothing was sent to Cassandra.
 	ErrInvalidArgs = storage.Refusal("cassandrastore: invalid arguments")
 
@@ -28,11 +28,6 @@ var (
 	// few rounds. It wraps storage.ErrStoreUnavailable: the Guard fails
 	// the call and a retry starts again.
 	ErrContention = fmt.Errorf("cassandrastore: the record kept changing, or its writes kept timing out: %w", storage.ErrStoreUnavailable)
-
-	// errChanged is DeleteIf's answer when the live record's status or
-	// token differ from the ones given. It becomes storage.ErrChanged when
-	// the store contract gains DeleteIf.
-	errChanged = errors.New("cassandrastore: the record changed")
 )
 
 // translate turns an error of the driver into the error an operation

@@ -172,49 +172,48 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	return ErrContention
 }
 
-// DeleteIf deletes the key's record if it is live and still has status
-// and token t, with one DELETE … IF conditioned on them and on the expiry
-// it read: it answers ErrNotFound when there is no live record, and an
-// error saying the record changed when its status or token differ (the
-// store contract's ErrChanged, once it has one). A delete whose outcome is
-// unknown is read back: gone is nil, unchanged is sent again. Errors:
-// storage.ErrNotFound; ErrInvalidArgs; driver failures wrapping
-// storage.ErrStoreUnavailable.
+// DeleteIf implements [storage.Store.DeleteIf] with one DELETE … IF
+// conditioned on the status, the token and the record being live: when
+// the condition fails, Cassandra's answer tells ErrNotFound (no live
+// record) from storage.ErrChanged. A delete whose outcome is unknown is
+// read back: a record gone is nil, one still as it was is deleted again.
+// Errors: storage.ErrNotFound; storage.ErrChanged; ErrInvalidArgs; driver
+// failures wrapping storage.ErrStoreUnavailable.
 func (s *Store) DeleteIf(ctx context.Context, key string, status storage.Status, t storage.Token) error {
 	if err := invalid("DeleteIf", key, nil); err != nil {
 		return err
 	}
 	c := s.clock()
-	r, err := s.get(ctx, "DeleteIf", key)
+	st := statusOf(status) // "" for a status that is not one: no record has it
 	for range maxRounds {
-		if err != nil {
-			return err
-		}
-		switch {
-		case r.absent() || r.expiresAt < c.dead:
-			return storage.ErrNotFound
-		case r.status != statusOf(status) || r.tok != int64(t):
-			return errChanged
-		}
 		m := make(map[string]any, 3)
-		var applied bool
-		applied, err = s.cas(ctx, "DeleteIf", s.sess.Query(s.dropIf, []byte(key), r.status, r.tok, r.expiresAt), m)
+		applied, err := s.cas(ctx, "DeleteIf", s.sess.Query(s.dropIf, []byte(key), st, int64(t), c.dead), m)
+		var r row
 		switch {
 		case err == nil && applied:
 			return nil
 		case err == nil:
-			r, err = scanRow(m)
-			continue
+			if r, err = scanRow(m); err != nil {
+				return err
+			}
 		case !unknown(err):
 			return s.translate("DeleteIf", err)
+		default:
+			var rerr error
+			if r, rerr = s.get(ctx, "DeleteIf", key); rerr != nil {
+				return fmt.Errorf("%w (the delete's outcome is unknown: %w)", rerr, err)
+			}
+			if r.absent() {
+				return nil
+			}
+			if r.status == st && r.tok == int64(t) && r.expiresAt >= c.dead {
+				continue // not deleted, and never will be: again
+			}
 		}
-		var rerr error
-		if r, rerr = s.get(ctx, "DeleteIf", key); rerr != nil {
-			return fmt.Errorf("%w (the delete's outcome is unknown: %w)", rerr, err)
+		if r.absent() || r.expiresAt < c.dead {
+			return storage.ErrNotFound
 		}
-		if r.absent() {
-			return nil
-		}
+		return storage.ErrChanged
 	}
 	return ErrContention
 }

@@ -13,7 +13,6 @@ import (
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
-	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/storage"
 )
 
@@ -184,7 +183,7 @@ func New(sess *gocql.Session, cfg Config) (*Store, error) {
 			" WHERE k = ? IF status = ? AND tok = ? AND attempt = ? AND fp = ? AND retention = ? AND expires_at = ?",
 		read:   "SELECT " + cols + " FROM " + t + " WHERE k = ?",
 		drop:   "DELETE FROM " + t + " WHERE k = ? IF EXISTS",
-		dropIf: "DELETE FROM " + t + " WHERE k = ? IF status = ? AND tok = ? AND expires_at = ?",
+		dropIf: "DELETE FROM " + t + " WHERE k = ? IF status = ? AND tok = ? AND expires_at >= ?",
 		scan:   "SELECT k, " + cols + " FROM " + t,
 		held:   make(map[heldKey]row),
 	}, nil
@@ -461,7 +460,7 @@ func (s *Store) tooLarge(key string, size int) error {
 func invalid(op, key string, fp []byte, durations ...time.Duration) error {
 	switch {
 	case key == "" || len(key) > MaxKeyLen:
-		return fmt.Errorf("%w: %s: a key of %d bytes, want 1 to %d: %w", ErrInvalidArgs, op, len(key), MaxKeyLen, idem.ErrInvalidKey)
+		return fmt.Errorf("%w: %s: a key of %d bytes, want 1 to %d: %w", ErrInvalidArgs, op, len(key), MaxKeyLen, storage.ErrInvalidKey)
 	case len(fp) > MaxFingerprintLen:
 		return fmt.Errorf("%w: %s: a fingerprint of %d bytes, want at most %d", ErrInvalidArgs, op, len(fp), MaxFingerprintLen)
 	}

@@ -9,8 +9,6 @@ import (
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
-	"github.com/idemgo/idem"
-
 	"github.com/idemgo/idem/cassandrastore"
 	"github.com/idemgo/idem/cassandrastore/cassandrastoretest"
 	"github.com/idemgo/idem/idemtest"
@@ -53,7 +51,7 @@ func TestForeignHolder(t *testing.T) {
 		// The claimer's memory of the record is stale now, and its write
 		// must find out from the condition.
 		err = claimer.Complete(ctxT(t), a.Key, c.Token, []byte("w"), time.Minute)
-		if op == "Extend" && err != nil || op != "Extend" && !errors.Is(err, idem.ErrLeaseLost) {
+		if op == "Extend" && err != nil || op != "Extend" && !errors.Is(err, storage.ErrLeaseLost) {
 			t.Fatalf("claimer's Complete after the holder's %s: %v", op, err)
 		}
 	}
@@ -119,16 +117,16 @@ func TestDeleteIf(t *testing.T) {
 	t.Parallel()
 	s := cassandrastoretest.Store(t, cassandrastore.Config{})
 	ctx := ctxT(t)
-	if err := s.DeleteIf(ctx, args(t, time.Minute).Key, storage.StatusInProgress, 1); !errors.Is(err, idem.ErrNotFound) {
+	if err := s.DeleteIf(ctx, args(t, time.Minute).Key, storage.StatusInProgress, 1); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("DeleteIf of an absent key: %v, want ErrNotFound", err)
 	}
 	a := args(t, time.Minute)
 	c, _ := s.Claim(ctx, a)
-	if err := s.DeleteIf(ctx, a.Key, storage.StatusInProgress, c.Token+1); err == nil || errors.Is(err, idem.ErrNotFound) {
-		t.Fatalf("DeleteIf with another token: %v, want the record changed", err)
+	if err := s.DeleteIf(ctx, a.Key, storage.StatusInProgress, c.Token+1); !errors.Is(err, storage.ErrChanged) {
+		t.Fatalf("DeleteIf with another token: %v, want ErrChanged", err)
 	}
-	if err := s.DeleteIf(ctx, a.Key, storage.StatusCompleted, c.Token); err == nil || errors.Is(err, idem.ErrNotFound) {
-		t.Fatalf("DeleteIf with another status: %v, want the record changed", err)
+	if err := s.DeleteIf(ctx, a.Key, storage.StatusCompleted, c.Token); !errors.Is(err, storage.ErrChanged) {
+		t.Fatalf("DeleteIf with another status: %v, want ErrChanged", err)
 	}
 	if err := s.Complete(ctx, a.Key, c.Token, []byte("v"), time.Minute); err != nil {
 		t.Fatal(err)
@@ -136,7 +134,7 @@ func TestDeleteIf(t *testing.T) {
 	if err := s.DeleteIf(ctx, a.Key, storage.StatusCompleted, c.Token); err != nil {
 		t.Fatalf("DeleteIf of the record as it is: %v", err)
 	}
-	if _, err := s.Get(ctx, a.Key); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.Get(ctx, a.Key); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("Get after DeleteIf: %v, want ErrNotFound", err)
 	}
 }
@@ -194,7 +192,7 @@ func TestUnreachable(t *testing.T) {
 	}
 	sess.Close()
 	s, _ := cassandrastore.New(sess, cassandrastore.Config{Keyspace: cassandrastoretest.Keyspace(t)})
-	if _, err := s.Claim(ctxT(t), args(t, time.Minute)); !errors.Is(err, idem.ErrStoreUnavailable) || errors.Is(err, storage.ErrRefused) {
+	if _, err := s.Claim(ctxT(t), args(t, time.Minute)); !errors.Is(err, storage.ErrStoreUnavailable) || errors.Is(err, storage.ErrRefused) {
 		t.Fatalf("Claim on a closed session: %v, want ErrStoreUnavailable", err)
 	}
 }

@@ -10,7 +10,6 @@ import (
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
-	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/cassandrastore"
 	"github.com/idemgo/idem/cassandrastore/cassandrastoretest"
 	"github.com/idemgo/idem/storage"
@@ -263,7 +262,7 @@ func TestFencedTimeouts(t *testing.T) {
 				t.Errorf("other's claim: %+v, %v", c, err)
 			}
 		}
-		if err := do(s, a.Key, c.Token); !errors.Is(err, idem.ErrLeaseLost) {
+		if err := do(s, a.Key, c.Token); !errors.Is(err, storage.ErrLeaseLost) {
 			t.Fatalf("%s that timed out while the record was taken: %v, want ErrLeaseLost", op, err)
 		}
 	}
@@ -288,7 +287,7 @@ func TestDeleteTimeouts(t *testing.T) {
 			if err != nil {
 				t.Fatalf("delete (conditional %v, sent %v) whose answer was a timeout: %v", conditional, send, err)
 			}
-			if _, err := s.Get(ctxT(t), a.Key); !errors.Is(err, idem.ErrNotFound) {
+			if _, err := s.Get(ctxT(t), a.Key); !errors.Is(err, storage.ErrNotFound) {
 				t.Fatalf("Get after the delete: %v, want ErrNotFound", err)
 			}
 		}

@@ -211,7 +211,9 @@ kafka() {
 # log's memory-mapped segment, so a SIGKILL of the node loses nothing (the
 # kernel holds the pages) but a crash of the machine can lose the last
 # 10 s. Dropped keyspaces and truncated tables are not snapshotted: every
-# test run makes and drops a keyspace.
+# test run makes and drops a keyspace. Writes and Paxos rounds may take
+# longer than Cassandra's defaults (2 s, 1 s) before they time out: on a
+# loaded 2-core machine a round can wait that long for the CPU.
 cassandra() {
 	read -r host port < <(hostport "$CASSANDRA_ADDR" 9042)
 	port_open "$host" "$port" && return 0
@@ -252,6 +254,9 @@ cassandra() {
 		concurrent_counter_writes: 8
 		concurrent_materialized_view_writes: 8
 		compaction_throughput: 0MiB/s
+		write_request_timeout: 5000ms
+		read_request_timeout: 10000ms
+		cas_contention_timeout: 5000ms
 	YAML
 	log "starting Apache Cassandra"
 	did=${did:-started}

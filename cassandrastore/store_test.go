@@ -20,6 +20,17 @@ func TestConformance(t *testing.T) {
 	idemtest.Run(t, func(*testing.T) storage.Store { return s })
 }
 
+// The store with Paxos among the local datacenter's replicas, and commits
+// at LOCAL_QUORUM, holds to the contract as well (the test node is a
+// datacenter of its own).
+func TestConformanceLocalSerial(t *testing.T) {
+	s := cassandrastoretest.Store(t, cassandrastore.Config{SerialConsistency: gocql.LocalSerial})
+	if s.Config().Consistency != gocql.LocalQuorum {
+		t.Fatalf("Consistency with LOCAL_SERIAL: %v, want LOCAL_QUORUM by default", s.Config().Consistency)
+	}
+	idemtest.Run(t, func(*testing.T) storage.Store { return s })
+}
+
 // A holder whose claim another Store made (another process) finishes
 // through its own Store: the first write's failed condition tells it the
 // record's columns, and the second writes.

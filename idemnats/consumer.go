@@ -235,10 +235,10 @@ func (r *run) fetchLoop() {
 
 // maxInFlight is how many batches a fetch loop holds: one whose outcomes
 // are being stored and its messages acked, the one whose handlers run, and
-// the next, fetched and claimed meanwhile. With two, a no-op consumer over
-// Redis ran at 87% of a bare consumer with two Redis pipelines per batch;
-// with three, at 95% (BenchmarkConsume of integration/natsstores, three
-// runs each; BENCHMARKS.md has the series).
+// the next, fetched and claimed meanwhile. With two, the claim of the next
+// batch waits behind the store round trip that settles the last one, and
+// a fast handler's consumer falls well behind a bare one; with three, the
+// round trips overlap the handlers and it comes close.
 const maxInFlight = 3
 
 // The backoff of a fetch loop after a failed fetch.

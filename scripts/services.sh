@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Makes sure the servers the integration tests use are up on this machine,
 # from nothing: PostgreSQL, Redis, RabbitMQ, NATS with JetStream, dynalite
-# (a DynamoDB-compatible server) and Apache Kafka. A server that is up is
-# left alone; one that is installed but stopped is started; one that is
-# missing is installed first: from Debian's packages, dynalite from npm
-# (into $IDEM_DYNALITE_DIR, default /opt/idem-dynalite), Apache Kafka from
-# Maven Central (scripts/kafka.sh; into $IDEM_KAFKA_HOME, default
-# /opt/idem-kafka/VERSION). It prints what it did for each and how long
+# (a DynamoDB-compatible server), Apache Kafka and Apache Cassandra. A
+# server that is up is left alone; one that is installed but stopped is
+# started; one that is missing is installed first: from Debian's packages,
+# dynalite from npm (into $IDEM_DYNALITE_DIR, default /opt/idem-dynalite),
+# Apache Kafka and Apache Cassandra from Maven Central (scripts/kafka.sh,
+# scripts/cassandra.sh; into $IDEM_KAFKA_HOME, default
+# /opt/idem-kafka/VERSION, and $IDEM_CASSANDRA_HOME, default
+# /opt/idem-cassandra/VERSION). It prints what it did for each and how long
 # that took. Exits non-zero, naming the server, when one cannot be reached:
 # `make test` must fail then, not skip. Run it as root on Debian 12.
 #
 #   scripts/services.sh                 # all of them
-#   scripts/services.sh postgres redis  # only these (also: rabbitmq, nats, dynamodb, kafka)
+#   scripts/services.sh postgres redis  # only these (also: rabbitmq, nats, dynamodb, kafka, cassandra)
 set -uo pipefail
 
 PG_URL=${IDEM_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable}
@@ -23,6 +25,8 @@ DYNALITE_DIR=${IDEM_DYNALITE_DIR:-/opt/idem-dynalite}
 DYNALITE_VERSION=4.0.0
 KAFKA_BROKERS=${IDEM_KAFKA_BROKERS:-127.0.0.1:9092}
 KAFKA_DIR=${IDEM_KAFKA_DIR:-/var/lib/idem-kafka}
+CASSANDRA_ADDR=${IDEM_CASSANDRA_ADDR:-127.0.0.1:9042}
+CASSANDRA_DIR=${IDEM_CASSANDRA_DIR:-/var/lib/idem-cassandra}
 here=$(cd "$(dirname "$0")" && pwd)
 
 log() { echo "services: $*" >&2; }
@@ -198,12 +202,76 @@ kafka() {
 	wait_for Kafka "$host" "$port" 90
 }
 
+# cassandra: Apache Cassandra, one node on the address of
+# IDEM_CASSANDRA_ADDR (its CQL port; the node talks to itself on the
+# storage port 7000 of the same host), its data in $IDEM_CASSANDRA_DIR
+# (default /var/lib/idem-cassandra), its log in /var/log/idem-cassandra.log,
+# a 1 GiB heap. The commit log is synced periodically (every 10 s,
+# Cassandra's default), which the tests' speed wants: a write is
+# acknowledged before its commit log is synced, and a restarted node
+# replays the log only up to the last sync, so a SIGKILL of the node (not
+# only a crash of the machine) loses the writes of up to the last 10 s
+# (cassandrastore's TestNodeCrash: 9 to 12 acknowledged outcomes; none
+# with commitlog_sync group or batch). Dropped keyspaces and truncated tables are not snapshotted: every
+# test run makes and drops a keyspace. Writes and Paxos rounds may take
+# longer than Cassandra's defaults (2 s, 1 s) before they time out: on a
+# loaded 2-core machine a round can wait that long for the CPU.
+cassandra() {
+	read -r host port < <(hostport "$CASSANDRA_ADDR" 9042)
+	port_open "$host" "$port" && return 0
+	if ! command -v java >/dev/null; then install openjdk-17-jre-headless || return 1; fi
+	if ! command -v mvn >/dev/null; then install maven || return 1; fi
+	if [ ! -f "$("$here/cassandra.sh" home)/installed" ]; then
+		log "installing Apache Cassandra from Maven Central into $("$here/cassandra.sh" home)"
+		did="installed, started"
+		"$here/cassandra.sh" install 2>/tmp/idem-cassandra-install.log || { cat /tmp/idem-cassandra-install.log >&2; return 1; }
+	fi
+	mkdir -p "$CASSANDRA_DIR" || return 1
+	cat >"$CASSANDRA_DIR/cassandra.yaml" <<-YAML
+		# Written by scripts/services.sh: the shared node of idem's tests.
+		cluster_name: idem-test
+		num_tokens: 1
+		partitioner: org.apache.cassandra.dht.Murmur3Partitioner
+		data_file_directories: [$CASSANDRA_DIR/data]
+		commitlog_directory: $CASSANDRA_DIR/commitlog
+		saved_caches_directory: $CASSANDRA_DIR/saved_caches
+		hints_directory: $CASSANDRA_DIR/hints
+		cdc_raw_directory: $CASSANDRA_DIR/cdc_raw
+		commitlog_sync: periodic
+		commitlog_sync_period: 10000ms
+		seed_provider:
+		  - class_name: org.apache.cassandra.locator.SimpleSeedProvider
+		    parameters:
+		      - seeds: "$host:7000"
+		listen_address: $host
+		rpc_address: $host
+		storage_port: 7000
+		native_transport_port: $port
+		start_native_transport: true
+		endpoint_snitch: SimpleSnitch
+		auto_snapshot: false
+		snapshot_on_duplicate_row_detection: false
+		concurrent_reads: 8
+		concurrent_writes: 8
+		concurrent_counter_writes: 8
+		concurrent_materialized_view_writes: 8
+		compaction_throughput: 0MiB/s
+		write_request_timeout: 5000ms
+		read_request_timeout: 10000ms
+		cas_contention_timeout: 5000ms
+	YAML
+	log "starting Apache Cassandra"
+	did=${did:-started}
+	setsid nohup "$here/cassandra.sh" run "$CASSANDRA_DIR" >>/var/log/idem-cassandra.log 2>&1 </dev/null &
+	wait_for Cassandra "$host" "$port" 120
+}
+
 services=("$@")
-[ ${#services[@]} -gt 0 ] || services=(postgres redis rabbitmq nats dynamodb kafka)
+[ ${#services[@]} -gt 0 ] || services=(postgres redis rabbitmq nats dynamodb kafka cassandra)
 failed=()
 for s in "${services[@]}"; do
 	case $s in
-	postgres | redis | rabbitmq | nats | dynamodb | kafka)
+	postgres | redis | rabbitmq | nats | dynamodb | kafka | cassandra)
 		started=${EPOCHREALTIME/./} did=
 		if "$s"; then
 			took=$(((${EPOCHREALTIME/./} - started) / 100000))

@@ -14,6 +14,9 @@
 //	                                         http://host:port (dynalite, DynamoDB Local)
 //	dynamodb:///table                        DynamoDB on AWS, with the SDK's default region and credentials;
 //	    ?region= the region; the table defaults to idem_records
+//	cassandra://[user:password@]host[:port]/keyspace  Apache Cassandra (or ScyllaDB)    storeurl/cassandraurl
+//	    ?table= (default idem_records), consistency=, serial_consistency=, local_dc=, max_clock_skew=, timeout=,
+//	    replication=SimpleStrategy:N|NetworkTopologyStrategy:dc1=N,… (for Migrate)
 //	sqlite://idem.db, sqlite:///abs/idem.db  a SQLite file, created with its table if missing  storeurl/sqliteurl
 //	    ?table=name (default idem_records), ?synchronous=full|normal (default full)
 //
@@ -47,9 +50,11 @@
 //
 // With the [Migrate] option, Open creates or upgrades the records table of
 // a PostgreSQL store (pgstore.Migrate) and creates, or checks and
-// completes, the table of a DynamoDB store (dynamostore.CreateTable);
-// both are idempotent. Without it, a DynamoDB store's table is checked
-// (dynamostore.CheckTable) and a PostgreSQL one is used as it is. A SQLite
+// completes, the table of a DynamoDB store (dynamostore.CreateTable), and
+// creates the keyspace (with the URL's replication=) and table of a
+// Cassandra store (cassandrastore.Migrate); all are idempotent. Without
+// it, a DynamoDB or Cassandra store's table is checked (CheckTable) and a
+// PostgreSQL one is used as it is. A SQLite
 // store creates its file and table in any case: the file is the program's
 // own. Redis and memstore have no table.
 package storeurl

@@ -95,6 +95,7 @@ var schemePackages = map[string]string{
 	"postgres":   "github.com/idemgo/idem/storeurl/pgurl",
 	"postgresql": "github.com/idemgo/idem/storeurl/pgurl",
 	"dynamodb":   "github.com/idemgo/idem/storeurl/dynamourl",
+	"cassandra":  "github.com/idemgo/idem/storeurl/cassandraurl",
 	"sqlite":     "github.com/idemgo/idem/storeurl/sqliteurl",
 }
 

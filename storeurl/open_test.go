@@ -18,6 +18,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
+	"github.com/idemgo/idem/cassandrastore"
+	"github.com/idemgo/idem/cassandrastore/cassandrastoretest"
 	"github.com/idemgo/idem/dynamostore"
 	"github.com/idemgo/idem/dynamostore/dynamostoretest"
 	"github.com/idemgo/idem/internal/testenv"
@@ -29,6 +31,7 @@ import (
 	"github.com/idemgo/idem/sqlitestore"
 	"github.com/idemgo/idem/storage"
 	"github.com/idemgo/idem/storeurl"
+	_ "github.com/idemgo/idem/storeurl/cassandraurl"
 	_ "github.com/idemgo/idem/storeurl/dynamourl"
 	_ "github.com/idemgo/idem/storeurl/pgurl"
 	_ "github.com/idemgo/idem/storeurl/redisurl"
@@ -37,7 +40,19 @@ import (
 
 // TestMain fails the run if a store's connections outlive its close
 // function: a pool's, a client's, an HTTP transport's goroutines.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(runThenClose{m})
+}
+
+// runThenClose runs the tests, then closes the session the Cassandra
+// tests share, before goleak looks for what outlived them.
+type runThenClose struct{ m *testing.M }
+
+func (r runThenClose) Run() int {
+	code := r.m.Run()
+	cassandrastoretest.Cleanup()
+	return code
+}
 
 // secret is the password and secret parameter of the hostile URLs.
 const secret = "S3cretPw"
@@ -85,6 +100,8 @@ func storeURL(t *testing.T, kind string) string {
 		return withParam(t, pgstoretest.URL(), "table", pgstoretest.Schema(t, pgstoretest.Pool(t, 1))+".records")
 	case "dynamodb":
 		return dynamostoretest.URL(t)
+	case "cassandra":
+		return cassandrastoretest.URL(t)
 	case "sqlite":
 		return "sqlite://" + filepath.Join(t.TempDir(), "idem.db")
 	}
@@ -140,11 +157,12 @@ func complete(t *testing.T, s storage.Store, key, value string) {
 // record; with Migrate the table is made on the way.
 func TestOpenEveryScheme(t *testing.T) {
 	for kind, want := range map[string]any{
-		"mem":      (*memstore.Store)(nil),
-		"redis":    (*redisstore.Store)(nil),
-		"postgres": (*pgstore.Store)(nil),
-		"dynamodb": (*dynamostore.Store)(nil),
-		"sqlite":   (*sqlitestore.Store)(nil),
+		"mem":       (*memstore.Store)(nil),
+		"redis":     (*redisstore.Store)(nil),
+		"postgres":  (*pgstore.Store)(nil),
+		"dynamodb":  (*dynamostore.Store)(nil),
+		"cassandra": (*cassandrastore.Store)(nil),
+		"sqlite":    (*sqlitestore.Store)(nil),
 	} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
@@ -198,6 +216,11 @@ func wantRecordWhereTheURLSays(t *testing.T, kind, raw string) {
 		return
 	case "dynamodb":
 		return // the second Open checked the URL's table (CheckTable) and read the record there
+	case "cassandra":
+		q := "SELECT count(*) FROM " + strings.TrimPrefix(u.Path, "/") + "." + cassandrastore.DefaultTable + " WHERE k = ?"
+		if err := cassandrastoretest.Session(t).Query(q, []byte("order-7")).ScanContext(ctx, &n); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if n != 1 {
 		t.Errorf("%s: %d records where the URL says, want 1", raw, n)
@@ -232,6 +255,27 @@ func TestMigrate(t *testing.T) {
 		complete(t, open(t, raw, storeurl.Migrate()), "k", "v")
 		complete(t, open(t, raw), "k2", "v")
 	})
+	t.Run("cassandra", func(t *testing.T) {
+		t.Parallel()
+		raw := withParam(t, storeURL(t, "cassandra"), "table", "migrated")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if s, closeStore, err := storeurl.Open(ctx, raw); err == nil {
+			closeStore()
+			t.Fatalf("Open(%s) without Migrate = %T, want an error: the table does not exist", raw, s)
+		} else if _, ok := errors.AsType[*storeurl.URLError](err); ok || !errors.Is(err, storage.ErrStoreUnavailable) {
+			t.Fatalf("a missing table: %v, want the server's answer, not a URL error", err)
+		}
+		if _, _, err := storeurl.Open(ctx, "cassandra://"+cassandrastoretest.Addr()+"/idemtest_absent_keyspace", storeurl.Migrate()); err == nil ||
+			!strings.Contains(err.Error(), "replication") {
+			t.Fatalf("Migrate of a keyspace that does not exist, without replication=: %v, want an error asking for it", err)
+		}
+		complete(t, open(t, raw, storeurl.Migrate()), "k", "v")
+		// The keyspace exists: Migrate without replication= makes the table.
+		other := strings.Replace(withParam(t, raw, "table", "migrated_too"), "replication=SimpleStrategy%3A1", "", 1)
+		complete(t, open(t, other, storeurl.Migrate()), "k2", "v")
+		complete(t, open(t, raw), "k3", "v")
+	})
 }
 
 // TestBadURLs: a URL that is not one of a linked scheme's, or that its
@@ -251,6 +295,8 @@ func TestBadURLs(t *testing.T) {
 		{"dynamodb://127.0.0.1:1/t?secret_access_key=" + secret, "unknown parameter"},
 		{"dynamodb://u:" + secret + "@127.0.0.1:1/t", "credentials do not go in the URL"},
 		{"dynamodb://127.0.0.1:1/t!", "table"},
+		{"cassandra://u:" + secret + "@127.0.0.1:1/ks?password=" + secret, "unknown parameter"},
+		{"cassandra://127.0.0.1:1/k-s", "keyspace"},
 		{"ftp://u:" + secret + "@host/", `unsupported scheme "ftp"`},
 		{"mysql://u:" + secret + "@127.0.0.1:3306/db", `unsupported scheme "mysql"`},
 		{"mem://u:" + secret + "@host", "mem:// takes no host"},

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemgo/idem/cassandrastore"
 	"github.com/idemgo/idem/dynamostore"
 	"github.com/idemgo/idem/pgstore"
 	"github.com/idemgo/idem/storeurl"
@@ -58,12 +59,13 @@ func storeWanted(verb string) (want, why string) {
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	store := fs.String("store", "", "the store's URL: postgres://user@host:port/db[?table=[schema.]name] for PostgreSQL, dynamodb://host:port/table or dynamodb:///table (AWS) for DynamoDB")
+	store := fs.String("store", "", "the store's URL: postgres://user@host:port/db[?table=[schema.]name] for PostgreSQL, dynamodb://host:port/table or dynamodb:///table (AWS) for DynamoDB, cassandra://host:port/keyspace[?replication=…] for Cassandra")
 	var more migrateFlags
 	more.register(fs)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: idem migrate --store postgres://… [--outbox TABLE]… [--kafka-offsets TABLE]…
        idem migrate --store dynamodb://…
+       idem migrate --store cassandra://…
 
 With a postgres:// store, creates pgstore's records table, its expiry index
 and its token sequence, or upgrades them to this version's schema; with
@@ -76,6 +78,10 @@ schema-qualified table must exist.
 With a dynamodb:// store, creates dynamostore's table, or checks and
 completes an existing one (idempotent too).
 
+With a cassandra:// store, creates cassandrastore's table, and its keyspace
+first when the URL gives the keyspace's replication (replication=
+SimpleStrategy:N or NetworkTopologyStrategy:dc1=N,…); idempotent too.
+
 Flags:
 `)
 		printFlags(fs)
@@ -83,7 +89,7 @@ Flags:
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if !strings.HasPrefix(*store, "dynamodb:") {
+	if !strings.HasPrefix(*store, "dynamodb:") && !strings.HasPrefix(*store, "cassandra:") {
 		if _, err := postgresFlag(fs, *store); err != nil {
 			return err
 		}
@@ -96,6 +102,8 @@ Flags:
 	table := ""
 	if pg, ok := s.(*pgstore.Store); ok {
 		table = pg.Table()
+	} else if cs, ok := s.(*cassandrastore.Store); ok {
+		table = cs.Config().Keyspace + "." + cs.Config().Table
 	} else {
 		u, _ := dynamostore.ParseURL(*store) // storeurl opened it
 		table = u.Table

@@ -21,7 +21,8 @@
 // storeurl.Open reads it (github.com/idemgo/idem/storeurl): mem:// (the
 // default of the demo, in-process), redis://host:port/db (?prefix= for the
 // key prefix), postgres://user@host:port/db (?table= for a
-// [schema.]table), dynamodb://host:port/table or sqlite://file.db. No
+// [schema.]table), dynamodb://host:port/table, cassandra://host:port/keyspace
+// or sqlite://file.db. No
 // error or line the tool prints shows a password or secret parameter of
 // a URL.
 //

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemgo/idem/storage"
 	"github.com/idemgo/idem/storeurl"
+	_ "github.com/idemgo/idem/storeurl/cassandraurl"
 	_ "github.com/idemgo/idem/storeurl/dynamourl"
 	_ "github.com/idemgo/idem/storeurl/pgurl"
 	_ "github.com/idemgo/idem/storeurl/redisurl"
@@ -25,6 +26,9 @@ const storeUsage = `the idem store's URL:
   dynamodb://host:port/table                a DynamoDB-compatible server at http://host:port (dynalite, DynamoDB Local)
   dynamodb:///table                         DynamoDB on AWS (the SDK's default region and credentials); ?region= sets
                                             the region; the table defaults to idem_records
+  cassandra://[user:password@]host[:port]/keyspace  Apache Cassandra (cassandrastore); ?table= (default
+                                            idem_records), consistency=, serial_consistency=, local_dc=;
+                                            replication=SimpleStrategy:N creates a missing keyspace
   sqlite://idem.db, sqlite:///abs/idem.db   a SQLite file (sqlitestore), created with its table if missing; ?table=name
                                             sets the records table (default idem_records), ?synchronous=normal trades
                                             durability on power loss for speed (default full)`

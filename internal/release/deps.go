@@ -250,7 +250,7 @@ func requireProblems(g graph, mods []module, allowed map[string]map[string]strin
 // contract, not the Guard, and a change of the Guard's package rebuilds
 // none of them. pgstore and sqlitestore are not listed: their
 // transactional guards take an idem.Config and return an idem.Result.
-var contractOnly = []string{corePath + "/memstore", corePath + "/redisstore", corePath + "/dynamostore"}
+var contractOnly = []string{corePath + "/memstore", corePath + "/redisstore", corePath + "/dynamostore", corePath + "/cassandrastore"}
 
 // contractProblems returns a problem for each package of pkgs that g does
 // not hold, or whose imports (its tests' aside), direct or not, hold a

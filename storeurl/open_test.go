@@ -33,6 +33,7 @@ import (
 	_ "github.com/idemgo/idem/storeurl/pgurl"
 	_ "github.com/idemgo/idem/storeurl/redisurl"
 	_ "github.com/idemgo/idem/storeurl/sqliteurl"
+	"github.com/idemgo/idem/storeurl/storeurltest"
 )
 
 // TestMain fails the run if a store's connections outlive its close
@@ -71,38 +72,14 @@ func chain(err error) []error {
 }
 
 // storeURL returns a URL of kind's server whose records are the test's
-// own, deleted when it ends: a key prefix of its own on Redis, a table in
-// a schema of its own on PostgreSQL and a table of its own on DynamoDB
-// (neither created yet), a file of its own for SQLite.
+// own, deleted when it ends: storeurltest's, and a table of its own on
+// DynamoDB (not created yet).
 func storeURL(t *testing.T, kind string) string {
 	t.Helper()
-	switch kind {
-	case "mem":
-		return "mem://"
-	case "redis":
-		return "redis://" + redisstoretest.Addr() + "/0?prefix=" + redisstoretest.Prefix(t, redisstoretest.Client(t))
-	case "postgres":
-		return withParam(t, pgstoretest.URL(), "table", pgstoretest.Schema(t, pgstoretest.Pool(t, 1))+".records")
-	case "dynamodb":
+	if kind == "dynamodb" {
 		return dynamostoretest.URL(t)
-	case "sqlite":
-		return "sqlite://" + filepath.Join(t.TempDir(), "idem.db")
 	}
-	t.Fatalf("storeURL: unknown kind %q", kind)
-	return ""
-}
-
-// withParam returns raw with the query parameter name=value added.
-func withParam(t *testing.T, raw, name, value string) string {
-	t.Helper()
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set(name, value)
-	u.RawQuery = q.Encode()
-	return u.String()
+	return storeurltest.URL(t, kind)
 }
 
 func open(t *testing.T, raw string, opts ...storeurl.Option) storage.Store {

@@ -212,13 +212,7 @@ func Start(tb testing.TB, c *idemnats.Consumer) (stop func() error) {
 // not within d; what describes the condition.
 func WaitFor(tb testing.TB, d time.Duration, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.WaitFor(tb, d, what, cond)
 }
 
 // Drained reports whether cons has no message left to deliver nor any

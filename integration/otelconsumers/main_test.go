@@ -107,18 +107,6 @@ func (a *activities) count(k consumer.ActivityKind) int {
 	return a.kinds[k]
 }
 
-// waitFor waits until cond holds, failing t after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // attrs writes "key=value" pairs as Encoded does: sorted, comma-separated.
 func attrs(kv ...string) string {
 	kvs := make([]attribute.KeyValue, 0, len(kv))

@@ -15,7 +15,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/consumer"
 	"github.com/idemgo/idem/idemotel"
-	"github.com/idemgo/idem/memstore"
+	"github.com/idemgo/idem/idemtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -67,17 +67,7 @@ func (tel telemetry) metrics(t *testing.T) map[string]map[string]int64 {
 // to tel.
 func newGuard(t *testing.T, tel telemetry, namespace string) *idem.Guard {
 	t.Helper()
-	s, err := memstore.New(memstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	g, err := idem.New(s, idem.Config{Namespace: namespace, Lease: time.Minute, Observer: tel.Observe})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
-	return g
+	return idemtest.Guard(t, idemtest.MemStore(t), idem.Config{Namespace: namespace, Lease: time.Minute, Observer: tel.Observe})
 }
 
 // activities counts the messages of the activities a consumer reported

@@ -13,30 +13,16 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/adaptertest"
-	"github.com/idemgo/idem/memstore"
 	"github.com/idemgo/idem/storage"
 )
 
-func newMem(t testing.TB) *memstore.Store {
-	t.Helper()
-	s, err := memstore.New(memstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
-func newGuard(t testing.TB, s storage.Store, cfg idem.Config) *idem.Guard {
-	t.Helper()
-	g, err := idem.New(s, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
-	return g
-}
+// The tests' memstore and Guard, closed when the test ends.
+var (
+	newMem   = idemtest.MemStore
+	newGuard = idemtest.Guard
+)
 
 func value(v string) func(context.Context) ([]byte, error) {
 	return func(context.Context) ([]byte, error) { return []byte(v), nil }

@@ -20,15 +20,7 @@ import (
 	"github.com/idemgo/idem/storage"
 )
 
-func newMem(t testing.TB) *memstore.Store {
-	t.Helper()
-	s, err := memstore.New(memstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
+var newMem = idemtest.MemStore
 
 func TestCoalesceConformance(t *testing.T) {
 	s := coalesce.New(newMem(t))

@@ -10,6 +10,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/dynamostore"
 	"github.com/idemgo/idem/dynamostore/dynamostoretest"
+	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/storage"
 )
 
@@ -80,12 +81,7 @@ func TestClockSkewBeyondMargin(t *testing.T) {
 	clk, a, b := hosts(t, offset)
 	lease := 30 * time.Second
 	guard := func(s storage.Store) *idem.Guard {
-		g, err := idem.New(s, idem.Config{Namespace: "charges", Lease: lease})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { g.Close() })
-		return g
+		return idemtest.Guard(t, s, idem.Config{Namespace: "charges", Lease: lease})
 	}
 	ga, gb := guard(a), guard(b)
 	start := clk.now()
@@ -145,16 +141,8 @@ func TestClockSkewWithinMarginGuards(t *testing.T) {
 	offset := skew - time.Millisecond
 	clk, a, b := hosts(t, offset)
 	lease := 30 * time.Second
-	ga, err := idem.New(a, idem.Config{Namespace: "charges", Lease: lease})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ga.Close() })
-	gb, err := idem.New(b, idem.Config{Namespace: "charges", Lease: lease})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { gb.Close() })
+	ga := idemtest.Guard(t, a, idem.Config{Namespace: "charges", Lease: lease})
+	gb := idemtest.Guard(t, b, idem.Config{Namespace: "charges", Lease: lease})
 	start := clk.now()
 
 	aRuns, aProceed, aDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)

@@ -10,23 +10,14 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/consumer"
-	"github.com/idemgo/idem/memstore"
+	"github.com/idemgo/idem/idemtest"
 )
 
 // keyOf returns a consumer's key function over a Guard of the default
 // configuration (MaxKeyLen 255), with opts.
 func keyOf(t testing.TB, opts ...Option) func(amqp.Delivery) (string, error) {
 	t.Helper()
-	s, err := memstore.New(memstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	g, err := idem.New(s, idem.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
+	g := idemtest.Guard(t, idemtest.MemStore(t), idem.Config{})
 	c, err := New(g, "amqp://127.0.0.1/", "q", func(ctx context.Context, d amqp.Delivery) error { return nil },
 		append([]Option{WithSharedScope(), WithDiscardPoison()}, opts...)...)
 	if err != nil {

@@ -13,23 +13,13 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemamqp"
 	"github.com/idemgo/idem/idemamqp/idemamqptest"
+	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/adaptertest"
-	"github.com/idemgo/idem/memstore"
 )
 
 func newMemGuard(t *testing.T, cfg idem.Config) *idem.Guard {
 	t.Helper()
-	s, err := memstore.New(memstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	g, err := idem.New(s, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
-	return g
+	return idemtest.Guard(t, idemtest.MemStore(t), cfg)
 }
 
 func nop(context.Context, amqp.Delivery) error { return nil }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemgrpc"
+	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/memstore"
 )
 
@@ -24,11 +25,7 @@ func BenchmarkInterceptor(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { store.Close() })
-	g, err := idem.New(store, idem.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { g.Close() })
+	g := idemtest.Guard(b, store, idem.Config{})
 	i, err := idemgrpc.New(g, idemgrpc.WithSharedScope())
 	if err != nil {
 		b.Fatal(err)

@@ -19,32 +19,19 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemgrpc"
 	"github.com/idemgo/idem/idemgrpc/idemgrpctest"
+	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/adaptertest"
-	"github.com/idemgo/idem/memstore"
 	"github.com/idemgo/idem/storage"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func newStore(t *testing.T) *memstore.Store {
-	t.Helper()
-	s, err := memstore.New(memstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
+var newStore = idemtest.MemStore
 
 func newGuard(t *testing.T, s storage.Store, cfg idem.Config) *idem.Guard {
 	t.Helper()
 	cfg.Namespace = "idemgrpc-" + rand.Text()
-	g, err := idem.New(s, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
-	return g
+	return idemtest.Guard(t, s, cfg)
 }
 
 func TestInterceptor(t *testing.T) {

@@ -16,29 +16,14 @@ import (
 	"github.com/idemgo/idem/idemhttp/idemhttptest"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/adaptertest"
-	"github.com/idemgo/idem/memstore"
 	"github.com/idemgo/idem/storage"
 )
 
 func TestMain(m *testing.M) { idemtest.Main(m, "github.com/idemgo/idem") }
 
-func newStore(t testing.TB) *memstore.Store {
-	s, err := memstore.New(memstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
+var newStore = idemtest.MemStore
 
-func newGuard(t testing.TB, s storage.Store, cfg idem.Config) *idem.Guard {
-	g, err := idem.New(s, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
-	return g
-}
+var newGuard = idemtest.Guard
 
 func TestMiddleware(t *testing.T) {
 	s := newStore(t)

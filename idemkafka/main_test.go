@@ -13,8 +13,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemkafka"
 	"github.com/idemgo/idem/idemkafka/internal/kafkatest"
-	"github.com/idemgo/idem/memstore"
-	"github.com/idemgo/idem/storage"
+	"github.com/idemgo/idem/idemtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -47,25 +46,10 @@ func clientOpts(c *cluster, group string, topics ...string) []kgo.Opt {
 	return kafkatest.ClientOpts(c.ListenAddrs(), group, topics...)
 }
 
-func newMem(t testing.TB) *memstore.Store {
-	t.Helper()
-	s, err := memstore.New(memstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
-func newGuard(t testing.TB, s storage.Store, cfg idem.Config) *idem.Guard {
-	t.Helper()
-	g, err := idem.New(s, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
-	return g
-}
+var (
+	newMem   = idemtest.MemStore
+	newGuard = idemtest.Guard
+)
 
 // member is one running consumer of a group.
 type member struct {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemotel"
-	"github.com/idemgo/idem/memstore"
+	"github.com/idemgo/idem/idemtest"
 )
 
 type env struct {
@@ -38,19 +38,11 @@ func newEnv(t *testing.T, cfg idem.Config) *env {
 		t.Fatal(err)
 	}
 	e.tel = tel
-	s, err := memstore.New(memstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
 	cfg.Observer = tel.Observe
 	if cfg.Namespace == "" {
 		cfg.Namespace = "payments"
 	}
-	if e.g, err = idem.New(s, cfg); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.g.Close() })
+	e.g = idemtest.Guard(t, idemtest.MemStore(t), cfg)
 	return e
 }
 

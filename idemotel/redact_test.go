@@ -12,7 +12,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemotel"
-	"github.com/idemgo/idem/memstore"
+	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/storage"
 )
 
@@ -34,16 +34,7 @@ func spansOf(t *testing.T, cfg idemotel.Config, key string) ([]sdktrace.ReadOnly
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := memstore.New(memstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	g, err := idem.New(talkative{s}, idem.Config{Observer: tel.Observe})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
+	g := idemtest.Guard(t, talkative{idemtest.MemStore(t)}, idem.Config{Observer: tel.Observe})
 	if _, err := g.DoScoped(t.Context(), "tenant-7", key, nil, func(context.Context) ([]byte, error) { return nil, nil }); !errors.Is(err, idem.ErrStoreUnavailable) {
 		t.Fatalf("Do: %v, want ErrStoreUnavailable", err)
 	}

@@ -88,11 +88,7 @@ func TestBrokenStore(t *testing.T) {
 	if bug == "" {
 		t.Skip("run by TestSuiteCatchesBrokenStores")
 	}
-	s, err := memstore.New(memstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := idemtest.MemStore(t)
 	idemtest.Run(t, func(*testing.T) storage.Store { return broken{s, bug} })
 }
 
@@ -120,11 +116,7 @@ func TestSuiteCatchesBrokenStores(t *testing.T) {
 }
 
 func TestMemstorePasses(t *testing.T) {
-	s, err := memstore.New(memstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := idemtest.MemStore(t)
 	idemtest.Run(t, func(*testing.T) storage.Store { return s })
 }
 
@@ -165,11 +157,7 @@ func (l limited) Get(ctx context.Context, key string) (storage.Record, error) {
 }
 
 func TestRunStoredValueOverLimit(t *testing.T) {
-	s, err := memstore.New(memstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := idemtest.MemStore(t)
 	buggy := os.Getenv("IDEMTEST_BUG") == "replays-oversized"
 	idemtest.RunStoredValueOverLimit(t, s, limited{Store: s, max: 1024, buggy: buggy},
 		func(err error, _ string, _ int) bool { return errors.Is(err, errStoredTooLarge) })
@@ -249,10 +237,6 @@ func TestSuiteToleratesASlowStore(t *testing.T) {
 	if testing.Short() {
 		t.Skip("slow: every store call takes 100 ms")
 	}
-	s, err := memstore.New(memstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := idemtest.MemStore(t)
 	idemtest.Run(t, func(*testing.T) storage.Store { return slow{s} })
 }

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idemgo/idem"
@@ -57,14 +56,7 @@ func TestEnqueueSQLCommitsWithTheTransaction(t *testing.T) {
 		if err := tx.Commit(); err != nil {
 			t.Fatal(err)
 		}
-		rows, err := pool.Query(ctx, "SELECT message_id FROM "+ob.Table()+" ORDER BY id")
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
+		got := outboxtest.RowIDs(t, pool, ob)
 		if want := outboxtest.IDs(msgs); !slices.Equal(got, want) {
 			t.Fatalf("notify %v: rows %q, want %q in the calls' order", notify, got, want)
 		}
@@ -113,14 +105,7 @@ func TestEnqueueSQLComposesWithSQLTxGuard(t *testing.T) {
 	if _, err := order("k2", true); !idem.IsPermanent(err) {
 		t.Fatalf("declined order: %v, want the permanent error", err)
 	}
-	rows, err := pool.Query(ctx, "SELECT message_id FROM "+ob.Table())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
+	ids := outboxtest.RowIDs(t, pool, ob)
 	if !slices.Equal(ids, []string{"charge-k1"}) {
 		t.Errorf("outbox holds %q, want only charge-k1: once for three attempts, none for the declined order", ids)
 	}

@@ -166,14 +166,7 @@ func TestEnqueueKeepsTheOrderOfOneCall(t *testing.T) {
 	if err := ob.Enqueue(ctx, pool, msgs...); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := pool.Query(ctx, "SELECT message_id FROM "+ob.Table()+" ORDER BY id")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := outboxtest.RowIDs(t, pool, ob)
 	if want := outboxtest.IDs(msgs); !slices.Equal(got, want) {
 		t.Errorf("ids in id order differ from the call's order (%d rows, want %d)", len(got), len(want))
 	}
@@ -279,14 +272,7 @@ func TestEnqueueComposesWithTxGuard(t *testing.T) {
 	if _, err := order("k2", true); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := pool.Query(ctx, "SELECT message_id FROM "+ob.Table())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
+	ids := outboxtest.RowIDs(t, pool, ob)
 	if !slices.Equal(ids, []string{"charge-k1"}) {
 		t.Errorf("outbox holds %q, want only charge-k1: once for three attempts, none for the declined order", ids)
 	}

@@ -405,11 +405,7 @@ func TestStoreInsideCallerTransaction(t *testing.T) {
 func TestGuardOverStore(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 4)
-	g, err := idem.New(e.store, idem.Config{Namespace: "orders"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
+	g := idemtest.Guard(t, e.store, idem.Config{Namespace: "orders"})
 	runs := 0
 	for i := range 3 {
 		res, err := g.Do(testCtx(t), "order-1", []byte("pay 10"), func(ctx context.Context) ([]byte, error) {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/pgstore"
@@ -14,7 +13,6 @@ import (
 func TestValueCapOnWrite(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 2)
-	ctx := testCtx(t)
 	s, err := pgstore.New(e.pool, pgstore.Config{Table: e.table, MaxValueSize: 16})
 	if err != nil {
 		t.Fatal(err)
@@ -22,30 +20,7 @@ func TestValueCapOnWrite(t *testing.T) {
 	if s.MaxValueSize() != 16 || e.store.MaxValueSize() != pgstore.DefaultMaxValueSize {
 		t.Fatalf("MaxValueSize() = %d and %d by default, want 16 and %d", s.MaxValueSize(), e.store.MaxValueSize(), pgstore.DefaultMaxValueSize)
 	}
-	a := claimArgs("k", "fp")
-	c, err := s.Claim(ctx, a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	check := func(op string, err error) {
-		t.Helper()
-		if tooLarge, ok := errors.AsType[*storage.ValueTooLargeError](err); !ok || tooLarge.Size != 17 || tooLarge.Max != 16 || tooLarge.Stored {
-			t.Fatalf("%s with 17 bytes: %v, want a *storage.ValueTooLargeError{17, 16}", op, err)
-		}
-	}
-	check("Complete", s.Complete(ctx, a.Key, c.Token, make([]byte, 17), time.Minute))
-	check("Fail", s.Fail(ctx, a.Key, c.Token, make([]byte, 17), time.Minute))
-	_, err = s.CompleteBatch(ctx, []storage.Completion{
-		{Key: a.Key, Token: c.Token, Value: []byte("ok"), Retention: time.Minute},
-		{Key: "other", Token: 1, Value: make([]byte, 17), Retention: time.Minute},
-	})
-	check("CompleteBatch", err)
-	if r, err := s.Get(ctx, a.Key); err != nil || r.Status != storage.StatusInProgress {
-		t.Fatalf("after refused values: %v %v, want the record untouched (InProgress)", r.Status, err)
-	}
-	if err := s.Complete(ctx, a.Key, c.Token, make([]byte, 16), time.Minute); err != nil {
-		t.Fatalf("Complete with 16 bytes (the maximum): %v", err)
-	}
+	idemtest.RunValueCapOnWrite(t, s)
 }
 
 // TestStoredValueOverTheCapIsRefusedOnRead: a record another Store (with

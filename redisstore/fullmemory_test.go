@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/redisstore"
 	"github.com/idemgo/idem/storage"
 )
@@ -87,11 +88,7 @@ func TestFullRedisAnswersReplays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := idem.New(s, idem.Config{Namespace: "full", Lease: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
+	g := idemtest.Guard(t, s, idem.Config{Namespace: "full", Lease: time.Minute})
 	ctx := ctxT(t)
 	payload := []byte("charge 10")
 	runs := 0

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/coalesce"
+	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/redisstore"
 	"github.com/idemgo/idem/storage"
 )
@@ -22,11 +23,7 @@ func TestRefusedKeyThroughAGuard(t *testing.T) {
 	c := sharedClient(t)
 	s := newStore(t, c, redisstore.Config{})
 	ctx := ctxT(t)
-	g, err := idem.New(s, idem.Config{FailOpen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
+	g := idemtest.Guard(t, s, idem.Config{FailOpen: true})
 	hashKey := s.RedisKey(string(storage.AppendStoreKey(nil, "", "", "hash")))
 	if err := c.HSet(ctx, hashKey, "status", "completed").Err(); err != nil {
 		t.Fatal(err)
@@ -54,11 +51,7 @@ func TestRefusedKeyThroughAGuard(t *testing.T) {
 	// A fingerprint over the store's 65535 bytes: redisstore refuses the
 	// whole ClaimBatch holding it (ErrInvalidArgs) before it sends it.
 	huge := idem.Config{Fingerprint: func(dst, payload []byte) []byte { return append(dst, payload...) }}
-	gh, err := idem.New(coalesce.New(s), huge)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { gh.Close() })
+	gh := idemtest.Guard(t, coalesce.New(s), huge)
 	ops = make([]idem.BatchOp, 8)
 	for i := range ops {
 		ops[i] = idem.BatchOp{Key: fmt.Sprintf("fp-%d", i), Payload: []byte("small")}

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/redisstore"
 	"github.com/idemgo/idem/storage"
 )
@@ -49,11 +50,7 @@ func TestReplayWritesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := idem.New(s, idem.Config{Namespace: "replay"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
+	g := idemtest.Guard(t, s, idem.Config{Namespace: "replay"})
 	ctx := ctxT(t)
 	payload := []byte("charge 10")
 	if _, err := g.Do(ctx, "done", payload, func(context.Context) ([]byte, error) { return []byte("receipt"), nil }); err != nil {

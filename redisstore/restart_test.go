@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/redisstore"
 	"github.com/idemgo/idem/storage"
 )
@@ -25,11 +26,7 @@ func TestServerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := idem.New(s, idem.Config{Namespace: "restart", StoreTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
+	g := idemtest.Guard(t, s, idem.Config{Namespace: "restart", StoreTimeout: time.Second})
 	ctx := ctxT(t)
 	runs := 0
 	fn := func(context.Context) ([]byte, error) { runs++; return []byte("charged"), nil }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/sqlitestore"
 )
 
@@ -34,11 +35,7 @@ func BenchmarkDo(b *testing.B) {
 		if err := sqlitestore.Migrate(ctx, s.DB(), "bare"); err != nil {
 			b.Fatal(err)
 		}
-		g, err := idem.New(s, idem.Config{Namespace: "bench"})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { g.Close() })
+		g := idemtest.Guard(b, s, idem.Config{Namespace: "bench"})
 		payload := bytes.Repeat([]byte("p"), 70)
 		value := bytes.Repeat([]byte("v"), 64)
 		fp := idem.SHA256Fingerprint(nil, payload)

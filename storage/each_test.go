@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem/idemtest"
-	"github.com/idemgo/idem/memstore"
 	"github.com/idemgo/idem/storage"
 )
 
@@ -24,15 +23,7 @@ func (s eachStore) CompleteBatch(ctx context.Context, cs []storage.Completion) (
 	return storage.CompleteEach(ctx, s, cs)
 }
 
-func newMem(t *testing.T) *memstore.Store {
-	t.Helper()
-	s, err := memstore.New(memstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
+var newMem = idemtest.MemStore
 
 // A store whose batches are ClaimEach and CompleteEach passes the whole
 // conformance suite, batch cases and the Guard's DoBatch cases included.

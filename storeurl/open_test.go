@@ -36,6 +36,7 @@ import (
 	_ "github.com/idemgo/idem/storeurl/pgurl"
 	_ "github.com/idemgo/idem/storeurl/redisurl"
 	_ "github.com/idemgo/idem/storeurl/sqliteurl"
+	"github.com/idemgo/idem/storeurl/storeurltest"
 )
 
 // TestMain fails the run if a store's connections outlive its close
@@ -86,40 +87,17 @@ func chain(err error) []error {
 }
 
 // storeURL returns a URL of kind's server whose records are the test's
-// own, deleted when it ends: a key prefix of its own on Redis, a table in
-// a schema of its own on PostgreSQL and a table of its own on DynamoDB
-// (neither created yet), a file of its own for SQLite.
+// own, deleted when it ends: storeurltest's, and a table of its own on
+// DynamoDB (not created yet).
 func storeURL(t *testing.T, kind string) string {
 	t.Helper()
 	switch kind {
-	case "mem":
-		return "mem://"
-	case "redis":
-		return "redis://" + redisstoretest.Addr() + "/0?prefix=" + redisstoretest.Prefix(t, redisstoretest.Client(t))
-	case "postgres":
-		return withParam(t, pgstoretest.URL(), "table", pgstoretest.Schema(t, pgstoretest.Pool(t, 1))+".records")
 	case "dynamodb":
 		return dynamostoretest.URL(t)
 	case "cassandra":
 		return cassandrastoretest.URL(t)
-	case "sqlite":
-		return "sqlite://" + filepath.Join(t.TempDir(), "idem.db")
 	}
-	t.Fatalf("storeURL: unknown kind %q", kind)
-	return ""
-}
-
-// withParam returns raw with the query parameter name=value added.
-func withParam(t *testing.T, raw, name, value string) string {
-	t.Helper()
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set(name, value)
-	u.RawQuery = q.Encode()
-	return u.String()
+	return storeurltest.URL(t, kind)
 }
 
 func open(t *testing.T, raw string, opts ...storeurl.Option) storage.Store {
@@ -257,7 +235,7 @@ func TestMigrate(t *testing.T) {
 	})
 	t.Run("cassandra", func(t *testing.T) {
 		t.Parallel()
-		raw := withParam(t, storeURL(t, "cassandra"), "table", "migrated")
+		raw := storeurltest.WithParam(t, storeURL(t, "cassandra"), "table", "migrated")
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if s, closeStore, err := storeurl.Open(ctx, raw); err == nil {
@@ -272,7 +250,7 @@ func TestMigrate(t *testing.T) {
 		}
 		complete(t, open(t, raw, storeurl.Migrate()), "k", "v")
 		// The keyspace exists: Migrate without replication= makes the table.
-		other := strings.Replace(withParam(t, raw, "table", "migrated_too"), "replication=SimpleStrategy%3A1", "", 1)
+		other := strings.Replace(storeurltest.WithParam(t, raw, "table", "migrated_too"), "replication=SimpleStrategy%3A1", "", 1)
 		complete(t, open(t, other, storeurl.Migrate()), "k2", "v")
 		complete(t, open(t, raw), "k3", "v")
 	})

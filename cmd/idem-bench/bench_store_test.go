@@ -11,27 +11,29 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemgo/idem/internal/cli/clitest"
 	"github.com/idemgo/idem/pgstore/pgstoretest"
 	"github.com/idemgo/idem/redisstore/redisstoretest"
+	"github.com/idemgo/idem/storeurl/storeurltest"
 )
 
 func TestBenchStoreUsage(t *testing.T) {
-	checkUsage(t, []usageCase{
-		{args: []string{"-h"}, code: 0, stderr: "store   a store's operations beside a bare client"},
-		{args: []string{"store", "-h"}, code: 0, stderr: "Usage: idem-bench store --store URL [flags]"},
-		{args: []string{"store"}, code: 2, stderr: "idem-bench: store: --store is required\nrun 'idem-bench store -h' for its flags"},
-		{args: []string{"store", "--store", "mem://", "--rounds", "0"}, code: 2, stderr: "idem-bench: --rounds 0: must be at least 1"},
-		{args: []string{"store", "--store", "mem://", "--duration", "0s"}, code: 2, stderr: "idem-bench: --duration 0s: must be positive"},
-		{args: []string{"store", "--store", "mem://", "--ops", "-1"}, code: 2, stderr: "idem-bench: --ops -1: must not be negative"},
-		{args: []string{"store", "--store", "mem://", "--goroutines", "1,,16"}, code: 2, stderr: `idem-bench: --goroutines "1,,16": want numbers from 1 to 1024`},
-		{args: []string{"store", "--store", "mem://", "--goroutines", "0"}, code: 2, stderr: `idem-bench: --goroutines "0": want numbers from 1 to 1024`},
-		{args: []string{"store", "--store", "mem://", "--cases", "do,undo"}, code: 2, stderr: `idem-bench: --cases: unknown case "undo"`},
-		{args: []string{"store", "--store", "mem://", "--sides", "left"}, code: 2, stderr: `idem-bench: --sides "left": want store, bare or store,bare`},
-		{args: []string{"store", "--store", "mem://", "--cases", "txguard-do"}, code: 2, stderr: "idem-bench: --cases txguard-do: none of them applies to mem://"},
-		{args: []string{"store", "--store", "mem://x"}, code: 2, stderr: "mem:// takes no host, path or options"},
-		{args: []string{"store", "--store", "ftp://x"}, code: 2, stderr: `unsupported scheme "ftp"`},
-		{args: []string{"store", "--store", "postgres://u:s3cret@127.0.0.1:1/db?table=t"}, code: 2, stderr: "no ?table=: the benchmark's tables go in a schema of its own"},
-		{args: []string{"store", "--store", "mem://", "now"}, code: 2, stderr: `idem-bench: store: unexpected argument "now"`},
+	clitest.Check(t, "idem-bench", run, []clitest.Case{
+		{Args: []string{"-h"}, Code: 0, Stderr: "store   a store's operations beside a bare client"},
+		{Args: []string{"store", "-h"}, Code: 0, Stderr: "Usage: idem-bench store --store URL [flags]"},
+		{Args: []string{"store"}, Code: 2, Stderr: "idem-bench: store: --store is required\nrun 'idem-bench store -h' for its flags"},
+		{Args: []string{"store", "--store", "mem://", "--rounds", "0"}, Code: 2, Stderr: "idem-bench: --rounds 0: must be at least 1"},
+		{Args: []string{"store", "--store", "mem://", "--duration", "0s"}, Code: 2, Stderr: "idem-bench: --duration 0s: must be positive"},
+		{Args: []string{"store", "--store", "mem://", "--ops", "-1"}, Code: 2, Stderr: "idem-bench: --ops -1: must not be negative"},
+		{Args: []string{"store", "--store", "mem://", "--goroutines", "1,,16"}, Code: 2, Stderr: `idem-bench: --goroutines "1,,16": want numbers from 1 to 1024`},
+		{Args: []string{"store", "--store", "mem://", "--goroutines", "0"}, Code: 2, Stderr: `idem-bench: --goroutines "0": want numbers from 1 to 1024`},
+		{Args: []string{"store", "--store", "mem://", "--cases", "do,undo"}, Code: 2, Stderr: `idem-bench: --cases: unknown case "undo"`},
+		{Args: []string{"store", "--store", "mem://", "--sides", "left"}, Code: 2, Stderr: `idem-bench: --sides "left": want store, bare or store,bare`},
+		{Args: []string{"store", "--store", "mem://", "--cases", "txguard-do"}, Code: 2, Stderr: "idem-bench: --cases txguard-do: none of them applies to mem://"},
+		{Args: []string{"store", "--store", "mem://x"}, Code: 2, Stderr: "mem:// takes no host, path or options"},
+		{Args: []string{"store", "--store", "ftp://x"}, Code: 2, Stderr: `unsupported scheme "ftp"`},
+		{Args: []string{"store", "--store", "postgres://u:s3cret@127.0.0.1:1/db?table=t"}, Code: 2, Stderr: "no ?table=: the benchmark's tables go in a schema of its own"},
+		{Args: []string{"store", "--store", "mem://", "now"}, Code: 2, Stderr: `idem-bench: store: unexpected argument "now"`},
 	})
 }
 
@@ -39,7 +41,7 @@ func TestBenchStoreUsage(t *testing.T) {
 // the report after checking the run succeeded and printed its table.
 func benchStoreJSON(t *testing.T, args ...string) (report benchStoreReport, stdout string) {
 	t.Helper()
-	code, stdout, stderr := runArgs(t, append([]string{"store", "--json"}, args...)...)
+	code, stdout, stderr := clitest.Args(t, run, append([]string{"store", "--json"}, args...)...)
 	if code != 0 {
 		t.Fatalf("exit status %d, want 0\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
@@ -122,7 +124,7 @@ func TestBenchStoreOpsAndOneSide(t *testing.T) {
 
 func TestBenchStoreUnreachable(t *testing.T) {
 	for _, raw := range []string{"redis://127.0.0.1:1/0?max_retries=-1", "postgres://postgres:s3cret@127.0.0.1:1/test?sslmode=disable&connect_timeout=5"} {
-		code, stdout, stderr := runArgs(t, "store", "--store", raw, "--duration", "10ms")
+		code, stdout, stderr := clitest.Args(t, run, "store", "--store", raw, "--duration", "10ms")
 		if code != 1 || stdout != "" || !strings.Contains(stderr, "cannot reach") || strings.Contains(stderr, "s3cret") {
 			t.Errorf("--store %s: exit status %d, want 1 with an error naming the store without its password, and no table\nstdout:\n%s\nstderr:\n%s",
 				raw, code, stdout, stderr)
@@ -137,7 +139,7 @@ func TestBenchStoreOnServers(t *testing.T) {
 	t.Run("redis", func(t *testing.T) {
 		c := redisstoretest.Client(t)
 		prefix := redisstoretest.Prefix(t, c)
-		raw := withParam(t, serverURL(t, "redis"), "prefix", prefix)
+		raw := storeurltest.WithParam(t, storeurltest.Server(t, "redis"), "prefix", prefix)
 		report, _ := benchStoreJSON(t, "--store", raw, "--ops", "40", "--rounds", "2", "--goroutines", "1,2")
 		wantRounds(t, report, []string{"claim-complete", "claim-batch", "do", "do-duplicate"}, []int{1, 2}, 2)
 		if m := report.Memory; m == nil || m.Store <= 0 || m.Bare <= 0 {
@@ -152,7 +154,7 @@ func TestBenchStoreOnServers(t *testing.T) {
 		}
 	})
 	t.Run("postgres", func(t *testing.T) {
-		raw := serverURL(t, "postgres")
+		raw := storeurltest.Server(t, "postgres")
 		pool := pgstoretest.Pool(t, 1)
 		schemas := func() []string {
 			rows, err := pool.Query(context.Background(), `SELECT nspname FROM pg_namespace WHERE starts_with(nspname, 'idem_bench_')`)

@@ -8,46 +8,48 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemgo/idem/internal/cli/clitest"
+	"github.com/idemgo/idem/storeurl/storeurltest"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
 
 func TestBenchUsage(t *testing.T) {
-	checkUsage(t, []usageCase{
-		{args: nil, code: 2, stderr: "idem-bench: name a benchmark: http, store"},
-		{args: []string{"-h"}, code: 0, stderr: "http    a handler that sleeps"},
-		{args: []string{"help"}, code: 0, stderr: "Usage: idem-bench <benchmark> [flags]"},
-		{args: []string{"help", "store"}, code: 0, stderr: "Usage: idem-bench store --store URL [flags]"},
-		{args: []string{"ftp"}, code: 2, stderr: `idem-bench: unknown benchmark "ftp" (benchmarks: http, store, chart)`},
-		{args: []string{"--clients", "3", "http"}, code: 2, stderr: "flag provided but not defined: -clients"},
-		{args: []string{"http", "-h"}, code: 0, stderr: "Usage: idem-bench http [flags]"},
-		{args: []string{"http", "--repeat", "1"}, code: 2, stderr: "idem-bench: --repeat 1: must be at least 0 and below 1\nrun 'idem-bench http -h' for its flags"},
-		{args: []string{"http", "--repeat", "-0.3"}, code: 2, stderr: "idem-bench: --repeat -0.3: must be at least 0 and below 1"},
-		{args: []string{"http", "--repeat", "NaN"}, code: 2, stderr: "idem-bench: --repeat NaN: must be at least 0 and below 1"},
-		{args: []string{"http", "--repeat", "often"}, code: 2, stderr: `invalid value "often" for flag -repeat`},
-		{args: []string{"http", "--clients", "0"}, code: 2, stderr: "idem-bench: --clients 0: must be at least 1"},
-		{args: []string{"http", "--rounds", "0"}, code: 2, stderr: "idem-bench: --rounds 0: must be at least 1"},
-		{args: []string{"http", "--duration", "40ms", "--rounds", "5"}, code: 2, stderr: "idem-bench: --duration 40ms: too short for 5 rounds"},
-		{args: []string{"http", "--duration", "0s"}, code: 2, stderr: "idem-bench: --duration 0s: must be positive"},
-		{args: []string{"http", "--duration", "-1s"}, code: 2, stderr: "idem-bench: --duration -1s: must be positive"},
-		{args: []string{"http", "--duration", "10"}, code: 2, stderr: `invalid value "10" for flag -duration`},
-		{args: []string{"http", "--sleep", "-5ms"}, code: 2, stderr: "idem-bench: --sleep -5ms: must not be negative"},
-		{args: []string{"http", "--stores", "mem://,,mem://"}, code: 2, stderr: `idem-bench: --stores "mem://,,mem://": an empty entry`},
-		{args: []string{"http", "--stores", "mem://,ftp://x"}, code: 2, stderr: `unsupported scheme "ftp"`},
-		{args: []string{"http", "now"}, code: 2, stderr: `idem-bench: http: unexpected argument "now"`},
+	clitest.Check(t, "idem-bench", run, []clitest.Case{
+		{Args: nil, Code: 2, Stderr: "idem-bench: name a benchmark: http, store"},
+		{Args: []string{"-h"}, Code: 0, Stderr: "http    a handler that sleeps"},
+		{Args: []string{"help"}, Code: 0, Stderr: "Usage: idem-bench <benchmark> [flags]"},
+		{Args: []string{"help", "store"}, Code: 0, Stderr: "Usage: idem-bench store --store URL [flags]"},
+		{Args: []string{"ftp"}, Code: 2, Stderr: `idem-bench: unknown benchmark "ftp" (benchmarks: http, store, chart)`},
+		{Args: []string{"--clients", "3", "http"}, Code: 2, Stderr: "flag provided but not defined: -clients"},
+		{Args: []string{"http", "-h"}, Code: 0, Stderr: "Usage: idem-bench http [flags]"},
+		{Args: []string{"http", "--repeat", "1"}, Code: 2, Stderr: "idem-bench: --repeat 1: must be at least 0 and below 1\nrun 'idem-bench http -h' for its flags"},
+		{Args: []string{"http", "--repeat", "-0.3"}, Code: 2, Stderr: "idem-bench: --repeat -0.3: must be at least 0 and below 1"},
+		{Args: []string{"http", "--repeat", "NaN"}, Code: 2, Stderr: "idem-bench: --repeat NaN: must be at least 0 and below 1"},
+		{Args: []string{"http", "--repeat", "often"}, Code: 2, Stderr: `invalid value "often" for flag -repeat`},
+		{Args: []string{"http", "--clients", "0"}, Code: 2, Stderr: "idem-bench: --clients 0: must be at least 1"},
+		{Args: []string{"http", "--rounds", "0"}, Code: 2, Stderr: "idem-bench: --rounds 0: must be at least 1"},
+		{Args: []string{"http", "--duration", "40ms", "--rounds", "5"}, Code: 2, Stderr: "idem-bench: --duration 40ms: too short for 5 rounds"},
+		{Args: []string{"http", "--duration", "0s"}, Code: 2, Stderr: "idem-bench: --duration 0s: must be positive"},
+		{Args: []string{"http", "--duration", "-1s"}, Code: 2, Stderr: "idem-bench: --duration -1s: must be positive"},
+		{Args: []string{"http", "--duration", "10"}, Code: 2, Stderr: `invalid value "10" for flag -duration`},
+		{Args: []string{"http", "--sleep", "-5ms"}, Code: 2, Stderr: "idem-bench: --sleep -5ms: must not be negative"},
+		{Args: []string{"http", "--stores", "mem://,,mem://"}, Code: 2, Stderr: `idem-bench: --stores "mem://,,mem://": an empty entry`},
+		{Args: []string{"http", "--stores", "mem://,ftp://x"}, Code: 2, Stderr: `unsupported scheme "ftp"`},
+		{Args: []string{"http", "now"}, Code: 2, Stderr: `idem-bench: http: unexpected argument "now"`},
 	})
 }
 
 func TestBenchHTTPUnreachableStore(t *testing.T) {
 	// Nothing listens on port 1: the store fails before any load runs.
-	code, stdout, stderr := runArgs(t, "http", "--duration", "100ms", "--stores", "mem://,redis://127.0.0.1:1/0")
+	code, stdout, stderr := clitest.Args(t, run, "http", "--duration", "100ms", "--stores", "mem://,redis://127.0.0.1:1/0")
 	if code != 1 || stdout != "" || !strings.Contains(stderr, "redis://127.0.0.1:1/0?pool_size=50: cannot reach Redis") {
 		t.Errorf("exit status %d, want 1 with an error naming the store and no table\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 }
 
 func TestBenchHTTPMem(t *testing.T) {
-	code, stdout, stderr := runArgs(t, "http", "--duration", "300ms", "--clients", "4", "--sleep", "5ms", "--stores", "mem://", "--json")
+	code, stdout, stderr := clitest.Args(t, run, "http", "--duration", "300ms", "--clients", "4", "--sleep", "5ms", "--stores", "mem://", "--json")
 	if code != 0 {
 		t.Fatalf("exit status %d, want 0\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
@@ -93,7 +95,7 @@ func TestBenchHTTPMem(t *testing.T) {
 // fresh pass only, by its bare row, whose writes reach the server and are
 // cleaned up after the run.
 func TestBenchHTTPBareRows(t *testing.T) {
-	redisURL, pgURL := serverURL(t, "redis"), serverURL(t, "postgres")
+	redisURL, pgURL := storeurltest.Server(t, "redis"), storeurltest.Server(t, "postgres")
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, pgURL)
 	if err != nil {
@@ -121,7 +123,7 @@ func TestBenchHTTPBareRows(t *testing.T) {
 	}
 	tablesBefore, keysBefore := counts()
 
-	code, stdout, stderr := runArgs(t, "http", "--duration", "200ms", "--rounds", "2", "--clients", "4",
+	code, stdout, stderr := clitest.Args(t, run, "http", "--duration", "200ms", "--rounds", "2", "--clients", "4",
 		"--sleep", "2ms", "--stores", redisURL+","+pgURL, "--json")
 	if code != 0 {
 		t.Fatalf("exit status %d, want 0\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)

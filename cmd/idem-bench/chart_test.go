@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+
+	"github.com/idemgo/idem/internal/cli/clitest"
 )
 
 // chartFixture is a small results file: two families, one with a target
@@ -98,7 +100,7 @@ func TestChartRendersEachFamily(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "charts") // made by the command
-	code, stdout, stderr := runArgs(t, "chart", "-in", in, "-out", out, "-table")
+	code, stdout, stderr := clitest.Args(t, run, "chart", "-in", in, "-out", out, "-table")
 	if code != 0 {
 		t.Fatalf("exit status %d, want 0\nstderr:\n%s", code, stderr)
 	}
@@ -157,7 +159,7 @@ func TestChartRefusesBadResults(t *testing.T) {
 				t.Fatal(err)
 			}
 			out := filepath.Join(dir, "out-"+filepath.Base(in))
-			code, stdout, stderr := runArgs(t, "chart", "-in", in, "-out", out)
+			code, stdout, stderr := clitest.Args(t, run, "chart", "-in", in, "-out", out)
 			if code != 1 || stdout != "" || !strings.Contains(stderr, "idem-bench: chart: "+in+": ") || !strings.Contains(stderr, tt.want) {
 				t.Errorf("exit status %d, want 1 with an error naming the file and %q\nstdout:\n%s\nstderr:\n%s", code, tt.want, stdout, stderr)
 			}
@@ -166,7 +168,7 @@ func TestChartRefusesBadResults(t *testing.T) {
 			}
 		})
 	}
-	code, _, stderr := runArgs(t, "chart", "-in", filepath.Join(dir, "missing.json"))
+	code, _, stderr := clitest.Args(t, run, "chart", "-in", filepath.Join(dir, "missing.json"))
 	if code != 1 || !strings.Contains(stderr, "missing.json: no such file") {
 		t.Errorf("a missing file: exit status %d, stderr %q; want 1 naming the file", code, stderr)
 	}

@@ -60,19 +60,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "help" {
 		args = append(args[1:], "-h") // idem-bench help store = idem-bench store -h
 	}
-	err := runBench(ctx, args, stdout, stderr)
-	ue, isUsage := errors.AsType[*cli.UsageError](err)
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-		return 0
-	case isUsage:
-		if !ue.Printed {
-			fmt.Fprintln(stderr, ue.Err)
-		}
-		return 2
-	}
-	fmt.Fprintln(stderr, err)
-	return 1
+	return cli.Exit(runBench(ctx, args, stdout, stderr), stderr)
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {

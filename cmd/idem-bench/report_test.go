@@ -8,7 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemgo/idem/internal/cli/clitest"
 	"github.com/idemgo/idem/redisstore/redisstoretest"
+	"github.com/idemgo/idem/storeurl/storeurltest"
 )
 
 // readReport decodes DIR/name.json into v.
@@ -43,7 +45,7 @@ func wantChartRows(t *testing.T, dir, name, stderr string, labels []string) {
 // succeeded; it returns its progress output.
 func runStoreReport(t *testing.T, args ...string) (stderr string) {
 	t.Helper()
-	code, stdout, stderr := runArgs(t, append([]string{"store"}, args...)...)
+	code, stdout, stderr := clitest.Args(t, run, append([]string{"store"}, args...)...)
 	if code != 0 {
 		t.Fatalf("exit status %d, want 0\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
@@ -84,7 +86,7 @@ func TestBenchStoreReportOneSide(t *testing.T) {
 func TestBenchStoreReportRedis(t *testing.T) {
 	c := redisstoretest.Client(t)
 	prefix := redisstoretest.Prefix(t, c)
-	raw := withParam(t, serverURL(t, "redis"), "prefix", prefix)
+	raw := storeurltest.WithParam(t, storeurltest.Server(t, "redis"), "prefix", prefix)
 	dir := t.TempDir()
 	stderr := runStoreReport(t, "--store", raw, "--ops", "40", "--rounds", "1", "--goroutines", "2",
 		"--cases", "do,do-duplicate", "--report", dir)
@@ -96,7 +98,7 @@ func TestBenchStoreReportRedis(t *testing.T) {
 
 func TestBenchHTTPReport(t *testing.T) {
 	dir := t.TempDir()
-	code, stdout, stderr := runArgs(t, "http", "--duration", "100ms", "--rounds", "1", "--clients", "2", "--sleep", "1ms",
+	code, stdout, stderr := clitest.Args(t, run, "http", "--duration", "100ms", "--rounds", "1", "--clients", "2", "--sleep", "1ms",
 		"--stores", "mem://", "--report", dir)
 	if code != 0 {
 		t.Fatalf("exit status %d, want 0\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem/cassandrastore/cassandrastoretest"
+	"github.com/idemgo/idem/internal/cli/clitest"
 	"github.com/idemgo/idem/storage"
 )
 
@@ -16,12 +17,12 @@ import (
 func TestCassandra(t *testing.T) {
 	raw := cassandrastoretest.URL(t)
 	for range 2 {
-		code, stdout, stderr := runArgs(t, "migrate", "--store", raw)
+		code, stdout, stderr := clitest.Args(t, run, "migrate", "--store", raw)
 		if code != 0 || !strings.Contains(stdout, "is up to date") {
 			t.Fatalf("migrate --store %s: exit status %d\nstdout:\n%s\nstderr:\n%s", raw, code, stdout, stderr)
 		}
 	}
-	code, stdout, stderr := runArgs(t, "demo", "--messages", "100", "--dup-rate", "0.3", "--crash-rate", "0.05", "--seed", "7", "--store", raw)
+	code, stdout, stderr := clitest.Args(t, run, "demo", "--messages", "100", "--dup-rate", "0.3", "--crash-rate", "0.05", "--seed", "7", "--store", raw)
 	if code != 0 || !strings.Contains(stdout, "OK: idem charged every order once in this run") {
 		t.Fatalf("demo: exit status %d, want 0\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
@@ -42,16 +43,16 @@ func TestCassandra(t *testing.T) {
 		{"inspect", "--store", raw, "--namespace", "cli-cassandra", "order-1"},
 		{"stats", "--store", raw, "--namespace", "cli-cassandra"},
 	} {
-		if code, stdout, stderr := runArgs(t, args...); code != 0 || !strings.Contains(strings.ToLower(stdout), "completed") {
+		if code, stdout, stderr := clitest.Args(t, run, args...); code != 0 || !strings.Contains(strings.ToLower(stdout), "completed") {
 			t.Fatalf("%s: exit status %d\nstdout:\n%s\nstderr:\n%s", args[0], code, stdout, stderr)
 		}
 	}
 
-	code, _, stderr = runArgs(t, "demo", "--store", "cassandra://127.0.0.1:1/idem")
+	code, _, stderr = clitest.Args(t, run, "demo", "--store", "cassandra://127.0.0.1:1/idem")
 	if code != 1 || !strings.Contains(stderr, "idem: store unavailable") {
 		t.Fatalf("demo on no node: exit status %d, stderr %q; want 1 and ErrStoreUnavailable", code, stderr)
 	}
-	code, _, stderr = runArgs(t, "demo", "--store", "cassandra://127.0.0.1:9042/idem?b=c")
+	code, _, stderr = clitest.Args(t, run, "demo", "--store", "cassandra://127.0.0.1:9042/idem?b=c")
 	if code != 2 || !strings.HasPrefix(stderr, "idem: --store") {
 		t.Fatalf("demo with a bad cassandra URL: exit status %d, stderr %q; want 2", code, stderr)
 	}

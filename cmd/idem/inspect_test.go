@@ -11,7 +11,9 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemhttp"
+	"github.com/idemgo/idem/internal/cli/clitest"
 	"github.com/idemgo/idem/storage"
+	"github.com/idemgo/idem/storeurl/storeurltest"
 )
 
 // TestInspectAndPurge: on every store an operator can reach from a shell,
@@ -40,36 +42,36 @@ func TestInspectAndPurge(t *testing.T) {
 			}
 			at := []string{"--store", raw, "--namespace", "shop", "--scope", "acme"}
 
-			code, stdout, stderr := runArgs(t, append(append([]string{"inspect"}, at...), "order-7")...)
+			code, stdout, stderr := clitest.Args(t, run, append(append([]string{"inspect"}, at...), "order-7")...)
 			if code != 0 || !strings.Contains(stdout, "status       Completed") || !strings.Contains(stdout, "http status  201") ||
 				!strings.Contains(stdout, "attempt      1") {
 				t.Fatalf("inspect order-7: %d\n%s%s", code, stdout, stderr)
 			}
-			code, stdout, stderr = runArgs(t, append([]string{"inspect", "order-8", "--json"}, at...)...)
+			code, stdout, stderr = clitest.Args(t, run, append([]string{"inspect", "order-8", "--json"}, at...)...)
 			var v recordView
 			if code != 0 || json.Unmarshal([]byte(stdout), &v) != nil || v.Status != "Failed" || !strings.Contains(v.Failure, "card declined") {
 				t.Fatalf("inspect --json order-8: %d %+v\n%s%s", code, v, stdout, stderr)
 			}
-			code, stdout, _ = runArgs(t, append(append([]string{"inspect"}, at...), "order-9")...)
+			code, stdout, _ = clitest.Args(t, run, append(append([]string{"inspect"}, at...), "order-9")...)
 			if code != 0 || !strings.Contains(stdout, "lease        live until") {
 				t.Fatalf("inspect of a key in progress: %d\n%s", code, stdout)
 			}
-			if code, _, stderr = runArgs(t, append(append([]string{"inspect"}, at...), "order-404")...); code != 1 || !strings.Contains(stderr, "no record") {
+			if code, _, stderr = clitest.Args(t, run, append(append([]string{"inspect"}, at...), "order-404")...); code != 1 || !strings.Contains(stderr, "no record") {
 				t.Fatalf("inspect of a key without a record: %d %s", code, stderr)
 			}
 
 			stdin = strings.NewReader("n\n")
-			if code, stdout, stderr = runArgs(t, append(append([]string{"purge"}, at...), "order-8")...); code != 1 || !strings.Contains(stdout, "Delete this record? [y/N]") {
+			if code, stdout, stderr = clitest.Args(t, run, append(append([]string{"purge"}, at...), "order-8")...); code != 1 || !strings.Contains(stdout, "Delete this record? [y/N]") {
 				t.Fatalf("purge answered no: %d\n%s%s", code, stdout, stderr)
 			}
 			if _, err := s.Get(ctx, storage.ScopedStoreKey("shop", "acme", "order-8")); err != nil {
 				t.Fatalf("a purge answered no deleted the record: %v", err)
 			}
 			stdin = strings.NewReader("y\n")
-			if code, stdout, stderr = runArgs(t, append(append([]string{"purge"}, at...), "order-8")...); code != 0 || !strings.Contains(stdout, "deleted the record") {
+			if code, stdout, stderr = clitest.Args(t, run, append(append([]string{"purge"}, at...), "order-8")...); code != 0 || !strings.Contains(stdout, "deleted the record") {
 				t.Fatalf("purge answered yes: %d\n%s%s", code, stdout, stderr)
 			}
-			if code, stdout, stderr = runArgs(t, append(append([]string{"purge", "--yes"}, at...), "order-7")...); code != 0 {
+			if code, stdout, stderr = clitest.Args(t, run, append(append([]string{"purge", "--yes"}, at...), "order-7")...); code != 0 {
 				t.Fatalf("purge --yes: %d\n%s%s", code, stdout, stderr)
 			}
 			ran := 0
@@ -84,10 +86,10 @@ func TestInspectAndPurge(t *testing.T) {
 		})
 	}
 	stdin = nil
-	if code, _, stderr := runArgs(t, "inspect", "--store", "mem://", "k"); code != 2 || !strings.Contains(stderr, "memstore lives in the process") {
+	if code, _, stderr := clitest.Args(t, run, "inspect", "--store", "mem://", "k"); code != 2 || !strings.Contains(stderr, "memstore lives in the process") {
 		t.Fatalf("inspect mem://: %d %s", code, stderr)
 	}
-	if code, _, stderr := runArgs(t, "inspect", "--store", "mem://"); code != 2 || !strings.Contains(stderr, "no key") {
+	if code, _, stderr := clitest.Args(t, run, "inspect", "--store", "mem://"); code != 2 || !strings.Contains(stderr, "no key") {
 		t.Fatalf("inspect without a key: %d %s", code, stderr)
 	}
 }
@@ -97,7 +99,7 @@ func dynamoOr(t *testing.T, kind string) string {
 	if kind == "dynamodb" {
 		return dynamoURL(t)
 	}
-	return testStoreURL(t, kind)
+	return storeurltest.URL(t, kind)
 }
 
 // kindStore returns a --store URL of kind's of the test's own, and the

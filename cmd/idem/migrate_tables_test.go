@@ -6,8 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemgo/idem/internal/cli/clitest"
 	"github.com/idemgo/idem/internal/pgsql"
 	"github.com/idemgo/idem/pgstore/pgstoretest"
+	"github.com/idemgo/idem/storeurl/storeurltest"
 )
 
 // TestMigrateEveryTable: one migrate creates the records table, an outbox
@@ -17,7 +19,7 @@ import (
 func TestMigrateEveryTable(t *testing.T) {
 	pool := pgstoretest.Pool(t, 2)
 	schema := pgstoretest.Schema(t, pool)
-	raw := withParam(t, serverURL(t, "postgres"), "table", schema+".records")
+	raw := storeurltest.WithParam(t, storeurltest.Server(t, "postgres"), "table", schema+".records")
 	ctx := context.Background()
 	// The outbox table as the first version created it.
 	old, err := pgsql.MigrationScript("outbox", os.DirFS("../../outbox"), "migrations/0001_outbox.sql", 1, map[string]string{
@@ -34,7 +36,7 @@ func TestMigrateEveryTable(t *testing.T) {
 	args := []string{"migrate", "--store", raw, "--outbox", schema + ".outbox", "--outbox", schema + ".old_outbox",
 		"--kafka-offsets", schema + ".offsets"}
 	for range 2 {
-		code, stdout, stderr := runArgs(t, args...)
+		code, stdout, stderr := clitest.Args(t, run, args...)
 		if code != 0 || strings.Count(stdout, "up to date") != 4 {
 			t.Fatalf("migrate: exit status %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 		}
@@ -49,7 +51,7 @@ func TestMigrateEveryTable(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM "`+schema+`"."old_outbox" WHERE next_attempt_at IS NULL`).Scan(&rows); err != nil || rows != 1 {
 		t.Errorf("the upgraded outbox table: %d rows with the new column, %v; want its row, upgraded", rows, err)
 	}
-	code, _, stderr := runArgs(t, "migrate", "--store", raw, "--outbox", "Bad Name")
+	code, _, stderr := clitest.Args(t, run, "migrate", "--store", raw, "--outbox", "Bad Name")
 	if code == 0 || !strings.Contains(stderr, "Bad Name") {
 		t.Errorf("migrate --outbox 'Bad Name': exit status %d, stderr %s; want an error naming it", code, stderr)
 	}

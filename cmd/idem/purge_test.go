@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem/internal/cli/clitest"
 	"github.com/idemgo/idem/storage"
 )
 
@@ -73,7 +74,7 @@ func TestPurgeKeepsARecordTakenOverAtThePrompt(t *testing.T) {
 
 			var single storage.Token
 			stdin = &atPrompt{hook: func() { single = takeOver("single") }, r: strings.NewReader("y\n")}
-			code, stdout, stderr := runArgs(t, "purge", "--store", raw, "--namespace", ns, "single")
+			code, stdout, stderr := clitest.Args(t, run, "purge", "--store", raw, "--namespace", ns, "single")
 			holds("single", single)
 			if code != 1 || !strings.Contains(stderr, "changed since it was shown") {
 				t.Fatalf("purge of a record taken over at the prompt: %d\n%s%s", code, stdout, stderr)
@@ -81,7 +82,7 @@ func TestPurgeKeepsARecordTakenOverAtThePrompt(t *testing.T) {
 
 			var taken storage.Token
 			stdin = &atPrompt{hook: func() { taken = takeOver("taken") }, r: strings.NewReader("y\n")}
-			code, stdout, stderr = runArgs(t, "purge", "--store", raw, "--namespace", ns, "--status", "in-progress")
+			code, stdout, stderr = clitest.Args(t, run, "purge", "--store", raw, "--namespace", ns, "--status", "in-progress")
 			holds("taken", taken)
 			for _, k := range []string{"left", "single"} { // single under a live lease, of which purge warned
 				if _, err := s.Get(ctx, storage.StoreKey(ns, k)); !errors.Is(err, storage.ErrNotFound) {

@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/idemgo/idem/internal/cli/clitest"
 )
 
 // TestSecretsNeverPrinted runs the verbs that take a store or broker URL
@@ -44,7 +46,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 			{"demo", "--broker", strings.Replace(u, "postgres", "amqp", 1), "--messages", "1"},
 			{"demo", "--broker", strings.Replace(u, "postgres", "nats", 1), "--messages", "1"},
 		} {
-			_, stdout, stderr := runArgs(t, args...)
+			_, stdout, stderr := clitest.Args(t, run, args...)
 			if strings.Contains(stdout+stderr, secret) {
 				t.Errorf("idem %s: the password is printed:\n%s%s", strings.Join(args, " "), stdout, stderr)
 			}

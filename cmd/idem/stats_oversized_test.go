@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem/internal/cli/clitest"
 	"github.com/idemgo/idem/redisstore"
 	"github.com/idemgo/idem/redisstore/redisstoretest"
 	"github.com/idemgo/idem/storage"
@@ -46,12 +47,12 @@ func TestStatsAndPurgeGoPastAnOversizedRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	code, stdout, stderr := runArgs(t, "stats", "--store", raw, "--namespace", ns, "--json")
+	code, stdout, stderr := clitest.Args(t, run, "stats", "--store", raw, "--namespace", ns, "--json")
 	var got []nsStats
 	if code != 0 || json.Unmarshal([]byte(stdout), &got) != nil || len(got) != 1 || got[0].Completed != 2 {
 		t.Fatalf("stats --json: %d\n%s%s; want both records counted", code, stdout, stderr)
 	}
-	code, stdout, stderr = runArgs(t, "purge", "--store", raw, "--namespace", ns, "--status", "completed", "--yes")
+	code, stdout, stderr = clitest.Args(t, run, "purge", "--store", raw, "--namespace", ns, "--status", "completed", "--yes")
 	if code != 0 || !strings.Contains(stdout, "deleted 2 completed records") {
 		t.Fatalf("purge --status completed --yes: %d\n%s%s", code, stdout, stderr)
 	}

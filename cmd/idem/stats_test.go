@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/cli/clitest"
 	"github.com/idemgo/idem/outbox"
 	"github.com/idemgo/idem/pgstore/pgstoretest"
 	"github.com/idemgo/idem/storage"
@@ -53,7 +54,7 @@ func TestStatsAndPurgeByStatus(t *testing.T) {
 			claim("stalled", time.Millisecond)
 			time.Sleep(5 * time.Millisecond) // the lease of a millisecond ends: no race, a lease that short is over whatever the load
 
-			code, stdout, stderr := runArgs(t, "stats", "--store", raw, "--namespace", ns, "--json")
+			code, stdout, stderr := clitest.Args(t, run, "stats", "--store", raw, "--namespace", ns, "--json")
 			var got []nsStats
 			if code != 0 || json.Unmarshal([]byte(stdout), &got) != nil || len(got) != 1 {
 				t.Fatalf("stats --json: %d\n%s%s", code, stdout, stderr)
@@ -62,16 +63,16 @@ func TestStatsAndPurgeByStatus(t *testing.T) {
 			if st.Completed != 3 || st.Failed != 2 || st.InProgress != 2 || st.Stalled != 1 || st.ResultBytes < 15 || st.OldestKey != "stalled" {
 				t.Fatalf("stats of %q: %+v", ns, st)
 			}
-			code, stdout, _ = runArgs(t, "stats", "--store", raw)
+			code, stdout, _ = clitest.Args(t, run, "stats", "--store", raw)
 			if code != 0 || !strings.Contains(stdout, `"`+ns+`"`) || !strings.Contains(stdout, `"`+ns+`-other"`) {
 				t.Fatalf("stats of every namespace: %d\n%s", code, stdout)
 			}
 
 			stdin = strings.NewReader("n\n")
-			if code, stdout, _ = runArgs(t, "purge", "--store", raw, "--namespace", ns, "--status", "failed"); code != 1 || !strings.Contains(stdout, "2 failed records") {
+			if code, stdout, _ = clitest.Args(t, run, "purge", "--store", raw, "--namespace", ns, "--status", "failed"); code != 1 || !strings.Contains(stdout, "2 failed records") {
 				t.Fatalf("purge --status answered no: %d\n%s", code, stdout)
 			}
-			if code, stdout, stderr = runArgs(t, "purge", "--store", raw, "--namespace", ns, "--status", "failed", "--yes"); code != 0 || !strings.Contains(stdout, "deleted 2 failed records") {
+			if code, stdout, stderr = clitest.Args(t, run, "purge", "--store", raw, "--namespace", ns, "--status", "failed", "--yes"); code != 0 || !strings.Contains(stdout, "deleted 2 failed records") {
 				t.Fatalf("purge --status failed --yes: %d\n%s%s", code, stdout, stderr)
 			}
 			ran := 0
@@ -124,11 +125,11 @@ func TestPurgeOlderThan(t *testing.T) {
 			at := []string{"purge", "--store", raw, "--namespace", ns, "--status", "failed", "--older-than", "12h"}
 
 			stdin = strings.NewReader("n\n")
-			code, stdout, stderr := runArgs(t, at...)
+			code, stdout, stderr := clitest.Args(t, run, at...)
 			if code != 1 || !strings.Contains(stdout, "3 failed records") || !strings.Contains(stdout, "more than 12h0m0s ago") {
 				t.Fatalf("purge --older-than 12h answered no: %d\n%s%s", code, stdout, stderr)
 			}
-			code, stdout, stderr = runArgs(t, append(at, "--yes", "--json")...)
+			code, stdout, stderr = clitest.Args(t, run, append(at, "--yes", "--json")...)
 			var got struct {
 				OlderThan string `json:"older_than"`
 				Before    time.Time
@@ -147,18 +148,18 @@ func TestPurgeOlderThan(t *testing.T) {
 			// With the Guard's own retention named, the records failed
 			// under 1h are as young as they are.
 			old.Do(ctx, "old-4", nil, fail)
-			if code, stdout, _ = runArgs(t, "purge", "--store", raw, "--namespace", ns, "--status", "failed",
+			if code, stdout, _ = clitest.Args(t, run, "purge", "--store", raw, "--namespace", ns, "--status", "failed",
 				"--older-than", "30m", "--retention", "1h", "--yes"); code != 0 || !strings.Contains(stdout, "deleted 0 failed records") {
 				t.Fatalf("purge --older-than 30m --retention 1h: %d\n%s", code, stdout)
 			}
 		})
 	}
 	stdin = nil
-	checkUsage(t, []usageCase{
-		{args: []string{"purge", "--store", "mem://", "--older-than", "1h", "k"}, code: 2, stderr: "--older-than goes with --status"},
-		{args: []string{"purge", "--store", "redis://127.0.0.1:1", "--status", "failed", "--older-than", "24h"}, code: 2, stderr: "is not less than --retention 24h0m0s"},
-		{args: []string{"purge", "--store", "redis://127.0.0.1:1", "--status", "failed", "--older-than", "-1h"}, code: 2, stderr: "must be positive"},
-		{args: []string{"purge", "--store", "redis://127.0.0.1:1", "--status", "failed", "--retention", "0s"}, code: 2, stderr: "--retention 0s: must be positive"},
+	clitest.Check(t, "idem", run, []clitest.Case{
+		{Args: []string{"purge", "--store", "mem://", "--older-than", "1h", "k"}, Code: 2, Stderr: "--older-than goes with --status"},
+		{Args: []string{"purge", "--store", "redis://127.0.0.1:1", "--status", "failed", "--older-than", "24h"}, Code: 2, Stderr: "is not less than --retention 24h0m0s"},
+		{Args: []string{"purge", "--store", "redis://127.0.0.1:1", "--status", "failed", "--older-than", "-1h"}, Code: 2, Stderr: "must be positive"},
+		{Args: []string{"purge", "--store", "redis://127.0.0.1:1", "--status", "failed", "--retention", "0s"}, Code: 2, Stderr: "--retention 0s: must be positive"},
 	})
 }
 
@@ -197,14 +198,14 @@ func TestOutboxStats(t *testing.T) {
 	if err := o.Enqueue(ctx, pool, outbox.Message{Destination: "orders", Payload: []byte("1")}, outbox.Message{Destination: "orders", Payload: []byte("2")}); err != nil {
 		t.Fatal(err)
 	}
-	code, stdout, stderr := runArgs(t, "outbox", "stats", "--store", pgstoretest.URL(), "--table", table, "--json")
+	code, stdout, stderr := clitest.Args(t, run, "outbox", "stats", "--store", pgstoretest.URL(), "--table", table, "--json")
 	var got struct {
 		Pending, Dead int64
 	}
 	if code != 0 || json.Unmarshal([]byte(stdout), &got) != nil || got.Pending != 2 || got.Dead != 0 {
 		t.Fatalf("outbox stats: %d %+v\n%s%s", code, got, stdout, stderr)
 	}
-	if code, _, stderr = runArgs(t, "outbox", "stats", "--store", "redis://127.0.0.1:6379/0"); code != 2 || !strings.Contains(stderr, "postgres://") {
+	if code, _, stderr = clitest.Args(t, run, "outbox", "stats", "--store", "redis://127.0.0.1:6379/0"); code != 2 || !strings.Contains(stderr, "postgres://") {
 		t.Fatalf("outbox stats on Redis: %d %s", code, stderr)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,72 +12,26 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/cli/clitest"
 	"github.com/idemgo/idem/pgstore/pgstoretest"
 	"github.com/idemgo/idem/redisstore/redisstoretest"
 	"github.com/idemgo/idem/sqlitestore"
 	"github.com/idemgo/idem/storage"
+	"github.com/idemgo/idem/storeurl/storeurltest"
 )
-
-// serverURL returns the --store URL of the shared Redis ("redis") or
-// PostgreSQL ("postgres"), from the environment as pgstoretest and
-// redisstoretest read it, after checking the server answers. An
-// unreachable server skips the test, or fails it under
-// IDEM_REQUIRE_SERVICES=1 (make test).
-func serverURL(t *testing.T, kind string) string {
-	t.Helper()
-	switch kind {
-	case "redis":
-		redisstoretest.Client(t)
-		return "redis://" + redisstoretest.Addr() + "/0"
-	case "postgres":
-		pgstoretest.Pool(t, 1)
-		return pgstoretest.URL()
-	}
-	t.Fatalf("serverURL: unknown kind %q", kind)
-	return ""
-}
-
-// testStoreURL returns a --store URL of serverURL(t, kind) whose records
-// are the test's own: under a key prefix of its own for Redis, in a table
-// of a schema of its own for PostgreSQL (not yet migrated), in a file of
-// its own for SQLite ("sqlite", no server). Each is deleted when the test
-// ends.
-func testStoreURL(t *testing.T, kind string) string {
-	t.Helper()
-	if kind == "sqlite" {
-		return "sqlite://" + filepath.Join(t.TempDir(), "idem.db") // sqlite:///tmp/…: an absolute path
-	}
-	raw := serverURL(t, kind)
-	if kind == "redis" {
-		return withParam(t, raw, "prefix", redisstoretest.Prefix(t, redisstoretest.Client(t)))
-	}
-	return withParam(t, raw, "table", pgstoretest.Schema(t, pgstoretest.Pool(t, 1))+".records")
-}
-
-// withParam returns raw with the query parameter name=value added.
-func withParam(t *testing.T, raw, name, value string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set(name, value)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
 
 // TestDemoOnServers runs the demo on the real stores: --store is all it
 // takes, PostgreSQL's table and SQLite's file are created on the way.
 func TestDemoOnServers(t *testing.T) {
 	for _, kind := range []string{"redis", "postgres", "sqlite"} {
 		t.Run(kind, func(t *testing.T) {
-			raw := testStoreURL(t, kind)
+			raw := storeurltest.URL(t, kind)
 			for _, keep := range []bool{false, true} {
 				args := []string{"demo", "--messages", "400", "--dup-rate", "0.3", "--crash-rate", "0.05", "--seed", "7", "--store", raw}
 				if keep {
 					args = append(args, "--keep")
 				}
-				code, stdout, stderr := runArgs(t, args...)
+				code, stdout, stderr := clitest.Args(t, run, args...)
 				if code != 0 || !strings.Contains(stdout, "OK: idem charged every order once in this run") {
 					t.Fatalf("demo --store %s: exit status %d, want 0\nstdout:\n%s\nstderr:\n%s", raw, code, stdout, stderr)
 				}
@@ -98,9 +51,9 @@ func TestDemoOnServers(t *testing.T) {
 // TestMigrateThenReap: migrate creates the table (twice is fine), reap
 // deletes the expired records and leaves the live ones.
 func TestMigrateThenReap(t *testing.T) {
-	raw := testStoreURL(t, "postgres")
+	raw := storeurltest.URL(t, "postgres")
 	for range 2 {
-		code, stdout, stderr := runArgs(t, "migrate", "--store", raw)
+		code, stdout, stderr := clitest.Args(t, run, "migrate", "--store", raw)
 		if code != 0 || !strings.Contains(stdout, "is up to date") {
 			t.Fatalf("migrate: exit status %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 		}
@@ -140,14 +93,14 @@ func TestMigrateThenReap(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 
-	code, stdout, stderr := runArgs(t, "reap", "--store", raw, "--batch", "10")
+	code, stdout, stderr := clitest.Args(t, run, "reap", "--store", raw, "--batch", "10")
 	if want := fmt.Sprintf("deleted %d expired records", expired); code != 0 || !strings.Contains(stdout, want) {
 		t.Fatalf("reap: exit status %d, want 0 and %q\nstdout:\n%s\nstderr:\n%s", code, want, stdout, stderr)
 	}
 	if _, err := s.Get(ctx, "live"); err != nil {
 		t.Fatalf("the live record after reap: %v", err)
 	}
-	if code, stdout, _ := runArgs(t, "reap", "--store", raw); code != 0 || !strings.Contains(stdout, "deleted 0 expired records") {
+	if code, stdout, _ := clitest.Args(t, run, "reap", "--store", raw); code != 0 || !strings.Contains(stdout, "deleted 0 expired records") {
 		t.Errorf("a second reap: exit status %d, stdout %q; want nothing left to delete", code, stdout)
 	}
 }
@@ -159,7 +112,7 @@ func TestUnreachableServer(t *testing.T) {
 		"redis://127.0.0.1:1/0?dial_timeout=200ms",
 		"postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=1",
 	} {
-		code, _, stderr := runArgs(t, "demo", "--messages", "10", "--store", raw)
+		code, _, stderr := clitest.Args(t, run, "demo", "--messages", "10", "--store", raw)
 		if code != 1 || !strings.Contains(stderr, "cannot reach") || !strings.Contains(stderr, idem.ErrStoreUnavailable.Error()) {
 			t.Errorf("demo --store %s: exit status %d, stderr %q; want 1 and the store named unavailable", raw, code, stderr)
 		}

@@ -24,18 +24,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	ue, isUsage := errors.AsType[*cli.UsageError](err)
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-	case isUsage:
-		if !ue.Printed { // else the flag package printed it, with the flags
-			fmt.Fprintln(os.Stderr, err)
-		}
-		os.Exit(2)
-	default:
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
+	os.Exit(cli.Exit(err, os.Stderr))
 }
 
 // options are the demo's flags and the broker's.

@@ -312,11 +312,5 @@ func CloseConnection(t testing.TB, clientName string) {
 // with what after timeout.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not so after %v: %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.WaitFor(t, timeout, what, cond)
 }

@@ -3,102 +3,27 @@ package idemamqptest
 import (
 	"context"
 	"crypto/rand"
-	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemamqp"
+	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/storage"
 )
 
 // Ledger counts the side effects of handlers per key: what a payment
 // provider would have charged.
-type Ledger struct {
-	mu sync.Mutex
-	n  map[string]int
-}
+type Ledger = testenv.Ledger
 
 // NewLedger returns an empty ledger.
-func NewLedger() *Ledger { return &Ledger{n: map[string]int{}} }
+func NewLedger() *Ledger { return &Ledger{} }
 
-// Charge records one effect for key.
-func (l *Ledger) Charge(key string) {
-	l.mu.Lock()
-	l.n[key]++
-	l.mu.Unlock()
-}
-
-// Count returns the effects of key.
-func (l *Ledger) Count(key string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.n[key]
-}
-
-// Keys returns how many keys have at least one effect.
-func (l *Ledger) Keys() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.n)
-}
-
-// Check fails t for every key of keys without exactly one effect, and for
-// every key with effects that is not in keys.
-func (l *Ledger) Check(t testing.TB, keys []string) {
-	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	lost, doubled := 0, 0
-	for _, k := range keys {
-		switch n := l.n[k]; {
-		case n == 0:
-			lost++
-			if lost <= 5 {
-				t.Errorf("key %s: no effect (lost)", k)
-			}
-		case n > 1:
-			doubled++
-			if doubled <= 5 {
-				t.Errorf("key %s: %d effects, want 1", k, n)
-			}
-		}
-	}
-	for k := range l.n {
-		if !slices.Contains(keys, k) {
-			t.Errorf("key %s: effects of a key never published", k)
-		}
-	}
-	if lost+doubled > 0 {
-		t.Errorf("%d keys: %d lost, %d with more than one effect", len(keys), lost, doubled)
-	}
-}
-
-// Events records the events of consumers.
+// Events records the events of consumers; its Observe is an observer for
+// idemamqp.WithObserver.
 type Events struct {
-	mu  sync.Mutex
-	all []idemamqp.Event
-}
-
-// Observe is an observer for idemamqp.WithObserver.
-func (e *Events) Observe(_ context.Context, ev idemamqp.Event) {
-	e.mu.Lock()
-	e.all = append(e.all, ev)
-	e.mu.Unlock()
-}
-
-// Count returns how many events match f.
-func (e *Events) Count(f func(idemamqp.Event) bool) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	n := 0
-	for _, ev := range e.all {
-		if f(ev) {
-			n++
-		}
-	}
-	return n
+	testenv.Events[idemamqp.Event]
 }
 
 // Kind returns how many events of kind k were seen.
@@ -108,15 +33,7 @@ func (e *Events) Kind(k idemamqp.EventKind) int {
 
 // Of returns the events of kind k.
 func (e *Events) Of(k idemamqp.EventKind) []idemamqp.Event {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	var out []idemamqp.Event
-	for _, ev := range e.all {
-		if ev.Kind == k {
-			out = append(out, ev)
-		}
-	}
-	return out
+	return e.Filter(func(ev idemamqp.Event) bool { return ev.Kind == k })
 }
 
 // Settled returns how many deliveries were acked, dead-lettered or

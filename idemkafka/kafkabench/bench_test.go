@@ -26,8 +26,8 @@ import (
 	"github.com/idemgo/idem/idemkafka/internal/consume"
 	"github.com/idemgo/idem/idemkafka/internal/kafkatest"
 	"github.com/idemgo/idem/idemkafka/kafkapg"
+	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/testenv"
-	"github.com/idemgo/idem/memstore"
 	"github.com/idemgo/idem/pgstore"
 	"github.com/idemgo/idem/pgstore/pgstoretest"
 	"github.com/idemgo/idem/redisstore"
@@ -387,12 +387,8 @@ func sleep(d time.Duration) func(context.Context, int32, []*kgo.Record) error {
 }
 
 func (f *fixture) mem(b *testing.B) storage.Store {
-	s, err := memstore.New(memstore.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { s.Close() })
-	return s
+	b.Helper()
+	return idemtest.MemStore(b)
 }
 
 func (f *fixture) redisStore(b *testing.B) storage.Store {

@@ -15,6 +15,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemkafka"
 	"github.com/idemgo/idem/idemkafka/internal/kafkatest"
+	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/pgstore"
 	"github.com/idemgo/idem/pgstore/pgstoretest"
 	"github.com/idemgo/idem/redisstore"
@@ -76,11 +77,7 @@ func TestBatchPathOnStores(t *testing.T) {
 				// 5 s, not the default 30: when the second member joins, a batch
 				// claim can be lost to the rebalance (PostgreSQL, about 1 run in
 				// 10 under load) and its keys wait out the lease.
-				g, err := idem.New(store, idem.Config{Namespace: ns, Lease: 5 * time.Second})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { g.Close() })
+				g := idemtest.Guard(t, store, idem.Config{Namespace: ns, Lease: 5 * time.Second})
 				cons, err := idemkafka.New(g, handler, idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison(), idemkafka.WithMaxBatch(50),
 					idemkafka.WithObserver(func(_ context.Context, e idemkafka.Event) {
 						if e.Kind == idemkafka.EventBatch {

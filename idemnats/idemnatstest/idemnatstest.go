@@ -23,8 +23,8 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemnats"
+	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/testenv"
-	"github.com/idemgo/idem/memstore"
 	"github.com/idemgo/idem/storage"
 )
 
@@ -162,12 +162,7 @@ func Guard(tb testing.TB, store storage.Store, cfg idem.Config) *idem.Guard {
 // MemStore returns a memstore, closed when tb ends.
 func MemStore(tb testing.TB) storage.Store {
 	tb.Helper()
-	s, err := memstore.New(memstore.Config{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { s.Close() })
-	return s
+	return idemtest.MemStore(tb)
 }
 
 // Run makes a Consumer of cons over g and starts it (see [Start]).
@@ -212,13 +207,7 @@ func Start(tb testing.TB, c *idemnats.Consumer) (stop func() error) {
 // not within d; what describes the condition.
 func WaitFor(tb testing.TB, d time.Duration, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.WaitFor(tb, d, what, cond)
 }
 
 // Drained reports whether cons has no message left to deliver nor any

@@ -22,6 +22,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemamqp"
 	"github.com/idemgo/idem/idemamqp/idemamqptest"
+	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/pgstore"
 	"github.com/idemgo/idem/pgstore/pgstoretest"
 	"github.com/idemgo/idem/redisstore"
@@ -139,11 +140,7 @@ func TestKilledMidHandler(t *testing.T) {
 					len(before), before[stall])
 			}
 
-			g, err := idem.New(store, idem.Config{Namespace: ns, Lease: killLease})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { g.Close() })
+			g := idemtest.Guard(t, store, idem.Config{Namespace: ns, Lease: killLease})
 			ev := &idemamqptest.Events{}
 			idemamqptest.Start(t, q, idemamqptest.NewConsumer(t, g, q, ev, appendEffect(ledger),
 				idemamqp.WithBusyDelay(killBusyDelay)))

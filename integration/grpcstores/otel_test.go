@@ -15,7 +15,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemgrpc"
 	"github.com/idemgo/idem/idemotel"
-	"github.com/idemgo/idem/memstore"
+	"github.com/idemgo/idem/idemtest"
 )
 
 // A gRPC call's Guard spans are children of the span in the call's
@@ -29,16 +29,7 @@ func TestGRPCCallSpans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := memstore.New(memstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	g, err := idem.New(s, idem.Config{Namespace: "payments", Observer: tel.Observe})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
+	g := idemtest.Guard(t, idemtest.MemStore(t), idem.Config{Namespace: "payments", Observer: tel.Observe})
 	icpt := idemgrpc.UnaryServerInterceptor(g, idemgrpc.WithSharedScope())
 	var runs atomic.Int32
 	call := func() string {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemgo/idem/dynamostore"
 	"github.com/idemgo/idem/dynamostore/dynamostoretest"
+	"github.com/idemgo/idem/idemtest"
 
 	"go.uber.org/goleak"
 
@@ -45,11 +46,7 @@ func TestHTTPPostgres(t *testing.T) {
 // in progress.
 func TestHTTPRedisBodyAtTheValueLimit(t *testing.T) {
 	var store storage.Store = redisstoretest.Store(t, redisstoretest.Client(t), redisstore.Config{})
-	g, err := idem.New(store, idem.Config{Namespace: "limit"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
+	g := idemtest.Guard(t, store, idem.Config{Namespace: "limit"})
 	mw, err := idemhttp.New(g, idemhttp.WithSharedScope())
 	if err != nil {
 		t.Fatal(err)

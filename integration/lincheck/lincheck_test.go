@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemgo/idem/dynamostore"
 	"github.com/idemgo/idem/dynamostore/dynamostoretest"
+	"github.com/idemgo/idem/idemtest"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/integration/lincheck"
@@ -20,17 +21,8 @@ import (
 	"github.com/idemgo/idem/storage"
 )
 
-func newMemstore(t *testing.T) *memstore.Store {
-	s, err := memstore.New(memstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
 func TestMemstoreIsLinearizable(t *testing.T) {
-	s := newMemstore(t)
+	s := idemtest.MemStore(t)
 	for range 5 {
 		lincheck.Check(t, s, lincheck.Options{})
 	}
@@ -80,7 +72,7 @@ func checkExpiring(t *testing.T, s storage.Store, tolerance time.Duration) {
 
 func TestMemstoreIsLinearizableWithExpiry(t *testing.T) {
 	t.Parallel()
-	checkExpiring(t, newMemstore(t), 0)
+	checkExpiring(t, idemtest.MemStore(t), 0)
 }
 
 func TestRedisIsLinearizableWithExpiry(t *testing.T) {
@@ -149,7 +141,7 @@ func (u unfenced) Complete(ctx context.Context, key string, _ storage.Token, v [
 }
 
 func TestCheckCatchesMissingFencing(t *testing.T) {
-	mustCatch(t, unfenced{newMemstore(t)}, lincheck.Options{}, 10)
+	mustCatch(t, unfenced{idemtest.MemStore(t)}, lincheck.Options{}, 10)
 }
 
 // stealsLiveLeases takes a key over even while its holder's lease is
@@ -207,10 +199,10 @@ func (s ignoresExtend) Extend(ctx context.Context, key string, t storage.Token, 
 // leases.
 func TestExpiryCheckCatchesBrokenStores(t *testing.T) {
 	for name, s := range map[string]storage.Store{
-		"steals live leases": stealsLiveLeases{newMemstore(t)},
-		"never forgets":      neverForgets{newMemstore(t)},
-		"forgets early":      forgetsEarly{newMemstore(t)},
-		"ignores Extend":     ignoresExtend{newMemstore(t)},
+		"steals live leases": stealsLiveLeases{idemtest.MemStore(t)},
+		"never forgets":      neverForgets{idemtest.MemStore(t)},
+		"forgets early":      forgetsEarly{idemtest.MemStore(t)},
+		"ignores Extend":     ignoresExtend{idemtest.MemStore(t)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -64,11 +64,11 @@ func BenchmarkConsume(b *testing.B) {
 // Nats-Msg-Ids, and its durable consumer.
 func benchStream(b *testing.B, n int) jetstream.Consumer {
 	b.Helper()
-	_, js := connect(b, natsURL)
-	s := newStream(b, js, jetstream.StreamConfig{Duplicates: time.Second})
-	cons := newConsumer(b, s, jetstream.ConsumerConfig{MaxAckPending: 4 * benchBatch})
-	run := random(4)
-	subj := subject(s, "payments")
+	_, js := idemnatstest.Connect(b, idemnatstest.URL())
+	s := idemnatstest.NewStream(b, js, jetstream.StreamConfig{Duplicates: time.Second})
+	cons := idemnatstest.NewConsumer(b, s, jetstream.ConsumerConfig{MaxAckPending: 4 * benchBatch})
+	run := idemnatstest.Random(4)
+	subj := idemnatstest.Subject(s, "payments")
 	body := []byte(`{"type":"PaymentRequested","customer":"cus_8e03978e40d5","amount_cents":1999}`)
 	flushed := func() {
 		select {
@@ -273,7 +273,7 @@ func benchBareRedisEach(b *testing.B, d time.Duration) {
 func benchIdem(b *testing.B, store storage.Store, d time.Duration) {
 	cons := benchStream(b, b.N)
 	trips := &idemnatstest.TripCounter{Store: store}
-	g := newGuard(b, trips, idem.Config{})
+	g := idemnatstest.Guard(b, trips, idem.Config{})
 	var handled atomic.Int64
 	all := make(chan struct{})
 	n := int64(b.N)

@@ -11,6 +11,8 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemnats"
+	"github.com/idemgo/idem/idemnats/idemnatstest"
+	"github.com/idemgo/idem/internal/testenv"
 )
 
 // Duplicates published as messages of their own (another Nats-Msg-Id, or
@@ -21,45 +23,45 @@ func TestDuplicatesOneEffectPerKey(t *testing.T) {
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
-			_, js := connect(t, natsURL)
+			_, js := idemnatstest.Connect(t, idemnatstest.URL())
 			store := st.new(t)
-			s := newStream(t, js, jetstream.StreamConfig{})
-			cons := newConsumer(t, s, jetstream.ConsumerConfig{MaxAckPending: 1000})
+			s := idemnatstest.NewStream(t, js, jetstream.StreamConfig{})
+			cons := idemnatstest.NewConsumer(t, s, jetstream.ConsumerConfig{MaxAckPending: 1000})
 
 			const keys, copies = 100, 3
 			for c := range copies {
 				for k := range keys {
 					// Each copy has its own Nats-Msg-Id, as a producer
 					// retrying after the window, or two producers, send.
-					publish(t, js, subject(s, "orders"), "order "+strconv.Itoa(k),
+					idemnatstest.Publish(t, js, idemnatstest.Subject(s, "orders"), "order "+strconv.Itoa(k),
 						"Idempotency-Key", "order-"+strconv.Itoa(k), jetstream.MsgIDHeader, fmt.Sprintf("%d-%d", k, c))
 				}
 			}
-			var fx effects
-			var ev events
+			var fx testenv.Ledger
+			var ev testenv.Events[idemnats.Event]
 			handler := func(ctx context.Context, msg jetstream.Msg) error {
-				fx.add(msg.Headers().Get("Idempotency-Key"))
+				fx.Charge(msg.Headers().Get("Idempotency-Key"))
 				return nil
 			}
 			for range 2 { // two consumer processes, each with its own Guard
-				g := newGuard(t, store, idem.Config{Namespace: "dups"})
-				run(t, g, cons, handler, idemnats.WithKeyHeader("Idempotency-Key"), idemnats.WithSharedScope(), idemnats.WithDiscardPoison(),
+				g := idemnatstest.Guard(t, store, idem.Config{Namespace: "dups"})
+				idemnatstest.Run(t, g, cons, handler, idemnats.WithKeyHeader("Idempotency-Key"), idemnats.WithSharedScope(), idemnats.WithDiscardPoison(),
 					idemnats.WithBatchSize(16), idemnats.WithConcurrency(2), idemnats.WithBusyDelay(20*time.Millisecond),
-					idemnats.WithObserver(ev.observe))
+					idemnats.WithObserver(ev.Observe))
 			}
-			waitFor(t, 60*time.Second, "every copy acked", func() bool {
-				return ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked }) == keys*copies
+			idemnatstest.WaitFor(t, 60*time.Second, "every copy acked", func() bool {
+				return ev.Count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked }) == keys*copies
 			})
-			waitFor(t, 10*time.Second, "the consumer drained", func() bool { return drained(t, cons) })
+			idemnatstest.WaitFor(t, 10*time.Second, "the consumer drained", func() bool { return idemnatstest.Drained(t, cons) })
 			for k := range keys {
-				if n := fx.get("order-" + strconv.Itoa(k)); n != 1 {
+				if n := fx.Count("order-" + strconv.Itoa(k)); n != 1 {
 					t.Errorf("order-%d: %d effects, want 1", k, n)
 				}
 			}
-			if n := ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked && e.Replayed }); n != keys*(copies-1) {
+			if n := ev.Count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked && e.Replayed }); n != keys*(copies-1) {
 				t.Errorf("%d copies acked as duplicates, want %d", n, keys*(copies-1))
 			}
-			if n := ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventDeadLettered }); n != 0 {
+			if n := ev.Count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventDeadLettered }); n != 0 {
 				t.Errorf("%d messages dead-lettered, want 0", n)
 			}
 		})

@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemnats"
+	"github.com/idemgo/idem/idemnats/idemnatstest"
 	"github.com/idemgo/idem/redisstore"
 	"github.com/idemgo/idem/redisstore/redisstoretest"
 	"github.com/idemgo/idem/storage"
@@ -58,7 +59,7 @@ func runChild() int {
 		return 1
 	}
 	stream, prefix, victim := os.Getenv(childEnv), os.Getenv(childPrefixEnv), os.Getenv(childVictimEnv)
-	nc, err := nats.Connect(natsURL)
+	nc, err := nats.Connect(idemnatstest.URL())
 	if err != nil {
 		return fail(err)
 	}
@@ -134,21 +135,21 @@ func awaitOutcomes(ctx context.Context, rdb *redis.Client, g *idem.Guard, prefix
 // its effect exactly once, the victim's included.
 func TestKilledConsumer(t *testing.T) {
 	t.Parallel()
-	_, js := connect(t, natsURL)
+	_, js := idemnatstest.Connect(t, idemnatstest.URL())
 	rdb := redisstoretest.Client(t)
 	prefix := redisstoretest.Prefix(t, rdb)
 	store, err := redisstore.New(rdb, redisstore.Config{Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newStream(t, js, jetstream.StreamConfig{})
-	cons := newConsumer(t, s, jetstream.ConsumerConfig{AckWait: time.Second})
+	s := idemnatstest.NewStream(t, js, jetstream.StreamConfig{})
+	cons := idemnatstest.NewConsumer(t, s, jetstream.ConsumerConfig{AckWait: time.Second})
 
 	const n = 30
 	key := func(i int) string { return fmt.Sprintf("k-%02d", i) }
 	victim := key(10)
 	for i := range n {
-		publish(t, js, subject(s, "jobs"), "job "+key(i), jetstream.MsgIDHeader, key(i))
+		idemnatstest.Publish(t, js, idemnatstest.Subject(s, "jobs"), "job "+key(i), jetstream.MsgIDHeader, key(i))
 	}
 
 	// Generous: on a loaded machine the child's fetches and outcomes
@@ -191,7 +192,7 @@ func TestKilledConsumer(t *testing.T) {
 		t.Fatalf("when killed, the child had %d effects, %d of them the victim's: want some, none of the victim's", done, count(victim))
 	}
 
-	g := newGuard(t, store, idem.Config{Namespace: killNamespace, Lease: killLease})
+	g := idemnatstest.Guard(t, store, idem.Config{Namespace: killNamespace, Lease: killLease})
 	victimDelivery := make(chan uint64, 1)
 	handler := killHandler(rdb, prefix)
 	c, err := newKillConsumer(g, cons, func(ctx context.Context, msg jetstream.Msg) error {
@@ -207,13 +208,13 @@ func TestKilledConsumer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start(t, c)
-	waitFor(t, 30*time.Second, "every message handled and acked", func() bool {
+	idemnatstest.Start(t, c)
+	idemnatstest.WaitFor(t, 30*time.Second, "every message handled and acked", func() bool {
 		total := 0
 		for i := range n {
 			total += count(key(i))
 		}
-		return total >= n && drained(t, cons)
+		return total >= n && idemnatstest.Drained(t, cons)
 	})
 	for i := range n {
 		if c := count(key(i)); c != 1 {

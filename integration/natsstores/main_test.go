@@ -1,14 +1,11 @@
 package natsstores_test
 
 import (
-	"context"
 	"os"
-	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
 
-	"github.com/idemgo/idem/idemnats"
 	"github.com/idemgo/idem/idemnats/idemnatstest"
 	"github.com/idemgo/idem/pgstore"
 	"github.com/idemgo/idem/pgstore/pgstoretest"
@@ -24,24 +21,6 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// The shared helpers, under the names the tests use.
-var (
-	natsURL     = idemnatstest.URL()
-	connect     = idemnatstest.Connect
-	random      = idemnatstest.Random
-	newStream   = idemnatstest.NewStream
-	isAPIError  = idemnatstest.IsAPIError
-	subject     = idemnatstest.Subject
-	newConsumer = idemnatstest.NewConsumer
-	publish     = idemnatstest.Publish
-	newGuard    = idemnatstest.Guard
-	memStore    = idemnatstest.MemStore
-	run         = idemnatstest.Run
-	start       = idemnatstest.Start
-	waitFor     = idemnatstest.WaitFor
-	drained     = idemnatstest.Drained
-)
-
 // stores are the stores the tests run over, each isolated from every
 // other test's (a Redis key prefix, a PostgreSQL schema).
 var stores = storesWith(0)
@@ -56,7 +35,7 @@ type storeCase struct {
 // connections (pgxpool's default when 0).
 func storesWith(pgConns int32) []storeCase {
 	return []storeCase{
-		{"memstore", memStore},
+		{"memstore", idemnatstest.MemStore},
 		{"redis", func(tb testing.TB) storage.Store {
 			return redisstoretest.Store(tb, redisstoretest.Client(tb), redisstore.Config{})
 		}},
@@ -64,55 +43,4 @@ func storesWith(pgConns int32) []storeCase {
 			return pgstoretest.Store(tb, pgstoretest.Pool(tb, pgConns), pgstore.Config{})
 		}},
 	}
-}
-
-// effects counts the side effects of the handlers, per key.
-type effects struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (e *effects) add(key string) {
-	e.mu.Lock()
-	if e.n == nil {
-		e.n = make(map[string]int)
-	}
-	e.n[key]++
-	e.mu.Unlock()
-}
-
-func (e *effects) get(key string) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.n[key]
-}
-
-func (e *effects) keys() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return len(e.n)
-}
-
-// events records what an observer saw.
-type events struct {
-	mu  sync.Mutex
-	all []idemnats.Event
-}
-
-func (e *events) observe(_ context.Context, ev idemnats.Event) {
-	e.mu.Lock()
-	e.all = append(e.all, ev)
-	e.mu.Unlock()
-}
-
-func (e *events) count(f func(idemnats.Event) bool) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	n := 0
-	for _, ev := range e.all {
-		if f(ev) {
-			n++
-		}
-	}
-	return n
 }

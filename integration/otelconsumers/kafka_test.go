@@ -88,7 +88,7 @@ func TestKafkaConsumerMetrics(t *testing.T) {
 		}
 	}
 	t.Cleanup(halt)
-	waitFor(t, 60*time.Second, "every record finished", func() bool { return seen.count(consumer.ActivityProcessed) == records })
+	testenv.WaitFor(t, 60*time.Second, "every record finished", func() bool { return seen.count(consumer.ActivityProcessed) == records })
 
 	base := []string{"messaging.system=kafka", "messaging.destination.name=" + topic, "messaging.consumer.group.name=" + group}
 	with := func(kv ...string) string { return attrs(append(kv, base...)...) }

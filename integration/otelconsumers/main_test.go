@@ -15,7 +15,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/consumer"
 	"github.com/idemgo/idem/idemotel"
-	"github.com/idemgo/idem/memstore"
+	"github.com/idemgo/idem/idemtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -67,17 +67,7 @@ func (tel telemetry) metrics(t *testing.T) map[string]map[string]int64 {
 // to tel.
 func newGuard(t *testing.T, tel telemetry, namespace string) *idem.Guard {
 	t.Helper()
-	s, err := memstore.New(memstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	g, err := idem.New(s, idem.Config{Namespace: namespace, Lease: time.Minute, Observer: tel.Observe})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
-	return g
+	return idemtest.Guard(t, idemtest.MemStore(t), idem.Config{Namespace: namespace, Lease: time.Minute, Observer: tel.Observe})
 }
 
 // activities counts the messages of the activities a consumer reported
@@ -105,18 +95,6 @@ func (a *activities) count(k consumer.ActivityKind) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.kinds[k]
-}
-
-// waitFor waits until cond holds, failing t after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // attrs writes "key=value" pairs as Encoded does: sorted, comma-separated.

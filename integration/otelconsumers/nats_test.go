@@ -2,10 +2,7 @@ package otelconsumers_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,40 +13,21 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/consumer"
 	"github.com/idemgo/idem/idemnats"
+	"github.com/idemgo/idem/idemnats/idemnatstest"
 	"github.com/idemgo/idem/idemotel"
 	"github.com/idemgo/idem/internal/testenv"
 )
-
-var natsServer = testenv.Server{Name: "NATS", Env: "IDEM_NATS_URL", Default: nats.DefaultURL}
 
 // A JetStream consumer's messages, duplicates, retries and poison become
 // idemotel's consumer metrics, with the stream and the JetStream consumer
 // as attributes and NumPending as the lag.
 func TestNATSConsumerMetrics(t *testing.T) {
-	url := natsServer.Addr()
-	nc, err := nats.Connect(url, nats.Timeout(3*time.Second))
-	if err != nil {
-		natsServer.Unreachable(t, url, err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := idemnatstest.Connect(t, idemnatstest.URL())
+	stream := idemnatstest.NewStream(t, js, jetstream.StreamConfig{})
+	name := stream.CachedInfo().Config.Name
+	cons := idemnatstest.NewConsumer(t, stream, jetstream.ConsumerConfig{Durable: "charger"})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	b := make([]byte, 6)
-	rand.Read(b)
-	name := "IDEMOTEL_" + strings.ToUpper(hex.EncodeToString(b))
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, Storage: jetstream.MemoryStorage})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { js.DeleteStream(context.Background(), name) })
-	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "charger", AckPolicy: jetstream.AckExplicitPolicy})
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	// Eight orders, one of them twice (a duplicate the Guard answers),
 	// one whose first try fails, one without a key and one whose handler
@@ -105,7 +83,7 @@ func TestNATSConsumerMetrics(t *testing.T) {
 			t.Errorf("Run: %v", err)
 		}
 	})
-	waitFor(t, 45*time.Second, "every message settled", func() bool {
+	testenv.WaitFor(t, 45*time.Second, "every message settled", func() bool {
 		return seen.count(consumer.ActivityProcessed)+seen.count(consumer.ActivityDiscarded) == messages
 	})
 

@@ -10,7 +10,6 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/adapter"
-	"github.com/idemgo/idem/memstore"
 )
 
 func TestMain(m *testing.M) { idemtest.Main(m, "github.com/idemgo/idem") }
@@ -43,17 +42,7 @@ func build(t *testing.T, g *idem.Guard, opts ...option) (*options, error) {
 
 func newGuard(t *testing.T, cfg idem.Config) *idem.Guard {
 	t.Helper()
-	s, err := memstore.New(memstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	g, err := idem.New(s, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
-	return g
+	return idemtest.Guard(t, idemtest.MemStore(t), cfg)
 }
 
 func scope(o *options)  { o.SetScope(func(m msg) string { return m.tenant }) }

@@ -1,12 +1,13 @@
 // Package cli is what idem's commands share of their command lines: the
 // error of a bad command line, on which a command exits with status 2, and
-// the parsing of flags that returns it.
+// the parsing of flags that returns it, and the exit status of a run's error.
 package cli
 
 import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"strings"
 )
 
@@ -47,4 +48,22 @@ func ParseFlags(prog string, fs *flag.FlagSet, args []string) error {
 		return Usagef("%s: %s: unexpected argument %q (flags only)", prog, fs.Name(), strings.Join(fs.Args(), " "))
 	}
 	return nil
+}
+
+// Exit returns the exit status of a command whose run returned err, and
+// prints err to stderr but where the flag package printed it already: 0
+// for nil and flag.ErrHelp, 2 for a [*UsageError], 1 for any other error.
+func Exit(err error, stderr io.Writer) int {
+	ue, isUsage := errors.AsType[*UsageError](err)
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case isUsage:
+		if !ue.Printed { // else the flag package printed it, with the flags
+			fmt.Fprintln(stderr, ue.Err)
+		}
+		return 2
+	}
+	fmt.Fprintln(stderr, err)
+	return 1
 }

@@ -44,3 +44,22 @@ func TestUsagef(t *testing.T) {
 		t.Errorf("Usagef: %#v, want an unprinted *UsageError wrapping inner", err)
 	}
 }
+
+func TestExit(t *testing.T) {
+	for _, c := range []struct {
+		err     error
+		code    int
+		printed string
+	}{
+		{nil, 0, ""},
+		{flag.ErrHelp, 0, ""},
+		{parse("-bogus"), 2, ""}, // the flag package printed it
+		{cli.Usagef("prog: --x: bad"), 2, "prog: --x: bad\n"},
+		{errors.New("prog: failed"), 1, "prog: failed\n"},
+	} {
+		var stderr strings.Builder
+		if code := cli.Exit(c.err, &stderr); code != c.code || stderr.String() != c.printed {
+			t.Errorf("Exit(%v) = %d, printing %q; want %d, printing %q", c.err, code, stderr.String(), c.code, c.printed)
+		}
+	}
+}

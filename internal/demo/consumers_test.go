@@ -7,20 +7,12 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/memstore"
+	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/storage"
 )
 
 // memStore returns a new memstore, closed when the test ends.
-func memStore(t *testing.T) *memstore.Store {
-	t.Helper()
-	s, err := memstore.New(memstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
+var memStore = idemtest.MemStore
 
 // A crash inside fn is a process death: the key stays held by the dead
 // claim, as if nobody could tell the store. Returning an error or panicking

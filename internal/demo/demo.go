@@ -16,11 +16,15 @@ import (
 )
 
 // The demo's timings, short so that takeovers after crashes happen within
-// the run. A crashed consumer's message comes back after the visibility
-// timeout, by when the lease it left behind has mostly ended.
+// the run, and long enough that a live holder's heartbeat keeps its lease
+// on a loaded machine (the race detector, a busy CI host): at 200ms, a
+// holder starved for as long lost its lease while it charged, and the
+// demo's own tests saw a double charge it does not claim to prevent. A
+// crashed consumer's message comes back after the visibility timeout, by
+// when the lease it left behind has mostly ended.
 const (
-	Lease      = 200 * time.Millisecond
-	Visibility = 250 * time.Millisecond
+	Lease      = 500 * time.Millisecond
+	Visibility = 625 * time.Millisecond
 )
 
 // Options are the flags every demo takes.

@@ -1,6 +1,8 @@
 // Package testenv is the part of idem's test helpers that needs nothing but
 // the standard library: where each server the integration tests use is,
-// read from the environment, and what a test does when it cannot reach one.
+// read from the environment, and what a test does when it cannot reach one;
+// and what every consumer's tests record and wait on: a [Ledger] of effects
+// per key, the [Events] an observer saw, [WaitFor] a condition.
 //
 // The rule: a test that cannot reach its server, or lacks a program it
 // needs, skips with a message that names what is missing and the variable

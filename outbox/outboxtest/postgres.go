@@ -40,3 +40,18 @@ func Pending(tb testing.TB, pool *pgxpool.Pool, table string) (pending, all int)
 
 // quote quotes a table name given as name or schema.name.
 func quote(table string) string { return pgx.Identifier(strings.Split(table, ".")).Sanitize() }
+
+// RowIDs returns the message IDs of the rows of ob's table in the order of
+// their id column: the order they were enqueued in.
+func RowIDs(tb testing.TB, pool *pgxpool.Pool, ob *outbox.Outbox) []string {
+	tb.Helper()
+	rows, err := pool.Query(context.Background(), "SELECT message_id FROM "+ob.Table()+" ORDER BY id")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ids
+}

@@ -307,17 +307,11 @@ func ClientOpts(addrs []string, group string, topics ...string) []kgo.Opt {
 	}
 }
 
-// Await waits until cond holds, checking every 20ms, and fails tb after
+// Await waits until cond holds, checking every 10ms, and fails tb after
 // timeout.
 func Await(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.WaitFor(tb, timeout, what, cond)
 }
 
 // EndOffsets returns the end offset (high watermark) of each partition of

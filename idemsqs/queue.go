@@ -90,7 +90,9 @@ func (r *runner) attributes(ctx context.Context, url string, names ...types.Queu
 // could not be reached (no answer, a 5xx, throttling).
 func refusal(err error) chassis.Refusal {
 	if apiErr, ok := errors.AsType[smithy.APIError](err); ok {
-		code, msg := apiErr.ErrorCode(), apiErr.ErrorMessage()
+		// The JSON protocol's codes may carry the query protocol's
+		// prefix (AWS.SimpleQueueService.NonExistentQueue).
+		code, msg := strings.TrimPrefix(apiErr.ErrorCode(), "AWS.SimpleQueueService."), apiErr.ErrorMessage()
 		switch {
 		case throttled(code):
 			return chassis.Unreached

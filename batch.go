@@ -357,7 +357,7 @@ func (b *batch) claim(args []storage.ClaimArgs, idx []int) {
 		case cl.Err != nil:
 			b.res[i].Err = fmt.Errorf("%w: claim: %w", ErrStoreUnavailable, cl.Err)
 		case cl.Outcome == storage.Acquired:
-			c.token = cl.Token
+			c.token, c.attempt = cl.Token, cl.Record.Attempt
 			var err error
 			if b.fnCtx[i], err = c.hold(b.ctx, sent); err != nil {
 				b.res[i].Err = err
@@ -439,8 +439,11 @@ func (b *batch) flushDuring() {
 	}
 	b.flushMu.Lock()
 	b.flushArmed = true
-	b.flushMu.Unlock()
+	// Read under the lock: a flush of the timer's last firing, which
+	// stopFlush let pass before it took the lock, may run once it is
+	// released, and write b.flushed.
 	d := max(batchFlush-time.Since(b.flushed), 0)
+	b.flushMu.Unlock()
 	if b.flushTimer == nil {
 		b.flushTimer = time.AfterFunc(d, b.flushNow)
 	} else {

@@ -20,6 +20,7 @@ type call struct {
 	key         string
 	storeKey    string
 	token       storage.Token
+	attempt     int // the claim's, in the store's count
 	fingerprint []byte
 	cancel      context.CancelCauseFunc
 
@@ -60,7 +61,7 @@ func (c *call) run(ctx context.Context, sent time.Time, fn func(context.Context)
 // and the heartbeat that keeps the lease. When the heartbeat cannot take
 // the key (the Guard is closing), hold releases it and returns the error.
 func (c *call) hold(ctx context.Context, sent time.Time) (fnCtx context.Context, err error) {
-	c.tctx = tokenCtx{Context: ctx, token: c.token}
+	c.tctx = tokenCtx{Context: ctx, token: c.token, attempt: c.attempt}
 	fnCtx, c.cancel = context.WithCancelCause(&c.tctx)
 	if err := c.g.hb.start(c, sent); err != nil {
 		c.cancel(err)

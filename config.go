@@ -82,7 +82,9 @@ type Config struct {
 
 	// Observer, when set, is called for every step of every Do (claims,
 	// outcomes, heartbeats, cache hits, store errors), for metrics and
-	// tracing. It runs synchronously on the Do path: keep it fast.
+	// tracing. It runs synchronously on the Do path: keep it fast. A panic
+	// of the Observer is recovered, so that it neither leaves a key held
+	// nor ends the process; the first is logged at error level.
 	Observer Observer
 
 	// Logger receives warnings (store errors, lost leases, fail-open runs)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,8 @@ type Guard struct {
 	epoch    time.Time // when New ran, for monoNow
 	hb       heartbeats
 	closed   atomic.Bool
+	// observerPanicked: the Observer panicked once, and was logged.
+	observerPanicked atomic.Bool
 }
 
 // Result is what [Guard.Do] returns on success.
@@ -96,6 +99,19 @@ type tokenKey struct{}
 func TokenFrom(ctx context.Context) (storage.Token, bool) {
 	t, ok := ctx.Value(tokenKey{}).(storage.Token)
 	return t, ok
+}
+
+type attemptKey struct{}
+
+// AttemptFrom returns the attempt that fn's context carries in [Guard.Do]:
+// the number of claims of its key, this one included, as the store counts
+// them (storage.Record.Attempt): 1 at the first, one more at each claim
+// after a failure, a release, a lost lease or a crash. It outlives the
+// process, so a caller can bound the runs of a key across restarts (as
+// Config.MaxAttempts does for every key of the Guard).
+func AttemptFrom(ctx context.Context) (int, bool) {
+	a, ok := ctx.Value(attemptKey{}).(int)
+	return a, ok
 }
 
 // Do runs fn at most once to completion for key in the Guard's namespace and
@@ -211,7 +227,7 @@ func (g *Guard) claimAndRun(ctx context.Context, scope, key string, args storage
 			if borrowed {
 				args = own(args)
 			}
-			c := &call{g: g, scope: scope, key: key, storeKey: args.Key, fingerprint: args.Fingerprint, token: cl.Token}
+			c := &call{g: g, scope: scope, key: key, storeKey: args.Key, fingerprint: args.Fingerprint, token: cl.Token, attempt: cl.Record.Attempt}
 			return c.run(ctx, sent, fn)
 		case storage.Duplicate:
 			if g.cache != nil && cl.Record.Status.Done() {
@@ -361,10 +377,26 @@ func claimErr(cl storage.Claim, err error) error {
 	return err
 }
 
+// observe reports e to the Observer. A panic of the Observer is recovered:
+// it is called between a step and the next (after a claim, on the
+// heartbeat's goroutine), where a panic would leave a key held until its
+// lease ends, or end the process. The first panic is logged at error
+// level with its stack; the later ones, which the same bug repeats at
+// every step, are not.
 func (g *Guard) observe(ctx context.Context, e Event) {
-	if g.cfg.Observer != nil {
-		e.Namespace = g.cfg.Namespace
-		g.cfg.Observer(ctx, e)
+	if g.cfg.Observer == nil {
+		return
+	}
+	e.Namespace = g.cfg.Namespace
+	defer g.observerPanic(ctx, e.Op)
+	g.cfg.Observer(ctx, e)
+}
+
+// observerPanic, deferred by observe, recovers the Observer's panic.
+func (g *Guard) observerPanic(ctx context.Context, op Op) {
+	if v := recover(); v != nil && g.observerPanicked.CompareAndSwap(false, true) {
+		g.cfg.Logger.ErrorContext(ctx, "idem: the Observer panicked (recovered; later panics of it are not logged)",
+			slog.String("op", op.String()), slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
 	}
 }
 
@@ -383,12 +415,16 @@ func sleep(ctx context.Context, d time.Duration) error {
 // allocation of its own (it lives inside the call).
 type tokenCtx struct {
 	context.Context
-	token storage.Token
+	token   storage.Token
+	attempt int
 }
 
 func (t *tokenCtx) Value(key any) any {
-	if _, ok := key.(tokenKey); ok {
+	switch key.(type) {
+	case tokenKey:
 		return t.token
+	case attemptKey:
+		return t.attempt
 	}
 	return t.Context.Value(key)
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/adaptertest"
 	"github.com/idemgo/idem/memstore"
 	"github.com/idemgo/idem/storage"
 )
@@ -746,5 +747,57 @@ func TestCacheHitOfReusedKeyIsObservedAsReused(t *testing.T) {
 	defer mu.Unlock()
 	if len(hits) != 2 || hits[0].Err != nil || !errors.Is(hits[1].Err, idem.ErrKeyReused) {
 		t.Fatalf("cache hits observed: %+v; want a replay, then one with ErrKeyReused", hits)
+	}
+}
+
+// A panicking Observer, called between the steps of a Do (after the claim,
+// after the run, on the heartbeat), neither leaves the key held nor ends
+// the process: the Do goes on, and the first panic is logged once.
+func TestObserverPanicRecovered(t *testing.T) {
+	var logs adaptertest.Logs
+	g := newGuard(t, newMem(t), idem.Config{Lease: 300 * time.Millisecond, Logger: logs.Logger(),
+		Observer: func(ctx context.Context, e idem.Event) { panic("observer bug at " + e.Op.String()) }})
+
+	res, err := g.Do(t.Context(), "k", []byte("p"), func(context.Context) ([]byte, error) {
+		time.Sleep(250 * time.Millisecond) // a heartbeat or two
+		return []byte("v"), nil
+	})
+	if err != nil || string(res.Value) != "v" || res.Replayed {
+		t.Fatalf("Do = %q, %v, %v; want the fresh value", res.Value, res.Replayed, err)
+	}
+	res, err = g.Do(t.Context(), "k", []byte("p"), value("again"))
+	if err != nil || string(res.Value) != "v" || !res.Replayed {
+		t.Fatalf("second Do = %q, %v, %v; want the stored value replayed", res.Value, res.Replayed, err)
+	}
+	if n := strings.Count(logs.String(), "Observer panicked"); n != 1 {
+		t.Fatalf("the Observer's panics were logged %d times, want once:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "observer bug at claim") {
+		t.Errorf("the log does not carry the panic's value:\n%s", logs.String())
+	}
+}
+
+// fn's context carries the store's count of the key's claims, in Do and in
+// batches alike, so that a caller can bound a key's runs across processes.
+func TestAttemptFrom(t *testing.T) {
+	g := newGuard(t, newMem(t), idem.Config{})
+	var got []int
+	fail := func(ctx context.Context) ([]byte, error) {
+		a, ok := idem.AttemptFrom(ctx)
+		if !ok {
+			t.Error("fn's context carries no attempt")
+		}
+		got = append(got, a)
+		return nil, errors.New("downstream timeout")
+	}
+	for range 2 {
+		g.Do(t.Context(), "k", nil, fail)
+	}
+	g.DoBatchIndependent(t.Context(), []idem.BatchOp{{Key: "k"}}, func(ctx context.Context, _ int) ([]byte, error) { return fail(ctx) })
+	if fmt.Sprint(got) != "[1 2 3]" {
+		t.Fatalf("attempts seen by fn = %v, want [1 2 3]", got)
+	}
+	if _, ok := idem.AttemptFrom(t.Context()); ok {
+		t.Error("a context outside Do carries an attempt")
 	}
 }

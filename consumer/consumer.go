@@ -48,6 +48,13 @@ const (
 	// ReasonKeyReused: the key was first used with a different payload
 	// (idem.ErrKeyReused).
 	ReasonKeyReused Reason = "key-reused"
+	// ReasonPanicked: a function the consumer calls for the message before
+	// its handler (WithScope's, WithKeyFunc's, WithFingerprint's, the
+	// Guard's Config.ValidateKey) panicked on it: a [PanicError] whose
+	// Func names it. Such a function reads what the publisher sent, and
+	// would panic again at every delivery: the message is not retried, and
+	// its handler did not run.
+	ReasonPanicked Reason = "panicked"
 )
 
 // The headers a dead letter carries besides the original message's own.
@@ -101,13 +108,24 @@ func (e *KeyError) Unwrap() error { return e.Err }
 
 // PanicError is the error of a handler that panicked. The key is released
 // and the message redelivered, as for an error without a permanent mark,
-// until MaxAttempts ends it in the dead letter.
+// until MaxAttempts ends it in the dead letter. It is also the cause of a
+// message dead-lettered because another function the consumer calls for it
+// panicked ([ReasonPanicked]).
 type PanicError struct {
-	Value any    // what the handler panicked with
-	Stack []byte // the handler goroutine's stack at the panic
+	// Func names the function that panicked, as "the scope function
+	// (WithScope)"; "" for the handler.
+	Func  string
+	Value any    // what the function panicked with
+	Stack []byte // the goroutine's stack at the panic
 }
 
-func (e *PanicError) Error() string { return fmt.Sprintf("the handler panicked: %v", e.Value) }
+func (e *PanicError) Error() string {
+	fn := e.Func
+	if fn == "" {
+		fn = "the handler"
+	}
+	return fmt.Sprintf("%s panicked: %v", fn, e.Value)
+}
 
 // TraceCarrier is the W3C trace context a message carried: its
 // traceparent, tracestate and baggage headers, by lowercase name. Its

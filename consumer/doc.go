@@ -14,6 +14,7 @@
 //	the handler's error marked idem.Permanent                   store it, dead-letter
 //	idem.ErrTooManyAttempts (the Guard's Config.MaxAttempts)    dead-letter
 //	no key, an unusable key, a key reused with another payload  dead-letter
+//	the scope, key or fingerprint function panicked             dead-letter
 //
 // # Poison
 //
@@ -25,10 +26,16 @@
 // A handler that fails without a permanent mark, or panics, is tried
 // [DefaultMaxAttempts] times (each consumer's WithMaxAttempts), then its
 // message is dead-lettered with [ReasonTooManyAttempts]. The count is the
-// consumer process's; the Guard's Config.MaxAttempts, kept in the store,
-// counts across processes and restarts and applies too. A busy key, a store
-// that cannot be reached and a shutdown are not attempts: an outage never
-// dead-letters a message.
+// store's count of the key's claims (idem.AttemptFrom), across processes
+// and restarts: the failure at the last attempt stores
+// idem.ErrTooManyAttempts as the key's outcome, so the handler of a key
+// runs at most that many times, however many messages fail at once (to run
+// it again once its cause is mended, delete the key's record, with idem
+// purge, before publishing its dead letter again). A message run unguarded
+// (or under a transactional guard, which leaves no count) is counted in the
+// consumer's memory. The Guard's Config.MaxAttempts applies too. A busy
+// key, a store that cannot be reached and a shutdown are not failures: an
+// outage never dead-letters a message.
 //
 // # Dead letters always fit
 //

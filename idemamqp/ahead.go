@@ -146,11 +146,7 @@ func (r *runner) newJob(s *session, d amqp.Delivery) job {
 	s.held.Add(1)
 	s.tags.add(d.DeliveryTag)
 	j := job{s: s, d: d, start: time.Now()}
-	j.key, j.keyErr = o.Key(d)
-	j.scope = o.Scope(d)
-	if j.keyErr == nil && j.key != "" {
-		j.payload = o.Payload(d)
-	}
+	j.scope, j.key, j.payload, j.keyErr = o.Read(d)
 	return j
 }
 

@@ -90,8 +90,8 @@ func New(g *idem.Guard, url, queue string, h Handler, opts ...Option) (*Consumer
 	c := &Consumer{g: g, url: url, queue: queue, handler: h}
 	c.shown, c.secrets = redact(url)
 	if _, err := amqp.ParseURI(url); err != nil {
-		// Not wrapped: url.Parse's error quotes the URL whole.
-		return nil, fmt.Errorf("idemamqp: New: the URL %s: %s", c.shown, c.scrub(err))
+		// Not wrapped: url.Parse's error quotes the URL, or a part of it.
+		return nil, fmt.Errorf("idemamqp: New: the URL %s: %s", c.shown, c.scrub(errors.New(parseError(err))))
 	}
 	c.o.defaults()
 	if err := chassis.Build(&c.o, &c.o.Options, broker, g, idem.Config{}, opts); err != nil {
@@ -466,7 +466,7 @@ func (r *runner) requeue(dl delivery, delay time.Duration) {
 func (r *runner) delay(dl delivery) bool {
 	o := &r.c.o
 	back := returned(dl.d, r.c.queue)
-	if !r.sameRecord(dl.d, back, dl.ev.Scope, dl.ev.Key) {
+	if !r.sameRecord(back, dl.ev.Scope, dl.ev.Key, dl.payload) {
 		o.Logger().Warn("idemamqp: a copy of this delivery would come back with another scope, key or fingerprint "+
 			"(they read the user-id, exchange or routing key, which the delay queue does not keep); requeueing it instead",
 			slog.String("queue", r.c.queue), slog.String("scope", dl.ev.Scope), slog.String("key", dl.ev.Key))
@@ -483,14 +483,11 @@ func (r *runner) delay(dl delivery) bool {
 	return true
 }
 
-// sameRecord reports whether back, the delivery d as it will come back
-// from the delay queue, has d's scope, key and fingerprint.
-func (r *runner) sameRecord(d, back amqp.Delivery, scope, key string) bool {
-	o := &r.c.o
-	if k, err := o.Key(back); err != nil || k != key {
-		return false
-	}
-	return o.Scope(back) == scope && bytes.Equal(o.Payload(back), o.Payload(d))
+// sameRecord reports whether back, a delivery as it will come back from
+// the delay queue, has the delivery's scope, key and payload.
+func (r *runner) sameRecord(back amqp.Delivery, scope, key string, payload []byte) bool {
+	s, k, p, err := r.c.o.Read(back)
+	return err == nil && s == scope && k == key && bytes.Equal(p, payload)
 }
 
 // errChannelClosed is the cause of EventUnsettled for a delivery whose
@@ -515,7 +512,7 @@ func (r *runner) settled(dl delivery, kind EventKind, err error) {
 
 func (r *runner) observe(ctx context.Context, e Event) {
 	if r.c.o.observer != nil {
-		r.c.o.observer(ctx, e)
+		r.c.o.Observe(ctx, func() { r.c.o.observer(ctx, e) })
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/idemgo/idem/consumer"
 	"github.com/idemgo/idem/idemamqp"
 	"github.com/idemgo/idem/idemamqp/idemamqptest"
+	"github.com/idemgo/idem/internal/adaptertest"
 	"github.com/idemgo/idem/memstore"
 	"github.com/idemgo/idem/storage"
 )
@@ -173,7 +174,7 @@ func TestDeadLetterUnroutableGivenUp(t *testing.T) {
 	t.Parallel()
 	q, g, ev := setup(t, idemamqptest.Classic, nil, idem.Config{})
 	h := func(context.Context, amqp.Delivery) error { return idem.Permanent(errors.New("card declined")) }
-	var logs syncBuffer
+	var logs adaptertest.Logs
 	idemamqptest.Start(t, q, newDeadLettering(t, g, q, ev, h, "", q.Name+".no-such-queue", idemamqp.WithMaxAttempts(2),
 		idemamqp.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))))
 	q.Publish(idemamqptest.Msg{Key: "k", Body: "x"})
@@ -585,7 +586,7 @@ func TestDeadLetterTimeoutIsNoRefusal(t *testing.T) {
 		paused.Store(true) // the broker's answers to the dead letter come late
 		return idem.Permanent(errors.New("card declined"))
 	}
-	var logs syncBuffer
+	var logs adaptertest.Logs
 	idemamqptest.Start(t, q, newDeadLettering(t, g, q, ev, h, "", q.DeadLetters, idemamqp.WithMaxAttempts(1),
 		idemamqp.WithConfig(cfg), idemamqp.WithPublishTimeout(100*time.Millisecond),
 		idemamqp.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))))

@@ -59,6 +59,8 @@ type deadLetterTarget struct{ exchange, routingKey string }
 // against the publishing connection's user) or a header your own gateway
 // sets. Deliveries scoped "" share one scope. [New] requires WithScope or
 // [WithSharedScope].
+//
+// A panic of f makes the message poison (panicked), its handler unrun.
 func WithScope(f func(amqp.Delivery) string) Option {
 	return func(o *options) { o.SetScope(f) }
 }
@@ -82,6 +84,8 @@ func WithKeyHeader(name string) Option {
 // another error for one whose key cannot be used (it is poison:
 // invalid-key). The Guard's Config.MaxKeyLen and Config.ValidateKey apply
 // to the key f returns.
+//
+// A panic of f makes the message poison (panicked), its handler unrun.
 func WithKeyFunc(f func(amqp.Delivery) (string, error)) Option {
 	return func(o *options) { o.SetKeyFunc(f) }
 }
@@ -95,6 +99,8 @@ func WithUnkeyedUnguarded() Option { return func(o *options) { o.SetUnkeyedUngua
 // WithFingerprint sets the bytes of a delivery the Guard fingerprints: a
 // key that comes back with other bytes gets idem.ErrKeyReused and is
 // poison (key-reused). Default: the body.
+//
+// A panic of f makes the message poison (panicked), its handler unrun.
 func WithFingerprint(f func(amqp.Delivery) []byte) Option {
 	return func(o *options) { o.SetFingerprint(f) }
 }
@@ -139,10 +145,13 @@ func WithDiscardPoison() Option { return func(o *options) { o.SetDiscardPoison()
 // WithMaxAttempts sets how many times a handler that fails without a
 // permanent mark, or panics, runs for one key before its delivery is
 // poison (too-many-attempts). Default consumer.DefaultMaxAttempts (10).
-// The count is this consumer's, in memory, by scope and key (a classic
-// queue keeps no delivery count); the Guard's Config.MaxAttempts, kept in
-// the store, counts across consumers and restarts and applies too. It is
-// also how many times a dead letter the broker refuses is tried.
+// The count is the store's count of the key's claims (idem.AttemptFrom),
+// which holds across consumers and restarts however many deliveries fail
+// at once: a failure at the last attempt stores idem.ErrTooManyAttempts as
+// the key's outcome, so its later copies are poison without running. A
+// claim whose handler did not run counts too. A delivery run unguarded is
+// counted in memory (a classic queue keeps no delivery count). It is also
+// how many times a dead letter the broker refuses is tried.
 func WithMaxAttempts(n int) Option { return func(o *options) { o.SetMaxAttempts(n) } }
 
 // WithRetryBackoff sets how long a delivery is held after its handler
@@ -180,7 +189,8 @@ func WithLogger(l *slog.Logger) Option {
 // WithObserver sets a function called with every [Event] of the consumer:
 // connections, and how each delivery was settled. The Guard's own
 // Config.Observer sees the claims and outcomes. f runs synchronously on
-// the delivery's path: keep it fast.
+// the delivery's path: keep it fast. A panic of f is recovered (the first
+// one logged at error level): it stops no delivery.
 func WithObserver(f func(context.Context, Event)) Option {
 	return func(o *options) {
 		if o.Check(f != nil, "WithObserver(nil)") {

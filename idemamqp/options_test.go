@@ -148,6 +148,11 @@ func TestURLPasswordNeverShown(t *testing.T) {
 		"amqp://guest:" + secret + "%zz@127.0.0.1/",
 		"amqp://guest:" + secret + "@127.0.0.1/vhost with space",
 		"http://guest:" + secret + "@127.0.0.1/",
+		// A password with an unescaped "/", "#" or "?": url.Parse stops at
+		// it, and amqp091's error quotes what it stopped at.
+		"amqp://guest:s3cr/et@127.0.0.1/",
+		"amqp://guest:s3cr#et@127.0.0.1/",
+		"amqp://guest:s3cr?et@127.0.0.1/",
 	} {
 		_, err := idemamqp.New(g, url, "q", nop, idemamqp.WithSharedScope(), idemamqp.WithDiscardPoison())
 		if err == nil {
@@ -169,7 +174,7 @@ func TestURLPasswordNeverShown(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close() // nothing listens there now
-	var logs syncBuffer
+	var logs adaptertest.Logs
 	c, err := idemamqp.New(g, "amqp://guest:"+secret+"@"+addr+"/", "q", nop, idemamqp.WithSharedScope(), idemamqp.WithDiscardPoison(),
 		idemamqp.WithReconnectBackoff(10*time.Millisecond, 20*time.Millisecond),
 		idemamqp.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))

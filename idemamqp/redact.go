@@ -1,7 +1,9 @@
 package idemamqp
 
 import (
+	"errors"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -9,9 +11,12 @@ import (
 // redact returns rawURL fit for errors and logs, without its password, and
 // the password, as written and decoded, to keep out of other messages. A
 // URL that parses is shown as url.URL.Redacted shows it; of one that does
-// not, everything between its user name and its last "@" is hidden.
+// not, or that has an "@" after its host, everything between its user name
+// and its last "@" is hidden: a password with an unescaped "/", "?" or "#"
+// ends the host early ("amqp://guest:12#34@host/" parses, as the host
+// "guest" and the port 12), and the rest of it would show.
 func redact(rawURL string) (shown string, secrets []string) {
-	if u, err := url.Parse(rawURL); err == nil {
+	if u, err := url.Parse(rawURL); err == nil && !atAfterHost(rawURL) {
 		if p, ok := u.User.Password(); ok && p != "" {
 			_, written, _ := strings.Cut(u.User.String(), ":")
 			return u.Redacted(), nonEmpty(p, written)
@@ -38,6 +43,31 @@ func redact(rawURL string) (shown string, secrets []string) {
 	}
 	return scheme + user + ":xxxxx" + rest[at:], secrets
 }
+
+// atAfterHost reports whether rawURL has an "@" after the end of its
+// authority.
+func atAfterHost(rawURL string) bool {
+	_, rest, ok := strings.Cut(rawURL, "://")
+	if !ok {
+		return false
+	}
+	end := strings.IndexAny(rest, "/?#")
+	return end >= 0 && strings.LastIndex(rest, "@") > end
+}
+
+// parseError returns the message of amqp091's error for a URL that does
+// not parse without the parts of the URL that url.Parse quotes: the URL, or
+// the part it stopped at (`invalid port ":ab" after host`), which can be a
+// piece of a password cut at an unescaped "/", "?" or "#".
+func parseError(err error) string {
+	msg := err.Error()
+	if ue, ok := errors.AsType[*url.Error](err); ok {
+		msg = strings.Replace(msg, ue.Error(), quoted.ReplaceAllString(ue.Err.Error(), "(hidden)"), 1)
+	}
+	return msg
+}
+
+var quoted = regexp.MustCompile(`"[^"]*"`)
 
 func nonEmpty(ss ...string) []string {
 	var out []string

@@ -1,7 +1,6 @@
 package idemamqp_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -103,7 +102,23 @@ func (rabbitMQ) consumer(t *testing.T, conn *amqp.Connection, q *idemamqptest.Qu
 	case consumertest.ScopeShared:
 		opts = append(opts, idemamqp.WithSharedScope())
 	case consumertest.ScopeHeader:
-		opts = append(opts, idemamqp.WithScope(func(d amqp.Delivery) string { s, _ := d.Headers["tenant"].(string); return s }))
+		opts = append(opts, idemamqp.WithScope(func(d amqp.Delivery) string {
+			userFunc(cfg, "scope", d)
+			s, _ := d.Headers["tenant"].(string)
+			return s
+		}))
+	}
+	if cfg.UserFunc != nil {
+		opts = append(opts,
+			idemamqp.WithKeyFunc(func(d amqp.Delivery) (string, error) {
+				userFunc(cfg, "key", d)
+				return received(d).Key, nil
+			}),
+			idemamqp.WithFingerprint(func(d amqp.Delivery) []byte {
+				userFunc(cfg, "fingerprint", d)
+				return d.Body
+			}),
+			idemamqp.WithObserver(func(context.Context, idemamqp.Event) { cfg.UserFunc("observer", consumertest.Received{}) }))
 	}
 	switch cfg.Poison {
 	case consumertest.PoisonDeadLetter:
@@ -137,11 +152,21 @@ func (rabbitMQ) consumer(t *testing.T, conn *amqp.Connection, q *idemamqptest.Qu
 	if cfg.UnkeyedUnguarded {
 		opts = append(opts, idemamqp.WithUnkeyedUnguarded())
 	}
-	h := func(ctx context.Context, d amqp.Delivery) error {
-		key, _ := d.Headers[idemamqp.DefaultKeyHeader].(string)
-		return cfg.Handler(ctx, consumertest.Received{Key: key, Body: d.Body, Headers: textHeaders(d.Headers)})
-	}
+	h := func(ctx context.Context, d amqp.Delivery) error { return cfg.Handler(ctx, received(d)) }
 	return idemamqp.New(cfg.Guard, url, q.Name, h, opts...)
+}
+
+// received is d as the suite's handler gets it.
+func received(d amqp.Delivery) consumertest.Received {
+	key, _ := d.Headers[idemamqp.DefaultKeyHeader].(string)
+	return consumertest.Received{Key: key, Body: d.Body, Headers: textHeaders(d.Headers)}
+}
+
+// userFunc calls cfg's UserFunc, if any, as the function fn of d.
+func userFunc(cfg consumertest.Config, fn string, d amqp.Delivery) {
+	if cfg.UserFunc != nil {
+		cfg.UserFunc(fn, received(d))
+	}
 }
 
 // textHeaders returns a table's values as text.
@@ -236,22 +261,4 @@ func proxiedURL(t *testing.T, p *testenv.Proxy) string {
 	}
 	u.Host = p.Addr()
 	return u.String()
-}
-
-// syncBuffer is a buffer that log handlers of several goroutines write.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -34,6 +34,8 @@
 //	no key, WithRequired                           InvalidArgument         no
 //	key empty, repeated, too long, refused [2]     InvalidArgument         no
 //	request not fingerprintable (not proto)        Internal                no
+//	the scope, fingerprint or WithMethods function
+//	  panics (logged)                              Internal                no
 //	new key                                        the handler's           runs once
 //	  success                                      OK                      stored
 //	  error with a permanent code [3]              the handler's           stored

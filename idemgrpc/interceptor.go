@@ -85,7 +85,11 @@ func DefaultFingerprint(fullMethod string, req any) ([]byte, error) {
 }
 
 func (i *Interceptor) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if !i.covers(info.FullMethod) {
+	var covered bool
+	if err := i.o.Protect(ctx, "the method filter (WithMethods)", func() { covered = i.covers(info.FullMethod) }); err != nil {
+		return nil, panicked(err)
+	}
+	if !covered {
 		return handler(ctx, req)
 	}
 	key, err := i.o.Key(metadata.ValueFromIncomingContext(ctx, i.o.key), nil)
@@ -95,7 +99,14 @@ func (i *Interceptor) intercept(ctx context.Context, req any, info *grpc.UnarySe
 	case key == "":
 		return handler(ctx, req)
 	}
-	payload, err := i.o.fingerprint(info.FullMethod, req)
+	var scope string
+	if err := i.o.Protect(ctx, "the scope function (WithScope)", func() { scope = i.o.Scope(ctx) }); err != nil {
+		return nil, panicked(err)
+	}
+	var payload []byte
+	if perr := i.o.Protect(ctx, "the fingerprint function (WithFingerprint)", func() { payload, err = i.o.fingerprint(info.FullMethod, req) }); perr != nil {
+		return nil, panicked(perr)
+	}
 	if err != nil {
 		i.o.Logger().ErrorContext(ctx, "idemgrpc: fingerprint failed", slog.String("method", info.FullMethod), slog.Any("error", err))
 		return nil, status.Error(codes.Internal, "idemgrpc: the request cannot be fingerprinted")
@@ -106,7 +117,7 @@ func (i *Interceptor) intercept(ctx context.Context, req any, info *grpc.UnarySe
 		resp any
 		herr error
 	)
-	res, err := i.o.Guard().DoScoped(ctx, i.o.Scope(ctx), key, payload, func(ctx context.Context) ([]byte, error) {
+	res, err := i.o.Guard().DoScoped(ctx, scope, key, payload, func(ctx context.Context) ([]byte, error) {
 		ran = true
 		resp, herr = handler(ctx, req)
 		return i.outcome(resp, herr)
@@ -129,6 +140,17 @@ func (i *Interceptor) intercept(ctx context.Context, req any, info *grpc.UnarySe
 		return m, nil
 	}
 	return nil, i.failed(ctx, err)
+}
+
+// panicked is the status of a call for which a function the user gave
+// panicked (adapter.Protect's error, logged): Internal, naming the
+// function, not what it panicked with.
+func panicked(err error) error {
+	fn := "a function"
+	if fp, ok := errors.AsType[*adapter.FuncPanic](err); ok {
+		fn = fp.Func
+	}
+	return status.Error(codes.Internal, "idemgrpc: "+fn+" panicked")
 }
 
 // covers reports whether the interceptor applies to the method: the
@@ -178,7 +200,14 @@ func StreamServerInterceptor(g *idem.Guard, opts ...Option) grpc.StreamServerInt
 // without a key, and methods WithMethods leaves out, pass through.
 func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if len(metadata.ValueFromIncomingContext(ss.Context(), i.o.key)) == 0 || !i.covers(info.FullMethod) {
+		if len(metadata.ValueFromIncomingContext(ss.Context(), i.o.key)) == 0 {
+			return handler(srv, ss)
+		}
+		var covered bool
+		if err := i.o.Protect(ss.Context(), "the method filter (WithMethods)", func() { covered = i.covers(info.FullMethod) }); err != nil {
+			return panicked(err)
+		}
+		if !covered {
 			return handler(srv, ss)
 		}
 		return status.Errorf(codes.Unimplemented,

@@ -160,3 +160,43 @@ func TestScopeIsADecision(t *testing.T) {
 		t.Errorf("UnaryServerInterceptor without a scope decision panicked with %v, want New's error", err)
 	}
 }
+
+// A scope, fingerprint or method filter function that panics on a call
+// answers that call Internal, logged, instead of ending the server (gRPC
+// recovers no panic); the key is not held, and the next call runs.
+func TestUserFuncPanicIsInternal(t *testing.T) {
+	for _, fn := range []string{"scope", "fingerprint", "methods"} {
+		t.Run(fn, func(t *testing.T) {
+			var bug atomic.Bool
+			hit := func(name string) {
+				if name == fn && bug.Load() {
+					panic("bug in " + fn)
+				}
+			}
+			var logs adaptertest.Logs
+			i, err := idemgrpc.New(newGuard(t, newStore(t), idem.Config{}), idemgrpc.WithLogger(logs.Logger()),
+				idemgrpc.WithScope(func(context.Context) string { hit("scope"); return "tenant" }),
+				idemgrpc.WithFingerprint(func(m string, req any) ([]byte, error) {
+					hit("fingerprint")
+					return idemgrpc.DefaultFingerprint(m, req)
+				}),
+				idemgrpc.WithMethods(func(string) bool { hit("methods"); return true }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var runs atomic.Int32
+			bug.Store(true)
+			_, err = charge(i.Unary(), "k", &runs)
+			if status.Code(err) != codes.Internal || runs.Load() != 0 || strings.Contains(err.Error(), "bug in") {
+				t.Fatalf("a call whose %s function panics: %v, %d runs; want Internal without the panic's value, and no run", fn, err, runs.Load())
+			}
+			bug.Store(false)
+			if _, err := charge(i.Unary(), "k", &runs); err != nil || runs.Load() != 1 {
+				t.Fatalf("the next call of the key: %v, %d runs; want one run", err, runs.Load())
+			}
+			if !strings.Contains(logs.String(), "panicked: bug in "+fn) || !strings.Contains(logs.String(), "stack=") {
+				t.Errorf("the panic is not logged with its stack:\n%s", logs.String())
+			}
+		})
+	}
+}

@@ -43,6 +43,7 @@
 //	scope longer than idem.MaxScopeLen                    400                      no
 //	body longer than WithMaxBodyBytes                     413                      no
 //	body unreadable, or not its Content-Length            400                      no
+//	the scope or fingerprint function panics (logged)     500                      no
 //	new key                                               the handler's            runs once
 //	  handler answers 2xx, 3xx or 4xx                     the handler's            stored
 //	  handler answers 408, 425, 429 or 499 [1]            the handler's            key released

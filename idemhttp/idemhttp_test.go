@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/idemgo/idem"
@@ -245,5 +246,53 @@ func TestBodyBufferGrowsAsBytesArrive(t *testing.T) {
 	}
 	if m := slices.Max(b.sizes); m > 2*len(full) {
 		t.Errorf("a 100 kB body was read into a buffer of %d bytes", m)
+	}
+}
+
+// A scope or fingerprint function that panics on a request answers that
+// request 500, logged, instead of leaving net/http to drop the connection
+// without an answer; the key is not held, and the next request runs.
+func TestUserFuncPanicIs500(t *testing.T) {
+	for _, fn := range []string{"scope", "fingerprint"} {
+		t.Run(fn, func(t *testing.T) {
+			var logs adaptertest.Logs
+			bug := func(r *http.Request) {
+				if r.Header.Get("X-Bug") == fn {
+					panic("bug in " + fn)
+				}
+			}
+			mw, err := idemhttp.New(newGuard(t, newStore(t), idem.Config{}), idemhttp.WithLogger(logs.Logger()),
+				idemhttp.WithScope(func(r *http.Request) string { bug(r); return "tenant" }),
+				idemhttp.WithFingerprint(func(r *http.Request, body []byte) []byte { bug(r); return body }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var runs atomic.Int32
+			srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				runs.Add(1)
+				w.WriteHeader(http.StatusCreated)
+			})))
+			defer srv.Close()
+			post := func(bug string) (int, error) {
+				req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("{}"))
+				req.Header.Set("Idempotency-Key", "k1")
+				req.Header.Set("X-Bug", bug)
+				res, err := srv.Client().Do(req)
+				if err != nil {
+					return 0, err
+				}
+				res.Body.Close()
+				return res.StatusCode, nil
+			}
+			if status, err := post(fn); err != nil || status != http.StatusInternalServerError {
+				t.Fatalf("a request whose %s function panics: %d, %v; want 500", fn, status, err)
+			}
+			if status, err := post(""); err != nil || status != http.StatusCreated || runs.Load() != 1 {
+				t.Fatalf("the next request of the key: %d, %v, %d runs; want 201 and one run", status, err, runs.Load())
+			}
+			if !strings.Contains(logs.String(), "panicked: bug in "+fn) || !strings.Contains(logs.String(), "stack=") {
+				t.Errorf("the panic is not logged with its stack:\n%s", logs.String())
+			}
+		})
 	}
 }

@@ -127,13 +127,17 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = newBody(body)
-	scope := m.o.Scope(r)
+	scope, payload, err := m.read(r, body)
+	if err != nil {
+		m.refuse(w, r, http.StatusInternalServerError, "", "Internal Server Error", "", err)
+		return
+	}
 
 	var (
 		ran bool
 		rec recorder
 	)
-	res, err := m.o.Guard().DoScoped(r.Context(), scope, key, m.o.fingerprint(r, body), func(ctx context.Context) ([]byte, error) {
+	res, err := m.o.Guard().DoScoped(r.Context(), scope, key, payload, func(ctx context.Context) ([]byte, error) {
 		ran = true
 		rec = recorder{rw: w, m: m, preset: presetFields(w.Header()), max: m.maxBody}
 		h.next.ServeHTTP(&rec, r.WithContext(ctx))
@@ -166,6 +170,16 @@ func presetFields(h http.Header) http.Header {
 }
 
 func (m *middleware) parseKey(v string) (string, error) { return ParseKey(v, m.o.syntax) }
+
+// read returns r's scope and payload, or the panic of the scope or
+// fingerprint function, logged: a 500 for that request alone.
+func (m *middleware) read(r *http.Request, body []byte) (scope string, payload []byte, err error) {
+	if err := m.o.Protect(r.Context(), "the scope function (WithScope)", func() { scope = m.o.Scope(r) }); err != nil {
+		return "", nil, err
+	}
+	err = m.o.Protect(r.Context(), "the fingerprint function (WithFingerprint)", func() { payload = m.o.fingerprint(r, body) })
+	return scope, payload, err
+}
 
 // readBody reads the whole request body, up to the cap. The buffer grows
 // as bytes arrive, doubling from at most 4 KiB, never ahead of them: a

@@ -31,6 +31,8 @@ type Option func(*consume.Options)
 // scopes names two operations. Derive it from what a producer cannot forge
 // for another tenant (a topic per tenant, a header your own gateway sets).
 // [New] requires WithScope or [WithSharedScope].
+//
+// A panic of f makes the record poison (panicked), its handler unrun.
 func WithScope(scope func(r *kgo.Record) string) Option {
 	return func(o *consume.Options) { o.SetScope(scope) }
 }
@@ -55,6 +57,8 @@ func WithKeyHeader(name string) Option {
 // consumer.ErrNoKey for a record without a key, and another error for one
 // whose key cannot be used (poison: invalid-key). The Guard's
 // Config.MaxKeyLen and Config.ValidateKey apply to the key f returns.
+//
+// A panic of f makes the record poison (panicked), its handler unrun.
 func WithKeyFunc(f func(r *kgo.Record) (string, error)) Option {
 	return func(o *consume.Options) { o.SetKeyFunc(f) }
 }
@@ -74,6 +78,8 @@ func WithUnkeyedUnguarded() Option { return func(o *consume.Options) { o.SetUnke
 // WithFingerprint sets the bytes of a record the Guard fingerprints: a key
 // that comes back with other bytes gets idem.ErrKeyReused and is poison
 // (key-reused). Default: the record's value.
+//
+// A panic of f makes the record poison (panicked), its handler unrun.
 func WithFingerprint(f func(r *kgo.Record) []byte) Option {
 	return func(o *consume.Options) { o.SetFingerprint(f) }
 }
@@ -128,15 +134,18 @@ func WithDeadLetterClient(cl *kgo.Client) Option {
 	}
 }
 
-// WithMaxAttempts sets how many times in a row the handler of a record may
-// fail without a permanent mark, or panic, before the record is poison
+// WithMaxAttempts sets how many times the handler of a key may fail
+// without a permanent mark, or panic, before its record is poison
 // (too-many-attempts). Default consumer.DefaultMaxAttempts (10). The count
-// is the partition's, in this process: a busy key, a store that cannot be
-// reached, a lost lease and a shutdown are not attempts; a revoked
-// partition's next owner counts again. The Guard's Config.MaxAttempts,
-// kept in the store, counts across consumers and restarts and applies
-// too. It is also how many times a dead letter the broker refuses is
-// tried.
+// is the store's count of the key's claims (idem.AttemptFrom), which holds
+// across consumers, rebalances and restarts: a failure at the last attempt
+// stores idem.ErrTooManyAttempts as the key's outcome, so its later copies
+// are poison without running. A claim whose handler did not run counts
+// too; a busy key, a store that cannot be reached, a lost lease and a
+// shutdown are not failures. A record run unguarded, or under kafkapg
+// (whose failed claim rolls back and leaves no count), is counted in
+// memory, by the partition, in a row. It is also how many times a dead
+// letter the broker refuses is tried.
 func WithMaxAttempts(n int) Option { return func(o *consume.Options) { o.SetMaxAttempts(n) } }
 
 // WithRetryBackoff sets the pauses before a record that could not be
@@ -193,7 +202,8 @@ func WithLogger(l *slog.Logger) Option { return func(o *consume.Options) { o.Set
 // finished with the partition's lag, retries, dead letters, discarded
 // poison, commits and rebalances. It runs on the consumer's goroutines:
 // keep it fast. The Guard's own Observer (idem.Config) sees every claim
-// and outcome.
+// and outcome. A panic of f is recovered (the first one logged at error
+// level): it stops no record.
 func WithObserver(f func(ctx context.Context, e Event)) Option {
 	return func(o *consume.Options) {
 		if o.Check(f != nil, "WithObserver(nil)") {

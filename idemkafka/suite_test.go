@@ -79,7 +79,24 @@ func (kafka) consumer(cfg consumertest.Config, dlq string) (*idemkafka.Consumer,
 	case consumertest.ScopeShared:
 		opts = append(opts, idemkafka.WithSharedScope())
 	case consumertest.ScopeHeader:
-		opts = append(opts, idemkafka.WithScope(func(r *kgo.Record) string { v, _ := header(r, "tenant"); return v }))
+		opts = append(opts, idemkafka.WithScope(func(r *kgo.Record) string {
+			userFunc(cfg, "scope", r)
+			v, _ := header(r, "tenant")
+			return v
+		}))
+	}
+	if cfg.UserFunc != nil {
+		opts = append(opts,
+			idemkafka.WithKeyFunc(func(r *kgo.Record) (string, error) {
+				userFunc(cfg, "key", r)
+				v, _ := header(r, idemkafka.DefaultKeyHeader)
+				return v, nil
+			}),
+			idemkafka.WithFingerprint(func(r *kgo.Record) []byte {
+				userFunc(cfg, "fingerprint", r)
+				return r.Value
+			}),
+			idemkafka.WithObserver(func(context.Context, idemkafka.Event) { cfg.UserFunc("observer", consumertest.Received{}) }))
 	}
 	switch cfg.Poison {
 	case consumertest.PoisonDeadLetter, consumertest.PoisonRefused:
@@ -96,6 +113,13 @@ func (kafka) consumer(cfg consumertest.Config, dlq string) (*idemkafka.Consumer,
 	return idemkafka.New(cfg.Guard, func(ctx context.Context, r *kgo.Record) error {
 		return cfg.Handler(ctx, received(r))
 	}, opts...)
+}
+
+// userFunc calls cfg's UserFunc, if any, as the function fn of r.
+func userFunc(cfg consumertest.Config, fn string, r *kgo.Record) {
+	if cfg.UserFunc != nil {
+		cfg.UserFunc(fn, received(r))
+	}
 }
 
 func received(r *kgo.Record) consumertest.Received {

@@ -137,7 +137,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 	work, endWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer endWork()
 	r := &run{c: c, stopping: stopping, stop: stop, work: work}
-	r.progress.init(ackWait/3, c.o.observer, c.o.Logger())
+	var observe func(context.Context, Event)
+	if c.o.observer != nil {
+		observe = c.observe
+	}
+	r.progress.init(ackWait/3, observe, c.o.Logger())
 
 	var bg sync.WaitGroup
 	bg.Go(func() { r.progress.loop(work) })
@@ -235,10 +239,10 @@ func (r *run) fetchLoop() {
 
 // maxInFlight is how many batches a fetch loop holds: one whose outcomes
 // are being stored and its messages acked, the one whose handlers run, and
-// the next, fetched and claimed meanwhile. With two, a no-op consumer over
-// Redis ran at 87% of a bare consumer with two Redis pipelines per batch;
-// with three, at 95% (BenchmarkConsume of integration/natsstores, three
-// runs each; BENCHMARKS.md has the series).
+// the next, fetched and claimed meanwhile. With two, the claim of the next
+// batch waits behind the store round trip that settles the last one, and
+// a fast handler's consumer falls well behind a bare one; with three, the
+// round trips overlap the handlers and it comes close.
 const maxInFlight = 3
 
 // The backoff of a fetch loop after a failed fetch.
@@ -382,8 +386,9 @@ func (r *run) deliver(chunk []*delivery, prev <-chan struct{}, turn chan struct{
 	c := r.c
 	var run []guarded
 	for pos, d := range chunk {
-		d.scope = c.o.Scope(d.msg)
-		key, keyErr := c.o.Key(d.msg)
+		var key string
+		var keyErr error
+		d.scope, key, d.payload, keyErr = c.o.Read(d.msg)
 		d.key, d.keyOK = key, keyErr == nil && key != ""
 		switch {
 		case keyErr != nil, key == "" && !c.o.UnkeyedUnguarded():
@@ -422,7 +427,8 @@ func (r *run) guard(ms []guarded, waitTurn func() bool, handled func(pos int), s
 	c := r.c
 	ops := make([]idem.BatchOp, len(ms))
 	for i, m := range ms {
-		ops[i] = idem.BatchOp{Scope: m.d.scope, Key: m.d.key, Payload: c.o.Payload(m.d.msg)}
+		ops[i] = idem.BatchOp{Scope: m.d.scope, Key: m.d.key, Payload: m.d.payload}
+		m.d.payload = nil
 	}
 	res := c.g.DoBatchIndependent(r.work, ops, func(ctx context.Context, i int) ([]byte, error) {
 		if !waitTurn() {

@@ -42,6 +42,8 @@ type options struct {
 // set. Keys are scoped by it: two tenants that send the same key get two
 // records, so one can never suppress the other's message or see its
 // outcome. [New] requires WithScope or [WithSharedScope].
+//
+// A panic of f makes the message poison (panicked), its handler unrun.
 func WithScope(f func(msg jetstream.Msg) string) Option {
 	return func(o *options) { o.SetScope(f) }
 }
@@ -67,6 +69,8 @@ func WithKeyHeader(name string) Option {
 // whose key cannot be used (it is poison: invalid-key). The Guard's
 // Config.MaxKeyLen and Config.ValidateKey apply to the key f returns. f
 // must not keep msg.
+//
+// A panic of f makes the message poison (panicked), its handler unrun.
 func WithKeyFunc(f func(msg jetstream.Msg) (string, error)) Option {
 	return func(o *options) { o.SetKeyFunc(f) }
 }
@@ -81,6 +85,8 @@ func WithUnkeyedUnguarded() Option { return func(o *options) { o.SetUnkeyedUngua
 // WithFingerprint sets the bytes of a message the Guard fingerprints: a
 // key that comes back with other bytes gets idem.ErrKeyReused and is
 // poison (key-reused). Default: the data.
+//
+// A panic of f makes the message poison (panicked), its handler unrun.
 func WithFingerprint(f func(msg jetstream.Msg) []byte) Option {
 	return func(o *options) { o.SetFingerprint(f) }
 }
@@ -133,14 +139,17 @@ func WithDeadLetter(js jetstream.JetStream, subject string) Option {
 func WithDiscardPoison() Option { return func(o *options) { o.SetDiscardPoison() } }
 
 // WithMaxAttempts sets how many times a handler that fails without a
-// permanent mark, or panics, runs for one message before the message is
+// permanent mark, or panics, runs for one key before its message is
 // poison (too-many-attempts). Default consumer.DefaultMaxAttempts (10).
-// The count is this consumer's, in memory, by the message's stream and
-// sequence: JetStream's own count (NumDelivered) counts every Nak, those
-// of a busy key and of a store outage too. The Guard's
-// Config.MaxAttempts, kept in the store, counts across consumers and
-// restarts and applies too. It is also how many times a dead letter the
-// broker refuses is tried.
+// The count is the store's count of the key's claims (idem.AttemptFrom),
+// which holds across consumers and restarts however many messages fail at
+// once: a failure at the last attempt stores idem.ErrTooManyAttempts as
+// the key's outcome, so its later copies are poison without running. A
+// claim whose handler did not run (its batch stopped by an outage or a
+// shutdown) counts too. A message run unguarded is counted in memory, by
+// its stream and sequence (JetStream's NumDelivered counts every Nak, those
+// of a busy key and of a store outage too). It is also how many times a
+// dead letter the broker refuses is tried.
 func WithMaxAttempts(n int) Option { return func(o *options) { o.SetMaxAttempts(n) } }
 
 // WithRetryBackoff sets the NakWithDelay of a message whose handler
@@ -180,7 +189,8 @@ func WithLogger(l *slog.Logger) Option {
 // WithObserver sets a function called for every action the consumer takes
 // on a delivery, for metrics and tracing. It runs synchronously on the
 // delivery's goroutine: keep it fast. The Guard's own steps go to its
-// Config.Observer. Default: none.
+// Config.Observer. A panic of f is recovered (the first one logged at
+// error level): it stops no message. Default: none.
 func WithObserver(f func(ctx context.Context, e Event)) Option {
 	return func(o *options) {
 		if o.Check(f != nil, "WithObserver(nil)") {

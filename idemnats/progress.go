@@ -54,6 +54,7 @@ type delivery struct {
 	scope    string // its scope, once read
 	key      string // its key, once read; "" for none
 	keyOK    bool   // key is a usable key
+	payload  []byte // what the Guard fingerprints, once read; until its claim
 }
 
 func (p *progress) init(every time.Duration, observe func(context.Context, Event), logger *slog.Logger) {

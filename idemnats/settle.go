@@ -79,8 +79,13 @@ func (r *run) settled(d *delivery, v chassis.Verdict, kind EventKind, delay time
 		case EventDelayed, EventRequeued:
 			e.Delay = delay
 		}
-		c.o.observer(context.Background(), e)
+		c.observe(context.Background(), e)
 	}
+}
+
+// observe reports e to the observer, whose panic is recovered.
+func (c *Consumer) observe(ctx context.Context, e Event) {
+	c.o.Observe(ctx, func() { c.o.observer(ctx, e) })
 }
 
 func nak(msg jetstream.Msg, delay time.Duration) error {

@@ -116,7 +116,22 @@ func (jetStream) consumer(t *testing.T, pjs, js jetstream.JetStream, cons jetstr
 	case consumertest.ScopeShared:
 		opts = append(opts, idemnats.WithSharedScope())
 	case consumertest.ScopeHeader:
-		opts = append(opts, idemnats.WithScope(func(m jetstream.Msg) string { return m.Headers().Get("tenant") }))
+		opts = append(opts, idemnats.WithScope(func(m jetstream.Msg) string {
+			userFunc(cfg, "scope", m)
+			return m.Headers().Get("tenant")
+		}))
+	}
+	if cfg.UserFunc != nil {
+		opts = append(opts,
+			idemnats.WithKeyFunc(func(m jetstream.Msg) (string, error) {
+				userFunc(cfg, "key", m)
+				return m.Headers().Get(suiteKeyHeader), nil
+			}),
+			idemnats.WithFingerprint(func(m jetstream.Msg) []byte {
+				userFunc(cfg, "fingerprint", m)
+				return m.Data()
+			}),
+			idemnats.WithObserver(func(context.Context, idemnats.Event) { cfg.UserFunc("observer", consumertest.Received{}) }))
 	}
 	switch cfg.Poison {
 	case consumertest.PoisonDeadLetter:
@@ -136,11 +151,20 @@ func (jetStream) consumer(t *testing.T, pjs, js jetstream.JetStream, cons jetstr
 	if cfg.UnkeyedUnguarded {
 		opts = append(opts, idemnats.WithUnkeyedUnguarded())
 	}
-	h := func(ctx context.Context, msg jetstream.Msg) error {
-		return cfg.Handler(ctx, consumertest.Received{Key: msg.Headers().Get(suiteKeyHeader), Body: msg.Data(),
-			Headers: lastValues(msg.Headers())})
-	}
+	h := func(ctx context.Context, msg jetstream.Msg) error { return cfg.Handler(ctx, received(msg)) }
 	return idemnats.New(cfg.Guard, cons, h, opts...)
+}
+
+// received is msg as the suite's handler gets it.
+func received(msg jetstream.Msg) consumertest.Received {
+	return consumertest.Received{Key: msg.Headers().Get(suiteKeyHeader), Body: msg.Data(), Headers: lastValues(msg.Headers())}
+}
+
+// userFunc calls cfg's UserFunc, if any, as the function fn of msg.
+func userFunc(cfg consumertest.Config, fn string, msg jetstream.Msg) {
+	if cfg.UserFunc != nil {
+		cfg.UserFunc(fn, received(msg))
+	}
 }
 
 // lastValues returns every header's last value.

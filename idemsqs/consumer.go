@@ -346,11 +346,7 @@ var errStopping = errors.New("idemsqs: the consumer stops; the message is visibl
 func (r *runner) newJob(m types.Message) *job {
 	o := &r.c.o
 	j := &job{m: m, start: time.Now(), done: make(chan struct{})}
-	j.key, j.keyErr = o.Key(m)
-	j.scope = o.Scope(m)
-	if j.keyErr == nil && j.key != "" {
-		j.payload = o.Payload(m)
-	}
+	j.scope, j.key, j.payload, j.keyErr = o.Read(m)
 	j.id = identity(j.scope, j.key, m)
 	count, _ := strconv.Atoi(sysAttr(m, types.MessageSystemAttributeNameApproximateReceiveCount))
 	j.ev = Event{Queue: r.c.queue, Scope: j.scope, MessageID: aws.ToString(m.MessageId), ReceiveCount: count}
@@ -610,7 +606,7 @@ func (r *runner) drain(cancel context.CancelCauseFunc) {
 
 func (r *runner) observe(ctx context.Context, e Event) {
 	if r.c.o.observer != nil {
-		r.c.o.observer(ctx, e)
+		r.c.o.Observe(ctx, func() { r.c.o.observer(ctx, e) })
 	}
 }
 

@@ -121,14 +121,37 @@ func (sqsBroker) consumer(c *sqs.Client, q, dlq string, cfg consumertest.Config,
 		// The suite's payload is the body it published, not its base64.
 		idemsqs.WithFingerprint(func(m types.Message) []byte { return decode(m.Body) }),
 	}
-	if observe != nil {
+	if observe != nil && cfg.UserFunc == nil { // else the UserFunc observer below calls it
 		opts = append(opts, idemsqs.WithObserver(observe))
 	}
 	switch cfg.Scope {
 	case consumertest.ScopeShared:
 		opts = append(opts, idemsqs.WithSharedScope())
 	case consumertest.ScopeHeader:
-		opts = append(opts, idemsqs.WithScope(func(m types.Message) string { return text(m.MessageAttributes["tenant"]) }))
+		opts = append(opts, idemsqs.WithScope(func(m types.Message) string {
+			userFunc(cfg, "scope", m)
+			return text(m.MessageAttributes["tenant"])
+		}))
+	}
+	if cfg.UserFunc != nil {
+		opts = append(opts,
+			idemsqs.WithKeyFunc(func(m types.Message) (string, error) {
+				userFunc(cfg, "key", m)
+				if _, ok := m.MessageAttributes["idempotency-key"]; !ok {
+					return "", nil
+				}
+				return received(m).Key, nil
+			}),
+			idemsqs.WithFingerprint(func(m types.Message) []byte {
+				userFunc(cfg, "fingerprint", m)
+				return decode(m.Body)
+			}),
+			idemsqs.WithObserver(func(ctx context.Context, e idemsqs.Event) {
+				if observe != nil {
+					observe(ctx, e)
+				}
+				cfg.UserFunc("observer", consumertest.Received{})
+			}))
 	}
 	switch cfg.Poison {
 	case consumertest.PoisonDeadLetter, consumertest.PoisonRefused:
@@ -142,11 +165,20 @@ func (sqsBroker) consumer(c *sqs.Client, q, dlq string, cfg consumertest.Config,
 	if cfg.UnkeyedUnguarded {
 		opts = append(opts, idemsqs.WithUnkeyedUnguarded())
 	}
-	h := func(ctx context.Context, m types.Message) error {
-		return cfg.Handler(ctx, consumertest.Received{Key: text(m.MessageAttributes["idempotency-key"]), Body: decode(m.Body),
-			Headers: texts(m.MessageAttributes)})
-	}
+	h := func(ctx context.Context, m types.Message) error { return cfg.Handler(ctx, received(m)) }
 	return idemsqs.New(cfg.Guard, c, q, h, opts...)
+}
+
+// received is m as the suite's handler gets it.
+func received(m types.Message) consumertest.Received {
+	return consumertest.Received{Key: text(m.MessageAttributes["idempotency-key"]), Body: decode(m.Body), Headers: texts(m.MessageAttributes)}
+}
+
+// userFunc calls cfg's UserFunc, if any, as the function fn of m.
+func userFunc(cfg consumertest.Config, fn string, m types.Message) {
+	if cfg.UserFunc != nil {
+		cfg.UserFunc(fn, received(m))
+	}
 }
 
 // text returns an attribute's value as text.

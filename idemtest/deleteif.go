@@ -119,7 +119,7 @@ func (e *env) mustKeep(what string, stale storage.Record) {
 // compares and deletes in two steps deletes the new holder's record here,
 // as idem purge once did.
 func deleteIfRaces(t *testing.T, e *env) {
-	const keys = 16
+	const keys = 32
 	read := make([]storage.Record, keys)
 	for i := range read {
 		a := e.args(fmt.Sprint("k", i), "fp")
@@ -140,9 +140,14 @@ func deleteIfRaces(t *testing.T, e *env) {
 	for i, r := range read {
 		a := e.args(fmt.Sprint("k", i), "fp")
 		a.Lease = time.Minute // no takeover of the takeover
+		// The claims of the keys start spread over a few hundred
+		// microseconds, so that some land between a broken store's check
+		// and its delete whatever the scheduler does with the start.
+		stagger := time.Duration(i%8) * 150 * time.Microsecond
 		for j := range 2 {
 			wg.Go(func() {
 				<-start
+				time.Sleep(stagger)
 				c, err := e.s.Claim(context.Background(), a)
 				if err != nil {
 					t.Errorf("Claim(%q): %v", a.Key, err)

@@ -370,7 +370,7 @@ func (s *store) acquire(e *entry, a storage.ClaimArgs, now int64) {
 	e.expires = e.leaseUntil + int64(a.Retention)
 }
 
-// record returns the entry as an storage.Record with the given fingerprint and
+// record returns the entry as a storage.Record with the given fingerprint and
 // result slices (the caller's own, or copies).
 func (e *entry) record(key string, fingerprint, result []byte) storage.Record {
 	r := storage.Record{

@@ -62,12 +62,11 @@
 //
 // Enqueue does not notify by default: PostgreSQL serializes the commits of
 // transactions that sent a NOTIFY (a database-wide lock held through the
-// commit and its WAL flush), which at 16 concurrent writers cut the
-// enqueuing transactions' rate by about a third in BENCHMARKS.md, and
-// which would cap every notifying writer of the database at one commit per
-// WAL flush. Polling costs an idle relay one indexed read per interval,
-// and an idle outbox at most PollInterval of latency (50ms on average by
-// default). Config.Notify buys that latency back where writers are few.
+// commit and its WAL flush), which queues concurrent enqueuing
+// transactions behind one another and would cap every notifying writer of
+// the database at one commit per WAL flush. Polling costs an idle relay
+// one indexed read per interval, and an idle outbox at most PollInterval
+// of latency (50ms on average by default). Config.Notify buys that latency back where writers are few.
 //
 // When no message of a batch is accepted because the broker cannot be
 // reached, it backs off, exponentially with jitter, for as long as that

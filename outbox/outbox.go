@@ -37,10 +37,9 @@ type Config struct {
 	// RelayConfig.PollInterval, 100ms by default). It costs every
 	// enqueuing transaction: PostgreSQL takes a database-wide lock while a
 	// transaction that notified commits, so such transactions commit one
-	// at a time, their WAL flush included. At 16 concurrent writers that
-	// cut the rate of enqueuing transactions by about a third on the
-	// machine of BENCHMARKS.md, and it caps them at one commit per flush
-	// on a server whose flushes are slow. Worth it when an idle outbox
+	// at a time, their WAL flush included. Many concurrent writers then
+	// queue behind one another's commits, and a server whose flushes are
+	// slow caps them at one commit per flush. Worth it when an idle outbox
 	// must publish within milliseconds and writers are few. Default
 	// false.
 	Notify bool

@@ -44,5 +44,5 @@
 // its expiry index and token sequence; [Store.Reap] and [Reaper] delete
 // expired records. Errors are translated at the edge: an unreachable
 // server, a lost connection, an exhausted pool or a timeout wrap
-// idem.ErrStoreUnavailable.
+// storage.ErrStoreUnavailable.
 package pgstore

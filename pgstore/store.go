@@ -56,9 +56,9 @@ type Config struct {
 	// does not answer (a new key, a takeover), one more statement and
 	// round trip for them. Without a peek, the claim statement reads and
 	// writes in one: a new key's fastest path, while a duplicate costs the
-	// server the setup of a statement that may insert, 3 to 4 times a
-	// SELECT's (BENCHMARKS.md). Both write nothing and lock nothing for a
-	// claim answered from the row, and answer alike. Default PeekAuto.
+	// server the planning and setup of a statement that may insert, several
+	// times what a plain SELECT costs. Both write nothing and lock nothing
+	// for a claim answered from the row, and answer alike. Default PeekAuto.
 	Peek Peek
 }
 

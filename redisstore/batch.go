@@ -3,6 +3,7 @@ package redisstore
 import (
 	"cmp"
 	"context"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -50,12 +51,15 @@ func (s *Store) ClaimBatch(ctx context.Context, args []storage.ClaimArgs) ([]sto
 	if len(args) == 0 {
 		return []storage.Claim{}, nil
 	}
+	if err := s.policy.err(ctx, "ClaimBatch"); err != nil {
+		return nil, err
+	}
 	b := s.newClaimBatch(ctx, args)
 	sent0 := time.Now()
 	if err := s.sendPlain(ctx, b.plains); err != nil {
 		return nil, unavailable(ctx, "ClaimBatch", err)
 	}
-	r, again := s.plainReplies(b)
+	r, again := s.plainReplies(ctx, b)
 	sent := make([]time.Time, len(args))
 	for i := range sent {
 		sent[i] = sent0
@@ -121,19 +125,50 @@ func (s *Store) sendPlain(ctx context.Context, plains []plainClaim) error {
 }
 
 // plainReplies returns the replies the sent plain commands of b stand
-// for, and the entries the claim script is to decide, in order: those
-// left to it, those whose key the plain command cannot answer, and those
-// a full Redis refused (the script peeks).
-func (s *Store) plainReplies(b claimBatch) (r batchReplies, again []int) {
+// for, reading in one more round trip the keys they found taken (see
+// plainClaim), and the entries the claim script is to decide, in order:
+// those left to it, those whose key the plain commands cannot answer, and
+// those a full Redis refused (the script peeks).
+func (s *Store) plainReplies(ctx context.Context, b claimBatch) (r batchReplies, again []int) {
 	r = batchReplies{replies: make([]any, len(b.args)), errs: make([]error, len(b.args))}
+	var taken []int
 	for i, pc := range b.plains {
 		if pc.set == nil {
 			again = append(again, i)
 			continue
 		}
-		reply, needsScript, err := pc.reply(b.nvs[i], s.cfg.MaxValueSize)
+		created, err := pc.created()
 		switch {
-		case needsScript || redis.IsOOMError(err): // a full Redis's script peeks
+		case redis.IsOOMError(err): // a full Redis's script peeks
+			again = append(again, i)
+		case err != nil:
+			r.errs[i] = err
+		case created:
+			r.replies[i] = int64(replyCreated)
+		default:
+			b.plains[i] = pc.read(ctx, b.nvs[i], s.cfg.MaxValueSize)
+			taken = append(taken, i)
+		}
+	}
+	if len(taken) == 0 {
+		return r, again
+	}
+	_, err := await(ctx, func() struct{} {
+		p := s.client.Pipeline()
+		for _, i := range taken {
+			_ = p.Process(ctx, b.plains[i].get)
+		}
+		_, _ = p.Exec(ctx) // each command carries its own error
+		return struct{}{}
+	})
+	for _, i := range taken {
+		if err != nil {
+			r.errs[i] = err
+			continue
+		}
+		reply, needsScript, err := b.plains[i].reply(b.nvs[i], s.cfg.MaxValueSize)
+		switch {
+		case needsScript:
 			again = append(again, i)
 		case err != nil:
 			r.errs[i] = err
@@ -141,6 +176,7 @@ func (s *Store) plainReplies(b claimBatch) (r batchReplies, again []int) {
 			r.replies[i] = reply
 		}
 	}
+	slices.Sort(again) // an entry that repeats a key is claimed after the one before it
 	return r, again
 }
 

@@ -116,3 +116,32 @@ func TestHeldIsBounded(t *testing.T) {
 		t.Fatal("a record was taken twice")
 	}
 }
+
+// TestHeldIsBoundedInBytes: records with the longest fingerprints fill a
+// generation by size before they fill it by count: held keeps two
+// generations' worth of bytes at most, and still hands back the latest
+// records whole.
+func TestHeldIsBoundedInBytes(t *testing.T) {
+	var h held
+	rec := make([]byte, headerLen+maxFingerprint) // about 64 KiB
+	const n = 1024                                // 64 MiB of records, far under heldGeneration
+	ts, vs, at := make([]storage.Token, n), make([][]byte, n), make([]int, n)
+	for i := range n {
+		ts[i], vs[i], at[i] = storage.Token(i+1), rec, i
+	}
+	for lo := 0; lo < n; lo += 100 {
+		h.put(ts, vs, at[lo:min(lo+100, n)])
+	}
+	bytes := 0
+	for _, m := range []map[storage.Token][]byte{h.cur, h.old} {
+		for _, v := range m {
+			bytes += len(v)
+		}
+	}
+	if bytes > 2*heldGenerationBytes {
+		t.Fatalf("held keeps %d bytes of records, more than two generations of %d", bytes, heldGenerationBytes)
+	}
+	if got := h.take([]storage.Completion{{Token: ts[n-1]}}); len(got[0]) != len(rec) {
+		t.Fatalf("the latest record: %d bytes, want %d", len(got[0]), len(rec))
+	}
+}

@@ -122,7 +122,7 @@ func TestCluster(t *testing.T) {
 				used++
 			}
 		}
-		// Each claim of a new key is one plain command, SET … GET.
+		// Each claim of a new key is one plain command, SET … NX PX.
 		if total != len(args) || used != 3 {
 			t.Fatalf("%d nodes' pipelines held %d commands, want 3 nodes and %d", used, total, len(args))
 		}

@@ -7,7 +7,7 @@
 //	store, err := redisstore.New(client, redisstore.Config{})
 //	g, err := idem.New(store, idem.Config{Namespace: "payments"})
 //
-// It needs Redis 7.0 or later (script flags, SET … NX GET, PEXPIRETIME).
+// It needs Redis 7.0 or later (script flags, PEXPIRETIME).
 //
 // # One key per record
 //
@@ -40,8 +40,7 @@
 // the retention. Every one of them is the Redis server's clock, never the
 // caller's, as with TIME — but no script needs TIME or any arithmetic on
 // the common path, and the claim of a new key is the one command a bare
-// Redis lock would send, SET NX PX (with GET, which answers a duplicate in
-// the same step). Leases and retentions are whole milliseconds, rounded
+// Redis lock would send, SET NX PX. Leases and retentions are whole milliseconds, rounded
 // up. An operator who changes a record key's TTL by hand (EXPIRE, PERSIST)
 // moves its lease with it.
 //
@@ -52,14 +51,18 @@
 //
 // # Plain commands first, one script per transition
 //
-// A claim starts with a plain command: SET key record NX PX ms GET, which
+// A claim starts with a plain command: SET key record NX PX ms, which
 // claims a new key. A key that has a record keeps it (SET … NX writes
-// nothing), and the value comes back: a duplicate's Claim returns the
-// stored outcome, expiry and all, from that one command, about what a GET
-// costs the server, and a reused key or a value of another program is
-// answered from it too, by the same rules the claim script follows. A
-// script call costs the Redis server several times a command, and these
-// are a claim's common cases. Only a key in progress needs the claim script, in a
+// nothing), and the claim then reads the value with GETRANGE, cut after
+// the longest record it would answer (header, the claim's fingerprint, a
+// result of MaxValueSize): a duplicate's Claim returns the stored
+// outcome, expiry and all, from two plain commands, and a reused key or a
+// value of another program is answered from them too, by the same rules
+// the claim script follows. (SET … GET would answer a duplicate in one
+// step, but sends the whole value, however long: a value another program
+// wrote could cost every claim of its key its whole size.) A script call
+// costs the Redis server several times a command, and these are a claim's
+// common cases. Only a key in progress needs the claim script, in a
 // second round trip: whether its lease is live is for the server's clock
 // to judge, and the script decides atomically (Busy, a takeover, the
 // attempt cap). Complete, Fail, Release, Extend and Get are each one
@@ -90,7 +93,7 @@
 // each, in order, which spares Redis a script call per key; on Cluster,
 // where keys live in different slots, they pipeline one single-key script
 // per key. A Store keeps, for CompleteBatch, the record each of its
-// ClaimBatch claims created (at most two generations of 16,384): the
+// ClaimBatch claims created (at most two generations of 16,384 and 8 MiB): the
 // complete script then compares the whole record and writes the finished
 // one as sent. A claim it did not keep is completed by its token.
 //
@@ -116,6 +119,9 @@
 // evicted key runs again with no error anywhere. [New] reads the policy
 // of every primary (INFO memory) and refuses anything but noeviction with
 // an [EvictionPolicyError], unless Config.AllowEviction accepts the risk.
+// It reads the policy again while it runs, on the first claim 10 seconds
+// after the last check, and fails claims closed (storage.ErrStoreUnavailable)
+// while the policy may evict.
 // Under noeviction a full Redis refuses writes: the store then still
 // answers a duplicate of a key that holds an outcome, and a Busy, with a
 // read-only script, and fails what needs a write with [ErrOutOfMemory]

@@ -46,7 +46,9 @@ var (
 
 // EvictionPolicyError is returned by New when a primary's
 // maxmemory-policy is not noeviction, or cannot be read, and
-// Config.AllowEviction is not set: every record has a TTL, so any
+// Config.AllowEviction is not set, and wrapped by the errors of Claim and
+// ClaimBatch while a check made since finds such a policy (see New):
+// every record has a TTL, so any
 // volatile-* or allkeys-* policy lets Redis evict records when it is
 // full, and a duplicate of an evicted key runs again, with no error
 // anywhere.
@@ -58,14 +60,14 @@ type EvictionPolicyError struct {
 
 func (e *EvictionPolicyError) Error() string {
 	if e.Policy == "" {
-		return fmt.Sprintf("redisstore: New: the INFO memory reply of %s has no maxmemory_policy, so New cannot tell whether Redis "+
+		return fmt.Sprintf("redisstore: the INFO memory reply of %s has no maxmemory_policy, so the store cannot tell whether Redis "+
 			"may evict idempotency records; if you made sure its policy is noeviction, set Config.AllowEviction to skip the check", e.Addr)
 	}
 	limit := "no maxmemory set yet (it can be set at run time)"
 	if e.MaxMemory > 0 {
 		limit = fmt.Sprintf("maxmemory %d bytes", e.MaxMemory)
 	}
-	return fmt.Sprintf("redisstore: New: Redis at %s has maxmemory-policy %s (%s): when full it may evict idempotency records, "+
+	return fmt.Sprintf("redisstore: Redis at %s has maxmemory-policy %s (%s): when full it may evict idempotency records, "+
 		"and a duplicate of an evicted key runs again with no error; set maxmemory-policy noeviction, "+
 		"or set Config.AllowEviction to accept that risk", e.Addr, e.Policy, limit)
 }

@@ -55,15 +55,22 @@ func (s *Store) Peek(ctx context.Context, a storage.ClaimArgs, t storage.Token) 
 	return s.claimReply("Peek", a, t, time.Now(), reply)
 }
 
-// PlainClaim sends the plain command of the claim of a with the token t
-// (see plainClaim) and returns what it answers, or needsScript when it
-// leaves the key to the claim script. For a key with no record, SET
-// claims it.
+// PlainClaim sends the plain command of the claim of a with the token t,
+// and the read of a key it finds taken (see plainClaim), and returns what
+// they answer, or needsScript when they leave the key to the claim
+// script. For a key with no record, SET claims it.
 func (s *Store) PlainClaim(ctx context.Context, a storage.ClaimArgs, t storage.Token) (c storage.Claim, needsScript bool, err error) {
 	args := s.claimArgs(a, t)
-	plain := newPlainClaim(ctx, make([]any, 0, plainClaimArgs), s.RedisKey(a.Key), args[0].([]byte), args[1])
+	nv := args[0].([]byte)
+	plain := newPlainClaim(ctx, make([]any, 0, plainClaimArgs), s.RedisKey(a.Key), nv, args[1])
 	_ = s.client.Process(ctx, plain.set)
-	reply, needsScript, err := plain.reply(args[0].([]byte), s.cfg.MaxValueSize)
+	var reply any = int64(replyCreated)
+	created, err := plain.created()
+	if err == nil && !created {
+		plain = plain.read(ctx, nv, s.cfg.MaxValueSize)
+		_ = s.client.Process(ctx, plain.get)
+		reply, needsScript, err = plain.reply(nv, s.cfg.MaxValueSize)
+	}
 	if needsScript {
 		return storage.Claim{}, true, nil
 	}
@@ -101,3 +108,10 @@ func (s *Store) ForgetHeld(t storage.Token) {
 // RecordHeaderLen is the length of a record's header: the fingerprint
 // follows it.
 const RecordHeaderLen = headerLen
+
+// SetPolicyCheckInterval makes s read the eviction policy again every d
+// (see policyWatch), from now on.
+func (s *Store) SetPolicyCheckInterval(d time.Duration) {
+	s.policy.every = d
+	s.policy.next.Store(time.Now().Add(d).UnixNano())
+}

@@ -1,10 +1,13 @@
 package redisstore_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,5 +141,84 @@ func TestNewServerSilent(t *testing.T) {
 	}
 	if elapsed := time.Since(start); elapsed > 10*time.Second {
 		t.Fatalf("New against a silent server returned after %v", elapsed)
+	}
+}
+
+// TestEvictionPolicyIsCheckedWhileRunning: a policy changed after New
+// (CONFIG SET on a server of the test's own) is seen by the claims that
+// follow within the check interval: Claim and ClaimBatch fail closed with
+// an error wrapping ErrStoreUnavailable and the *EvictionPolicyError
+// naming the policy, logged once however many claims fail; Complete of a
+// claim made before goes on; once the policy is noeviction again, claims
+// go on. A Store with AllowEviction never checks.
+func TestEvictionPolicyIsCheckedWhileRunning(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, "--maxmemory", "64mb", "--maxmemory-policy", "noeviction")
+	c := redis.NewClient(&redis.Options{Addr: srv.addr()})
+	t.Cleanup(func() { c.Close() })
+	var logs bytes.Buffer // the check runs on the claiming goroutine: the test's
+	s, err := redisstore.New(c, redisstore.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowing, err := redisstore.New(c, redisstore.Config{AllowEviction: true, Prefix: "allowing:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const every = 20 * time.Millisecond
+	s.SetPolicyCheckInterval(every)
+	ctx := ctxT(t)
+	args := func(key string) storage.ClaimArgs {
+		return storage.ClaimArgs{Key: key, Lease: time.Minute, Retention: time.Minute}
+	}
+	before, err := s.Claim(ctx, args("before"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
+		t.Fatal(err)
+	}
+	refused := func(op string, err error) bool {
+		pe, ok := errors.AsType[*redisstore.EvictionPolicyError](err)
+		return ok && pe.Policy == "allkeys-lru" && errors.Is(err, idem.ErrStoreUnavailable) && strings.Contains(err.Error(), "allkeys-lru")
+	}
+	var claimErr error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(every) {
+		if _, claimErr = s.Claim(ctx, args("after")); claimErr != nil {
+			break
+		}
+	}
+	if !refused("Claim", claimErr) {
+		t.Fatalf("Claim after CONFIG SET maxmemory-policy allkeys-lru: %v; want ErrStoreUnavailable and an *EvictionPolicyError naming the policy", claimErr)
+	}
+	for range 3 {
+		if _, err := s.Claim(ctx, args("after")); !refused("Claim", err) {
+			t.Fatalf("Claim again: %v", err)
+		}
+		if _, err := s.ClaimBatch(ctx, []storage.ClaimArgs{args("batch")}); !refused("ClaimBatch", err) {
+			t.Fatalf("ClaimBatch: %v", err)
+		}
+		time.Sleep(every)
+	}
+	if n := strings.Count(logs.String(), "level=ERROR"); n != 1 {
+		t.Errorf("the policy was logged %d times, want once:\n%s", n, logs.String())
+	}
+	if err := s.Complete(ctx, "before", before.Token, []byte("done"), time.Minute); err != nil {
+		t.Errorf("Complete of a claim made before: %v", err)
+	}
+	if _, err := allowing.Claim(ctx, args("allowed")); err != nil {
+		t.Errorf("Claim of a Store with AllowEviction: %v", err)
+	}
+
+	if err := c.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(every) {
+		if _, claimErr = s.Claim(ctx, args("after")); claimErr == nil {
+			break
+		}
+	}
+	if claimErr != nil {
+		t.Fatalf("Claim once the policy is noeviction again: %v", claimErr)
 	}
 }

@@ -35,8 +35,8 @@ import (
 // is the expiry less the retention, and the lease is live while the key
 // has more than the retention to live (PTTL). A finished record no longer
 // needs the claim's retention, and holds its expiry in its place, so that
-// the value a claim's SET … GET answers is the whole record, expiry and
-// all, with no second command. Complete, Fail and CompleteBatch reckon it
+// the value a claim's GETRANGE reads is the whole record, expiry and
+// all, with no PEXPIRETIME. Complete, Fail and CompleteBatch reckon it
 // on the client's clock, as a new key's Claim reckons its record's times:
 // when the outcome was sent, plus the retention, while the key itself
 // expires the retention after the script ran, on the server's clock (PX).
@@ -82,8 +82,11 @@ const (
 // the claim. A result longer than the client's MaxValueSize is left out of
 // the value, and its length follows: {code, value, expiry ms, length}. It
 // answers {replyKeyReused} when the fingerprint differs and {replyUnknown,
-// value} for a value this package did not write, cut after the longest
-// header and fingerprint a value of ours has (MAX_HEAD).
+// value} for a value this package did not write, cut after the header
+// (UNKNOWN_HEAD): the decoder finds in it why the value is not a record
+// (its version, status or fingerprint length; a fingerprint that runs past
+// the end of the value runs past the end of its header too), and another
+// program's value costs a reply of a few bytes, whatever its length.
 //
 // The peek scripts, which a full Redis still runs, answer a key as the
 // claim script does when its claim writes nothing (a Duplicate, a Busy,
@@ -134,7 +137,7 @@ var luaConstants = []luaConst{
 	luaInt("FP_LEN", offFpLen+1),
 	luaInt("HEADER_LEN", headerLen),
 	luaInt("FINGERPRINT", headerLen+1),
-	luaInt("MAX_HEAD", headerLen+maxFingerprint),
+	luaInt("UNKNOWN_HEAD", headerLen),
 
 	luaInt("UNKNOWN", replyUnknown),
 	luaInt("LOST", replyLost),

@@ -20,7 +20,10 @@ const scanCount = 500
 // primary), then a Get of each: an operator's tool, which reads each
 // record in a round trip of its own. SCAN may return a key twice; Scan
 // lists it once. A key that expired or was deleted meanwhile, or holds a
-// value this package did not write, is left out.
+// value this package did not write, is left out. A record holding a result
+// longer than Config.MaxValueSize is listed without it (as pgstore lists
+// one): the get script does not send it, and the record's other fields
+// are what an operator counts or deletes it by.
 func (s *Store) Scan(ctx context.Context, prefix string, fn func(storage.Record) bool) error {
 	// The base64 of prefix's whole 3-byte groups starts the encoding of
 	// every key that starts with prefix; the rest is checked decoded.
@@ -45,7 +48,7 @@ func (s *Store) Scan(ctx context.Context, prefix string, fn func(storage.Record)
 				continue
 			}
 			seen[key] = true
-			rec, err := s.Get(ctx, key)
+			rec, _, err := s.get(ctx, "Scan", key)
 			switch {
 			case errors.Is(err, storage.ErrNotFound), errors.Is(err, ErrUnknownFormat):
 				continue

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -29,9 +30,9 @@ type Config struct {
 	// nothing is written. It also bounds what is read: a record holding a
 	// longer result (written by another program, or by a Store with a
 	// larger MaxValueSize) is refused by Claim and Get with a
-	// *storage.ValueTooLargeError. Get's script does not send it; a Claim, whose
-	// SET … GET answers the whole value as a GET would, reads it once and
-	// drops it. Default 1 MiB; at most 256 MiB. Redis holds the
+	// *storage.ValueTooLargeError, and listed by Scan without its result. No
+	// call reads it: the scripts leave it out of their replies and a
+	// Claim's GETRANGE stops after the cap. Default 1 MiB; at most 256 MiB. Redis holds the
 	// whole value in memory and sends it to every duplicate: keep outcomes
 	// small and store large payloads elsewhere.
 	MaxValueSize int
@@ -61,8 +62,16 @@ type Config struct {
 	// returns an error. Set it only if the data this Redis holds can never
 	// fill maxmemory, or if running some duplicates again is acceptable.
 	// Default false: New refuses any policy but noeviction, under which a
-	// full Redis refuses new claims (ErrOutOfMemory) rather than forget.
+	// full Redis refuses new claims (ErrOutOfMemory) rather than forget;
+	// and the Store reads the policy again every 10 seconds while it runs
+	// (see New), failing claims while it may evict.
 	AllowEviction bool
+
+	// Logger receives an error when a check of the eviction policy while
+	// the Store runs finds one that may evict (once, until a later check
+	// finds noeviction again, which is logged as a warning). Default
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // Defaults and limits of [Config].
@@ -78,7 +87,7 @@ const (
 const maxDuration = 100 * 365 * 24 * time.Hour
 
 // Store is an [storage.Store] over Redis: one string key per record, every
-// transition atomic on that key alone (a claim's SET … NX GET, or one
+// transition atomic on that key alone (a claim's SET … NX, or one
 // EVALSHA of a Lua script), the Redis server's clock for every time. It works with any
 // redis.UniversalClient: standalone, Sentinel or Cluster.
 //
@@ -90,7 +99,8 @@ const maxDuration = 100 * 365 * 24 * time.Hour
 type Store struct {
 	client redis.UniversalClient
 	cfg    Config
-	held   *held // the records ClaimBatch created, for CompleteBatch
+	held   *held        // the records ClaimBatch created, for CompleteBatch
+	policy *policyWatch // nil with AllowEviction
 }
 
 var (
@@ -113,9 +123,16 @@ var (
 // that does not answer within 5 seconds gives an error wrapping
 // storage.ErrStoreUnavailable, and no Store: New does not pass what it could
 // not check. A program that may start before Redis does calls New again
-// until it succeeds, as it would retry its first call. The check is made
-// once: a policy changed later (CONFIG SET, a failover to a primary
-// configured otherwise) is not seen.
+// until it succeeds, as it would retry its first call. The Store reads the
+// policy again while it runs, so that a policy changed later (CONFIG SET,
+// a failover to a primary configured otherwise) is seen: the first Claim
+// or ClaimBatch 10 seconds after the last check checks again, in a round
+// trip of its own, and while the last check found a policy that may
+// evict, every Claim and ClaimBatch fails with an error wrapping
+// storage.ErrStoreUnavailable and the *EvictionPolicyError (Complete,
+// Fail, Release, Extend and Get go on: they run nothing twice). It logs
+// the change to Config.Logger once; a later check that finds noeviction
+// lets claims go on.
 func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: New: client is nil")
@@ -138,6 +155,7 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	cfg.Prefix = cmp.Or(cfg.Prefix, DefaultPrefix)
 	cfg.MaxValueSize = cmp.Or(cfg.MaxValueSize, DefaultMaxValueSize)
 	cfg.WaitTimeout = cmp.Or(cfg.WaitTimeout, DefaultWaitTimeout)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.WaitReplicas > 0 {
 		var readTimeout time.Duration
 		switch c := client.(type) {
@@ -152,12 +170,14 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("redisstore: Config.WaitTimeout %v: must be shorter than the client's ReadTimeout %v", cfg.WaitTimeout, readTimeout)
 		}
 	}
+	s := &Store{client: client, cfg: cfg, held: new(held)}
 	if !cfg.AllowEviction {
 		if err := checkEviction(client); err != nil {
 			return nil, err
 		}
+		s.policy = newPolicyWatch(client, cfg.Logger)
 	}
-	return &Store{client: client, cfg: cfg, held: new(held)}, nil
+	return s, nil
 }
 
 // unboundedTimeouts names the client's socket timeouts that never end a
@@ -213,10 +233,11 @@ func (s *Store) RedisKey(key string) string {
 }
 
 // Claim implements [storage.Store.Claim] with one plain command, SET key
-// record NX PX ms GET, for a new key, a duplicate, a reused key or a value
-// this package did not write, and a second round trip, the claim script,
-// for a key in progress, whose lease the server's clock judges in the
-// script (see plainClaim). The token is 64
+// record NX PX ms, for a new key, and a second, GETRANGE of the key's value
+// cut after the cap, for a duplicate, a reused key or a value this package
+// did not write; then, in another round trip, the claim script for a key
+// in progress, whose lease the server's clock judges in the script, or a
+// record with a result over the cap (see plainClaim). The token is 64
 // random bits, never zero, drawn in this process from math/rand/v2's
 // ChaCha8 generator, which the runtime seeds from the operating system's
 // entropy: tokens owe nothing to Redis's state, so a key's record that
@@ -242,14 +263,19 @@ func (s *Store) Claim(ctx context.Context, a storage.ClaimArgs) (storage.Claim, 
 	if err := checkClaim("Claim", a); err != nil {
 		return storage.Claim{}, err
 	}
+	if err := s.policy.err(ctx, "Claim"); err != nil {
+		return storage.Claim{}, err
+	}
 	return s.claim(ctx, a, newToken())
 }
 
-// claim claims a with the token t: by a plain command (see plainClaim),
-// then, for a key in progress, by the claim script.
+// claim claims a with the token t: by a plain command, and a read of a
+// key it finds taken (see plainClaim), then, for a key in progress, by the
+// claim script.
 func (s *Store) claim(ctx context.Context, a storage.ClaimArgs, t storage.Token) (storage.Claim, error) {
 	args := s.claimArgs(a, t)
-	plain := newPlainClaim(ctx, make([]any, 0, plainClaimArgs), s.RedisKey(a.Key), args[0].([]byte), args[1])
+	nv := args[0].([]byte)
+	plain := newPlainClaim(ctx, make([]any, 0, plainClaimArgs), s.RedisKey(a.Key), nv, args[1])
 	sent := time.Now()
 	if _, err := await(ctx, func() struct{} {
 		_ = s.client.Process(ctx, plain.set) // the command carries its error
@@ -257,7 +283,21 @@ func (s *Store) claim(ctx context.Context, a storage.ClaimArgs, t storage.Token)
 	}); err != nil {
 		return storage.Claim{}, unavailable(ctx, "Claim", err)
 	}
-	reply, needsScript, err := plain.reply(args[0].([]byte), s.cfg.MaxValueSize)
+	var reply any
+	created, err := plain.created()
+	needsScript := false
+	if err == nil && created {
+		reply = int64(replyCreated)
+	} else if err == nil {
+		plain = plain.read(ctx, nv, s.cfg.MaxValueSize)
+		if _, err := await(ctx, func() struct{} {
+			_ = s.client.Process(ctx, plain.get)
+			return struct{}{}
+		}); err != nil {
+			return storage.Claim{}, unavailable(ctx, "Claim", err)
+		}
+		reply, needsScript, err = plain.reply(nv, s.cfg.MaxValueSize)
+	}
 	switch {
 	case redis.IsOOMError(err):
 		// A full Redis refuses SET, a write, before it runs, even for a
@@ -563,42 +603,70 @@ func holderReply(op string, reply any) error {
 // *storage.ValueTooLargeError as for Claim; any other failure wraps
 // storage.ErrStoreUnavailable.
 func (s *Store) Get(ctx context.Context, key string) (storage.Record, error) {
+	rec, size, err := s.get(ctx, "Get", key)
+	if err == nil && size > 0 {
+		return storage.Record{}, s.tooLarge(key, size)
+	}
+	return rec, err
+}
+
+// get reads the record of key with the get script, which leaves out a
+// result longer than Config.MaxValueSize: rec is then the record without
+// it, and size its length.
+func (s *Store) get(ctx context.Context, op, key string) (rec storage.Record, size int, err error) {
 	reply, err := s.run(ctx, s.eval(ctx, getScript, resendable, key, s.cfg.MaxValueSize))
 	if err != nil {
 		if errors.Is(err, redis.Nil) {
-			return storage.Record{}, storage.ErrNotFound
+			return storage.Record{}, 0, storage.ErrNotFound
 		}
-		return storage.Record{}, unavailable(ctx, "Get", err)
+		return storage.Record{}, 0, unavailable(ctx, op, err)
 	}
 	r, ok := reply.([]any)
 	if !ok {
-		return storage.Record{}, badReply("Get", reply)
+		return storage.Record{}, 0, badReply(op, reply)
 	}
 	if len(r) == 0 {
-		return storage.Record{}, storage.ErrNotFound
+		return storage.Record{}, 0, storage.ErrNotFound
 	}
-	return s.recordReply(key, r)
+	return decodeReply(key, r)
 }
 
 // recordReply decodes the record of key from a script's reply r: its value
 // and, when known, its expiry ms, and after them the length of a result
-// longer than Config.MaxValueSize that the script left out of the value.
+// longer than Config.MaxValueSize that the script left out of the value,
+// which it refuses with a *storage.ValueTooLargeError.
 func (s *Store) recordReply(key string, r []any) (storage.Record, error) {
+	rec, size, err := decodeReply(key, r)
+	if err == nil && size > 0 {
+		return storage.Record{}, s.tooLarge(key, size)
+	}
+	return rec, err
+}
+
+// decodeReply decodes r as recordReply does, and returns the record
+// without the result the script left out, and that result's length.
+func decodeReply(key string, r []any) (rec storage.Record, size int, err error) {
 	if _, other := r[0].(int64); other { // the scripts' mark of a key of another type
-		return storage.Record{}, fmt.Errorf("%w: the key holds a value of another type (a hash, a list…), not a string", ErrUnknownFormat)
+		return storage.Record{}, 0, fmt.Errorf("%w: the key holds a value of another type (a hash, a list…), not a string", ErrUnknownFormat)
 	}
 	v, _ := r[0].(string)
 	var expires int64
 	if len(r) > 1 {
 		expires, _ = r[1].(int64)
 	}
-	rec, err := decodeRecord(key, v, expires)
+	rec, err = decodeRecord(key, v, expires)
 	if err == nil && len(r) > 2 {
-		size, _ := r[2].(int64)
-		// A copy of the key: Claim's may be lent (see storage.Store).
-		return storage.Record{}, &storage.ValueTooLargeError{Store: "redisstore", Size: int(size), Max: s.cfg.MaxValueSize, Key: strings.Clone(key), Stored: true}
+		n, _ := r[2].(int64)
+		size = max(int(n), 1)
 	}
-	return rec, err
+	return rec, size, err
+}
+
+// tooLarge returns the refusal of key's record, whose result of size bytes
+// is longer than Config.MaxValueSize.
+func (s *Store) tooLarge(key string, size int) error {
+	// A copy of the key: Claim's may be lent (see storage.Store).
+	return &storage.ValueTooLargeError{Store: "redisstore", Size: size, Max: s.cfg.MaxValueSize, Key: strings.Clone(key), Stored: true}
 }
 
 // Delete implements [storage.Store.Delete] with one DEL. Errors: any failure

@@ -23,7 +23,7 @@
 // for a write), synchronous FULL (a stored outcome survives a crash of the
 // process and of the machine; Config.Synchronous says what NORMAL risks),
 // a busy timeout (a write that cannot have SQLite's write lock in time
-// fails with idem.ErrStoreUnavailable rather than hanging), and
+// fails with storage.ErrStoreUnavailable rather than hanging), and
 // transactions that begin IMMEDIATE. It creates the records table
 // ([Migrate]): keys are BLOBs, any bytes compared byte for byte; times are
 // microseconds of the Store's clock (Config.Now).

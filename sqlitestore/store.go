@@ -371,7 +371,7 @@ func (r *record) tooLarge(key string, limit int) error {
 	return nil
 }
 
-// idemRecord is r as an storage.Record of key.
+// idemRecord is r as a storage.Record of key.
 func (r *record) idemRecord(key string, fp []byte) storage.Record {
 	rec := storage.Record{
 		Key:         key,

@@ -185,7 +185,7 @@ func (d dialect) Claim(ctx context.Context, tx *sql.Tx, c *txguard.Call) (storag
 	return cl, keyReused(err, c)
 }
 
-// keyReused names the caller's key in an storage.ErrKeyReused.
+// keyReused names the caller's key in a storage.ErrKeyReused.
 func keyReused(err error, c *txguard.Call) error {
 	if errors.Is(err, storage.ErrKeyReused) {
 		return fmt.Errorf("%w (key %q)", err, c.Key)

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -193,64 +194,17 @@ type benchRow struct {
 func benchHTTP(ctx context.Context, o benchHTTPOptions, stdout, stderr io.Writer) (rows []benchRow, err error) {
 	// Every store is opened before any load runs, so one that cannot be
 	// reached fails the command at once rather than minutes in.
-	targets := []benchTarget{{name: "baseline", baseline: true}}
-	taken := map[string]bool{"baseline": true}
 	runID := time.Now().UnixNano()
-	for _, raw := range o.stores {
-		s, closeStore, openErr := openStore(ctx, withPoolSize(raw, o.clients))
-		if openErr != nil {
-			return nil, openErr
-		}
-		defer func() { err = errors.Join(err, closeStore()) }() // err: the result
-		t := benchTarget{name: raw, url: raw, store: s}
-		if u, err := url.Parse(raw); err == nil { // openStore parsed it
-			t.name = u.Scheme
-			if _, ok := u.User.Password(); ok {
-				t.url = storeurl.Redact(u.String())
-			}
-			switch u.Scheme {
-			case "rediss":
-				t.name = "redis"
-			case "postgresql":
-				t.name = "postgres"
-			}
-		}
-		if taken[t.name] {
-			t.name = t.url
-		}
-		taken[t.name] = true
-		targets = append(targets, t)
-		if !o.bare {
-			continue
-		}
-		bare, err := openBare(ctx, withPoolSize(raw, o.clients), runID)
-		if err != nil {
-			return nil, err
-		}
-		if bare != nil {
-			defer func() { err = errors.Join(err, bare.close()) }()
-			targets = append(targets, benchTarget{name: t.name + ", bare", url: t.url, bare: bare})
-		}
+	targets, closeTargets, err := openHTTPTargets(ctx, o, runID)
+	defer func() { err = errors.Join(err, closeTargets()) }() // err: the result
+	if err != nil {
+		return nil, err
 	}
-
 	passes := []benchPass{{name: "fresh"}}
 	if o.repeat > 0 {
 		passes = append(passes, benchPass{name: "repeat", repeat: o.repeat})
 	}
-	fmt.Fprintf(stdout, "idem-bench http: POST to a handler that sleeps %v, %d clients in a closed loop (vegeta), %v per row\n",
-		o.sleep, o.clients, o.duration)
-	fmt.Fprint(stdout, "passes: fresh sends a new Idempotency-Key with every request")
-	if o.repeat > 0 {
-		fmt.Fprintf(stdout, "; repeat resends, with %.0f%% of its requests, the key of an answered request", o.repeat*100)
-	}
-	fmt.Fprintln(stdout)
-	for _, t := range targets[1:] {
-		if t.bare != nil {
-			fmt.Fprintf(stdout, "%s: the same server's bare writes per request, a claim before the handler and the outcome after it, without idem\n", t.name)
-			continue
-		}
-		fmt.Fprintf(stdout, "%s: idemhttp over %s\n", t.name, t.url)
-	}
+	writeHTTPHeader(stdout, o, targets)
 
 	// Each row's load runs in rounds, and every round runs each row of the
 	// pass once, in turn: on a shared machine whose speed drifts, the drift
@@ -278,7 +232,93 @@ func benchHTTP(ctx context.Context, o benchHTTPOptions, stdout, stderr io.Writer
 		}
 	}
 	compareToBaseline(rows)
+	return rows, writeHTTPResults(stdout, stderr, o, rows)
+}
 
+// openHTTPTargets opens the stores of o, and their bare rows with o.bare,
+// and returns the targets, the baseline first, with the function that
+// closes what it opened (it closes it at once when it fails).
+func openHTTPTargets(ctx context.Context, o benchHTTPOptions, runID int64) (targets []benchTarget, closeAll func() error, err error) {
+	var closers []func() error
+	closeAll = func() error {
+		var errs []error
+		for _, c := range slices.Backward(closers) {
+			errs = append(errs, c())
+		}
+		closers = nil
+		return errors.Join(errs...)
+	}
+	targets = []benchTarget{{name: "baseline", baseline: true}}
+	taken := map[string]bool{"baseline": true}
+	for _, raw := range o.stores {
+		s, closeStore, err := openStore(ctx, withPoolSize(raw, o.clients))
+		if err != nil {
+			return nil, closeAll, err
+		}
+		closers = append(closers, closeStore)
+		name, shown := targetName(raw)
+		t := benchTarget{name: name, url: shown, store: s}
+		if taken[t.name] {
+			t.name = t.url
+		}
+		taken[t.name] = true
+		targets = append(targets, t)
+		if !o.bare {
+			continue
+		}
+		bare, err := openBare(ctx, withPoolSize(raw, o.clients), runID)
+		if err != nil {
+			return nil, closeAll, err
+		}
+		if bare != nil {
+			closers = append(closers, bare.close)
+			targets = append(targets, benchTarget{name: t.name + ", bare", url: t.url, bare: bare})
+		}
+	}
+	return targets, closeAll, nil
+}
+
+// targetName returns the name of the store of raw in the table, its
+// scheme, and its URL as shown, without its password.
+func targetName(raw string) (name, shown string) {
+	u, err := url.Parse(raw)
+	if err != nil { // openStore parsed it
+		return raw, raw
+	}
+	name, shown = u.Scheme, raw
+	if _, ok := u.User.Password(); ok {
+		shown = storeurl.Redact(u.String())
+	}
+	switch u.Scheme {
+	case "rediss":
+		name = "redis"
+	case "postgresql":
+		name = "postgres"
+	}
+	return name, shown
+}
+
+// writeHTTPHeader writes what the run does, and what each target is.
+func writeHTTPHeader(stdout io.Writer, o benchHTTPOptions, targets []benchTarget) {
+	fmt.Fprintf(stdout, "idem-bench http: POST to a handler that sleeps %v, %d clients in a closed loop (vegeta), %v per row\n",
+		o.sleep, o.clients, o.duration)
+	fmt.Fprint(stdout, "passes: fresh sends a new Idempotency-Key with every request")
+	if o.repeat > 0 {
+		fmt.Fprintf(stdout, "; repeat resends, with %.0f%% of its requests, the key of an answered request", o.repeat*100)
+	}
+	fmt.Fprintln(stdout)
+	for _, t := range targets[1:] {
+		if t.bare != nil {
+			fmt.Fprintf(stdout, "%s: the same server's bare writes per request, a claim before the handler and the outcome after it, without idem\n", t.name)
+			continue
+		}
+		fmt.Fprintf(stdout, "%s: idemhttp over %s\n", t.name, t.url)
+	}
+}
+
+// writeHTTPResults writes the table, the errors of each row, and the JSON
+// of --json and --report, and fails when a row had errors.
+func writeHTTPResults(stdout, stderr io.Writer, o benchHTTPOptions, rows []benchRow) error {
 	fmt.Fprintln(stdout)
 	writeBenchTable(stdout, rows)
 	var failed, total uint64
@@ -298,19 +338,19 @@ func benchHTTP(ctx context.Context, o benchHTTPOptions, stdout, stderr io.Writer
 	if o.json {
 		b, err := json.MarshalIndent(report, "", "  ")
 		if err != nil {
-			return rows, err
+			return err
 		}
 		fmt.Fprintf(stdout, "\n%s\n", b)
 	}
 	if o.report != "" {
 		if err := writeHTTPReport(o.report, report, stderr); err != nil {
-			return rows, err
+			return err
 		}
 	}
 	if failed > 0 {
-		return rows, fmt.Errorf("idem-bench: http: %d of %d requests were not answered 2xx (see the table): those rows do not measure what they claim", failed, total)
+		return fmt.Errorf("idem-bench: http: %d of %d requests were not answered 2xx (see the table): those rows do not measure what they claim", failed, total)
 	}
-	return rows, nil
+	return nil
 }
 
 // benchHTTPReport is the JSON of --json and --report.
@@ -348,26 +388,11 @@ func (a *rowAcc) row(t benchTarget, p benchPass) benchRow {
 // benchHTTPRound serves t's handler in a fresh namespace, drives it for d
 // and adds what it measured to acc.
 func benchHTTPRound(ctx context.Context, o benchHTTPOptions, t benchTarget, p benchPass, namespace string, d time.Duration, acc *rowAcc) error {
-	h := benchHandler(o.sleep)
-	switch {
-	case t.bare != nil:
-		h = bareMiddleware(t.bare, namespace, h)
-	case !t.baseline:
-		// Wait stays 0: a request whose key is in progress gets 409 at
-		// once, and shows in the errors column. The repeat pass never sends
-		// one (see keyPool), so a 409 would be a fault of the benchmark,
-		// which waiting would hide as latency.
-		g, err := idem.New(t.store, idem.Config{Namespace: namespace, Retention: benchRetention})
-		if err != nil {
-			return err
-		}
-		defer g.Close()
-		mw, err := idemhttp.New(g, idemhttp.WithSharedScope()) // one load generator: one caller
-		if err != nil {
-			return err
-		}
-		h = mw(h)
+	h, closeGuard, err := benchHTTPHandler(o, t, namespace)
+	if err != nil {
+		return err
 	}
+	defer closeGuard()
 	target, stopServer, err := serveBench(h)
 	if err != nil {
 		return err
@@ -388,28 +413,9 @@ func benchHTTPRound(ctx context.Context, o benchHTTPOptions, t benchTarget, p be
 
 	var (
 		pool    keyPool
-		seq     atomic.Uint64
 		repeats atomic.Uint64
 	)
-	targeter := func(tgt *vegeta.Target) error {
-		var key string
-		if p.repeat > 0 && rand.Float64() < p.repeat {
-			if k, ok := pool.pick(); ok {
-				key = k
-				repeats.Add(1)
-			}
-		}
-		if key == "" {
-			key = "k" + strconv.FormatUint(seq.Add(1), 10)
-		}
-		*tgt = vegeta.Target{
-			Method: http.MethodPost,
-			URL:    target,
-			Body:   benchBody,
-			Header: http.Header{"Content-Type": {"application/json"}, idemhttp.DefaultHeader: {key}},
-		}
-		return nil
-	}
+	targeter := keyTargeter(target, p, &pool, &repeats)
 
 	// Metrics keeps the latencies in a t-digest; only the counts of
 	// replays and errors are ours, since they need the status and headers.
@@ -435,6 +441,58 @@ func benchHTTPRound(ctx context.Context, o benchHTTPOptions, t benchTarget, p be
 	acc.repeats += repeats.Load()
 	acc.wall += m.Duration + m.Wait
 	return nil
+}
+
+// benchHTTPHandler returns the handler of t's row, serving in namespace,
+// and the function that closes its Guard.
+func benchHTTPHandler(o benchHTTPOptions, t benchTarget, namespace string) (http.Handler, func(), error) {
+	h := benchHandler(o.sleep)
+	switch {
+	case t.bare != nil:
+		return bareMiddleware(t.bare, namespace, h), func() {}, nil
+	case t.baseline:
+		return h, func() {}, nil
+	}
+	// Wait stays 0: a request whose key is in progress gets 409 at once,
+	// and shows in the errors column. The repeat pass never sends one (see
+	// keyPool), so a 409 would be a fault of the benchmark, which waiting
+	// would hide as latency.
+	g, err := idem.New(t.store, idem.Config{Namespace: namespace, Retention: benchRetention})
+	if err != nil {
+		return nil, nil, err
+	}
+	mw, err := idemhttp.New(g, idemhttp.WithSharedScope()) // one load generator: one caller
+	if err != nil {
+		g.Close()
+		return nil, nil, err
+	}
+	return mw(h), func() { g.Close() }, nil
+}
+
+// keyTargeter returns the targeter of a row of pass p: a POST to target
+// with a new key, or, with probability p.repeat, the key of an answered
+// request from pool, counted in repeats.
+func keyTargeter(target string, p benchPass, pool *keyPool, repeats *atomic.Uint64) vegeta.Targeter {
+	var seq atomic.Uint64
+	return func(tgt *vegeta.Target) error {
+		var key string
+		if p.repeat > 0 && rand.Float64() < p.repeat {
+			if k, ok := pool.pick(); ok {
+				key = k
+				repeats.Add(1)
+			}
+		}
+		if key == "" {
+			key = "k" + strconv.FormatUint(seq.Add(1), 10)
+		}
+		*tgt = vegeta.Target{
+			Method: http.MethodPost,
+			URL:    target,
+			Body:   benchBody,
+			Header: http.Header{"Content-Type": {"application/json"}, idemhttp.DefaultHeader: {key}},
+		}
+		return nil
+	}
 }
 
 // withPoolSize returns the store URL raw with its connection pool sized to

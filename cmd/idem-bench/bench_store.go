@@ -58,7 +58,30 @@ func parseBenchStoreFlags(args []string, stderr io.Writer) (benchStoreOptions, e
 	fs.BoolVar(&o.json, "json", false, "also print the results as JSON, after the table")
 	fs.StringVar(&o.report, "report", "", reportUsage)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), `Usage: idem-bench store --store URL [flags]
+		fmt.Fprint(fs.Output(), benchStoreUsage)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return o, err
+	}
+	switch {
+	case o.store == "":
+		return o, usageErrorf("idem-bench: store: --store is required")
+	case o.rounds < 1:
+		return o, usageErrorf("idem-bench: --rounds %d: must be at least 1", o.rounds)
+	case o.duration <= 0:
+		return o, usageErrorf("idem-bench: --duration %v: must be positive", o.duration)
+	case o.ops < 0:
+		return o, usageErrorf("idem-bench: --ops %d: must not be negative", o.ops)
+	}
+	if err := o.parseLists(goroutines, cases, sides); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+// benchStoreUsage is the help of idem-bench store, before its flags.
+const benchStoreUsage = `Usage: idem-bench store --store URL [flags]
 
 Measures the store at --store beside its bare side: the least a client of
 the same server does for the same work, with the same client library,
@@ -96,26 +119,14 @@ one connection per goroutine; Redis a client whose pool has one per
 goroutine of the largest count.
 
 Flags:
-`)
-		fs.PrintDefaults()
-	}
-	if err := parseFlags(fs, args); err != nil {
-		return o, err
-	}
-	switch {
-	case o.store == "":
-		return o, usageErrorf("idem-bench: store: --store is required")
-	case o.rounds < 1:
-		return o, usageErrorf("idem-bench: --rounds %d: must be at least 1", o.rounds)
-	case o.duration <= 0:
-		return o, usageErrorf("idem-bench: --duration %v: must be positive", o.duration)
-	case o.ops < 0:
-		return o, usageErrorf("idem-bench: --ops %d: must not be negative", o.ops)
-	}
+`
+
+// parseLists parses the flags that list goroutines, cases and sides.
+func (o *benchStoreOptions) parseLists(goroutines, cases, sides string) error {
 	for _, f := range commaList(goroutines) {
 		g, err := strconv.Atoi(f)
 		if err != nil || g < 1 || g > 1024 {
-			return o, usageErrorf("idem-bench: --goroutines %q: want numbers from 1 to 1024, comma-separated", goroutines)
+			return usageErrorf("idem-bench: --goroutines %q: want numbers from 1 to 1024, comma-separated", goroutines)
 		}
 		o.goroutines = append(o.goroutines, g)
 	}
@@ -123,16 +134,16 @@ Flags:
 		o.cases = commaList(cases)
 		for _, c := range o.cases {
 			if !slices.Contains(storeBenchCases, c) {
-				return o, usageErrorf("idem-bench: --cases: unknown case %q (cases: %s)", c, strings.Join(storeBenchCases, ", "))
+				return usageErrorf("idem-bench: --cases: unknown case %q (cases: %s)", c, strings.Join(storeBenchCases, ", "))
 			}
 		}
 	}
 	o.sides = commaList(sides)
 	if slices.ContainsFunc(o.sides, func(s string) bool { return s != "store" && s != "bare" }) ||
 		len(o.sides) > 2 || len(o.sides) == 2 && o.sides[0] == o.sides[1] {
-		return o, usageErrorf("idem-bench: --sides %q: want store, bare or store,bare", sides)
+		return usageErrorf("idem-bench: --sides %q: want store, bare or store,bare", sides)
 	}
-	return o, nil
+	return nil
 }
 
 // commaList returns the comma-separated items of s, trimmed.
@@ -346,34 +357,9 @@ func benchStore(ctx context.Context, o benchStoreOptions, stdout, stderr io.Writ
 				}
 				for _, side := range sides {
 					phase++
-					ready, ops, rates, allocs, wal := c.store, &r.StoreOps, &r.StoreKeysPS, &r.StoreAllocs, &r.StoreWAL
-					if side == "bare" {
-						ready, ops, rates, allocs, wal = c.bare, &r.BareOps, &r.BareKeysPS, &r.BareAllocs, &r.BareWAL
-					}
-					op, release, err := ready(ctx, g)
-					if err != nil {
-						return report, fmt.Errorf("idem-bench: store: %s, %s side: %w", c.name, side, err)
-					}
-					var walStart, walEnd int64
-					if t.walPosition != nil {
-						walStart, err = t.walPosition(ctx)
-					}
-					var p storeBenchPhase
-					if err == nil {
-						p, err = measureSide(ctx, g, o.duration, o.ops, fmt.Sprintf("order-%d-%d-", report.Started.UnixNano(), phase), op)
-					}
-					if err == nil && t.walPosition != nil {
-						walEnd, err = t.walPosition(ctx)
-					}
-					release()
-					if err != nil {
-						return report, fmt.Errorf("idem-bench: store: %s on %d goroutines, %s side: %w", c.name, g, side, err)
-					}
-					*ops = append(*ops, p.ops)
-					*rates = append(*rates, float64(p.ops*c.keys)/p.elapsed.Seconds())
-					*allocs = append(*allocs, p.allocs)
-					if t.walPosition != nil && p.ops > 0 {
-						*wal = append(*wal, float64(walEnd-walStart)/float64(p.ops*c.keys))
+					prefix := fmt.Sprintf("order-%d-%d-", report.Started.UnixNano(), phase)
+					if err := runStoreSide(ctx, o, t, c, g, side, prefix, r); err != nil {
+						return report, err
 					}
 				}
 				if len(r.StoreKeysPS) == round+1 && len(r.BareKeysPS) == round+1 && r.BareKeysPS[round] > 0 {
@@ -387,20 +373,58 @@ func benchStore(ctx context.Context, o benchStoreOptions, stdout, stderr io.Writ
 			return report, fmt.Errorf("idem-bench: store: memory per record: %w", err)
 		}
 	}
+	return report, writeStoreResults(stdout, stderr, o, report)
+}
+
+// runStoreSide runs one side of case c on g goroutines, its keys named
+// after prefix, and adds what it measured to row r.
+func runStoreSide(ctx context.Context, o benchStoreOptions, t *storeBenchTarget, c storeBenchCase, g int, side, prefix string, r *benchStoreRow) error {
+	ready, ops, rates, allocs, wal := c.store, &r.StoreOps, &r.StoreKeysPS, &r.StoreAllocs, &r.StoreWAL
+	if side == "bare" {
+		ready, ops, rates, allocs, wal = c.bare, &r.BareOps, &r.BareKeysPS, &r.BareAllocs, &r.BareWAL
+	}
+	op, release, err := ready(ctx, g)
+	if err != nil {
+		return fmt.Errorf("idem-bench: store: %s, %s side: %w", c.name, side, err)
+	}
+	var walStart, walEnd int64
+	if t.walPosition != nil {
+		walStart, err = t.walPosition(ctx)
+	}
+	var p storeBenchPhase
+	if err == nil {
+		p, err = measureSide(ctx, g, o.duration, o.ops, prefix, op)
+	}
+	if err == nil && t.walPosition != nil {
+		walEnd, err = t.walPosition(ctx)
+	}
+	release()
+	if err != nil {
+		return fmt.Errorf("idem-bench: store: %s on %d goroutines, %s side: %w", c.name, g, side, err)
+	}
+	*ops = append(*ops, p.ops)
+	*rates = append(*rates, float64(p.ops*c.keys)/p.elapsed.Seconds())
+	*allocs = append(*allocs, p.allocs)
+	if t.walPosition != nil && p.ops > 0 {
+		*wal = append(*wal, float64(walEnd-walStart)/float64(p.ops*c.keys))
+	}
+	return nil
+}
+
+// writeStoreResults writes the table, and the JSON of --json and --report.
+func writeStoreResults(stdout, stderr io.Writer, o benchStoreOptions, report benchStoreReport) error {
 	writeBenchStoreTable(stdout, report, o)
 	if o.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(report); err != nil {
-			return report, err
+			return err
 		}
 	}
 	if o.report != "" {
-		if err := writeStoreReport(o.report, report, stderr); err != nil {
-			return report, err
-		}
+		return writeStoreReport(o.report, report, stderr)
 	}
-	return report, nil
+	return nil
 }
 
 // median returns the median of xs (0 for none).

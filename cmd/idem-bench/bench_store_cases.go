@@ -325,23 +325,61 @@ func redisBenchTarget(ctx context.Context, raw string, maxG int) (*storeBenchTar
 	shown := storeurl.Redact(u.String())
 	base := cmp.Or(u.Query().Get("prefix"), "idem-bench:")
 	dropParam(u, "prefix")
+	c, server, err := redisBenchClient(ctx, u, shown, maxG)
+	if err != nil {
+		return nil, err
+	}
+	prefix := base + strings.ToLower(rand.Text()[:12]) + ":"
+	s, err := redisstore.New(c, redisstore.Config{Prefix: prefix + "store:"})
+	if err != nil {
+		c.Close()
+		return nil, usageErrorf("idem-bench: --store %s: %v", shown, err)
+	}
+	bare := &redisBare{c: c, prefix: prefix}
+	prepare := once(func(ctx context.Context) error {
+		for _, k := range bare.dupKeys() {
+			if err := c.Set(ctx, k, storeBenchResult, time.Hour).Err(); err != nil {
+				return err
+			}
+		}
+		return prepareDuplicates(ctx, s)
+	})
+	shared := func(context.Context, int) (storage.Store, func(), error) { return s, func() {}, nil }
+	dupStore := func(ctx context.Context, _ int) (storage.Store, func(), error) { return s, func() {}, prepare(ctx) }
+	return &storeBenchTarget{
+		url:    shown,
+		server: server,
+		cases:  cases(storeSides(shared, dupStore), bare.sides(prepare)),
+		memory: func(ctx context.Context) (*storeBenchMemory, error) { return redisMemoryPerRecord(ctx, c) },
+		// The run's keys, store's and bare's, all under prefix: millions of
+		// them after a long run, each kept for the retention. Left behind,
+		// they would slow every SCAN of the server's other users for a day.
+		close: func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			return errors.Join(unlinkPrefix(ctx, c, prefix), c.Close())
+		},
+	}, nil
+}
+
+// redisBenchClient returns a client of the Redis at u (shown as shown)
+// with a connection for each of maxG goroutines, made before any phase is
+// timed, and the bare scripts loaded; and the server's name and version.
+func redisBenchClient(ctx context.Context, u *url.URL, shown string, maxG int) (*redis.Client, string, error) {
 	opts, err := redis.ParseURL(u.String())
 	if err != nil {
-		return nil, usageErrorf("idem-bench: --store %s: %v", shown, err)
+		return nil, "", usageErrorf("idem-bench: --store %s: %v", shown, err)
 	}
 	if !u.Query().Has("pool_size") {
 		opts.PoolSize = maxG
 	}
 	c := redis.NewClient(opts)
-	fail := func(err error) (*storeBenchTarget, error) {
-		c.Close()
-		return nil, err
-	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	info, err := c.Info(pctx, "server").Result()
 	if err != nil {
-		return fail(fmt.Errorf("idem-bench: --store %s: cannot reach Redis: %w: %w", shown, idem.ErrStoreUnavailable, err))
+		c.Close()
+		return nil, "", fmt.Errorf("idem-bench: --store %s: cannot reach Redis: %w: %w", shown, idem.ErrStoreUnavailable, err)
 	}
 	server := "Redis"
 	for line := range strings.Lines(info) {
@@ -349,7 +387,6 @@ func redisBenchTarget(ctx context.Context, raw string, maxG int) (*storeBenchTar
 			server += " " + v
 		}
 	}
-	// A connection for every goroutine before any phase is timed.
 	var wg sync.WaitGroup
 	for range maxG {
 		wg.Go(func() { c.Ping(pctx) })
@@ -357,35 +394,38 @@ func redisBenchTarget(ctx context.Context, raw string, maxG int) (*storeBenchTar
 	wg.Wait()
 	for _, s := range []*redis.Script{bareRedisClaim, bareRedisComplete} {
 		if err := s.Load(ctx, c).Err(); err != nil {
-			return fail(err)
+			c.Close()
+			return nil, "", err
 		}
 	}
+	return c, server, nil
+}
 
-	prefix := base + strings.ToLower(rand.Text()[:12]) + ":"
-	s, err := redisstore.New(c, redisstore.Config{Prefix: prefix + "store:"})
-	if err != nil {
-		return fail(usageErrorf("idem-bench: --store %s: %v", shown, err))
-	}
-	bareKey := func(key string) string { return prefix + "bare:" + key }
-	retention := storeBenchRetention.Milliseconds()
-	bareDupKeys := make([]string, storeBenchDups)
+// redisBare is the bare side of a Redis target: the bare scripts on c,
+// over keys under prefix.
+type redisBare struct {
+	c      *redis.Client
+	prefix string
+}
+
+func (b *redisBare) key(key string) string { return b.prefix + "bare:" + key }
+
+// dupKeys are the keys of the completed records the duplicate case reads.
+func (b *redisBare) dupKeys() []string {
+	keys := make([]string, storeBenchDups)
 	for i, k := range storeBenchDupKeys {
-		bareDupKeys[i] = bareKey(k)
+		keys[i] = b.key(k)
 	}
-	prepare := once(func(ctx context.Context) error {
-		for _, k := range bareDupKeys {
-			if err := c.Set(ctx, k, storeBenchResult, time.Hour).Err(); err != nil {
-				return err
-			}
-		}
-		return prepareDuplicates(ctx, s)
-	})
+	return keys
+}
 
-	shared := func(context.Context, int) (storage.Store, func(), error) { return s, func() {}, nil }
-	dupStore := func(ctx context.Context, _ int) (storage.Store, func(), error) { return s, func() {}, prepare(ctx) }
+// sides are the bare sides of the cases; prepare writes the duplicates'
+// records.
+func (b *redisBare) sides(prepare func(context.Context) error) map[string]storeBenchSide {
+	c, retention, dupKeys := b.c, storeBenchRetention.Milliseconds(), b.dupKeys()
 	claimComplete := func(context.Context, int) (storeBenchOp, func(), error) {
 		return func(ctx context.Context, w *storeBenchWorker, i int) error {
-			key, token := bareKey(w.key(i)), strconv.Itoa(i+1)
+			key, token := b.key(w.key(i)), strconv.Itoa(i+1)
 			ok, err := bareRedisClaim.Run(ctx, c, []string{key}, token, storeBenchLease.Milliseconds()).Int()
 			if err != nil {
 				return err
@@ -396,7 +436,7 @@ func redisBenchTarget(ctx context.Context, raw string, maxG int) (*storeBenchTar
 			return bareRedisComplete.Run(ctx, c, []string{key}, token, storeBenchResult, retention).Err()
 		}, func() {}, nil
 	}
-	bare := map[string]storeBenchSide{
+	return map[string]storeBenchSide{
 		"claim-complete": claimComplete,
 		"do":             claimComplete,
 		"claim-batch": func(context.Context, int) (storeBenchOp, func(), error) {
@@ -404,7 +444,7 @@ func redisBenchTarget(ctx context.Context, raw string, maxG int) (*storeBenchTar
 				p := c.Pipeline()
 				cmds := make([]*redis.Cmd, storeBenchBatch)
 				for j := range cmds {
-					cmds[j] = bareRedisClaim.EvalSha(ctx, p, []string{bareKey(w.key(i*storeBenchBatch + j))}, i*storeBenchBatch+j+1, storeBenchLease.Milliseconds())
+					cmds[j] = bareRedisClaim.EvalSha(ctx, p, []string{b.key(w.key(i*storeBenchBatch + j))}, i*storeBenchBatch+j+1, storeBenchLease.Milliseconds())
 				}
 				if _, err := p.Exec(ctx); err != nil {
 					return err
@@ -419,24 +459,10 @@ func redisBenchTarget(ctx context.Context, raw string, maxG int) (*storeBenchTar
 		},
 		"do-duplicate": func(ctx context.Context, _ int) (storeBenchOp, func(), error) {
 			return func(ctx context.Context, _ *storeBenchWorker, i int) error {
-				return c.Get(ctx, bareDupKeys[i%storeBenchDups]).Err()
+				return c.Get(ctx, dupKeys[i%storeBenchDups]).Err()
 			}, func() {}, prepare(ctx)
 		},
 	}
-	return &storeBenchTarget{
-		url:    shown,
-		server: server,
-		cases:  cases(storeSides(shared, dupStore), bare),
-		memory: func(ctx context.Context) (*storeBenchMemory, error) { return redisMemoryPerRecord(ctx, c) },
-		// The run's keys, store's and bare's, all under prefix: millions of
-		// them after a long run, each kept for the retention. Left behind,
-		// they would slow every SCAN of the server's other users for a day.
-		close: func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			return errors.Join(unlinkPrefix(ctx, c, prefix), c.Close())
-		},
-	}, nil
 }
 
 // unlinkPrefix deletes every key of c's server under prefix.
@@ -510,7 +536,6 @@ func postgresBenchTarget(ctx context.Context, raw string) (t *storeBenchTarget, 
 	if err != nil {
 		return nil, err
 	}
-	cfg := setup.Config()
 	schema := "idem_bench_" + strconv.FormatInt(time.Now().Unix(), 10) + "_" + strings.ToLower(rand.Text()[:8])
 	dropSchema := func() error {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
@@ -524,17 +549,9 @@ func postgresBenchTarget(ctx context.Context, raw string) (t *storeBenchTarget, 
 			err = errors.Join(err, dropSchema())
 		}
 	}()
-	table, bareTable := schema+"."+pgstore.DefaultTable, schema+".bare"
-	ledger := schema + ".ledger"
-	if _, err := setup.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		return nil, err
-	}
-	for _, t := range []string{table, bareTable} {
-		if err := pgstore.Migrate(ctx, setup, t); err != nil {
-			return nil, err
-		}
-	}
-	if _, err := setup.Exec(ctx, "CREATE TABLE "+ledger+" (id bigserial PRIMARY KEY, key text NOT NULL, amount int NOT NULL)"); err != nil {
+	b := &pgBench{setup: setup, cfg: setup.Config(),
+		table: schema + "." + pgstore.DefaultTable, bareTable: schema + ".bare", ledger: schema + ".ledger"}
+	if err := b.createTables(ctx, schema); err != nil {
 		return nil, err
 	}
 	var version, syncCommit, fsync string
@@ -543,52 +560,120 @@ func postgresBenchTarget(ctx context.Context, raw string) (t *storeBenchTarget, 
 	if err != nil {
 		return nil, err
 	}
-	prepare := once(func(ctx context.Context) error {
-		s, err := pgstore.New(setup, pgstore.Config{Table: table})
-		if err != nil {
+	b.prepare = once(b.prepareDuplicates)
+	return &storeBenchTarget{
+		url:         storeurl.Redact(u.String()),
+		server:      fmt.Sprintf("PostgreSQL %s  synchronous_commit=%s  fsync=%s", version, syncCommit, fsync),
+		cases:       cases(b.storeSides(), b.bareSides()),
+		close:       dropSchema,
+		walPosition: b.walPosition,
+	}, nil
+}
+
+// pgBench is the PostgreSQL target of a run: its tables, in the run's
+// schema, and the pool that made them.
+type pgBench struct {
+	setup                    *pgxpool.Pool // the tables', the duplicates' and the WAL position's
+	cfg                      *pgxpool.Config
+	table, bareTable, ledger string
+	prepare                  func(context.Context) error // the duplicates' records, once
+}
+
+// createTables creates schema with the store's table, the bare table of
+// the same shape and the ledger that the same-transaction cases write to.
+func (b *pgBench) createTables(ctx context.Context, schema string) error {
+	if _, err := b.setup.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		return err
+	}
+	for _, t := range []string{b.table, b.bareTable} {
+		if err := pgstore.Migrate(ctx, b.setup, t); err != nil {
 			return err
 		}
-		insert := `INSERT INTO ` + bareTable + ` (key, status, token, attempt, fingerprint, lease_until, retention, result, expires_at)
-			VALUES ($1, 2, 1, 1, $2, NULL, interval '1 hour', $3, now() + interval '1 hour')`
-		for _, k := range storeBenchDupKeys {
-			if _, err := setup.Exec(ctx, insert, []byte(k), storeBenchFingerprint, storeBenchResult); err != nil {
-				return err
-			}
-		}
-		return prepareDuplicates(ctx, s)
-	})
+	}
+	_, err := b.setup.Exec(ctx, "CREATE TABLE "+b.ledger+" (id bigserial PRIMARY KEY, key text NOT NULL, amount int NOT NULL)")
+	return err
+}
 
-	// pool returns a pool of n connections, all of them connected.
-	pool := func(ctx context.Context, n int) (*pgxpool.Pool, error) {
-		c := cfg.Copy()
-		c.MaxConns, c.MinConns = int32(n), 0
-		p, err := pgxpool.NewWithConfig(ctx, c)
+// prepareDuplicates writes the completed records the duplicate cases
+// read, the store's and the bare table's.
+func (b *pgBench) prepareDuplicates(ctx context.Context) error {
+	s, err := pgstore.New(b.setup, pgstore.Config{Table: b.table})
+	if err != nil {
+		return err
+	}
+	insert := `INSERT INTO ` + b.bareTable + ` (key, status, token, attempt, fingerprint, lease_until, retention, result, expires_at)
+		VALUES ($1, 2, 1, 1, $2, NULL, interval '1 hour', $3, now() + interval '1 hour')`
+	for _, k := range storeBenchDupKeys {
+		if _, err := b.setup.Exec(ctx, insert, []byte(k), storeBenchFingerprint, storeBenchResult); err != nil {
+			return err
+		}
+	}
+	return prepareDuplicates(ctx, s)
+}
+
+// insertLedger is the ledger write of the same-transaction cases.
+func (b *pgBench) insertLedger() string {
+	return "INSERT INTO " + b.ledger + " (key, amount) VALUES ($1, 10)"
+}
+
+// walPosition returns the server's WAL position, in bytes.
+func (b *pgBench) walPosition(ctx context.Context) (int64, error) {
+	var pos int64
+	err := b.setup.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint").Scan(&pos)
+	return pos, err
+}
+
+// pool returns a pool of n connections, all of them connected.
+func (b *pgBench) pool(ctx context.Context, n int) (*pgxpool.Pool, error) {
+	c := b.cfg.Copy()
+	c.MaxConns, c.MinConns = int32(n), 0
+	p, err := pgxpool.NewWithConfig(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	conns := make([]*pgxpool.Conn, 0, n)
+	for range n {
+		conn, err := p.Acquire(ctx)
 		if err != nil {
+			for _, c := range conns {
+				c.Release()
+			}
+			p.Close()
 			return nil, err
 		}
-		conns := make([]*pgxpool.Conn, 0, n)
-		for range n {
-			conn, err := p.Acquire(ctx)
-			if err != nil {
-				for _, c := range conns {
-					c.Release()
-				}
-				p.Close()
-				return nil, err
-			}
-			conns = append(conns, conn)
-		}
-		for _, c := range conns {
-			c.Release()
-		}
-		return p, nil
+		conns = append(conns, conn)
 	}
-	storeOn := func(ctx context.Context, n int) (storage.Store, func(), error) {
-		p, err := pool(ctx, n)
+	for _, c := range conns {
+		c.Release()
+	}
+	return p, nil
+}
+
+// onPool makes a side whose operation op makes over a pool of n
+// connections, closed after the phase.
+func (b *pgBench) onPool(op func(p *pgxpool.Pool) (storeBenchOp, error)) storeBenchSide {
+	return func(ctx context.Context, n int) (storeBenchOp, func(), error) {
+		p, err := b.pool(ctx, n)
 		if err != nil {
 			return nil, nil, err
 		}
-		s, err := pgstore.New(p, pgstore.Config{Table: table})
+		o, err := op(p)
+		if err != nil {
+			p.Close()
+			return nil, nil, err
+		}
+		return o, p.Close, nil
+	}
+}
+
+// storeSides are pgstore's sides of the cases, and TxGuard's.
+func (b *pgBench) storeSides() map[string]storeBenchSide {
+	storeOn := func(ctx context.Context, n int) (storage.Store, func(), error) {
+		p, err := b.pool(ctx, n)
+		if err != nil {
+			return nil, nil, err
+		}
+		s, err := pgstore.New(p, pgstore.Config{Table: b.table})
 		if err != nil {
 			p.Close()
 			return nil, nil, err
@@ -596,33 +681,40 @@ func postgresBenchTarget(ctx context.Context, raw string) (t *storeBenchTarget, 
 		return s, p.Close, nil
 	}
 	dupStoreOn := func(ctx context.Context, n int) (storage.Store, func(), error) {
-		if err := prepare(ctx); err != nil {
+		if err := b.prepare(ctx); err != nil {
 			return nil, nil, err
 		}
 		return storeOn(ctx, n)
 	}
-	// onPool makes a side whose operation op makes over a pool of n
-	// connections, closed after the phase.
-	onPool := func(op func(p *pgxpool.Pool) (storeBenchOp, error)) storeBenchSide {
-		return func(ctx context.Context, n int) (storeBenchOp, func(), error) {
-			p, err := pool(ctx, n)
-			if err != nil {
-				return nil, nil, err
-			}
-			o, err := op(p)
-			if err != nil {
-				p.Close()
-				return nil, nil, err
-			}
-			return o, p.Close, nil
+	stores := storeSides(storeOn, dupStoreOn)
+	stores["txguard-do"] = b.onPool(func(p *pgxpool.Pool) (storeBenchOp, error) {
+		tg, err := pgstore.NewTxGuard(p, idem.Config{}, pgstore.TxConfig{Table: b.table})
+		if err != nil {
+			return nil, err
 		}
-	}
-	claim := `INSERT INTO ` + bareTable + ` (key, status, token, attempt, fingerprint, lease_until, retention, result, expires_at)
+		return func(ctx context.Context, w *storeBenchWorker, i int) error {
+			key := w.key(i)
+			res, err := tg.Do(ctx, key, storeBenchPayload, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+				_, err := tx.Exec(ctx, b.insertLedger(), key)
+				return storeBenchResult, err
+			})
+			if err == nil && res.Replayed {
+				err = errors.New("TxGuard.Do of a new key replayed")
+			}
+			return err
+		}, nil
+	})
+	return stores
+}
+
+// bareSides are pgx's sides of the cases: the least the same work needs.
+func (b *pgBench) bareSides() map[string]storeBenchSide {
+	claim := `INSERT INTO ` + b.bareTable + ` (key, status, token, attempt, fingerprint, lease_until, retention, result, expires_at)
 		VALUES ($1, 1, $2, 1, $3, now() + interval '30 seconds', interval '30 seconds', NULL, now() + interval '60 seconds')
 		ON CONFLICT (key) DO NOTHING`
-	complete := `UPDATE ` + bareTable + ` SET status = 2, result = $3, lease_until = NULL, expires_at = now() + interval '30 seconds'
+	complete := `UPDATE ` + b.bareTable + ` SET status = 2, result = $3, lease_until = NULL, expires_at = now() + interval '30 seconds'
 		WHERE key = $1 AND token = $2`
-	claimComplete := onPool(func(p *pgxpool.Pool) (storeBenchOp, error) {
+	claimComplete := b.onPool(func(p *pgxpool.Pool) (storeBenchOp, error) {
 		return func(ctx context.Context, w *storeBenchWorker, i int) error {
 			key, token := []byte(w.key(i)), int64(i+1)
 			tag, err := p.Exec(ctx, claim, key, token, storeBenchFingerprint)
@@ -636,34 +728,16 @@ func postgresBenchTarget(ctx context.Context, raw string) (t *storeBenchTarget, 
 			return err
 		}, nil
 	})
-	batch := `INSERT INTO ` + bareTable + ` (key, status, token, attempt, fingerprint, lease_until, retention, result, expires_at)
-		SELECT k, 1, t, 1, f, now() + interval '30 seconds', interval '30 seconds', NULL, now() + interval '60 seconds'
-		FROM unnest($1::bytea[], $2::bigint[], $3::bytea[]) AS u(k, t, f)
-		ON CONFLICT (key) DO NOTHING`
-	insertLedger := "INSERT INTO " + ledger + " (key, amount) VALUES ($1, 10)"
-	bare := map[string]storeBenchSide{
+	return map[string]storeBenchSide{
 		"claim-complete": claimComplete,
 		"do":             claimComplete,
-		"claim-batch": onPool(func(p *pgxpool.Pool) (storeBenchOp, error) {
-			return func(ctx context.Context, w *storeBenchWorker, i int) error {
-				keys, tokens, fps := make([][]byte, storeBenchBatch), make([]int64, storeBenchBatch), make([][]byte, storeBenchBatch)
-				for j := range keys {
-					n := i*storeBenchBatch + j
-					keys[j], tokens[j], fps[j] = []byte(w.key(n)), int64(n+1), storeBenchFingerprint
-				}
-				tag, err := p.Exec(ctx, batch, keys, tokens, fps)
-				if err == nil && tag.RowsAffected() != storeBenchBatch {
-					err = errTaken
-				}
-				return err
-			}, nil
-		}),
+		"claim-batch":    b.onPool(b.bareClaimBatch),
 		"do-duplicate": func(ctx context.Context, n int) (storeBenchOp, func(), error) {
-			if err := prepare(ctx); err != nil {
+			if err := b.prepare(ctx); err != nil {
 				return nil, nil, err
 			}
-			return onPool(func(p *pgxpool.Pool) (storeBenchOp, error) {
-				query := "SELECT status, result FROM " + bareTable + " WHERE key = $1"
+			return b.onPool(func(p *pgxpool.Pool) (storeBenchOp, error) {
+				query := "SELECT status, result FROM " + b.bareTable + " WHERE key = $1"
 				return func(ctx context.Context, _ *storeBenchWorker, i int) error {
 					var status int16
 					var result []byte
@@ -671,44 +745,36 @@ func postgresBenchTarget(ctx context.Context, raw string) (t *storeBenchTarget, 
 				}, nil
 			})(ctx, n)
 		},
-		"txguard-do": onPool(func(p *pgxpool.Pool) (storeBenchOp, error) {
+		"txguard-do": b.onPool(func(p *pgxpool.Pool) (storeBenchOp, error) {
 			return func(ctx context.Context, w *storeBenchWorker, i int) error {
 				key := w.key(i)
 				return pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
-					_, err := tx.Exec(ctx, insertLedger, key)
+					_, err := tx.Exec(ctx, b.insertLedger(), key)
 					return err
 				})
 			}, nil
 		}),
 	}
-	stores := storeSides(storeOn, dupStoreOn)
-	stores["txguard-do"] = onPool(func(p *pgxpool.Pool) (storeBenchOp, error) {
-		tg, err := pgstore.NewTxGuard(p, idem.Config{}, pgstore.TxConfig{Table: table})
-		if err != nil {
-			return nil, err
+}
+
+// bareClaimBatch is the bare side of claim-batch over p: one INSERT of a
+// batch of keys from arrays.
+func (b *pgBench) bareClaimBatch(p *pgxpool.Pool) (storeBenchOp, error) {
+	batch := `INSERT INTO ` + b.bareTable + ` (key, status, token, attempt, fingerprint, lease_until, retention, result, expires_at)
+		SELECT k, 1, t, 1, f, now() + interval '30 seconds', interval '30 seconds', NULL, now() + interval '60 seconds'
+		FROM unnest($1::bytea[], $2::bigint[], $3::bytea[]) AS u(k, t, f)
+		ON CONFLICT (key) DO NOTHING`
+	return func(ctx context.Context, w *storeBenchWorker, i int) error {
+		keys, tokens, fps := make([][]byte, storeBenchBatch), make([]int64, storeBenchBatch), make([][]byte, storeBenchBatch)
+		for j := range keys {
+			n := i*storeBenchBatch + j
+			keys[j], tokens[j], fps[j] = []byte(w.key(n)), int64(n+1), storeBenchFingerprint
 		}
-		return func(ctx context.Context, w *storeBenchWorker, i int) error {
-			key := w.key(i)
-			res, err := tg.Do(ctx, key, storeBenchPayload, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
-				_, err := tx.Exec(ctx, insertLedger, key)
-				return storeBenchResult, err
-			})
-			if err == nil && res.Replayed {
-				err = errors.New("TxGuard.Do of a new key replayed")
-			}
-			return err
-		}, nil
-	})
-	return &storeBenchTarget{
-		url:    storeurl.Redact(u.String()),
-		server: fmt.Sprintf("PostgreSQL %s  synchronous_commit=%s  fsync=%s", version, syncCommit, fsync),
-		cases:  cases(stores, bare),
-		close:  dropSchema,
-		walPosition: func(ctx context.Context) (int64, error) {
-			var pos int64
-			err := setup.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint").Scan(&pos)
-			return pos, err
-		},
+		tag, err := p.Exec(ctx, batch, keys, tokens, fps)
+		if err == nil && tag.RowsAffected() != storeBenchBatch {
+			err = errTaken
+		}
+		return err
 	}, nil
 }
 

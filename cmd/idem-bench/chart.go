@@ -283,6 +283,35 @@ func drawChart(w io.Writer, f chartFamily, format string) error {
 	if f.Unit == "×" {
 		ref = 1
 	}
+	p := newChartPlot(f, ref)
+	marks, err := addChartMarks(p, f, ref)
+	if err != nil {
+		return err
+	}
+	legend, entries := chartLegend(f, ref, marks)
+
+	// Taller with more rows; the legend gets a strip of its own under the
+	// plot, so that it never hides a bar.
+	width := 10 * vg.Inch
+	rowsHeight := vg.Length(n)*vg.Points(22) + vg.Points(90)
+	legendHeight := vg.Length(entries)*vg.Points(14) + vg.Points(8)
+	c, err := draw.NewFormattedCanvas(width, rowsHeight+legendHeight, format)
+	if err != nil {
+		return err
+	}
+	dc := draw.New(c)
+	p.Draw(draw.Crop(dc, vg.Points(6), -vg.Points(6), legendHeight, 0))
+	legendArea := draw.Crop(dc, vg.Points(8), 0, 0, -rowsHeight)
+	legend.Draw(legendArea)
+	_, err = c.WriteTo(w)
+	return err
+}
+
+// newChartPlot returns the plot of f's bars, a row each, the first at the
+// top, on an axis that reaches past the largest value; ref is the limit's
+// value.
+func newChartPlot(f chartFamily, ref float64) *plot.Plot {
+	n := len(f.Rows)
 	p := plot.New()
 	p.Title.Text = f.Title
 	p.X.Label.Text = f.Axis
@@ -300,16 +329,30 @@ func drawChart(w io.Writer, f chartFamily, format string) error {
 	grid.Horizontal.Color = nil
 	grid.Vertical.Color = color.Gray{Y: 0xe0}
 	p.Add(grid)
+	p.Add(&rowBars{rows: f.Rows})
+	return p
+}
 
-	bars := &rowBars{rows: f.Rows}
-	p.Add(bars)
+// chartMarks are what a chart draws over its bars, for its legend: the
+// limit's line, each run's figure (nil when every row has one run) and
+// the other limits (nil when no row has one).
+type chartMarks struct {
+	limitLine           *plotter.Line
+	runDots, limitMarks *plotter.Scatter
+}
 
-	limitLine, err := plotter.NewLine(plotter.XYs{{X: ref, Y: -0.6}, {X: ref, Y: float64(n) - 0.4}})
+// addChartMarks adds to p the limit as a dashed line at ref, the runs'
+// figures and the other limits as marks, and each row's figure in text.
+func addChartMarks(p *plot.Plot, f chartFamily, ref float64) (chartMarks, error) {
+	var m chartMarks
+	n := len(f.Rows)
+	var err error
+	m.limitLine, err = plotter.NewLine(plotter.XYs{{X: ref, Y: -0.6}, {X: ref, Y: float64(n) - 0.4}})
 	if err != nil {
-		return err
+		return m, err
 	}
-	limitLine.LineStyle = draw.LineStyle{Color: color.Black, Width: vg.Points(1), Dashes: []vg.Length{vg.Points(4), vg.Points(3)}}
-	p.Add(limitLine)
+	m.limitLine.LineStyle = draw.LineStyle{Color: color.Black, Width: vg.Points(1), Dashes: []vg.Length{vg.Points(4), vg.Points(3)}}
+	p.Add(m.limitLine)
 
 	// Each run's figure, where a row prints more than one; the other limit.
 	var runs, limits plotter.XYs
@@ -328,24 +371,23 @@ func drawChart(w io.Writer, f chartFamily, format string) error {
 		textXY = append(textXY, plotter.XY{X: labelX(row, p.X.Max), Y: y})
 		texts = append(texts, valuesText(row.Values, f.Unit))
 	}
-	var runDots, limitMarks *plotter.Scatter
 	if len(runs) > 0 {
-		if runDots, err = plotter.NewScatter(runs); err != nil {
-			return err
+		if m.runDots, err = plotter.NewScatter(runs); err != nil {
+			return m, err
 		}
-		runDots.GlyphStyle = draw.GlyphStyle{Color: color.Black, Radius: vg.Points(1.8), Shape: draw.CircleGlyph{}}
-		p.Add(runDots)
+		m.runDots.GlyphStyle = draw.GlyphStyle{Color: color.Black, Radius: vg.Points(1.8), Shape: draw.CircleGlyph{}}
+		p.Add(m.runDots)
 	}
 	if len(limits) > 0 {
-		if limitMarks, err = plotter.NewScatter(limits); err != nil {
-			return err
+		if m.limitMarks, err = plotter.NewScatter(limits); err != nil {
+			return m, err
 		}
-		limitMarks.GlyphStyle = draw.GlyphStyle{Color: color.Black, Radius: vg.Points(4), Shape: draw.PyramidGlyph{}}
-		p.Add(limitMarks)
+		m.limitMarks.GlyphStyle = draw.GlyphStyle{Color: color.Black, Radius: vg.Points(4), Shape: draw.PyramidGlyph{}}
+		p.Add(m.limitMarks)
 	}
 	figures, err := plotter.NewLabels(plotter.XYLabels{XYs: textXY, Labels: texts})
 	if err != nil {
-		return err
+		return m, err
 	}
 	for i := range figures.TextStyle {
 		figures.TextStyle[i].YAlign = draw.YCenter
@@ -353,7 +395,11 @@ func drawChart(w io.Writer, f chartFamily, format string) error {
 	}
 	figures.Offset = vg.Point{X: vg.Points(7)}
 	p.Add(figures)
+	return m, nil
+}
 
+// chartLegend returns the legend of f's chart and how many entries it has.
+func chartLegend(f chartFamily, ref float64, m chartMarks) (plot.Legend, int) {
 	legend := plot.NewLegend()
 	legend.Top, legend.Left = true, true
 	legend.TextStyle.Font.Size = vg.Points(9)
@@ -370,32 +416,17 @@ func drawChart(w io.Writer, f chartFamily, format string) error {
 	add("idem, target met ("+better+")", swatch{colourMet})
 	add("idem, target not met", swatch{colourMissed})
 	add("idem, no target set", swatch{colourNone})
-	add("the limit ("+valuesText([]float64{ref}, f.Unit)+")", limitLine)
+	add("the limit ("+valuesText([]float64{ref}, f.Unit)+")", m.limitLine)
 	if slices.ContainsFunc(f.Rows, func(r chartRow) bool { return r.TargetValue != nil }) {
 		add("the target", targetMark{})
 	}
-	if runDots != nil {
-		add("each run's figure (the bar: the lowest)", runDots)
+	if m.runDots != nil {
+		add("each run's figure (the bar: the lowest)", m.runDots)
 	}
-	if limitMarks != nil {
-		add(cmp.Or(f.LimitLabel, "another limit of the same run"), limitMarks)
+	if m.limitMarks != nil {
+		add(cmp.Or(f.LimitLabel, "another limit of the same run"), m.limitMarks)
 	}
-
-	// Taller with more rows; the legend gets a strip of its own under the
-	// plot, so that it never hides a bar.
-	width := 10 * vg.Inch
-	rowsHeight := vg.Length(n)*vg.Points(22) + vg.Points(90)
-	legendHeight := vg.Length(entries)*vg.Points(14) + vg.Points(8)
-	c, err := draw.NewFormattedCanvas(width, rowsHeight+legendHeight, format)
-	if err != nil {
-		return err
-	}
-	dc := draw.New(c)
-	p.Draw(draw.Crop(dc, vg.Points(6), -vg.Points(6), legendHeight, 0))
-	legendArea := draw.Crop(dc, vg.Points(8), 0, 0, -rowsHeight)
-	legend.Draw(legendArea)
-	_, err = c.WriteTo(w)
-	return err
+	return legend, entries
 }
 
 // labelX is where a row's figure is written: right of its bar, or of the

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idemgo/idem/internal/cli"
 	"github.com/idemgo/idem/storage"
 	"github.com/idemgo/idem/storeurl"
 	_ "github.com/idemgo/idem/storeurl/dynamourl"
@@ -60,13 +61,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		args = append(args[1:], "-h") // idem-bench help store = idem-bench store -h
 	}
 	err := runBench(ctx, args, stdout, stderr)
-	ue, isUsage := errors.AsType[*usageError](err)
+	ue, isUsage := errors.AsType[*cli.UsageError](err)
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
 	case isUsage:
-		if !ue.printed {
-			fmt.Fprintln(stderr, ue.err)
+		if !ue.Printed {
+			fmt.Fprintln(stderr, ue.Err)
 		}
 		return 2
 	}
@@ -88,11 +89,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		tw.Flush()
 		fmt.Fprint(fs.Output(), "\nRun 'idem-bench <benchmark> -h' for a benchmark's flags.\n")
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return &usageError{err: err, printed: true}
+	if err := cli.Parse(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() == 0 {
 		fs.Usage()
@@ -104,44 +102,22 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			continue
 		}
 		err := b.run(ctx, fs.Args()[1:], stdout, stderr)
-		if ue, ok := errors.AsType[*usageError](err); ok && !ue.printed {
-			fmt.Fprintln(stderr, ue.err)
+		if ue, ok := errors.AsType[*cli.UsageError](err); ok && !ue.Printed {
+			fmt.Fprintln(stderr, ue.Err)
 			fmt.Fprintf(stderr, "run 'idem-bench %s -h' for its flags\n", name)
-			ue.printed = true
+			ue.Printed = true
 		}
 		return err
 	}
 	return usageErrorf("idem-bench: unknown benchmark %q (benchmarks: %s)", name, benchNames())
 }
 
-// usageError is a bad command line: the exit status is 2.
-type usageError struct {
-	err     error
-	printed bool // already printed, with the hint to -h
-}
+// usageErrorf returns a bad command line's error (cli.Usagef).
+func usageErrorf(format string, args ...any) error { return cli.Usagef(format, args...) }
 
-func (e *usageError) Error() string { return e.err.Error() }
-func (e *usageError) Unwrap() error { return e.err }
-
-func usageErrorf(format string, args ...any) error {
-	return &usageError{err: fmt.Errorf(format, args...)}
-}
-
-// parseFlags parses args with fs, which must be set to ContinueOnError. It
-// returns flag.ErrHelp for -h, and a usageError for a bad flag or for an
-// argument left over.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	err := fs.Parse(args)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		return err
-	case err != nil:
-		return &usageError{err: err, printed: true}
-	case fs.NArg() > 0:
-		return usageErrorf("idem-bench: %s: unexpected argument %q (flags only)", fs.Name(), strings.Join(fs.Args(), " "))
-	}
-	return nil
-}
+// parseFlags parses a benchmark's flags, which are all it takes
+// (cli.ParseFlags).
+func parseFlags(fs *flag.FlagSet, args []string) error { return cli.ParseFlags("idem-bench", fs, args) }
 
 // storeUsage documents the store URLs, for the flags' help.
 const storeUsage = `a store URL as storeurl.Open reads it (github.com/idemgo/idem/storeurl): mem://,
@@ -149,7 +125,7 @@ redis://host:port[/db] (rediss:// for TLS), postgres://user@host:port/db, dynamo
 sqlite://file.db`
 
 // openStore opens the store of rawURL with storeurl.Open, creating its
-// table if it has one; a URL storeurl cannot use is a usageError.
+// table if it has one; a URL storeurl cannot use is a *cli.UsageError.
 func openStore(ctx context.Context, rawURL string) (storage.Store, func() error, error) {
 	s, closeStore, err := storeurl.Open(ctx, rawURL, storeurl.Migrate())
 	if ue, ok := errors.AsType[*storeurl.URLError](err); ok {

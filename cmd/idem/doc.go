@@ -59,13 +59,9 @@
 //
 //	go run ./cmd/idem demo --messages 5000 --dup-rate 0.3 --crash-rate 0.05
 //
-// --broker sends the stream through a real broker's redeliveries instead:
-// kafka for Kafka consumer groups, nats://host:port for NATS JetStream,
-// amqp://user:password@host:port/vhost for RabbitMQ. --broker kafka runs
-// on the Kafka brokers that --brokers host:port,... names: the demo creates
-// topics of its own there (unique names, 8 partitions) and deletes them at
-// the end. The operator's binary links no fake broker: for a consumer on
-// an in-process Kafka cluster, run go run ./examples/payments.
+// The broker is an in-process queue. The same demo through Kafka consumer
+// groups, NATS JetStream or RabbitMQ is the examples module's brokerdemo,
+// beside the brokers' clients, which this tool does not link:
 //
-//	go run ./cmd/idem demo --broker kafka --brokers 127.0.0.1:9092
+//	cd examples && go run ./brokerdemo --broker kafka --brokers 127.0.0.1:9092
 package main

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemhttp"
+	"github.com/idemgo/idem/internal/cli"
 	"github.com/idemgo/idem/storage"
 )
 
@@ -64,7 +65,7 @@ func parseKeyArgs(fs *flag.FlagSet, args []string) (string, error) {
 		if errors.Is(err, flag.ErrHelp) {
 			return "", err
 		}
-		return "", &usageError{err: err, printed: true}
+		return "", &cli.UsageError{Err: err, Printed: true}
 	}
 	rest := fs.Args()
 	if len(rest) == 0 {
@@ -75,7 +76,7 @@ func parseKeyArgs(fs *flag.FlagSet, args []string) (string, error) {
 		if errors.Is(err, flag.ErrHelp) {
 			return "", err
 		}
-		return "", &usageError{err: err, printed: true}
+		return "", &cli.UsageError{Err: err, Printed: true}
 	}
 	if fs.NArg() > 0 {
 		return "", usageErrorf("idem: %s: one key only; unexpected %q", fs.Name(), strings.Join(fs.Args(), " "))
@@ -223,17 +224,8 @@ Flags:
 	return nil
 }
 
-func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("purge", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	f := newKeyFlags(fs)
-	yes := fs.Bool("yes", false, "delete without asking")
-	status := fs.String("status", "", "instead of one KEY, every record of --namespace with this status: completed, failed or in-progress")
-	var age ageFilter
-	fs.DurationVar(&age.olderThan, "older-than", 0, "with --status: only the records last written more than this long ago (see above)")
-	fs.DurationVar(&age.retention, "retention", idem.DefaultRetention, "with --older-than: the retention the Guard wrote the records with: its Config.FailedRetention for failed and in-progress records, its Config.Retention for completed ones")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: idem purge --store URL [--namespace NS] [--scope S] [--yes] KEY
+// purgeUsage is purge's help, before its flags.
+const purgeUsage = `Usage: idem purge --store URL [--namespace NS] [--scope S] [--yes] KEY
        idem purge --store URL --namespace NS --status failed [--older-than 24h [--retention 168h]] [--yes]
 
 Deletes the record of KEY, whatever its status, after showing it and
@@ -262,7 +254,19 @@ or younger (a longer one) than they are. Ages are measured on this
 machine's clock against times the store's clock set.
 
 Flags:
-`)
+`
+
+func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("purge", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	f := newKeyFlags(fs)
+	yes := fs.Bool("yes", false, "delete without asking")
+	status := fs.String("status", "", "instead of one KEY, every record of --namespace with this status: completed, failed or in-progress")
+	var age ageFilter
+	fs.DurationVar(&age.olderThan, "older-than", 0, "with --status: only the records last written more than this long ago (see above)")
+	fs.DurationVar(&age.retention, "retention", idem.DefaultRetention, "with --older-than: the retention the Guard wrote the records with: its Config.FailedRetention for failed and in-progress records, its Config.Retention for completed ones")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), purgeUsage)
 		printFlags(fs)
 	}
 	if slices.ContainsFunc(args, func(a string) bool {
@@ -271,21 +275,7 @@ Flags:
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
-		switch {
-		case *f.store == "":
-			return usageErrorf("idem: purge: --store is required")
-		case strings.HasPrefix(*f.store, "mem:"):
-			return usageErrorf("idem: purge: --store mem://: a memstore lives in the process that made it")
-		}
-		if err := age.check(); err != nil {
-			return err
-		}
-		s, closeStore, err := openStore(ctx, *f.store, false)
-		if err != nil {
-			return err
-		}
-		defer closeStore()
-		return purgeStatus(ctx, s, *f.namespace, *status, age, *yes, *f.json, stdout)
+		return runPurgeStatus(ctx, f, *status, age, *yes, stdout)
 	}
 	key, err := parseKeyArgs(fs, args)
 	if err != nil {
@@ -294,6 +284,32 @@ Flags:
 	if age.olderThan != 0 {
 		return usageErrorf("idem: purge: --older-than goes with --status, not with a KEY")
 	}
+	return purgeKey(ctx, f, key, *yes, stdout)
+}
+
+// runPurgeStatus is purge --status: it deletes the records of a namespace
+// in a status, counted and confirmed first.
+func runPurgeStatus(ctx context.Context, f keyFlags, status string, age ageFilter, yes bool, stdout io.Writer) error {
+	switch {
+	case *f.store == "":
+		return usageErrorf("idem: purge: --store is required")
+	case strings.HasPrefix(*f.store, "mem:"):
+		return usageErrorf("idem: purge: --store mem://: a memstore lives in the process that made it")
+	}
+	if err := age.check(); err != nil {
+		return err
+	}
+	s, closeStore, err := openStore(ctx, *f.store, false)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	return purgeStatus(ctx, s, *f.namespace, status, age, yes, *f.json, stdout)
+}
+
+// purgeKey deletes the record of key as it showed it, after asking unless
+// yes.
+func purgeKey(ctx context.Context, f keyFlags, key string, yes bool, stdout io.Writer) error {
 	s, storeKey, closeStore, err := openRecord(ctx, "purge", f, key)
 	if err != nil {
 		return err
@@ -307,7 +323,7 @@ Flags:
 		return fmt.Errorf("idem: purge: %w", err)
 	}
 	v := view(r, key, *f.namespace, *f.scope, time.Now())
-	if !*yes {
+	if !yes {
 		v.print(stdout)
 		if v.Lease == "live" {
 			fmt.Fprintln(stdout, "\nThe key is being run right now, under a live lease: a purge lets a duplicate run beside it.")

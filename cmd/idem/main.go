@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/idemgo/idem/internal/cli"
 )
 
 // command is one verb of the tool. A verb lives in a file of its own that
@@ -20,7 +22,7 @@ type command struct {
 	name    string
 	summary string // one line for the list of commands
 	// run runs the verb with the arguments after its name. It returns a
-	// usageError for bad flags or arguments, flag.ErrHelp after printing
+	// *cli.UsageError for bad flags or arguments, flag.ErrHelp after printing
 	// its help, and any other error when the command failed.
 	run func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
@@ -76,13 +78,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	err := c.run(ctx, args, stdout, stderr)
-	var ue *usageError
+	var ue *cli.UsageError
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return exitOK
 	case errors.As(err, &ue):
-		if !ue.printed { // else the flag package printed it, with the flags
-			fmt.Fprintln(stderr, ue.err)
+		if !ue.Printed { // else the flag package printed it, with the flags
+			fmt.Fprintln(stderr, ue.Err)
 			fmt.Fprintf(stderr, "run 'idem %s -h' for its flags\n", name)
 		}
 		return exitUsage
@@ -118,31 +120,8 @@ func printFlags(fs *flag.FlagSet) {
 	}
 }
 
-// usageError is a bad command line: the exit status is 2.
-type usageError struct {
-	err     error
-	printed bool // the flag package already printed it, with the flags
-}
+// usageErrorf returns a bad command line's error (cli.Usagef).
+func usageErrorf(format string, args ...any) error { return cli.Usagef(format, args...) }
 
-func (e *usageError) Error() string { return e.err.Error() }
-func (e *usageError) Unwrap() error { return e.err }
-
-func usageErrorf(format string, args ...any) error {
-	return &usageError{err: fmt.Errorf(format, args...)}
-}
-
-// parseFlags parses args with fs, which must be set to ContinueOnError. It
-// returns flag.ErrHelp for -h, and a usageError for a bad flag or for an
-// argument left over.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	err := fs.Parse(args)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		return err
-	case err != nil:
-		return &usageError{err: err, printed: true}
-	case fs.NArg() > 0:
-		return usageErrorf("idem: %s: unexpected argument %q (flags only)", fs.Name(), strings.Join(fs.Args(), " "))
-	}
-	return nil
-}
+// parseFlags parses a verb's flags, which are all it takes (cli.ParseFlags).
+func parseFlags(fs *flag.FlagSet, args []string) error { return cli.ParseFlags("idem", fs, args) }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemgo/idem/idemkafka/kafkapg"
+	"github.com/idemgo/idem/idemkafka/kafkapg/offsetstable"
 	"github.com/idemgo/idem/outbox"
 )
 
@@ -61,7 +61,7 @@ func (m *migrateFlags) migrateTables(ctx context.Context, raw string, stdout io.
 		fmt.Fprintf(stdout, "idem migrate: outbox %s and its dead rows' table are up to date\n", t)
 	}
 	for _, t := range m.offsets {
-		if err := kafkapg.Migrate(mctx, pool, t); err != nil {
+		if err := offsetstable.Migrate(mctx, pool, t); err != nil {
 			return fmt.Errorf("idem: migrate: --kafka-offsets %s: %w", t, err)
 		}
 		fmt.Fprintf(stdout, "idem migrate: offsets table %s is up to date\n", t)

@@ -216,6 +216,44 @@ func lastWritten(r storage.Record, retention time.Duration) time.Time {
 	return r.ExpiresAt.Add(-retention)
 }
 
+// confirmBulk asks whether to delete the n records which names, live of
+// them under live leases.
+func confirmBulk(stdout io.Writer, n int, which string, live int) error {
+	fmt.Fprintf(stdout, "%d %s.", n, which)
+	switch {
+	case live == 1:
+		fmt.Fprint(stdout, "\n\n1 of them is being run right now, under a live lease: a purge lets a duplicate run beside it.\n\n")
+	case live > 1:
+		fmt.Fprintf(stdout, "\n\n%d of them are being run right now, under live leases: a purge lets a duplicate run beside each.\n\n", live)
+	default:
+		fmt.Fprint(stdout, " ")
+	}
+	fmt.Fprint(stdout, "Delete them? [y/N] ")
+	if !confirmed() {
+		return errors.New("idem: purge: not deleted")
+	}
+	return nil
+}
+
+// deleteAsRead deletes each of found only as the scan read it: one taken
+// over or finished since is kept, and named; one gone since is counted.
+func deleteAsRead(ctx context.Context, s storage.Store, found []storage.Record) (deleted int, kept []keptRecord, gone int, err error) {
+	for _, r := range found {
+		switch err := s.DeleteIf(ctx, r.Key, r.Status, r.Token); {
+		case err == nil:
+			deleted++
+		case errors.Is(err, storage.ErrChanged):
+			_, scope, key, _ := storage.SplitStoreKey(r.Key)
+			kept = append(kept, keptRecord{Key: key, Scope: scope})
+		case errors.Is(err, storage.ErrNotFound):
+			gone++
+		default:
+			return deleted, kept, gone, fmt.Errorf("idem: purge: after %d of %d: %w", deleted+len(kept)+gone, len(found), err)
+		}
+	}
+	return deleted, kept, gone, nil
+}
+
 // purgeStatus deletes the records of namespace with status, last written
 // before now minus age.olderThan if that is set, after counting them and
 // asking unless yes.
@@ -249,36 +287,13 @@ func purgeStatus(ctx context.Context, s storage.Store, namespace, status string,
 		return fmt.Errorf("idem: purge: %w", err)
 	}
 	if !yes {
-		fmt.Fprintf(stdout, "%d %s.", len(found), which)
-		switch {
-		case live == 1:
-			fmt.Fprint(stdout, "\n\n1 of them is being run right now, under a live lease: a purge lets a duplicate run beside it.\n\n")
-		case live > 1:
-			fmt.Fprintf(stdout, "\n\n%d of them are being run right now, under live leases: a purge lets a duplicate run beside each.\n\n", live)
-		default:
-			fmt.Fprint(stdout, " ")
-		}
-		fmt.Fprint(stdout, "Delete them? [y/N] ")
-		if !confirmed() {
-			return errors.New("idem: purge: not deleted")
+		if err := confirmBulk(stdout, len(found), which, live); err != nil {
+			return err
 		}
 	}
-	// Each record is deleted only as the scan read it: one taken over or
-	// finished since is kept, and named.
-	deleted, gone := 0, 0
-	var kept []keptRecord
-	for _, r := range found {
-		switch err := s.DeleteIf(ctx, r.Key, r.Status, r.Token); {
-		case err == nil:
-			deleted++
-		case errors.Is(err, storage.ErrChanged):
-			_, scope, key, _ := storage.SplitStoreKey(r.Key)
-			kept = append(kept, keptRecord{Key: key, Scope: scope})
-		case errors.Is(err, storage.ErrNotFound):
-			gone++
-		default:
-			return fmt.Errorf("idem: purge: after %d of %d: %w", deleted+len(kept)+gone, len(found), err)
-		}
+	deleted, kept, gone, err := deleteAsRead(ctx, s, found)
+	if err != nil {
+		return err
 	}
 	if asJSON {
 		out := struct {

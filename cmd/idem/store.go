@@ -31,7 +31,7 @@ const storeUsage = `the idem store's URL:
 
 // openStore opens the store named by rawURL (a --store flag) with
 // storeurl.Open and returns it with the function that closes it. A URL
-// storeurl cannot use is a usageError; a server that cannot be reached is
+// storeurl cannot use is a *cli.UsageError; a server that cannot be reached is
 // an error naming the URL without its password. With migrate set, a
 // PostgreSQL store creates or upgrades its table first, and a DynamoDB
 // store creates its table (storeurl.Migrate).

@@ -39,6 +39,10 @@
 //   - DecisionsRequired: New refuses a consumer without a scope decision,
 //     or without a poison decision.
 //   - Scopes: the same key in two scopes runs twice.
+//   - UserFuncPanics: a scope, key or fingerprint function that panics on
+//     a message makes it poison (reason panicked, the function named in
+//     the cause) without running its handler, and an observer that panics
+//     at every event stops nothing: the messages after are handled.
 package consumertest
 
 import (
@@ -48,6 +52,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -198,6 +203,14 @@ type Config struct {
 	BusyDelay time.Duration
 	// DrainTimeout is WithDrainTimeout (always set).
 	DrainTimeout time.Duration
+	// UserFunc, when set, is called first by each function the harness
+	// gives the consumer besides its handler, with the function's name and
+	// the message as the handler would receive it: "scope" by the scope
+	// function of ScopeHeader, "key" by a key function that reads the key
+	// header (WithKeyFunc), "fingerprint" by a fingerprint function that
+	// returns the body (WithFingerprint), and "observer", with no message,
+	// by an observer of every event (WithObserver).
+	UserFunc func(fn string, m Received)
 }
 
 // Message is what a case publishes.
@@ -258,6 +271,7 @@ var cases = []struct {
 	{"TraceContext", traceContext},
 	{"DecisionsRequired", decisionsRequired},
 	{"Scopes", scopes},
+	{"UserFuncPanics", userFuncPanics},
 }
 
 // wait is how long a case waits for what it expects: generous, for a
@@ -790,5 +804,34 @@ func scopes(t *testing.T, e *env) {
 	e.after(t, c)
 	if n := e.runsOf("order-1"); n != 2 {
 		t.Fatalf("one key from two tenants (one of them twice) ran %d times, want 2", n)
+	}
+}
+
+func userFuncPanics(t *testing.T, e *env) {
+	funcs := map[string]string{"scope": "WithScope", "key": "WithKeyFunc", "fingerprint": "WithFingerprint"}
+	cfg := e.config(t, nil)
+	cfg.Scope = ScopeHeader
+	cfg.UserFunc = func(fn string, m Received) {
+		if fn == "observer" || m.Key == "panic-in-"+fn {
+			panic("bug in " + fn)
+		}
+	}
+	c := e.b.Start(t, cfg)
+	for fn := range funcs {
+		c.Publish(t, msg("panic-in-"+fn))
+	}
+	e.after(t, c)
+	dls := deadLetters(t, c, len(funcs))
+	for fn, option := range funcs {
+		key := "panic-in-" + fn
+		i := slices.IndexFunc(dls, func(dl DeadLetter) bool { return string(dl.Body) == "body of "+key })
+		if i < 0 {
+			t.Errorf("no dead letter of the message whose %s function panicked", fn)
+			continue
+		}
+		checkLetter(t, dls[i], consumer.ReasonPanicked, "("+option+") panicked: bug in "+fn, "", nil)
+		if n := e.runsOf(key); n != 0 {
+			t.Errorf("the message whose %s function panicked ran its handler %d times, want 0", fn, n)
+		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -57,158 +56,192 @@ func (r *amqpReport) charge(order string) int {
 // queue with its cause. It writes what happens to out and deletes its queues
 // at the end. args are its flags (-orders, -dup-rate, -seed).
 func runAMQP(ctx context.Context, url string, out io.Writer, args []string) error {
-	fs := flag.NewFlagSet("payments (RabbitMQ)", flag.ContinueOnError)
-	fs.SetOutput(out)
-	orders := fs.Int("orders", 20, "OrderCreated events to publish")
-	dupRate := fs.Float64("dup-rate", 0.3, "the chance that an event is published a second time, in [0, 1]")
-	seed := fs.Uint64("seed", 1, "the seed of the amounts and duplicates")
-	if err := fs.Parse(args); err != nil {
+	r := &amqpRun{url: url, rep: &amqpReport{charges: map[string]int{}}}
+	if err := r.parseFlags(out, args); err != nil {
 		return err
-	}
-	if *orders < 2 || !(*dupRate >= 0 && *dupRate <= 1) {
-		return fmt.Errorf("payments: -orders %d and -dup-rate %v: want at least 2 orders and a rate in [0, 1]", *orders, *dupRate)
 	}
 	uri, err := amqp.ParseURI(url)
 	if err != nil {
 		// url.Parse's error quotes the URL, password and all.
 		return fmt.Errorf("payments: --broker: %s", strings.ReplaceAll(err.Error(), url, "the URL"))
 	}
-	out = &amqpLockedWriter{w: out} // the replicas write at once
+	r.out = &amqpLockedWriter{w: out} // the replicas write at once
 
 	conn, err := amqp.DialConfig(url, amqp.Config{Properties: amqp.Table{"connection_name": "idem payments example (order service)"}})
 	if err != nil {
 		return fmt.Errorf("payments: connecting to RabbitMQ at %s:%d: %w", uri.Host, uri.Port, err)
 	}
 	defer conn.Close()
+	if r.ch, err = conn.Channel(); err != nil {
+		return err
+	}
+	name := "payments." + strings.ToLower(crand.Text()[:8])
+	r.queue, r.dlx, r.dlq = name+".orders", name+".dlx", name+".dead"
+	defer r.deleteQueues(conn)
+	if err := r.declareQueues(); err != nil {
+		return err
+	}
+	fmt.Fprintf(r.out, "RabbitMQ %s:%d: quorum queue %s, dead letters to %s through %s\n", uri.Host, uri.Port, r.queue, r.dlq, r.dlx)
+
+	if err := amqpPublish(ctx, r.ch, r.queue, uri.Username, r.orders, r.dupRate, r.seed, r.rep); err != nil {
+		return err
+	}
+	fmt.Fprintf(r.out, "published %d OrderCreated events for %d orders (one malformed), the duplicates a few events after their first copy\n",
+		r.rep.published.Load(), r.orders)
+
+	start := func(store *memstore.Store, n int) (func(context.Context) error, func(), error) {
+		c, closeGuard, err := r.replica(store, n)
+		if err != nil {
+			return nil, nil, err
+		}
+		r.consumers = append(r.consumers, c)
+		return c.Run, closeGuard, nil
+	}
+	done := func() bool { return r.rep.settled.Load() >= r.rep.published.Load() }
+	if err := runReplicas(ctx, start, nil, done); err != nil {
+		return err
+	}
+	return r.verdict()
+}
+
+// amqpRun is one run of the RabbitMQ example.
+type amqpRun struct {
+	url             string
+	out             io.Writer
+	orders          int // the flags
+	dupRate         float64
+	seed            uint64
+	ch              *amqp.Channel
+	queue, dlx, dlq string
+	consumers       []*idemamqp.Consumer
+	rep             *amqpReport
+}
+
+func (r *amqpRun) parseFlags(out io.Writer, args []string) error {
+	fs := flag.NewFlagSet("payments (RabbitMQ)", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.IntVar(&r.orders, "orders", 20, "OrderCreated events to publish")
+	fs.Float64Var(&r.dupRate, "dup-rate", 0.3, "the chance that an event is published a second time, in [0, 1]")
+	fs.Uint64Var(&r.seed, "seed", 1, "the seed of the amounts and duplicates")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if r.orders < 2 || !(r.dupRate >= 0 && r.dupRate <= 1) {
+		return fmt.Errorf("payments: -orders %d and -dup-rate %v: want at least 2 orders and a rate in [0, 1]", r.orders, r.dupRate)
+	}
+	return nil
+}
+
+// declareQueues declares the queues of this run's own, so that runs never
+// see each other's messages. The consumers publish poison to the
+// dead-letter exchange, with its cause; it is also the queue's own, which
+// receives what the broker itself gives up on (x-delivery-limit).
+func (r *amqpRun) declareQueues() error {
+	if err := r.ch.ExchangeDeclare(r.dlx, "fanout", true, false, false, false, nil); err != nil {
+		return err
+	}
+	if _, err := r.ch.QueueDeclare(r.dlq, true, false, false, false, nil); err != nil {
+		return err
+	}
+	if err := r.ch.QueueBind(r.dlq, "", r.dlx, false, nil); err != nil {
+		return err
+	}
+	_, err := r.ch.QueueDeclare(r.queue, true, false, false, false, amqp.Table{
+		"x-queue-type":           "quorum",
+		"x-dead-letter-exchange": r.dlx,
+		"x-delivery-limit":       int64(20), // above idem's MaxAttempts: idem's caps fire first
+	})
+	return err
+}
+
+// deleteQueues deletes the run's queues, the consumers' delay queues and
+// the dead-letter exchange, on a channel of its own.
+func (r *amqpRun) deleteQueues(conn *amqp.Connection) {
 	ch, err := conn.Channel()
 	if err != nil {
-		return err
+		return
 	}
-	// Queues of this run's own, so that runs never see each other's
-	// messages; deleted at the end. The consumers publish poison to the
-	// dead-letter exchange, with its cause; it is also the queue's own, which
-	// receives what the broker itself gives up on (x-delivery-limit).
-	name := "payments." + strings.ToLower(crand.Text()[:8])
-	queue, dlx, dlq := name+".orders", name+".dlx", name+".dead"
-	var consumers []*idemamqp.Consumer
-	defer func() {
-		ch, err := conn.Channel()
-		if err != nil {
-			return
-		}
-		for _, c := range consumers {
-			ch.QueueDelete(c.DelayQueue(), false, false, false)
-		}
-		ch.QueueDelete(queue, false, false, false)
-		ch.QueueDelete(dlq, false, false, false)
-		ch.ExchangeDelete(dlx, false, false)
-		ch.Close()
-	}()
-	if err := ch.ExchangeDeclare(dlx, "fanout", true, false, false, false, nil); err != nil {
-		return err
+	for _, c := range r.consumers {
+		ch.QueueDelete(c.DelayQueue(), false, false, false)
 	}
-	if _, err := ch.QueueDeclare(dlq, true, false, false, false, nil); err != nil {
-		return err
-	}
-	if err := ch.QueueBind(dlq, "", dlx, false, nil); err != nil {
-		return err
-	}
-	if _, err := ch.QueueDeclare(queue, true, false, false, false, amqp.Table{
-		"x-queue-type":           "quorum",
-		"x-dead-letter-exchange": dlx,
-		"x-delivery-limit":       int64(20), // above idem's MaxAttempts: idem's caps fire first
-	}); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "RabbitMQ %s:%d: quorum queue %s, dead letters to %s through %s\n", uri.Host, uri.Port, queue, dlq, dlx)
+	ch.QueueDelete(r.queue, false, false, false)
+	ch.QueueDelete(r.dlq, false, false, false)
+	ch.ExchangeDelete(r.dlx, false, false)
+	ch.Close()
+}
 
-	rep := &amqpReport{charges: map[string]int{}}
-	if err := amqpPublish(ctx, ch, queue, uri.Username, *orders, *dupRate, *seed, rep); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "published %d OrderCreated events for %d orders (one malformed), the duplicates a few events after their first copy\n",
-		rep.published.Load(), *orders)
-
-	// Two replicas of the payment service sharing one store.
-	store, err := memstore.New(memstore.Config{}) // redisstore or pgstore when the replicas are processes
+// replica returns the consumer of replica n of the payment service, over
+// store, and the function that closes its Guard.
+func (r *amqpRun) replica(store *memstore.Store, n int) (*idemamqp.Consumer, func(), error) {
+	g, err := idem.New(store, idem.Config{Namespace: "payments", MaxAttempts: 5})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer store.Close()
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for r := range 2 {
-		g, err := idem.New(store, idem.Config{Namespace: "payments", MaxAttempts: 5})
-		if err != nil {
-			return err
-		}
-		defer g.Close()
-		c, err := idemamqp.New(g, url, queue, amqpCharger(rep, out, r+1),
-			// RabbitMQ checks the user-id against the publishing
-			// connection's user: a publisher cannot use another's keys.
-			idemamqp.WithScope(func(d amqp.Delivery) string { return d.UserId }),
-			idemamqp.WithDeadLetter(dlx, ""),
-			idemamqp.WithPrefetch(4),
-			idemamqp.WithBusyDelay(200*time.Millisecond),
-			idemamqp.WithObserver(func(_ context.Context, e idemamqp.Event) {
-				switch e.Kind {
-				case idemamqp.EventAcked:
-					rep.settled.Add(1)
-					if e.Replayed {
-						rep.replayed.Add(1)
-						fmt.Fprintf(out, "  replica %d: %s is a duplicate: acked, not charged again\n", r+1, e.Key)
-					}
-				case idemamqp.EventDelayed:
-					rep.delayed.Add(1)
-					fmt.Fprintf(out, "  replica %d: %s is being charged by the other replica: back in %v\n", r+1, e.Key, e.Delay)
-				case idemamqp.EventDeadLettered:
-					rep.settled.Add(1)
-					rep.dead.Add(1)
-					fmt.Fprintf(out, "  replica %d: %s dead-lettered (%s): %v\n", r+1, e.Key, e.Reason, e.Err)
-				case idemamqp.EventDiscarded: // the dead-letter exchange refused it: rejected to the queue's own
-					rep.settled.Add(1)
-					rep.dead.Add(1)
-					fmt.Fprintf(out, "  replica %d: %s rejected (%s): %v; the dead-letter exchange refused it: %v\n", r+1, e.Key, e.Reason, e.Err, e.BrokerErr)
-				}
-			}))
-		if err != nil {
-			return err
-		}
-		consumers = append(consumers, c)
-		wg.Go(func() { errs[r] = c.Run(runCtx) })
+	c, err := idemamqp.New(g, r.url, r.queue, amqpCharger(r.rep, r.out, n),
+		// RabbitMQ checks the user-id against the publishing
+		// connection's user: a publisher cannot use another's keys.
+		idemamqp.WithScope(func(d amqp.Delivery) string { return d.UserId }),
+		idemamqp.WithDeadLetter(r.dlx, ""),
+		idemamqp.WithPrefetch(4),
+		idemamqp.WithBusyDelay(200*time.Millisecond),
+		idemamqp.WithObserver(r.observe(n)))
+	if err != nil {
+		g.Close()
+		return nil, nil, err
 	}
+	return c, func() { g.Close() }, nil
+}
 
-	for rep.settled.Load() < rep.published.Load() && ctx.Err() == nil {
-		time.Sleep(20 * time.Millisecond)
+// observe counts and tells what replica n's consumer did with a delivery.
+func (r *amqpRun) observe(n int) func(context.Context, idemamqp.Event) {
+	rep, out := r.rep, r.out
+	return func(_ context.Context, e idemamqp.Event) {
+		switch e.Kind {
+		case idemamqp.EventAcked:
+			rep.settled.Add(1)
+			if e.Replayed {
+				rep.replayed.Add(1)
+				fmt.Fprintf(out, "  replica %d: %s is a duplicate: acked, not charged again\n", n, e.Key)
+			}
+		case idemamqp.EventDelayed:
+			rep.delayed.Add(1)
+			fmt.Fprintf(out, "  replica %d: %s is being charged by the other replica: back in %v\n", n, e.Key, e.Delay)
+		case idemamqp.EventDeadLettered:
+			rep.settled.Add(1)
+			rep.dead.Add(1)
+			fmt.Fprintf(out, "  replica %d: %s dead-lettered (%s): %v\n", n, e.Key, e.Reason, e.Err)
+		case idemamqp.EventDiscarded: // the dead-letter exchange refused it: rejected to the queue's own
+			rep.settled.Add(1)
+			rep.dead.Add(1)
+			fmt.Fprintf(out, "  replica %d: %s rejected (%s): %v; the dead-letter exchange refused it: %v\n", n, e.Key, e.Reason, e.Err, e.BrokerErr)
+		}
 	}
-	stop()
-	wg.Wait()
-	if err := errors.Join(append(errs, ctx.Err())...); err != nil {
-		return err
-	}
+}
 
+// verdict writes what the run charged and what the dead-letter queue
+// holds, and fails if an order was charged twice or not at all.
+func (r *amqpRun) verdict() error {
+	rep := r.rep
 	charges, twice := 0, 0
 	for _, n := range rep.charges {
 		charges += n
 		twice += max(n-1, 0)
 	}
-	dead, err := ch.QueueDeclarePassive(dlq, true, false, false, false, nil)
+	dead, err := r.ch.QueueDeclarePassive(r.dlq, true, false, false, false, nil)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "\n%d messages for %d orders: %d charged, %d charged twice, %d duplicates acked without a charge, "+
+	fmt.Fprintf(r.out, "\n%d messages for %d orders: %d charged, %d charged twice, %d duplicates acked without a charge, "+
 		"%d trips through the delay queue, %d dead-lettered (%d in %s)\n",
-		rep.published.Load(), *orders, charges, twice, rep.replayed.Load(), rep.delayed.Load(), rep.dead.Load(), dead.Messages, dlq)
-	if twice > 0 || charges != *orders-1 || dead.Messages != 1 {
-		return fmt.Errorf("payments: %d charges for %d orders (one malformed), %d twice, %d dead letters", charges, *orders, twice, dead.Messages)
+		rep.published.Load(), r.orders, charges, twice, rep.replayed.Load(), rep.delayed.Load(), rep.dead.Load(), dead.Messages, r.dlq)
+	if twice > 0 || charges != r.orders-1 || dead.Messages != 1 {
+		return fmt.Errorf("payments: %d charges for %d orders (one malformed), %d twice, %d dead letters", charges, r.orders, twice, dead.Messages)
 	}
-	if d, ok, err := ch.Get(dlq, true); err == nil && ok {
-		fmt.Fprintf(out, "the dead letter in %s: %s, reason %v, cause %q\n", dlq, d.Headers[consumer.HeaderKey],
+	if d, ok, err := r.ch.Get(r.dlq, true); err == nil && ok {
+		fmt.Fprintf(r.out, "the dead letter in %s: %s, reason %v, cause %q\n", r.dlq, d.Headers[consumer.HeaderKey],
 			d.Headers[consumer.HeaderReason], d.Headers[consumer.HeaderCause])
 	}
-	fmt.Fprintln(out, "OK: every order charged once")
+	fmt.Fprintln(r.out, "OK: every order charged once")
 	return nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -56,152 +55,215 @@ func (r *natsReport) charge(id string) int {
 // dead-lettered. It writes what happens to out and deletes its streams at
 // the end. args are its flags (-payments, -resend).
 func runNATS(ctx context.Context, url string, out io.Writer, args []string) error {
-	fs := flag.NewFlagSet("payments (NATS)", flag.ContinueOnError)
-	fs.SetOutput(out)
-	payments := fs.Int("payments", 10, "payment requests to publish per tenant")
-	resend := fs.Int("resend", 3, "payments per tenant the producer resends, within and past the duplicate window")
-	if err := fs.Parse(args); err != nil {
+	r := &natsRun{url: url, rep: &natsReport{charges: map[string]int{}}}
+	if err := r.parseFlags(out, args); err != nil {
 		return err
 	}
-	if *payments < 3 || *resend < 0 || *resend > *payments {
-		return fmt.Errorf("payments: -payments %d and -resend %d: want 3 <= payments and 0 <= resend <= payments", *payments, *resend)
-	}
-	out = &natsLockedWriter{w: out} // the replicas write at once
+	r.out = &natsLockedWriter{w: out} // the replicas write at once
 
 	nc, err := nats.Connect(url, nats.Name("idem payments example"))
 	if err != nil {
 		return fmt.Errorf("payments: connecting to NATS at %s: %w", url, err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
+	if r.js, err = jetstream.New(nc); err != nil {
+		return err
+	}
+	cons, deleteStreams, err := r.createStreams(ctx)
 	if err != nil {
 		return err
 	}
-	// Streams of this run's own, so that runs never see each other's
-	// messages; deleted at the end.
-	name := "PAYMENTS_" + strings.ToUpper(rand.Text()[:8])
-	const window = time.Second
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{
-		Name:       name,
-		Subjects:   []string{strings.ToLower(name) + ".>"},
-		Duplicates: window, // short, so that the example gets past it quickly
+	defer deleteStreams()
+	fmt.Fprintf(r.out, "NATS %s (server %s): stream %s, duplicate window %v, dead letters to %s\n",
+		url, nc.ConnectedServerVersion(), r.name, natsWindow, r.dlqSubject)
+
+	if err := r.publishAndResend(ctx); err != nil {
+		return err
+	}
+	start := func(store *memstore.Store, n int) (func(context.Context) error, func(), error) {
+		c, closeGuard, err := r.replica(store, cons, n)
+		if err != nil {
+			return nil, nil, err
+		}
+		return c.Run, closeGuard, nil
+	}
+	// Every message published, the resends past the window included.
+	done := func() bool { return r.rep.consumed.Load() >= int64(r.rep.published+r.rep.storedDups) }
+	if err := runReplicas(ctx, start, r.resendPastWindow, done); err != nil {
+		return err
+	}
+	return r.verdict(ctx)
+}
+
+// natsWindow is the stream's duplicate window: short, so that the example
+// gets past it quickly.
+const natsWindow = time.Second
+
+// natsTenants are the tenants whose payments the producer publishes.
+var natsTenants = []string{"acme", "globex"}
+
+// natsRun is one run of the NATS example.
+type natsRun struct {
+	url              string
+	out              io.Writer
+	payments, resend int // the flags
+	js               jetstream.JetStream
+	name             string // the stream's
+	dlq              jetstream.Stream
+	dlqSubject       string
+	rep              *natsReport
+}
+
+func (r *natsRun) parseFlags(out io.Writer, args []string) error {
+	fs := flag.NewFlagSet("payments (NATS)", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.IntVar(&r.payments, "payments", 10, "payment requests to publish per tenant")
+	fs.IntVar(&r.resend, "resend", 3, "payments per tenant the producer resends, within and past the duplicate window")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if r.payments < 3 || r.resend < 0 || r.resend > r.payments {
+		return fmt.Errorf("payments: -payments %d and -resend %d: want 3 <= payments and 0 <= resend <= payments", r.payments, r.resend)
+	}
+	return nil
+}
+
+// createStreams creates the streams of this run's own, so that runs never
+// see each other's messages, and the consumer of the payments' stream. It
+// returns the consumer and the function that deletes the streams.
+func (r *natsRun) createStreams(ctx context.Context) (jetstream.Consumer, func(), error) {
+	r.name = "PAYMENTS_" + strings.ToUpper(rand.Text()[:8])
+	stream, err := r.js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:       r.name,
+		Subjects:   []string{strings.ToLower(r.name) + ".>"},
+		Duplicates: natsWindow,
 		Storage:    jetstream.MemoryStorage,
 	})
 	if err != nil {
-		return fmt.Errorf("payments: creating stream %s (is JetStream enabled? nats-server -js): %w", name, err)
+		return nil, nil, fmt.Errorf("payments: creating stream %s (is JetStream enabled? nats-server -js): %w", r.name, err)
 	}
-	defer js.DeleteStream(context.WithoutCancel(ctx), name)
-	dlqSubject := strings.ToLower(name) + "-dlq"
-	dlq, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name + "_DLQ", Subjects: []string{dlqSubject}, Storage: jetstream.MemoryStorage})
+	deleted := []string{r.name}
+	deleteStreams := func() {
+		for _, name := range deleted {
+			r.js.DeleteStream(context.WithoutCancel(ctx), name)
+		}
+	}
+	r.dlqSubject = strings.ToLower(r.name) + "-dlq"
+	r.dlq, err = r.js.CreateStream(ctx, jetstream.StreamConfig{Name: r.name + "_DLQ", Subjects: []string{r.dlqSubject}, Storage: jetstream.MemoryStorage})
 	if err != nil {
-		return err
+		deleteStreams()
+		return nil, nil, err
 	}
-	defer js.DeleteStream(context.WithoutCancel(ctx), name+"_DLQ")
+	deleted = append(deleted, r.name+"_DLQ")
 	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:   "charger",
 		AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait:   5 * time.Second,
 	})
 	if err != nil {
-		return err
+		deleteStreams()
+		return nil, nil, err
 	}
-	fmt.Fprintf(out, "NATS %s (server %s): stream %s, duplicate window %v, dead letters to %s\n",
-		url, nc.ConnectedServerVersion(), name, window, dlqSubject)
+	return cons, deleteStreams, nil
+}
 
-	rep := &natsReport{charges: map[string]int{}}
-	tenants := []string{"acme", "globex"}
-	publish := func(tenant string, i int) (*jetstream.PubAck, error) {
-		p := natsPayment{ID: fmt.Sprintf("pay-%03d", i), Customer: fmt.Sprintf("cus-%s-%d", tenant, i%4), AmountCents: 500 + 250*i}
-		if tenant == "globex" && i == 2 {
-			p.AmountCents = -100 // a malformed request: poison
-		}
-		body, _ := json.Marshal(p)
-		// payments.<tenant>.requested; the payment ID is the Nats-Msg-Id,
-		// so that the stream drops a resend within its window.
-		subj := strings.ToLower(name) + "." + tenant + ".requested"
-		return js.Publish(ctx, subj, body, jetstream.WithMsgID(tenant+"/"+p.ID))
+// publish publishes payment i of tenant.
+func (r *natsRun) publish(ctx context.Context, tenant string, i int) (*jetstream.PubAck, error) {
+	p := natsPayment{ID: fmt.Sprintf("pay-%03d", i), Customer: fmt.Sprintf("cus-%s-%d", tenant, i%4), AmountCents: 500 + 250*i}
+	if tenant == "globex" && i == 2 {
+		p.AmountCents = -100 // a malformed request: poison
 	}
-	for _, t := range tenants {
-		for i := range *payments {
-			if _, err := publish(t, i); err != nil {
+	body, _ := json.Marshal(p)
+	// payments.<tenant>.requested; the payment ID is the Nats-Msg-Id,
+	// so that the stream drops a resend within its window.
+	subj := strings.ToLower(r.name) + "." + tenant + ".requested"
+	return r.js.Publish(ctx, subj, body, jetstream.WithMsgID(tenant+"/"+p.ID))
+}
+
+// publishAndResend publishes every payment, then resends the last ones at
+// once, as a producer that crashed before it saw its acks does: the
+// stream's window drops them.
+func (r *natsRun) publishAndResend(ctx context.Context) error {
+	for _, t := range natsTenants {
+		for i := range r.payments {
+			if _, err := r.publish(ctx, t, i); err != nil {
 				return err
 			}
-			rep.published++
+			r.rep.published++
 		}
 	}
-	// The producer crashed before it saw its acks, and resends its last
-	// payments at once: the stream's window drops them.
-	for _, t := range tenants {
-		for i := *payments - *resend; i < *payments; i++ {
-			ack, err := publish(t, i)
+	for _, t := range natsTenants {
+		for i := r.payments - r.resend; i < r.payments; i++ {
+			ack, err := r.publish(ctx, t, i)
 			if err != nil {
 				return err
 			}
 			if ack.Duplicate {
-				rep.droppedDups++
+				r.rep.droppedDups++
 			}
 		}
 	}
-	fmt.Fprintf(out, "published %d payment requests; %d resent at once, dropped by the stream's duplicate window\n",
-		rep.published, rep.droppedDups)
+	fmt.Fprintf(r.out, "published %d payment requests; %d resent at once, dropped by the stream's duplicate window\n",
+		r.rep.published, r.rep.droppedDups)
+	return nil
+}
 
-	// Two replicas of the payment service, sharing one store.
-	store, err := memstore.New(memstore.Config{}) // redisstore or pgstore when the replicas are processes
+// replica returns the consumer of replica n of the payment service, over
+// store, and the function that closes its Guard.
+func (r *natsRun) replica(store *memstore.Store, cons jetstream.Consumer, n int) (*idemnats.Consumer, func(), error) {
+	g, err := idem.New(store, idem.Config{Namespace: "payments"})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer store.Close()
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for r := range 2 {
-		g, err := idem.New(store, idem.Config{Namespace: "payments"})
-		if err != nil {
-			return err
-		}
-		defer g.Close()
-		c, err := idemnats.New(g, cons, natsCharger(rep, out, r+1),
-			// Keys are per tenant: globex can never make acme's payment
-			// look like a duplicate of its own.
-			idemnats.WithScope(func(msg jetstream.Msg) string { return strings.Split(msg.Subject(), ".")[1] }),
-			idemnats.WithDeadLetter(js, dlqSubject),
-			idemnats.WithBatchSize(4),
-			idemnats.WithObserver(func(_ context.Context, e idemnats.Event) {
-				switch e.Kind {
-				case idemnats.EventAcked:
-					rep.consumed.Add(1)
-					if e.Replayed {
-						rep.replayed.Add(1)
-						fmt.Fprintf(out, "  replica %d: %s is a duplicate: acked, not charged again\n", r+1, e.Key)
-					}
-				case idemnats.EventDeadLettered:
-					rep.consumed.Add(1)
-					rep.deadLetters.Add(1)
-					fmt.Fprintf(out, "  replica %d: %s dead-lettered (%s): %v\n", r+1, e.Key, e.Reason, e.Err)
-				case idemnats.EventDiscarded:
-					// The stream refused its dead letter WithMaxAttempts
-					// times: terminated, and logged at error level.
-					rep.consumed.Add(1)
-					fmt.Fprintf(out, "  replica %d: %s is poison (%s), its dead letter refused: %v\n", r+1, e.Key, e.Reason, e.BrokerErr)
-				}
-			}))
-		if err != nil {
-			return err
-		}
-		wg.Go(func() { errs[r] = c.Run(runCtx) })
+	c, err := idemnats.New(g, cons, natsCharger(r.rep, r.out, n),
+		// Keys are per tenant: globex can never make acme's payment
+		// look like a duplicate of its own.
+		idemnats.WithScope(func(msg jetstream.Msg) string { return strings.Split(msg.Subject(), ".")[1] }),
+		idemnats.WithDeadLetter(r.js, r.dlqSubject),
+		idemnats.WithBatchSize(4),
+		idemnats.WithObserver(r.observe(n)))
+	if err != nil {
+		g.Close()
+		return nil, nil, err
 	}
+	return c, func() { g.Close() }, nil
+}
 
-	// Past the window, the producer resends the same payments again, say
-	// after a restart from an old checkpoint: the stream stores them, and
-	// idem catches them.
-	time.Sleep(window)
-	fmt.Fprintf(out, "past the window, the producer resends %d payments per tenant: the stream stores them again\n", *resend)
-	for _, t := range tenants {
-		for i := *payments - *resend; i < *payments; i++ {
+// observe counts and tells what replica n's consumer did with a message.
+func (r *natsRun) observe(n int) func(context.Context, idemnats.Event) {
+	rep, out := r.rep, r.out
+	return func(_ context.Context, e idemnats.Event) {
+		switch e.Kind {
+		case idemnats.EventAcked:
+			rep.consumed.Add(1)
+			if e.Replayed {
+				rep.replayed.Add(1)
+				fmt.Fprintf(out, "  replica %d: %s is a duplicate: acked, not charged again\n", n, e.Key)
+			}
+		case idemnats.EventDeadLettered:
+			rep.consumed.Add(1)
+			rep.deadLetters.Add(1)
+			fmt.Fprintf(out, "  replica %d: %s dead-lettered (%s): %v\n", n, e.Key, e.Reason, e.Err)
+		case idemnats.EventDiscarded:
+			// The stream refused its dead letter WithMaxAttempts
+			// times: terminated, and logged at error level.
+			rep.consumed.Add(1)
+			fmt.Fprintf(out, "  replica %d: %s is poison (%s), its dead letter refused: %v\n", n, e.Key, e.Reason, e.BrokerErr)
+		}
+	}
+}
+
+// resendPastWindow resends the last payments once the window has passed,
+// as a producer restarted from an old checkpoint does: the stream stores
+// them, and idem catches them.
+func (r *natsRun) resendPastWindow(ctx context.Context) error {
+	time.Sleep(natsWindow)
+	fmt.Fprintf(r.out, "past the window, the producer resends %d payments per tenant: the stream stores them again\n", r.resend)
+	for _, t := range natsTenants {
+		for i := r.payments - r.resend; i < r.payments; i++ {
 			// The server forgets ids a little after the window ends.
 			for try := 0; ; try++ {
-				ack, err := publish(t, i)
+				ack, err := r.publish(ctx, t, i)
 				if err != nil {
 					return err
 				}
@@ -213,35 +275,31 @@ func runNATS(ctx context.Context, url string, out io.Writer, args []string) erro
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			rep.storedDups++
+			r.rep.storedDups++
 		}
 	}
+	return nil
+}
 
-	want := int64(rep.published + rep.storedDups)
-	for rep.consumed.Load() < want && ctx.Err() == nil {
-		time.Sleep(20 * time.Millisecond)
-	}
-	stop()
-	wg.Wait()
-	if err := errors.Join(append(errs, ctx.Err())...); err != nil {
-		return err
-	}
-
+// verdict writes what the run charged and fails if a payment was charged
+// twice or not at all.
+func (r *natsRun) verdict(ctx context.Context) error {
+	rep := r.rep
 	charges, twice := 0, 0
 	for _, n := range rep.charges {
 		charges += n
 		twice += max(n-1, 0)
 	}
-	info, err := dlq.Info(ctx)
+	info, err := r.dlq.Info(ctx)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "\n%d messages consumed for %d payments: %d charged, %d charged twice, %d duplicates acked without a charge, %d dead-lettered (%d in %s)\n",
-		rep.consumed.Load(), rep.published, charges, twice, rep.replayed.Load(), rep.deadLetters.Load(), info.State.Msgs, dlq.CachedInfo().Config.Name)
+	fmt.Fprintf(r.out, "\n%d messages consumed for %d payments: %d charged, %d charged twice, %d duplicates acked without a charge, %d dead-lettered (%d in %s)\n",
+		rep.consumed.Load(), rep.published, charges, twice, rep.replayed.Load(), rep.deadLetters.Load(), info.State.Msgs, r.dlq.CachedInfo().Config.Name)
 	if twice > 0 || charges != rep.published-1 {
 		return fmt.Errorf("payments: %d charges for %d payments (one poison), %d twice", charges, rep.published, twice)
 	}
-	fmt.Fprintln(out, "OK: every payment charged once")
+	fmt.Fprintln(r.out, "OK: every payment charged once")
 	return nil
 }
 

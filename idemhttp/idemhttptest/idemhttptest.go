@@ -721,7 +721,7 @@ func scopesNeverCross(t *testing.T, s storage.Store) {
 func largeResponseWithoutBody(t *testing.T, s storage.Store) {
 	var runs atomic.Int32
 	ops := &adaptertest.Ops{}
-	var log logBuffer
+	var log adaptertest.Logs
 	g := newGuard(t, s, idem.Config{Observer: ops.Observe, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	h := wrap(t, g, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs.Add(1)
@@ -784,24 +784,6 @@ func wantReplayedProblem(t *testing.T, what string, resp *http.Response, status 
 			what, resp.StatusCode, resp.Header.Get(idemhttp.ReplayedHeader), resp.Header.Get("Content-Type"), p, status, typ)
 	}
 	return p
-}
-
-// logBuffer is a log destination safe for concurrent use.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // Over a store that keeps values of 1000 bytes, a body of exactly the cap

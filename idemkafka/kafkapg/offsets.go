@@ -2,23 +2,21 @@ package kafkapg
 
 import (
 	"context"
-	"embed"
+	_ "embed"
 	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/idemgo/idem/idemkafka/kafkapg/offsetstable"
 	"github.com/idemgo/idem/internal/pgsql"
 	"github.com/idemgo/idem/pgstore"
 )
 
 // DefaultOffsetsTable is the offsets table used when [WithOffsetsTable] is
 // not given.
-const DefaultOffsetsTable = "idem_kafka_offsets"
-
-//go:embed migrations/*.sql
-var migrations embed.FS
+const DefaultOffsetsTable = offsetstable.Default
 
 //go:embed queries.sql
 var queriesSQL string
@@ -27,12 +25,10 @@ var sqlTemplates = pgsql.Parse("queries.sql", queriesSQL)
 
 // offsetsTable is a validated offsets table name and its statements.
 type offsetsTable struct {
-	name    string
-	ident   string
-	lockKey int64  // the advisory lock Migrate holds for the table
-	store   string // $1 group, $2 topic, $3 partition, $4 next offset, $5 leader epoch
-	load    string // $1 group, $2 topics
-	stored  string // $1 group, $2 topic, $3 partition
+	ident  string
+	store  string // $1 group, $2 topic, $3 partition, $4 next offset, $5 leader epoch
+	load   string // $1 group, $2 topics
+	stored string // $1 group, $2 topic, $3 partition
 }
 
 // parseOffsetsTable parses name ("" for [DefaultOffsetsTable]) as every
@@ -43,35 +39,26 @@ func parseOffsetsTable(name string) (offsetsTable, error) {
 	if err != nil {
 		return offsetsTable{}, err
 	}
-	t := offsetsTable{name: p.Given, ident: p.Ident(), lockKey: p.LockKey("kafkapg.Migrate:")}
+	t := offsetsTable{ident: p.Ident()}
 	r := func(def string) string { return pgsql.Render("kafkapg", sqlTemplates, def, t.vars()) }
 	t.store, t.load, t.stored = r("store"), r("load"), r("stored")
 	return t, nil
 }
 
-// vars are what queries.sql and the migrations are rendered with.
+// vars are what queries.sql is rendered with.
 func (t offsetsTable) vars() map[string]string { return map[string]string{"table": t.ident} }
 
 // Migrate creates or upgrades the offsets table named table ("" for
 // [DefaultOffsetsTable]; schema.table accepted, the schema must exist):
 // one row per consumer group, topic and partition, holding the next offset
 // to consume. It is idempotent, and safe when several processes run it at
-// once: its statements (migrations/*.sql) run as one transaction holding
-// an advisory lock for the table. The records table is pgstore's: create
-// it with pgstore.Migrate (idem migrate creates both).
+// once: its statements run as one transaction holding an advisory lock for
+// the table. The records table is pgstore's: create it with
+// pgstore.Migrate (idem migrate creates both). It is [offsetstable.Migrate],
+// which a program that migrates tables and consumes nothing imports
+// instead, to link no Kafka client.
 func Migrate(ctx context.Context, db pgstore.DB, table string) error {
-	t, err := parseOffsetsTable(table)
-	if err != nil {
-		return fmt.Errorf("kafkapg: Migrate: %w", err)
-	}
-	script, err := pgsql.MigrationScript("kafkapg", migrations, "migrations/*.sql", t.lockKey, t.vars())
-	if err != nil {
-		return fmt.Errorf("kafkapg: Migrate: %w", err)
-	}
-	if _, err := db.Exec(ctx, script); err != nil {
-		return fmt.Errorf("kafkapg: Migrate %s: %w", t.name, err)
-	}
-	return nil
+	return offsetstable.Migrate(ctx, db, table)
 }
 
 // adjust starts each newly assigned partition at the offset stored in

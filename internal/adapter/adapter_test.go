@@ -211,3 +211,24 @@ func TestClassifyGuardAnswers(t *testing.T) {
 		t.Errorf("after Close: %v, want Ended", got)
 	}
 }
+
+// Protect turns a user function's panic into a *FuncPanic naming it, and
+// TooLarge, which calls the Guard's Observer inside the operation, recovers
+// the Observer's panic as the Guard does.
+func TestProtect(t *testing.T) {
+	g := newGuard(t, idem.Config{Observer: func(context.Context, idem.Event) { panic("observer bug") }})
+	o, err := build(t, g, shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = o.Protect(t.Context(), "the scope function (WithScope)", func() { panic("index out of range") })
+	fp, ok := errors.AsType[*adapter.FuncPanic](err)
+	if !ok || fp.Value != "index out of range" || len(fp.Stack) == 0 ||
+		err.Error() != "the scope function (WithScope) panicked: index out of range" {
+		t.Fatalf("Protect of a panic = %v (%#v)", err, err)
+	}
+	if err := o.Protect(t.Context(), "f", func() {}); err != nil {
+		t.Fatalf("Protect of a call that returns = %v", err)
+	}
+	o.TooLarge(t.Context(), "", "k", 1<<20, idem.ErrValueTooLarge) // must not panic
+}

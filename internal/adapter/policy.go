@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 
 	"github.com/idemgo/idem"
 )
@@ -175,6 +176,41 @@ func (p *Policy[M]) Scope(m M) string {
 	return p.scope(m)
 }
 
+// FuncPanic is the panic of a function the user gave the adapter besides
+// its handler (a scope or fingerprint function) on one request.
+type FuncPanic struct {
+	Func  string // the function, as "the scope function (WithScope)"
+	Value any    // what it panicked with
+	Stack []byte // the goroutine's stack at the panic
+}
+
+func (e *FuncPanic) Error() string { return fmt.Sprintf("%s panicked: %v", e.Func, e.Value) }
+
+// Protect runs call, a call of the user's function fn, and returns its
+// panic as a *FuncPanic, logged at error level with its stack. Such a
+// function reads what the client sent: its panic is that request's, to be
+// answered as a server error, and must not end the process (a gRPC server
+// recovers no panic) nor be left to net/http, which drops the connection
+// without an answer.
+func (p *Policy[M]) Protect(ctx context.Context, fn string, call func()) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = p.Panicked(ctx, fn, v)
+		}
+	}()
+	call()
+	return nil
+}
+
+// Panicked returns v, recovered from the user's function fn, as a
+// *FuncPanic, logged at error level with its stack; the deferred function
+// that recovered v calls it.
+func (p *Policy[M]) Panicked(ctx context.Context, fn string, v any) *FuncPanic {
+	fp := &FuncPanic{Func: fn, Value: v, Stack: debug.Stack()}
+	p.logger.LogAttrs(ctx, slog.LevelError, p.names.Pkg+": "+fp.Error(), slog.String("stack", string(fp.Stack)))
+	return fp
+}
+
 // ValueLimit returns the longest value the Guard's store keeps, or 0 when
 // it keeps any (storage.Store.MaxValueSize). An adapter keeps what it
 // stores within it, less its encoding's overhead, so that the store never
@@ -191,7 +227,11 @@ func (p *Policy[M]) TooLarge(ctx context.Context, scope, key string, size int, e
 		slog.String("namespace", p.cfg.Namespace), slog.String("scope", scope), slog.String("key", key),
 		slog.Int("size", size), slog.Any("error", err))
 	if p.cfg.Observer != nil {
-		p.cfg.Observer(ctx, idem.Event{Op: idem.OpTooLarge, Namespace: p.cfg.Namespace, Scope: scope, Key: key, Err: err})
+		// Recovered as the Guard recovers it: this runs inside the
+		// operation, whose panic would release a key that answered.
+		p.Protect(ctx, "the Guard's Observer", func() {
+			p.cfg.Observer(ctx, idem.Event{Op: idem.OpTooLarge, Namespace: p.cfg.Namespace, Scope: scope, Key: key, Err: err})
+		})
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -131,4 +132,29 @@ func (o *Ops) Count(op idem.Op) int {
 		}
 	}
 	return n
+}
+
+// Logs is what a logger wrote, safe for concurrent use: what a test reads
+// of what an adapter, or the Guard, logged.
+type Logs struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+// Logger returns a text logger, of every level, that writes to l.
+func (l *Logs) Logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+func (l *Logs) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String returns what was logged so far.
+func (l *Logs) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

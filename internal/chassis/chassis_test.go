@@ -557,3 +557,37 @@ func TestSendLetter(t *testing.T) {
 		t.Errorf("a consumer that stops: SendLetter = %v, %v after %d sends; want false, the last error, after 1", gaveUp, err, *sent)
 	}
 }
+
+// The attempts of a key are bounded by the store's count, which a Guard's
+// handler context carries: a handler that fails at its MaxAttempts-th
+// claim has the key failed for good, whatever the in-memory count says
+// (none here: a storm or a restart lost it), and its duplicates never run.
+func TestCallBoundsAttemptsByTheStore(t *testing.T) {
+	g := newGuard(t)
+	runs := 0
+	handle := func(o *options) (chassis.Verdict, error) {
+		res, err := g.Do(t.Context(), "k", nil, func(ctx context.Context) ([]byte, error) {
+			return nil, o.Call(ctx, nil, nil, func(context.Context) error { runs++; return errors.New("downstream timeout") }, nil)
+		})
+		return o.Decide(res, err, 0), err
+	}
+	for i := 1; i <= 5; i++ {
+		// A consumer of its own each time: a restart, or a count evicted.
+		o := &options{}
+		if err := chassis.Build(o, &o.Options, broker, g, idem.Config{}, []option{shared, discard, func(o *options) { o.SetMaxAttempts(3) }}); err != nil {
+			t.Fatal(err)
+		}
+		v, err := handle(o)
+		switch {
+		case i < 3 && (v.Settle != chassis.Retry || !v.Failed):
+			t.Fatalf("attempt %d: %v (%v), want a counted retry", i, v.Settle, err)
+		case i >= 3 && (v.Settle != chassis.DeadLetter || v.Reason != consumer.ReasonTooManyAttempts || !errors.Is(err, idem.ErrTooManyAttempts)):
+			t.Fatalf("attempt %d: %v %q (%v), want too-many-attempts poison", i, v.Settle, v.Reason, err)
+		case i == 3 && !strings.Contains(err.Error(), "downstream timeout"):
+			t.Errorf("the last attempt's cause %q does not say the handler's error", err)
+		}
+	}
+	if runs != 3 {
+		t.Fatalf("the handler ran %d times for one key, want MaxAttempts, 3", runs)
+	}
+}

@@ -9,8 +9,10 @@
 //     key's source, the scope and poison decisions, the fingerprint, the
 //     attempts, the backoff, the busy delay, the drain timeout, the logger)
 //     and their checks, a missing scope or poison decision among them;
-//   - a message's key: read, checked by the Guard's rules, and its errors
-//     ([consumer.ErrNoKey], [consumer.KeyError]);
+//   - a message's scope, key and payload ([Options.Read]): read, the key
+//     checked by the Guard's rules, and their errors ([consumer.ErrNoKey],
+//     [consumer.KeyError], a user function's panic as a
+//     [consumer.PanicError] that makes the message poison);
 //   - the verdict on a message once the Guard answered ([Options.Decide]):
 //     acknowledge it, redeliver it (after the busy delay or a backoff), or
 //     dead-letter it, bounded by the consumer's MaxAttempts, with the
@@ -23,7 +25,8 @@
 //     large, tried again after an outage, given up on after MaxAttempts
 //     refusals;
 //   - the activity an event about one message counts as ([Activity]), for
-//     instrumentation.
+//     instrumentation, and the observer's call, its panic recovered
+//     ([Options.Observe]).
 //
 // The package imports the standard library, the core and the public
 // consumer package only, like internal/adapter.

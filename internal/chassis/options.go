@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemgo/idem"
@@ -59,6 +60,9 @@ type Options[M any] struct {
 	retryLast   time.Duration
 	busyDelay   time.Duration
 	drain       time.Duration
+	// observerPanicked: the consumer's observer panicked once, and was
+	// logged (see Observe).
+	observerPanicked *atomic.Bool
 }
 
 // Broker is what Build needs to know of a consumer's broker.
@@ -119,6 +123,7 @@ func Build[O any, F ~func(*O), M any](o *O, so *Options[M], b Broker[M], g *idem
 	so.retryLast = cmp.Or(so.retryLast, max(defaultRetryLongest, so.retryFirst))
 	so.busyDelay = cmp.Or(so.busyDelay, defaultBusyDelay)
 	so.drain = cmp.Or(so.drain, defaultDrainTimeout)
+	so.observerPanicked = new(atomic.Bool)
 	if so.keyFunc == nil && so.keyHeader != "" {
 		so.SetKeyName("the " + so.keyHeader + " header")
 	}
@@ -270,6 +275,51 @@ func (o *Options[M]) Key(m M) (string, error) {
 	return k, nil
 }
 
+// Read returns what the Guard needs of m: its scope, its key ("" for none),
+// and, when it has a usable key, its payload. err is Key's error, or a
+// *consumer.PanicError when a function the user gave (the scope, key or
+// fingerprint function, the Guard's key check) panicked on m, logged at
+// error level. [Options.DecideKey] gives the verdict on a message with an
+// error, or without a key.
+//
+// Those functions read what a publisher sent: a panic of theirs is the
+// message's, and would end the process at each delivery of it.
+func (o *Options[M]) Read(m M) (scope, key string, payload []byte, err error) {
+	fn := "the scope function (WithScope)"
+	defer func() {
+		if v := recover(); v != nil {
+			fp := o.Panicked(context.Background(), fn, v)
+			scope, key, payload = "", "", nil
+			err = &consumer.PanicError{Func: fp.Func, Value: fp.Value, Stack: fp.Stack}
+		}
+	}()
+	scope = o.Scope(m)
+	fn = "the Guard's key check (Config.ValidateKey)"
+	if o.keyFunc != nil {
+		fn = "the key function (WithKeyFunc)"
+	}
+	if key, err = o.Key(m); err != nil || key == "" {
+		return scope, "", nil, err
+	}
+	fn = "the fingerprint function (WithFingerprint)"
+	return scope, key, o.Payload(m), nil
+}
+
+// Observe runs report, a call of the consumer's observer, and recovers its
+// panic: an observer must not end the process, nor leave unsettled the
+// message it is told about. The first panic is logged at error level with
+// its stack; the later ones, which the same bug repeats at every event,
+// are not.
+func (o *Options[M]) Observe(ctx context.Context, report func()) {
+	defer func() {
+		if v := recover(); v != nil && o.observerPanicked.CompareAndSwap(false, true) {
+			o.Logger().LogAttrs(ctx, slog.LevelError, o.Names().Pkg+": the observer (WithObserver) panicked "+
+				"(recovered; later panics of it are not logged)", slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
+		}
+	}()
+	report()
+}
+
 // Call runs h with the context a handler gets, and turns its panic into a
 // *consumer.PanicError, logged at error level with its stack and the
 // attributes attrs returns (nil: none). attrs runs only then: a message's
@@ -279,7 +329,28 @@ func (o *Options[M]) Key(m M) (string, error) {
 // the values of msgCtx (a Kafka record's context, where kgo hooks such as
 // kotel put their span; nil elsewhere), and the message's trace context
 // (consumer.TraceFrom).
-func (o *Options[M]) Call(ctx, msgCtx context.Context, trace consumer.TraceCarrier, h func(context.Context) error, attrs func() []slog.Attr) (err error) {
+//
+// Under a Guard, ctx carries the attempt of the key's claim, which the
+// store counts (idem.AttemptFrom): a handler that fails (an error without
+// a permanent mark, a panic, its own timeout) at attempt MaxAttempts or
+// later gets an idem.Permanent error wrapping idem.ErrTooManyAttempts
+// instead, which the Guard stores as the key's outcome. So the handler of
+// a key runs at most MaxAttempts times, whatever the consumer's restarts
+// and however many messages fail at once; the in-memory count that
+// [Options.Decide] is given only bounds what runs without a Guard's
+// attempt (unguarded messages, a TxGuard).
+func (o *Options[M]) Call(ctx, msgCtx context.Context, trace consumer.TraceCarrier, h func(context.Context) error, attrs func() []slog.Attr) error {
+	err := o.call(ctx, msgCtx, trace, h, attrs)
+	if err == nil {
+		return nil
+	}
+	if attempt, ok := idem.AttemptFrom(ctx); ok && attempt >= o.maxAttempts && counts(adapter.Classify(err), err) {
+		return idem.Permanent(&tooManyAttemptsError{attempts: attempt, last: err})
+	}
+	return err
+}
+
+func (o *Options[M]) call(ctx, msgCtx context.Context, trace consumer.TraceCarrier, h func(context.Context) error, attrs func() []slog.Attr) (err error) {
 	if msgCtx != nil && msgCtx != context.Background() && msgCtx != context.TODO() {
 		ctx = merged{ctx, msgCtx}
 	}

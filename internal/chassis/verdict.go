@@ -81,9 +81,7 @@ func Outage(cause error) Verdict { return Verdict{Settle: Retry, Cause: cause} }
 func (o *Options[M]) Decide(res idem.Result, err error, failures int) Verdict {
 	v := Verdict{Cause: err, Replayed: res.Replayed}
 	c := adapter.Classify(err)
-	if c == adapter.Ended && ownTimeout(err) {
-		// The handler's own deadline, not the consumer's: a downstream
-		// call that timed out is a failure like any other, and counts.
+	if counts(c, err) {
 		c = adapter.Retryable
 	}
 	switch c {
@@ -116,6 +114,15 @@ func (o *Options[M]) Decide(res idem.Result, err error, failures int) Verdict {
 	return v
 }
 
+// counts reports whether err, a handler's, of class c, is a failure that
+// counts toward MaxAttempts: an error without a permanent mark, a panic,
+// or the handler's own timeout (a downstream call that timed out is a
+// failure like any other), but not the end of the consumer's or the
+// lease's context.
+func counts(c adapter.Class, err error) bool {
+	return c == adapter.Retryable || c == adapter.Ended && ownTimeout(err)
+}
+
 // ownTimeout reports whether err, which ended a handler, is a deadline
 // of the handler's own: the consumers end a handler's context by
 // cancelling it (context.Canceled, with a cause), and the Guard by
@@ -125,11 +132,15 @@ func ownTimeout(err error) bool {
 }
 
 // DecideKey returns the verdict on a message whose key could not be had:
-// keyErr is Key's error, or nil for a message without a key (which the
-// consumer runs unguarded instead when UnkeyedUnguarded).
+// keyErr is Read's error (Key's, or the panic of a function), or nil for a
+// message without a key (which the consumer runs unguarded instead when
+// UnkeyedUnguarded).
 func (o *Options[M]) DecideKey(keyErr error) Verdict {
 	if keyErr == nil {
 		return Verdict{Settle: DeadLetter, Cause: consumer.ErrNoKey, Reason: consumer.ReasonMissingKey}
+	}
+	if _, ok := errors.AsType[*consumer.PanicError](keyErr); ok {
+		return Verdict{Settle: DeadLetter, Cause: keyErr, Reason: consumer.ReasonPanicked}
 	}
 	return Verdict{Settle: DeadLetter, Cause: keyErr, Reason: consumer.ReasonInvalidKey}
 }

@@ -59,6 +59,14 @@ var testOnlyAllowed = map[string]map[string]string{
 	},
 }
 
+// unlinked lists, for each command users install, the modules none of
+// whose packages it may link: the operator's binary links no broker client
+// (the broker demos are in the examples module, beside their clients). A
+// module path stands for the modules under it too (franz-go/pkg/kmsg).
+var unlinked = map[string][]string{
+	corePath + "/cmd/idem": {"github.com/twmb/franz-go", "github.com/rabbitmq/amqp091-go", "github.com/nats-io/nats.go"},
+}
+
 // platforms are the GOOS/GOARCH pairs whose imports count: go mod tidy
 // keeps what any platform's files import, and some modules import a
 // package on one system only (modernc.org/sqlite imports go-isatty on
@@ -270,9 +278,38 @@ func contractProblems(g graph, core string, pkgs []string) []string {
 	return problems
 }
 
+// linkCheck returns a problem for each command of forbidden (see unlinked)
+// that links, on any of the platforms, a package of a module it lists.
+func linkCheck(root string, forbidden map[string][]string) ([]string, error) {
+	var problems []string
+	for _, cmd := range slices.Sorted(maps.Keys(forbidden)) {
+		linked := map[string]bool{} // the forbidden packages the command links
+		for _, pl := range platforms {
+			out, err := goCmd(root, []string{"GOOS=" + pl[0], "GOARCH=" + pl[1], "CGO_ENABLED=0"},
+				"list", "-deps", "-f", "{{.ImportPath}} {{with .Module}}{{.Path}}{{end}}", cmd)
+			if err != nil {
+				return nil, err
+			}
+			for line := range strings.Lines(string(out)) {
+				pkg, mod, _ := strings.Cut(strings.TrimSpace(line), " ")
+				for _, f := range forbidden[cmd] {
+					if mod == f || strings.HasPrefix(mod, f+"/") {
+						linked[pkg] = true
+					}
+				}
+			}
+		}
+		if len(linked) > 0 {
+			problems = append(problems, fmt.Sprintf("%s links %s", cmd, strings.Join(slices.Sorted(maps.Keys(linked)), ", ")))
+		}
+	}
+	return problems, nil
+}
+
 // deps runs the deps check on the libraries of the workspace (every
-// published module but those of notLibraries), and checks that the
-// key-value stores import only storage of the core (contractOnly).
+// published module but those of notLibraries), checks that the key-value
+// stores import only storage of the core (contractOnly), and that no
+// command links what unlinked forbids it.
 func deps(mods []module) error {
 	work, err := goCmd("", nil, "env", "GOWORK")
 	if err != nil {
@@ -305,6 +342,13 @@ func deps(mods []module) error {
 			"Move those tests to the integration module and run go run ./internal/release tidy DIR, or allow the requirement in testOnlyAllowed (internal/release/deps.go), saying why.",
 			strings.Join(problems, "\n  "))
 	}
-	fmt.Fprintln(os.Stdout, "deps check: every library's go.mod requires only what its packages import, and the test modules testOnlyAllowed lists; the key-value stores import only storage of the core")
+	root := filepath.Dir(strings.TrimSpace(string(work)))
+	if problems, err = linkCheck(root, unlinked); err != nil {
+		return err
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("a command links what it must not (unlinked, internal/release/deps.go):\n  %s", strings.Join(problems, "\n  "))
+	}
+	fmt.Fprintln(os.Stdout, "deps check: every library's go.mod requires only what its packages import, and the test modules testOnlyAllowed lists; the key-value stores import only storage of the core; no command links a module unlinked forbids it")
 	return nil
 }

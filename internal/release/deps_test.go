@@ -173,3 +173,28 @@ func TestContractProblems(t *testing.T) {
 		t.Errorf("problems %q, want %q", p, want)
 	}
 }
+
+func TestLinkCheck(t *testing.T) {
+	root, _ := workspace(t, map[string]string{
+		// A tool whose demo links a broker's client through a library of
+		// another module; its other command links nothing of it.
+		"tool/go.mod":          "module example.com/tool\n\ngo 1.26.0\n\nrequire example.com/adapter v0.1.0\n",
+		"tool/cmd/op/main.go":  pkg("main", "example.com/adapter"),
+		"tool/cmd/ok/main.go":  pkg("main"),
+		"adapter/go.mod":       "module example.com/adapter\n\ngo 1.26.0\n\nrequire example.com/broker v0.1.0\n",
+		"adapter/adapter.go":   pkg("adapter", "example.com/broker/pkg/wire"),
+		"broker/go.mod":        "module example.com/broker\n\ngo 1.26.0\n",
+		"broker/pkg/wire/w.go": pkg("wire"),
+	})
+	forbidden := func(cmd string) map[string][]string { return map[string][]string{cmd: {"example.com/broker"}} }
+	p, err := linkCheck(root, forbidden("example.com/tool/cmd/op"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p) != 1 || !strings.Contains(p[0], "example.com/tool/cmd/op links example.com/broker/pkg/wire") {
+		t.Errorf("a command linking a forbidden module through another: %q, want one problem naming the package", p)
+	}
+	if p, err := linkCheck(root, forbidden("example.com/tool/cmd/ok")); err != nil || len(p) > 0 {
+		t.Errorf("a command linking none: %q, %v, want no problem", p, err)
+	}
+}

@@ -1,4 +1,4 @@
-// Package scanpage is the loop of an storage.Scanner over a store that reads
+// Package scanpage is the loop of a storage.Scanner over a store that reads
 // its records in key order, a page at a time (pgstore, sqlitestore).
 package scanpage
 

@@ -117,6 +117,6 @@ var activities = map[EventKind]consumer.ActivityKind{
 
 func (c *Consumer) observe(ctx context.Context, e Event) {
 	if c.o.Observer != nil {
-		c.o.Observer(ctx, e)
+		c.o.Observe(ctx, func() { c.o.Observer(ctx, e) })
 	}
 }

@@ -29,11 +29,9 @@ type Item struct {
 
 // item returns r with its key (the chassis's Key), scope and payload.
 func (o *Options) item(r *kgo.Record) Item {
-	k, err := o.Key(r)
-	it := Item{Rec: r, Scope: o.Scope(r), Key: k, KeyOK: err == nil && k != "", keyErr: err}
-	if it.KeyOK {
-		it.Payload = o.Payload(r)
-	} else {
+	scope, k, payload, err := o.Read(r)
+	it := Item{Rec: r, Scope: scope, Key: k, Payload: payload, KeyOK: err == nil && k != "", keyErr: err}
+	if !it.KeyOK {
 		it.Unguarded = err == nil && o.UnkeyedUnguarded()
 	}
 	return it

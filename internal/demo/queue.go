@@ -1,72 +1,12 @@
-package main
+package demo
 
 import (
 	"container/heap"
 	"context"
 	"errors"
-	"fmt"
-	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
-)
-
-// message is one OrderCreated event as the producer published it.
-type message struct {
-	order     int    // the order's index in the ledger
-	key       string // the order ID: the idempotency key
-	payload   []byte // the event's body
-	duplicate bool   // an extra copy of an earlier message
-}
-
-// dupWindow is how many positions after its original a duplicate may land:
-// close enough that a copy is often in flight while the original is.
-const dupWindow = 16
-
-// newStream returns what the producer publishes for orders orders, in the
-// order the broker delivers it: one message per order and, with probability
-// dupRate, an extra copy a few positions later, as a producer retry or a
-// broker duplicate makes. The same seed gives the same stream.
-func newStream(seed uint64, orders int, dupRate float64) []message {
-	rng := rand.New(rand.NewPCG(seed, streamMessages))
-	type placed struct {
-		pos float64
-		msg message
-	}
-	out := make([]placed, 0, orders+orders/4)
-	for i := range orders {
-		m := message{order: i, key: fmt.Sprintf("order-%06d", i)}
-		m.payload = fmt.Appendf(nil, `{"type":"OrderCreated","order":%q,"customer":"cus-%04d","amount_cents":%d}`,
-			m.key, rng.IntN(10000), 500+rng.IntN(50000))
-		out = append(out, placed{float64(i), m})
-		if rng.Float64() < dupRate {
-			dup := m
-			dup.duplicate = true
-			out = append(out, placed{float64(i) + 0.5 + rng.Float64()*dupWindow, dup})
-		}
-	}
-	slices.SortStableFunc(out, func(a, b placed) int {
-		switch {
-		case a.pos < b.pos:
-			return -1
-		case a.pos > b.pos:
-			return 1
-		}
-		return 0
-	})
-	msgs := make([]message, len(out))
-	for i, p := range out {
-		msgs[i] = p.msg
-	}
-	return msgs
-}
-
-// The PCG streams of the demo's random choices, so that the messages and the
-// crash points come from one seed without depending on each other.
-const (
-	streamMessages = 1 << 63
-	streamCrashes  = 1 << 62
 )
 
 // errDrained is what receive returns once every message was acked.
@@ -86,7 +26,7 @@ type broker struct {
 	visibility time.Duration
 
 	mu      sync.Mutex
-	msgs    []message
+	msgs    []Message
 	slots   []slot // one per message, by index
 	ready   []int  // indexes of the messages waiting for a consumer, in order
 	due     dueHeap
@@ -123,10 +63,10 @@ type delivery struct {
 	id      int // the message's index
 	gen     uint64
 	attempt int // 1 at the first delivery of this copy
-	msg     *message
+	msg     *Message
 }
 
-func newBroker(msgs []message, visibility time.Duration) *broker {
+func newBroker(msgs []Message, visibility time.Duration) *broker {
 	b := &broker{
 		visibility: visibility,
 		msgs:       msgs,
@@ -200,7 +140,7 @@ func (b *broker) deliverLocked(now time.Time) *delivery {
 	s.gen++
 	s.attempts++
 	b.deliveries++
-	if s.attempts == 1 && b.msgs[id].duplicate {
+	if s.attempts == 1 && b.msgs[id].Duplicate {
 		b.duplicates++
 	}
 	b.pushDueLocked(dueEntry{at: now.Add(b.visibility), id: id, gen: s.gen})
@@ -276,21 +216,21 @@ func (d *delivery) nack(delay time.Duration) bool {
 	return true
 }
 
-// brokerStats is what the broker counted during a run.
-type brokerStats struct {
-	deliveries int    // every delivery, redeliveries included
-	duplicates int    // duplicate copies delivered at least once
-	timeouts   int    // redeliveries after the visibility timeout
-	unacked    []bool // by order: a message of the order is not acked
+// BrokerStats is what the broker counted during a run.
+type BrokerStats struct {
+	Deliveries int    // every delivery, redeliveries included
+	Duplicates int    // duplicate copies delivered at least once
+	Timeouts   int    // redeliveries after the visibility timeout
+	Unacked    []bool // by order: a message of the order is not acked
 }
 
-func (b *broker) stats(orders int) brokerStats {
+func (b *broker) stats(orders int) BrokerStats {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	st := brokerStats{deliveries: b.deliveries, duplicates: b.duplicates, timeouts: b.timeouts, unacked: make([]bool, orders)}
+	st := BrokerStats{Deliveries: b.deliveries, Duplicates: b.duplicates, Timeouts: b.timeouts, Unacked: make([]bool, orders)}
 	for i, s := range b.slots {
 		if s.state != slotAcked {
-			st.unacked[b.msgs[i].order] = true
+			st.Unacked[b.msgs[i].Order] = true
 		}
 	}
 	return st

@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -10,40 +10,40 @@ import (
 
 func TestNewStream(t *testing.T) {
 	const orders = 1000
-	msgs := newStream(7, orders, 0.3)
+	msgs := NewStream(7, orders, 0.3)
 	seen := make([]bool, orders)
 	dups := 0
 	for i, m := range msgs {
-		if m.duplicate {
+		if m.Duplicate {
 			dups++
-			if !seen[m.order] {
-				t.Fatalf("message %d: duplicate of order %d before its original", i, m.order)
+			if !seen[m.Order] {
+				t.Fatalf("message %d: duplicate of order %d before its original", i, m.Order)
 			}
 			continue
 		}
-		if seen[m.order] || (m.order > 0 && !seen[m.order-1]) {
-			t.Fatalf("message %d: original of order %d out of order", i, m.order)
+		if seen[m.Order] || (m.Order > 0 && !seen[m.Order-1]) {
+			t.Fatalf("message %d: original of order %d out of order", i, m.Order)
 		}
-		seen[m.order] = true
+		seen[m.Order] = true
 	}
 	if len(msgs) != orders+dups || dups < 240 || dups > 360 {
 		t.Errorf("%d messages with %d duplicates for %d orders at rate 0.3", len(msgs), dups, orders)
 	}
-	if !reflect.DeepEqual(msgs, newStream(7, orders, 0.3)) {
+	if !reflect.DeepEqual(msgs, NewStream(7, orders, 0.3)) {
 		t.Error("seed 7 gave two different streams")
 	}
-	if reflect.DeepEqual(msgs, newStream(8, orders, 0.3)) {
+	if reflect.DeepEqual(msgs, NewStream(8, orders, 0.3)) {
 		t.Error("seeds 7 and 8 gave the same stream")
 	}
-	if got := len(newStream(7, orders, 0)); got != orders {
+	if got := len(NewStream(7, orders, 0)); got != orders {
 		t.Errorf("rate 0: %d messages, want %d", got, orders)
 	}
 }
 
-func testStream(n int) []message {
-	msgs := make([]message, n)
+func testStream(n int) []Message {
+	msgs := make([]Message, n)
 	for i := range msgs {
-		msgs[i] = message{order: i, key: string(rune('a' + i))}
+		msgs[i] = Message{Order: i, Key: string(rune('a' + i))}
 	}
 	return msgs
 }
@@ -81,7 +81,7 @@ func TestBrokerDeliversInOrderUntilAcked(t *testing.T) {
 		}
 	}
 	wantDrained(t, b)
-	if st := b.stats(3); st.deliveries != 3 || st.timeouts != 0 {
+	if st := b.stats(3); st.Deliveries != 3 || st.Timeouts != 0 {
 		t.Errorf("stats %+v, want 3 deliveries and no timeout", st)
 	}
 }
@@ -129,7 +129,7 @@ func TestBrokerRedeliversUnackedAfterVisibilityTimeout(t *testing.T) {
 		t.Error("the redelivery could not ack")
 	}
 	wantDrained(t, b)
-	if st := b.stats(1); st.deliveries != 2 || st.timeouts != 1 || st.unacked[0] {
+	if st := b.stats(1); st.Deliveries != 2 || st.Timeouts != 1 || st.Unacked[0] {
 		t.Errorf("stats %+v, want 2 deliveries, 1 timeout, nothing unacked", st)
 	}
 }
@@ -160,7 +160,7 @@ func TestBrokerReceiveStopsWithContext(t *testing.T) {
 	if _, err := b.receive(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("receive with the only message in flight: %v, want the context's error", err)
 	}
-	if st := b.stats(1); !st.unacked[0] {
+	if st := b.stats(1); !st.Unacked[0] {
 		t.Error("the message in flight counts as acked")
 	}
 }

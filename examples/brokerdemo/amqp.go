@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemamqp"
+	"github.com/idemgo/idem/internal/demo"
 	"github.com/idemgo/idem/storage"
 	"github.com/idemgo/idem/storeurl"
 )
@@ -42,68 +42,38 @@ const amqpDemoPrefetch = 4
 // amqpRunStream is runStream through the RabbitMQ at url. It takes the
 // handlers newHandler makes apart for what they hold: the ledger of the
 // naive one, and the Guard of the guarded one, which runs behind idemamqp.
-func amqpRunStream(url string) runStreamFunc {
-	return func(ctx context.Context, o demoOptions, name string, stream []message, plan crashPlan, stderr io.Writer,
-		newHandler func(p *process, l *ledger) (handler, func(), error)) (runReport, error) {
+func amqpRunStream(url string) demo.RunFunc {
+	return func(ctx context.Context, o demo.Options, name string, stream []demo.Message, plan demo.CrashPlan, stderr io.Writer,
+		newHandler func(p *demo.Process, l *demo.Ledger) (demo.Handler, func(), error)) (demo.Report, error) {
 		admin, err := amqp.DialConfig(url, amqp.Config{Properties: amqp.Table{"connection_name": "idem demo"}})
 		if err != nil {
-			return runReport{}, fmt.Errorf("idem: demo: connecting to RabbitMQ at %s: %w", storeurl.Redact(url), err)
+			return demo.Report{}, fmt.Errorf("idem: demo: connecting to RabbitMQ at %s: %w", storeurl.Redact(url), err)
 		}
 		defer admin.Close()
-		r := &amqpRun{url: url, msgs: stream, plan: plan, acked: make([]atomic.Bool, len(stream)),
-			attempts: make([]atomic.Int32, len(stream))}
+		r := &amqpRun{url: url, msgs: stream, plan: plan, acks: demo.NewAcks(stream), attempts: make([]atomic.Int32, len(stream))}
 		if err := r.setUp(ctx, admin, name); err != nil {
-			return runReport{}, err
+			return demo.Report{}, err
 		}
 		defer r.tearDown(admin)
 
-		l := newLedger(o.messages)
-		var stats runStats
-		runCtx, cancel := context.WithTimeout(ctx, o.timeout)
-		defer cancel()
-		r.allAcked = cancel
-
-		stopProgress := startProgress(stderr, name, len(stream), r.ackedCount.Load)
-		start := time.Now()
-		errs := make([]error, o.consumers)
-		var wg sync.WaitGroup
-		for i := range o.consumers {
-			wg.Go(func() {
-				errs[i] = r.consume(runCtx, &stats, func(p *process) (handler, func(), error) { return newHandler(p, l) })
-				if errs[i] != nil {
-					cancel()
-				}
-			})
-		}
-		wg.Wait()
-		elapsed := time.Since(start)
-		stopProgress()
-
-		if err := errors.Join(errs...); err != nil {
-			return runReport{}, err
-		}
-		if ctx.Err() != nil {
-			return runReport{}, fmt.Errorf("idem: demo interrupted: %w", context.Cause(ctx))
-		}
-		timedOut := int(r.ackedCount.Load()) < len(stream)
-		return tally(name, l, r.stats(o.messages), &stats, elapsed, timedOut), nil
+		return demo.RunConsumers(ctx, o, name, len(stream), r.acks.Count, r.acks.All(), stderr,
+			func(ctx context.Context, l *demo.Ledger, stats *demo.RunStats) error {
+				return r.consume(ctx, stats, func(p *demo.Process) (demo.Handler, func(), error) { return newHandler(p, l) })
+			},
+			func() demo.BrokerStats { return r.acks.Stats(o.Messages) })
 	}
 }
 
 // amqpRun is one run of the demo through RabbitMQ.
 type amqpRun struct {
-	url      string
-	queue    string // its name on the broker
-	delayQ   string // idemamqp's delay queue of it, if the guarded run makes one
-	msgs     []message
-	plan     crashPlan
-	allAcked func()
+	url    string
+	queue  string // its name on the broker
+	delayQ string // idemamqp's delay queue of it, if the guarded run makes one
+	msgs   []demo.Message
+	plan   demo.CrashPlan
 
-	attempts   []atomic.Int32 // deliveries so far, by message index
-	acked      []atomic.Bool  // by message index
-	ackedCount atomic.Int64
-	deliveries atomic.Int64
-	duplicates atomic.Int64
+	attempts []atomic.Int32 // deliveries so far, by message index
+	acks     *demo.Acks
 }
 
 // setUp declares the run's queue and publishes the messages, each copy as
@@ -115,7 +85,7 @@ func (r *amqpRun) setUp(ctx context.Context, conn *amqp.Connection, name string)
 	}
 	defer ch.Close()
 	r.queue = "idem-demo." + name + "." + rand.Text()[:8]
-	r.delayQ = idemamqp.DelayQueueName(r.queue, retryDelay)
+	r.delayQ = idemamqp.DelayQueueName(r.queue, demo.RetryDelay)
 	if _, err := ch.QueueDeclare(r.queue, true, false, false, false, amqp.Table{"x-expires": int64(time.Hour / time.Millisecond)}); err != nil {
 		return fmt.Errorf("idem: demo: declaring queue %s: %w", r.queue, err)
 	}
@@ -125,10 +95,10 @@ func (r *amqpRun) setUp(ctx context.Context, conn *amqp.Connection, name string)
 	confs := make([]*amqp.DeferredConfirmation, 0, len(r.msgs))
 	for i, m := range r.msgs {
 		c, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", r.queue, true, false, amqp.Publishing{
-			Headers:      amqp.Table{amqpDemoIndex: strconv.Itoa(i), amqpDemoKey: m.key},
+			Headers:      amqp.Table{amqpDemoIndex: strconv.Itoa(i), amqpDemoKey: m.Key},
 			DeliveryMode: amqp.Persistent,
 			ContentType:  "application/json",
-			Body:         m.payload,
+			Body:         m.Payload,
 		})
 		if err != nil {
 			return err
@@ -156,23 +126,13 @@ func (r *amqpRun) tearDown(conn *amqp.Connection) {
 	}
 }
 
-func (r *amqpRun) stats(orders int) brokerStats {
-	st := brokerStats{deliveries: int(r.deliveries.Load()), duplicates: int(r.duplicates.Load()), unacked: make([]bool, orders)}
-	for i := range r.acked {
-		if !r.acked[i].Load() {
-			st.unacked[r.msgs[i].order] = true
-		}
-	}
-	return st
-}
-
 // consume runs one consumer slot until every message is acked or ctx
 // ends: a process with a connection of its own, and, each time that
 // process crashes, a fresh one.
-func (r *amqpRun) consume(ctx context.Context, stats *runStats, newHandler func(p *process) (handler, func(), error)) error {
+func (r *amqpRun) consume(ctx context.Context, stats *demo.RunStats, newHandler func(p *demo.Process) (demo.Handler, func(), error)) error {
 	for ctx.Err() == nil {
-		p := &amqpProcess{process: &process{stats: stats}, r: r, crashed: make(chan struct{}), tags: map[uint64]amqpReceipt{}, keys: map[string]amqpReceipt{}}
-		h, closeHandler, err := newHandler(p.process)
+		p := &amqpProcess{Process: &demo.Process{Stats: stats}, r: r, crashed: make(chan struct{}), tags: map[uint64]amqpReceipt{}, keys: map[string]amqpReceipt{}}
+		h, closeHandler, err := newHandler(p.Process)
 		if err != nil {
 			return err
 		}
@@ -181,7 +141,7 @@ func (r *amqpRun) consume(ctx context.Context, stats *runStats, newHandler func(
 		if err != nil {
 			return err
 		}
-		if !p.dead.Load() {
+		if !p.Dead.Load() {
 			return nil
 		}
 	}
@@ -189,7 +149,7 @@ func (r *amqpRun) consume(ctx context.Context, stats *runStats, newHandler func(
 }
 
 // runProcess runs process p until it crashes or ctx ends.
-func (r *amqpRun) runProcess(ctx context.Context, p *amqpProcess, h handler) error {
+func (r *amqpRun) runProcess(ctx context.Context, p *amqpProcess, h demo.Handler) error {
 	cfg := amqp.Config{
 		Properties: amqp.Table{"connection_name": "idem demo consumer"},
 		Dial: func(network, addr string) (net.Conn, error) {
@@ -208,9 +168,9 @@ func (r *amqpRun) runProcess(ctx context.Context, p *amqpProcess, h handler) err
 		var err error
 		defer func() { done <- err }()
 		switch h := h.(type) {
-		case naiveHandler:
-			err = r.naive(pctx, p, cfg, h.ledger)
-		case guardedHandler:
+		case demo.NaiveHandler:
+			err = r.naive(pctx, p, cfg, h.Ledger)
+		case demo.GuardedHandler:
 			err = r.guarded(pctx, p, cfg, h)
 		default:
 			err = fmt.Errorf("idem: demo: no RabbitMQ consumer for handler %T", h)
@@ -226,7 +186,7 @@ func (r *amqpRun) runProcess(ctx context.Context, p *amqpProcess, h handler) err
 }
 
 // naive consumes like a client without idempotency: receive, charge, ack.
-func (r *amqpRun) naive(ctx context.Context, p *amqpProcess, cfg amqp.Config, l *ledger) error {
+func (r *amqpRun) naive(ctx context.Context, p *amqpProcess, cfg amqp.Config, l *demo.Ledger) error {
 	conn, err := amqp.DialConfig(r.url, cfg)
 	if err != nil {
 		return fmt.Errorf("idem: demo: connecting to RabbitMQ: %w", err)
@@ -252,11 +212,11 @@ func (r *amqpRun) naive(ctx context.Context, p *amqpProcess, cfg amqp.Config, l 
 				return nil
 			}
 			rc := p.receive(d)
-			if rc.point == crashBeforeCharge {
+			if rc.point == demo.CrashBeforeCharge {
 				p.crash(rc.point)
 			}
-			l.charge(r.msgs[rc.idx].order)
-			if rc.point == crashAfterCharge {
+			l.Charge(r.msgs[rc.idx].Order)
+			if rc.point == demo.CrashAfterCharge {
 				p.crash(rc.point)
 			}
 			if d.Ack(false) == nil {
@@ -270,35 +230,35 @@ func (r *amqpRun) naive(ctx context.Context, p *amqpProcess, cfg amqp.Config, l 
 // at a delivery's crash point: before the charge inside the claim, after
 // the outcome is stored and before the ack, or, for a delivery that runs
 // nothing (a duplicate, or a busy key), before it is settled.
-func (r *amqpRun) guarded(ctx context.Context, p *amqpProcess, cfg amqp.Config, h guardedHandler) error {
-	gcfg := h.guard.Config()
+func (r *amqpRun) guarded(ctx context.Context, p *amqpProcess, cfg amqp.Config, h demo.GuardedHandler) error {
+	gcfg := h.Guard.Config()
 	gcfg.Observer = func(_ context.Context, e idem.Event) {
 		point := p.keyed(e.Key).point
 		switch {
-		case point == noCrash:
+		case point == demo.NoCrash:
 		case e.Op == idem.OpClaim && e.Err == nil && e.Outcome != storage.Acquired:
 			p.crash(point) // before settling a delivery that runs nothing
-		case e.Op == idem.OpComplete && e.Err == nil && point == crashAfterCharge:
+		case e.Op == idem.OpComplete && e.Err == nil && point == demo.CrashAfterCharge:
 			p.crash(point) // the outcome is stored, the ack never goes out
 		}
 	}
-	g, err := idem.New(h.guard.Store(), gcfg) // the process's store: it refuses a dead process
+	g, err := idem.New(h.Guard.Store(), gcfg) // the process's store: it refuses a dead process
 	if err != nil {
 		return err
 	}
 	defer g.Close()
 	charge := func(ctx context.Context, d amqp.Delivery) error {
-		if p.dead.Load() {
+		if p.Dead.Load() {
 			runtime.Goexit() // the process is gone
 		}
 		rc := p.receive(d)
-		if rc.point == crashBeforeCharge {
+		if rc.point == demo.CrashBeforeCharge {
 			p.crash(rc.point) // holding the claim: it stays until the lease ends
 		}
 		if err := ctx.Err(); err != nil {
 			return err // the lease is lost: someone else may charge now
 		}
-		p.charge(ctx, h.ledger, r.msgs[rc.idx].order)
+		p.Charge(ctx, h.Ledger, r.msgs[rc.idx].Order)
 		return nil
 	}
 	c, err := idemamqp.New(g, r.url, r.queue, charge,
@@ -313,7 +273,7 @@ func (r *amqpRun) guarded(ctx context.Context, p *amqpProcess, cfg amqp.Config, 
 		// and the run would report its order unacked.
 		idemamqp.WithDiscardPoison(),
 		idemamqp.WithPrefetch(amqpDemoPrefetch), idemamqp.WithConcurrency(1),
-		idemamqp.WithBusyDelay(retryDelay), idemamqp.WithRetryBackoff(retryDelay, retryDelay),
+		idemamqp.WithBusyDelay(demo.RetryDelay), idemamqp.WithRetryBackoff(demo.RetryDelay, demo.RetryDelay),
 		idemamqp.WithReconnectBackoff(time.Second, time.Second), // a process that lost its connection crashed
 		idemamqp.WithDrainTimeout(0),
 		idemamqp.WithConfig(cfg),
@@ -330,20 +290,20 @@ func (r *amqpRun) guarded(ctx context.Context, p *amqpProcess, cfg amqp.Config, 
 
 // ack records that message idx was acked, and ends the run once all were.
 func (r *amqpRun) ack(idx int) {
-	if idx >= 0 && !r.acked[idx].Swap(true) && int(r.ackedCount.Add(1)) == len(r.msgs) {
-		r.allAcked()
+	if idx >= 0 {
+		r.acks.Ack(idx)
 	}
 }
 
 // amqpReceipt is a delivery as a process received it.
 type amqpReceipt struct {
 	idx   int
-	point crashPoint
+	point demo.CrashPoint
 }
 
 // amqpProcess is a consumer process with its connection's socket.
 type amqpProcess struct {
-	*process
+	*demo.Process
 	r       *amqpRun
 	once    sync.Once
 	crashed chan struct{}
@@ -375,11 +335,8 @@ func (p *amqpProcess) receive(d amqp.Delivery) amqpReceipt {
 	}
 	idx, _ := strconv.Atoi(fmt.Sprint(d.Headers[amqpDemoIndex]))
 	attempt := int(p.r.attempts[idx].Add(1))
-	p.r.deliveries.Add(1)
-	if attempt == 1 && p.r.msgs[idx].duplicate {
-		p.r.duplicates.Add(1)
-	}
-	rc := amqpReceipt{idx: idx, point: p.r.plan.at(&delivery{id: idx, attempt: attempt})}
+	p.r.acks.Delivered(idx, attempt)
+	rc := amqpReceipt{idx: idx, point: p.r.plan.At(idx, attempt)}
 	p.tags[d.DeliveryTag] = rc
 	if key, ok := d.Headers[amqpDemoKey].(string); ok {
 		p.keys[key] = rc
@@ -406,8 +363,8 @@ func (p *amqpProcess) index(tag uint64) int {
 
 // crash kills the process at point: its socket closes before anything
 // else can go out on it. It does not return.
-func (p *amqpProcess) crash(point crashPoint) {
-	p.dead.Store(true)
+func (p *amqpProcess) crash(point demo.CrashPoint) {
+	p.Dead.Store(true)
 	p.once.Do(func() {
 		p.mu.Lock()
 		if p.conn != nil {
@@ -416,5 +373,5 @@ func (p *amqpProcess) crash(point crashPoint) {
 		p.mu.Unlock()
 		close(p.crashed)
 	})
-	p.process.crash(point)
+	p.Process.Crash(point)
 }

@@ -3,20 +3,19 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"io"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemgo/idem/idemnats"
+	"github.com/idemgo/idem/internal/demo"
 )
 
 // The demo through NATS JetStream (--broker nats://…): the same stream,
@@ -36,76 +35,43 @@ const (
 // natsDemoBatch is the Fetch batch of both consumers.
 const natsDemoBatch = 4
 
-// runStreamFunc is the signature of runStream.
-type runStreamFunc func(ctx context.Context, o demoOptions, name string, stream []message, plan crashPlan, stderr io.Writer,
-	newHandler func(p *process, l *ledger) (handler, func(), error)) (runReport, error)
-
 // natsRunStream is runStream through the JetStream server at url. It takes
 // the handlers newHandler makes apart for what they hold: the ledger of the
 // naive one, and the Guard of the guarded one, which runs behind idemnats.
-func natsRunStream(url string) runStreamFunc {
-	return func(ctx context.Context, o demoOptions, name string, stream []message, plan crashPlan, stderr io.Writer,
-		newHandler func(p *process, l *ledger) (handler, func(), error)) (runReport, error) {
+func natsRunStream(url string) demo.RunFunc {
+	return func(ctx context.Context, o demo.Options, name string, stream []demo.Message, plan demo.CrashPlan, stderr io.Writer,
+		newHandler func(p *demo.Process, l *demo.Ledger) (demo.Handler, func(), error)) (demo.Report, error) {
 		admin, err := nats.Connect(url, nats.Name("idem demo"))
 		if err != nil {
-			return runReport{}, fmt.Errorf("idem: demo: connecting to NATS at %s: %w", url, err)
+			return demo.Report{}, fmt.Errorf("idem: demo: connecting to NATS at %s: %w", url, err)
 		}
 		defer admin.Close()
 		js, err := jetstream.New(admin)
 		if err != nil {
-			return runReport{}, err
+			return demo.Report{}, err
 		}
-		r := &natsRun{url: url, msgs: stream, plan: plan, acked: make([]atomic.Bool, len(stream))}
+		r := &natsRun{url: url, msgs: stream, plan: plan, acks: demo.NewAcks(stream)}
 		if err := r.setUp(ctx, js, name); err != nil {
-			return runReport{}, err
+			return demo.Report{}, err
 		}
 		defer js.DeleteStream(context.WithoutCancel(ctx), r.stream)
 
-		l := newLedger(o.messages)
-		var stats runStats
-		runCtx, cancel := context.WithTimeout(ctx, o.timeout)
-		defer cancel()
-		r.allAcked = cancel
-
-		stopProgress := startProgress(stderr, name, len(stream), r.ackedCount.Load)
-		start := time.Now()
-		errs := make([]error, o.consumers)
-		var wg sync.WaitGroup
-		for i := range o.consumers {
-			wg.Go(func() {
-				errs[i] = r.consume(runCtx, &stats, func(p *process) (handler, func(), error) { return newHandler(p, l) })
-				if errs[i] != nil {
-					cancel()
-				}
-			})
-		}
-		wg.Wait()
-		elapsed := time.Since(start)
-		stopProgress()
-
-		if err := errors.Join(errs...); err != nil {
-			return runReport{}, err
-		}
-		if ctx.Err() != nil {
-			return runReport{}, fmt.Errorf("idem: demo interrupted: %w", context.Cause(ctx))
-		}
-		timedOut := int(r.ackedCount.Load()) < len(stream)
-		return tally(name, l, r.stats(o.messages), &stats, elapsed, timedOut), nil
+		return demo.RunConsumers(ctx, o, name, len(stream), r.acks.Count, r.acks.All(), stderr,
+			func(ctx context.Context, l *demo.Ledger, stats *demo.RunStats) error {
+				return r.consume(ctx, stats, func(p *demo.Process) (demo.Handler, func(), error) { return newHandler(p, l) })
+			},
+			func() demo.BrokerStats { return r.acks.Stats(o.Messages) })
 	}
 }
 
 // natsRun is one run of the demo through JetStream.
 type natsRun struct {
-	url      string
-	stream   string // its name on the server
-	msgs     []message
-	plan     crashPlan
-	allAcked func()
+	url    string
+	stream string // its name on the server
+	msgs   []demo.Message
+	plan   demo.CrashPlan
 
-	acked      []atomic.Bool // by message index
-	ackedCount atomic.Int64
-	deliveries atomic.Int64
-	duplicates atomic.Int64
+	acks *demo.Acks
 }
 
 // setUp creates the run's stream and its consumer, and publishes the
@@ -121,16 +87,16 @@ func (r *natsRun) setUp(ctx context.Context, js jetstream.JetStream, name string
 	if _, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:       "demo",
 		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       demoVisibility,
+		AckWait:       demo.Visibility,
 		MaxAckPending: -1,
 	}); err != nil {
 		js.DeleteStream(context.WithoutCancel(ctx), r.stream)
 		return err
 	}
 	for i, m := range r.msgs {
-		msg := &nats.Msg{Subject: subject, Data: m.payload, Header: nats.Header{
+		msg := &nats.Msg{Subject: subject, Data: m.Payload, Header: nats.Header{
 			natsDemoIndex: {strconv.Itoa(i)},
-			natsDemoKey:   {m.key},
+			natsDemoKey:   {m.Key},
 		}}
 		if _, err := js.PublishMsgAsync(msg); err != nil {
 			js.DeleteStream(context.WithoutCancel(ctx), r.stream)
@@ -146,24 +112,14 @@ func (r *natsRun) setUp(ctx context.Context, js jetstream.JetStream, name string
 	}
 }
 
-func (r *natsRun) stats(orders int) brokerStats {
-	st := brokerStats{deliveries: int(r.deliveries.Load()), duplicates: int(r.duplicates.Load()), unacked: make([]bool, orders)}
-	for i := range r.acked {
-		if !r.acked[i].Load() {
-			st.unacked[r.msgs[i].order] = true
-		}
-	}
-	return st
-}
-
 // consume runs one consumer slot until every message is acked or ctx
 // ends: a process with a connection of its own that consumes the stream
 // with the handler newHandler makes for it, and, each time that process
 // crashes, a fresh one.
-func (r *natsRun) consume(ctx context.Context, stats *runStats, newHandler func(p *process) (handler, func(), error)) error {
+func (r *natsRun) consume(ctx context.Context, stats *demo.RunStats, newHandler func(p *demo.Process) (demo.Handler, func(), error)) error {
 	for ctx.Err() == nil {
-		p := &natsProcess{process: &process{stats: stats}, crashed: make(chan struct{})}
-		h, closeHandler, err := newHandler(p.process)
+		p := &natsProcess{Process: &demo.Process{Stats: stats}, crashed: make(chan struct{})}
+		h, closeHandler, err := newHandler(p.Process)
 		if err != nil {
 			return err
 		}
@@ -172,7 +128,7 @@ func (r *natsRun) consume(ctx context.Context, stats *runStats, newHandler func(
 		if err != nil {
 			return err
 		}
-		if !p.dead.Load() {
+		if !p.Dead.Load() {
 			return nil
 		}
 	}
@@ -180,7 +136,7 @@ func (r *natsRun) consume(ctx context.Context, stats *runStats, newHandler func(
 }
 
 // runProcess runs process p until it crashes or ctx ends.
-func (r *natsRun) runProcess(ctx context.Context, p *natsProcess, h handler) error {
+func (r *natsRun) runProcess(ctx context.Context, p *natsProcess, h demo.Handler) error {
 	nc, err := nats.Connect(r.url, nats.Name("idem demo consumer"))
 	if err != nil {
 		return fmt.Errorf("idem: demo: connecting to NATS at %s: %w", r.url, err)
@@ -207,18 +163,18 @@ func (r *natsRun) runProcess(ctx context.Context, p *natsProcess, h handler) err
 		var err error
 		defer func() { done <- err }()
 		switch h := h.(type) {
-		case naiveHandler:
-			r.naive(pctx, wrapped, h.ledger)
-		case guardedHandler:
+		case demo.NaiveHandler:
+			r.naive(pctx, wrapped, h.Ledger)
+		case demo.GuardedHandler:
 			var c *idemnats.Consumer
-			c, err = idemnats.New(h.guard, wrapped, r.guarded(p, h.ledger),
+			c, err = idemnats.New(h.Guard, wrapped, r.guarded(p, h.Ledger),
 				idemnats.WithSharedScope(), idemnats.WithKeyHeader(natsDemoKey), idemnats.WithBatchSize(natsDemoBatch),
 				// Every order has a key and the handler never fails for
 				// good: nothing is poison. Were something poison, it would
 				// be terminated, and the run would report its order unacked.
 				idemnats.WithDiscardPoison(),
-				idemnats.WithFetchWait(250*time.Millisecond), idemnats.WithBusyDelay(retryDelay),
-				idemnats.WithRetryBackoff(retryDelay, retryDelay), idemnats.WithDrainTimeout(0))
+				idemnats.WithFetchWait(250*time.Millisecond), idemnats.WithBusyDelay(demo.RetryDelay),
+				idemnats.WithRetryBackoff(demo.RetryDelay, demo.RetryDelay), idemnats.WithDrainTimeout(0))
 			if err == nil {
 				err = c.Run(pctx)
 			}
@@ -236,7 +192,7 @@ func (r *natsRun) runProcess(ctx context.Context, p *natsProcess, h handler) err
 }
 
 // naive consumes like a client without idempotency: fetch, charge, ack.
-func (r *natsRun) naive(ctx context.Context, cons jetstream.Consumer, l *ledger) {
+func (r *natsRun) naive(ctx context.Context, cons jetstream.Consumer, l *demo.Ledger) {
 	for ctx.Err() == nil {
 		fctx, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
 		mb, err := cons.Fetch(natsDemoBatch, jetstream.FetchContext(fctx))
@@ -246,10 +202,10 @@ func (r *natsRun) naive(ctx context.Context, cons jetstream.Consumer, l *ledger)
 		}
 		for msg := range mb.Messages() {
 			m := msg.(*natsDemoMsg)
-			if m.point == crashBeforeCharge {
+			if m.point == demo.CrashBeforeCharge {
 				m.p.crash(m.point)
 			}
-			l.charge(r.msgs[m.idx].order)
+			l.Charge(r.msgs[m.idx].Order)
 			m.Ack() // crashes at crashAfterCharge
 		}
 		cancel()
@@ -259,26 +215,26 @@ func (r *natsRun) naive(ctx context.Context, cons jetstream.Consumer, l *ledger)
 // guarded is the handler behind idemnats: charge, with the demo's crash
 // inside the claim. A crash after the charge happens when idemnats settles
 // the message, after it stored the outcome (natsDemoMsg).
-func (r *natsRun) guarded(p *natsProcess, l *ledger) idemnats.Handler {
+func (r *natsRun) guarded(p *natsProcess, l *demo.Ledger) idemnats.Handler {
 	return func(ctx context.Context, msg jetstream.Msg) error {
-		if p.dead.Load() {
+		if p.Dead.Load() {
 			runtime.Goexit() // the process is gone
 		}
 		m := msg.(*natsDemoMsg)
-		if m.point == crashBeforeCharge {
+		if m.point == demo.CrashBeforeCharge {
 			p.crash(m.point) // holding the claim: it stays until the lease ends
 		}
 		if err := ctx.Err(); err != nil {
 			return err // the lease is lost: someone else may charge now
 		}
-		p.charge(ctx, l, r.msgs[m.idx].order)
+		p.Charge(ctx, l, r.msgs[m.idx].Order)
 		return nil
 	}
 }
 
 // natsProcess is a consumer process with its NATS connection.
 type natsProcess struct {
-	*process
+	*demo.Process
 	nc      *nats.Conn
 	once    sync.Once
 	crashed chan struct{}
@@ -286,13 +242,13 @@ type natsProcess struct {
 
 // crash kills the process at point: its connection closes before anything
 // else can go out on it. It does not return.
-func (p *natsProcess) crash(point crashPoint) {
-	p.dead.Store(true)
+func (p *natsProcess) crash(point demo.CrashPoint) {
+	p.Dead.Store(true)
 	p.once.Do(func() {
 		p.nc.Close()
 		close(p.crashed)
 	})
-	p.process.crash(point)
+	p.Process.Crash(point)
 }
 
 // natsDemoConsumer is a process's view of the JetStream consumer: it
@@ -327,11 +283,8 @@ func (c *natsDemoConsumer) wrap(msg jetstream.Msg) jetstream.Msg {
 	if md, err := msg.Metadata(); err == nil {
 		attempt = int(md.NumDelivered)
 	}
-	c.r.deliveries.Add(1)
-	if attempt == 1 && c.r.msgs[m.idx].duplicate {
-		c.r.duplicates.Add(1)
-	}
-	m.point = c.r.plan.at(&delivery{id: m.idx, attempt: attempt})
+	c.r.acks.Delivered(m.idx, attempt)
+	m.point = c.r.plan.At(m.idx, attempt)
 	return m
 }
 
@@ -348,16 +301,16 @@ type natsDemoMsg struct {
 	r     *natsRun
 	p     *natsProcess
 	idx   int
-	point crashPoint
+	point demo.CrashPoint
 }
 
 // settle is every way of settling the message: the process dies first if
 // the message's crash point says so, and a dead process sends nothing.
 func (m *natsDemoMsg) settle(send func() error) error {
-	if m.p.dead.Load() {
-		return errProcessDead
+	if m.p.Dead.Load() {
+		return demo.ErrProcessDead
 	}
-	if m.point != noCrash {
+	if m.point != demo.NoCrash {
 		// After the charge (and, for idem, its stored outcome); or before
 		// it, when this delivery did not run it (a duplicate, or busy).
 		m.p.crash(m.point)
@@ -368,8 +321,8 @@ func (m *natsDemoMsg) settle(send func() error) error {
 func (m *natsDemoMsg) Ack() error {
 	return m.settle(func() error {
 		err := m.Msg.Ack()
-		if err == nil && !m.r.acked[m.idx].Swap(true) && int(m.r.ackedCount.Add(1)) == len(m.r.msgs) {
-			m.r.allAcked()
+		if err == nil {
+			m.r.acks.Ack(m.idx)
 		}
 		return err
 	})
@@ -382,8 +335,8 @@ func (m *natsDemoMsg) NakWithDelay(d time.Duration) error {
 func (m *natsDemoMsg) Term() error { return m.settle(m.Msg.Term) }
 
 func (m *natsDemoMsg) InProgress() error {
-	if m.p.dead.Load() {
-		return errProcessDead
+	if m.p.Dead.Load() {
+		return demo.ErrProcessDead
 	}
 	return m.Msg.InProgress()
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/idemgo/idem/internal/demo"
 	"github.com/idemgo/idem/internal/testenv"
 )
 
@@ -32,26 +33,28 @@ func natsURL(t *testing.T) string {
 // and acks every message.
 func TestDemoThroughNATS(t *testing.T) {
 	url := natsURL(t)
-	o := demoOptions{messages: 400, consumers: 6, dupRate: 0.2, crashRate: 0.05, seed: 11, store: "mem://", broker: url, timeout: time.Minute}
+	o := options{Options: demo.Options{Messages: 400, Consumers: 6, DupRate: 0.2, CrashRate: 0.05, Seed: 11, Store: "mem://", StoreName: "mem://", Timeout: time.Minute},
+		broker: url}
 	var out strings.Builder
-	naive, guarded, err := demo(context.Background(), o, &out, io.Discard)
+	naive, guarded, err := runDemo(context.Background(), o, &out, io.Discard)
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
 	t.Logf("\n%s", out.String())
-	if guarded.doubleCharges != 0 || guarded.lost != 0 || guarded.charges != o.messages {
-		t.Errorf("idem: %d charges for %d orders, %d double charges, %d lost", guarded.charges, o.messages, guarded.doubleCharges, guarded.lost)
+	if guarded.DoubleCharges != 0 || guarded.Lost != 0 || guarded.Charges != o.Messages {
+		t.Errorf("idem: %d charges for %d orders, %d double charges, %d lost", guarded.Charges, o.Messages, guarded.DoubleCharges, guarded.Lost)
 	}
-	if naive.doubleCharges == 0 || naive.lost != 0 {
-		t.Errorf("naive: %d double charges, %d lost; want some double charges and nothing lost", naive.doubleCharges, naive.lost)
+	if naive.DoubleCharges == 0 || naive.Lost != 0 {
+		t.Errorf("naive: %d double charges, %d lost; want some double charges and nothing lost", naive.DoubleCharges, naive.Lost)
 	}
-	for _, r := range []runReport{naive, guarded} {
-		if r.duplicates == 0 || r.crashCount() == 0 || r.deliveries < r.messages+r.duplicates {
+	for _, r := range []demo.Report{naive, guarded} {
+		crashes := r.Crashes[demo.CrashBeforeCharge] + r.Crashes[demo.CrashAfterCharge]
+		if r.Duplicates == 0 || crashes == 0 || r.Deliveries < r.Messages+r.Duplicates {
 			t.Errorf("%s: %d deliveries, %d duplicates, %d crashes: the stream did not go through the broker as planned",
-				r.name, r.deliveries, r.duplicates, r.crashCount())
+				r.Name, r.Deliveries, r.Duplicates, crashes)
 		}
 	}
-	if guarded.takeovers == 0 {
-		t.Errorf("idem: no takeover after %d crashes before the charge", guarded.crashes[crashBeforeCharge])
+	if guarded.Takeovers == 0 {
+		t.Errorf("idem: no takeover after %d crashes before the charge", guarded.Crashes[demo.CrashBeforeCharge])
 	}
 }

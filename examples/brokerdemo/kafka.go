@@ -17,8 +17,8 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemkafka"
+	"github.com/idemgo/idem/internal/demo"
 	"github.com/idemgo/idem/storage"
-	"github.com/idemgo/idem/storeurl"
 )
 
 // kafkaPartitions is how many partitions the demo's topics have.
@@ -28,29 +28,15 @@ const kafkaPartitions = 8
 // and the tally.
 const msgHeader = "demo-msg"
 
-// demoKafka is the demo over Kafka: the same stream, published to a topic
-// of the Kafka cluster at o.brokers, consumed by a consumer group of o.consumers processes,
-// naive ones, then idemkafka ones. Each run has a topic and a group of its
-// own, named after the run, deleted at the end. A
-// process that crashes dies where the plan says: it charges or commits
+// runKafka is the demo over Kafka: the same stream, published to a topic
+// of the Kafka cluster at addrs, consumed by a consumer group of
+// o.Consumers processes, naive ones, then idemkafka ones. Each run has a
+// topic and a group of its own, named after the run, deleted at the end.
+// A process that crashes dies where the plan says: it charges or commits
 // nothing more, its store calls fail, and its client leaves the group
 // without committing; a new process takes its slot. Kafka redelivers what
 // was not committed to the members that get the partitions.
-func demoKafka(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (naive, guarded runReport, err error) {
-	var addrs []string
-	for _, b := range strings.Split(o.brokers, ",") {
-		if b = strings.TrimSpace(b); b != "" {
-			addrs = append(addrs, b)
-		}
-	}
-	if len(addrs) == 0 {
-		return naive, guarded, usageErrorf("idem: demo: --broker kafka needs --brokers host:port,… (a Kafka cluster the demo creates topics on); go run ./examples/payments runs a consumer on an in-process cluster")
-	}
-	store, closeStore, err := openStore(ctx, o.store, true)
-	if err != nil {
-		return naive, guarded, err
-	}
-	defer func() { err = errors.Join(err, closeStore()) }()
+func runKafka(ctx context.Context, o demo.Options, addrs []string, store storage.Store, stdout, stderr io.Writer) (naive, guarded demo.Report, err error) {
 	where := "Kafka at " + strings.Join(addrs, ",")
 	repeat := "--broker kafka --brokers " + strings.Join(addrs, ",")
 	admin, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
@@ -70,19 +56,19 @@ func demoKafka(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (na
 		}
 	}()
 
-	stream := newStream(o.seed, o.messages, o.dupRate)
-	plan := crashPlan{seed: o.seed, rate: o.crashRate}
+	stream := demo.NewStream(o.Seed, o.Messages, o.DupRate)
+	plan := demo.CrashPlan{Seed: o.Seed, Rate: o.CrashRate}
 	fmt.Fprintf(stdout, "idem demo: %d orders, %d consumers, dup rate %v, crash rate %v, store %s\n",
-		o.messages, o.consumers, o.dupRate, o.crashRate, storeurl.Redact(o.store))
+		o.Messages, o.Consumers, o.DupRate, o.CrashRate, o.StoreName)
 	fmt.Fprintf(stdout, "broker: %s, topics %s and %s of %d partitions\n", where, naiveTopic, topic, kafkaPartitions)
-	fmt.Fprintf(stdout, "seed %d (repeat this run with --seed %d %s)\n", o.seed, o.seed, repeat)
+	fmt.Fprintf(stdout, "seed %d (repeat this run with --seed %d %s)\n", o.Seed, o.Seed, repeat)
 
 	naive, err = runKafkaStream(ctx, o, addrs, admin, naiveTopic, "naive", stream, plan, stderr, nil)
 	if err != nil {
 		return naive, guarded, err
 	}
 	defer func() {
-		err = errors.Join(err, cleanUpDemo(ctx, o, store, idem.Config{Namespace: kafkaNamespace(topic), Retention: time.Hour}, stream, stdout))
+		err = errors.Join(err, demo.CleanUp(ctx, o, store, idem.Config{Namespace: kafkaNamespace(topic), Retention: time.Hour}, stream, stdout))
 	}()
 	guarded, err = runKafkaStream(ctx, o, addrs, admin, topic, "idem", stream, plan, stderr, store)
 	if err != nil {
@@ -90,21 +76,21 @@ func demoKafka(ctx context.Context, o demoOptions, stdout, stderr io.Writer) (na
 	}
 
 	fmt.Fprintln(stdout)
-	writeTable(stdout, naive, guarded)
+	demo.WriteTable(stdout, naive, guarded)
 	fmt.Fprintf(stdout, "\ncrashes before the charge / after it: naive %d / %d, idem %d / %d. A crashed consumer commits nothing:\n"+
 		"its partitions go to the other members, which get every record after the last commit again. The naive\n"+
 		"consumer charges them again; idem's finds their outcome (after the charge, idem's consumer crashes once\n"+
 		"the outcome is stored), or the order held by the dead consumer: %d orders were taken over once the %v\n"+
 		"lease ended, and %d claims found their order in progress and were retried after a pause.\n",
-		naive.crashes[crashBeforeCharge], naive.crashes[crashAfterCharge],
-		guarded.crashes[crashBeforeCharge], guarded.crashes[crashAfterCharge],
-		guarded.takeovers, demoLease, guarded.busy)
-	if guarded.doubleCharges > 0 || guarded.lost > 0 {
+		naive.Crashes[demo.CrashBeforeCharge], naive.Crashes[demo.CrashAfterCharge],
+		guarded.Crashes[demo.CrashBeforeCharge], guarded.Crashes[demo.CrashAfterCharge],
+		guarded.Takeovers, demo.Lease, guarded.Busy)
+	if guarded.DoubleCharges > 0 || guarded.Lost > 0 {
 		return naive, guarded, fmt.Errorf("idem: demo failed: the idem consumer made %d double charges and lost %d orders (seed %d, %s)",
-			guarded.doubleCharges, guarded.lost, o.seed, repeat)
+			guarded.DoubleCharges, guarded.Lost, o.Seed, repeat)
 	}
-	fmt.Fprintf(stdout, "\nOK: idem charged every order once in this run; the naive consumer made %d double charges.\n", naive.doubleCharges)
-	fmt.Fprint(stdout, demoLimit)
+	fmt.Fprintf(stdout, "\nOK: idem charged every order once in this run; the naive consumer made %d double charges.\n", naive.DoubleCharges)
+	fmt.Fprint(stdout, demo.Limit)
 	return naive, guarded, nil
 }
 
@@ -162,16 +148,16 @@ func deleteKafkaTopics(ctx context.Context, admin *kgo.Client, names ...string) 
 
 // kafkaRun is one run of the stream through a consumer group.
 type kafkaRun struct {
-	o        demoOptions
+	o        demo.Options
 	addrs    []string    // the seed brokers
 	admin    *kgo.Client // for the group's committed offsets
 	name     string
 	topic    string
-	stream   []message
+	stream   []demo.Message
 	pos      []kgo.EpochOffset // by message: its partition in Epoch, its offset
-	plan     crashPlan
-	ledger   *ledger
-	stats    runStats
+	plan     demo.CrashPlan
+	ledger   *demo.Ledger
+	stats    demo.RunStats
 	attempts []atomic.Int32 // by message: deliveries so far
 	delivers atomic.Int64
 	acked    atomic.Int64                  // records committed, for the progress bar
@@ -184,25 +170,25 @@ type kafkaRun struct {
 // with o.consumers slots, each running one process after another, until
 // every record is committed or o.timeout passes. store is nil for the
 // naive consumer.
-func runKafkaStream(ctx context.Context, o demoOptions, addrs []string, admin *kgo.Client, topic, name string, stream []message, plan crashPlan,
-	stderr io.Writer, store storage.Store) (runReport, error) {
+func runKafkaStream(ctx context.Context, o demo.Options, addrs []string, admin *kgo.Client, topic, name string, stream []demo.Message, plan demo.CrashPlan,
+	stderr io.Writer, store storage.Store) (demo.Report, error) {
 	r := &kafkaRun{o: o, addrs: addrs, admin: admin, name: name, topic: topic,
-		stream: stream, pos: make([]kgo.EpochOffset, len(stream)), plan: plan, ledger: newLedger(o.messages),
+		stream: stream, pos: make([]kgo.EpochOffset, len(stream)), plan: plan, ledger: demo.NewLedger(o.Messages),
 		attempts: make([]atomic.Int32, len(stream)), released: make(chan struct{})}
 	if err := r.publish(ctx); err != nil {
-		return runReport{}, err
+		return demo.Report{}, err
 	}
-	runCtx, cancel := context.WithTimeout(ctx, o.timeout)
+	runCtx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	stopProgress := startProgress(stderr, name, len(stream), r.acked.Load)
+	stopProgress := demo.StartProgress(stderr, name, len(stream), r.acked.Load)
 	start := time.Now()
 	var wg sync.WaitGroup
 	wg.Go(func() { r.watchCommits(runCtx, cancel) })
-	errs := make([]error, o.consumers)
-	for i := range o.consumers {
+	errs := make([]error, o.Consumers)
+	for i := range o.Consumers {
 		wg.Go(func() {
 			for runCtx.Err() == nil && errs[i] == nil {
-				p := &process{stats: &r.stats}
+				p := &demo.Process{Stats: &r.stats}
 				if store == nil {
 					errs[i] = r.naiveProcess(runCtx, p)
 				} else {
@@ -216,15 +202,15 @@ func runKafkaStream(ctx context.Context, o demoOptions, addrs []string, admin *k
 	close(r.released)
 	stopProgress()
 	if err := errors.Join(errs...); err != nil {
-		return runReport{}, err
+		return demo.Report{}, err
 	}
 	if ctx.Err() != nil {
-		return runReport{}, fmt.Errorf("idem: demo interrupted: %w", context.Cause(ctx))
+		return demo.Report{}, fmt.Errorf("idem: demo interrupted: %w", context.Cause(ctx))
 	}
 	if err := r.fetchCommits(ctx); err != nil {
-		return runReport{}, err
+		return demo.Report{}, err
 	}
-	return tally(name, r.ledger, r.brokerStats(), &r.stats, elapsed, !r.complete()), nil
+	return demo.Tally(name, r.ledger, r.brokerStats(), &r.stats, elapsed, !r.complete()), nil
 }
 
 // publish produces the stream, message i to partition i mod the
@@ -238,8 +224,8 @@ func (r *kafkaRun) publish(ctx context.Context) error {
 	defer cl.Close()
 	recs := make([]*kgo.Record, len(r.stream))
 	for i, m := range r.stream {
-		recs[i] = &kgo.Record{Topic: r.topic, Partition: int32(i % kafkaPartitions), Value: m.payload, Headers: []kgo.RecordHeader{
-			{Key: idemkafka.DefaultKeyHeader, Value: []byte(m.key)},
+		recs[i] = &kgo.Record{Topic: r.topic, Partition: int32(i % kafkaPartitions), Value: m.Payload, Headers: []kgo.RecordHeader{
+			{Key: idemkafka.DefaultKeyHeader, Value: []byte(m.Key)},
 			{Key: msgHeader, Value: strconv.AppendInt(nil, int64(i), 10)},
 		}}
 	}
@@ -317,15 +303,15 @@ func (r *kafkaRun) watchCommits(ctx context.Context, done context.CancelFunc) {
 
 // brokerStats is the run's tally from Kafka's side: an order is unacked
 // when a record of it lies at or past its partition's committed offset.
-func (r *kafkaRun) brokerStats() brokerStats {
-	st := brokerStats{deliveries: int(r.delivers.Load()), unacked: make([]bool, r.o.messages)}
+func (r *kafkaRun) brokerStats() demo.BrokerStats {
+	st := demo.BrokerStats{Deliveries: int(r.delivers.Load()), Unacked: make([]bool, r.o.Messages)}
 	committed := r.committed()
 	for i, m := range r.stream {
-		if m.duplicate {
-			st.duplicates++
+		if m.Duplicate {
+			st.Duplicates++
 		}
 		if r.pos[i].Offset >= committed[r.pos[i].Epoch] {
-			st.unacked[m.order] = true
+			st.Unacked[m.Order] = true
 		}
 	}
 	return st
@@ -351,7 +337,7 @@ func (r *kafkaRun) clientOpts(extra ...kgo.Opt) []kgo.Opt {
 
 // deliver counts a delivery of rec and returns its message and where, if
 // anywhere, its process crashes.
-func (r *kafkaRun) deliver(rec *kgo.Record) (int, crashPoint) {
+func (r *kafkaRun) deliver(rec *kgo.Record) (int, demo.CrashPoint) {
 	var idx int
 	for _, h := range rec.Headers {
 		if h.Key == msgHeader {
@@ -360,14 +346,14 @@ func (r *kafkaRun) deliver(rec *kgo.Record) (int, crashPoint) {
 	}
 	r.delivers.Add(1)
 	attempt := int(r.attempts[idx].Add(1))
-	return idx, r.plan.at(&delivery{id: idx, attempt: attempt})
+	return idx, r.plan.At(idx, attempt)
 }
 
 // naiveProcess consumes and charges every record it gets, committing each
 // right after its charge, until ctx ends or it crashes: as careful as a
 // consumer without idempotency can be, and still a record charged and not
 // committed when the process dies is charged again by the next.
-func (r *kafkaRun) naiveProcess(ctx context.Context, p *process) error {
+func (r *kafkaRun) naiveProcess(ctx context.Context, p *demo.Process) error {
 	cl, err := kgo.NewClient(r.clientOpts(kgo.DisableAutoCommit())...)
 	if err != nil {
 		return err
@@ -380,13 +366,13 @@ func (r *kafkaRun) naiveProcess(ctx context.Context, p *process) error {
 		}
 		for _, rec := range fs.Records() {
 			idx, point := r.deliver(rec)
-			if point == crashBeforeCharge {
-				r.stats.crashes[point].Add(1)
+			if point == demo.CrashBeforeCharge {
+				r.stats.Crashes[point].Add(1)
 				return nil
 			}
-			r.ledger.charge(r.stream[idx].order)
-			if point == crashAfterCharge {
-				r.stats.crashes[point].Add(1)
+			r.ledger.Charge(r.stream[idx].Order)
+			if point == demo.CrashAfterCharge {
+				r.stats.Crashes[point].Add(1)
 				return nil
 			}
 			// An error is a rebalance: the record comes again, and is charged again.
@@ -401,27 +387,27 @@ func (r *kafkaRun) naiveProcess(ctx context.Context, p *process) error {
 // and before the offset is committed. The dead process's handler never
 // returns (until the run ends), its store calls fail (processStore), and
 // its client leaves the group.
-func (r *kafkaRun) guardedProcess(ctx context.Context, p *process, store storage.Store) error {
+func (r *kafkaRun) guardedProcess(ctx context.Context, p *demo.Process, store storage.Store) error {
 	crashed := make(chan struct{})
 	var once sync.Once
 	var cl *kgo.Client
-	die := func(point crashPoint) {
+	die := func(point demo.CrashPoint) {
 		once.Do(func() {
-			p.dead.Store(true)
-			r.stats.crashes[point].Add(1)
+			p.Dead.Store(true)
+			r.stats.Crashes[point].Add(1)
 			close(crashed)
 		})
 		<-r.released
 	}
 	var crashAfter sync.Map // keys whose process dies once their outcome is stored
-	guard, err := idem.New(processStore{store: store, p: p}, idem.Config{
+	guard, err := idem.New(demo.ProcessStore{Store: store, Process: p}, idem.Config{
 		Namespace: kafkaNamespace(r.topic),
-		Lease:     demoLease,
+		Lease:     demo.Lease,
 		Retention: time.Hour,
 		Observer: func(_ context.Context, e idem.Event) {
 			if e.Op == idem.OpComplete && e.Err == nil {
 				if _, ok := crashAfter.Load(e.Key); ok {
-					die(crashAfterCharge)
+					die(demo.CrashAfterCharge)
 				}
 			}
 		},
@@ -432,20 +418,20 @@ func (r *kafkaRun) guardedProcess(ctx context.Context, p *process, store storage
 	defer guard.Close()
 	consumer, err := idemkafka.New(guard, func(ctx context.Context, rec *kgo.Record) error {
 		idx, point := r.deliver(rec)
-		if p.dead.Load() {
+		if p.Dead.Load() {
 			<-r.released
-			return errProcessDead
+			return demo.ErrProcessDead
 		}
-		if point == crashBeforeCharge {
+		if point == demo.CrashBeforeCharge {
 			die(point) // holding the key: it stays until the lease ends
-			return errProcessDead
+			return demo.ErrProcessDead
 		}
 		if err := ctx.Err(); err != nil {
 			return err // the lease is lost: someone else may charge now
 		}
-		p.charge(ctx, r.ledger, r.stream[idx].order)
-		if point == crashAfterCharge {
-			crashAfter.Store(r.stream[idx].key, true)
+		p.Charge(ctx, r.ledger, r.stream[idx].Order)
+		if point == demo.CrashAfterCharge {
+			crashAfter.Store(r.stream[idx].Key, true)
 		}
 		return nil
 	}, idemkafka.WithSharedScope(), idemkafka.WithDiscardPoison(), idemkafka.WithCommitInterval(100*time.Millisecond), idemkafka.WithDrainTimeout(100*time.Millisecond),

@@ -15,6 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/idemgo/idem/internal/cli"
+	"github.com/idemgo/idem/internal/demo"
 	"github.com/idemgo/idem/internal/testenv"
 )
 
@@ -25,8 +27,8 @@ func TestDemoOverKafkaChargesEveryOrderOnce(t *testing.T) {
 	brokers := testenv.KafkaBrokers(t)
 	for _, seed := range []uint64{1, 2} {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			o := demoOptions{messages: 600, consumers: 6, dupRate: 0.2, crashRate: 0.05, seed: seed, store: "mem://",
-				broker: "kafka", brokers: strings.Join(brokers, ","), timeout: 2 * time.Minute}
+			o := options{Options: demo.Options{Messages: 600, Consumers: 6, DupRate: 0.2, CrashRate: 0.05, Seed: seed, Store: "mem://",
+				StoreName: "mem://", Timeout: 2 * time.Minute}, broker: "kafka", brokers: brokers}
 			out := checkKafkaDemo(t, o)
 			m := regexp.MustCompile(`topics (\S+) and (\S+) of`).FindStringSubmatch(out)
 			if m == nil {
@@ -40,42 +42,31 @@ func TestDemoOverKafkaChargesEveryOrderOnce(t *testing.T) {
 	}
 }
 
-// TestDemoKafkaNeedsBrokers: --broker kafka without --brokers is a usage
-// error that says what to run instead; the operator's binary links no
-// fake broker.
-func TestDemoKafkaNeedsBrokers(t *testing.T) {
-	o := demoOptions{messages: 10, consumers: 1, store: "mem://", broker: "kafka", timeout: time.Minute}
-	_, _, err := demo(context.Background(), o, io.Discard, io.Discard)
-	if _, ok := errors.AsType[*usageError](err); !ok || !strings.Contains(err.Error(), "--brokers") || !strings.Contains(err.Error(), "examples/payments") {
-		t.Fatalf("demo --broker kafka without --brokers: %v, want a usage error naming --brokers and examples/payments", err)
-	}
-}
-
 // checkKafkaDemo runs the Kafka demo of o, checks what a user reads in its
 // verdict, and returns its output.
-func checkKafkaDemo(t *testing.T, o demoOptions) string {
+func checkKafkaDemo(t *testing.T, o options) string {
 	t.Helper()
 	var out bytes.Buffer
-	naive, guarded, err := demo(context.Background(), o, &out, io.Discard)
+	naive, guarded, err := runDemo(context.Background(), o, &out, io.Discard)
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
 	t.Logf("\n%s", out.String())
-	if guarded.doubleCharges != 0 || guarded.lost != 0 || guarded.charges != o.messages {
+	if guarded.DoubleCharges != 0 || guarded.Lost != 0 || guarded.Charges != o.Messages {
 		t.Errorf("idem: %d charges for %d orders, %d double charges, %d lost; want each order charged once",
-			guarded.charges, o.messages, guarded.doubleCharges, guarded.lost)
+			guarded.Charges, o.Messages, guarded.DoubleCharges, guarded.Lost)
 	}
-	if naive.doubleCharges == 0 || naive.lost != 0 {
-		t.Errorf("naive: %d double charges, %d lost; want some double charges and nothing lost", naive.doubleCharges, naive.lost)
+	if naive.DoubleCharges == 0 || naive.Lost != 0 {
+		t.Errorf("naive: %d double charges, %d lost; want some double charges and nothing lost", naive.DoubleCharges, naive.Lost)
 	}
-	for _, r := range []runReport{naive, guarded} {
-		if r.timedOut || r.crashes[crashBeforeCharge] == 0 || r.crashes[crashAfterCharge] == 0 {
+	for _, r := range []demo.Report{naive, guarded} {
+		if r.TimedOut || r.Crashes[demo.CrashBeforeCharge] == 0 || r.Crashes[demo.CrashAfterCharge] == 0 {
 			t.Errorf("%s: timed out %v, crashes before / after the charge %d / %d; want no time-out and crashes of both kinds",
-				r.name, r.timedOut, r.crashes[crashBeforeCharge], r.crashes[crashAfterCharge])
+				r.Name, r.TimedOut, r.Crashes[demo.CrashBeforeCharge], r.Crashes[demo.CrashAfterCharge])
 		}
 	}
-	if guarded.takeovers == 0 {
-		t.Errorf("idem: no takeover after %d crashes before the charge", guarded.crashes[crashBeforeCharge])
+	if guarded.Takeovers == 0 {
+		t.Errorf("idem: no takeover after %d crashes before the charge", guarded.Crashes[demo.CrashBeforeCharge])
 	}
 	if !strings.Contains(out.String(), "broker: Kafka") || !strings.Contains(out.String(), "OK: idem charged every order once in this run") {
 		t.Errorf("output lacks the broker line or the verdict:\n%s", out.String())
@@ -121,18 +112,32 @@ func awaitTopicsGone(t *testing.T, brokers []string, names ...string) {
 	}
 }
 
-func TestDemoKafkaBrokerFlag(t *testing.T) {
-	if _, err := parseDemoFlags([]string{"--broker", "kafka"}, io.Discard); err != nil {
-		t.Fatal(err)
+func TestBrokerFlags(t *testing.T) {
+	o, err := parseFlags([]string{"--broker", "kafka", "--brokers", "k1:9092, k2:9092"}, io.Discard)
+	if err != nil || strings.Join(o.brokers, ",") != "k1:9092,k2:9092" {
+		t.Fatalf("--broker kafka --brokers k1:9092,k2:9092: brokers %q, %v", o.brokers, err)
 	}
-	if _, err := parseDemoFlags([]string{"--broker", "carrier-pigeon"}, io.Discard); err == nil || !strings.Contains(err.Error(), "--broker") {
-		t.Fatalf("parseDemoFlags(--broker carrier-pigeon): %v", err)
+	for _, url := range []string{"nats://127.0.0.1:4222", "amqp://guest:guest@127.0.0.1:5672/"} {
+		if o, err := parseFlags([]string{"--broker", url}, io.Discard); err != nil || o.broker != url {
+			t.Errorf("--broker %s: %+v, %v", url, o, err)
+		}
 	}
-	o, err := parseDemoFlags([]string{"--broker", "kafka", "--brokers", "k1:9092,k2:9092"}, io.Discard)
-	if err != nil || o.brokers != "k1:9092,k2:9092" {
-		t.Fatalf("parseDemoFlags(--broker kafka --brokers k1:9092,k2:9092) = brokers %q, %v", o.brokers, err)
-	}
-	if _, err := parseDemoFlags([]string{"--brokers", "k1:9092"}, io.Discard); err == nil || !strings.Contains(err.Error(), "--broker kafka") {
-		t.Fatalf("parseDemoFlags(--brokers without --broker kafka): %v", err)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "--broker"},
+		{[]string{"--broker", "carrier-pigeon"}, "--broker"},
+		{[]string{"--broker", "http://127.0.0.1:4222"}, "--broker"},
+		{[]string{"--brokers", "k1:9092"}, "--broker kafka"},
+		// Without --brokers, it says where a consumer runs on an
+		// in-process cluster instead.
+		{[]string{"--broker", "kafka"}, "go run ./payments"},
+		{[]string{"--broker", "kafka", "--brokers", "k1:9092", "--messages", "0"}, "--messages"},
+	} {
+		_, err := parseFlags(c.args, io.Discard)
+		if _, ok := errors.AsType[*cli.UsageError](err); !ok || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want a usage error naming %s", c.args, err, c.want)
+		}
 	}
 }

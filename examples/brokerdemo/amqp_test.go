@@ -10,6 +10,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/idemgo/idem/internal/demo"
 	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/storeurl"
 )
@@ -29,32 +30,32 @@ func TestDemoThroughRabbitMQ(t *testing.T) {
 	c.Close()
 	for _, seed := range []uint64{1, 2} {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			o := demoOptions{messages: 500, consumers: 6, dupRate: 0.2, crashRate: 0.05, seed: seed,
-				store: "mem://", broker: url, timeout: time.Minute}
+			o := options{Options: demo.Options{Messages: 500, Consumers: 6, DupRate: 0.2, CrashRate: 0.05, Seed: seed,
+				Store: "mem://", StoreName: "mem://", Timeout: time.Minute}, broker: url}
 			var out bytes.Buffer
-			naive, guarded, err := demo(context.Background(), o, &out, io.Discard)
+			naive, guarded, err := runDemo(context.Background(), o, &out, io.Discard)
 			if err != nil {
 				t.Fatalf("demo: %v\n%s", err, out.String())
 			}
 			t.Logf("\n%s", out.String())
-			if guarded.doubleCharges != 0 || guarded.lost != 0 || guarded.charges != o.messages {
+			if guarded.DoubleCharges != 0 || guarded.Lost != 0 || guarded.Charges != o.Messages {
 				t.Errorf("idem: %d charges for %d orders, %d double charges, %d lost; want each order charged once",
-					guarded.charges, o.messages, guarded.doubleCharges, guarded.lost)
+					guarded.Charges, o.Messages, guarded.DoubleCharges, guarded.Lost)
 			}
-			if naive.doubleCharges == 0 || naive.lost != 0 {
-				t.Errorf("naive: %d double charges and %d lost, want some double charges and none lost", naive.doubleCharges, naive.lost)
+			if naive.DoubleCharges == 0 || naive.Lost != 0 {
+				t.Errorf("naive: %d double charges and %d lost, want some double charges and none lost", naive.DoubleCharges, naive.Lost)
 			}
-			for _, r := range []runReport{naive, guarded} {
-				if r.timedOut || r.duplicates == 0 || r.deliveries < r.messages+r.duplicates {
-					t.Errorf("%s: %d deliveries of %d messages and %d duplicates (timed out: %v)", r.name, r.deliveries, r.messages, r.duplicates, r.timedOut)
+			for _, r := range []demo.Report{naive, guarded} {
+				if r.TimedOut || r.Duplicates == 0 || r.Deliveries < r.Messages+r.Duplicates {
+					t.Errorf("%s: %d deliveries of %d messages and %d duplicates (timed out: %v)", r.Name, r.Deliveries, r.Messages, r.Duplicates, r.TimedOut)
 				}
-				if r.crashes[crashBeforeCharge] == 0 || r.crashes[crashAfterCharge] == 0 {
+				if r.Crashes[demo.CrashBeforeCharge] == 0 || r.Crashes[demo.CrashAfterCharge] == 0 {
 					t.Errorf("%s: crashes before / after the charge = %d / %d, want some of each",
-						r.name, r.crashes[crashBeforeCharge], r.crashes[crashAfterCharge])
+						r.Name, r.Crashes[demo.CrashBeforeCharge], r.Crashes[demo.CrashAfterCharge])
 				}
 			}
-			if guarded.takeovers == 0 {
-				t.Errorf("idem: no takeover after %d crashes before the charge", guarded.crashes[crashBeforeCharge])
+			if guarded.Takeovers == 0 {
+				t.Errorf("idem: no takeover after %d crashes before the charge", guarded.Crashes[demo.CrashBeforeCharge])
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -28,10 +28,10 @@ func memStore(t *testing.T) *memstore.Store {
 func TestCrashInsideDoLeavesTheKeyHeld(t *testing.T) {
 	ctx := context.Background()
 	s := memStore(t)
-	var stats runStats
+	var stats RunStats
 	cfg := idem.Config{Lease: time.Minute}
-	dying := &process{stats: &stats}
-	g, err := idem.New(processStore{store: s, p: dying}, cfg)
+	dying := &Process{Stats: &stats}
+	g, err := idem.New(ProcessStore{Store: s, Process: dying}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestCrashInsideDoLeavesTheKeyHeld(t *testing.T) {
 	go func() {
 		defer close(done)
 		g.Do(ctx, "order-1", []byte("pay"), func(context.Context) ([]byte, error) {
-			dying.crash(crashBeforeCharge)
+			dying.Crash(CrashBeforeCharge)
 			t.Error("crash returned")
 			return nil, nil
 		})
@@ -56,15 +56,15 @@ func TestCrashInsideDoLeavesTheKeyHeld(t *testing.T) {
 	if r.Status != storage.StatusInProgress || r.Token == 0 || r.Attempt != 1 {
 		t.Errorf("record after the crash: %v, token %d, attempt %d; want InProgress, held by the dead claim", r.Status, r.Token, r.Attempt)
 	}
-	if got := stats.crashes[crashBeforeCharge].Load(); got != 1 {
+	if got := stats.Crashes[CrashBeforeCharge].Load(); got != 1 {
 		t.Errorf("%d crashes counted, want 1", got)
 	}
-	if _, err := (processStore{store: s, p: dying}).Claim(ctx, storage.ClaimArgs{Key: "k", Lease: time.Second, Retention: time.Second}); !errors.Is(err, errProcessDead) {
+	if _, err := (ProcessStore{Store: s, Process: dying}).Claim(ctx, storage.ClaimArgs{Key: "k", Lease: time.Second, Retention: time.Second}); !errors.Is(err, ErrProcessDead) {
 		t.Errorf("Claim through the dead process: %v, want errProcessDead", err)
 	}
 
 	// A fresh process finds the order in progress, not free.
-	g2, err := idem.New(processStore{store: s, p: &process{stats: &stats}}, cfg)
+	g2, err := idem.New(ProcessStore{Store: s, Process: &Process{Stats: &stats}}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,29 +76,28 @@ func TestCrashInsideDoLeavesTheKeyHeld(t *testing.T) {
 	if !errors.Is(err, idem.ErrInProgress) {
 		t.Errorf("Do after the crash: %v, want ErrInProgress", err)
 	}
-	if stats.busy.Load() != 1 {
-		t.Errorf("%d busy claims counted, want 1", stats.busy.Load())
+	if stats.Busy.Load() != 1 {
+		t.Errorf("%d busy claims counted, want 1", stats.Busy.Load())
 	}
 }
 
 func TestCrashPlan(t *testing.T) {
-	d := func(id, attempt int) *delivery { return &delivery{id: id, attempt: attempt} }
-	if got := (crashPlan{seed: 1, rate: 0}).at(d(3, 1)); got != noCrash {
+	if got := (CrashPlan{Seed: 1, Rate: 0}).At(3, 1); got != NoCrash {
 		t.Errorf("rate 0: %v, want no crash", got)
 	}
-	p := crashPlan{seed: 1, rate: 0.5}
+	p := CrashPlan{Seed: 1, Rate: 0.5}
 	var counts [3]int
 	for id := range 5000 {
 		for attempt := 1; attempt <= 2; attempt++ {
-			point := p.at(d(id, attempt))
-			if again := p.at(d(id, attempt)); again != point {
+			point := p.At(id, attempt)
+			if again := p.At(id, attempt); again != point {
 				t.Fatalf("message %d attempt %d: %v, then %v", id, attempt, point, again)
 			}
 			counts[point]++
 		}
 	}
 	// 10000 draws at 0.5: each count is far from 0 and from all.
-	if counts[noCrash] < 4500 || counts[noCrash] > 5500 || counts[crashBeforeCharge] < 2000 || counts[crashAfterCharge] < 2000 {
+	if counts[NoCrash] < 4500 || counts[NoCrash] > 5500 || counts[CrashBeforeCharge] < 2000 || counts[CrashAfterCharge] < 2000 {
 		t.Errorf("rate 0.5, 10000 deliveries: %d without crash, %d before the charge, %d after", counts[0], counts[1], counts[2])
 	}
 }
@@ -111,20 +110,20 @@ func TestCrashPlan(t *testing.T) {
 func TestCrashLandsAfterChargedCallsStoreTheirOutcome(t *testing.T) {
 	ctx := context.Background()
 	s := memStore(t)
-	var stats runStats
-	p := &process{stats: &stats}
-	g, err := idem.New(processStore{store: s, p: p}, idem.Config{Lease: time.Minute})
+	var stats RunStats
+	p := &Process{Stats: &stats}
+	g, err := idem.New(ProcessStore{Store: s, Process: p}, idem.Config{Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	l := newLedger(2)
+	l := NewLedger(2)
 
 	// Order 0 charges, then its process dies (another call crashed)
 	// before Do stores the outcome.
 	res, err := g.Do(ctx, "order-0", []byte("pay"), func(ctx context.Context) ([]byte, error) {
-		receipt := p.charge(ctx, l, 0)
-		p.dead.Store(true)
+		receipt := p.Charge(ctx, l, 0)
+		p.Dead.Store(true)
 		return receipt, nil
 	})
 	if err != nil || string(res.Value) != "ch_1" {
@@ -139,7 +138,7 @@ func TestCrashLandsAfterChargedCallsStoreTheirOutcome(t *testing.T) {
 	if err == nil {
 		t.Fatal("Do in a dead process succeeded")
 	}
-	if err := (processStore{store: s, p: p}).Complete(ctx, "order-1", 42, nil, time.Minute); !errors.Is(err, errProcessDead) {
+	if err := (ProcessStore{Store: s, Process: p}).Complete(ctx, "order-1", 42, nil, time.Minute); !errors.Is(err, ErrProcessDead) {
 		t.Errorf("Complete of a call that did not charge, in a dead process: %v, want errProcessDead", err)
 	}
 	if got := l.charges[0].Load(); got != 1 {

@@ -2,8 +2,6 @@ package idemsqs
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"log/slog"
 	"strconv"
@@ -155,7 +153,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	r.hctx = hctx
 	r.keep = newKeeper(r)
 	r.settler = newSettler(r)
-	r.out = newOutcomes(r)
+	r.out = ahead.NewWriter(c.ahead, r.written)
 	r.observe(ctx, Event{Kind: EventStarted, Queue: c.queue})
 	c.o.Logger().InfoContext(ctx, "idemsqs: consuming", slog.String("queue", c.queue),
 		slog.Duration("visibility_timeout", r.vis), slog.Bool("fifo", r.fifo))
@@ -164,7 +162,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 	r.drain(cancelHandlers)
 	r.jobs.Wait()
-	r.out.close() // stores the values of the handlers that ran, and settles their messages
+	r.out.Close() // stores the values of the handlers that ran, and settles their messages
+	r.settling.Wait()
 	r.settler.close()
 	r.keep.close()
 	return nil
@@ -186,22 +185,19 @@ type runner struct {
 	dlqMax    int // the dead-letter queue's MaximumMessageSize
 	keep      *keeper
 	settler   *settler
-	out       *outcomes
-	receiving atomic.Int64 // failed receives in a row
+	out       *ahead.Writer[*job] // stores the values of the handlers that returned, behind them
+	settling  sync.WaitGroup      // settlements of stored outcomes that wait (a retry's pause, a dead letter)
+	receiving atomic.Int64        // failed receives in a row
 }
 
 // job is one received message and what the consumer learnt of it.
 type job struct {
-	m       types.Message
-	start   time.Time
-	key     string
-	keyErr  error
-	scope   string
-	payload []byte // what is fingerprinted, for a message with a usable key
-	id      string // its identity for the count of its handler's failures
-	claimed bool   // the claim ahead answered for it: cl is the answer
-	cl      ahead.Claim
-	ev      Event
+	m      types.Message
+	start  time.Time
+	claim  chassis.Claimed // its scope, key and payload, and the claim's answer
+	keyErr error
+	id     string // its identity for the count of its handler's failures
+	ev     Event
 
 	lease    atomic.Pointer[context.Context] // the running handler's context, while it runs
 	done     chan struct{}                   // closed once the message is settled
@@ -346,13 +342,11 @@ var errStopping = errors.New("idemsqs: the consumer stops; the message is visibl
 func (r *runner) newJob(m types.Message) *job {
 	o := &r.c.o
 	j := &job{m: m, start: time.Now(), done: make(chan struct{})}
-	j.scope, j.key, j.payload, j.keyErr = o.Read(m)
-	j.id = identity(j.scope, j.key, m)
+	op := &j.claim.Op
+	op.Scope, op.Key, op.Payload, j.keyErr = o.Read(m)
+	j.id = chassis.Identity(op.Scope, op.Key, aws.ToString(m.MessageId), body(m))
 	count, _ := strconv.Atoi(sysAttr(m, types.MessageSystemAttributeNameApproximateReceiveCount))
-	j.ev = Event{Queue: r.c.queue, Scope: j.scope, MessageID: aws.ToString(m.MessageId), ReceiveCount: count}
-	if j.keyErr == nil {
-		j.ev.Key = j.key
-	}
+	j.ev = Event{Queue: r.c.queue, Scope: op.Scope, Key: op.Key, MessageID: aws.ToString(m.MessageId), ReceiveCount: count}
 	return j
 }
 
@@ -362,8 +356,8 @@ func (r *runner) claim(jobs []*job) {
 	var ops []ahead.Op
 	var at []*job
 	for _, j := range jobs {
-		if j.keyErr == nil && j.key != "" {
-			ops = append(ops, ahead.Op{Scope: j.scope, Key: j.key, Payload: j.payload})
+		if j.keyErr == nil && j.claim.Op.Key != "" {
+			ops = append(ops, j.claim.Op)
 			at = append(at, j)
 		}
 	}
@@ -373,23 +367,8 @@ func (r *runner) claim(jobs []*job) {
 	claims := make([]ahead.Claim, len(ops))
 	r.c.ahead.Claim(r.hctx, ops, claims)
 	for k, j := range at {
-		j.cl, j.claimed = claims[k], true
+		j.claim.Claim, j.claim.OK = claims[k], true
 	}
-}
-
-// identity returns what the failures of a message's handler are counted
-// by: its scope and key, as the Guard names its operation (a duplicate
-// fails with it); for a message run unguarded, which has no key, its
-// message id, or else its body's hash.
-func identity(scope, key string, m types.Message) string {
-	switch {
-	case key != "":
-		return "key\x00" + scope + "\x00" + key
-	case m.MessageId != nil:
-		return "message-id\x00" + *m.MessageId
-	}
-	sum := sha256.Sum256(body(m))
-	return "body\x00" + hex.EncodeToString(sum[:])
 }
 
 func (r *runner) isStopping() bool {
@@ -404,9 +383,9 @@ func (r *runner) isStopping() bool {
 // giveBack releases the key j's claim holds, if it holds one: its handler
 // will not run on this receive.
 func (j *job) giveBack() {
-	if j.cl.Held != nil {
-		j.cl.Held.Release()
-		j.cl.Held = nil
+	if h := j.claim.Claim.Held; h != nil {
+		h.Release()
+		j.claim.Claim.Held = nil
 	}
 }
 
@@ -425,10 +404,10 @@ func (r *runner) handle(j *job) {
 	}
 	trace := chassis.Trace(func(name string) string { return traceAttr(j.m, name) })
 	var v chassis.Verdict
-	switch {
-	case j.keyErr != nil, j.key == "" && !o.UnkeyedUnguarded():
+	switch key := j.claim.Op.Key; {
+	case j.keyErr != nil, key == "" && !o.UnkeyedUnguarded():
 		v = o.DecideKey(j.keyErr)
-	case j.key == "":
+	case key == "":
 		err := r.call(r.hctx, trace, j)
 		v = o.Decide(idem.Result{}, err, r.c.tries.Count(j.id))
 	default:
@@ -441,53 +420,25 @@ func (r *runner) handle(j *job) {
 	r.finish(j, v)
 }
 
-// guarded runs the handler under the Guard and decides the settlement. A
-// message claimed ahead runs on its claim, and a handler that returned
-// leaves its value to the outcome writer (pending: the message is the
-// writer's to settle); one answered by its claim is decided at once. The
-// others, and those whose lease was lost while they waited, go through
-// DoScoped. A claim the store could not answer is tried again, with a
-// backoff, while the message is held invisible: its receive count, which a
-// redrive policy reads, is not spent on a store outage. It reports
-// whether the outcome was replayed.
+// guarded runs the handler under the Guard, on the message's claim ahead
+// (chassis's RunGuarded), the handler's context kept while it runs so
+// that the keeper stops extending the message once the Guard lost the
+// key. A handler that returned leaves its value to the outcome writer
+// (pending: the message is the writer's to settle).
 func (r *runner) guarded(j *job, trace consumer.TraceCarrier) (v chassis.Verdict, replayed, pending bool) {
-	o := &r.c.o
-	var ran bool
-	fn := func(ctx context.Context) ([]byte, error) {
-		ran = true
+	run := func(ctx context.Context) error {
 		j.lease.Store(&ctx)
 		defer j.lease.Store(nil)
-		return nil, r.call(ctx, trace, j)
+		return r.call(ctx, trace, j)
 	}
-	switch cl := j.cl; {
-	case cl.Held != nil:
-		_, err, ok := cl.Held.Run(fn)
-		j.cl.Held = nil
-		if ok && err == nil {
-			r.out.add(j, cl.Held)
-			return v, false, true
-		}
-		if ok {
-			return o.Decide(idem.Result{}, err, r.c.tries.Count(j.id)), false, false
-		}
-	case j.claimed && !cl.Later && !errors.Is(cl.Err, idem.ErrStoreUnavailable):
-		res := idem.Result{Value: cl.Value, Replayed: cl.Replayed}
-		return o.Decide(res, cl.Err, r.c.tries.Count(j.id)), cl.Err == nil && cl.Replayed, false
+	v, replayed, held := r.c.o.RunGuarded(r.hctx, j.claim, func() int { return r.c.tries.Count(j.id) }, run, r.sleep,
+		slog.String("queue", r.c.queue), slog.String("message_id", j.ev.MessageID))
+	j.claim.Claim.Held = nil // run or given back by RunGuarded
+	if held != nil {
+		r.out.Add(j, held)
+		return v, false, true
 	}
-	pause := 50 * time.Millisecond
-	for {
-		res, err := r.c.g.DoScoped(r.hctx, j.scope, j.key, j.payload, fn)
-		if ran || !errors.Is(err, idem.ErrStoreUnavailable) {
-			return o.Decide(res, err, r.c.tries.Count(j.id)), err == nil && res.Replayed, false
-		}
-		o.Logger().Warn("idemsqs: the store cannot claim the key; holding the message and trying again",
-			slog.String("queue", r.c.queue), slog.String("scope", j.scope), slog.String("key", j.key),
-			slog.Duration("pause", pause), slog.Any("error", err))
-		if !r.sleep(pause) {
-			return o.Decide(res, err, 0), false, false
-		}
-		pause = min(2*pause, 5*time.Second)
-	}
+	return v, replayed, false
 }
 
 // call runs the handler; a panic is a *consumer.PanicError, logged.
@@ -585,23 +536,15 @@ func (r *runner) sleep(d time.Duration) bool {
 // passes.
 var errDrained = errors.New("idemsqs: the consumer stopped and its drain timeout passed")
 
-// drain waits until no handler runs (it holds every slot, so none can
-// start); past the drain timeout it cancels the handlers' contexts and
-// waits for them to return.
+// drain waits until no handler runs; past the drain timeout it cancels
+// the handlers' contexts and waits for them to return.
 func (r *runner) drain(cancel context.CancelCauseFunc) {
 	timeout := r.c.o.DrainTimeout()
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	for held := 0; held < cap(r.slots); {
-		select {
-		case r.slots <- struct{}{}:
-			held++
-		case <-t.C:
-			r.c.o.Logger().Warn("idemsqs: drain timeout passed; cancelling the running handlers",
-				slog.String("queue", r.c.queue), slog.Duration("timeout", timeout))
-			cancel(errDrained)
-		}
-	}
+	chassis.Drain(r.slots, timeout, func() {
+		r.c.o.Logger().Warn("idemsqs: drain timeout passed; cancelling the running handlers",
+			slog.String("queue", r.c.queue), slog.Duration("timeout", timeout))
+		cancel(errDrained)
+	})
 }
 
 func (r *runner) observe(ctx context.Context, e Event) {

@@ -41,7 +41,7 @@ const maxAttributes = 10
 // when the queue has a redrive policy, left to it).
 func (r *runner) poison(j *job, v chassis.Verdict) {
 	o := &r.c.o
-	attrs := []slog.Attr{slog.String("queue", r.c.queue), slog.String("scope", j.scope), slog.String("key", j.ev.Key),
+	attrs := []slog.Attr{slog.String("queue", r.c.queue), slog.String("scope", j.claim.Op.Scope), slog.String("key", j.ev.Key),
 		slog.String("reason", string(v.Reason)), slog.Any("cause", v.Cause), slog.String("message_id", j.ev.MessageID)}
 	switch {
 	case o.redrive:
@@ -107,7 +107,7 @@ func (r *runner) letter(j *job, v chassis.Verdict) *chassis.Letter {
 		value, _ := attrText(m, name)
 		hs = append(hs, chassis.Header{Name: name, Value: []byte(value + aws.ToString(m.MessageAttributes[name].DataType))})
 	}
-	l := chassis.NewLetter(nil, body(m), hs, v, j.key, j.keyErr == nil && j.key != "",
+	l := chassis.NewLetter(nil, body(m), hs, v, j.claim.Op.Key, j.keyErr == nil && j.claim.Op.Key != "",
 		chassis.Header{Name: HeaderQueue, Value: []byte(r.c.queue)},
 		chassis.Header{Name: HeaderMessageID, Value: []byte(j.ev.MessageID)})
 	l.Fit(r.dlqMax)

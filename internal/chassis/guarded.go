@@ -23,6 +23,16 @@ type Claimed struct {
 	Claim ahead.Claim
 }
 
+// GiveBack releases the key the claim holds, if it holds one: the
+// message's handler will not run on this delivery (the consumer stops,
+// or lost the message).
+func (c *Claimed) GiveBack() {
+	if h := c.Claim.Held; h != nil {
+		h.Release()
+		c.Claim.Held = nil
+	}
+}
+
 // RunGuarded runs a keyed message's handler, run, under the Guard, and
 // returns the verdict on the message. A message whose key the claim holds
 // runs on its claim, and a handler that returned nil leaves its value to

@@ -380,18 +380,9 @@ func (r *runner) isStopping() bool {
 	}
 }
 
-// giveBack releases the key j's claim holds, if it holds one: its handler
-// will not run on this receive.
-func (j *job) giveBack() {
-	if h := j.claim.Claim.Held; h != nil {
-		h.Release()
-		j.claim.Claim.Held = nil
-	}
-}
-
 // giveUp makes j visible again without running it, its claim given back.
 func (r *runner) giveUp(j *job, why error) {
-	j.giveBack()
+	j.claim.GiveBack()
 	j.ev.Err = why
 	r.changeVisibility(j, 0, EventDelayed)
 }

@@ -11,6 +11,7 @@ require (
 	github.com/idemgo/idem/idemgrpc v0.1.0
 	github.com/idemgo/idem/idemnats v0.1.0
 	github.com/idemgo/idem/idemotel v0.1.0
+	github.com/idemgo/idem/idemsqs v0.1.0
 	github.com/idemgo/idem/outbox/sqspub v0.1.0
 	github.com/idemgo/idem/pgstore v0.1.0
 	github.com/idemgo/idem/redisstore v0.1.0

@@ -22,15 +22,10 @@ func attrText(m types.Message, name string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	switch {
-	case v.StringValue != nil:
+	if v.StringValue != nil {
 		return *v.StringValue, true
-	case v.BinaryValue != nil:
-		return string(v.BinaryValue), true
-	case v.DataType != nil && strings.HasPrefix(*v.DataType, "Binary"):
-		return "", true
 	}
-	return "", true
+	return string(v.BinaryValue), true
 }
 
 // attrValues returns the value of the attribute name of m, as the chassis

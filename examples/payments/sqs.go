@@ -12,8 +12,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -27,32 +25,6 @@ import (
 )
 
 func isSQS(broker string) bool { return strings.HasPrefix(broker, "sqs://") }
-
-// sqsOrder is the body of an OrderCreated message.
-type sqsOrder struct {
-	OrderID     string `json:"order_id"`
-	Customer    string `json:"customer"`
-	AmountCents int    `json:"amount_cents"`
-}
-
-// sqsReport is what a run of the SQS example did.
-type sqsReport struct {
-	published atomic.Int64 // messages, duplicates included
-	settled   atomic.Int64 // deleted or dead-lettered
-	replayed  atomic.Int64
-	delayed   atomic.Int64
-	dead      atomic.Int64
-
-	mu      sync.Mutex
-	charges map[string]int // by order
-}
-
-func (r *sqsReport) charge(order string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.charges[order]++
-	return r.charges[order]
-}
 
 // runSQS runs the payments example against the SQS endpoint of broker,
 // sqs://host:port (an SQS-compatible server such as moto's, over HTTP;
@@ -68,7 +40,7 @@ func (r *sqsReport) charge(order string) int {
 // out and deletes its queues at the end. args are its flags (-orders,
 // -dup-rate, -seed).
 func runSQS(ctx context.Context, broker string, out io.Writer, args []string) error {
-	r := &sqsRun{rep: &sqsReport{charges: map[string]int{}}}
+	r := &sqsRun{rep: &queueReport{charges: map[string]int{}}}
 	if err := r.parseFlags(out, args); err != nil {
 		return err
 	}
@@ -76,7 +48,7 @@ func runSQS(ctx context.Context, broker string, out io.Writer, args []string) er
 	if err != nil || u.Host == "" {
 		return fmt.Errorf("payments: --broker %q: want sqs://host:port", broker)
 	}
-	r.out = &sqsLockedWriter{w: out}
+	r.out = &lockedWriter{w: out}
 	r.client = sqs.New(sqs.Options{
 		Region:       envOr("AWS_REGION", "us-east-1"),
 		BaseEndpoint: aws.String("http://" + u.Host),
@@ -126,7 +98,7 @@ type sqsRun struct {
 	seed       uint64
 	client     *sqs.Client
 	queue, dlq string
-	rep        *sqsReport
+	rep        *queueReport
 }
 
 func (r *sqsRun) parseFlags(out io.Writer, args []string) error {
@@ -249,7 +221,7 @@ func (r *sqsRun) publish(ctx context.Context) error {
 		return nil
 	}
 	for i := range r.orders {
-		o := sqsOrder{OrderID: fmt.Sprintf("order-%04d", i+1), Customer: fmt.Sprintf("cus_%03d", rng.IntN(1000)), AmountCents: 500 + rng.IntN(20000)}
+		o := queueOrder{OrderID: fmt.Sprintf("order-%04d", i+1), Customer: fmt.Sprintf("cus_%03d", rng.IntN(1000)), AmountCents: 500 + rng.IntN(20000)}
 		body, _ := json.Marshal(o)
 		if i == 1 {
 			body = []byte(`{"order_id": "order-0002", "amount_cents": "twelve"}`) // poison
@@ -281,9 +253,9 @@ func (r *sqsRun) publish(ctx context.Context) error {
 // sqsCharger is the payment service's handler in replica r: it charges
 // the order, or refuses a malformed event for good. Every fifth charge
 // takes 3s, longer than the queue's visibility timeout.
-func sqsCharger(rep *sqsReport, out io.Writer, r int) idemsqs.Handler {
+func sqsCharger(rep *queueReport, out io.Writer, r int) idemsqs.Handler {
 	return func(ctx context.Context, m types.Message) error {
-		var o sqsOrder
+		var o queueOrder
 		if err := json.Unmarshal([]byte(aws.ToString(m.Body)), &o); err != nil {
 			return idem.Permanent(fmt.Errorf("not an OrderCreated event: %w", err))
 		}
@@ -297,16 +269,4 @@ func sqsCharger(rep *sqsReport, out io.Writer, r int) idemsqs.Handler {
 			r, o.OrderID, o.AmountCents/100, o.AmountCents%100, o.Customer, d, n)
 		return nil
 	}
-}
-
-// sqsLockedWriter serialises the writes of the replicas.
-type sqsLockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *sqsLockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }

@@ -2,10 +2,6 @@ package idemsqs_test
 
 import (
 	"context"
-	"crypto/rand"
-	"net/http"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,7 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/internal/testenv"
+	"github.com/idemgo/idem/idemsqs/idemsqstest"
 	"github.com/idemgo/idem/memstore"
 )
 
@@ -23,73 +19,13 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// server is the SQS-compatible server of the tests: moto's, which
-// scripts/services.sh starts.
-var server = testenv.Server{Name: "An SQS-compatible server", Env: "IDEM_SQS_URL", Default: "http://127.0.0.1:4566"}
-
-// dummyCredentials sign the tests' requests: moto takes any.
-var dummyCredentials = aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
-	return aws.Credentials{AccessKeyID: "idemtest", SecretAccessKey: "idemtest", Source: "idemsqs tests"}, nil
-})
-
-// newClient returns a client of endpoint with static dummy credentials,
-// over a transport of its own whose idle connections are closed when tb
-// ends.
-func newClient(tb testing.TB, endpoint string) *sqs.Client {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tb.Cleanup(tr.CloseIdleConnections)
-	return sqs.New(sqs.Options{
-		Region:       "us-east-1",
-		BaseEndpoint: aws.String(endpoint),
-		Credentials:  dummyCredentials,
-		HTTPClient:   &http.Client{Transport: tr},
-	})
-}
-
-// client returns a client of the server, or skips tb (fails it under
-// IDEM_REQUIRE_SERVICES=1) when the server cannot be reached.
-func client(tb testing.TB) *sqs.Client {
-	tb.Helper()
-	if err := reachable(); err != nil {
-		server.Unreachable(tb, server.Addr(), err)
-	}
-	return newClient(tb, server.Addr())
-}
-
-var reachable = sync.OnceValue(func() error {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	defer tr.CloseIdleConnections()
-	c := sqs.New(sqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(server.Addr()),
-		Credentials: dummyCredentials,
-		HTTPClient:  &http.Client{Transport: tr}, RetryMaxAttempts: 1})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err := c.ListQueues(ctx, &sqs.ListQueuesInput{})
-	return err
-})
-
-// newQueue creates a queue of tb's own with attrs (a FIFO one when attrs
-// says so) and deletes it when tb ends; it returns its URL.
-func newQueue(tb testing.TB, c *sqs.Client, attrs map[string]string) string {
-	tb.Helper()
-	name := "idemtest-" + strings.ToLower(rand.Text()[:12])
-	if attrs[string(types.QueueAttributeNameFifoQueue)] == "true" {
-		name += ".fifo"
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	out, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: attrs})
-	if err != nil {
-		tb.Fatalf("CreateQueue(%s): %v", name, err)
-	}
-	url := aws.ToString(out.QueueUrl)
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		c.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: aws.String(url)}) // gone already in some tests
-	})
-	return url
-}
+// The shared helpers, under the names the tests use.
+var (
+	server    = idemsqstest.Server
+	newClient = idemsqstest.NewClient
+	client    = idemsqstest.Client
+	newQueue  = idemsqstest.Queue
+)
 
 // queueArn returns the ARN of the queue at url.
 func queueArn(tb testing.TB, c *sqs.Client, url string) string {

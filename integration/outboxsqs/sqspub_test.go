@@ -3,20 +3,16 @@ package outboxsqs_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"go.uber.org/goleak"
 
-	"github.com/idemgo/idem/internal/testenv"
+	"github.com/idemgo/idem/idemsqs/idemsqstest"
 	"github.com/idemgo/idem/outbox"
 	"github.com/idemgo/idem/outbox/outboxtest"
 	"github.com/idemgo/idem/outbox/sqspub"
@@ -24,40 +20,14 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-var server = testenv.Server{Name: "An SQS-compatible server", Env: "IDEM_SQS_URL", Default: "http://127.0.0.1:4566"}
-
-// client returns a client of the server over a transport of its own,
-// closed when t ends; it skips or fails t when the server cannot be
-// reached.
-func client(t testing.TB) *sqs.Client {
-	t.Helper()
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	t.Cleanup(tr.CloseIdleConnections)
-	c := sqs.New(sqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(server.Addr()), HTTPClient: &http.Client{Transport: tr},
-		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
-			return aws.Credentials{AccessKeyID: "idemtest", SecretAccessKey: "idemtest"}, nil
-		})})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := c.ListQueues(ctx, &sqs.ListQueuesInput{}); err != nil {
-		server.Unreachable(t, server.Addr(), err)
-	}
-	return c
-}
+// client returns a client of the tests' SQS server; it skips or fails t
+// when the server cannot be reached.
+func client(t testing.TB) *sqs.Client { return idemsqstest.Client(t) }
 
 // newQueue creates a FIFO queue of t's own (the suite checks each key's
 // order, which a standard queue does not keep), deleted when t ends.
 func newQueue(t testing.TB, c *sqs.Client) string {
-	t.Helper()
-	name := "outboxtest-" + strings.ToLower(rand.Text()[:12]) + ".fifo"
-	out, err := c.CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: aws.String(name),
-		Attributes: map[string]string{"FifoQueue": "true"}})
-	if err != nil {
-		t.Fatalf("CreateQueue: %v", err)
-	}
-	url := aws.ToString(out.QueueUrl)
-	t.Cleanup(func() { c.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: aws.String(url)}) })
-	return url
+	return idemsqstest.Queue(t, c, map[string]string{"FifoQueue": "true"})
 }
 
 // subscribe receives the queue's messages, deleting them, onto the

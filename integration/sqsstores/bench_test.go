@@ -4,9 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,15 +18,13 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemsqs"
-	"github.com/idemgo/idem/internal/testenv"
+	"github.com/idemgo/idem/idemsqs/idemsqstest"
 	"github.com/idemgo/idem/redisstore"
 	"github.com/idemgo/idem/redisstore/redisstoretest"
 	"github.com/idemgo/idem/storage"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-var server = testenv.Server{Name: "An SQS-compatible server", Env: "IDEM_SQS_URL", Default: "http://127.0.0.1:4566"}
 
 // benchConcurrency is the handlers at once on both sides: the bare loop's
 // receivers take 10 messages each, as idemsqs's receives do.
@@ -37,24 +33,9 @@ const benchConcurrency = 16
 // maxReceive is the most messages one ReceiveMessage returns.
 const maxReceive = 10
 
-// client returns a client of the server over a transport of its own; it
-// skips or fails b when the server cannot be reached.
-func client(b testing.TB) *sqs.Client {
-	b.Helper()
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConnsPerHost = 64
-	b.Cleanup(tr.CloseIdleConnections)
-	c := sqs.New(sqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(server.Addr()), HTTPClient: &http.Client{Transport: tr},
-		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
-			return aws.Credentials{AccessKeyID: "idemtest", SecretAccessKey: "idemtest"}, nil
-		})})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := c.ListQueues(ctx, &sqs.ListQueuesInput{}); err != nil {
-		server.Unreachable(b, server.Addr(), err)
-	}
-	return c
-}
+// client returns a client of the tests' SQS server; it skips or fails t
+// when the server cannot be reached.
+func client(t testing.TB) *sqs.Client { return idemsqstest.Client(t) }
 
 // BenchmarkConsume measures messages/s through a standard queue filled
 // beforehand with b.N messages, each with its own key, with a handler
@@ -88,14 +69,7 @@ func fill(b *testing.B, c *sqs.Client, n int) string {
 	b.Helper()
 	b.StopTimer()
 	defer b.StartTimer()
-	name := "idembench-" + strings.ToLower(rand.Text()[:12])
-	out, err := c.CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: aws.String(name),
-		Attributes: map[string]string{"VisibilityTimeout": "30"}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	q := aws.ToString(out.QueueUrl)
-	b.Cleanup(func() { c.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: aws.String(q)}) })
+	q := idemsqstest.Queue(b, c, map[string]string{"VisibilityTimeout": "30"})
 	run := rand.Text()[:8]
 	var wg sync.WaitGroup
 	for start := 0; start < n; start += 10 {

@@ -131,7 +131,9 @@ func (c *Consumer) Queue() string { return c.queue }
 //   - When ctx ends it receives no more, lets running handlers finish
 //     for the drain timeout ([WithDrainTimeout]), then cancels their
 //     contexts (their keys are released), waits for them to return, and
-//     makes every message it holds unsettled visible again.
+//     makes every message it holds unsettled visible again. A long poll
+//     under way is abandoned: the messages SQS was handing it, if any,
+//     come back once the visibility timeout ends.
 //
 // Handlers run on at most [WithConcurrency] goroutines, none of which
 // outlives Run. Run returns ErrRunning if the Consumer is already running.

@@ -375,3 +375,70 @@ func TestDeadLetterFitsSQS(t *testing.T) {
 		t.Fatalf("%s = %q, want the longest attributes left out named", consumer.HeaderCutHeaders, a[consumer.HeaderCutHeaders])
 	}
 }
+
+// noExtension is an SQS client that refuses every renewal of a message's
+// visibility to vis seconds (the keeper's), as an SQS out of reach would,
+// and passes the consumer's other visibility changes.
+type noExtension struct {
+	*sqs.Client
+	vis int32
+}
+
+func (n noExtension) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	for _, e := range in.Entries {
+		if e.VisibilityTimeout == n.vis {
+			return nil, errors.New("test: SQS out of reach")
+		}
+	}
+	return n.Client.ChangeMessageVisibilityBatch(ctx, in, opts...)
+}
+
+// A message SQS delivers again while its handler still runs (its
+// visibility could not be renewed) does not run twice at once: the
+// store's claim answers each later delivery busy, and the message is
+// deleted once the first stored its outcome.
+func TestRedeliveryWhileRunningIsBusy(t *testing.T) {
+	t.Parallel()
+	c := client(t)
+	q := newQueue(t, c, map[string]string{"VisibilityTimeout": "2"})
+	g := guard(t, time.Minute)
+	var runs, running, overlap atomic.Int32
+	var evs events
+	h := func(ctx context.Context, m types.Message) error {
+		runs.Add(1)
+		if running.Add(1) > 1 {
+			overlap.Store(1)
+		}
+		defer running.Add(-1)
+		time.Sleep(5 * time.Second) // past two visibility timeouts
+		return nil
+	}
+	for range 2 {
+		cons, err := idemsqs.New(g, noExtension{Client: newClient(t, server.Addr()), vis: 2}, q, h, idemsqs.WithSharedScope(),
+			idemsqs.WithDiscardPoison(), idemsqs.WithWaitTime(time.Second), idemsqs.WithBusyDelay(time.Second),
+			idemsqs.WithObserver(evs.observe))
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, cons)
+	}
+	send(t, c, q, "slow", "slow")
+	// The first delivery's delete, with its receipt handle, deletes the
+	// message on moto; SQS may instead keep it, and delete the copy it
+	// delivers next, as a duplicate. Either way the queue ends empty.
+	waitFor(t, 30*time.Second, "the message deleted", func() bool {
+		if evs.count(kind(idemsqs.EventDeleted)) == 0 {
+			return false
+		}
+		v, inv, _ := counts(t, c, q)
+		return v == "0" && inv == "0"
+	})
+	if n := runs.Load(); n != 1 || overlap.Load() != 0 {
+		t.Fatalf("the handler ran %d times (at once: %v), want once", n, overlap.Load() != 0)
+	}
+	if n := evs.count(func(e idemsqs.Event) bool {
+		return e.Kind == idemsqs.EventDelayed && errors.Is(e.Err, idem.ErrInProgress)
+	}); n == 0 {
+		t.Fatalf("the message never came back busy: SQS did not deliver it again (%v)", evs.all)
+	}
+}

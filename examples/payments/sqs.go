@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/http"
 	"net/url"
 	"os"
 	"strconv"
@@ -49,7 +50,12 @@ func runSQS(ctx context.Context, broker string, out io.Writer, args []string) er
 		return fmt.Errorf("payments: --broker %q: want sqs://host:port", broker)
 	}
 	r.out = &lockedWriter{w: out}
+	// A transport of the run's own, its idle connections closed at the end:
+	// the run leaves no goroutine behind.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	defer tr.CloseIdleConnections()
 	r.client = sqs.New(sqs.Options{
+		HTTPClient:   &http.Client{Transport: tr},
 		Region:       envOr("AWS_REGION", "us-east-1"),
 		BaseEndpoint: aws.String("http://" + u.Host),
 		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
@@ -189,8 +195,10 @@ func (r *sqsRun) verdict(ctx context.Context) error {
 		charges += n
 		twice += max(n-1, 0)
 	}
+	// A long poll of a few seconds: a server may answer one receive empty
+	// while it holds a message.
 	got, err := r.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(r.dlq), MaxNumberOfMessages: 10,
-		WaitTimeSeconds: 1, MessageAttributeNames: []string{"All"}})
+		WaitTimeSeconds: 5, MessageAttributeNames: []string{"All"}})
 	if err != nil {
 		return err
 	}

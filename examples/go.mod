@@ -3,12 +3,15 @@ module github.com/idemgo/idem/examples
 go 1.26.0
 
 require (
+	github.com/aws/aws-sdk-go-v2 v1.47.7
+	github.com/aws/aws-sdk-go-v2/service/sqs v1.52.10
 	github.com/idemgo/idem v0.1.0
 	github.com/idemgo/idem/dynamostore v0.1.0
 	github.com/idemgo/idem/idemamqp v0.1.0
 	github.com/idemgo/idem/idemkafka v0.1.0
 	github.com/idemgo/idem/idemnats v0.1.0
 	github.com/idemgo/idem/idemotel v0.1.0
+	github.com/idemgo/idem/idemsqs v0.1.0
 	github.com/idemgo/idem/outbox v0.1.0
 	github.com/idemgo/idem/outbox/natspub v0.1.0
 	github.com/idemgo/idem/pgstore v0.1.0
@@ -29,7 +32,6 @@ require (
 )
 
 require (
-	github.com/aws/aws-sdk-go-v2 v1.47.7 // indirect
 	github.com/aws/aws-sdk-go-v2/config v1.33.15 // indirect
 	github.com/aws/aws-sdk-go-v2/credentials v1.20.15 // indirect
 	github.com/aws/aws-sdk-go-v2/feature/ec2/imds v1.20.7 // indirect

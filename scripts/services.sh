@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # Makes sure the servers the integration tests use are up on this machine,
 # from nothing: PostgreSQL, Redis, RabbitMQ, NATS with JetStream, dynalite
-# (a DynamoDB-compatible server), Apache Kafka and Apache Cassandra. A
-# server that is up is left alone; one that is installed but stopped is
-# started; one that is missing is installed first: from Debian's packages,
-# dynalite from npm (into $IDEM_DYNALITE_DIR, default /opt/idem-dynalite),
-# Apache Kafka and Apache Cassandra from Maven Central (scripts/kafka.sh,
-# scripts/cassandra.sh; into $IDEM_KAFKA_HOME, default
-# /opt/idem-kafka/VERSION, and $IDEM_CASSANDRA_HOME, default
-# /opt/idem-cassandra/VERSION). It prints what it did for each and how long
+# (a DynamoDB-compatible server), Apache Kafka, Apache Cassandra and moto
+# (an SQS-compatible server). A server that is up is left alone; one that
+# is installed but stopped is started; one that is missing is installed
+# first: from Debian's packages, dynalite from npm (into
+# $IDEM_DYNALITE_DIR, default /opt/idem-dynalite), Apache Kafka and Apache
+# Cassandra from Maven Central (scripts/kafka.sh, scripts/cassandra.sh;
+# into $IDEM_KAFKA_HOME, default /opt/idem-kafka/VERSION, and
+# $IDEM_CASSANDRA_HOME, default /opt/idem-cassandra/VERSION), moto from
+# PyPI (into a virtualenv at $IDEM_MOTO_DIR, default /opt/idem-moto). It
+# prints what it did for each and how long
 # that took. Exits non-zero, naming the server, when one cannot be reached:
 # `make test` must fail then, not skip. Run it as root on Debian 12.
 #
 #   scripts/services.sh                 # all of them
-#   scripts/services.sh postgres redis  # only these (also: rabbitmq, nats, dynamodb, kafka, cassandra)
+#   scripts/services.sh postgres redis  # only these (also: rabbitmq, nats, dynamodb, kafka, cassandra, sqs)
 set -uo pipefail
 
 PG_URL=${IDEM_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable}
@@ -27,6 +29,9 @@ KAFKA_BROKERS=${IDEM_KAFKA_BROKERS:-127.0.0.1:9092}
 KAFKA_DIR=${IDEM_KAFKA_DIR:-/var/lib/idem-kafka}
 CASSANDRA_ADDR=${IDEM_CASSANDRA_ADDR:-127.0.0.1:9042}
 CASSANDRA_DIR=${IDEM_CASSANDRA_DIR:-/var/lib/idem-cassandra}
+SQS_URL=${IDEM_SQS_URL:-http://127.0.0.1:4566}
+MOTO_DIR=${IDEM_MOTO_DIR:-/opt/idem-moto}
+MOTO_VERSION=5.2.5
 here=$(cd "$(dirname "$0")" && pwd)
 
 log() { echo "services: $*" >&2; }
@@ -266,12 +271,33 @@ cassandra() {
 	wait_for Cassandra "$host" "$port" 120
 }
 
+# sqs: moto's server, the SQS API (and the rest of moto's AWS services, in
+# memory) on the loopback address of IDEM_SQS_URL only, from a virtualenv
+# of its own so that no Python package of the system is touched. Its log
+# is /var/log/idem-moto.log.
+sqs() {
+	read -r host port < <(hostport "$SQS_URL" 4566)
+	port_open "$host" "$port" && return 0
+	if [ "$("$MOTO_DIR/bin/python" -c 'import moto; print(moto.__version__)' 2>/dev/null)" != "$MOTO_VERSION" ]; then
+		python3 -m venv --help >/dev/null 2>&1 || install python3-venv || return 1
+		log "installing moto[server] $MOTO_VERSION into $MOTO_DIR"
+		did="installed, started"
+		python3 -m venv "$MOTO_DIR" || return 1
+		"$MOTO_DIR/bin/pip" install -q --disable-pip-version-check "moto[server]==$MOTO_VERSION" >/tmp/idem-moto-install.log 2>&1 ||
+			{ cat /tmp/idem-moto-install.log >&2; return 1; }
+	fi
+	log "starting moto"
+	did=${did:-started}
+	setsid nohup "$MOTO_DIR/bin/moto_server" -H "$host" -p "$port" >>/var/log/idem-moto.log 2>&1 </dev/null &
+	wait_for moto "$host" "$port"
+}
+
 services=("$@")
-[ ${#services[@]} -gt 0 ] || services=(postgres redis rabbitmq nats dynamodb kafka cassandra)
+[ ${#services[@]} -gt 0 ] || services=(postgres redis rabbitmq nats dynamodb kafka cassandra sqs)
 failed=()
 for s in "${services[@]}"; do
 	case $s in
-	postgres | redis | rabbitmq | nats | dynamodb | kafka | cassandra)
+	postgres | redis | rabbitmq | nats | dynamodb | kafka | cassandra | sqs)
 		started=${EPOCHREALTIME/./} did=
 		if "$s"; then
 			took=$(((${EPOCHREALTIME/./} - started) / 100000))

@@ -9,8 +9,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -21,32 +19,6 @@ import (
 	"github.com/idemgo/idem/memstore"
 )
 
-// amqpOrder is the body of an OrderCreated message.
-type amqpOrder struct {
-	OrderID     string `json:"order_id"`
-	Customer    string `json:"customer"`
-	AmountCents int    `json:"amount_cents"`
-}
-
-// amqpReport is what a run of the RabbitMQ example did.
-type amqpReport struct {
-	published atomic.Int64 // messages, duplicates included
-	settled   atomic.Int64 // acked or dead-lettered
-	replayed  atomic.Int64
-	delayed   atomic.Int64
-	dead      atomic.Int64
-
-	mu      sync.Mutex
-	charges map[string]int // by order
-}
-
-func (r *amqpReport) charge(order string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.charges[order]++
-	return r.charges[order]
-}
-
 // runAMQP runs the payments example against the RabbitMQ at url: the
 // order service publishes OrderCreated events to a queue of the run's
 // own, some of them twice (a producer that retried after a lost confirm),
@@ -56,7 +28,7 @@ func (r *amqpReport) charge(order string) int {
 // queue with its cause. It writes what happens to out and deletes its queues
 // at the end. args are its flags (-orders, -dup-rate, -seed).
 func runAMQP(ctx context.Context, url string, out io.Writer, args []string) error {
-	r := &amqpRun{url: url, rep: &amqpReport{charges: map[string]int{}}}
+	r := &amqpRun{url: url, rep: &queueReport{charges: map[string]int{}}}
 	if err := r.parseFlags(out, args); err != nil {
 		return err
 	}
@@ -65,7 +37,7 @@ func runAMQP(ctx context.Context, url string, out io.Writer, args []string) erro
 		// url.Parse's error quotes the URL, password and all.
 		return fmt.Errorf("payments: --broker: %s", strings.ReplaceAll(err.Error(), url, "the URL"))
 	}
-	r.out = &amqpLockedWriter{w: out} // the replicas write at once
+	r.out = &lockedWriter{w: out} // the replicas write at once
 
 	conn, err := amqp.DialConfig(url, amqp.Config{Properties: amqp.Table{"connection_name": "idem payments example (order service)"}})
 	if err != nil {
@@ -114,7 +86,7 @@ type amqpRun struct {
 	ch              *amqp.Channel
 	queue, dlx, dlq string
 	consumers       []*idemamqp.Consumer
-	rep             *amqpReport
+	rep             *queueReport
 }
 
 func (r *amqpRun) parseFlags(out io.Writer, args []string) error {
@@ -248,7 +220,7 @@ func (r *amqpRun) verdict() error {
 // amqpPublish publishes the events of n orders to queue as user, with
 // publisher confirms: each order's event, and with probability dupRate a
 // second copy a few events later; the second order's event is malformed.
-func amqpPublish(ctx context.Context, ch *amqp.Channel, queue, user string, n int, dupRate float64, seed uint64, rep *amqpReport) error {
+func amqpPublish(ctx context.Context, ch *amqp.Channel, queue, user string, n int, dupRate float64, seed uint64, rep *queueReport) error {
 	if err := ch.Confirm(false); err != nil {
 		return err
 	}
@@ -265,7 +237,7 @@ func amqpPublish(ctx context.Context, ch *amqp.Channel, queue, user string, n in
 		return nil
 	}
 	for i := range n {
-		o := amqpOrder{OrderID: fmt.Sprintf("order-%04d", i+1), Customer: fmt.Sprintf("cus_%03d", rng.IntN(1000)), AmountCents: 500 + rng.IntN(20000)}
+		o := queueOrder{OrderID: fmt.Sprintf("order-%04d", i+1), Customer: fmt.Sprintf("cus_%03d", rng.IntN(1000)), AmountCents: 500 + rng.IntN(20000)}
 		body, _ := json.Marshal(o)
 		if i == 1 {
 			body = []byte(`{"order_id": "order-0002", "amount_cents": "twelve"}`) // poison
@@ -306,9 +278,9 @@ func amqpPublish(ctx context.Context, ch *amqp.Channel, queue, user string, n in
 
 // amqpCharger is the payment service's handler in replica r: it charges
 // the order, or refuses a malformed event for good.
-func amqpCharger(rep *amqpReport, out io.Writer, r int) idemamqp.Handler {
+func amqpCharger(rep *queueReport, out io.Writer, r int) idemamqp.Handler {
 	return func(ctx context.Context, d amqp.Delivery) error {
-		var o amqpOrder
+		var o queueOrder
 		if err := json.Unmarshal(d.Body, &o); err != nil {
 			return idem.Permanent(fmt.Errorf("not an OrderCreated event: %w", err))
 		}
@@ -318,16 +290,4 @@ func amqpCharger(rep *amqpReport, out io.Writer, r int) idemamqp.Handler {
 			r, o.OrderID, o.AmountCents/100, o.AmountCents%100, o.Customer, n)
 		return nil
 	}
-}
-
-// amqpLockedWriter serialises the writes of the replicas.
-type amqpLockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *amqpLockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }

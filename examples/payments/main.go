@@ -8,9 +8,11 @@
 //	go run ./payments --brokers localhost:9092 produce   # publish orders with duplicates to it
 //	go run ./payments --broker nats://127.0.0.1:4222     # NATS JetStream (nats-server -js): two replicas charge each payment once
 //	go run ./payments --broker amqp://guest:guest@127.0.0.1:5672/   # RabbitMQ
+//	go run ./payments --broker sqs://127.0.0.1:4566      # Amazon SQS (an SQS-compatible server: moto_server -p 4566)
 //
-// --broker chooses the broker: kafka (the default), a nats:// URL or an
-// amqp:// URL; each lives in a file of its own. See README.md.
+// --broker chooses the broker: kafka (the default), a nats:// URL, an
+// amqp:// URL or an sqs:// endpoint; each lives in a file of its own. See
+// README.md.
 package main
 
 import (
@@ -51,7 +53,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("payments", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.broker, "broker", "kafka", "the broker: kafka, a NATS JetStream URL nats://host:port, or a RabbitMQ URL amqp://user:password@host:port/vhost")
+	fs.StringVar(&o.broker, "broker", "kafka", "the broker: kafka, a NATS JetStream URL nats://host:port, a RabbitMQ URL amqp://user:password@host:port/vhost, or an SQS endpoint sqs://host:port")
 	fs.StringVar(&o.brokers, "brokers", "", "Kafka: broker addresses, comma-separated (default: an in-process cluster, for a try without installing anything)")
 	fs.StringVar(&o.store, "store", "mem://", "Kafka: where idempotency records live: mem:// (this process) or redis://host:port/db (shared by every consumer)")
 	fs.StringVar(&o.topic, "topic", "orders", "Kafka: the topic of OrderCreated events")
@@ -75,7 +77,7 @@ Flags:
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
-	if isNATS(o.broker) || isAMQP(o.broker) {
+	if isNATS(o.broker) || isAMQP(o.broker) || isSQS(o.broker) {
 		o.args = fs.Args()
 		return o, nil
 	}
@@ -91,7 +93,7 @@ Flags:
 	}
 	switch {
 	case o.broker != "kafka":
-		return o, fmt.Errorf("payments: --broker %q: kafka, a nats:// URL or an amqp:// URL", o.broker)
+		return o, fmt.Errorf("payments: --broker %q: kafka, a nats:// URL, an amqp:// URL or an sqs:// endpoint", o.broker)
 	case o.mode != "" && o.mode != "consume" && o.mode != "produce":
 		return o, fmt.Errorf("payments: mode %q: consume or produce", o.mode)
 	case o.mode != "" && o.brokers == "":
@@ -121,6 +123,8 @@ func main() {
 		err = runNATS(ctx, o.broker, os.Stdout, o.args)
 	case isAMQP(o.broker):
 		err = runAMQP(ctx, o.broker, os.Stdout, o.args)
+	case isSQS(o.broker):
+		err = runSQS(ctx, o.broker, os.Stdout, o.args)
 	default:
 		err = runKafka(ctx, o, os.Stdout)
 	}

@@ -79,7 +79,7 @@ func TestFlags(t *testing.T) {
 		{[]string{"--brokers", "k:9092", "produce"}, ""},
 		{[]string{"produce"}, "needs --brokers"},
 		{[]string{"--brokers", "k:9092", "dance"}, "consume or produce"},
-		{[]string{"--broker", "carrier-pigeon"}, "kafka, a nats:// URL or an amqp:// URL"},
+		{[]string{"--broker", "carrier-pigeon"}, "kafka, a nats:// URL, an amqp:// URL or an sqs:// endpoint"},
 		{[]string{"--broker", "nats://127.0.0.1:4222", "--", "-payments", "5"}, ""},
 		{[]string{"--dup-rate", "2"}, "--dup-rate"},
 	} {

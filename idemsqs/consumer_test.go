@@ -313,7 +313,7 @@ func TestRunRefusesWhatItCannotUse(t *testing.T) {
 		want  string
 	}{
 		{"no queue", missing, idemsqs.WithDiscardPoison(), "reading the queue"},
-		{"no dead-letter queue", q, idemsqs.WithDeadLetter(missing), "the dead-letter queue " + missing},
+		{"no dead-letter queue", q, idemsqs.WithDeadLetter(missing), "the dead-letter queue \"" + missing + "\" does not exist"},
 		{"no redrive policy", q, idemsqs.WithRedrivePolicy(), "has no redrive policy"},
 	} {
 		cons, err := idemsqs.New(g, c, tc.queue, h, idemsqs.WithSharedScope(), tc.opt)

@@ -63,7 +63,11 @@ func (r *runner) poison(j *job, v chassis.Verdict) {
 		defer cancel()
 		_, err := r.c.api.SendMessage(ctx, r.letterInput(j, l))
 		return refusal(err), err
-	}, r.sleep, attrs, slog.String("settlement", r.gaveUpSettlement()), slog.String("dead_letter_queue", r.dlq))
+	}, r.sleep, func(why chassis.Refusal, err error) {
+		e := j.ev
+		e.Kind, e.Reason, e.Err, e.BrokerErr, e.Refused = EventDeadLetterFailed, v.Reason, v.Cause, err, why != chassis.Unreached
+		r.observe(r.hctx, e)
+	}, attrs, slog.String("settlement", r.gaveUpSettlement()), slog.String("dead_letter_queue", r.dlq))
 	switch {
 	case err == nil:
 		o.Logger().LogAttrs(r.hctx, slog.LevelWarn, "idemsqs: poison dead-lettered", append(attrs, slog.String("dead_letter_queue", r.dlq))...)

@@ -48,9 +48,14 @@ const (
 	// visibility ended); SQS delivers it again, and the store answers that
 	// delivery.
 	EventUnsettled
+	// EventDeadLetterFailed: a poison message's dead letter was not taken
+	// (BrokerErr: SQS's error); Refused tells an answer of SQS (the queue
+	// does not exist, access denied) from no answer. The consumer tries
+	// again, and gives up after WithMaxAttempts refusals (EventDiscarded).
+	EventDeadLetterFailed
 )
 
-var eventNames = [...]string{"", "started", "receive_failed", "deleted", "delayed", "dead_lettered", "redriven", "discarded", "unsettled"}
+var eventNames = [...]string{"", "started", "receive_failed", "deleted", "delayed", "dead_lettered", "redriven", "discarded", "unsettled", "dead_letter_failed"}
 
 // String returns the kind's name in snake case, for metric labels.
 func (k EventKind) String() string {
@@ -73,21 +78,25 @@ type Event struct {
 	Duration     time.Duration   // from receipt to settlement
 	Reason       consumer.Reason // EventDeadLettered, EventRedriven, EventDiscarded: why the message is poison
 	Err          error           // the cause, for the kinds that have one
-	BrokerErr    error           // EventDiscarded: SQS's last refusal of the dead letter
+	BrokerErr    error           // EventDiscarded, EventDeadLetterFailed: SQS's (last) error on the dead letter
+	Refused      bool            // EventDeadLetterFailed: SQS answered no, rather than not at all
 }
 
 // Activity returns e in the terms every consumer shares, for
 // instrumentation (idemotel): System "aws_sqs", Destination the queue's
 // URL, no lag; EventDeleted is ActivityProcessed, EventDelayed
 // ActivityRetried (ActivityBusy for a busy key), EventRedriven and
-// EventDiscarded ActivityDiscarded, EventUnsettled ActivityRetried.
+// EventDiscarded ActivityDiscarded, EventUnsettled ActivityRetried,
+// EventDeadLetterFailed ActivityDeadLetterFailed.
 func (e Event) Activity() consumer.Activity {
 	a := consumer.Activity{System: "aws_sqs", Destination: e.Queue, Reason: e.Reason, Err: e.Err, Duration: e.Duration}
 	kind := activities[e.Kind]
 	if e.Kind == EventDelayed && errors.Is(e.Err, idem.ErrInProgress) {
 		kind = consumer.ActivityBusy
 	}
-	return chassis.Activity(a, kind, e.Replayed, e.BrokerErr)
+	a = chassis.Activity(a, kind, e.Replayed, e.BrokerErr)
+	a.Refused = e.Refused
+	return a
 }
 
 // activities are the kinds of activity of the events about a message; the
@@ -99,4 +108,6 @@ var activities = map[EventKind]consumer.ActivityKind{
 	EventDeadLettered: consumer.ActivityDeadLettered,
 	EventRedriven:     consumer.ActivityDiscarded,
 	EventDiscarded:    consumer.ActivityDiscarded,
+
+	EventDeadLetterFailed: consumer.ActivityDeadLetterFailed,
 }

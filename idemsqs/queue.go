@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/idemgo/idem/consumer"
 	"github.com/idemgo/idem/internal/chassis"
 )
 
@@ -49,7 +50,7 @@ func (r *runner) start(ctx context.Context) error {
 	r.dlq = o.deadLetter
 	attrs, err = r.attributes(ctx, r.dlq, types.QueueAttributeNameFifoQueue, types.QueueAttributeNameMaximumMessageSize)
 	if err != nil {
-		return fmt.Errorf("idemsqs: Run: the dead-letter queue %s (WithDeadLetter) cannot be read: %w", r.dlq, err)
+		return fmt.Errorf("idemsqs: Run: WithDeadLetter: %w", &consumer.DeadLetterMissingError{Destination: fmt.Sprintf("queue %q", r.dlq), Err: err})
 	}
 	r.dlqFIFO = attrs[string(types.QueueAttributeNameFifoQueue)] == "true"
 	r.dlqMax, err = strconv.Atoi(attrs[string(types.QueueAttributeNameMaximumMessageSize)])

@@ -74,19 +74,21 @@ func (b sqsBroker) Start(t *testing.T, cfg consumertest.Config) consumertest.Con
 	// deletes, visibility changes and dead letters.
 	pc := newClient(t, "http://"+p.Addr())
 	r := &harnessRun{c: c, queue: q, p: p}
-	var dlq string
 	switch cfg.Poison {
 	case consumertest.PoisonDeadLetter:
 		r.dead = newQueue(t, c, nil)
-		dlq = r.dead
+		r.dlq = r.dead
 	case consumertest.PoisonRefused:
-		// A queue that exists when Run starts (which checks it), and is
-		// deleted once it started: every letter is then refused.
-		dlq = newQueue(t, c, nil)
+		// A queue that exists when Run starts (which checks it), and that
+		// DropDeadLetter deletes: every letter is then refused.
+		r.dlq = newQueue(t, c, nil)
+	case consumertest.PoisonMissing:
+		// The URL of a queue of the server that was never created.
+		r.dlq = strings.TrimSuffix(q, "/"+q[strings.LastIndex(q, "/")+1:]) + "/idemtest-missing-" + q[strings.LastIndex(q, "/")+1:]
 	}
 	started := make(chan struct{})
 	var once sync.Once
-	cons, err := b.consumer(pc, q, dlq, cfg, func(_ context.Context, e idemsqs.Event) {
+	cons, err := b.consumer(pc, q, r.dlq, cfg, func(_ context.Context, e idemsqs.Event) {
 		if e.Kind == idemsqs.EventStarted {
 			once.Do(func() { close(started) })
 		}
@@ -96,15 +98,13 @@ func (b sqsBroker) Start(t *testing.T, cfg consumertest.Config) consumertest.Con
 	}
 	r.run = consumertest.Go(cons.Run)
 	t.Cleanup(func() { r.Stop(t) })
+	if cfg.Poison == consumertest.PoisonMissing {
+		return r // Run returns at start: the suite reads its error
+	}
 	select {
 	case <-started:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the consumer did not start")
-	}
-	if cfg.Poison == consumertest.PoisonRefused {
-		if _, err := c.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: aws.String(dlq)}); err != nil {
-			t.Fatal(err)
-		}
 	}
 	return r
 }
@@ -121,9 +121,17 @@ func (sqsBroker) consumer(c *sqs.Client, q, dlq string, cfg consumertest.Config,
 		// The suite's payload is the body it published, not its base64.
 		idemsqs.WithFingerprint(func(m types.Message) []byte { return decode(m.Body) }),
 	}
-	if observe != nil && cfg.UserFunc == nil { // else the UserFunc observer below calls it
-		opts = append(opts, idemsqs.WithObserver(observe))
-	}
+	opts = append(opts, idemsqs.WithObserver(func(ctx context.Context, e idemsqs.Event) {
+		if observe != nil {
+			observe(ctx, e)
+		}
+		if cfg.Observer != nil {
+			cfg.Observer(e.Activity())
+		}
+		if cfg.UserFunc != nil {
+			cfg.UserFunc("observer", consumertest.Received{})
+		}
+	}))
 	switch cfg.Scope {
 	case consumertest.ScopeShared:
 		opts = append(opts, idemsqs.WithSharedScope())
@@ -145,16 +153,10 @@ func (sqsBroker) consumer(c *sqs.Client, q, dlq string, cfg consumertest.Config,
 			idemsqs.WithFingerprint(func(m types.Message) []byte {
 				userFunc(cfg, "fingerprint", m)
 				return decode(m.Body)
-			}),
-			idemsqs.WithObserver(func(ctx context.Context, e idemsqs.Event) {
-				if observe != nil {
-					observe(ctx, e)
-				}
-				cfg.UserFunc("observer", consumertest.Received{})
 			}))
 	}
 	switch cfg.Poison {
-	case consumertest.PoisonDeadLetter, consumertest.PoisonRefused:
+	case consumertest.PoisonDeadLetter, consumertest.PoisonRefused, consumertest.PoisonMissing:
 		opts = append(opts, idemsqs.WithDeadLetter(dlq))
 	case consumertest.PoisonDiscard:
 		opts = append(opts, idemsqs.WithDiscardPoison())
@@ -216,6 +218,7 @@ type harnessRun struct {
 	c     *sqs.Client // the harness's own client, not cut
 	queue string
 	dead  string // "" unless PoisonDeadLetter
+	dlq   string // the consumer's dead-letter queue, "" without one
 	p     *testenv.Proxy
 	run   *consumertest.Running
 
@@ -278,6 +281,30 @@ func (r *harnessRun) DeadLetters(t *testing.T) []consumertest.DeadLetter {
 func (r *harnessRun) Stop(t *testing.T) error { return r.run.Stop(t) }
 
 func (r *harnessRun) Cut(t *testing.T) { r.p.Drop() }
+
+func (r *harnessRun) Returned(t *testing.T, d time.Duration) (bool, error) {
+	return r.run.Returned(t, d)
+}
+
+// DropDeadLetter deletes the dead-letter queue, and returns once SQS says
+// it does not exist.
+func (r *harnessRun) DropDeadLetter(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := r.c.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: aws.String(r.dlq)}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, "the dead-letter queue deleted", func() bool {
+		_, err := r.c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(r.dlq)})
+		return err != nil
+	})
+}
+
+// Steered returns nothing: SQS routes, delays or expires a message by
+// nothing it carries (DelaySeconds, a FIFO group and deduplication id are
+// parameters of the send, which the consumer sets itself on a dead
+// letter), and a message attribute is data only.
+func (r *harnessRun) Steered(*testing.T) []string { return nil }
 
 // Settled reports whether the queue holds no message, visible or not.
 func (r *harnessRun) Settled(t *testing.T) bool {

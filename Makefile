@@ -77,5 +77,14 @@ charts:
 # make test runs with the rest of the integration module. FAULTS_MD=file
 # also writes the table of runs.
 .PHONY: faults
+#
+# The Cassandra rows: cassandrastore's TestNodeCrash SIGKILLs a node of
+# its own (port 9142) under eight Guards and restarts it, once with the
+# commit log synced per group of writes (no acknowledged outcome may be
+# lost) and once with Cassandra's default periodic sync (what it loses is
+# reported, FAULTS.md).
 faults: services
 	cd integration && go run ./faults -profile full $(if $(FAULTS_MD),-md $(abspath $(FAULTS_MD)))
+	cd cassandrastore && for sync in group periodic; do \
+		IDEM_CASSANDRA_CRASH=1 IDEM_CASSANDRA_CRASH_SYNC=$$sync go test -count=1 -timeout 15m -run '^TestNodeCrash$$' -v . | grep -E '^(---|ok|FAIL|PASS)|commit log|lost'; \
+		test $${PIPESTATUS[0]} -eq 0 || exit 1; done

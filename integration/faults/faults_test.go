@@ -59,7 +59,7 @@ func needServices(t *testing.T) []string {
 // suite runs cfgs with this test binary as the consumer.
 func suite(t *testing.T, cfgs []runConfig) []*report {
 	t.Helper()
-	reports, err := runSuite(context.WithoutCancel(t.Context()), []string{os.Args[0]}, cfgs, logWriter{t})
+	reports, _, err := runSuite(context.WithoutCancel(t.Context()), []string{os.Args[0]}, cfgs, nil, logWriter{t})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,3 +123,4 @@ func TestBrokenBuildsFail(t *testing.T) {
 		}
 	}
 }
+

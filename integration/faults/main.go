@@ -41,10 +41,12 @@ func harnessMain(args []string, out io.Writer) int {
 		}
 	}
 	cfgs, err := profile(*profileName, names)
+	fcfgs := failoverProfile(*profileName)
 	if err == nil && *only != "" {
 		var re *regexp.Regexp
 		if re, err = regexp.Compile(*only); err == nil {
 			cfgs = slices.DeleteFunc(cfgs, func(c runConfig) bool { return !re.MatchString(c.Name) })
+			fcfgs = slices.DeleteFunc(fcfgs, func(c failoverConfig) bool { return !re.MatchString(c.Name) })
 		}
 	}
 	if err != nil {
@@ -61,13 +63,13 @@ func harnessMain(args []string, out io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	reports, err := runSuite(ctx, []string{exe, "consume"}, cfgs, out)
+	reports, freports, err := runSuite(ctx, []string{exe, "consume"}, cfgs, fcfgs, out)
 	if err != nil {
 		fmt.Fprintln(out, "faults:", err)
 		return 1
 	}
 	if *md != "" {
-		if err := os.WriteFile(*md, []byte(markdown(reports)), 0o644); err != nil {
+		if err := os.WriteFile(*md, []byte(markdown(reports, freports)), 0o644); err != nil {
 			fmt.Fprintln(out, "faults:", err)
 			return 1
 		}
@@ -77,21 +79,27 @@ func harnessMain(args []string, out io.Writer) int {
 			return 1
 		}
 	}
+	for _, r := range freports {
+		if !r.ok() {
+			return 1
+		}
+	}
 	return 0
 }
 
 // runSuite runs cfgs one after another with consumers started by
-// consumerCmd, printing each report as it comes.
-func runSuite(ctx context.Context, consumerCmd []string, cfgs []runConfig, out io.Writer) ([]*report, error) {
+// consumerCmd, then the failover runs fcfgs, printing each report as it
+// comes.
+func runSuite(ctx context.Context, consumerCmd []string, cfgs []runConfig, fcfgs []failoverConfig, out io.Writer) ([]*report, []*failoverReport, error) {
 	pgURL := envOr("IDEM_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
-	db, err := pgPool(ctx, pgURL, "idemfaults-harness", 4)
+	db, err := pgPool(ctx, pgURL, "idemfaults-harness", 20)
 	if err != nil {
-		return nil, fmt.Errorf("PostgreSQL at %s (IDEM_POSTGRES_URL): %w", pgURL, err)
+		return nil, nil, fmt.Errorf("PostgreSQL at %s (IDEM_POSTGRES_URL): %w", pgURL, err)
 	}
 	defer db.Close()
 	dir, err := os.MkdirTemp("", "idemfaults-")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer func() {
 		if os.Getenv("IDEMFAULTS_KEEP") == "" {
@@ -106,10 +114,19 @@ func runSuite(ctx context.Context, consumerCmd []string, cfgs []runConfig, out i
 	for _, cfg := range cfgs {
 		rep, err := h.runOne(ctx, cfg)
 		if err != nil {
-			return reports, fmt.Errorf("%s: %w", cfg.Name, err)
+			return reports, nil, fmt.Errorf("%s: %w", cfg.Name, err)
 		}
 		fmt.Fprintln(out, rep.line())
 		reports = append(reports, rep)
+	}
+	var freports []*failoverReport
+	for _, cfg := range fcfgs {
+		rep, err := h.runFailover(ctx, cfg)
+		if err != nil {
+			return reports, freports, fmt.Errorf("%s: %w", cfg.Name, err)
+		}
+		fmt.Fprintln(out, rep.line())
+		freports = append(freports, rep)
 	}
 	failed := 0
 	for _, r := range reports {
@@ -117,14 +134,27 @@ func runSuite(ctx context.Context, consumerCmd []string, cfgs []runConfig, out i
 			failed++
 		}
 	}
-	fmt.Fprintf(out, "%d runs, %d failed, in %v\n", len(reports), failed, time.Since(start).Round(time.Second))
-	return reports, nil
+	for _, r := range freports {
+		if !r.ok() {
+			failed++
+		}
+	}
+	fmt.Fprintf(out, "%d runs, %d failed, in %v\n", len(reports)+len(freports), failed, time.Since(start).Round(time.Second))
+	return reports, freports, nil
 }
 
-func markdown(reports []*report) string {
+func markdown(reports []*report, freports []*failoverReport) string {
 	var b strings.Builder
-	b.WriteString(markdownHeader)
+	if len(reports) > 0 {
+		b.WriteString(markdownHeader)
+	}
 	for _, r := range reports {
+		b.WriteString(r.markdownRow())
+	}
+	if len(freports) > 0 {
+		b.WriteString("\n" + failoverHeader)
+	}
+	for _, r := range freports {
 		b.WriteString(r.markdownRow())
 	}
 	b.WriteString("\n")

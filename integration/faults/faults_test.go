@@ -124,3 +124,26 @@ func TestBrokenBuildsFail(t *testing.T) {
 	}
 }
 
+// TestFailoverShortProfile is the failover runs' short profile, part of
+// make test: a Redis primary with two replicas and three Sentinels, the
+// primary SIGKILLed while a Guard's workers run with WaitReplicas 1, and a
+// PostgreSQL primary with a synchronous standby, the primary SIGKILLed and
+// the standby promoted. Neither may lose an outcome Do returned, or a key.
+func TestFailoverShortProfile(t *testing.T) {
+	pgstoretest.Pool(t, 1)
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		testenv.Unavailable(t, "redis-server is not installed: %v", err)
+	}
+	if _, err := pgBinDir(); err != nil {
+		testenv.Unavailable(t, "%v", err)
+	}
+	_, freports, err := runSuite(context.WithoutCancel(t.Context()), []string{os.Args[0]}, nil, failoverProfile("short"), logWriter{t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range freports {
+		if !r.ok() || r.LostOutcomes > 0 || r.Lost > 0 {
+			t.Errorf("%s: %d returned outcomes lost, %d keys lost: %s", r.cfg.Name, r.LostOutcomes, r.Lost, strings.Join(r.Failures, "; "))
+		}
+	}
+}

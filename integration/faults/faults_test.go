@@ -59,11 +59,11 @@ func needServices(t *testing.T) []string {
 // suite runs cfgs with this test binary as the consumer.
 func suite(t *testing.T, cfgs []runConfig) []*report {
 	t.Helper()
-	reports, _, err := runSuite(context.WithoutCancel(t.Context()), []string{os.Args[0]}, cfgs, nil, logWriter{t})
+	res, err := runSuite(context.WithoutCancel(t.Context()), []string{os.Args[0]}, runs{broker: cfgs}, logWriter{t})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return reports
+	return res.broker
 }
 
 // TestShortProfile is the suite's short profile, part of make test: on
@@ -137,11 +137,11 @@ func TestFailoverShortProfile(t *testing.T) {
 	if _, err := pgBinDir(); err != nil {
 		testenv.Unavailable(t, "%v", err)
 	}
-	_, freports, err := runSuite(context.WithoutCancel(t.Context()), []string{os.Args[0]}, nil, failoverProfile("short"), logWriter{t})
+	res, err := runSuite(context.WithoutCancel(t.Context()), []string{os.Args[0]}, runs{failover: failoverProfile("short")}, logWriter{t})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range freports {
+	for _, r := range res.failover {
 		if !r.ok() || r.LostOutcomes > 0 || r.Lost > 0 {
 			t.Errorf("%s: %d returned outcomes lost, %d keys lost: %s", r.cfg.Name, r.LostOutcomes, r.Lost, strings.Join(r.Failures, "; "))
 		}

@@ -263,6 +263,7 @@ func (d *standbyDeployment) setup(ctx context.Context, h *harness, cfg failoverC
 		if err := d.l.create(ctx); err != nil {
 			return err
 		}
+		gcfg.Lease = 0 // the transaction's row lock holds the key
 		d.txg, err = pgstore.NewTxGuard(d.pool, gcfg, pgstore.TxConfig{Table: records})
 		return err
 	}

@@ -37,7 +37,8 @@ import (
 //	                  an error after it: their outcome's fate was unknown
 //	lost messages     keys with no effect once every Do returned
 //	resumed after     from the kill to the first Do that ran fn and stored
-//	                  its outcome on the promoted primary
+//	                  its outcome on the promoted primary (its fn started
+//	                  once the old one refused connections)
 //
 // A duplicate effect is explained by a lost outcome or a key in flight; a
 // run fails on a lost message, on a duplicate neither explains, and, where
@@ -78,9 +79,10 @@ type deployment interface {
 	// ledger is where the effects land: the harness's PostgreSQL, or the
 	// deployment's own (transactional mode).
 	ledger() ledger
-	// failover kills the primary, calling killing right before, and
-	// returns once a replica is promoted: what it did.
-	failover(ctx context.Context, killing func()) (string, error)
+	// failover kills the primary, calling killing right before and dead
+	// once the primary refuses connections, and returns once a replica is
+	// promoted: what it did.
+	failover(ctx context.Context, killing, dead func()) (string, error)
 	close()
 }
 
@@ -160,6 +162,7 @@ type failoverRun struct {
 	refused  int
 	errs     int
 	killed   time.Time
+	dead     time.Time // the primary refused connections: a Do after this ran on the promoted one
 	resumed  time.Time
 	done     atomic.Int64
 	killOnce sync.Once
@@ -255,6 +258,10 @@ func (f *failoverRun) kill(ctx context.Context, rep *failoverReport) {
 		for k := range f.running {
 			f.window[k] = true
 		}
+	}, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.dead = time.Now()
 	})
 }
 
@@ -271,7 +278,7 @@ func (f *failoverRun) handle(ctx context.Context, key string) {
 			if f.returned[key] {
 				f.rerun[key] = true
 			}
-			ranAfterKill = !f.killed.IsZero()
+			ranAfterKill = !f.dead.IsZero()
 			f.mu.Unlock()
 			if f.cfg.Mode != modeFenced {
 				return f.l.apply(ctx, db, key, token, 0)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -277,7 +278,7 @@ func (d *sentinelDeployment) do(ctx context.Context, key string, effect func(ctx
 func (d *sentinelDeployment) ledger() ledger { return d.l }
 
 // failover SIGKILLs the primary; Sentinel promotes a replica on its own.
-func (d *sentinelDeployment) failover(ctx context.Context, killing func()) (string, error) {
+func (d *sentinelDeployment) failover(ctx context.Context, killing, dead func()) (string, error) {
 	old, err := d.set.primaryAddr(ctx)
 	if err != nil {
 		return "", err
@@ -285,6 +286,10 @@ func (d *sentinelDeployment) failover(ctx context.Context, killing func()) (stri
 	killing()
 	at := time.Now()
 	d.set.killPrimary()
+	if err := awaitRefused(ctx, net127(d.set.ports[0])); err != nil {
+		return "", err
+	}
+	dead()
 	var now string
 	err = waitFor(ctx, 60*time.Second, func() error {
 		if now, err = d.set.primaryAddr(ctx); err == nil && now == old {
@@ -315,3 +320,16 @@ type quietRedis struct{}
 func (quietRedis) Printf(context.Context, string, ...any) {}
 
 func init() { redis.SetLogger(quietRedis{}) }
+
+// awaitRefused returns once nothing accepts connections at addr: a killed
+// server is gone.
+func awaitRefused(ctx context.Context, addr string) error {
+	return waitFor(ctx, 10*time.Second, func() error {
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		if err != nil {
+			return nil
+		}
+		c.Close()
+		return fmt.Errorf("%s still accepts connections", addr)
+	})
+}

@@ -119,7 +119,10 @@ func startStandbyPair(ctx context.Context, delay time.Duration, sync bool) (_ *s
 	if err != nil {
 		return nil, err
 	}
-	if err := p.start(1, standby); err != nil {
+	// The standby retries its stream every 200ms, not every 5s (the
+	// default), so that a promotion right after the primary's death does
+	// not wait out a retry: the run measures idem, not that interval.
+	if err := p.start(1, standby, "-c", "wal_retrieve_retry_interval=200ms"); err != nil {
 		return nil, err
 	}
 	want := "async"
@@ -193,10 +196,14 @@ func (p *standbyPair) url(i int) string {
 }
 
 // failover SIGKILLs the primary's every process at once, as a crash of
-// its host would, and promotes the standby; it returns how long the
-// promotion took.
-func (p *standbyPair) failover() (time.Duration, error) {
+// its host would, calls dead once it refuses connections, and promotes the
+// standby; it returns how long the promotion took.
+func (p *standbyPair) failover(ctx context.Context, dead func()) (time.Duration, error) {
 	stopCmd(p.procs[0])
+	if err := awaitRefused(ctx, net127(p.ports[0])); err != nil {
+		return 0, err
+	}
+	dead()
 	at := time.Now()
 	if err := p.exec("pg_ctl", "promote", "-w", "-t", "30", "-D", filepath.Join(p.dir, "standby")); err != nil {
 		return 0, err
@@ -291,9 +298,9 @@ func (d *standbyDeployment) do(ctx context.Context, key string, effect func(ctx 
 
 func (d *standbyDeployment) ledger() ledger { return d.l }
 
-func (d *standbyDeployment) failover(_ context.Context, killing func()) (string, error) {
+func (d *standbyDeployment) failover(ctx context.Context, killing, dead func()) (string, error) {
 	killing()
-	took, err := d.pair.failover()
+	took, err := d.pair.failover(ctx, dead)
 	if err != nil {
 		return "", err
 	}

@@ -101,14 +101,38 @@ type failoverReport struct {
 	Resumed        time.Duration
 	Failover       string
 	Elapsed        time.Duration
-	Failures       []string
+	failures
 }
 
-func (r *failoverReport) fail(format string, a ...any) {
-	r.Failures = append(r.Failures, fmt.Sprintf(format, a...))
+// failures are where a run did not show what its configuration promises.
+type failures []string
+
+func (f *failures) fail(format string, a ...any) { *f = append(*f, fmt.Sprintf(format, a...)) }
+
+func (f failures) ok() bool { return len(f) == 0 }
+
+// verdict is "ok", or "FAIL", with the failures when long.
+func (f failures) verdict(long bool) string {
+	switch {
+	case f.ok():
+		return "ok"
+	case long:
+		return "FAIL: " + strings.Join(f, "; ")
+	}
+	return "FAIL"
 }
 
-func (r *failoverReport) ok() bool { return len(r.Failures) == 0 }
+// dropRun removes what a run left in the harness's PostgreSQL and
+// directory, unless IDEMFAULTS_KEEP is set.
+func (h *harness) dropRun(schema, dir string) {
+	if os.Getenv("IDEMFAULTS_KEEP") != "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	dropSchema(ctx, h.db, schema)
+	os.RemoveAll(dir)
+}
 
 // runFailover runs one failover configuration.
 func (h *harness) runFailover(ctx context.Context, cfg failoverConfig) (*failoverReport, error) {
@@ -133,12 +157,7 @@ func (h *harness) runFailover(ctx context.Context, cfg failoverConfig) (*failove
 	}
 	defer func() {
 		dep.close()
-		if os.Getenv("IDEMFAULTS_KEEP") == "" {
-			cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer ccancel()
-			dropSchema(cctx, h.db, schema)
-			os.RemoveAll(dir)
-		}
+		h.dropRun(schema, dir)
 	}()
 	rep, err := (&failoverRun{cfg: cfg, dep: dep, l: dep.ledger()}).execute(ctx)
 	if err != nil {
@@ -321,26 +340,18 @@ func (f *failoverRun) handle(ctx context.Context, key string) {
 
 // line is the report as a line of the progress output.
 func (r *failoverReport) line() string {
-	verdict := "ok"
-	if !r.ok() {
-		verdict = "FAIL: " + strings.Join(r.Failures, "; ")
-	}
 	return fmt.Sprintf("%-34s keys %d workers %d | returned at kill %d, lost outcomes %d | dup %d (in flight %d, unexplained %d) refused %d | lost %d | resumed after %v | do errors %d | %s | %v | %s",
 		r.cfg.Name, r.cfg.Keys, r.cfg.Workers, r.ReturnedAtKill, r.LostOutcomes, r.Duplicates, r.InFlight, r.Unexplained,
-		r.Refused, r.Lost, r.Resumed.Round(10*time.Millisecond), r.DoErrors, r.Failover, r.Elapsed.Round(100*time.Millisecond), verdict)
+		r.Refused, r.Lost, r.Resumed.Round(10*time.Millisecond), r.DoErrors, r.Failover, r.Elapsed.Round(100*time.Millisecond), r.verdict(true))
 }
 
 const failoverHeader = "| run (reproduce in integration/) | configuration | keys (workers) | returned at kill | lost outcomes | duplicate effects | in flight at kill | fence refusals | lost messages | resumed after | verdict |\n" +
 	"|---|---|---|---|---|---|---|---|---|---|---|\n"
 
 func (r *failoverReport) markdownRow() string {
-	verdict := "ok"
-	if !r.ok() {
-		verdict = "FAIL"
-	}
 	return fmt.Sprintf("| %s<br>`go run ./faults -profile %s -run '^%s$'` | %s | %d (%d) | %d | %d | %d | %d | %d | %d | %v | %s |\n",
 		r.cfg.Name, r.cfg.Profile, r.cfg.Name, r.cfg.describe(), r.cfg.Keys, r.cfg.Workers, r.ReturnedAtKill, r.LostOutcomes,
-		r.Duplicates, r.InFlight, r.Refused, r.Lost, r.Resumed.Round(10*time.Millisecond), verdict)
+		r.Duplicates, r.InFlight, r.Refused, r.Lost, r.Resumed.Round(10*time.Millisecond), r.verdict(false))
 }
 
 // describe says what the configuration is, in words.

@@ -143,7 +143,7 @@ func TestFailoverShortProfile(t *testing.T) {
 	}
 	for _, r := range res.failover {
 		if !r.ok() || r.LostOutcomes > 0 || r.Lost > 0 {
-			t.Errorf("%s: %d returned outcomes lost, %d keys lost: %s", r.cfg.Name, r.LostOutcomes, r.Lost, strings.Join(r.Failures, "; "))
+			t.Errorf("%s: %d returned outcomes lost, %d keys lost: %s", r.cfg.Name, r.LostOutcomes, r.Lost, r.verdict(true))
 		}
 	}
 }

@@ -104,18 +104,12 @@ type results struct {
 
 // failed counts the runs that failed.
 func (res results) failed() int {
+	return countFailed(res.broker) + countFailed(res.failover) + countFailed(res.partition)
+}
+
+func countFailed[R interface{ ok() bool }](rs []R) int {
 	n := 0
-	for _, r := range res.broker {
-		if !r.ok() {
-			n++
-		}
-	}
-	for _, r := range res.failover {
-		if !r.ok() {
-			n++
-		}
-	}
-	for _, r := range res.partition {
+	for _, r := range rs {
 		if !r.ok() {
 			n++
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -59,15 +58,9 @@ type partitionReport struct {
 	Duplicates   int
 	Lost         int
 	Elapsed      time.Duration
-	Failures     []string
 	otherAErrors []string
+	failures
 }
-
-func (r *partitionReport) fail(format string, a ...any) {
-	r.Failures = append(r.Failures, fmt.Sprintf(format, a...))
-}
-
-func (r *partitionReport) ok() bool { return len(r.Failures) == 0 }
 
 // runPartition runs one partition configuration.
 func (h *harness) runPartition(ctx context.Context, cfg partitionConfig) (*partitionReport, error) {
@@ -79,14 +72,7 @@ func (h *harness) runPartition(ctx context.Context, cfg partitionConfig) (*parti
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if os.Getenv("IDEMFAULTS_KEEP") == "" {
-			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			dropSchema(cctx, h.db, schema)
-			os.RemoveAll(dir)
-		}
-	}()
+	defer h.dropRun(schema, dir)
 	var upstream string
 	var closers []func()
 	defer func() {
@@ -271,26 +257,18 @@ func partitionKey(ctx context.Context, key string, cfg partitionConfig, l ledger
 }
 
 func (r *partitionReport) line() string {
-	verdict := "ok"
-	if !r.ok() {
-		verdict = "FAIL: " + strings.Join(r.Failures, "; ")
-	}
 	return fmt.Sprintf("%-34s keys %d lease %v cut %v | holder stopped before takeover %d (least margin %v) | takeover after the cut within %v | late effects fenced %d | ErrLeaseLost %d | dup %d lost %d | %v | %s",
 		r.cfg.Name, r.cfg.Keys, r.cfg.Lease, r.cfg.Cut, r.StoppedFirst, r.MinMargin.Round(time.Millisecond),
-		r.MaxTakeover.Round(time.Millisecond), r.Fenced, r.LeaseLost, r.Duplicates, r.Lost, r.Elapsed.Round(100*time.Millisecond), verdict)
+		r.MaxTakeover.Round(time.Millisecond), r.Fenced, r.LeaseLost, r.Duplicates, r.Lost, r.Elapsed.Round(100*time.Millisecond), r.verdict(true))
 }
 
 const partitionHeader = "| run (reproduce in integration/) | keys | lease, cut | holder stopped before takeover | least margin | takeover after the cut | late effects fenced | Do returned ErrLeaseLost | duplicate effects | lost | verdict |\n" +
 	"|---|---|---|---|---|---|---|---|---|---|---|\n"
 
 func (r *partitionReport) markdownRow() string {
-	verdict := "ok"
-	if !r.ok() {
-		verdict = "FAIL"
-	}
 	return fmt.Sprintf("| %s<br>`go run ./faults -profile %s -run '^%s$'` | %d | %v, %v | %d | %v | ≤ %v | %d | %d | %d | %d | %s |\n",
 		r.cfg.Name, r.cfg.Profile, r.cfg.Name, r.cfg.Keys, r.cfg.Lease, r.cfg.Cut, r.StoppedFirst, r.MinMargin.Round(time.Millisecond),
-		r.MaxTakeover.Round(time.Millisecond), r.Fenced, r.LeaseLost, r.Duplicates, r.Lost, verdict)
+		r.MaxTakeover.Round(time.Millisecond), r.Fenced, r.LeaseLost, r.Duplicates, r.Lost, r.verdict(false))
 }
 
 // partitionProfile returns the partition runs of the named profile.

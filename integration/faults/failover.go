@@ -218,8 +218,10 @@ func (f *failoverRun) execute(ctx context.Context) (*failoverReport, error) {
 		}
 		close(ch)
 		wg.Wait()
-		if ctx.Err() != nil {
+		if err := ctx.Err(); errors.Is(err, context.DeadlineExceeded) {
 			return nil, fmt.Errorf("the run did not end within %v", f.cfg.Timeout)
+		} else if err != nil {
+			return nil, err
 		}
 		if f.killErr != nil {
 			return nil, f.killErr

@@ -201,9 +201,9 @@ func awaitPing(ctx context.Context, addr string) error {
 	return waitFor(ctx, 20*time.Second, func() error { return c.Ping(ctx).Err() })
 }
 
-// waitFor calls f every 50ms until it succeeds or d passes.
-func waitFor(ctx context.Context, d time.Duration, f func() error) error {
-	ctx, cancel := context.WithTimeout(ctx, d)
+// waitFor calls f every 50ms until it succeeds, d passes or ctx ends.
+func waitFor(parent context.Context, d time.Duration, f func() error) error {
+	ctx, cancel := context.WithTimeout(parent, d)
 	defer cancel()
 	for {
 		err := f()
@@ -212,6 +212,9 @@ func waitFor(ctx context.Context, d time.Duration, f func() error) error {
 		}
 		select {
 		case <-ctx.Done():
+			if parent.Err() != nil {
+				return parent.Err()
+			}
 			return fmt.Errorf("not ready within %v: %w", d, err)
 		case <-time.After(50 * time.Millisecond):
 		}

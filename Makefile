@@ -72,10 +72,15 @@ charts:
 # terminated and their broker connections cut, on every broker (Kafka: a
 # 3-node Apache Kafka cluster the harness starts for each run with
 # scripts/kafka.sh, whose partition leaders it SIGKILLs and restarts) and
-# store; under 15 minutes. Its short profile, with Kafka's kafkapg run
-# only, is integration/faults's TestShortProfile, which the unit step of
-# make test runs with the rest of the integration module. FAULTS_MD=file
-# also writes the table of runs.
+# store; then replicated stores of the harness's own failed over (a Redis
+# primary with replicas and Sentinels, a PostgreSQL primary with a
+# streaming standby, each SIGKILLed) and lease holders cut off from their
+# store (about 2.5 minutes of the whole); under 15 minutes. Its short
+# profile, with Kafka's kafkapg run only, is integration/faults's
+# TestShortProfile, and one Redis and one PostgreSQL failover are
+# TestFailoverShortProfile (about 15s), which the unit step of make test
+# runs with the rest of the integration module. FAULTS_MD=file also
+# writes the table of runs.
 .PHONY: faults
 #
 # The Cassandra rows: cassandrastore's TestNodeCrash SIGKILLs a node of

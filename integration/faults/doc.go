@@ -11,6 +11,7 @@
 //	cd integration && go run ./faults -profile short     # what make test runs (TestShortProfile; Kafka: pgtx-tx only)
 //	cd integration && go run ./faults -run 'nats/pg'     # the runs whose name matches
 //	cd integration && go run ./faults -broken no-fence   # a broken consumer: the suite fails
+//	cd integration && go run ./faults -brokers '' -run 'failover|partition'   # the failover and partition runs only
 //
 // # A run
 //
@@ -84,6 +85,38 @@
 // appendfsync always loses no stored outcome in a restart; without
 // appendonly, the outcomes it lost and when they were stored are reported.
 // Every kill point of the run's mode is hit at least once.
+//
+// # Failover and partition runs
+//
+// Beside the broker runs, the suite runs replicated stores of its own and
+// fails them over (failover.go): a Redis primary with two replicas and
+// three Sentinels (`redis-server --sentinel`), the workers on go-redis's
+// failover client; or a PostgreSQL primary with a streaming standby
+// (initdb, pg_basebackup -R; run as the postgres user when the harness is
+// root), the workers on a pool whose URL names both servers with
+// target_session_attrs=read-write. Each replica streams from its primary
+// through a link of the harness's (link.go) that delays every byte each
+// way, so a replica is behind when its primary dies; the bytes the link
+// holds when the primary dies are dropped with it. Sixteen workers in the
+// harness's process run Guard.Do (or TxGuard.Do) over a few thousand keys,
+// each applying its side effect to the ledger; at 40% the harness SIGKILLs
+// the primary (PostgreSQL: its whole process group, then pg_ctl promote),
+// the workers retry until each key's Do succeeds, and then every key is
+// delivered again. A run counts the outcomes Do had returned that the
+// failover lost (the key's fn ran again), duplicate effects, each of which
+// must be on a key with a lost outcome or in flight at the kill, keys
+// without an effect, and the time from the kill to the first fn that ran
+// and stored its outcome. WaitReplicas 1 (with min-replicas-to-write 1) and
+// a synchronous standby must lose no returned outcome.
+//
+// The partition runs (partition.go) cut one worker off from its store
+// (Redis of the run's own, or the harness's PostgreSQL) while it holds a
+// key, for 2.5 times the lease: the link stops forwarding and holds its
+// connections open, a blackhole, not a close. Another worker takes the key
+// over once the lease has run out on the store's clock. The run checks
+// that the cut-off holder's local deadline cancelled its handler before
+// the other's started, that its late fenced effect is refused, that its Do
+// returns ErrLeaseLost, and that every key has one effect.
 //
 // The consumer has broken builds, chosen with -broken, each of which
 // breaks one rule and must make the suite fail: ack-first (acks before

@@ -59,11 +59,11 @@ func needServices(t *testing.T) []string {
 // suite runs cfgs with this test binary as the consumer.
 func suite(t *testing.T, cfgs []runConfig) []*report {
 	t.Helper()
-	reports, err := runSuite(context.WithoutCancel(t.Context()), []string{os.Args[0]}, cfgs, logWriter{t})
+	res, err := runSuite(context.WithoutCancel(t.Context()), []string{os.Args[0]}, runs{broker: cfgs}, logWriter{t})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return reports
+	return res.broker
 }
 
 // TestShortProfile is the suite's short profile, part of make test: on
@@ -120,6 +120,30 @@ func TestBrokenBuildsFail(t *testing.T) {
 		r := suite(t, []runConfig{cfg})[0]
 		if got := strings.Join(r.Failures, "; "); !strings.Contains(got, tc.want) {
 			t.Errorf("%s: the suite said %q, want a failure naming %q", cfg.Name, got, tc.want)
+		}
+	}
+}
+
+// TestFailoverShortProfile is the failover runs' short profile, part of
+// make test: a Redis primary with two replicas and three Sentinels, the
+// primary SIGKILLed while a Guard's workers run with WaitReplicas 1, and a
+// PostgreSQL primary with a synchronous standby, the primary SIGKILLed and
+// the standby promoted. Neither may lose an outcome Do returned, or a key.
+func TestFailoverShortProfile(t *testing.T) {
+	pgstoretest.Pool(t, 1)
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		testenv.Unavailable(t, "redis-server is not installed: %v", err)
+	}
+	if _, err := pgBinDir(); err != nil {
+		testenv.Unavailable(t, "%v", err)
+	}
+	res, err := runSuite(context.WithoutCancel(t.Context()), []string{os.Args[0]}, runs{failover: failoverProfile("short")}, logWriter{t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res.failover {
+		if !r.ok() || r.LostOutcomes > 0 || r.Lost > 0 {
+			t.Errorf("%s: %d returned outcomes lost, %d keys lost: %s", r.cfg.Name, r.LostOutcomes, r.Lost, r.verdict(true))
 		}
 	}
 }

@@ -122,3 +122,12 @@ func dropSchema(ctx context.Context, db *pgxpool.Pool, schema string) error {
 	_, err := db.Exec(ctx, fmt.Sprintf("DROP SCHEMA IF EXISTS %s CASCADE", pgx.Identifier{schema}.Sanitize()))
 	return err
 }
+
+// createLedger makes a ledger in a new schema of db.
+func createLedger(ctx context.Context, db *pgxpool.Pool, schema string) (ledger, error) {
+	if _, err := db.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		return ledger{}, err
+	}
+	l := newLedger(db, schema)
+	return l, l.create(ctx)
+}

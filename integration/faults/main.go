@@ -41,18 +41,19 @@ func harnessMain(args []string, out io.Writer) int {
 		}
 	}
 	cfgs, err := profile(*profileName, names)
+	rs := runs{broker: cfgs, failover: failoverProfile(*profileName), partition: partitionProfile(*profileName)}
 	if err == nil && *only != "" {
 		var re *regexp.Regexp
 		if re, err = regexp.Compile(*only); err == nil {
-			cfgs = slices.DeleteFunc(cfgs, func(c runConfig) bool { return !re.MatchString(c.Name) })
+			rs = rs.matching(re)
 		}
 	}
 	if err != nil {
 		fmt.Fprintln(out, "faults:", err)
 		return 2
 	}
-	for i := range cfgs {
-		cfgs[i].Broken = *broken
+	for i := range rs.broker {
+		rs.broker[i].Broken = *broken
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -61,37 +62,74 @@ func harnessMain(args []string, out io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	reports, err := runSuite(ctx, []string{exe, "consume"}, cfgs, out)
+	res, err := runSuite(ctx, []string{exe, "consume"}, rs, out)
 	if err != nil {
 		fmt.Fprintln(out, "faults:", err)
 		return 1
 	}
 	if *md != "" {
-		if err := os.WriteFile(*md, []byte(markdown(reports)), 0o644); err != nil {
+		if err := os.WriteFile(*md, []byte(res.markdown()), 0o644); err != nil {
 			fmt.Fprintln(out, "faults:", err)
 			return 1
 		}
 	}
-	for _, r := range reports {
-		if !r.ok() {
-			return 1
-		}
+	if res.failed() > 0 {
+		return 1
 	}
 	return 0
 }
 
-// runSuite runs cfgs one after another with consumers started by
-// consumerCmd, printing each report as it comes.
-func runSuite(ctx context.Context, consumerCmd []string, cfgs []runConfig, out io.Writer) ([]*report, error) {
+// runs are what a suite runs: the broker runs, then the failover runs,
+// then the partition runs.
+type runs struct {
+	broker    []runConfig
+	failover  []failoverConfig
+	partition []partitionConfig
+}
+
+// matching keeps the runs whose name matches re.
+func (rs runs) matching(re *regexp.Regexp) runs {
+	rs.broker = slices.DeleteFunc(rs.broker, func(c runConfig) bool { return !re.MatchString(c.Name) })
+	rs.failover = slices.DeleteFunc(rs.failover, func(c failoverConfig) bool { return !re.MatchString(c.Name) })
+	rs.partition = slices.DeleteFunc(rs.partition, func(c partitionConfig) bool { return !re.MatchString(c.Name) })
+	return rs
+}
+
+// results are the reports of a suite's runs.
+type results struct {
+	broker    []*report
+	failover  []*failoverReport
+	partition []*partitionReport
+}
+
+// failed counts the runs that failed.
+func (res results) failed() int {
+	return countFailed(res.broker) + countFailed(res.failover) + countFailed(res.partition)
+}
+
+func countFailed[R interface{ ok() bool }](rs []R) int {
+	n := 0
+	for _, r := range rs {
+		if !r.ok() {
+			n++
+		}
+	}
+	return n
+}
+
+// runSuite runs rs one after another, the broker runs with consumers
+// started by consumerCmd, printing each report as it comes.
+func runSuite(ctx context.Context, consumerCmd []string, rs runs, out io.Writer) (results, error) {
+	var res results
 	pgURL := envOr("IDEM_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
-	db, err := pgPool(ctx, pgURL, "idemfaults-harness", 4)
+	db, err := pgPool(ctx, pgURL, "idemfaults-harness", 20)
 	if err != nil {
-		return nil, fmt.Errorf("PostgreSQL at %s (IDEM_POSTGRES_URL): %w", pgURL, err)
+		return res, fmt.Errorf("PostgreSQL at %s (IDEM_POSTGRES_URL): %w", pgURL, err)
 	}
 	defer db.Close()
 	dir, err := os.MkdirTemp("", "idemfaults-")
 	if err != nil {
-		return nil, err
+		return res, err
 	}
 	defer func() {
 		if os.Getenv("IDEMFAULTS_KEEP") == "" {
@@ -101,34 +139,59 @@ func runSuite(ctx context.Context, consumerCmd []string, cfgs []runConfig, out i
 		}
 	}()
 	h := &harness{consumerCmd: consumerCmd, pgURL: pgURL, dir: dir, out: out, db: db}
-	var reports []*report
 	start := time.Now()
-	for _, cfg := range cfgs {
+	for _, cfg := range rs.broker {
 		rep, err := h.runOne(ctx, cfg)
 		if err != nil {
-			return reports, fmt.Errorf("%s: %w", cfg.Name, err)
+			return res, fmt.Errorf("%s: %w", cfg.Name, err)
 		}
 		fmt.Fprintln(out, rep.line())
-		reports = append(reports, rep)
+		res.broker = append(res.broker, rep)
 	}
-	failed := 0
-	for _, r := range reports {
-		if !r.ok() {
-			failed++
+	for _, cfg := range rs.failover {
+		rep, err := h.runFailover(ctx, cfg)
+		if err != nil {
+			return res, fmt.Errorf("%s: %w", cfg.Name, err)
 		}
+		fmt.Fprintln(out, rep.line())
+		res.failover = append(res.failover, rep)
 	}
-	fmt.Fprintf(out, "%d runs, %d failed, in %v\n", len(reports), failed, time.Since(start).Round(time.Second))
-	return reports, nil
+	for _, cfg := range rs.partition {
+		rep, err := h.runPartition(ctx, cfg)
+		if err != nil {
+			return res, fmt.Errorf("%s: %w", cfg.Name, err)
+		}
+		fmt.Fprintln(out, rep.line())
+		res.partition = append(res.partition, rep)
+	}
+	n := len(res.broker) + len(res.failover) + len(res.partition)
+	fmt.Fprintf(out, "%d runs, %d failed, in %v\n", n, res.failed(), time.Since(start).Round(time.Second))
+	return res, nil
 }
 
-func markdown(reports []*report) string {
+// markdown is the tables of FAULTS.md.
+func (res results) markdown() string {
 	var b strings.Builder
-	b.WriteString(markdownHeader)
-	for _, r := range reports {
+	if len(res.broker) > 0 {
+		b.WriteString(markdownHeader)
+	}
+	for _, r := range res.broker {
+		b.WriteString(r.markdownRow())
+	}
+	if len(res.failover) > 0 {
+		b.WriteString("\n" + failoverHeader)
+	}
+	for _, r := range res.failover {
+		b.WriteString(r.markdownRow())
+	}
+	if len(res.partition) > 0 {
+		b.WriteString("\n" + partitionHeader)
+	}
+	for _, r := range res.partition {
 		b.WriteString(r.markdownRow())
 	}
 	b.WriteString("\n")
-	for _, r := range reports {
+	for _, r := range res.broker {
 		if r.LossWindow != "" {
 			fmt.Fprintf(&b, "- `%s`: %s.\n", r.cfg.Name, r.LossWindow)
 		}

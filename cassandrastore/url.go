@@ -90,51 +90,59 @@ func ParseURL(raw string) (URL, error) {
 		if len(vs) != 1 || vs[0] == "" {
 			return fail("%s= must be given once, not empty", name)
 		}
-		v := vs[0]
-		switch name {
-		case "table":
-			if !validName.MatchString(v) {
-				return fail("table %q: must be 1 to 48 letters, digits or '_', starting with a letter", v)
-			}
-			p.Config.Table = v
-		case "consistency":
-			c, ok := consistencies[v]
-			if !ok || c == gocql.Serial || c == gocql.LocalSerial {
-				return fail("consistency= must be quorum, local_quorum, each_quorum or all")
-			}
-			p.Config.Consistency = c
-		case "serial_consistency":
-			c, ok := consistencies[v]
-			if !ok || c != gocql.Serial && c != gocql.LocalSerial {
-				return fail("serial_consistency= must be serial or local_serial")
-			}
-			p.Config.SerialConsistency = c
-		case "local_dc":
-			if !validDC.MatchString(v) {
-				return fail("local_dc= must be a datacenter name")
-			}
-			p.LocalDC = v
-		case "max_clock_skew", "timeout":
-			d, err := time.ParseDuration(v)
-			if err != nil || d < time.Millisecond || d > time.Hour {
-				return fail("%s= must be a duration from 1ms to 1h (such as 1s)", name)
-			}
-			if name == "timeout" {
-				p.Timeout = d
-			} else {
-				p.Config.MaxClockSkew = d
-			}
-		case "replication":
-			r, err := parseReplication(v)
-			if err != nil {
-				return fail("replication=: %v", err)
-			}
-			p.Replication = r
-		default:
-			return fail("unknown parameter %q (known: table, consistency, serial_consistency, local_dc, max_clock_skew, timeout, replication)", name)
+		if msg := p.setParam(name, vs[0]); msg != "" {
+			return fail("%s", msg)
 		}
 	}
 	return p, nil
+}
+
+// setParam sets the query parameter name of a store URL to v, and returns
+// what is wrong with it ("" when nothing is).
+func (p *URL) setParam(name, v string) string {
+	switch name {
+	case "table":
+		if !validName.MatchString(v) {
+			return fmt.Sprintf("table %q: must be 1 to 48 letters, digits or '_', starting with a letter", v)
+		}
+		p.Config.Table = v
+	case "consistency":
+		c, ok := consistencies[v]
+		if !ok || c == gocql.Serial || c == gocql.LocalSerial {
+			return "consistency= must be quorum, local_quorum, each_quorum or all"
+		}
+		p.Config.Consistency = c
+	case "serial_consistency":
+		c, ok := consistencies[v]
+		if !ok || c != gocql.Serial && c != gocql.LocalSerial {
+			return "serial_consistency= must be serial or local_serial"
+		}
+		p.Config.SerialConsistency = c
+	case "local_dc":
+		if !validDC.MatchString(v) {
+			return "local_dc= must be a datacenter name"
+		}
+		p.LocalDC = v
+	case "max_clock_skew", "timeout":
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Millisecond || d > time.Hour {
+			return fmt.Sprintf("%s= must be a duration from 1ms to 1h (such as 1s)", name)
+		}
+		if name == "timeout" {
+			p.Timeout = d
+		} else {
+			p.Config.MaxClockSkew = d
+		}
+	case "replication":
+		r, err := parseReplication(v)
+		if err != nil {
+			return fmt.Sprintf("replication=: %v", err)
+		}
+		p.Replication = r
+	default:
+		return fmt.Sprintf("unknown parameter %q (known: table, consistency, serial_consistency, local_dc, max_clock_skew, timeout, replication)", name)
+	}
+	return ""
 }
 
 var consistencies = map[string]gocql.Consistency{

@@ -166,6 +166,27 @@ func consume(t *testing.T, brokers []string, topic string) <-chan record {
 	return got
 }
 
+// consumeIDs collects the ids of the records from got until n distinct
+// ones have come, in the order they came, duplicates included; it fails
+// the test when they have not within outboxtest.Timeout.
+func consumeIDs(t *testing.T, got <-chan record, n int) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), outboxtest.Timeout)
+	defer cancel()
+	var ids []string
+	seen := map[string]bool{}
+	for len(seen) < n {
+		select {
+		case r := <-got:
+			ids = append(ids, r.ID)
+			seen[r.ID] = true
+		case <-ctx.Done():
+			t.Fatalf("consumed %d distinct of %d records", len(seen), n)
+		}
+	}
+	return ids
+}
+
 func newPublisher(t *testing.T, cl *kgo.Client) *kafkapub.Publisher {
 	t.Helper()
 	pub, err := kafkapub.New(cl)
@@ -310,20 +331,7 @@ func TestRelayThroughBrokerOutages(t *testing.T) {
 	outboxtest.AwaitPending(t, pool, table, 0)
 	noDeadRows(t, pool, table)
 
-	got := consume(t, c.ListenAddrs(), topic)
-	ctx, cancel := context.WithTimeout(context.Background(), outboxtest.Timeout)
-	defer cancel()
-	var ids []string
-	seen := map[string]bool{}
-	for len(seen) < len(msgs) {
-		select {
-		case r := <-got:
-			ids = append(ids, r.ID)
-			seen[r.ID] = true
-		case <-ctx.Done():
-			t.Fatalf("consumed %d distinct of %d records", len(seen), len(msgs))
-		}
-	}
+	ids := consumeIDs(t, consume(t, c.ListenAddrs(), topic), len(msgs))
 	dups := outboxtest.CheckOrder(t, want, ids)
 	t.Logf("%d produce requests dropped, %d messages failed, %d duplicate records", dropped.Load(), failed.Load(), dups)
 }
@@ -397,20 +405,7 @@ func TestRelayThroughABrokerCrash(t *testing.T) {
 	outboxtest.AwaitPending(t, pool, table, 0)
 	noDeadRows(t, pool, table)
 
-	got := consume(t, brokers, topic)
-	ctx, cancel := context.WithTimeout(context.Background(), outboxtest.Timeout)
-	defer cancel()
-	var ids []string
-	seen := map[string]bool{}
-	for len(seen) < len(msgs) {
-		select {
-		case r := <-got:
-			ids = append(ids, r.ID)
-			seen[r.ID] = true
-		case <-ctx.Done():
-			t.Fatalf("consumed %d distinct of %d records", len(seen), len(msgs))
-		}
-	}
+	ids := consumeIDs(t, consume(t, brokers, topic), len(msgs))
 	dups := outboxtest.CheckOrder(t, want, ids)
 	t.Logf("%d messages sent before the crash, %d failed, %d duplicate records", sentAtCrash, failed.Load(), dups)
 }

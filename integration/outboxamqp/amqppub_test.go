@@ -207,6 +207,18 @@ type proxy struct {
 	wg     sync.WaitGroup
 }
 
+// proxiedBroker starts a proxy to the shared broker, and returns it and
+// the broker's URL through it.
+func proxiedBroker(t *testing.T) (*proxy, string) {
+	u, err := url.Parse(amqpURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newProxy(t, u.Host)
+	u.Host = px.l.Addr().String()
+	return px, u.String()
+}
+
 func newProxy(t *testing.T, target string) *proxy {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -269,13 +281,8 @@ func TestRedialsAfterTheBrokerWasDown(t *testing.T) {
 	conn := dial(t)
 	q := declareQueue(t, conn)
 	got := consume(t, conn, q)
-	u, err := url.Parse(amqpURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := newProxy(t, u.Host)
-	u.Host = px.l.Addr().String()
-	pub := newPublisher(t, u.String())
+	px, pxURL := proxiedBroker(t)
+	pub := newPublisher(t, pxURL)
 	ctx := publishCtx(t)
 	msg := func(id string) []outbox.Message { return []outbox.Message{{ID: id, Destination: q}} }
 	if err := pub.Publish(ctx, msg("before")); err != nil {
@@ -315,16 +322,11 @@ func TestRelayThroughABrokerOutage(t *testing.T) {
 	conn := dial(t)
 	q := declareQueue(t, conn)
 	got := consume(t, conn, q)
-	u, err := url.Parse(amqpURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := newProxy(t, u.Host)
-	u.Host = px.l.Addr().String()
+	px, pxURL := proxiedBroker(t)
 	pool := pgstoretest.Pool(t, 4)
 	table := outboxtest.Table(t, pool)
 	var sent, failedCalls atomic.Int64
-	relay, err := outbox.NewRelay(pool, newPublisher(t, u.String()), outbox.RelayConfig{
+	relay, err := outbox.NewRelay(pool, newPublisher(t, pxURL), outbox.RelayConfig{
 		Table: table, BatchSize: 20, MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
 		PublishTimeout: 5 * time.Second, MaxAttempts: 2,
 		Observer: func(_ context.Context, e outbox.Event) {

@@ -5,16 +5,17 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/pgstore"
-	"github.com/idemgo/idem/storage"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/testenv"
+	"github.com/idemgo/idem/pgstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // The benchmarks put the store beside bare pgx doing the least the same
@@ -30,24 +31,8 @@ var benchGoroutines = []int{1, 16, 64}
 
 // runParallel calls op(i) for i in [0, b.N) from g goroutines.
 func runParallel(b *testing.B, g int, op func(i int) error) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
 	b.ResetTimer()
-	for range g {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= b.N {
-					return
-				}
-				if err := op(i); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	testenv.Spread(b, b.N, g, op)
 	b.StopTimer()
 }
 

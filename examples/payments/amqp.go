@@ -176,11 +176,7 @@ func (r *amqpRun) observe(n int) func(context.Context, idemamqp.Event) {
 // holds, and fails if an order was charged twice or not at all.
 func (r *amqpRun) verdict() error {
 	rep := r.rep
-	charges, twice := 0, 0
-	for _, n := range rep.charges {
-		charges += n
-		twice += max(n-1, 0)
-	}
+	charges, twice := rep.totals()
 	dead, err := r.ch.QueueDeclarePassive(r.dlq, true, false, false, false, nil)
 	if err != nil {
 		return err

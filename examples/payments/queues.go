@@ -59,6 +59,18 @@ func (r *queueReport) charge(order string) int {
 	return r.charges[order]
 }
 
+// totals returns how many charges the run made, and how many of them
+// charged an order again.
+func (r *queueReport) totals() (charges, twice int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, n := range r.charges {
+		charges += n
+		twice += max(n-1, 0)
+	}
+	return charges, twice
+}
+
 // lockedWriter serialises the writes of the replicas.
 type lockedWriter struct {
 	mu sync.Mutex

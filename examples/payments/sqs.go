@@ -172,11 +172,7 @@ func (r *sqsRun) observe(n int) func(context.Context, idemsqs.Event) {
 // holds, and fails if an order was charged twice or not at all.
 func (r *sqsRun) verdict(ctx context.Context) error {
 	rep := r.rep
-	charges, twice := 0, 0
-	for _, n := range rep.charges {
-		charges += n
-		twice += max(n-1, 0)
-	}
+	charges, twice := rep.totals()
 	// A long poll of a few seconds: a server may answer one receive empty
 	// while it holds a message.
 	got, err := r.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(r.dlq), MaxNumberOfMessages: 10,

@@ -306,27 +306,19 @@ func TestRelayThroughBrokerOutages(t *testing.T) {
 	outboxtest.RunRelay(t, relay)
 
 	msgs, want := outboxtest.Messages(600, 12, topic)
-	await := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(outboxtest.Timeout); !cond(); time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("no %s within %v", what, outboxtest.Timeout)
-			}
-		}
-	}
 	outboxtest.Enqueue(t, pool, table, msgs[:200], 6)
-	await("100 sent", func() bool { return sent.Load() >= 100 })
+	testenv.WaitFor(t, outboxtest.Timeout, "100 sent", func() bool { return sent.Load() >= 100 })
 	// Each outage lasts several failed publishes: more than MaxAttempts
 	// would allow, were they counted.
 	down.Store(true)
 	outboxtest.Enqueue(t, pool, table, msgs[200:400], 6)
-	await("4 failed publishes", func() bool { return failedCalls.Load() >= 4 })
+	testenv.WaitFor(t, outboxtest.Timeout, "4 failed publishes", func() bool { return failedCalls.Load() >= 4 })
 	down.Store(false)
-	await("more sent", func() bool { return sent.Load() >= 250 })
+	testenv.WaitFor(t, outboxtest.Timeout, "more sent", func() bool { return sent.Load() >= 250 })
 	down.Store(true)
 	outboxtest.Enqueue(t, pool, table, msgs[400:], 6)
 	before := failedCalls.Load()
-	await("4 more failed publishes", func() bool { return failedCalls.Load() >= before+4 })
+	testenv.WaitFor(t, outboxtest.Timeout, "4 more failed publishes", func() bool { return failedCalls.Load() >= before+4 })
 	down.Store(false)
 	outboxtest.AwaitPending(t, pool, table, 0)
 	noDeadRows(t, pool, table)
@@ -379,27 +371,19 @@ func TestRelayThroughABrokerCrash(t *testing.T) {
 	outboxtest.RunRelay(t, relay)
 
 	msgs, want := outboxtest.Messages(600, 12, topic)
-	await := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(outboxtest.Timeout); !cond(); time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("no %s within %v", what, outboxtest.Timeout)
-			}
-		}
-	}
 	// The crash lands while the writers enqueue and the relay produces.
 	enqueued := make(chan testenv.Ending, 1)
 	go func() {
 		enqueued <- testenv.Record(t, func(tb testing.TB) { outboxtest.Enqueue(tb, pool, table, msgs[:300], 6) })
 	}()
-	await("50 sent", func() bool { return sent.Load() >= 50 })
+	testenv.WaitFor(t, outboxtest.Timeout, "50 sent", func() bool { return sent.Load() >= 50 })
 	node.kill()
 	if end := <-enqueued; end.Fatal != "" || len(end.Errors) > 0 {
 		t.Fatalf("enqueue: %s %q", end.Fatal, end.Errors)
 	}
 	sentAtCrash := sent.Load()
 	outboxtest.Enqueue(t, pool, table, msgs[300:450], 6)
-	await("a failed publish", func() bool { return failed.Load() > 0 })
+	testenv.WaitFor(t, outboxtest.Timeout, "a failed publish", func() bool { return failed.Load() > 0 })
 	node.start()
 	outboxtest.Enqueue(t, pool, table, msgs[450:], 6)
 	outboxtest.AwaitPending(t, pool, table, 0)

@@ -340,20 +340,12 @@ func TestRelayThroughABrokerOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	outboxtest.RunRelay(t, relay)
-	await := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(outboxtest.Timeout); !cond(); time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("no %s within %v", what, outboxtest.Timeout)
-			}
-		}
-	}
 	msgs, want := outboxtest.Messages(150, 5, q)
 	outboxtest.Enqueue(t, pool, table, msgs[:50], 2)
-	await("50 sent", func() bool { return sent.Load() >= 50 })
+	testenv.WaitFor(t, outboxtest.Timeout, "50 sent", func() bool { return sent.Load() >= 50 })
 	px.setDown(true)
 	outboxtest.Enqueue(t, pool, table, msgs[50:100], 2)
-	await("4 failed publishes", func() bool { return failedCalls.Load() >= 4 })
+	testenv.WaitFor(t, outboxtest.Timeout, "4 failed publishes", func() bool { return failedCalls.Load() >= 4 })
 	px.setDown(false)
 	outboxtest.Enqueue(t, pool, table, msgs[100:], 2)
 	outboxtest.AwaitPending(t, pool, table, 0)

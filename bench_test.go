@@ -69,15 +69,9 @@ func BenchmarkDo(b *testing.B) {
 	b.Run("new-key-parallel", func(b *testing.B) {
 		g := newGuard(b, newMem(b), idem.Config{})
 		ks := keys(b.N)
-		var next atomic.Int64
-		b.ReportAllocs()
-		b.SetParallelism(parallelism)
-		b.ResetTimer()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				if _, err := g.Do(ctx, ks[next.Add(1)-1], benchPayload, benchCharge); err != nil {
-					b.Fatal(err)
-				}
+		runParallel(b, func(i int64) {
+			if _, err := g.Do(ctx, ks[i], benchPayload, benchCharge); err != nil {
+				b.Fatal(err)
 			}
 		})
 	})
@@ -87,17 +81,25 @@ func BenchmarkDo(b *testing.B) {
 		for _, k := range ks {
 			g.Do(ctx, k, benchPayload, benchCharge)
 		}
-		var next atomic.Int64
-		b.ReportAllocs()
-		b.SetParallelism(parallelism)
-		b.ResetTimer()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				if res, err := g.Do(ctx, ks[next.Add(1)%1024], benchPayload, benchCharge); err != nil || !res.Replayed {
-					b.Fatal(err)
-				}
+		runParallel(b, func(i int64) {
+			if res, err := g.Do(ctx, ks[i%1024], benchPayload, benchCharge); err != nil || !res.Replayed {
+				b.Fatal(err)
 			}
 		})
+	})
+}
+
+// runParallel reports allocations and runs op b.N times on parallelism
+// goroutines per GOMAXPROCS, i counting the calls from 0 across them.
+func runParallel(b *testing.B, op func(i int64)) {
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(parallelism)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			op(next.Add(1) - 1)
+		}
 	})
 }
 
@@ -130,16 +132,9 @@ func BenchmarkSyncMap(b *testing.B) {
 	b.Run("new-key-parallel", func(b *testing.B) {
 		var m sync.Map
 		ks := keys(b.N)
-		var next atomic.Int64
-		b.ReportAllocs()
-		b.SetParallelism(parallelism)
-		b.ResetTimer()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				k := ks[next.Add(1)-1]
-				if _, loaded := m.LoadOrStore(k, nil); !loaded {
-					m.Store(k, benchValue)
-				}
+		runParallel(b, func(i int64) {
+			if _, loaded := m.LoadOrStore(ks[i], nil); !loaded {
+				m.Store(ks[i], benchValue)
 			}
 		})
 	})
@@ -149,14 +144,8 @@ func BenchmarkSyncMap(b *testing.B) {
 		for _, k := range ks {
 			m.Store(k, benchValue)
 		}
-		var next atomic.Int64
-		b.ReportAllocs()
-		b.SetParallelism(parallelism)
-		b.ResetTimer()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				m.LoadOrStore(ks[next.Add(1)%1024], nil)
-			}
+		runParallel(b, func(i int64) {
+			m.LoadOrStore(ks[i%1024], nil)
 		})
 	})
 }

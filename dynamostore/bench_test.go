@@ -9,8 +9,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/idemgo/idem/dynamostore"
 	"github.com/idemgo/idem/dynamostore/dynamostoretest"
+	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/storage"
 )
 
@@ -78,28 +77,12 @@ func serverCPU() (time.Duration, bool) {
 // parallel runs op(0) … op(b.N-1) on exactly goroutines goroutines and
 // reports keys/s, and the server's CPU time per key when serverCPU knows it.
 func parallel(b *testing.B, goroutines int, op func(n int) error) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
 	b.ResetTimer()
 	cpu0, cpuKnown := serverCPU()
 	var ru0, ru1 syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	start := time.Now()
-	for range goroutines {
-		wg.Go(func() {
-			for {
-				n := int(next.Add(1) - 1)
-				if n >= b.N {
-					return
-				}
-				if err := op(n); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	testenv.Spread(b, b.N, goroutines, op)
 	elapsed := time.Since(start)
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
 	b.StopTimer()

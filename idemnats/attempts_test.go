@@ -37,7 +37,7 @@ func TestMaxAttemptsBoundsAStorm(t *testing.T) {
 	var ev events
 	c, err := idemnats.New(g, cons, failing(&fx), idemnats.WithSharedScope(), idemnats.WithDiscardPoison(),
 		idemnats.WithMaxAttempts(maxAttempts), idemnats.WithBatchSize(n),
-		idemnats.WithRetryBackoff(time.Millisecond, 5*time.Millisecond), idemnats.WithObserver(ev.observe))
+		idemnats.WithRetryBackoff(time.Millisecond, 5*time.Millisecond), idemnats.WithObserver(ev.Observe))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestMaxAttemptsBoundsAStorm(t *testing.T) {
 	}
 	waitFor(t, 60*time.Second, "every message discarded, or a key run too often", func() bool {
 		k, _ := over()
-		return k != "" || ev.count(discarded) >= n
+		return k != "" || ev.Count(discarded) >= n
 	})
 	if k, runs := over(); k != "" {
 		t.Fatalf("%s: the handler ran %d times, more than WithMaxAttempts(%d)", k, runs, maxAttempts)
@@ -86,8 +86,8 @@ func TestMaxAttemptsSurvivesARestart(t *testing.T) {
 	}
 	var ev events
 	run(t, g, cons, failing(&fx), append(opts, idemnats.WithRetryBackoff(time.Millisecond, time.Millisecond),
-		idemnats.WithObserver(ev.observe))...)
-	waitFor(t, 30*time.Second, "the message discarded", func() bool { return ev.count(discarded) == 1 })
+		idemnats.WithObserver(ev.Observe))...)
+	waitFor(t, 30*time.Second, "the message discarded", func() bool { return ev.Count(discarded) == 1 })
 	if runs := fx.get("order-0"); runs != maxAttempts {
 		t.Fatalf("the handler ran %d times across a restart, want WithMaxAttempts, %d", runs, maxAttempts)
 	}

@@ -30,9 +30,9 @@ func TestBatchIsClaimedAndStoredTogether(t *testing.T) {
 	g := newGuard(t, calls, idem.Config{})
 	var ev events
 	run(t, g, cons, func(context.Context, jetstream.Msg) error { return nil },
-		idemnats.WithSharedScope(), idemnats.WithDiscardPoison(), idemnats.WithBatchSize(n), idemnats.WithObserver(ev.observe))
+		idemnats.WithSharedScope(), idemnats.WithDiscardPoison(), idemnats.WithBatchSize(n), idemnats.WithObserver(ev.Observe))
 	waitFor(t, 30*time.Second, "every message acked", func() bool {
-		return ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked }) == n
+		return ev.Count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked }) == n
 	})
 	calls.mu.Lock()
 	defer calls.mu.Unlock()
@@ -92,9 +92,9 @@ func TestFailureCostsTheBatchNoAttempts(t *testing.T) {
 		fx.add(k)
 		return nil
 	}, idemnats.WithSharedScope(), idemnats.WithDiscardPoison(), idemnats.WithBatchSize(n), idemnats.WithRetryBackoff(10*time.Millisecond, 10*time.Millisecond),
-		idemnats.WithObserver(ev.observe))
+		idemnats.WithObserver(ev.Observe))
 	waitFor(t, 30*time.Second, "every message settled", func() bool {
-		return ev.count(func(e idemnats.Event) bool {
+		return ev.Count(func(e idemnats.Event) bool {
 			return e.Kind == idemnats.EventAcked || e.Kind == idemnats.EventDiscarded
 		}) == n
 	})
@@ -104,10 +104,10 @@ func TestFailureCostsTheBatchNoAttempts(t *testing.T) {
 			t.Errorf("%s: %d effects, want %d", k, fx.get(k), want)
 		}
 	}
-	dead := ev.count(func(e idemnats.Event) bool {
+	dead := ev.Count(func(e idemnats.Event) bool {
 		return e.Kind == idemnats.EventDiscarded && e.Key == "order-3" && errors.Is(e.Err, idem.ErrTooManyAttempts)
 	})
-	if dead != 1 || ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventDiscarded }) != 1 {
+	if dead != 1 || ev.Count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventDiscarded }) != 1 {
 		t.Errorf("poison: %d of order-3 (too many attempts), want 1 and no other", dead)
 	}
 	mu.Lock()

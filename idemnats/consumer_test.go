@@ -28,7 +28,7 @@ func TestMsgIDPastTheDuplicateWindow(t *testing.T) {
 	run(t, newGuard(t, memStore(t), idem.Config{}), cons, func(ctx context.Context, msg jetstream.Msg) error {
 		fx.add(msg.Headers().Get(jetstream.MsgIDHeader))
 		return nil
-	}, idemnats.WithSharedScope(), idemnats.WithDiscardPoison(), idemnats.WithObserver(ev.observe))
+	}, idemnats.WithSharedScope(), idemnats.WithDiscardPoison(), idemnats.WithObserver(ev.Observe))
 
 	if ack := publish(t, js, subject(s, "pay"), "charge 10", jetstream.MsgIDHeader, "pay-1"); ack.Duplicate {
 		t.Fatal("the first publish was taken for a duplicate")
@@ -42,7 +42,7 @@ func TestMsgIDPastTheDuplicateWindow(t *testing.T) {
 		return !publish(t, js, subject(s, "pay"), "charge 10", jetstream.MsgIDHeader, "pay-1").Duplicate
 	})
 	waitFor(t, 10*time.Second, "the late copy acked", func() bool {
-		return ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked && e.Replayed }) == 1
+		return ev.Count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked && e.Replayed }) == 1
 	})
 	if n := fx.get("pay-1"); n != 1 {
 		t.Fatalf("pay-1 had %d effects, want 1", n)
@@ -94,7 +94,7 @@ func TestStalledHandlerPastItsLease(t *testing.T) {
 	}
 	gA := newGuard(t, stallingStore{store}, idem.Config{Namespace: "stall", Lease: lease})
 	a, err := idemnats.New(gA, cons, handlerA, idemnats.WithSharedScope(), idemnats.WithDiscardPoison(), idemnats.WithKeyHeader(keyHeader),
-		idemnats.WithBatchSize(1), idemnats.WithRetryBackoff(10*time.Millisecond, 10*time.Millisecond), idemnats.WithObserver(ev.observe))
+		idemnats.WithBatchSize(1), idemnats.WithRetryBackoff(10*time.Millisecond, 10*time.Millisecond), idemnats.WithObserver(ev.Observe))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,14 +109,14 @@ func TestStalledHandlerPastItsLease(t *testing.T) {
 		bFresh.Add(1)
 		return nil
 	}, idemnats.WithSharedScope(), idemnats.WithDiscardPoison(), idemnats.WithKeyHeader(keyHeader), idemnats.WithBatchSize(1),
-		idemnats.WithBusyDelay(50*time.Millisecond), idemnats.WithObserver(ev.observe))
+		idemnats.WithBusyDelay(50*time.Millisecond), idemnats.WithObserver(ev.Observe))
 	if err != nil {
 		t.Fatal(err)
 	}
 	start(t, b)
 	publish(t, js, subject(s, "pay"), "pay-1", jetstream.MsgIDHeader, "copy-2", keyHeader, "pay-1")
 	waitFor(t, 10*time.Second, "B to take the key over", func() bool { return bFresh.Load() == 1 })
-	if n := ev.count(func(e idemnats.Event) bool {
+	if n := ev.Count(func(e idemnats.Event) bool {
 		return e.Kind == idemnats.EventDelayed && errors.Is(e.Err, idem.ErrInProgress)
 	}); n == 0 {
 		t.Error("B never found the key busy: it did not wait for A's lease to end")
@@ -129,7 +129,7 @@ func TestStalledHandlerPastItsLease(t *testing.T) {
 	if cause := <-aCause; !errors.Is(cause, idem.ErrLeaseLost) {
 		t.Errorf("A's handler context ended with %v, want ErrLeaseLost", cause)
 	}
-	if n := ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked && e.Replayed }); n != 1 {
+	if n := ev.Count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked && e.Replayed }); n != 1 {
 		t.Errorf("%d copies acked as duplicates, want 1 (A's)", n)
 	}
 }

@@ -94,7 +94,7 @@ func TestDeadLetterRefusedIsGivenUp(t *testing.T) {
 	run(t, newGuard(t, memStore(t), idem.Config{}), cons, declined(&calls), idemnats.WithSharedScope(),
 		idemnats.WithDeadLetter(js, subject(dlq, "dead")), idemnats.WithMaxAttempts(3),
 		idemnats.WithRetryBackoff(10*time.Millisecond, 20*time.Millisecond),
-		idemnats.WithObserver(ev.observe), idemnats.WithLogger(slog.New(logs)))
+		idemnats.WithObserver(ev.Observe), idemnats.WithLogger(slog.New(logs)))
 	publish(t, js, subject(s, "orders"), "first", jetstream.MsgIDHeader, "first")
 	waitFor(t, 30*time.Second, "the first message settled", func() bool { return drained(t, cons) })
 	if err := js.DeleteStream(context.Background(), dlq.CachedInfo().Config.Name); err != nil {
@@ -106,7 +106,7 @@ func TestDeadLetterRefusedIsGivenUp(t *testing.T) {
 		return e.Kind == idemnats.EventDiscarded && e.Reason == consumer.ReasonPermanent && errors.Is(e.BrokerErr, jetstream.ErrNoStreamResponse)
 	}
 	waitFor(t, 30*time.Second, "the poison given up on and every message settled", func() bool {
-		return ev.count(discarded) == 1 && drained(t, cons)
+		return ev.Count(discarded) == 1 && drained(t, cons)
 	})
 	if n := logs.count(slog.LevelError, "refused the dead letter; trying again"); n != 2 {
 		t.Errorf("%d refusals tried again, want 2 (3 tries in all)", n)
@@ -116,7 +116,7 @@ func TestDeadLetterRefusedIsGivenUp(t *testing.T) {
 		return e.Kind == idemnats.EventDeadLetterFailed && e.Refused && e.Key == "poison" && errors.Is(e.BrokerErr, jetstream.ErrNoStreamResponse) &&
 			a.Kind == consumer.ActivityDeadLetterFailed && a.Refused
 	}
-	if n := ev.count(failed); n != 3 {
+	if n := ev.Count(failed); n != 3 {
 		t.Errorf("%d EventDeadLetterFailed of the poison, refused, want 3", n)
 	}
 	attrs := logs.attrs(slog.LevelError, "refused the dead letter 3 times")
@@ -129,7 +129,7 @@ func TestDeadLetterRefusedIsGivenUp(t *testing.T) {
 	if n := calls.Load(); n != 1 {
 		t.Errorf("the handler ran %d times, want 1", n)
 	}
-	if n := ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked && e.Key == "good" }); n != 1 {
+	if n := ev.Count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked && e.Key == "good" }); n != 1 {
 		t.Errorf("the good message acked %d times, want 1", n)
 	}
 }
@@ -183,12 +183,12 @@ func TestDeadLetterUnreachableIsHeld(t *testing.T) {
 	run(t, newGuard(t, memStore(t), idem.Config{}), cons, declined(&calls), idemnats.WithSharedScope(),
 		idemnats.WithDeadLetter(djs, subject(dlq, "dead")), idemnats.WithMaxAttempts(2),
 		idemnats.WithRetryBackoff(10*time.Millisecond, 50*time.Millisecond),
-		idemnats.WithObserver(ev.observe), idemnats.WithLogger(slog.New(logs)))
+		idemnats.WithObserver(ev.Observe), idemnats.WithLogger(slog.New(logs)))
 	srv.kill()
 	publish(t, js, subject(s, "orders"), "{", jetstream.MsgIDHeader, "poison")
 	discarded := func(e idemnats.Event) bool { return e.Kind == idemnats.EventDiscarded }
 	waitFor(t, 30*time.Second, "the dead letter tried 5 times", func() bool {
-		if n := ev.count(discarded); n != 0 {
+		if n := ev.Count(discarded); n != 0 {
 			t.Fatalf("an unreachable dead-letter server made the consumer give up on %d messages", n)
 		}
 		return logs.count(slog.LevelWarn, "did not reach the broker") >= 5
@@ -198,7 +198,7 @@ func TestDeadLetterUnreachableIsHeld(t *testing.T) {
 	}
 	srv.start()
 	waitFor(t, 30*time.Second, "the dead letter stored and the message terminated", func() bool {
-		return ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventDeadLettered }) == 1 && drained(t, cons)
+		return ev.Count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventDeadLettered }) == 1 && drained(t, cons)
 	})
 	if n := streamMsgs(t, dlq); n != 1 {
 		t.Errorf("%d dead letters, want 1", n)
@@ -231,18 +231,18 @@ func TestDeadLetterTooLargeForItsStream(t *testing.T) {
 			var calls counter
 			run(t, newGuard(t, memStore(t), idem.Config{}), cons, declined(&calls), idemnats.WithSharedScope(),
 				idemnats.WithDeadLetter(js, subject(dlq, "dead")), idemnats.WithMaxAttempts(2),
-				idemnats.WithRetryBackoff(10*time.Millisecond, 20*time.Millisecond), idemnats.WithObserver(ev.observe))
+				idemnats.WithRetryBackoff(10*time.Millisecond, 20*time.Millisecond), idemnats.WithObserver(ev.Observe))
 			publish(t, js, subject(s, "orders"), string(body), jetstream.MsgIDHeader, "poison", "Tenant", "t1")
 			settled := func(e idemnats.Event) bool {
 				return e.Kind == idemnats.EventDeadLettered || e.Kind == idemnats.EventDiscarded
 			}
-			waitFor(t, 30*time.Second, "the poison settled", func() bool { return ev.count(settled) == 1 && drained(t, cons) })
+			waitFor(t, 30*time.Second, "the poison settled", func() bool { return ev.Count(settled) == 1 && drained(t, cons) })
 			if !tc.stored {
 				tooLarge := func(e idemnats.Event) bool {
 					apiErr, ok := errors.AsType[*jetstream.APIError](e.BrokerErr)
 					return e.Kind == idemnats.EventDiscarded && ok && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum
 				}
-				if ev.count(tooLarge) != 1 || streamMsgs(t, dlq) != 0 {
+				if ev.Count(tooLarge) != 1 || streamMsgs(t, dlq) != 0 {
 					t.Fatalf("a dead letter too large even stripped: not given up on with the stream's refusal (%d dead letters)", streamMsgs(t, dlq))
 				}
 				return
@@ -286,11 +286,11 @@ func TestDeadLetterFitsMaxPayload(t *testing.T) {
 	var ev events
 	var calls counter
 	run(t, newGuard(t, memStore(t), idem.Config{}), cons, declined(&calls), idemnats.WithSharedScope(),
-		idemnats.WithDeadLetter(djs, subject(dlq, "dead")), idemnats.WithObserver(ev.observe))
+		idemnats.WithDeadLetter(djs, subject(dlq, "dead")), idemnats.WithObserver(ev.Observe))
 	body := bytes.Repeat([]byte("x"), 200<<10)
 	publish(t, js, subject(s, "orders"), string(body), jetstream.MsgIDHeader, "poison", "Tenant", "t1")
 	waitFor(t, 30*time.Second, "the poison dead-lettered", func() bool {
-		return ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventDeadLettered }) == 1 && drained(t, cons)
+		return ev.Count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventDeadLettered }) == 1 && drained(t, cons)
 	})
 	dls := deadLetters(t, dlq)
 	if len(dls) != 1 {

@@ -1,7 +1,6 @@
 package idemnats_test
 
 import (
-	"context"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/idemgo/idem/idemnats"
 	"github.com/idemgo/idem/idemnats/idemnatstest"
+	"github.com/idemgo/idem/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -63,28 +63,7 @@ func (e *effects) keys() int {
 }
 
 // events records what an observer saw.
-type events struct {
-	mu  sync.Mutex
-	all []idemnats.Event
-}
-
-func (e *events) observe(_ context.Context, ev idemnats.Event) {
-	e.mu.Lock()
-	e.all = append(e.all, ev)
-	e.mu.Unlock()
-}
-
-func (e *events) count(f func(idemnats.Event) bool) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	n := 0
-	for _, ev := range e.all {
-		if f(ev) {
-			n++
-		}
-	}
-	return n
-}
+type events = testenv.Events[idemnats.Event]
 
 // fixture connects to the shared server and makes the test's stream and,
 // on it, the durable consumer of cfg.

@@ -121,7 +121,7 @@ func TestScopesKeepTenantsApart(t *testing.T) {
 	c, err := idemnats.New(newGuard(t, memStore(t), idem.Config{}), cons, func(ctx context.Context, msg jetstream.Msg) error {
 		fx.add(tenant(msg) + "/" + msg.Headers().Get("Idempotency-Key"))
 		return nil
-	}, idemnats.WithScope(tenant), idemnats.WithDiscardPoison(), idemnats.WithKeyHeader("Idempotency-Key"), idemnats.WithObserver(ev.observe))
+	}, idemnats.WithScope(tenant), idemnats.WithDiscardPoison(), idemnats.WithKeyHeader("Idempotency-Key"), idemnats.WithObserver(ev.Observe))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,12 +130,12 @@ func TestScopesKeepTenantsApart(t *testing.T) {
 	publish(t, js, subject(s, "globex.orders"), "o", "Idempotency-Key", "order-1")
 	publish(t, js, subject(s, "globex.orders"), "o", "Idempotency-Key", "order-1")
 	waitFor(t, 10*time.Second, "the three messages acked", func() bool {
-		return ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked }) == 3
+		return ev.Count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked }) == 3
 	})
 	if fx.get("acme/order-1") != 1 || fx.get("globex/order-1") != 1 || fx.keys() != 2 {
 		t.Fatalf("effects %v, want one per tenant", fx.n)
 	}
-	if n := ev.count(func(e idemnats.Event) bool { return e.Replayed && e.Scope == "globex" }); n != 1 {
+	if n := ev.Count(func(e idemnats.Event) bool { return e.Replayed && e.Scope == "globex" }); n != 1 {
 		t.Fatalf("%d of globex's messages acked as duplicates, want 1", n)
 	}
 }
@@ -153,11 +153,11 @@ func TestHandlerPanicIsRetried(t *testing.T) {
 		}
 		return nil
 	}, idemnats.WithSharedScope(), idemnats.WithDiscardPoison(), idemnats.WithRetryBackoff(10*time.Millisecond, 10*time.Millisecond),
-		idemnats.WithObserver(ev.observe))
+		idemnats.WithObserver(ev.Observe))
 	publish(t, js, subject(s, "x"), "x", jetstream.MsgIDHeader, "p-1")
 	waitFor(t, 10*time.Second, "the message acked on its second delivery", func() bool { return drained(t, cons) && calls.Load() == 2 })
 	var pe *consumer.PanicError
-	if n := ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventRequeued && errors.As(e.Err, &pe) }); n != 1 {
+	if n := ev.Count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventRequeued && errors.As(e.Err, &pe) }); n != 1 {
 		t.Fatalf("%d retries with a PanicError, want 1", n)
 	}
 	if pe.Value != "nil map" || len(pe.Stack) == 0 {

@@ -45,13 +45,13 @@ func TestInProgressPreventsRedelivery(t *testing.T) {
 		}
 		time.Sleep(work) // the handler's work
 		return nil
-	}, idemnats.WithSharedScope(), idemnats.WithDiscardPoison(), idemnats.WithBatchSize(4), idemnats.WithConcurrency(2), idemnats.WithObserver(ev.observe))
+	}, idemnats.WithSharedScope(), idemnats.WithDiscardPoison(), idemnats.WithBatchSize(4), idemnats.WithConcurrency(2), idemnats.WithObserver(ev.Observe))
 	if err != nil {
 		t.Fatal(err)
 	}
 	start(t, c)
 	waitFor(t, 20*time.Second, "four messages acked", func() bool {
-		return ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked }) == 4
+		return ev.Count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked }) == 4
 	})
 	waitFor(t, 5*time.Second, "the consumer drained", func() bool { return drained(t, cons) })
 	mu.Lock()
@@ -61,15 +61,15 @@ func TestInProgressPreventsRedelivery(t *testing.T) {
 			t.Errorf("%s was handled at deliveries %v, want [1]", k, d)
 		}
 	}
-	if n := ev.count(func(e idemnats.Event) bool {
+	if n := ev.Count(func(e idemnats.Event) bool {
 		return e.Kind == idemnats.EventDelayed || e.Kind == idemnats.EventRequeued
 	}); n != 0 {
 		t.Errorf("%d redeliveries were refused as busy or retried, want 0", n)
 	}
-	if n := ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked && e.Delivered != 1 }); n != 0 {
+	if n := ev.Count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventAcked && e.Delivered != 1 }); n != 0 {
 		t.Errorf("%d acks of a redelivery, want 0", n)
 	}
-	if n := ev.count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventInProgress && e.BrokerErr == nil }); n < 4 {
+	if n := ev.Count(func(e idemnats.Event) bool { return e.Kind == idemnats.EventInProgress && e.BrokerErr == nil }); n < 4 {
 		t.Errorf("%d InProgress sent, want at least 4 (the slow handler's and its batch's)", n)
 	}
 }

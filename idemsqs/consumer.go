@@ -18,6 +18,7 @@ import (
 	"github.com/idemgo/idem/internal/adapter"
 	"github.com/idemgo/idem/internal/ahead"
 	"github.com/idemgo/idem/internal/chassis"
+	"github.com/idemgo/idem/internal/sqsattr"
 )
 
 // Handler handles one message. Return nil to have the message deleted once
@@ -68,7 +69,7 @@ var broker = chassis.Broker[types.Message]{
 	KeyHeader:        DefaultKeyHeader,
 	Header:           attrValues,
 	Body:             body,
-	ValidHeaderName:  validAttrName,
+	ValidHeaderName:  sqsattr.ValidName,
 	DeadLetterOption: "WithDeadLetter(queueURL), WithRedrivePolicy() (the queue's own dead-letter queue, after maxReceiveCount receives)",
 }
 

@@ -17,31 +17,11 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/consumer"
 	"github.com/idemgo/idem/idemsqs"
+	"github.com/idemgo/idem/internal/testenv"
 )
 
 // events records what an observer saw.
-type events struct {
-	mu  sync.Mutex
-	all []idemsqs.Event
-}
-
-func (e *events) observe(_ context.Context, ev idemsqs.Event) {
-	e.mu.Lock()
-	e.all = append(e.all, ev)
-	e.mu.Unlock()
-}
-
-func (e *events) count(f func(idemsqs.Event) bool) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	n := 0
-	for _, ev := range e.all {
-		if f(ev) {
-			n++
-		}
-	}
-	return n
-}
+type events = testenv.Events[idemsqs.Event]
 
 func kind(k idemsqs.EventKind) func(idemsqs.Event) bool {
 	return func(e idemsqs.Event) bool { return e.Kind == k }
@@ -83,23 +63,23 @@ func TestHandlerLongerThanVisibilityRunsOnce(t *testing.T) {
 	}
 	for range 2 {
 		cons, err := idemsqs.New(g, newClient(t, server.Addr()), q, h, idemsqs.WithSharedScope(), idemsqs.WithDiscardPoison(),
-			idemsqs.WithWaitTime(time.Second), idemsqs.WithObserver(evs.observe))
+			idemsqs.WithWaitTime(time.Second), idemsqs.WithObserver(evs.Observe))
 		if err != nil {
 			t.Fatal(err)
 		}
 		run(t, cons)
 	}
 	send(t, c, q, "slow", "slow")
-	waitFor(t, 30*time.Second, "the slow message deleted", func() bool { return evs.count(kind(idemsqs.EventDeleted)) == 1 })
+	waitFor(t, 30*time.Second, "the slow message deleted", func() bool { return evs.Count(kind(idemsqs.EventDeleted)) == 1 })
 	time.Sleep(1500 * time.Millisecond) // were it visible again, it would come back now
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("a handler four times longer than the visibility timeout ran %d times, want 1", n)
 	}
-	if n := evs.count(func(e idemsqs.Event) bool { return e.Kind != idemsqs.EventStarted && e.Kind != idemsqs.EventDeleted }); n != 0 {
-		t.Fatalf("%d events besides the delete: the message came back (%v)", n, evs.all)
+	if n := evs.Count(func(e idemsqs.Event) bool { return e.Kind != idemsqs.EventStarted && e.Kind != idemsqs.EventDeleted }); n != 0 {
+		t.Fatalf("%d events besides the delete: the message came back (%v)", n, evs.All())
 	}
-	if n := evs.count(func(e idemsqs.Event) bool { return e.Kind == idemsqs.EventDeleted && e.ReceiveCount == 1 }); n != 1 {
-		t.Fatalf("the message was deleted on another receive than its first: %v", evs.all)
+	if n := evs.Count(func(e idemsqs.Event) bool { return e.Kind == idemsqs.EventDeleted && e.ReceiveCount == 1 }); n != 1 {
+		t.Fatalf("the message was deleted on another receive than its first: %v", evs.All())
 	}
 	if v, inv, _ := counts(t, c, q); v != "0" || inv != "0" {
 		t.Fatalf("the queue holds %s visible and %s invisible messages, want none", v, inv)
@@ -201,7 +181,7 @@ func TestDeleteEntryRefused(t *testing.T) {
 	var runs atomic.Int32
 	var evs events
 	cons, err := idemsqs.New(g, &deleteFails{Client: c}, q, func(context.Context, types.Message) error { runs.Add(1); return nil },
-		idemsqs.WithSharedScope(), idemsqs.WithDiscardPoison(), idemsqs.WithWaitTime(time.Second), idemsqs.WithObserver(evs.observe))
+		idemsqs.WithSharedScope(), idemsqs.WithDiscardPoison(), idemsqs.WithWaitTime(time.Second), idemsqs.WithObserver(evs.Observe))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,14 +189,14 @@ func TestDeleteEntryRefused(t *testing.T) {
 		send(t, c, q, "k"+strconv.Itoa(i), "body")
 	}
 	run(t, cons)
-	waitFor(t, 30*time.Second, "every message deleted", func() bool { return evs.count(kind(idemsqs.EventDeleted)) == 5 })
-	unsettled := evs.count(func(e idemsqs.Event) bool {
+	waitFor(t, 30*time.Second, "every message deleted", func() bool { return evs.Count(kind(idemsqs.EventDeleted)) == 5 })
+	unsettled := evs.Count(func(e idemsqs.Event) bool {
 		return e.Kind == idemsqs.EventUnsettled && errors.Is(e.Err, idemsqs.ErrEntryRefused) && strings.Contains(e.Err.Error(), "ReceiptHandleIsInvalid")
 	})
 	if unsettled != 1 {
-		t.Fatalf("%d unsettled messages, want the one whose entry SQS refused (%v)", unsettled, evs.all)
+		t.Fatalf("%d unsettled messages, want the one whose entry SQS refused (%v)", unsettled, evs.All())
 	}
-	if n := evs.count(func(e idemsqs.Event) bool { return e.Kind == idemsqs.EventDeleted && e.Replayed }); n != 1 {
+	if n := evs.Count(func(e idemsqs.Event) bool { return e.Kind == idemsqs.EventDeleted && e.Replayed }); n != 1 {
 		t.Fatalf("%d messages deleted as duplicates, want the one that came back", n)
 	}
 	if n := runs.Load(); n != 5 {
@@ -240,7 +220,7 @@ func TestBusyKeyNoReceiveLoop(t *testing.T) {
 	<-held
 	var evs events
 	cons, err := idemsqs.New(g, c, q, func(context.Context, types.Message) error { return nil }, idemsqs.WithSharedScope(),
-		idemsqs.WithDiscardPoison(), idemsqs.WithWaitTime(time.Second), idemsqs.WithBusyDelay(time.Second), idemsqs.WithObserver(evs.observe))
+		idemsqs.WithDiscardPoison(), idemsqs.WithWaitTime(time.Second), idemsqs.WithBusyDelay(time.Second), idemsqs.WithObserver(evs.Observe))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,13 +229,13 @@ func TestBusyKeyNoReceiveLoop(t *testing.T) {
 	time.Sleep(3500 * time.Millisecond)
 	close(release)
 	waitFor(t, 30*time.Second, "the busy message deleted as a duplicate", func() bool {
-		return evs.count(func(e idemsqs.Event) bool { return e.Kind == idemsqs.EventDeleted && e.Replayed }) == 1
+		return evs.Count(func(e idemsqs.Event) bool { return e.Kind == idemsqs.EventDeleted && e.Replayed }) == 1
 	})
-	busy := evs.count(func(e idemsqs.Event) bool {
+	busy := evs.Count(func(e idemsqs.Event) bool {
 		return e.Kind == idemsqs.EventDelayed && errors.Is(e.Err, idem.ErrInProgress) && e.Delay == time.Second
 	})
 	if busy < 2 || busy > 5 {
-		t.Fatalf("a key held 3.5s with a busy delay of 1s came back %d times, want 2 to 5 (%v)", busy, evs.all)
+		t.Fatalf("a key held 3.5s with a busy delay of 1s came back %d times, want 2 to 5 (%v)", busy, evs.All())
 	}
 }
 
@@ -275,7 +255,7 @@ func TestRedrivePolicyPoison(t *testing.T) {
 		runs.Add(1)
 		return idem.Permanent(errors.New("card declined"))
 	}, idemsqs.WithSharedScope(), idemsqs.WithRedrivePolicy(), idemsqs.WithWaitTime(time.Second),
-		idemsqs.WithRetryBackoff(10*time.Millisecond, 20*time.Millisecond), idemsqs.WithObserver(evs.observe))
+		idemsqs.WithRetryBackoff(10*time.Millisecond, 20*time.Millisecond), idemsqs.WithObserver(evs.Observe))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +269,7 @@ func TestRedrivePolicyPoison(t *testing.T) {
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("a permanent failure ran %d times, want 1", n)
 	}
-	if n := evs.count(func(e idemsqs.Event) bool {
+	if n := evs.Count(func(e idemsqs.Event) bool {
 		return e.Kind == idemsqs.EventRedriven && e.Reason == consumer.ReasonPermanent
 	}); n != 3 {
 		t.Fatalf("%d redriven events, want one for each of the 3 receives", n)
@@ -416,7 +396,7 @@ func TestRedeliveryWhileRunningIsBusy(t *testing.T) {
 	for range 2 {
 		cons, err := idemsqs.New(g, noExtension{Client: newClient(t, server.Addr()), vis: 2}, q, h, idemsqs.WithSharedScope(),
 			idemsqs.WithDiscardPoison(), idemsqs.WithWaitTime(time.Second), idemsqs.WithBusyDelay(time.Second),
-			idemsqs.WithObserver(evs.observe))
+			idemsqs.WithObserver(evs.Observe))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -427,7 +407,7 @@ func TestRedeliveryWhileRunningIsBusy(t *testing.T) {
 	// message on moto; SQS may instead keep it, and delete the copy it
 	// delivers next, as a duplicate. Either way the queue ends empty.
 	waitFor(t, 30*time.Second, "the message deleted", func() bool {
-		if evs.count(kind(idemsqs.EventDeleted)) == 0 {
+		if evs.Count(kind(idemsqs.EventDeleted)) == 0 {
 			return false
 		}
 		v, inv, _ := counts(t, c, q)
@@ -436,9 +416,9 @@ func TestRedeliveryWhileRunningIsBusy(t *testing.T) {
 	if n := runs.Load(); n != 1 || overlap.Load() != 0 {
 		t.Fatalf("the handler ran %d times (at once: %v), want once", n, overlap.Load() != 0)
 	}
-	if n := evs.count(func(e idemsqs.Event) bool {
+	if n := evs.Count(func(e idemsqs.Event) bool {
 		return e.Kind == idemsqs.EventDelayed && errors.Is(e.Err, idem.ErrInProgress)
 	}); n == 0 {
-		t.Fatalf("the message never came back busy: SQS did not deliver it again (%v)", evs.all)
+		t.Fatalf("the message never came back busy: SQS did not deliver it again (%v)", evs.All())
 	}
 }

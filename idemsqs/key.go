@@ -37,27 +37,6 @@ func attrValues(m types.Message, name string) []string {
 	return nil
 }
 
-// validAttrName reports whether name can name a message attribute: 1 to
-// 256 of A-Z, a-z, 0-9, '_', '-' and '.', not starting or ending with a
-// period nor holding two in a row, and not starting with "AWS." or
-// "Amazon." (any case), which SQS keeps for itself.
-func validAttrName(name string) bool {
-	if name == "" || len(name) > 256 || name[0] == '.' || name[len(name)-1] == '.' || strings.Contains(name, "..") {
-		return false
-	}
-	lower := strings.ToLower(name)
-	if strings.HasPrefix(lower, "aws.") || strings.HasPrefix(lower, "amazon.") {
-		return false
-	}
-	for _, r := range name {
-		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.'
-		if !ok {
-			return false
-		}
-	}
-	return true
-}
-
 // traceAttr returns the attribute name of m as text, matched without regard
 // to case when no attribute has the name as it is.
 func traceAttr(m types.Message, name string) string {

@@ -420,6 +420,22 @@ func (s *store) finish(ctx context.Context, op string, key string, t storage.Tok
 
 // finishLocked is finish under the key's shard's lock.
 func (s *store) finishLocked(key string, t storage.Token, status storage.Status, result []byte, retention time.Duration) error {
+	return s.withHeld(key, t, func(sh *shard, e entry, now int64) error {
+		if err := s.reserve(0, int64(len(result))); err != nil {
+			return err
+		}
+		e.status, e.result, e.leaseUntil = status, result, 0
+		e.expires = now + int64(retention)
+		sh.m[key] = e
+		s.queueFinished(sh, key, e.expires)
+		return nil
+	})
+}
+
+// withHeld runs f, under the lock of key's shard, on key's entry and the
+// time now, when claim t holds the key; else it returns
+// storage.ErrLeaseLost.
+func (s *store) withHeld(key string, t storage.Token, f func(sh *shard, e entry, now int64) error) error {
 	sh := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -428,14 +444,7 @@ func (s *store) finishLocked(key string, t storage.Token, status storage.Status,
 	if err != nil {
 		return err
 	}
-	if err := s.reserve(0, int64(len(result))); err != nil {
-		return err
-	}
-	e.status, e.result, e.leaseUntil = status, result, 0
-	e.expires = now + int64(retention)
-	sh.m[key] = e
-	s.queueFinished(sh, key, e.expires)
-	return nil
+	return f(sh, e, now)
 }
 
 // Complete implements [storage.Store.Complete]. The value is copied; one over
@@ -476,18 +485,12 @@ func (s *Store) Extend(ctx context.Context, key string, t storage.Token, lease t
 	if lease <= 0 {
 		return fmt.Errorf("memstore: Extend: lease %v must be positive", lease)
 	}
-	sh := s.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	now := s.cfg.Now().UnixNano()
-	e, err := s.holder(sh, key, t, now)
-	if err != nil {
-		return err
-	}
-	e.leaseUntil = now + int64(lease)
-	e.expires = max(e.expires, e.leaseUntil+int64(e.retention))
-	sh.m[key] = e
-	return nil
+	return s.withHeld(key, t, func(sh *shard, e entry, now int64) error {
+		e.leaseUntil = now + int64(lease)
+		e.expires = max(e.expires, e.leaseUntil+int64(e.retention))
+		sh.m[key] = e
+		return nil
+	})
 }
 
 // Get implements [storage.Store.Get]; the record's slices are copies.

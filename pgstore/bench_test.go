@@ -5,16 +5,17 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/pgstore"
-	"github.com/idemgo/idem/storage"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/testenv"
+	"github.com/idemgo/idem/pgstore"
+	"github.com/idemgo/idem/storage"
 )
 
 // The benchmarks put the store beside bare pgx doing the least the same
@@ -30,24 +31,8 @@ var benchGoroutines = []int{1, 16, 64}
 
 // runParallel calls op(i) for i in [0, b.N) from g goroutines.
 func runParallel(b *testing.B, g int, op func(i int) error) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
 	b.ResetTimer()
-	for range g {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= b.N {
-					return
-				}
-				if err := op(i); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	testenv.Spread(b, b.N, g, op)
 	b.StopTimer()
 }
 
@@ -80,6 +65,17 @@ func (e *benchEnv) pool(b *testing.B, g int) (pool *pgxpool.Pool, done func()) {
 	return pool, pool.Close
 }
 
+// store returns the store over a pool of g connections, and the pool,
+// closed by done.
+func (e *benchEnv) store(b *testing.B, g int) (s *pgstore.Store, pool *pgxpool.Pool, done func()) {
+	pool, done = e.pool(b, g)
+	s, err := pgstore.New(pool, pgstore.Config{Table: e.table})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s, pool, done
+}
+
 func (e *benchEnv) key(run string, i int) string {
 	return fmt.Sprintf("%s-%s-%d", e.prefix, run, i)
 }
@@ -100,11 +96,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 	bareComplete := `UPDATE ` + e.bare + ` SET status = 2, result = $3, lease_until = NULL, expires_at = now() + interval '24 hours'
 		WHERE key = $1 AND token = $2`
 	for _, g := range benchGoroutines {
-		pool, done := e.pool(b, g)
-		s, err := pgstore.New(pool, pgstore.Config{Table: e.table})
-		if err != nil {
-			b.Fatal(err)
-		}
+		s, pool, done := e.store(b, g)
 		b.Run(fmt.Sprintf("store/g=%d", g), func(b *testing.B) {
 			r := fmt.Sprint("s", run.Add(1))
 			runParallel(b, g, func(i int) error {
@@ -149,11 +141,7 @@ func BenchmarkClaimBatch(b *testing.B) {
 		FROM unnest($1::bytea[], $2::bigint[], $3::bytea[]) AS u(k, t, f)
 		ON CONFLICT (key) DO NOTHING`
 	for _, g := range []int{1, 16} {
-		pool, done := e.pool(b, g)
-		s, err := pgstore.New(pool, pgstore.Config{Table: e.table})
-		if err != nil {
-			b.Fatal(err)
-		}
+		s, pool, done := e.store(b, g)
 		b.Run(fmt.Sprintf("store/g=%d", g), func(b *testing.B) {
 			r := fmt.Sprint("s", run.Add(1))
 			runParallel(b, g, func(i int) error {

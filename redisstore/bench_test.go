@@ -8,14 +8,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/redisstore"
 	"github.com/idemgo/idem/redisstore/redisstoretest"
 	"github.com/idemgo/idem/storage"
@@ -65,25 +64,9 @@ func benchStore(b *testing.B, c redis.UniversalClient) *redisstore.Store {
 // parallel runs op(0) … op(b.N-1) on exactly goroutines goroutines and
 // reports keys/s, perOp keys per op.
 func parallel(b *testing.B, goroutines, perOp int, op func(n int) error) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
 	b.ResetTimer()
 	start := time.Now()
-	for range goroutines {
-		wg.Go(func() {
-			for {
-				n := int(next.Add(1) - 1)
-				if n >= b.N {
-					return
-				}
-				if err := op(n); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	testenv.Spread(b, b.N, goroutines, op)
 	elapsed := time.Since(start)
 	b.StopTimer()
 	b.ReportMetric(float64(b.N*perOp)/elapsed.Seconds(), "keys/s")

@@ -1,7 +1,6 @@
 package sqlitestore_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/sqlitestore"
 	"github.com/idemgo/idem/storage"
 )
@@ -85,7 +85,7 @@ func runChild() int {
 // child is a running child process and the lines it prints.
 type child struct {
 	cmd    *exec.Cmd
-	lines  chan string
+	lines  <-chan string
 	stderr *bytes.Buffer
 }
 
@@ -93,28 +93,8 @@ func startChild(t *testing.T, mode, path string, keys, offset int) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+mode, pathEnv+"="+path, keysEnv+"="+strconv.Itoa(keys), offsetEnv+"="+strconv.Itoa(offset))
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch := &child{cmd: cmd, lines: make(chan string, 1024), stderr: &bytes.Buffer{}}
-	cmd.Stderr = ch.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		defer close(ch.lines)
-		s := bufio.NewScanner(stdout)
-		for s.Scan() {
-			ch.lines <- s.Text()
-		}
-	}()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	})
+	ch := &child{cmd: cmd}
+	ch.lines, ch.stderr = testenv.StartLines(t, cmd, 1024)
 	return ch
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -29,7 +28,7 @@ import (
 // at the end. args are its flags (-orders, -dup-rate, -seed).
 func runAMQP(ctx context.Context, url string, out io.Writer, args []string) error {
 	r := &amqpRun{url: url, rep: &queueReport{charges: map[string]int{}}}
-	if err := r.parseFlags(out, args); err != nil {
+	if err := r.parseFlags("payments (RabbitMQ)", "publish", "published", out, args); err != nil {
 		return err
 	}
 	uri, err := amqp.ParseURI(url)
@@ -78,30 +77,13 @@ func runAMQP(ctx context.Context, url string, out io.Writer, args []string) erro
 
 // amqpRun is one run of the RabbitMQ example.
 type amqpRun struct {
+	queueFlags      // the flags
 	url             string
 	out             io.Writer
-	orders          int // the flags
-	dupRate         float64
-	seed            uint64
 	ch              *amqp.Channel
 	queue, dlx, dlq string
 	consumers       []*idemamqp.Consumer
 	rep             *queueReport
-}
-
-func (r *amqpRun) parseFlags(out io.Writer, args []string) error {
-	fs := flag.NewFlagSet("payments (RabbitMQ)", flag.ContinueOnError)
-	fs.SetOutput(out)
-	fs.IntVar(&r.orders, "orders", 20, "OrderCreated events to publish")
-	fs.Float64Var(&r.dupRate, "dup-rate", 0.3, "the chance that an event is published a second time, in [0, 1]")
-	fs.Uint64Var(&r.seed, "seed", 1, "the seed of the amounts and duplicates")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if r.orders < 2 || !(r.dupRate >= 0 && r.dupRate <= 1) {
-		return fmt.Errorf("payments: -orders %d and -dup-rate %v: want at least 2 orders and a rate in [0, 1]", r.orders, r.dupRate)
-	}
-	return nil
 }
 
 // declareQueues declares the queues of this run's own, so that runs never
@@ -194,11 +176,7 @@ func (r *amqpRun) observe(n int) func(context.Context, idemamqp.Event) {
 // holds, and fails if an order was charged twice or not at all.
 func (r *amqpRun) verdict() error {
 	rep := r.rep
-	charges, twice := 0, 0
-	for _, n := range rep.charges {
-		charges += n
-		twice += max(n-1, 0)
-	}
+	charges, twice := rep.totals()
 	dead, err := r.ch.QueueDeclarePassive(r.dlq, true, false, false, false, nil)
 	if err != nil {
 		return err

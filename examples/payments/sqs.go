@@ -4,7 +4,6 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -42,7 +41,7 @@ func isSQS(broker string) bool { return strings.HasPrefix(broker, "sqs://") }
 // -dup-rate, -seed).
 func runSQS(ctx context.Context, broker string, out io.Writer, args []string) error {
 	r := &sqsRun{rep: &queueReport{charges: map[string]int{}}}
-	if err := r.parseFlags(out, args); err != nil {
+	if err := r.parseFlags("payments (SQS)", "send", "sent", out, args); err != nil {
 		return err
 	}
 	u, err := url.Parse(broker)
@@ -98,28 +97,11 @@ func envOr(name, def string) string {
 
 // sqsRun is one run of the SQS example.
 type sqsRun struct {
+	queueFlags // the flags
 	out        io.Writer
-	orders     int // the flags
-	dupRate    float64
-	seed       uint64
 	client     *sqs.Client
 	queue, dlq string
 	rep        *queueReport
-}
-
-func (r *sqsRun) parseFlags(out io.Writer, args []string) error {
-	fs := flag.NewFlagSet("payments (SQS)", flag.ContinueOnError)
-	fs.SetOutput(out)
-	fs.IntVar(&r.orders, "orders", 20, "OrderCreated events to send")
-	fs.Float64Var(&r.dupRate, "dup-rate", 0.3, "the chance that an event is sent a second time, in [0, 1]")
-	fs.Uint64Var(&r.seed, "seed", 1, "the seed of the amounts and duplicates")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if r.orders < 2 || !(r.dupRate >= 0 && r.dupRate <= 1) {
-		return fmt.Errorf("payments: -orders %d and -dup-rate %v: want at least 2 orders and a rate in [0, 1]", r.orders, r.dupRate)
-	}
-	return nil
 }
 
 // createQueue creates the queue name of this run's own, so that runs
@@ -190,11 +172,7 @@ func (r *sqsRun) observe(n int) func(context.Context, idemsqs.Event) {
 // holds, and fails if an order was charged twice or not at all.
 func (r *sqsRun) verdict(ctx context.Context) error {
 	rep := r.rep
-	charges, twice := 0, 0
-	for _, n := range rep.charges {
-		charges += n
-		twice += max(n-1, 0)
-	}
+	charges, twice := rep.totals()
 	// A long poll of a few seconds: a server may answer one receive empty
 	// while it holds a message.
 	got, err := r.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(r.dlq), MaxNumberOfMessages: 10,

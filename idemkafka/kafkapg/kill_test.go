@@ -1,7 +1,6 @@
 package kafkapg_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -24,6 +23,7 @@ import (
 	"github.com/idemgo/idem/idemkafka"
 	"github.com/idemgo/idem/idemkafka/internal/kafkatest"
 	"github.com/idemgo/idem/idemkafka/kafkapg"
+	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/pgstore/pgstoretest"
 )
 
@@ -135,7 +135,7 @@ func runChild() int {
 type child struct {
 	app    string // its application_name in PostgreSQL
 	cmd    *exec.Cmd
-	lines  chan string
+	lines  <-chan string
 	stderr *bytes.Buffer
 }
 
@@ -148,28 +148,8 @@ func startChild(t *testing.T, c *kafkatest.Cluster, e *pgEnv, killAfter, expect 
 	cmd.Env = append(os.Environ(), childEnv+"=1", appEnv+"="+app, brokersEnv+"="+strings.Join(c.ListenAddrs(), ","), schemaEnv+"="+e.schema,
 		topicEnv+"="+c.Name("orders"), groupEnv+"="+c.Name("payments"), instanceEnv+"="+c.Name("member"),
 		killAfterEnv+"="+strconv.Itoa(killAfter), expectEnv+"="+strconv.Itoa(expect))
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch := &child{app: app, cmd: cmd, lines: make(chan string, 100), stderr: &bytes.Buffer{}}
-	cmd.Stderr = ch.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		defer close(ch.lines)
-		s := bufio.NewScanner(stdout)
-		for s.Scan() {
-			ch.lines <- s.Text()
-		}
-	}()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	})
+	ch := &child{app: app, cmd: cmd}
+	ch.lines, ch.stderr = testenv.StartLines(t, cmd, 100)
 	return ch
 }
 

@@ -97,7 +97,12 @@ func work(d time.Duration) {
 }
 
 func benchBare(b *testing.B, d time.Duration) {
-	cons := benchStream(b, b.N)
+	benchEach(b, benchStream(b, b.N), func(jetstream.Msg) { work(d) })
+}
+
+// benchEach fetches b.N messages from cons in batches, and acks each after
+// handle, reporting msgs/s and the servers' CPU.
+func benchEach(b *testing.B, cons jetstream.Consumer, handle func(msg jetstream.Msg)) {
 	cpu := testenv.NewCPUMeter(benchServers...)
 	b.ResetTimer()
 	acked := 0
@@ -107,7 +112,7 @@ func benchBare(b *testing.B, d time.Duration) {
 			b.Fatal(err)
 		}
 		for msg := range mb.Messages() {
-			work(d)
+			handle(msg)
 			if err := msg.Ack(); err != nil {
 				b.Fatal(err)
 			}
@@ -234,40 +239,19 @@ func benchBareRedisEach(b *testing.B, d time.Duration) {
 	rdb := redisstoretest.Client(b)
 	cons := benchStream(b, b.N)
 	prefix := redisstoretest.Prefix(b, rdb) // its keys deleted when b ends
-	cpu := testenv.NewCPUMeter(benchServers...)
-	b.ResetTimer()
-	acked := 0
-	for acked < b.N {
-		mb, err := cons.Fetch(benchBatch, jetstream.FetchMaxWait(5*time.Second))
+	benchEach(b, cons, func(msg jetstream.Msg) {
+		key := prefix + msg.Headers().Get(jetstream.MsgIDHeader)
+		claimed, err := rdb.SetNX(ctx, key, "1", time.Minute).Result()
 		if err != nil {
 			b.Fatal(err)
 		}
-		for msg := range mb.Messages() {
-			key := prefix + msg.Headers().Get(jetstream.MsgIDHeader)
-			claimed, err := rdb.SetNX(ctx, key, "1", time.Minute).Result()
-			if err != nil {
+		if claimed {
+			work(d)
+			if err := rdb.Set(ctx, key, "done", 24*time.Hour).Err(); err != nil {
 				b.Fatal(err)
 			}
-			if claimed {
-				work(d)
-				if err := rdb.Set(ctx, key, "done", 24*time.Hour).Err(); err != nil {
-					b.Fatal(err)
-				}
-			}
-			if err := msg.Ack(); err != nil {
-				b.Fatal(err)
-			}
-			if acked++; acked == b.N {
-				break // the last batch is short: do not wait for it to fill
-			}
 		}
-		if err := mb.Error(); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
-	cpu.Report(b, b.N)
+	})
 }
 
 func benchIdem(b *testing.B, store storage.Store, d time.Duration) {

@@ -207,6 +207,18 @@ type proxy struct {
 	wg     sync.WaitGroup
 }
 
+// proxiedBroker starts a proxy to the shared broker, and returns it and
+// the broker's URL through it.
+func proxiedBroker(t *testing.T) (*proxy, string) {
+	u, err := url.Parse(amqpURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newProxy(t, u.Host)
+	u.Host = px.l.Addr().String()
+	return px, u.String()
+}
+
 func newProxy(t *testing.T, target string) *proxy {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -269,13 +281,8 @@ func TestRedialsAfterTheBrokerWasDown(t *testing.T) {
 	conn := dial(t)
 	q := declareQueue(t, conn)
 	got := consume(t, conn, q)
-	u, err := url.Parse(amqpURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := newProxy(t, u.Host)
-	u.Host = px.l.Addr().String()
-	pub := newPublisher(t, u.String())
+	px, pxURL := proxiedBroker(t)
+	pub := newPublisher(t, pxURL)
 	ctx := publishCtx(t)
 	msg := func(id string) []outbox.Message { return []outbox.Message{{ID: id, Destination: q}} }
 	if err := pub.Publish(ctx, msg("before")); err != nil {
@@ -315,16 +322,11 @@ func TestRelayThroughABrokerOutage(t *testing.T) {
 	conn := dial(t)
 	q := declareQueue(t, conn)
 	got := consume(t, conn, q)
-	u, err := url.Parse(amqpURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := newProxy(t, u.Host)
-	u.Host = px.l.Addr().String()
+	px, pxURL := proxiedBroker(t)
 	pool := pgstoretest.Pool(t, 4)
 	table := outboxtest.Table(t, pool)
 	var sent, failedCalls atomic.Int64
-	relay, err := outbox.NewRelay(pool, newPublisher(t, u.String()), outbox.RelayConfig{
+	relay, err := outbox.NewRelay(pool, newPublisher(t, pxURL), outbox.RelayConfig{
 		Table: table, BatchSize: 20, MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
 		PublishTimeout: 5 * time.Second, MaxAttempts: 2,
 		Observer: func(_ context.Context, e outbox.Event) {
@@ -338,20 +340,12 @@ func TestRelayThroughABrokerOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	outboxtest.RunRelay(t, relay)
-	await := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(outboxtest.Timeout); !cond(); time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("no %s within %v", what, outboxtest.Timeout)
-			}
-		}
-	}
 	msgs, want := outboxtest.Messages(150, 5, q)
 	outboxtest.Enqueue(t, pool, table, msgs[:50], 2)
-	await("50 sent", func() bool { return sent.Load() >= 50 })
+	testenv.WaitFor(t, outboxtest.Timeout, "50 sent", func() bool { return sent.Load() >= 50 })
 	px.setDown(true)
 	outboxtest.Enqueue(t, pool, table, msgs[50:100], 2)
-	await("4 failed publishes", func() bool { return failedCalls.Load() >= 4 })
+	testenv.WaitFor(t, outboxtest.Timeout, "4 failed publishes", func() bool { return failedCalls.Load() >= 4 })
 	px.setDown(false)
 	outboxtest.Enqueue(t, pool, table, msgs[100:], 2)
 	outboxtest.AwaitPending(t, pool, table, 0)

@@ -166,6 +166,27 @@ func consume(t *testing.T, brokers []string, topic string) <-chan record {
 	return got
 }
 
+// consumeIDs collects the ids of the records from got until n distinct
+// ones have come, in the order they came, duplicates included; it fails
+// the test when they have not within outboxtest.Timeout.
+func consumeIDs(t *testing.T, got <-chan record, n int) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), outboxtest.Timeout)
+	defer cancel()
+	var ids []string
+	seen := map[string]bool{}
+	for len(seen) < n {
+		select {
+		case r := <-got:
+			ids = append(ids, r.ID)
+			seen[r.ID] = true
+		case <-ctx.Done():
+			t.Fatalf("consumed %d distinct of %d records", len(seen), n)
+		}
+	}
+	return ids
+}
+
 func newPublisher(t *testing.T, cl *kgo.Client) *kafkapub.Publisher {
 	t.Helper()
 	pub, err := kafkapub.New(cl)
@@ -285,45 +306,24 @@ func TestRelayThroughBrokerOutages(t *testing.T) {
 	outboxtest.RunRelay(t, relay)
 
 	msgs, want := outboxtest.Messages(600, 12, topic)
-	await := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(outboxtest.Timeout); !cond(); time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("no %s within %v", what, outboxtest.Timeout)
-			}
-		}
-	}
 	outboxtest.Enqueue(t, pool, table, msgs[:200], 6)
-	await("100 sent", func() bool { return sent.Load() >= 100 })
+	testenv.WaitFor(t, outboxtest.Timeout, "100 sent", func() bool { return sent.Load() >= 100 })
 	// Each outage lasts several failed publishes: more than MaxAttempts
 	// would allow, were they counted.
 	down.Store(true)
 	outboxtest.Enqueue(t, pool, table, msgs[200:400], 6)
-	await("4 failed publishes", func() bool { return failedCalls.Load() >= 4 })
+	testenv.WaitFor(t, outboxtest.Timeout, "4 failed publishes", func() bool { return failedCalls.Load() >= 4 })
 	down.Store(false)
-	await("more sent", func() bool { return sent.Load() >= 250 })
+	testenv.WaitFor(t, outboxtest.Timeout, "more sent", func() bool { return sent.Load() >= 250 })
 	down.Store(true)
 	outboxtest.Enqueue(t, pool, table, msgs[400:], 6)
 	before := failedCalls.Load()
-	await("4 more failed publishes", func() bool { return failedCalls.Load() >= before+4 })
+	testenv.WaitFor(t, outboxtest.Timeout, "4 more failed publishes", func() bool { return failedCalls.Load() >= before+4 })
 	down.Store(false)
 	outboxtest.AwaitPending(t, pool, table, 0)
 	noDeadRows(t, pool, table)
 
-	got := consume(t, c.ListenAddrs(), topic)
-	ctx, cancel := context.WithTimeout(context.Background(), outboxtest.Timeout)
-	defer cancel()
-	var ids []string
-	seen := map[string]bool{}
-	for len(seen) < len(msgs) {
-		select {
-		case r := <-got:
-			ids = append(ids, r.ID)
-			seen[r.ID] = true
-		case <-ctx.Done():
-			t.Fatalf("consumed %d distinct of %d records", len(seen), len(msgs))
-		}
-	}
+	ids := consumeIDs(t, consume(t, c.ListenAddrs(), topic), len(msgs))
 	dups := outboxtest.CheckOrder(t, want, ids)
 	t.Logf("%d produce requests dropped, %d messages failed, %d duplicate records", dropped.Load(), failed.Load(), dups)
 }
@@ -371,46 +371,25 @@ func TestRelayThroughABrokerCrash(t *testing.T) {
 	outboxtest.RunRelay(t, relay)
 
 	msgs, want := outboxtest.Messages(600, 12, topic)
-	await := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(outboxtest.Timeout); !cond(); time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("no %s within %v", what, outboxtest.Timeout)
-			}
-		}
-	}
 	// The crash lands while the writers enqueue and the relay produces.
 	enqueued := make(chan testenv.Ending, 1)
 	go func() {
 		enqueued <- testenv.Record(t, func(tb testing.TB) { outboxtest.Enqueue(tb, pool, table, msgs[:300], 6) })
 	}()
-	await("50 sent", func() bool { return sent.Load() >= 50 })
+	testenv.WaitFor(t, outboxtest.Timeout, "50 sent", func() bool { return sent.Load() >= 50 })
 	node.kill()
 	if end := <-enqueued; end.Fatal != "" || len(end.Errors) > 0 {
 		t.Fatalf("enqueue: %s %q", end.Fatal, end.Errors)
 	}
 	sentAtCrash := sent.Load()
 	outboxtest.Enqueue(t, pool, table, msgs[300:450], 6)
-	await("a failed publish", func() bool { return failed.Load() > 0 })
+	testenv.WaitFor(t, outboxtest.Timeout, "a failed publish", func() bool { return failed.Load() > 0 })
 	node.start()
 	outboxtest.Enqueue(t, pool, table, msgs[450:], 6)
 	outboxtest.AwaitPending(t, pool, table, 0)
 	noDeadRows(t, pool, table)
 
-	got := consume(t, brokers, topic)
-	ctx, cancel := context.WithTimeout(context.Background(), outboxtest.Timeout)
-	defer cancel()
-	var ids []string
-	seen := map[string]bool{}
-	for len(seen) < len(msgs) {
-		select {
-		case r := <-got:
-			ids = append(ids, r.ID)
-			seen[r.ID] = true
-		case <-ctx.Done():
-			t.Fatalf("consumed %d distinct of %d records", len(seen), len(msgs))
-		}
-	}
+	ids := consumeIDs(t, consume(t, brokers, topic), len(msgs))
 	dups := outboxtest.CheckOrder(t, want, ids)
 	t.Logf("%d messages sent before the crash, %d failed, %d duplicate records", sentAtCrash, failed.Load(), dups)
 }

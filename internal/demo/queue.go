@@ -183,26 +183,29 @@ func (b *broker) wakeLocked() {
 // ack settles the delivery: its message is done. It reports false, and
 // changes nothing, when the delivery timed out or was settled before.
 func (d *delivery) ack() bool {
-	b := d.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := &b.slots[d.id]
-	if s.state != slotInFlight || s.gen != d.gen {
-		return false
-	}
-	s.state = slotAcked
-	s.gen++
-	b.unacked--
-	b.acked.Add(1)
-	if b.unacked == 0 {
-		b.wakeLocked() // the waiters are done
-	}
-	return true
+	return d.settle(func(b *broker, s *slot) {
+		s.state = slotAcked
+		b.unacked--
+		b.acked.Add(1)
+		if b.unacked == 0 {
+			b.wakeLocked() // the waiters are done
+		}
+	})
 }
 
 // nack hands the message back for a new delivery after delay. It reports
 // false, and changes nothing, when the delivery timed out or was settled.
 func (d *delivery) nack(delay time.Duration) bool {
+	return d.settle(func(b *broker, s *slot) {
+		s.state = slotDelayed
+		b.pushDueLocked(dueEntry{at: time.Now().Add(delay), id: d.id, gen: s.gen})
+	})
+}
+
+// settle ends the delivery under the broker's lock: when it is still in
+// flight, it moves its slot to the next generation and has f set what
+// comes of the message, and reports true; else it reports false.
+func (d *delivery) settle(f func(b *broker, s *slot)) bool {
 	b := d.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -210,9 +213,8 @@ func (d *delivery) nack(delay time.Duration) bool {
 	if s.state != slotInFlight || s.gen != d.gen {
 		return false
 	}
-	s.state = slotDelayed
 	s.gen++
-	b.pushDueLocked(dueEntry{at: time.Now().Add(delay), id: d.id, gen: s.gen})
+	f(b, s)
 	return true
 }
 

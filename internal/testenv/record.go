@@ -105,6 +105,11 @@ func (e *Events[E]) Filter(f func(E) bool) []E {
 	return out
 }
 
+// All returns every event seen, in order.
+func (e *Events[E]) All() []E {
+	return e.Filter(func(E) bool { return true })
+}
+
 // WaitFor polls cond every 10ms until it holds, and fails tb when it does
 // not within d; what describes the condition.
 func WaitFor(tb testing.TB, d time.Duration, what string, cond func() bool) {

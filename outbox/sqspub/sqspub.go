@@ -9,13 +9,13 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/idemgo/idem/internal/sqsattr"
 	"github.com/idemgo/idem/outbox"
 )
 
@@ -206,10 +206,10 @@ func entry(m outbox.Message) (*types.SendMessageBatchRequestEntry, int, error) {
 		size += len(name) + len("String") + len(value)
 	}
 	for name, v := range m.Headers {
-		if !validAttrName(name) {
+		if !sqsattr.ValidName(name) {
 			return nil, 0, outbox.Permanent(fmt.Errorf("%w: the header name %q is not an SQS message attribute name", ErrNotSQS, name))
 		}
-		if v == "" || !sqsText(v) {
+		if v == "" || !sqsattr.Text(v) {
 			return nil, 0, outbox.Permanent(fmt.Errorf("%w: the header %s is empty or holds characters SQS refuses", ErrNotSQS, name))
 		}
 		add(name, v)
@@ -220,7 +220,7 @@ func entry(m outbox.Message) (*types.SendMessageBatchRequestEntry, int, error) {
 	case len(m.Payload) == 0:
 		body = "-"
 		add(EncodingAttribute, "empty")
-	case !sqsText(body):
+	case !sqsattr.Text(body):
 		body = base64.StdEncoding.EncodeToString(m.Payload)
 		add(EncodingAttribute, "base64")
 	}
@@ -261,43 +261,6 @@ func fifoID(s string) string {
 	}
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
-}
-
-// sqsText reports whether SQS takes s as a body or attribute value: valid
-// UTF-8 of #x9, #xA, #xD, #x20 to #xD7FF, #xE000 to #xFFFD and #x10000 to
-// #x10FFFF.
-func sqsText(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		switch {
-		case r == 0x9 || r == 0xA || r == 0xD:
-		case r >= 0x20 && r <= 0xD7FF, r >= 0xE000 && r <= 0xFFFD, r >= 0x10000 && r <= 0x10FFFF:
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-// validAttrName reports whether SQS takes name as a message attribute's:
-// 1 to 256 of A-Z, a-z, 0-9, '_', '-' and '.', no period first, last or
-// twice in a row, no "AWS." or "Amazon." prefix in any case.
-func validAttrName(name string) bool {
-	if name == "" || len(name) > 256 || name[0] == '.' || name[len(name)-1] == '.' || strings.Contains(name, "..") {
-		return false
-	}
-	lower := strings.ToLower(name)
-	if strings.HasPrefix(lower, "aws.") || strings.HasPrefix(lower, "amazon.") {
-		return false
-	}
-	for _, r := range name {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.') {
-			return false
-		}
-	}
-	return true
 }
 
 // refused reports whether SQS answered a call no (a 4xx other than
